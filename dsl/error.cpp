@@ -1,0 +1,24 @@
+#include "dsl/error.h"
+
+namespace towerjit {
+
+std::string format_location(const std::source_location& loc) {
+  std::string file = loc.file_name();
+#ifdef TOWERJIT_SOURCE_ROOT
+  // Paths inside this repository read better relative to its root.
+  const std::string root = TOWERJIT_SOURCE_ROOT "/";
+  if (file.rfind(root, 0) == 0) file = file.substr(root.size());
+#endif
+  return file + ":" + std::to_string(loc.line());
+}
+
+namespace detail {
+
+ErrorBuilder::~ErrorBuilder() noexcept(false) {
+  // Never throw while another exception is unwinding the stack.
+  if (std::uncaught_exceptions() > uncaught_at_start_) return;
+  throw Error(prefix_ + out_.str() + suffix_);
+}
+
+}  // namespace detail
+}  // namespace towerjit

@@ -1,0 +1,66 @@
+// The one exception type of towerjit, and the two ways code raises it.
+//
+// A user's mistake gets `user_check(cond, loc) << ...`: the message names what failed, where
+// (the user's file:line, captured by std::source_location in every DSL call), the values
+// involved and the likely fix. A broken invariant of ours gets `internal_check`, whose
+// message says so, so nobody hunts for a bug in their own model.
+#pragma once
+
+#include <exception>
+#include <source_location>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace towerjit {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+// "examples/mlp.cpp:42", shortened to the path below the build's source root when possible.
+std::string format_location(const std::source_location& loc);
+
+namespace detail {
+
+// Collects a message with operator<< and throws it when destroyed (after the full
+// expression), so a check reads as one line at the call site.
+class ErrorBuilder {
+ public:
+  ErrorBuilder(std::string prefix, std::string suffix)
+      : prefix_(std::move(prefix)),
+        suffix_(std::move(suffix)),
+        uncaught_at_start_(std::uncaught_exceptions()) {}
+  ErrorBuilder(const ErrorBuilder&) = delete;
+  ~ErrorBuilder() noexcept(false);
+  template <typename T>
+  ErrorBuilder& operator<<(const T& value) {
+    out_ << value;
+    return *this;
+  }
+
+ private:
+  std::string prefix_, suffix_;
+  int uncaught_at_start_;
+  std::ostringstream out_;
+};
+
+}  // namespace detail
+}  // namespace towerjit
+
+// Throws towerjit::Error "towerjit: <message> (<file:line>)" unless `cond` holds.
+#define user_check(cond, loc)                                                       \
+  if (cond) {                                                                       \
+  } else                                                                            \
+    ::towerjit::detail::ErrorBuilder("towerjit: ",                                  \
+                                     " (" + ::towerjit::format_location(loc) + ")")
+
+// Throws towerjit::Error marked as a towerjit bug unless `cond` holds.
+#define internal_check(cond)                                                          \
+  if (cond) {                                                                         \
+  } else                                                                              \
+    ::towerjit::detail::ErrorBuilder("towerjit internal error: ",                     \
+                                     std::string(" [" #cond " failed at ") + __FILE__ + \
+                                         ":" + std::to_string(__LINE__) +             \
+                                         "; please report this]")

@@ -1,0 +1,48 @@
+// Variable initialisers, drawn from Philox 4x32-10 keyed by (seed, variable, element), so the
+// same seed gives the same weights on every backend and every tower count.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dsl/shape.h"
+
+namespace towerjit {
+
+struct Initializer {
+  enum class Kind { zeros, constant, uniform, normal, truncated_normal, glorot_uniform, he_normal };
+  Kind kind = Kind::zeros;
+  double a = 0;  // constant: the value; uniform: low; normal, truncated_normal: mean
+  double b = 0;  // uniform: high; normal, truncated_normal: standard deviation
+
+  std::string str() const;
+};
+
+Initializer zeros();
+Initializer constant(double value);
+Initializer uniform(double low, double high);
+Initializer normal(double mean = 0, double stddev = 1);
+// Normal, redrawn until within two standard deviations of the mean (TF's definition).
+Initializer truncated_normal(double mean = 0, double stddev = 1);
+// U(-l, l) with l = sqrt(6 / (fan_in + fan_out)).
+Initializer glorot_uniform();
+// N(0, 2 / fan_in).
+Initializer he_normal();
+
+// Fan-in and fan-out as Keras computes them: [in, out] for dense kernels, and
+// [out, in, kh, kw] for convolution filters (receptive field times channels).
+struct Fans {
+  double in, out;
+};
+Fans compute_fans(const Shape& shape);
+
+// The initial values of a variable of a concrete shape. `variable_key` identifies the variable
+// (a hash of its full name), so adding a variable never changes another one's values.
+std::vector<float> sample(const Initializer& init, const Shape& shape, uint64_t seed,
+                          uint64_t variable_key);
+
+// FNV-1a of a name: the stable key of a variable or op in the RNG.
+uint64_t stable_hash(const std::string& name);
+
+}  // namespace towerjit

@@ -1,0 +1,51 @@
+// Layers: functions that create their variables under a scope named after the layer and
+// return an expression. Built again under a scope with reuse, they share those variables.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "dsl/ops.h"
+#include "dsl/variables.h"
+
+namespace towerjit {
+
+struct DenseOptions {
+  bool use_bias = true;
+  Initializer kernel_init = glorot_uniform();
+  Initializer bias_init = zeros();
+  // When set, l2_loss(kernel) * weight_decay joins the regularisation losses.
+  std::optional<double> weight_decay;
+};
+// x [..., in] -> x @ kernel[in, units] + bias[units]; variables "<name>/kernel", "<name>/bias".
+Tensor dense(Tensor x, int64_t units, const std::string& name, DenseOptions options = {},
+             Loc loc = Loc::current());
+
+struct Conv2DLayerOptions {
+  int stride = 1;
+  int pad = 0;
+  bool use_bias = true;
+  Initializer kernel_init = he_normal();
+  Initializer bias_init = zeros();
+  std::optional<double> weight_decay;
+};
+// x [N, C, H, W] -> conv2d with "<name>/kernel" [filters, C, k, k] plus "<name>/bias".
+Tensor conv2d(Tensor x, int64_t filters, int kernel_size, const std::string& name,
+              Conv2DLayerOptions options = {}, Loc loc = Loc::current());
+
+struct BatchNormOptions {
+  double momentum = 0.99;  // moving = momentum * moving + (1 - momentum) * batch statistic
+  double epsilon = 1e-3;
+  int axis = 1;            // the channel axis: 1 for NCHW and for [N, features]
+};
+// Training: normalises with the batch's mean and (biased) variance over every axis but `axis`
+// and adds two update ops for "<name>/moving_mean" and "<name>/moving_variance".
+// Inference: normalises with the moving statistics. Learns "<name>/gamma" and "<name>/beta".
+Tensor batch_norm(Tensor x, bool training, const std::string& name, BatchNormOptions options = {},
+                  Loc loc = Loc::current());
+
+// Training: zeroes each element with probability `rate` and scales the rest by 1 / (1 - rate),
+// with a fresh mask every step. Inference: the identity.
+Tensor dropout(Tensor x, double rate, bool training, uint64_t seed = 0, Loc loc = Loc::current());
+
+}  // namespace towerjit

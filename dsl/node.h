@@ -1,0 +1,42 @@
+// One node of a graph: an op, its inputs, its static shape and dtype, and where the user
+// built it. Nodes are immutable once added; passes build new graphs.
+#pragma once
+
+#include <cstdint>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "dsl/dtype.h"
+#include "dsl/op.h"
+#include "dsl/shape.h"
+
+namespace towerjit {
+
+// Per-op parameters; each op reads the fields ops.def names for it and ignores the rest.
+struct Attrs {
+  std::vector<int> axes;              // reduce axes, or the transpose permutation
+  bool keepdims = false;
+  int axis = 0;                       // concat, argmax
+  std::vector<int64_t> begin, end;    // slice bounds, or pad widths
+  Shape shape;                        // gradient ops: the shape of the result
+  double value = 0;                   // constant
+  int64_t depth = 0;                  // one_hot
+  int kernel[2] = {1, 1}, stride[2] = {1, 1}, pad[2] = {0, 0};  // conv, pools: (h, w)
+  uint64_t seed = 0;                  // random_uniform
+  std::string name;                   // input, variable
+
+  bool operator==(const Attrs&) const = default;
+};
+
+struct Node {
+  Op op;
+  std::vector<int> inputs;
+  Shape shape;
+  DType dtype = DType::f32;
+  Attrs attrs;
+  std::source_location loc;
+  std::string scope;  // the name scope it was built in ("tower1/fc2"), for errors and dumps
+};
+
+}  // namespace towerjit

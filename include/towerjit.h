@@ -1,0 +1,9 @@
+// towerjit: the one header a user includes.
+#pragma once
+
+#include "dsl/autodiff.h"
+#include "dsl/error.h"
+#include "dsl/layers.h"
+#include "dsl/ops.h"
+#include "dsl/variables.h"
+#include "jit/reference/interpreter.h"

@@ -1,0 +1,43 @@
+// A fixed set of worker threads that split a loop's iterations between them. CPU towers and
+// the CPU backend's outer loops run on it.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace towerjit {
+
+class ThreadPool {
+ public:
+  // `threads` workers including the caller; 0 means one per hardware thread.
+  explicit ThreadPool(int threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls body(begin, end) on contiguous chunks covering [0, n), one chunk per thread (the
+  // caller runs the first), and returns when all are done. The first exception thrown by a
+  // chunk is rethrown here.
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& body);
+
+ private:
+  void work(int index);
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  const std::function<void(int64_t, int64_t)>* body_ = nullptr;
+  int64_t n_ = 0;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace towerjit

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages towerjit builds with, and only those that are missing,
+# so a second run on a ready machine takes well under a second.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build make pkg-config
+  llvm-19-dev libzstd-dev zlib1g-dev libedit-dev libxml2-dev libffi-dev
+  libopenblas-dev librange-v3-dev catch2 libcli11-dev nlohmann-json3-dev libfmt-dev
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+echo "towerjit: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
