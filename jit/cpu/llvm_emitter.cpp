@@ -1,0 +1,425 @@
+// Loops are emitted with their indices in allocas, and the accumulator of a reduction too:
+// O3's mem2reg turns them into SSA, and the loop vectoriser then sees plain counted loops.
+// That keeps this emitter a straight walk over the kernel IR.
+#include "jit/cpu/llvm_emitter.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <sstream>
+
+#include "dsl/error.h"
+#include "dsl/philox.h"
+#include "jit/cpu/cpu_compiler.h"
+
+namespace towerjit::cpu {
+namespace {
+
+using kir::Expr;
+
+std::string float_literal(double v) {
+  const double d = static_cast<float>(v);  // LLVM wants the float's value in double hex
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%016llX", static_cast<unsigned long long>(std::bit_cast<uint64_t>(d)));
+  return buf;
+}
+
+const char* ty(DType t) { return t == DType::f32 ? "float" : "i32"; }
+
+class KernelEmitter {
+ public:
+  KernelEmitter(const kir::Program& p, const kir::Kernel& k, EmittedKernel& info)
+      : p_(p), k_(k), info_(info) {}
+  std::string emit();
+
+ private:
+  std::string tmp() { return "%t" + std::to_string(next_++); }
+  std::string i64_affine(const kir::Affine& a);
+  std::string address(int access);
+  std::string expr(int e);
+  std::string unary(const Expr& e, const std::string& x);
+  std::string binary(const Expr& e, const std::string& a, const std::string& b);
+  std::string call(const char* fn, const std::string& x);
+  void open_loop(int axis);
+  void close_loop(int axis);
+  std::string index(int axis);
+  void emit_store(const kir::Kernel::Output& o, const std::string& value);
+  void emit_reduction();
+  std::string combine(const std::string& acc, const std::string& v);
+  std::string identity() const;
+
+  const kir::Program& p_;
+  const kir::Kernel& k_;
+  EmittedKernel& info_;
+  std::ostringstream out_;
+  int next_ = 0;
+  std::vector<std::string> values_;  // SSA name of each expr, once emitted in this body
+  std::vector<std::string> base_;    // base pointer of each kernel-local buffer slot
+};
+
+std::string KernelEmitter::i64_affine(const kir::Affine& a) {
+  if (a.b == 0) return std::to_string(a.c);
+  const std::string m = tmp(), s = tmp();
+  out_ << "  " << m << " = mul i64 %batch, " << a.b << "\n";
+  out_ << "  " << s << " = add i64 " << m << ", " << a.c << "\n";
+  return s;
+}
+
+std::string KernelEmitter::index(int axis) {
+  const std::string v = tmp();
+  out_ << "  " << v << " = load i64, ptr %i" << axis << "\n";
+  return v;
+}
+
+// Element offset of an access at the current loop indices.
+std::string KernelEmitter::address(int access) {
+  const kir::Access& a = k_.accesses[access];
+  std::string off = i64_affine(a.offset);
+  for (int axis = 0; axis < k_.space.rank(); ++axis) {
+    if (a.strides[axis] == kir::Affine{}) continue;
+    const std::string stride = i64_affine(a.strides[axis]), i = index(axis), m = tmp(), s = tmp();
+    out_ << "  " << m << " = mul i64 " << i << ", " << stride << "\n";
+    out_ << "  " << s << " = add i64 " << off << ", " << m << "\n";
+    off = s;
+  }
+  return off;
+}
+
+std::string KernelEmitter::call(const char* fn, const std::string& x) {
+  const std::string v = tmp();
+  out_ << "  " << v << " = call float @" << fn << "(float " << x << ")\n";
+  return v;
+}
+
+std::string KernelEmitter::unary(const Expr& e, const std::string& x) {
+  const std::string v = tmp();
+  const bool f = e.dtype == DType::f32;
+  auto line = [&](const std::string& rhs) { out_ << "  " << v << " = " << rhs << "\n"; return v; };
+  switch (e.op) {
+    case Op::Neg: return line(f ? "fneg float " + x : "sub i32 0, " + x);
+    case Op::Exp: return line("call float @llvm.exp.f32(float " + x + ")");
+    case Op::Log: return line("call float @llvm.log.f32(float " + x + ")");
+    case Op::Sqrt: return line("call float @llvm.sqrt.f32(float " + x + ")");
+    case Op::Rsqrt: {
+      const std::string s = call("llvm.sqrt.f32", x);
+      return line("fdiv float 1.0, " + s);
+    }
+    case Op::Abs: return line(f ? "call float @llvm.fabs.f32(float " + x + ")"
+                                : "call i32 @llvm.abs.i32(i32 " + x + ", i1 false)");
+    case Op::Sign: {
+      const std::string zero = f ? "0.0" : "0", gt = tmp(), lt = tmp(), a = tmp(), b = tmp();
+      out_ << "  " << gt << " = " << (f ? "fcmp ogt float " : "icmp sgt i32 ") << x << ", " << zero << "\n";
+      out_ << "  " << lt << " = " << (f ? "fcmp olt float " : "icmp slt i32 ") << x << ", " << zero << "\n";
+      out_ << "  " << a << " = " << (f ? "uitofp i1 " : "zext i1 ") << gt << " to " << ty(e.dtype) << "\n";
+      out_ << "  " << b << " = " << (f ? "uitofp i1 " : "zext i1 ") << lt << " to " << ty(e.dtype) << "\n";
+      return line(std::string(f ? "fsub float " : "sub i32 ") + a + ", " + b);
+    }
+    case Op::Relu: {
+      const std::string c = tmp();
+      out_ << "  " << c << " = fcmp ogt float " << x << ", 0.0\n";
+      return line("select i1 " + c + ", float " + x + ", float 0.0");
+    }
+    case Op::Sigmoid: {
+      const std::string n = tmp();
+      out_ << "  " << n << " = fneg float " << x << "\n";
+      const std::string ex = call("llvm.exp.f32", n), d = tmp();
+      out_ << "  " << d << " = fadd float 1.0, " << ex << "\n";
+      return line("fdiv float 1.0, " + d);
+    }
+    case Op::Tanh: return line("call float @tanhf(float " + x + ")");
+    case Op::Erf: return line("call float @erff(float " + x + ")");
+    case Op::Gelu: {
+      const std::string s = tmp();
+      out_ << "  " << s << " = fmul float " << x << ", " << float_literal(0.70710678118654752) << "\n";
+      const std::string er = call("erff", s), a = tmp(), h = tmp();
+      out_ << "  " << a << " = fadd float 1.0, " << er << "\n";
+      out_ << "  " << h << " = fmul float " << x << ", 0.5\n";
+      return line("fmul float " + h + ", " + a);
+    }
+    case Op::Softplus: {  // max(x, 0) + log1p(exp(-|x|)): no overflow for large |x|
+      const std::string ab = call("llvm.fabs.f32", x), n = tmp();
+      out_ << "  " << n << " = fneg float " << ab << "\n";
+      const std::string ex = call("llvm.exp.f32", n), lp = call("log1pf", ex), c = tmp(), m = tmp();
+      out_ << "  " << c << " = fcmp ogt float " << x << ", 0.0\n";
+      out_ << "  " << m << " = select i1 " << c << ", float " << x << ", float 0.0\n";
+      return line("fadd float " + m + ", " + lp);
+    }
+    case Op::Cast: {
+      const DType from = k_.exprs[e.args[0]].dtype;
+      if (from == e.dtype) return x;
+      return line(from == DType::f32 ? "fptosi float " + x + " to i32" : "sitofp i32 " + x + " to float");
+    }
+    default:
+      internal_check(false) << "no CPU lowering for unary " << op_name(e.op);
+      return x;
+  }
+}
+
+std::string KernelEmitter::binary(const Expr& e, const std::string& a, const std::string& b) {
+  const bool f = k_.exprs[e.args[0]].dtype == DType::f32;
+  const std::string v = tmp(), T = ty(k_.exprs[e.args[0]].dtype);
+  auto line = [&](const std::string& rhs) { out_ << "  " << v << " = " << rhs << "\n"; return v; };
+  auto cmp = [&](const char* fp, const char* in) {
+    const std::string c = tmp();
+    out_ << "  " << c << " = " << (f ? "fcmp " : "icmp ") << (f ? fp : in) << " " << T << " " << a
+         << ", " << b << "\n";
+    return line(std::string(f ? "uitofp" : "zext") + " i1 " + c + " to " + T);
+  };
+  auto pick = [&](const char* fp, const char* in) {
+    const std::string c = tmp();
+    out_ << "  " << c << " = " << (f ? "fcmp " : "icmp ") << (f ? fp : in) << " " << T << " " << a
+         << ", " << b << "\n";
+    return line("select i1 " + c + ", " + T + " " + a + ", " + T + " " + b);
+  };
+  const std::string ab = " " + T + " " + a + ", " + b;
+  switch (e.op) {
+    case Op::Add: return line((f ? "fadd contract" : "add") + ab);
+    case Op::Sub: return line((f ? "fsub contract" : "sub") + ab);
+    case Op::Mul: return line((f ? "fmul contract" : "mul") + ab);
+    case Op::Div: return line((f ? "fdiv" : "sdiv") + ab);
+    case Op::Max: return pick("oge", "sge");
+    case Op::Min: return pick("ole", "sle");
+    case Op::Pow: return line("call float @llvm.pow.f32(float " + a + ", float " + b + ")");
+    case Op::Less: return cmp("olt", "slt");
+    case Op::LessEqual: return cmp("ole", "sle");
+    case Op::Greater: return cmp("ogt", "sgt");
+    case Op::GreaterEqual: return cmp("oge", "sge");
+    case Op::Equal: return cmp("oeq", "eq");
+    case Op::NotEqual: return cmp("une", "ne");
+    default:
+      internal_check(false) << "no CPU lowering for binary " << op_name(e.op);
+      return v;
+  }
+}
+
+std::string KernelEmitter::expr(int id) {
+  if (!values_[id].empty()) return values_[id];
+  const Expr& e = k_.exprs[id];
+  std::string v;
+  switch (e.kind) {
+    case Expr::Kind::constant:
+      v = e.dtype == DType::f32 ? float_literal(e.value) : std::to_string(static_cast<int64_t>(e.value));
+      break;
+    case Expr::Kind::count: {
+      const std::string n = i64_affine(e.count);
+      v = tmp();
+      out_ << "  " << v << " = sitofp i64 " << n << " to float\n";
+      break;
+    }
+    case Expr::Kind::load: {
+      const kir::Access& a = k_.accesses[e.access];
+      const int slot = static_cast<int>(std::find(info_.buffers.begin(), info_.buffers.end(), a.buffer) -
+                                        info_.buffers.begin());
+      const std::string off = address(e.access), ptr = tmp();
+      v = tmp();
+      out_ << "  " << ptr << " = getelementptr inbounds " << ty(e.dtype) << ", ptr " << base_[slot] << ", i64 " << off << "\n";
+      out_ << "  " << v << " = load " << ty(e.dtype) << ", ptr " << ptr << ", align 4\n";
+      break;
+    }
+    case Expr::Kind::random: {
+      const std::string off = address(e.access);
+      v = tmp();
+      out_ << "  " << v << " = call float @towerjit_philox_uniform(i64 " << e.seed
+           << ", i64 %step, i64 " << off << ")\n";
+      break;
+    }
+    case Expr::Kind::unary: v = unary(e, expr(e.args[0])); break;
+    case Expr::Kind::binary: {
+      const std::string a = expr(e.args[0]), b = expr(e.args[1]);
+      v = binary(e, a, b);
+      break;
+    }
+    case Expr::Kind::select: {
+      const std::string c = expr(e.args[0]), a = expr(e.args[1]), b = expr(e.args[2]), t = tmp();
+      const bool cf = k_.exprs[e.args[0]].dtype == DType::f32;
+      out_ << "  " << t << " = " << (cf ? "fcmp une float " : "icmp ne i32 ") << c << ", " << (cf ? "0.0" : "0") << "\n";
+      v = tmp();
+      out_ << "  " << v << " = select i1 " << t << ", " << ty(e.dtype) << " " << a << ", " << ty(e.dtype) << " " << b << "\n";
+      break;
+    }
+    case Expr::Kind::loop_index: {
+      const std::string i = index(e.axis);
+      v = tmp();
+      out_ << "  " << v << " = trunc i64 " << i << " to i32\n";
+      break;
+    }
+  }
+  return values_[id] = v;
+}
+
+std::string KernelEmitter::identity() const {
+  const bool f = k_.outputs.empty() || k_.exprs[k_.outputs[0].expr].dtype == DType::f32;
+  if (k_.reduce == Op::ReduceMax) return f ? "0xFFF0000000000000" : "-2147483648";
+  return f ? "0.0" : "0";
+}
+
+std::string KernelEmitter::combine(const std::string& acc, const std::string& v) {
+  const DType t = k_.exprs[k_.outputs[0].expr].dtype;
+  const std::string r = tmp();
+  if (k_.reduce == Op::ReduceMax) {
+    const std::string c = tmp();
+    out_ << "  " << c << " = " << (t == DType::f32 ? "fcmp ogt float " : "icmp sgt i32 ") << v << ", " << acc << "\n";
+    out_ << "  " << r << " = select i1 " << c << ", " << ty(t) << " " << v << ", " << ty(t) << " " << acc << "\n";
+  } else {
+    // reassoc lets the vectoriser keep several partial sums; the order is still fixed by the
+    // code, so a run is bitwise reproducible.
+    out_ << "  " << r << " = " << (t == DType::f32 ? "fadd reassoc contract float " : "add i32 ") << acc << ", " << v << "\n";
+  }
+  return r;
+}
+
+void KernelEmitter::open_loop(int axis) {
+  const bool split = axis == 0 && info_.splittable;
+  const std::string a = std::to_string(axis);
+  const std::string end = split ? "%end" : k_.space[axis] == kBatch ? "%batch" : std::to_string(k_.space[axis]);
+  out_ << "  store i64 " << (split ? "%begin" : "0") << ", ptr %i" << a << "\n";
+  out_ << "  br label %L" << a << ".head\nL" << a << ".head:\n";
+  const std::string i = index(axis), c = tmp();
+  out_ << "  " << c << " = icmp slt i64 " << i << ", " << end << "\n";
+  out_ << "  br i1 " << c << ", label %L" << a << ".body, label %L" << a << ".exit\nL" << a << ".body:\n";
+}
+
+void KernelEmitter::close_loop(int axis) {
+  const std::string a = std::to_string(axis), i = index(axis), n = tmp();
+  out_ << "  " << n << " = add i64 " << i << ", 1\n";
+  out_ << "  store i64 " << n << ", ptr %i" << a << "\n";
+  out_ << "  br label %L" << a << ".head\nL" << a << ".exit:\n";
+  values_.assign(values_.size(), "");  // values of the loop body do not dominate what follows
+}
+
+void KernelEmitter::emit_store(const kir::Kernel::Output& o, const std::string& value) {
+  const kir::Access& a = k_.accesses[o.access];
+  const int slot = static_cast<int>(std::find(info_.buffers.begin(), info_.buffers.end(), a.buffer) -
+                                    info_.buffers.begin());
+  const DType t = k_.exprs[o.expr].dtype;
+  const std::string off = address(o.access), ptr = tmp();
+  out_ << "  " << ptr << " = getelementptr inbounds " << ty(t) << ", ptr " << base_[slot] << ", i64 " << off << "\n";
+  out_ << "  store " << ty(t) << " " << value << ", ptr " << ptr << ", align 4\n";
+}
+
+// Reduced axes innermost: an accumulator per output element. Otherwise the natural loop order,
+// accumulating in the output itself (the first reduced iteration initialises it), which keeps
+// column sums such as a bias gradient over the batch contiguous and vectorisable.
+void KernelEmitter::emit_reduction() {
+  const int rank = k_.space.rank(), nred = static_cast<int>(k_.reduce_axes.size());
+  const bool trailing = std::all_of(k_.reduce_axes.begin(), k_.reduce_axes.end(),
+                                    [&](int a) { return a >= rank - nred; });
+  const kir::Kernel::Output& o = k_.outputs[0];
+  const DType t = k_.exprs[o.expr].dtype;
+  kir::Affine count{1, 0};
+  for (int a : k_.reduce_axes)
+    count = k_.space[a] == kBatch ? kir::Affine{0, count.c} : kir::Affine{count.c * k_.space[a], count.b * k_.space[a]};
+  auto scale = [&](const std::string& v) {
+    if (k_.reduce != Op::ReduceMean) return v;
+    const std::string n = i64_affine(count), nf = tmp(), r = tmp();
+    out_ << "  " << nf << " = sitofp i64 " << n << " to float\n";
+    out_ << "  " << r << " = fdiv float " << v << ", " << nf << "\n";
+    return r;
+  };
+  if (trailing) {
+    for (int a = 0; a < rank - nred; ++a) open_loop(a);
+    out_ << "  store " << ty(t) << " " << identity() << ", ptr %acc\n";
+    for (int a = rank - nred; a < rank; ++a) open_loop(a);
+    const std::string v = expr(o.expr), acc = tmp();
+    out_ << "  " << acc << " = load " << ty(t) << ", ptr %acc\n";
+    const std::string sum = combine(acc, v);
+    out_ << "  store " << ty(t) << " " << sum << ", ptr %acc\n";
+    for (int a = rank - 1; a >= rank - nred; --a) close_loop(a);
+    const std::string total = tmp();
+    out_ << "  " << total << " = load " << ty(t) << ", ptr %acc\n";
+    emit_store(o, scale(total));
+    for (int a = rank - nred - 1; a >= 0; --a) close_loop(a);
+    return;
+  }
+  for (int a = 0; a < rank; ++a) open_loop(a);
+  std::string first = "true", last = "true";
+  for (int a : k_.reduce_axes) {
+    const std::string i = index(a), f = tmp(), l = tmp(), f2 = tmp(), l2 = tmp(), m = tmp();
+    const std::string ext = k_.space[a] == kBatch ? "%batch" : std::to_string(k_.space[a]);
+    out_ << "  " << f << " = icmp eq i64 " << i << ", 0\n";
+    out_ << "  " << m << " = sub i64 " << ext << ", 1\n";
+    out_ << "  " << l << " = icmp eq i64 " << i << ", " << m << "\n";
+    out_ << "  " << f2 << " = and i1 " << first << ", " << f << "\n";
+    out_ << "  " << l2 << " = and i1 " << last << ", " << l << "\n";
+    first = f2, last = l2;
+  }
+  const std::string v = expr(o.expr);
+  const kir::Access& a = k_.accesses[o.access];
+  const int slot = static_cast<int>(std::find(info_.buffers.begin(), info_.buffers.end(), a.buffer) - info_.buffers.begin());
+  const std::string off = address(o.access), ptr = tmp(), old = tmp(), pick = tmp(), fin = tmp();
+  out_ << "  " << ptr << " = getelementptr inbounds " << ty(t) << ", ptr " << base_[slot] << ", i64 " << off << "\n";
+  out_ << "  " << old << " = load " << ty(t) << ", ptr " << ptr << ", align 4\n";
+  const std::string comb = combine(old, v);
+  out_ << "  " << pick << " = select i1 " << first << ", " << ty(t) << " " << v << ", " << ty(t) << " " << comb << "\n";
+  const std::string scaled = scale(pick);
+  out_ << "  " << fin << " = select i1 " << last << ", " << ty(t) << " " << scaled << ", " << ty(t) << " " << pick << "\n";
+  out_ << "  store " << ty(t) << " " << fin << ", ptr " << ptr << ", align 4\n";
+  for (int ax = rank - 1; ax >= 0; --ax) close_loop(ax);
+}
+
+std::string KernelEmitter::emit() {
+  for (const auto& a : k_.accesses)
+    if (a.buffer >= 0 && std::find(info_.buffers.begin(), info_.buffers.end(), a.buffer) == info_.buffers.end())
+      info_.buffers.push_back(a.buffer);
+  info_.symbol = k_.name;
+  const int rank = k_.space.rank();
+  const bool reduced0 = std::find(k_.reduce_axes.begin(), k_.reduce_axes.end(), 0) != k_.reduce_axes.end();
+  info_.splittable = rank > 0 && !reduced0;
+  values_.assign(k_.exprs.size(), "");
+
+  out_ << "; " << k_.name << ": loop over " << k_.space.str() << ", graph nodes";
+  for (int n : k_.nodes) out_ << " %" << n;
+  out_ << "\ndefine void @" << k_.name
+       << "(ptr noalias nocapture readonly %args, i64 %batch, i64 %begin, i64 %end, i64 %step) {\nentry:\n";
+  for (int a = 0; a < rank; ++a) out_ << "  %i" << a << " = alloca i64\n";
+  out_ << "  %acc = alloca " << ty(k_.exprs[k_.outputs[0].expr].dtype) << "\n";
+  for (size_t s = 0; s < info_.buffers.size(); ++s) {
+    const std::string pp = tmp(), b = "%b" + std::to_string(s);
+    out_ << "  " << pp << " = getelementptr inbounds ptr, ptr %args, i64 " << s << "\n";
+    out_ << "  " << b << " = load ptr, ptr " << pp << "\n";
+    base_.push_back(b);
+  }
+  if (k_.reduce != Op::Constant) {
+    emit_reduction();
+  } else {
+    for (int a = 0; a < rank; ++a) open_loop(a);
+    for (const auto& o : k_.outputs) emit_store(o, expr(o.expr));
+    for (int a = rank - 1; a >= 0; --a) close_loop(a);
+  }
+  out_ << "  ret void\n}\n\n";
+  return out_.str();
+}
+
+extern "C" float towerjit_philox_uniform(uint64_t seed, uint64_t step, uint64_t index) {
+  return static_cast<float>(philox_uniform(seed, step, index));
+}
+
+}  // namespace
+
+std::string emit_llvm_module(const kir::Program& program, std::vector<EmittedKernel>* kernels) {
+  std::string text =
+      "; towerjit CPU kernels\n"
+      "declare float @llvm.exp.f32(float)\n"
+      "declare float @llvm.log.f32(float)\n"
+      "declare float @llvm.sqrt.f32(float)\n"
+      "declare float @llvm.fabs.f32(float)\n"
+      "declare float @llvm.pow.f32(float, float)\n"
+      "declare i32 @llvm.abs.i32(i32, i1)\n"
+      "declare float @tanhf(float)\n"
+      "declare float @erff(float)\n"
+      "declare float @log1pf(float)\n"
+      "declare float @towerjit_philox_uniform(i64, i64, i64)\n\n";
+  kernels->clear();
+  for (const auto& k : program.kernels) {
+    EmittedKernel info;
+    text += KernelEmitter(program, k, info).emit();
+    kernels->push_back(std::move(info));
+  }
+  return text;
+}
+
+void register_kernel_helpers() {
+  define_host_symbol("towerjit_philox_uniform", reinterpret_cast<void*>(&towerjit_philox_uniform));
+}
+
+}  // namespace towerjit::cpu

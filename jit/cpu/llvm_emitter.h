@@ -1,0 +1,29 @@
+// Kernel IR -> LLVM IR text for the CPU backend. The text is what gets compiled, cached and
+// dumped (`.ll`), so it is written to be read: one function per kernel, named after it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "jit/kir/kernel_ir.h"
+
+namespace towerjit::cpu {
+
+// How the runtime calls an emitted kernel:
+//   void name(ptr* buffers, i64 batch, i64 begin, i64 end, i64 step)
+// `buffers` holds the base address of each of `EmittedKernel::buffers`, in that order. The
+// kernel covers [begin, end) of loop axis 0 when `splittable`, else the whole space (the
+// runtime then calls it once with begin = 0, end = 1). `step` keys random numbers.
+struct EmittedKernel {
+  std::string symbol;
+  std::vector<int> buffers;  // program buffer ids
+  bool splittable = false;
+};
+
+// One module holding every kernel of the program (one optimiser run, one cache entry).
+std::string emit_llvm_module(const kir::Program& program, std::vector<EmittedKernel>* kernels);
+
+// The host functions the emitted code may call besides libm, registered with the compiler.
+void register_kernel_helpers();
+
+}  // namespace towerjit::cpu

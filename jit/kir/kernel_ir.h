@@ -1,0 +1,112 @@
+// The kernel IR: what the fusion pass decides once and every backend emits. A Program is a
+// list of steps over buffers; a step is a generated loop kernel (fused elementwise ops, with
+// at most one reduction) or a call to a library routine (GEMM, convolution, pooling).
+//
+// Shapes keep the symbolic batch B (kBatch): one program serves every batch size, so an
+// uneven tower slice runs the same compiled code.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dsl/node.h"
+
+namespace towerjit::kir {
+
+// A stride, offset or count in elements: c + b * B, with B the batch size known at run time.
+// A shape holds B at most once, so every product the IR needs stays of this form.
+struct Affine {
+  int64_t c = 0;
+  int64_t b = 0;
+  bool operator==(const Affine&) const = default;
+  int64_t at(int64_t batch) const { return c + b * batch; }
+};
+
+struct Buffer {
+  enum class Kind { input, variable, temp, constant };
+  Kind kind = Kind::temp;
+  Shape shape;
+  DType dtype = DType::f32;
+  std::string name;    // inputs and variables: their name; temps: "t<id>"
+  int alias_of = -1;   // a reshape's view of another buffer's elements
+  std::vector<int> nodes;  // graph nodes whose value lives here
+};
+
+// Where an expression reads: element offset = offset + sum_k stride[k] * i_k over the loop
+// axes of the kernel. Broadcasts are stride 0, transposes permuted strides, slices an offset.
+struct Access {
+  int buffer = -1;  // -1: the row-major index itself (random numbers are keyed by it)
+  std::vector<Affine> strides;  // one per loop axis
+  Affine offset;
+  bool operator==(const Access&) const = default;
+};
+
+// An expression node of a loop kernel's body, in a flat list (args index earlier entries).
+struct Expr {
+  enum class Kind { load, constant, unary, binary, select, loop_index, count, random };
+  Kind kind = Kind::constant;
+  Op op = Op::Constant;  // unary / binary: which; random: RandomUniform
+  DType dtype = DType::f32;
+  std::vector<int> args;
+  int access = -1;       // load: index into Kernel::accesses
+  double value = 0;      // constant
+  int axis = -1;         // loop_index: the loop axis
+  Affine count;            // count: the number of elements as a term of B
+  uint64_t seed = 0;     // random: the node's seed; the element index is the output's offset
+};
+
+// A fused loop nest over `space`. Without a reduction, each output is stored at every point.
+// With one, the axes in `reduce_axes` are combined (sum, max or mean) into the single output,
+// whose access has stride 0 along them.
+struct Kernel {
+  std::string name;
+  Shape space;
+  std::vector<Access> accesses;
+  std::vector<Expr> exprs;
+  struct Output {
+    int access;  // into accesses
+    int expr;    // into exprs
+  };
+  std::vector<Output> outputs;
+  Op reduce = Op::Constant;     // ReduceSum, ReduceMax or ReduceMean; Constant: none
+  std::vector<int> reduce_axes;
+  std::vector<int> nodes;       // the graph nodes fused into it, for dumps and errors
+};
+
+// A library routine over whole buffers: MatMul (with transposes folded in), Conv2D and its
+// gradients, pools and their gradients, OneHot, ArgMax.
+struct LibraryCall {
+  Op op;
+  std::vector<int> inputs;   // buffer ids
+  int output = -1;           // buffer id
+  Attrs attrs;
+  bool transpose_a = false, transpose_b = false;  // MatMul: operands read transposed
+  int node = -1;
+};
+
+struct Step {
+  enum class Kind { kernel, library, copy };
+  Kind kind;
+  int index;  // kernels[index], calls[index]; copy: copies[index]
+};
+
+// A buffer copy: an update op's value into its variable once everything has read the old one.
+struct Copy {
+  int from, to;
+};
+
+struct Program {
+  std::vector<Buffer> buffers;
+  std::vector<Kernel> kernels;
+  std::vector<LibraryCall> calls;
+  std::vector<Copy> copies;
+  std::vector<Step> steps;
+  std::vector<int> fetches;  // buffer of each fetched tensor
+};
+
+// Human-readable text of a program, stable enough for golden tests.
+std::string to_string(const Program& program);
+std::string to_string(const Program& program, const Kernel& kernel);
+
+}  // namespace towerjit::kir

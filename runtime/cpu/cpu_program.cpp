@@ -1,0 +1,123 @@
+#include "runtime/cpu/cpu_program.h"
+
+#include <cstring>
+
+#include "dsl/error.h"
+#include "jit/passes/buffer_plan.h"
+#include "jit/passes/lower.h"
+#include "runtime/cpu/library.h"
+
+namespace towerjit {
+
+using KernelFn = void (*)(void**, int64_t, int64_t, int64_t, int64_t);
+
+CpuProgram::CpuProgram(const Graph& graph, std::vector<Tensor> fetches, bool run_update_ops,
+                       ThreadPool* pool)
+    : graph_(&graph), pool_(pool) {
+  std::vector<int> ids;
+  for (const Tensor& t : fetches) {
+    internal_check(t.valid() && &t.graph() == &graph) << "fetch from another graph";
+    ids.push_back(t.id());
+  }
+  program_ = lower_to_kernels(graph, ids, run_update_ops ? graph.update_ops : std::vector<int>{});
+  llvm_ir_ = cpu::emit_llvm_module(program_, &emitted_);
+  cpu::register_kernel_helpers();
+  if (!program_.kernels.empty()) {
+    module_ = cpu::compile(llvm_ir_, "program", &stats_);
+    for (const auto& k : emitted_) functions_.push_back(reinterpret_cast<KernelFn>(module_->lookup(k.symbol)));
+  }
+}
+
+int64_t CpuProgram::bind_batch(const HostFeeds& feeds) const {
+  int64_t batch = -1;
+  std::string from;
+  for (const auto& b : program_.buffers) {
+    if (b.kind != kir::Buffer::Kind::input) continue;
+    auto it = feeds.find(b.name);
+    user_check(it != feeds.end(), graph_->node(b.nodes[0]).loc)
+        << "input \"" << b.name << "\" " << b.shape.str() << " was not fed; pass it in the feeds";
+    const HostTensor& t = it->second;
+    bool ok = t.dtype == b.dtype && t.shape.rank() == b.shape.rank();
+    for (int i = 0; ok && i < b.shape.rank(); ++i) {
+      if (b.shape[i] != kBatch) { ok = t.shape[i] == b.shape[i]; continue; }
+      if (batch < 0) batch = t.shape[i], from = b.name;
+      ok = t.shape[i] == batch;
+    }
+    user_check(ok, graph_->node(b.nodes[0]).loc)
+        << "input \"" << b.name << "\" expects " << dtype_name(b.dtype) << b.shape.str() << " but got "
+        << dtype_name(t.dtype) << t.shape.str()
+        << (batch >= 0 && from != b.name ? " (batch " + std::to_string(batch) + " from \"" + from + "\")" : "")
+        << "; feed a tensor of the declared shape and dtype";
+  }
+  return batch < 0 ? 1 : batch;
+}
+
+std::vector<void*> CpuProgram::bind_buffers(const HostFeeds& feeds, HostVariables& variables,
+                                            int64_t batch) {
+  const BufferPlan plan = plan_buffers(program_, batch);
+  if (static_cast<int64_t>(arena_.size()) < plan.arena_bytes) arena_.assign(plan.arena_bytes, 0);
+  std::vector<void*> base(program_.buffers.size(), nullptr);
+  for (size_t i = 0; i < program_.buffers.size(); ++i) {
+    const kir::Buffer& b = program_.buffers[i];
+    if (b.alias_of >= 0) {
+      base[i] = base[b.alias_of];  // aliases follow the buffer they view (lower ids)
+    } else if (b.kind == kir::Buffer::Kind::input) {
+      base[i] = const_cast<void*>(feeds.at(b.name).data());
+    } else if (b.kind == kir::Buffer::Kind::variable) {
+      auto it = variables.find(b.name);
+      user_check(it != variables.end() && it->second.shape == b.shape && it->second.dtype == b.dtype,
+                 graph_->node(b.nodes[0]).loc)
+          << "variable \"" << b.name << "\" " << dtype_name(b.dtype) << b.shape.str()
+          << (it == variables.end() ? " has no value" : " holds " + it->second.shape.str())
+          << "; initialise it before running the program";
+      base[i] = it->second.data();
+    } else if (plan.offset[i] >= 0) {
+      base[i] = arena_.data() + plan.offset[i];
+    }
+  }
+  return base;
+}
+
+void CpuProgram::run_kernel(int index, const std::vector<void*>& base, int64_t batch, uint64_t step) {
+  const cpu::EmittedKernel& k = emitted_[index];
+  std::vector<void*> args;
+  for (int b : k.buffers) args.push_back(base[b]);
+  KernelFn fn = functions_[index];
+  const Shape& space = program_.kernels[index].space;
+  const int64_t outer = k.splittable ? Shape{space[0]}.elements(batch) : 1;
+  auto body = [&](int64_t begin, int64_t end) { fn(args.data(), batch, begin, end, step); };
+  // Small kernels are not worth waking the other threads for.
+  if (pool_ && k.splittable && space.elements(batch) >= 32768) pool_->parallel_for(outer, body);
+  else body(0, outer);
+}
+
+std::vector<HostTensor> CpuProgram::run(const HostFeeds& feeds, HostVariables& variables,
+                                        uint64_t step) {
+  const int64_t batch = bind_batch(feeds);
+  std::vector<void*> base = bind_buffers(feeds, variables, batch);
+  for (const kir::Step& s : program_.steps) {
+    if (s.kind == kir::Step::Kind::kernel) {
+      run_kernel(s.index, base, batch, step);
+    } else if (s.kind == kir::Step::Kind::library) {
+      const kir::LibraryCall& c = program_.calls[s.index];
+      std::vector<cpu::View> in;
+      for (int b : c.inputs) in.push_back({program_.buffers[b].shape.bind(batch), base[b]});
+      const cpu::View out{program_.buffers[c.output].shape.bind(batch), base[c.output]};
+      cpu::run_library_call(c, graph_->node(c.node), in, out);
+    } else {
+      const kir::Copy& c = program_.copies[s.index];
+      std::memmove(base[c.to], base[c.from], program_.buffers[c.to].shape.elements(batch) * 4);
+    }
+  }
+  std::vector<HostTensor> out;
+  for (int f : program_.fetches) {
+    HostTensor t(program_.buffers[f].shape.bind(batch), program_.buffers[f].dtype);
+    std::memcpy(t.data(), base[f], t.size() * 4);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+int64_t CpuProgram::peak_bytes(int64_t batch) const { return plan_buffers(program_, batch).arena_bytes; }
+
+}  // namespace towerjit

@@ -1,0 +1,56 @@
+// A graph compiled for the CPU: lowered to the kernel IR once, its loop kernels emitted as
+// LLVM IR and compiled through ORC once, then run any number of times on new inputs. The
+// batch stays symbolic, so an uneven tower slice (7 of 15) runs the same machine code.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dsl/tensor.h"
+#include "jit/cpu/cpu_compiler.h"
+#include "jit/cpu/llvm_emitter.h"
+#include "jit/kir/kernel_ir.h"
+#include "runtime/host_tensor.h"
+#include "runtime/thread_pool.h"
+
+namespace towerjit {
+
+using HostFeeds = std::map<std::string, HostTensor>;
+using HostVariables = std::map<std::string, HostTensor>;
+
+class CpuProgram {
+ public:
+  // Compiles what `fetches` (and, with `run_update_ops`, the graph's update ops) need. The
+  // graph must outlive the program. `pool` splits loop kernels over threads (none: serial).
+  CpuProgram(const Graph& graph, std::vector<Tensor> fetches, bool run_update_ops = false,
+             ThreadPool* pool = nullptr);
+
+  // Runs one step. Inputs are checked by name, shape and dtype; variables are read, and
+  // written by the update ops. `step` keys random numbers (dropout masks).
+  std::vector<HostTensor> run(const HostFeeds& feeds, HostVariables& variables, uint64_t step = 0);
+
+  const kir::Program& program() const { return program_; }
+  const std::string& llvm_ir() const { return llvm_ir_; }
+  const cpu::CompileStats& compile_stats() const { return stats_; }
+  // Bytes of temporaries one run needs at this batch size (after buffer reuse).
+  int64_t peak_bytes(int64_t batch) const;
+
+ private:
+  int64_t bind_batch(const HostFeeds& feeds) const;
+  std::vector<void*> bind_buffers(const HostFeeds& feeds, HostVariables& variables, int64_t batch);
+  void run_kernel(int index, const std::vector<void*>& base, int64_t batch, uint64_t step);
+
+  const Graph* graph_;
+  ThreadPool* pool_;
+  kir::Program program_;
+  std::string llvm_ir_;
+  std::vector<cpu::EmittedKernel> emitted_;
+  std::vector<void (*)(void**, int64_t, int64_t, int64_t, int64_t)> functions_;
+  std::shared_ptr<cpu::CompiledModule> module_;
+  cpu::CompileStats stats_;
+  std::vector<char> arena_;
+};
+
+}  // namespace towerjit

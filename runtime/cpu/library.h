@@ -1,0 +1,25 @@
+// The CPU's library routines: what the kernel IR leaves to hand-written code rather than
+// generated loops. Matrix products and convolutions go to OpenBLAS's sgemm (convolutions by
+// im2col); pools, one-hot, argmax, pad and concat are plain loops.
+#pragma once
+
+#include <vector>
+
+#include "dsl/graph.h"
+#include "jit/kir/kernel_ir.h"
+
+namespace towerjit::cpu {
+
+// A buffer as a library routine sees it: its bound shape and its elements.
+struct View {
+  Shape shape;  // concrete
+  void* data;
+  float* f() const { return static_cast<float*>(data); }
+  int32_t* i() const { return static_cast<int32_t*>(data); }
+};
+
+// Runs one library call. `node` is the graph node it computes (for error locations).
+void run_library_call(const kir::LibraryCall& call, const Node& node,
+                      const std::vector<View>& inputs, const View& output);
+
+}  // namespace towerjit::cpu

@@ -1,0 +1,27 @@
+// A tensor's value in host memory, in its storage dtype: what programs take and return.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dsl/dtype.h"
+#include "dsl/shape.h"
+
+namespace towerjit {
+
+struct HostTensor {
+  Shape shape;  // concrete
+  DType dtype = DType::f32;
+  std::vector<float> f32;    // the elements when dtype is f32
+  std::vector<int32_t> i32;  // the elements when dtype is i32
+
+  HostTensor() = default;
+  HostTensor(Shape s, DType t = DType::f32) : shape(std::move(s)), dtype(t) {
+    (t == DType::f32 ? f32.resize(shape.elements(0)) : i32.resize(shape.elements(0)));
+  }
+  int64_t size() const { return shape.elements(0); }
+  void* data() { return dtype == DType::f32 ? static_cast<void*>(f32.data()) : i32.data(); }
+  const void* data() const { return dtype == DType::f32 ? static_cast<const void*>(f32.data()) : i32.data(); }
+};
+
+}  // namespace towerjit
