@@ -27,7 +27,8 @@ Initializer normal(double mean = 0, double stddev = 1);
 Initializer truncated_normal(double mean = 0, double stddev = 1);
 // U(-l, l) with l = sqrt(6 / (fan_in + fan_out)).
 Initializer glorot_uniform();
-// N(0, 2 / fan_in).
+// Variance 2 / fan_in, as Keras: a normal truncated to two standard deviations, with stddev
+// sqrt(2 / fan_in) / 0.8796... (that truncation's stddev) so the variance is exact.
 Initializer he_normal();
 
 // Fan-in and fan-out as Keras computes them: [in, out] for dense kernels, and

@@ -45,6 +45,7 @@ class KernelEmitter {
   std::string index(int axis);
   void emit_store(const kir::Kernel::Output& o, const std::string& value);
   void emit_reduction();
+  void store_side_outputs();
   std::string combine(const std::string& acc, const std::string& v);
   std::string identity() const;
 
@@ -297,6 +298,12 @@ void KernelEmitter::emit_store(const kir::Kernel::Output& o, const std::string& 
   out_ << "  store " << ty(t) << " " << value << ", ptr " << ptr << ", align 4\n";
 }
 
+// Outputs after the first are producers fused into this kernel whose values other steps read
+// too (multi-output fusion); they are stored at every point of the loop space.
+void KernelEmitter::store_side_outputs() {
+  for (size_t i = 1; i < k_.outputs.size(); ++i) emit_store(k_.outputs[i], expr(k_.outputs[i].expr));
+}
+
 // Reduced axes innermost: an accumulator per output element. Otherwise the natural loop order,
 // accumulating in the output itself (the first reduced iteration initialises it), which keeps
 // column sums such as a bias gradient over the batch contiguous and vectorisable.
@@ -321,6 +328,7 @@ void KernelEmitter::emit_reduction() {
     out_ << "  store " << ty(t) << " " << identity() << ", ptr %acc\n";
     for (int a = rank - nred; a < rank; ++a) open_loop(a);
     const std::string v = expr(o.expr), acc = tmp();
+    store_side_outputs();
     out_ << "  " << acc << " = load " << ty(t) << ", ptr %acc\n";
     const std::string sum = combine(acc, v);
     out_ << "  store " << ty(t) << " " << sum << ", ptr %acc\n";
@@ -344,6 +352,7 @@ void KernelEmitter::emit_reduction() {
     first = f2, last = l2;
   }
   const std::string v = expr(o.expr);
+  store_side_outputs();
   const kir::Access& a = k_.accesses[o.access];
   const int slot = static_cast<int>(std::find(info_.buffers.begin(), info_.buffers.end(), a.buffer) - info_.buffers.begin());
   const std::string off = address(o.access), ptr = tmp(), old = tmp(), pick = tmp(), fin = tmp();

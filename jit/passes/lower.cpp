@@ -58,6 +58,27 @@ bool swaps_last_two(const Node& n) {
   return n.attrs.axes[r - 2] == r - 1 && n.attrs.axes[r - 1] == r - 2;
 }
 
+// For a reshape that only inserts or removes dimensions of size 1, the input dimension each
+// output dimension carries (-1 for an inserted 1); empty when the reshape moves elements.
+std::vector<int> unit_reshape(const Shape& in, const Shape& out) {
+  std::vector<int> from(out.rank(), -1);
+  int j = 0;
+  for (int i = 0; i < out.rank(); ++i) {
+    if (out[i] == 1) continue;
+    while (j < in.rank() && in[j] == 1) ++j;
+    if (j == in.rank() || in[j] != out[i]) return {};
+    from[i] = j++;
+  }
+  while (j < in.rank() && in[j] == 1) ++j;
+  if (j != in.rank()) return {};
+  if (out.rank() == 0 && in.rank() == 0) return {};
+  return from.empty() ? std::vector<int>{-2} : from;  // {-2}: to a scalar
+}
+
+bool inline_reshape(const Graph& g, const Node& n) {
+  return n.op == Op::Reshape && !unit_reshape(g.node(n.inputs[0]).shape, n.shape).empty();
+}
+
 class Lowering {
  public:
   Lowering(const Graph& g, FusionLimits limits) : g_(g), limits_(limits) {}
@@ -72,6 +93,8 @@ class Lowering {
   void emit_kernel(int node);
   int expr(kir::Kernel& k, int node, const IndexMap& map, bool root);
   int add_expr(kir::Kernel& k, kir::Expr e);
+  void choose_hosts();
+  int kernel_root(int node) const;
   int add_access(kir::Kernel& k, int buffer, const Shape& shape, const IndexMap& map);
   IndexMap broadcast_input(const IndexMap& map, const Shape& out, const Shape& in);
 
@@ -80,6 +103,8 @@ class Lowering {
   kir::Program p_;
   std::vector<bool> needed_, mat_, folded_;
   std::vector<int> uses_, buffer_;
+  std::vector<int> host_;  // a node computed inside its first consumer's kernel, or -1
+  int root_ = -1;          // the node whose kernel is being built
 };
 
 kir::Program Lowering::run(const std::vector<int>& fetches, const std::vector<int>& update_ops) {
@@ -109,10 +134,12 @@ void Lowering::mark_needed(const std::vector<int>& roots) {
     stack.pop_back();
     if (needed_[n]) continue;
     needed_[n] = true;
+    // A count reads only its input's shape, so the input need not be computed.
+    if (g_.node(n).op == Op::Count) continue;
     for (int in : g_.node(n).inputs) stack.push_back(in);
   }
   for (int n = 0; n < g_.size(); ++n)
-    if (needed_[n])
+    if (needed_[n] && g_.node(n).op != Op::Count)
       for (int in : g_.node(n).inputs) uses_[in]++;
 }
 
@@ -126,14 +153,15 @@ void Lowering::decide_buffers(const std::vector<int>& fetches) {
     if (!needed_[n]) continue;
     const Node& node = g_.node(n);
     const OpKind kind = op_kind(node.op);
-    if (node.op == Op::Input || node.op == Op::Variable || kind == OpKind::Reduce ||
-        node.op == Op::Reshape || is_library(node.op))
+    const bool moves = node.op == Op::Reshape && !inline_reshape(g_, node);
+    if (node.op == Op::Input || node.op == Op::Variable || kind == OpKind::Reduce || moves ||
+        is_library(node.op))
       mat_[n] = true;
     if ((kind == OpKind::Unary || kind == OpKind::Binary || kind == OpKind::Layout ||
          node.op == Op::Select) && uses_[n] > 1)
       mat_[n] = true;
     if (node.op == Op::Assign) mat_[node.inputs[1]] = true;
-    if (node.op == Op::Reshape || (is_library(node.op) && node.op != Op::MatMul))
+    if (moves || (is_library(node.op) && node.op != Op::MatMul))
       for (int in : node.inputs) mat_[in] = true;
     if (node.op == Op::MatMul) {
       for (int in : node.inputs) {
@@ -155,6 +183,44 @@ void Lowering::decide_buffers(const std::vector<int>& fetches) {
     if (size[n] > limits_.max_exprs && !mat_[n] && !folded_[n] && g_.node(n).op != Op::Assign)
       mat_[n] = true, size[n] = 1;
   }
+  choose_hosts();
+}
+
+// Multi-output fusion: an elementwise node with a buffer of its own (it has several consumers)
+// is computed inside the kernel of its first consumer, which stores it on the side, when that
+// consumer loops over the same space and reads it directly: dense+bias is stored by the ReLU
+// kernel, the ReLU-gradient mask by the bias-gradient sum, and so on. Later consumers read the
+// buffer as before; steps run in node order, so they come after.
+void Lowering::choose_hosts() {
+  host_.assign(g_.size(), -1);
+  std::vector<int> first(g_.size(), -1);
+  for (int n = 0; n < g_.size(); ++n)
+    if (needed_[n] && g_.node(n).op != Op::Count)
+      for (int in : g_.node(n).inputs)
+        if (first[in] < 0) first[in] = n;
+  auto elementwise = [&](const Node& x) {
+    const OpKind k = op_kind(x.op);
+    return k == OpKind::Unary || k == OpKind::Binary || x.op == Op::Select ||
+           x.op == Op::BroadcastTo || x.op == Op::Transpose || x.op == Op::Slice ||
+           x.op == Op::Constant || x.op == Op::RandomUniform || inline_reshape(g_, x);
+  };
+  for (int n = 0; n < g_.size(); ++n) {
+    const Node& p = g_.node(n);
+    const int c = first[n];
+    if (!needed_[n] || !mat_[n] || folded_[n] || c < 0 || !elementwise(p) || !mat_[c]) continue;
+    const Node& consumer = g_.node(c);
+    const bool same_space = op_kind(consumer.op) == OpKind::Reduce
+                                ? consumer.inputs[0] == n
+                                : elementwise(consumer) && consumer.shape == p.shape &&
+                                      consumer.op != Op::Transpose && consumer.op != Op::Slice &&
+                                      consumer.op != Op::Reshape && consumer.op != Op::BroadcastTo;
+    if (same_space) host_[n] = c;
+  }
+}
+
+int Lowering::kernel_root(int node) const {
+  while (host_[node] >= 0) node = host_[node];
+  return node;
 }
 
 int Lowering::buffer_of(int node) {
@@ -170,7 +236,7 @@ int Lowering::buffer_of(int node) {
   b.name = (n.op == Op::Input || n.op == Op::Variable)
                ? n.attrs.name
                : "t" + std::to_string(p_.buffers.size());
-  if (n.op == Op::Reshape) b.alias_of = buffer_of(n.inputs[0]);
+  if (n.op == Op::Reshape && !inline_reshape(g_, n)) b.alias_of = buffer_of(n.inputs[0]);
   b.nodes.push_back(node);
   p_.buffers.push_back(b);
   return buffer_[node] = static_cast<int>(p_.buffers.size()) - 1;
@@ -178,10 +244,12 @@ int Lowering::buffer_of(int node) {
 
 void Lowering::emit_step(int node) {
   const Node& n = g_.node(node);
-  if (n.op == Op::Input || n.op == Op::Variable || n.op == Op::Reshape || n.op == Op::Assign) {
+  const bool view = n.op == Op::Reshape && !inline_reshape(g_, n);
+  if (n.op == Op::Input || n.op == Op::Variable || view || n.op == Op::Assign) {
     buffer_of(node);
     return;
   }
+  if (host_[node] >= 0) return;  // computed inside its first consumer's kernel
   if (is_library(n.op)) emit_library(node);
   else emit_kernel(node);
 }
@@ -205,6 +273,7 @@ void Lowering::emit_library(int node) {
 void Lowering::emit_kernel(int node) {
   const Node& n = g_.node(node);
   kir::Kernel k;
+  root_ = node;
   const int out = buffer_of(node);
   if (op_kind(n.op) == OpKind::Reduce) {
     const Node& x = g_.node(n.inputs[0]);
@@ -220,12 +289,12 @@ void Lowering::emit_kernel(int node) {
       out_map.axis.push_back(reduced ? -1 : i);
       out_map.offset.push_back(0);
     }
-    k.outputs.push_back({add_access(k, out, n.shape, out_map), value});
+    k.outputs.insert(k.outputs.begin(), {add_access(k, out, n.shape, out_map), value});
   } else {
     k.space = n.shape;
     const IndexMap id = identity_map(n.shape.rank());
     const int value = expr(k, node, id, true);
-    k.outputs.push_back({add_access(k, out, n.shape, id), value});
+    k.outputs.insert(k.outputs.begin(), {add_access(k, out, n.shape, id), value});
   }
   std::string name = "k" + std::to_string(p_.kernels.size());
   std::sort(k.nodes.begin(), k.nodes.end());
@@ -283,6 +352,15 @@ int Lowering::add_expr(kir::Kernel& k, kir::Expr e) {
 int Lowering::expr(kir::Kernel& k, int node, const IndexMap& map, bool root) {
   const Node& n = g_.node(node);
   using K = kir::Expr::Kind;
+  if (!root && mat_[node] && kernel_root(node) == root_) {
+    // Computed here for a later consumer too: inline it and store it on the side.
+    const int value = expr(k, node, map, true);
+    const int access = add_access(k, buffer_of(node), n.shape, map);
+    const bool stored = std::any_of(k.outputs.begin(), k.outputs.end(),
+                                    [&](const kir::Kernel::Output& o) { return o.access == access; });
+    if (!stored) k.outputs.push_back({access, value});
+    return value;
+  }
   if (!root && mat_[node]) {
     return add_expr(k, {.kind = K::load, .op = n.op, .dtype = n.dtype,
                         .access = add_access(k, buffer_of(node), n.shape, map)});
@@ -334,6 +412,14 @@ int Lowering::expr(kir::Kernel& k, int node, const IndexMap& map, bool root) {
     case Op::Slice: {
       IndexMap in = map;
       for (int j = 0; j < n.shape.rank(); ++j) in.offset[j] += n.attrs.begin[j];
+      return expr(k, n.inputs[0], in, false);
+    }
+    case Op::Reshape: {  // only size-1 dimensions come or go (see unit_reshape)
+      const Shape& in_shape = g_.node(n.inputs[0]).shape;
+      const std::vector<int> from = unit_reshape(in_shape, n.shape);
+      IndexMap in{std::vector<int>(in_shape.rank(), -1), std::vector<int64_t>(in_shape.rank(), 0)};
+      for (int i = 0; i < n.shape.rank(); ++i)
+        if (from[0] != -2 && from[i] >= 0) in.axis[from[i]] = map.axis[i], in.offset[from[i]] = map.offset[i];
       return expr(k, n.inputs[0], in, false);
     }
     case Op::RandomUniform:

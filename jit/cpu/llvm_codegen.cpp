@@ -1,0 +1,132 @@
+#include "jit/cpu/llvm_codegen.h"
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <llvm/ADT/SmallVector.h>
+#include <llvm/Analysis/CGSCCPassManager.h>
+#include <llvm/Analysis/LoopAnalysisManager.h>
+#include <llvm/Config/llvm-config.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/PassManager.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/AsmParser/Parser.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/Error.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/SourceMgr.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/TargetParser/Host.h>
+
+namespace towerjit::cpu {
+namespace {
+
+// The host machine as JITTargetMachineBuilder sees it (real CPU name and features, not a
+// generic x86-64), with the settings kCodegenFlags names. LLJIT is built from the same
+// builder, so objects we generate match what it links.
+llvm::Expected<llvm::orc::JITTargetMachineBuilder> host_builder() {
+  auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!jtmb) return jtmb.takeError();
+  jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  // PIC + small code model: JITLink reaches externals (libm, OpenBLAS) through GOT/PLT
+  // stubs it builds, so they may live anywhere in the address space.
+  jtmb->setRelocationModel(llvm::Reloc::PIC_);
+  jtmb->setCodeModel(llvm::CodeModel::Small);
+  return jtmb;
+}
+
+// O3 with the loop and SLP vectorisers on: PipelineTuningOptions leaves them off by
+// default (clang turns them on from -O2), and the emitter relies on them for scalar loops.
+void optimise(llvm::Module& module, llvm::TargetMachine& tm) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PipelineTuningOptions pto;
+  pto.LoopVectorization = true;
+  pto.SLPVectorization = true;
+  pto.LoopUnrolling = true;
+  llvm::PassBuilder pb(&tm, pto);  // with a TargetMachine: real TTI costs for AVX2/FMA
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  mpm.run(module, mam);
+}
+
+std::string to_string(llvm::Error error) { return llvm::toString(std::move(error)); }
+
+}  // namespace
+
+void initialize_native_target() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    llvm::InitializeNativeTargetAsmParser();
+  });
+}
+
+std::string host_target_description() {
+  // Sorted so the description (and so the cache key) does not depend on hash-map order.
+  std::vector<std::string> features;
+  for (const auto& feature : llvm::sys::getHostCPUFeatures()) {
+    std::string entry(1, feature.second ? '+' : '-');
+    entry += feature.first();
+    features.push_back(std::move(entry));
+  }
+  std::sort(features.begin(), features.end());
+  std::string out = llvm::sys::getProcessTriple() + ";cpu=" + llvm::sys::getHostCPUName().str() +
+                    ";features=";
+  for (std::size_t i = 0; i < features.size(); ++i) out += (i ? "," : "") + features[i];
+  return out;
+}
+
+std::string llvm_version() { return LLVM_VERSION_STRING; }
+
+ObjectCode compile_ir_to_object(const std::string& ll_text, const std::string& module_name) {
+  initialize_native_target();
+  llvm::LLVMContext context;
+  llvm::SMDiagnostic diagnostic;
+  // Named like the dumped file, so "<module>.ll:47:22" in the message points into it.
+  std::string buffer_name = module_name + ".ll";
+  std::unique_ptr<llvm::Module> module = llvm::parseAssembly(
+      llvm::MemoryBufferRef(ll_text, buffer_name), diagnostic, context);
+  if (!module) {
+    std::string message;
+    llvm::raw_string_ostream os(message);
+    diagnostic.print(nullptr, os, /*ShowColors=*/false);
+    return {{}, "parse: " + os.str()};
+  }
+  std::string verify_message;
+  llvm::raw_string_ostream verify_os(verify_message);
+  if (llvm::verifyModule(*module, &verify_os)) return {{}, "verify: " + verify_os.str()};
+
+  auto jtmb = host_builder();
+  if (!jtmb) return {{}, "target: " + to_string(jtmb.takeError())};
+  auto tm = jtmb->createTargetMachine();
+  if (!tm) return {{}, "target: " + to_string(tm.takeError())};
+  module->setTargetTriple((*tm)->getTargetTriple().str());
+  module->setDataLayout((*tm)->createDataLayout());
+
+  optimise(*module, **tm);
+
+  llvm::SmallVector<char, 0> buffer;
+  llvm::raw_svector_ostream out(buffer);
+  llvm::legacy::PassManager codegen;  // code generation still runs on the legacy manager
+  if ((*tm)->addPassesToEmitFile(codegen, out, nullptr, llvm::CodeGenFileType::ObjectFile))
+    return {{}, "codegen: the target cannot emit object files"};
+  codegen.run(*module);
+  return {std::string(buffer.begin(), buffer.end()), {}};
+}
+
+}  // namespace towerjit::cpu

@@ -1,0 +1,37 @@
+// LLVM IR text -> optimised host object file: the part of the CPU compiler that knows about
+// LLVM's optimiser and code generator, and nothing about caches or loading.
+//
+// Private to jit/cpu (cpu_compiler.cpp is its one caller); no LLVM types in this header.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace towerjit::cpu {
+
+// How modules are optimised and generated; part of the cache key, so change the string
+// whenever the settings below it in llvm_codegen.cpp change.
+inline constexpr std::string_view kCodegenFlags =
+    "opt=default<O3>+loop-vectorize+slp;codegen=Aggressive;reloc=pic;code-model=small";
+
+// Initialises LLVM's native target, asm printer and asm parser; idempotent, thread-safe.
+void initialize_native_target();
+
+// Triple, CPU name and sorted feature list of this machine, e.g.
+// "x86_64-pc-linux-gnu;cpu=znver3;features=+adx,+aes,+avx,+avx2,...".
+std::string host_target_description();
+
+// LLVM's version, e.g. "19.1.7".
+std::string llvm_version();
+
+struct ObjectCode {
+  std::string object;  // ELF/Mach-O object bytes when error is empty
+  std::string error;   // "<stage>: <LLVM's message>" when compilation failed
+};
+
+// Parses and verifies `ll_text`, sets the host triple and data layout (overriding any in the
+// text), runs default<O3> for the host CPU and emits an object file. Thread-safe: each call
+// uses its own LLVMContext and TargetMachine.
+ObjectCode compile_ir_to_object(const std::string& ll_text, const std::string& module_name);
+
+}  // namespace towerjit::cpu

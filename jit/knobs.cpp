@@ -1,0 +1,46 @@
+#include "jit/knobs.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+
+namespace towerjit::knobs {
+namespace {
+
+// An empty value counts as unset: `FOO= cmd` is the usual way to clear a variable.
+std::optional<std::string> read(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+}  // namespace
+
+bool cache_enabled() {
+  auto value = read("TOWERJIT_CACHE");
+  if (!value) return true;
+  std::string v = lower(*value);
+  return !(v == "off" || v == "0" || v == "false" || v == "no");
+}
+
+std::optional<std::string> cache_dir_override() { return read("TOWERJIT_CACHE_DIR"); }
+std::optional<std::string> xdg_cache_home() { return read("XDG_CACHE_HOME"); }
+std::optional<std::string> home() { return read("HOME"); }
+std::optional<std::string> dump_dir() { return read("TOWERJIT_DUMP"); }
+
+std::string cache_dir() {
+  namespace fs = std::filesystem;
+  if (auto dir = cache_dir_override()) return *dir;
+  if (auto xdg = xdg_cache_home()) return (fs::path(*xdg) / "towerjit").string();
+  if (auto h = home()) return (fs::path(*h) / ".cache" / "towerjit").string();
+  return (fs::temp_directory_path() / "towerjit-cache").string();
+}
+
+}  // namespace towerjit::knobs

@@ -1,0 +1,38 @@
+// Every environment variable towerjit reads, declared once, typed and documented (as Triton's
+// knobs.py). Code elsewhere calls these accessors and never getenv directly, so this file is
+// the complete list of what a user can set.
+//
+// Each accessor reads the environment on every call (they are cheap and not on a hot path),
+// so tests can setenv a knob and see the effect without restarting the process.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace towerjit::knobs {
+
+// TOWERJIT_CACHE: "off" (also "0", "false", "no") turns the on-disk compile cache off; every
+// kernel is then compiled from scratch and nothing is read or written. Default: on.
+bool cache_enabled();
+
+// TOWERJIT_CACHE_DIR: puts the compile cache in this directory instead of the default
+// (tests point it at a fresh temporary directory). Unset or empty: not set.
+std::optional<std::string> cache_dir_override();
+
+// XDG_CACHE_HOME: the base directory for user caches (XDG spec); the cache lives in
+// $XDG_CACHE_HOME/towerjit. Unset or empty: not set.
+std::optional<std::string> xdg_cache_home();
+
+// HOME: used for the fallback cache location ~/.cache/towerjit. Unset or empty: not set.
+std::optional<std::string> home();
+
+// TOWERJIT_DUMP: a directory; when set, each compiled kernel's source (.ll, .cu), PTX and an
+// index are written there for reading. Unset or empty: no dumps.
+std::optional<std::string> dump_dir();
+
+// The compile cache directory, resolved in order: TOWERJIT_CACHE_DIR, then
+// $XDG_CACHE_HOME/towerjit, then $HOME/.cache/towerjit, then <system temp dir>/towerjit-cache
+// (a process with no HOME still gets a working cache). Not created here.
+std::string cache_dir();
+
+}  // namespace towerjit::knobs

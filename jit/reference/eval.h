@@ -1,0 +1,70 @@
+// Internal to the reference interpreter: what one node's evaluation sees, the per-op
+// evaluation functions interpreter.cpp dispatches to, and the index helpers they share.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dsl/node.h"
+#include "jit/reference/array.h"
+
+namespace towerjit::reference {
+
+// One node to evaluate: the node, its input values (in the node's input order), its concrete
+// output shape, the bound batch size and the training step.
+struct EvalArgs {
+  const Node& node;
+  std::vector<const Array*> inputs;
+  Shape shape;         // node.shape with the batch bound
+  int64_t batch = 0;   // the bound batch size (0 when no input fixed it)
+  uint64_t step = 0;   // RunOptions::step
+
+  const Array& in(int i) const { return *inputs.at(i); }
+  // An empty result of the node's shape and dtype.
+  Array result() const { return Array(shape, node.dtype); }
+};
+
+// --- Index helpers (array.cpp) ---------------------------------------------------------------
+// The multi-index of row-major element `flat` of `shape`.
+std::vector<int64_t> unravel(int64_t flat, const Shape& shape);
+// The row-major element number of multi-index `index` in a shape with `strides`.
+int64_t ravel(const std::vector<int64_t>& index, const std::vector<int64_t>& strides);
+// The element of `in` that numpy broadcasting maps output multi-index `out_index` to: axes are
+// aligned on the right and a dimension of 1 always reads element 0.
+int64_t broadcast_index(const Shape& in, const std::vector<int64_t>& out_index);
+// The first `count` dimensions of `shape` (matmul's batch dimensions).
+Shape leading_dims(const Shape& shape, int count);
+
+// --- eval_elementwise.cpp -------------------------------------------------------------------
+Array eval_constant(const EvalArgs& a);
+Array eval_unary(const EvalArgs& a);   // every Unary op of ops.def, Cast and StopGradient
+Array eval_binary(const EvalArgs& a);  // every Binary op of ops.def
+Array eval_select(const EvalArgs& a);
+
+// --- eval_layout.cpp ------------------------------------------------------------------------
+Array eval_reduce(const EvalArgs& a);  // ReduceSum, ReduceMean, ReduceMax
+Array eval_count(const EvalArgs& a);
+Array eval_reshape(const EvalArgs& a);
+Array eval_transpose(const EvalArgs& a);
+Array eval_broadcast_to(const EvalArgs& a);
+Array eval_slice(const EvalArgs& a);
+Array eval_pad(const EvalArgs& a);
+Array eval_concat(const EvalArgs& a);
+
+// --- eval_nn.cpp ----------------------------------------------------------------------------
+Array eval_matmul(const EvalArgs& a);
+Array eval_one_hot(const EvalArgs& a);
+Array eval_argmax(const EvalArgs& a);
+Array eval_random_uniform(const EvalArgs& a);
+Array eval_assign(const EvalArgs& a);
+
+// --- eval_conv.cpp --------------------------------------------------------------------------
+Array eval_conv2d(const EvalArgs& a);
+Array eval_conv2d_grad_input(const EvalArgs& a);
+Array eval_conv2d_grad_filter(const EvalArgs& a);
+Array eval_max_pool2d(const EvalArgs& a);
+Array eval_max_pool2d_grad(const EvalArgs& a);
+Array eval_avg_pool2d(const EvalArgs& a);
+Array eval_avg_pool2d_grad(const EvalArgs& a);
+
+}  // namespace towerjit::reference

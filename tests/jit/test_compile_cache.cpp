@@ -1,0 +1,216 @@
+// The on-disk compile cache: miss then hit, damaged entries detected and rebuilt,
+// TOWERJIT_CACHE=off, and several threads compiling one kernel at once.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dsl/error.h"
+#include "jit/cpu/compile_cache.h"
+#include "jit/cpu/cpu_compiler.h"
+#include "jit/knobs.h"
+#include "tests/jit/cpu_test_env.h"
+
+namespace cpu = towerjit::cpu;
+namespace fs = std::filesystem;
+using towerjit::test::CacheSandbox;
+using towerjit::test::kSaxpyIR;
+using towerjit::test::SaxpyFn;
+using towerjit::test::ScopedEnv;
+using towerjit::test::TempDir;
+
+namespace {
+
+bool saxpy_works(const cpu::CompiledModule& module) {
+  auto fn = reinterpret_cast<SaxpyFn>(module.lookup("saxpy"));
+  std::vector<float> x(127), y(127);
+  for (int i = 0; i < 127; ++i) x[i] = static_cast<float>(i), y[i] = 1.0f;
+  fn(x.data(), y.data(), 2.0f, 127);
+  for (int i = 0; i < 127; ++i)
+    if (y[i] != 2.0f * static_cast<float>(i) + 1.0f) return false;
+  return true;
+}
+
+// The cache entries (not temp files or dumps) in a directory.
+std::vector<fs::path> entries(const TempDir& dir) {
+  std::vector<fs::path> out;
+  for (const auto& file : dir.files())
+    if (file.extension() == ".tjc") out.push_back(file);
+  return out;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_file(const fs::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+}  // namespace
+
+TEST_CASE("compile cache: miss then hit; the hit is faster and runs the same", "[cpu]") {
+  CacheSandbox sandbox;
+  cpu::CompileStats cold, warm;
+  auto first = cpu::compile(kSaxpyIR, "saxpy_cache", &cold);
+  auto second = cpu::compile(kSaxpyIR, "saxpy_cache", &warm);
+  CHECK_FALSE(cold.cache_hit);
+  CHECK(warm.cache_hit);
+  CHECK(warm.compile_ms < cold.compile_ms);
+  CHECK(entries(sandbox.dir).size() == 1);
+  CHECK(saxpy_works(*first));
+  CHECK(saxpy_works(*second));
+  WARN("saxpy: cold compile " << cold.compile_ms << " ms, warm (cache hit) load "
+                              << warm.compile_ms << " ms");
+}
+
+TEST_CASE("compile cache: a different kernel text is a different entry", "[cpu]") {
+  CacheSandbox sandbox;
+  cpu::CompileStats stats;
+  cpu::compile("define i32 @k() {\n  ret i32 1\n}\n", "k", &stats);
+  cpu::compile("define i32 @k() {\n  ret i32 2\n}\n", "k", &stats);
+  CHECK_FALSE(stats.cache_hit);
+  CHECK(entries(sandbox.dir).size() == 2);
+}
+
+TEST_CASE("compile cache: a damaged entry is detected, rebuilt and still runs", "[cpu]") {
+  CacheSandbox sandbox;
+  cpu::compile(kSaxpyIR, "saxpy_damage");
+  auto files = entries(sandbox.dir);
+  REQUIRE(files.size() == 1);
+  const std::string good = read_file(files[0]);
+
+  // Flip payload bytes, truncate, and break the magic: each must read as damaged.
+  std::string flipped = good;
+  for (std::size_t i = good.size() / 2; i < good.size() / 2 + 16; ++i) flipped[i] ^= 0x5a;
+  std::string truncated = good.substr(0, good.size() - 100);
+  std::string bad_magic = good;
+  bad_magic[0] = 'X';
+  for (const std::string& damaged : {flipped, truncated, bad_magic, std::string("TJ")}) {
+    write_file(files[0], damaged);
+    cpu::CompileStats stats;
+    auto module = cpu::compile(kSaxpyIR, "saxpy_damage", &stats);
+    CHECK_FALSE(stats.cache_hit);
+    CHECK(stats.cache_damaged);
+    CHECK(saxpy_works(*module));
+    CHECK(read_file(files[0]) == good);  // rebuilt in place
+
+    auto again = cpu::compile(kSaxpyIR, "saxpy_damage", &stats);
+    CHECK(stats.cache_hit);
+    CHECK(saxpy_works(*again));
+  }
+}
+
+TEST_CASE("compile cache: the entry format rejects every kind of damage", "[cpu]") {
+  TempDir dir;
+  cpu::CompileCache cache(dir.path() + "/nested/dir");  // created on first store
+  const std::string key = cpu::make_cache_key({"kernel"});
+  CHECK(cache.load(key).status == cpu::CompileCache::Status::miss);
+  REQUIRE(cache.store(key, "payload bytes"));
+  auto hit = cache.load(key);
+  CHECK(hit.status == cpu::CompileCache::Status::hit);
+  CHECK(hit.payload == "payload bytes");
+
+  std::string good = read_file(cache.entry_path(key));
+  std::string bad_checksum = good;
+  bad_checksum.back() ^= 1;
+  std::string bad_version = good;
+  bad_version[8] ^= 1;
+  std::string extra = good + "x";
+  for (const std::string& damaged : {bad_checksum, bad_version, extra, std::string()}) {
+    write_file(cache.entry_path(key), damaged);
+    CHECK(cache.load(key).status == cpu::CompileCache::Status::damaged);
+  }
+  REQUIRE(cache.store(key, ""));  // an empty payload is a valid entry
+  CHECK(cache.load(key).status == cpu::CompileCache::Status::hit);
+}
+
+TEST_CASE("compile cache: keys separate their parts and change with every part", "[cpu]") {
+  CHECK(cpu::make_cache_key({"ab", "c"}) != cpu::make_cache_key({"a", "bc"}));
+  CHECK(cpu::make_cache_key({"a", "b"}) != cpu::make_cache_key({"a", "c"}));
+  CHECK(cpu::make_cache_key({"a", "b"}) == cpu::make_cache_key({"a", "b"}));
+  CHECK(cpu::make_cache_key({"a"}).size() == 64);  // hex SHA-256: a safe file name
+}
+
+TEST_CASE("compile cache: TOWERJIT_CACHE=off bypasses the cache entirely", "[cpu]") {
+  CacheSandbox sandbox;
+  ScopedEnv off("TOWERJIT_CACHE", "off");
+  CHECK_FALSE(towerjit::knobs::cache_enabled());
+  cpu::CompileStats first, second;
+  auto a = cpu::compile(kSaxpyIR, "saxpy_off", &first);
+  auto b = cpu::compile(kSaxpyIR, "saxpy_off", &second);
+  CHECK_FALSE(first.cache_hit);
+  CHECK_FALSE(second.cache_hit);
+  CHECK(sandbox.dir.files().empty());  // nothing read, nothing written
+  CHECK(saxpy_works(*b));
+}
+
+TEST_CASE("compile cache: cache directory follows the knobs", "[cpu]") {
+  ScopedEnv no_override("TOWERJIT_CACHE_DIR", std::nullopt);
+  {
+    ScopedEnv xdg("XDG_CACHE_HOME", "/tmp/xdg-test");
+    CHECK(towerjit::knobs::cache_dir() == "/tmp/xdg-test/towerjit");
+  }
+  ScopedEnv no_xdg("XDG_CACHE_HOME", std::nullopt);
+  ScopedEnv home("HOME", "/tmp/home-test");
+  CHECK(towerjit::knobs::cache_dir() == "/tmp/home-test/.cache/towerjit");
+  ScopedEnv override_dir("TOWERJIT_CACHE_DIR", "/tmp/override");
+  CHECK(towerjit::knobs::cache_dir() == "/tmp/override");
+}
+
+TEST_CASE("compile cache: 4 threads compiling the same kernel all get working code",
+          "[cpu]") {
+  CacheSandbox sandbox;
+  constexpr int kThreads = 4;
+  for (int round = 0; round < 2; ++round) {  // round 0: all miss and race to store; 1: all hit
+    std::vector<std::shared_ptr<cpu::CompiledModule>> modules(kThreads);
+    std::vector<std::string> errors(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        try {
+          modules[t] = cpu::compile(kSaxpyIR, "saxpy_threads");
+        } catch (const std::exception& e) {
+          errors[t] = e.what();
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    for (int t = 0; t < kThreads; ++t) {
+      INFO("round " << round << ", thread " << t << ": " << errors[t]);
+      REQUIRE(modules[t] != nullptr);
+      CHECK(saxpy_works(*modules[t]));
+    }
+    CHECK(sandbox.dir.files().size() == 1);  // one entry, no temp files left behind
+  }
+}
+
+TEST_CASE("compile cache: concurrent stores and loads of one key never see a partial entry",
+          "[cpu]") {
+  TempDir dir;
+  cpu::CompileCache cache(dir.path());
+  const std::string key = cpu::make_cache_key({"race"});
+  const std::string payload(1 << 20, 'p');  // big enough that a torn write would show
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) {
+        if (!cache.store(key, payload)) ++bad;
+        auto got = cache.load(key);
+        if (got.status != cpu::CompileCache::Status::hit || got.payload != payload) ++bad;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK(bad == 0);
+  CHECK(dir.files().size() == 1);
+}

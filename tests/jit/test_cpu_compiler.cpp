@@ -1,0 +1,199 @@
+// The CPU compiler turns LLVM IR text into callable native code: results, external symbols,
+// coexisting modules, and the errors a broken module gives.
+#include <catch2/catch.hpp>
+#include <cblas.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "dsl/error.h"
+#include "jit/cpu/cpu_compiler.h"
+#include "tests/jit/cpu_test_env.h"
+
+namespace cpu = towerjit::cpu;
+using towerjit::test::CacheSandbox;
+using towerjit::test::kSaxpyIR;
+using towerjit::test::SaxpyFn;
+using towerjit::test::ScopedEnv;
+using towerjit::test::TempDir;
+
+namespace {
+
+// Calls saxpy on x = i, y = 2i, a = 0.5 (all exact in float) and checks y = 2.5i, plus a
+// guard element past the end that must stay untouched.
+void check_saxpy(SaxpyFn fn, long n) {
+  std::vector<float> x(n + 1), y(n + 1);
+  for (long i = 0; i <= n; ++i) {
+    x[i] = static_cast<float>(i);
+    y[i] = 2.0f * static_cast<float>(i);
+  }
+  fn(x.data(), y.data(), 0.5f, n);
+  for (long i = 0; i < n; ++i) {
+    INFO("n = " << n << ", i = " << i);
+    REQUIRE(y[i] == 2.5f * static_cast<float>(i));
+  }
+  REQUIRE(y[n] == 2.0f * static_cast<float>(n));
+}
+
+// A runtime helper the executable does not export: reachable only via define_host_symbol.
+float towerjit_test_triple(float v) { return 3.0f * v; }
+
+}  // namespace
+
+TEST_CASE("cpu compiler: saxpy runs correctly at n = 1, 7, 127", "[cpu]") {
+  CacheSandbox sandbox;
+  auto module = cpu::compile(kSaxpyIR, "saxpy_test");
+  auto fn = reinterpret_cast<SaxpyFn>(module->lookup("saxpy"));
+  for (long n : {0L, 1L, 7L, 127L, 1000L}) check_saxpy(fn, n);
+  CHECK(module->symbols() == std::vector<std::string>{"saxpy"});
+  CHECK(module->name() == "saxpy_test");
+}
+
+TEST_CASE("cpu compiler: calls to libm and OpenBLAS resolve against the process", "[cpu]") {
+  CacheSandbox sandbox;
+  auto module = cpu::compile(R"(
+declare float @expf(float)
+declare float @cblas_sdot(i32, ptr, i32, ptr, i32)
+
+define float @call_exp(float %x) {
+  %r = call float @expf(float %x)
+  ret float %r
+}
+
+define float @dot(ptr %x, ptr %y, i32 %n) {
+  %r = call float @cblas_sdot(i32 %n, ptr %x, i32 1, ptr %y, i32 1)
+  ret float %r
+}
+)",
+                             "externals");
+  auto call_exp = reinterpret_cast<float (*)(float)>(module->lookup("call_exp"));
+  CHECK(call_exp(1.5f) == std::exp(1.5f));
+
+  auto dot = reinterpret_cast<float (*)(const float*, const float*, int)>(module->lookup("dot"));
+  std::vector<float> x(33), y(33);
+  for (int i = 0; i < 33; ++i) x[i] = 0.25f * i, y[i] = 1.0f - 0.5f * i;
+  CHECK(dot(x.data(), y.data(), 33) == cblas_sdot(33, x.data(), 1, y.data(), 1));
+}
+
+TEST_CASE("cpu compiler: define_host_symbol reaches helpers the process does not export",
+          "[cpu]") {
+  CacheSandbox sandbox;
+  cpu::define_host_symbol("towerjit_test_triple", reinterpret_cast<void*>(&towerjit_test_triple));
+  // Registering the same address again is harmless; a different one is our bug.
+  cpu::define_host_symbol("towerjit_test_triple", reinterpret_cast<void*>(&towerjit_test_triple));
+  CHECK_THROWS_AS(
+      cpu::define_host_symbol("towerjit_test_triple", reinterpret_cast<void*>(&check_saxpy)),
+      towerjit::Error);
+  auto module = cpu::compile(R"(
+declare float @towerjit_test_triple(float)
+define float @f(float %x) {
+  %r = call float @towerjit_test_triple(float %x)
+  ret float %r
+}
+)",
+                             "host_symbol");
+  CHECK(reinterpret_cast<float (*)(float)>(module->lookup("f"))(2.0f) == 6.0f);
+}
+
+TEST_CASE("cpu compiler: modules defining the same symbol coexist", "[cpu]") {
+  CacheSandbox sandbox;
+  auto make = [](int value) {
+    return "define i32 @kernel() {\n  ret i32 " + std::to_string(value) + "\n}\n";
+  };
+  auto first = cpu::compile(make(1), "same_name");
+  auto second = cpu::compile(make(2), "same_name");
+  auto f1 = reinterpret_cast<int (*)()>(first->lookup("kernel"));
+  auto f2 = reinterpret_cast<int (*)()>(second->lookup("kernel"));
+  CHECK(f1() == 1);
+  CHECK(f2() == 2);
+  second.reset();  // freeing one module leaves the other's code in place
+  CHECK(f1() == 1);
+}
+
+TEST_CASE("cpu compiler: looking up a missing symbol names the module and what it has",
+          "[cpu]") {
+  CacheSandbox sandbox;
+  auto module = cpu::compile(kSaxpyIR, "lookup_missing");
+  try {
+    module->lookup("sgemm");
+    FAIL("lookup of a missing symbol did not throw");
+  } catch (const towerjit::Error& e) {
+    std::string message = e.what();
+    CHECK_THAT(message, Catch::Contains("lookup_missing") && Catch::Contains("\"sgemm\"") &&
+                            Catch::Contains("saxpy"));
+  }
+}
+
+namespace {
+
+// Compiles `ir`, expects towerjit::Error, and checks the message names the module, a dumped
+// .ll file under `dump_dir` holding the IR, and LLVM's own words.
+void expect_compile_error(const std::string& ir, const std::string& module,
+                          const std::string& dump_dir, const std::string& llvm_words) {
+  try {
+    cpu::compile(ir, module);
+    FAIL("compile of broken IR did not throw");
+  } catch (const towerjit::Error& e) {
+    std::string message = e.what();
+    INFO(message);
+    std::string path = (std::filesystem::path(dump_dir) / (module + ".ll")).string();
+    CHECK_THAT(message, Catch::Contains("internal error") && Catch::Contains(module) &&
+                            Catch::Contains(path) && Catch::Contains(llvm_words));
+    REQUIRE(std::filesystem::exists(path));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cpu compiler: IR that fails to parse is an internal error with the .ll path",
+          "[cpu]") {
+  CacheSandbox sandbox;  // no TOWERJIT_DUMP: the IR goes next to the cache
+  expect_compile_error("define void @f( {\n", "broken_parse", sandbox.dir.path(), "expected");
+}
+
+TEST_CASE("cpu compiler: IR that fails to verify is an internal error with the .ll path",
+          "[cpu]") {
+  CacheSandbox sandbox;
+  TempDir dump;
+  ScopedEnv dump_env("TOWERJIT_DUMP", dump.path());
+  expect_compile_error(R"(
+define i32 @f(i32 %a) {
+entry:
+  %x = add i32 %y, 1
+  %y = add i32 %a, 1
+  ret i32 %x
+}
+)",
+                       "broken_verify", dump.path(), "does not dominate");
+}
+
+TEST_CASE("cpu compiler: an unresolvable external is reported when the module is compiled",
+          "[cpu]") {
+  CacheSandbox sandbox;
+  expect_compile_error(R"(
+declare void @towerjit_no_such_helper()
+define void @f() {
+  call void @towerjit_no_such_helper()
+  ret void
+}
+)",
+                       "unresolved", sandbox.dir.path(), "towerjit_no_such_helper");
+}
+
+TEST_CASE("cpu compiler: TOWERJIT_DUMP receives every module's IR", "[cpu]") {
+  CacheSandbox sandbox;
+  TempDir dump;
+  ScopedEnv dump_env("TOWERJIT_DUMP", dump.path());
+  cpu::compile(kSaxpyIR, "dumped/saxpy");  // '/' is not file-name-safe: becomes '_'
+  CHECK(std::filesystem::exists(std::filesystem::path(dump.path()) / "dumped_saxpy.ll"));
+}
+
+TEST_CASE("cpu compiler: host target description names triple, CPU and features", "[cpu]") {
+  std::string target = cpu::host_target_description();
+  CHECK_THAT(target, Catch::Contains(";cpu=") && Catch::Contains(";features=+"));
+#if defined(__x86_64__)
+  CHECK_THAT(target, Catch::StartsWith("x86_64"));
+#endif
+}
