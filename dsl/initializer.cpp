@@ -64,6 +64,8 @@ std::string fmt(double v) {
 
 }  // namespace
 
+namespace init {
+
 Initializer zeros() { return make(Kind::zeros); }
 Initializer constant(double value) { return make(Kind::constant, value); }
 Initializer uniform(double low, double high) { return make(Kind::uniform, low, high); }
@@ -73,6 +75,8 @@ Initializer truncated_normal(double mean, double stddev) {
 }
 Initializer glorot_uniform() { return make(Kind::glorot_uniform); }
 Initializer he_normal() { return make(Kind::he_normal); }
+
+}  // namespace init
 
 std::string Initializer::str() const {
   switch (kind) {

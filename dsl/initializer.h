@@ -19,6 +19,10 @@ struct Initializer {
   std::string str() const;
 };
 
+// The initialisers live in their own namespace: `init::constant(0.1)` is an initialiser,
+// `constant(0.1)` a tensor.
+namespace init {
+
 Initializer zeros();
 Initializer constant(double value);
 Initializer uniform(double low, double high);
@@ -30,6 +34,8 @@ Initializer glorot_uniform();
 // Variance 2 / fan_in, as Keras: a normal truncated to two standard deviations, with stddev
 // sqrt(2 / fan_in) / 0.8796... (that truncation's stddev) so the variance is exact.
 Initializer he_normal();
+
+}  // namespace init
 
 // Fan-in and fan-out as Keras computes them: [in, out] for dense kernels, and
 // [out, in, kh, kw] for convolution filters (receptive field times channels).

@@ -109,8 +109,8 @@ BatchNormVars batch_norm_variables(int64_t channels, const Shape& bshape, Loc lo
   };
   BatchNormVars v;
   v.gamma = reshape(get("gamma", ones(), true), bshape, loc);
-  v.beta = reshape(get("beta", zeros(), true), bshape, loc);
-  v.moving_mean = get("moving_mean", zeros(), false);
+  v.beta = reshape(get("beta", init::zeros(), true), bshape, loc);
+  v.moving_mean = get("moving_mean", init::zeros(), false);
   v.moving_variance = get("moving_variance", ones(), false);
   v.mean_b = reshape(v.moving_mean, bshape, loc);
   v.variance_b = reshape(v.moving_variance, bshape, loc);

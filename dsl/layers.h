@@ -12,8 +12,8 @@ namespace towerjit {
 
 struct DenseOptions {
   bool use_bias = true;
-  Initializer kernel_init = glorot_uniform();
-  Initializer bias_init = zeros();
+  Initializer kernel_init = init::glorot_uniform();
+  Initializer bias_init = init::zeros();
   // When set, l2_loss(kernel) * weight_decay joins the regularisation losses.
   std::optional<double> weight_decay;
 };
@@ -25,8 +25,8 @@ struct Conv2DLayerOptions {
   int stride = 1;
   int pad = 0;
   bool use_bias = true;
-  Initializer kernel_init = he_normal();
-  Initializer bias_init = zeros();
+  Initializer kernel_init = init::he_normal();
+  Initializer bias_init = init::zeros();
   std::optional<double> weight_decay;
 };
 // x [N, C, H, W] -> conv2d with "<name>/kernel" [filters, C, k, k] plus "<name>/bias".

@@ -12,7 +12,7 @@
 namespace towerjit {
 
 struct VariableOptions {
-  Initializer init = glorot_uniform();
+  Initializer init = towerjit::init::glorot_uniform();
   bool trainable = true;
   DType dtype = DType::f32;
 };

@@ -11,7 +11,7 @@ using namespace gradcheck;
 Tensor dense_layer(Tensor x, int64_t in, int64_t out, const std::string& name) {
   VariableScope scope(name);
   Tensor w = variable("kernel", {in, out});
-  Tensor b = variable("bias", {out}, {.init = uniform(-0.5, 0.5)});
+  Tensor b = variable("bias", {out}, {.init = init::uniform(-0.5, 0.5)});
   return matmul(x, w) + b;
 }
 
@@ -44,7 +44,7 @@ TEST_CASE("gradient of a small CNN's loss matches finite differences", "[grad]")
   {
     VariableScope conv("conv");
     Tensor w = variable("kernel", {3, 2, 3, 3});
-    Tensor b = variable("bias", {3, 1, 1}, {.init = uniform(-0.5, 0.5)});
+    Tensor b = variable("bias", {3, 1, 1}, {.init = init::uniform(-0.5, 0.5)});
     h = max_pool2d(relu(conv2d(x, w, {.pad = 1}) + b));  // [B,3,3,3]
   }
   Tensor logits = dense_layer(reshape(h, {kBatch, 27}), 27, 5, "fc");

@@ -35,15 +35,15 @@ const uint64_t kSeed = 1234, kKey = stable_hash("layer/kernel");
 }  // namespace
 
 TEST_CASE("zeros and constant fill every element", "[dsl]") {
-  for (float x : sample(zeros(), {3, 5}, kSeed, kKey)) REQUIRE(x == 0.0f);
-  const auto c = sample(towerjit::constant(0.25), {7}, kSeed, kKey);
+  for (float x : sample(init::zeros(), {3, 5}, kSeed, kKey)) REQUIRE(x == 0.0f);
+  const auto c = sample(towerjit::init::constant(0.25), {7}, kSeed, kKey);
   REQUIRE(c.size() == 7);
   for (float x : c) REQUIRE(x == 0.25f);
-  CHECK(sample(zeros(), {}, kSeed, kKey).size() == 1);
+  CHECK(sample(init::zeros(), {}, kSeed, kKey).size() == 1);
 }
 
 TEST_CASE("uniform has the moments of U(low, high)", "[dsl]") {
-  const auto m = moments(sample(uniform(-1, 3), {100000}, kSeed, kKey));
+  const auto m = moments(sample(init::uniform(-1, 3), {100000}, kSeed, kKey));
   CHECK(m.min >= -1.0);
   CHECK(m.max < 3.0);
   CHECK(m.mean == Approx(1.0).margin(0.02));
@@ -51,7 +51,7 @@ TEST_CASE("uniform has the moments of U(low, high)", "[dsl]") {
 }
 
 TEST_CASE("normal has the requested mean and variance and a Gaussian shape", "[dsl]") {
-  const auto v = sample(normal(0.5, 2.0), {100000}, kSeed, kKey);
+  const auto v = sample(init::normal(0.5, 2.0), {100000}, kSeed, kKey);
   const auto m = moments(v);
   CHECK(m.mean == Approx(0.5).margin(0.03));
   CHECK(m.variance == Approx(4.0).epsilon(0.02));
@@ -62,7 +62,7 @@ TEST_CASE("normal has the requested mean and variance and a Gaussian shape", "[d
 }
 
 TEST_CASE("truncated_normal stays within two stddev with variance 0.774 stddev^2", "[dsl]") {
-  const auto m = moments(sample(truncated_normal(1.0, 2.0), {100000}, kSeed, kKey));
+  const auto m = moments(sample(init::truncated_normal(1.0, 2.0), {100000}, kSeed, kKey));
   CHECK(m.min >= 1.0 - 4.0);
   CHECK(m.max <= 1.0 + 4.0);
   CHECK(m.mean == Approx(1.0).margin(0.03));
@@ -73,7 +73,7 @@ TEST_CASE("truncated_normal stays within two stddev with variance 0.774 stddev^2
 TEST_CASE("glorot_uniform is U(-l, l) with l = sqrt(6 / (fan_in + fan_out))", "[dsl]") {
   const Shape shape{300, 400};
   const double limit = std::sqrt(6.0 / 700.0);
-  const auto m = moments(sample(glorot_uniform(), shape, kSeed, kKey));
+  const auto m = moments(sample(init::glorot_uniform(), shape, kSeed, kKey));
   CHECK(m.min >= -limit);
   CHECK(m.max <= limit);
   CHECK(m.max > 0.99 * limit);
@@ -85,7 +85,7 @@ TEST_CASE("he_normal is Keras' truncated normal with variance 2 / fan_in", "[dsl
   const Shape shape{64, 32, 3, 3};  // conv [out, in, kh, kw]: fan_in = 32 * 9
   const double fan_in = 32 * 9;
   const double stddev = std::sqrt(2.0 / fan_in) / 0.87962566103423978;
-  const auto m = moments(sample(he_normal(), shape, kSeed, kKey));
+  const auto m = moments(sample(init::he_normal(), shape, kSeed, kKey));
   CHECK(m.min >= -2.0 * stddev);
   CHECK(m.max <= 2.0 * stddev);
   CHECK(m.mean == Approx(0.0).margin(0.02 * stddev));
@@ -111,8 +111,8 @@ TEST_CASE("stable_hash is FNV-1a 64", "[dsl]") {
 }
 
 TEST_CASE("sampling is deterministic and independent across variables", "[dsl]") {
-  for (const Initializer& init : {uniform(-1, 1), normal(), truncated_normal(), glorot_uniform(),
-                                  he_normal()}) {
+  for (const Initializer& init : {init::uniform(-1, 1), init::normal(), init::truncated_normal(), init::glorot_uniform(),
+                                  init::he_normal()}) {
     INFO(init.str());
     const auto a = sample(init, {100, 50}, kSeed, stable_hash("fc1/kernel"));
     REQUIRE(a == sample(init, {100, 50}, kSeed, stable_hash("fc1/kernel")));
@@ -132,7 +132,7 @@ TEST_CASE("sampling is deterministic and independent across variables", "[dsl]")
 TEST_CASE("an element's value does not depend on the variable's size", "[dsl]") {
   // Element i uses only indices derived from i (normals: 2i, 2i+1, attempt offsets), so a
   // prefix of a longer variable matches a shorter one with the same key.
-  for (const Initializer& init : {uniform(0, 1), normal(), truncated_normal()}) {
+  for (const Initializer& init : {init::uniform(0, 1), init::normal(), init::truncated_normal()}) {
     INFO(init.str());
     const auto small = sample(init, {10}, kSeed, kKey);
     const auto big = sample(init, {1000}, kSeed, kKey);
@@ -141,12 +141,12 @@ TEST_CASE("an element's value does not depend on the variable's size", "[dsl]") 
 }
 
 TEST_CASE("initialisers print themselves and refuse the batch dimension", "[dsl]") {
-  CHECK(zeros().str() == "zeros");
-  CHECK(towerjit::constant(0.5).str() == "constant(0.5)");
-  CHECK(uniform(-1, 1).str() == "uniform(-1, 1)");
-  CHECK(normal(0, 2).str() == "normal(mean=0, stddev=2)");
-  CHECK(truncated_normal().str() == "truncated_normal(mean=0, stddev=1)");
-  CHECK(glorot_uniform().str() == "glorot_uniform");
-  CHECK(he_normal().str() == "he_normal");
-  CHECK_THROWS_WITH(sample(zeros(), {kBatch, 3}, kSeed, kKey), Catch::Contains("[B,3]"));
+  CHECK(init::zeros().str() == "zeros");
+  CHECK(towerjit::init::constant(0.5).str() == "constant(0.5)");
+  CHECK(init::uniform(-1, 1).str() == "uniform(-1, 1)");
+  CHECK(init::normal(0, 2).str() == "normal(mean=0, stddev=2)");
+  CHECK(init::truncated_normal().str() == "truncated_normal(mean=0, stddev=1)");
+  CHECK(init::glorot_uniform().str() == "glorot_uniform");
+  CHECK(init::he_normal().str() == "he_normal");
+  CHECK_THROWS_WITH(sample(init::zeros(), {kBatch, 3}, kSeed, kKey), Catch::Contains("[B,3]"));
 }

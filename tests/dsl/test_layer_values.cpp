@@ -23,7 +23,7 @@ TEST_CASE("dense computes x @ kernel + bias with initialised variables", "[dsl]"
   Graph g;
   GraphScope use(g);
   Tensor x = input("x", {kBatch, 3});
-  Tensor y = dense(x, 2, "fc", {.bias_init = uniform(1, 2), .weight_decay = {}});
+  Tensor y = dense(x, 2, "fc", {.bias_init = init::uniform(1, 2), .weight_decay = {}});
   auto vars = ref::initialize_variables(g, 5);
   const ref::Array xv = iota({4, 3}, 0.7);
   const ref::Array out = ref::run(g, {y}, {{"x", xv}}, vars)[0];

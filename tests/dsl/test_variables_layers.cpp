@@ -47,7 +47,7 @@ TEST_CASE("variable creates a Variable node and registers it", "[dsl]") {
   Graph g;
   GraphScope use(g);
   const int line = __LINE__ + 1;
-  Tensor w = variable("w", {3, 4}, {.init = normal(0, 0.1)});
+  Tensor w = variable("w", {3, 4}, {.init = init::normal(0, 0.1)});
   REQUIRE(w.node().op == Op::Variable);
   CHECK(w.node().attrs.name == "w");
   CHECK(w.shape() == Shape{3, 4});
@@ -134,7 +134,7 @@ TEST_CASE("collections: trainable, global, regularisation losses", "[dsl]") {
   Graph g;
   GraphScope use(g);
   Tensor w = variable("w", {2, 2});
-  Tensor s = variable("step", {}, {.init = zeros(), .trainable = false});
+  Tensor s = variable("step", {}, {.init = init::zeros(), .trainable = false});
   REQUIRE(trainable_variables().size() == 1);
   CHECK(trainable_variables()[0].id() == w.id());
   REQUIRE(global_variables().size() == 2);

@@ -57,7 +57,7 @@ void write_file(const fs::path& path, const std::string& bytes) {
 
 }  // namespace
 
-TEST_CASE("compile cache: miss then hit; the hit is faster and runs the same", "[cpu]") {
+TEST_CASE("compile cache: miss then hit, the hit faster and running the same", "[cpu]") {
   CacheSandbox sandbox;
   cpu::CompileStats cold, warm;
   auto first = cpu::compile(kSaxpyIR, "saxpy_cache", &cold);

@@ -85,7 +85,7 @@ TEST_CASE("a batch size no input fixes is an error", "[reference]") {
 TEST_CASE("a missing or ill-shaped variable is named", "[reference]") {
   tj::Graph g;
   tj::GraphScope use(g);
-  auto w = tj::variable("kernel", {3, 2}, {.init = tj::zeros()});
+  auto w = tj::variable("kernel", {3, 2}, {.init = tj::init::zeros()});
   auto y = w * 2.0;
   Variables none;
   REQUIRE_THROWS_WITH(tj::reference::run(g, {y}, {}, none),

@@ -201,7 +201,7 @@ TEST_CASE("random_uniform is Philox keyed by seed, step and element", "[referenc
 TEST_CASE("assign writes after the step when update ops run", "[reference]") {
   tj::Graph g;
   tj::GraphScope use(g);
-  auto v = tj::variable("v", {2}, {.init = tj::zeros()});
+  auto v = tj::variable("v", {2}, {.init = tj::init::zeros()});
   auto x = tj::input("x", {2});
   auto next = tj::assign(v, v + x);
   auto read = v * 1.0;
@@ -222,12 +222,12 @@ TEST_CASE("assign writes after the step when update ops run", "[reference]") {
 TEST_CASE("initialize_variables samples each variable by its name", "[reference]") {
   tj::Graph g;
   tj::GraphScope use(g);
-  tj::variable("w", {3, 2}, {.init = tj::uniform(-1, 1)});
+  tj::variable("w", {3, 2}, {.init = tj::init::uniform(-1, 1)});
   // (tj::constant(0.5) is ambiguous with the constant tensor op, so spell the initializer.)
   tj::variable("b", {2}, {.init = {.kind = tj::Initializer::Kind::constant, .a = 0.5}});
   const Variables vars = tj::reference::initialize_variables(g, 7);
   REQUIRE(vars.size() == 2);
-  const std::vector<float> w = tj::sample(tj::uniform(-1, 1), {3, 2}, 7, tj::stable_hash("w"));
+  const std::vector<float> w = tj::sample(tj::init::uniform(-1, 1), {3, 2}, 7, tj::stable_hash("w"));
   REQUIRE(vars.at("w").shape == tj::Shape{3, 2});
   CHECK(vars.at("w").data == std::vector<double>(w.begin(), w.end()));
   require_values(vars.at("b"), {2}, {0.5, 0.5});
