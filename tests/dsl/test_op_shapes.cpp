@@ -100,7 +100,7 @@ TEST_CASE("slice and pad along each axis", "[dsl]") {
   CHECK(p.node().attrs.end == std::vector<int64_t>{0, 2, 3});
 }
 
-TEST_CASE("concat adds up the axis; split undoes it", "[dsl]") {
+TEST_CASE("concat adds up the axis, split undoes it", "[dsl]") {
   Graph g;
   GraphScope use(g);
   Tensor a = input("a", {B, 3});
@@ -192,7 +192,7 @@ TEST_CASE("conv2d output sizes with stride and padding", "[dsl]") {
   CHECK(odd.node().attrs.kernel[1] == 1);
 }
 
-TEST_CASE("pool output sizes; stride 0 means the kernel", "[dsl]") {
+TEST_CASE("pool output sizes, stride 0 means the kernel", "[dsl]") {
   Graph g;
   GraphScope use(g);
   Tensor x = input("x", {B, 16, 28, 28});

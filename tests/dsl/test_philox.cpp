@@ -32,7 +32,7 @@ TEST_CASE("philox_bits takes word index % 4 of block index / 4", "[dsl]") {
   }
 }
 
-TEST_CASE("philox_uniform lies in [0, 1) and uses the top 24 bits", "[dsl]") {
+TEST_CASE("philox_uniform lies in 0..1 and uses the top 24 bits", "[dsl]") {
   double sum = 0, lo = 1, hi = 0;
   const int n = 100000;
   for (int i = 0; i < n; ++i) {

@@ -74,7 +74,7 @@ TEST_CASE("variables are named by their scope path", "[dsl]") {
   CHECK(g.find_variable("fc1/kernel") == nullptr);
 }
 
-TEST_CASE("reuse returns the existing variable; auto_reuse gets or creates", "[dsl]") {
+TEST_CASE("reuse returns the existing variable, auto_reuse gets or creates", "[dsl]") {
   Graph g;
   GraphScope use(g);
   Tensor a;
@@ -147,7 +147,7 @@ TEST_CASE("collections: trainable, global, regularisation losses", "[dsl]") {
                       "f32 scalar", "f32[2,2]"}));
 }
 
-TEST_CASE("dense creates kernel [in, units] and bias [units] under its scope", "[dsl]") {
+TEST_CASE("dense creates kernel in x units and bias units under its scope", "[dsl]") {
   Graph g;
   GraphScope use(g);
   Tensor x = input("x", {kBatch, 784});
@@ -199,7 +199,7 @@ TEST_CASE("dense reports a batch feature axis and a shape clash under reuse", "[
                       "[4,3]", "[5,3]"}));
 }
 
-TEST_CASE("conv2d layer: kernel [filters, C, k, k] and a broadcast bias", "[dsl]") {
+TEST_CASE("conv2d layer: kernel filters x C x k x k and a broadcast bias", "[dsl]") {
   Graph g;
   GraphScope use(g);
   Tensor x = input("image", {kBatch, 3, 28, 28});

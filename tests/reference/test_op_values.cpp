@@ -17,7 +17,7 @@ using tj::reference::Feeds;
 using tj::reference::Variables;
 using namespace tj::reference::testing;
 
-TEST_CASE("constants broadcast their value; B binds from the feeds", "[reference]") {
+TEST_CASE("constants broadcast their value, B binds from the feeds", "[reference]") {
   tj::Graph g;
   tj::GraphScope use(g);
   require_values(eval(tj::constant(2.5, {2, 3})), {2, 3}, {2.5, 2.5, 2.5, 2.5, 2.5, 2.5});
@@ -104,7 +104,7 @@ TEST_CASE("binary ops broadcast as numpy", "[reference]") {
   require_values(eval(tj::pow(v, 2.0), fv), {7}, {1, 4, 9, 16, 25, 36, 49});
 }
 
-TEST_CASE("comparisons give 1 or 0; i32 division truncates", "[reference]") {
+TEST_CASE("comparisons give 1 or 0, i32 division truncates", "[reference]") {
   tj::Graph g;
   tj::GraphScope use(g);
   auto a = tj::input("a", {3});
