@@ -1,8 +1,10 @@
 #include "runtime/cpu/cpu_program.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "dsl/error.h"
+#include "jit/dump.h"
 #include "jit/passes/buffer_plan.h"
 #include "jit/passes/lower.h"
 #include "runtime/cpu/library.h"
@@ -22,8 +24,11 @@ CpuProgram::CpuProgram(const Graph& graph, std::vector<Tensor> fetches, bool run
   program_ = lower_to_kernels(graph, ids, run_update_ops ? graph.update_ops : std::vector<int>{});
   llvm_ir_ = cpu::emit_llvm_module(program_, &emitted_);
   cpu::register_kernel_helpers();
+  // Named after its text, so dumps of different programs sit side by side.
+  const std::string module = "step_" + std::to_string(std::hash<std::string>{}(llvm_ir_) % 1000000007);
+  dump_program(graph, program_, module);
   if (!program_.kernels.empty()) {
-    module_ = cpu::compile(llvm_ir_, "program", &stats_);
+    module_ = cpu::compile(llvm_ir_, module, &stats_);
     for (const auto& k : emitted_) functions_.push_back(reinterpret_cast<KernelFn>(module_->lookup(k.symbol)));
   }
 }
@@ -95,7 +100,10 @@ std::vector<HostTensor> CpuProgram::run(const HostFeeds& feeds, HostVariables& v
                                         uint64_t step) {
   const int64_t batch = bind_batch(feeds);
   std::vector<void*> base = bind_buffers(feeds, variables, batch);
-  for (const kir::Step& s : program_.steps) {
+  if (step_times) step_times->resize(program_.steps.size(), 0.0);
+  for (size_t i = 0; i < program_.steps.size(); ++i) {
+    const kir::Step& s = program_.steps[i];
+    const auto start = step_times ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     if (s.kind == kir::Step::Kind::kernel) {
       run_kernel(s.index, base, batch, step);
     } else if (s.kind == kir::Step::Kind::library) {
@@ -108,6 +116,8 @@ std::vector<HostTensor> CpuProgram::run(const HostFeeds& feeds, HostVariables& v
       const kir::Copy& c = program_.copies[s.index];
       std::memmove(base[c.to], base[c.from], program_.buffers[c.to].shape.elements(batch) * 4);
     }
+    if (step_times)
+      (*step_times)[i] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   }
   std::vector<HostTensor> out;
   for (int f : program_.fetches) {

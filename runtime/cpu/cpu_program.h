@@ -37,6 +37,10 @@ class CpuProgram {
   // Bytes of temporaries one run needs at this batch size (after buffer reuse).
   int64_t peak_bytes(int64_t batch) const;
 
+  // Profiling hook (bench/): when set, run() adds each step's wall time in milliseconds to
+  // (*step_times)[i], i indexing program().steps (resized to fit). Off (null) by default.
+  std::vector<double>* step_times = nullptr;
+
  private:
   int64_t bind_batch(const HostFeeds& feeds) const;
   std::vector<void*> bind_buffers(const HostFeeds& feeds, HostVariables& variables, int64_t batch);

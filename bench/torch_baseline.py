@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""PyTorch's side of towerjit_bench: the same three training steps (model, batch, optimiser,
+fp32, data shape) as bench/train_step.cpp, timed step by step. Prints one JSON line per
+workload: {"workload", "threads", "step_ms" (median), "step_ms_min", "step_ms_max",
+"samples_per_s", "steps"}. Without torch it prints {"torch": null, "error": ...} and exits 0.
+
+  python3 bench/torch_baseline.py --threads 2 [--steps 50] [--warmup 10] [--workload cnn]
+
+Thread settings other than the count (OMP_WAIT_POLICY, OPENBLAS_NUM_THREADS) come from the
+environment the caller sets; they must be set before torch loads.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+WORKLOADS = {"mlp-large": 256, "mlp-small": 64, "cnn": 128}
+
+
+def build(torch, name):
+    nn = torch.nn
+    if name == "cnn":
+        model = nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
+        shape = (WORKLOADS[name], 1, 28, 28)
+    else:
+        hidden = 512 if name == "mlp-large" else 64
+        model = nn.Sequential(nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
+                              nn.ReLU(), nn.Linear(hidden, 10))
+        shape = (WORKLOADS[name], 784)
+    return model, shape
+
+
+def measure(torch, name, steps, warmup):
+    torch.manual_seed(0)
+    model, shape = build(torch, name)
+    # Fixed random data, the same every step (as the C++ side does).
+    x = torch.rand(shape, dtype=torch.float32)
+    y = torch.randint(0, 10, (shape[0],))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()  # mean over the batch
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - start) * 1e3)
+    median = statistics.median(times)
+    return {"workload": name, "step_ms": median, "step_ms_min": min(times),
+            "step_ms_max": max(times), "samples_per_s": shape[0] / median * 1e3, "steps": steps}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--threads", type=int, required=True)
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--workload", action="append", choices=sorted(WORKLOADS))
+    args = p.parse_args()
+    try:
+        import torch
+    except Exception as e:  # ImportError, or a broken install
+        print(json.dumps({"torch": None, "error": f"cannot import torch: {e}"}))
+        return 0
+    torch.set_num_threads(args.threads)
+    for name in args.workload or list(WORKLOADS):
+        r = measure(torch, name, args.steps, args.warmup)
+        r.update(threads=args.threads, torch_version=torch.__version__)
+        print(json.dumps(r), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+#include "bench/torch_runner.h"
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+namespace towerjit::bench {
+
+std::vector<TorchSetting> torch_settings() {
+  return {{"1t", 1, ""},
+          {"2t-passive", 2, "OMP_WAIT_POLICY=PASSIVE"},
+          {"2t-openblas1", 2, "OPENBLAS_NUM_THREADS=1"}};
+}
+
+std::optional<std::string> find_torch_python(std::string* why) {
+  std::vector<std::string> candidates;
+  if (const char* p = std::getenv("TOWERJIT_BENCH_PYTHON"); p && *p) candidates.push_back(p);
+  candidates.push_back("/usr/bin/python3");
+  candidates.push_back("python3");
+  std::string tried;
+  for (const std::string& py : candidates) {
+    const std::string probe = "'" + py + "' -c 'import torch' >/dev/null 2>&1";
+    if (std::system(probe.c_str()) == 0) return py;
+    tried += (tried.empty() ? "" : ", ") + py;
+  }
+  if (why) *why = "no python3 that imports torch (tried " + tried + "); install python3-torch";
+  return std::nullopt;
+}
+
+namespace {
+
+std::string capture(const std::string& command, int* status) {
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  std::string out;
+  if (!pipe) { *status = -1; return out; }
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe.get())) > 0) out.append(buf.data(), n);
+  *status = pclose(pipe.release());
+  return out;
+}
+
+}  // namespace
+
+TorchResults run_torch(const std::string& python, const std::string& script,
+                       const std::vector<std::string>& workloads, int steps, int warmup) {
+  TorchResults results;
+  for (const TorchSetting& s : torch_settings()) {
+    std::string cmd = "env " + s.env + " '" + python + "' '" + script + "' --threads " +
+                      std::to_string(s.threads) + " --steps " + std::to_string(steps) +
+                      " --warmup " + std::to_string(warmup);
+    for (const std::string& w : workloads) cmd += " --workload " + w;
+    int status = 0;
+    const std::string out = capture(cmd, &status);
+    size_t pos = 0;
+    while (pos < out.size()) {
+      const size_t end = out.find('\n', pos);
+      const std::string line = out.substr(pos, end == std::string::npos ? end : end - pos);
+      pos = end == std::string::npos ? out.size() : end + 1;
+      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_discarded() || !j.contains("workload")) {
+        if (!line.empty()) std::cerr << "towerjit_bench: torch (" << s.name << "): " << line << "\n";
+        continue;
+      }
+      results[s.name][j["workload"].get<std::string>()] =
+          TorchResult{j["step_ms"], j["step_ms_min"], j["step_ms_max"], j["samples_per_s"]};
+    }
+    if (status != 0) std::cerr << "towerjit_bench: torch (" << s.name << ") exited " << status << "\n";
+  }
+  return results;
+}
+
+}  // namespace towerjit::bench

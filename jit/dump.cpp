@@ -1,0 +1,95 @@
+#include "jit/dump.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "dsl/error.h"
+#include "jit/knobs.h"
+
+namespace towerjit {
+namespace {
+
+using nlohmann::json;
+
+kir::Affine elements(const Shape& s) {
+  kir::Affine n{1, 0};
+  for (int64_t d : s.dims()) n = d == kBatch ? kir::Affine{0, n.c} : kir::Affine{n.c * d, n.b * d};
+  return n;
+}
+
+std::string affine_text(const kir::Affine& a) {
+  if (a.b == 0) return std::to_string(a.c);
+  return std::to_string(a.b) + "*B" + (a.c ? "+" + std::to_string(a.c) : "");
+}
+
+// Bytes of the buffers in `ids`, each counted once.
+std::string bytes(const kir::Program& p, const std::set<int>& ids) {
+  kir::Affine total;
+  for (int b : ids) {
+    const kir::Affine n = elements(p.buffers[b].shape);
+    total = {total.c + 4 * n.c, total.b + 4 * n.b};
+  }
+  return affine_text(total);
+}
+
+json ops_of(const Graph& g, const std::vector<int>& nodes) {
+  json ops = json::array();
+  for (int n : nodes) {
+    const Node& node = g.node(n);
+    ops.push_back({{"node", n}, {"op", op_name(node.op)}, {"at", format_location(node.loc)},
+                   {"scope", node.scope}, {"shape", node.shape.str()}});
+  }
+  return ops;
+}
+
+}  // namespace
+
+std::string dump_index_json(const Graph& g, const kir::Program& p, const std::string& module) {
+  json steps = json::array();
+  for (const kir::Step& s : p.steps) {
+    json step;
+    std::set<int> read, written;
+    if (s.kind == kir::Step::Kind::kernel) {
+      const kir::Kernel& k = p.kernels[s.index];
+      for (const auto& o : k.outputs) written.insert(k.accesses[o.access].buffer);
+      for (const auto& e : k.exprs)
+        if (e.kind == kir::Expr::Kind::load) read.insert(k.accesses[e.access].buffer);
+      step = {{"kind", "kernel"}, {"name", k.name}, {"space", k.space.str()}, {"ops", ops_of(g, k.nodes)}};
+      if (k.reduce != Op::Constant) step["reduce"] = op_name(k.reduce);
+    } else if (s.kind == kir::Step::Kind::library) {
+      const kir::LibraryCall& c = p.calls[s.index];
+      read.insert(c.inputs.begin(), c.inputs.end());
+      written.insert(c.output);
+      step = {{"kind", "library"}, {"name", op_name(c.op)}, {"space", p.buffers[c.output].shape.str()},
+              {"ops", ops_of(g, {c.node})}};
+    } else {
+      read.insert(p.copies[s.index].from);
+      written.insert(p.copies[s.index].to);
+      step = {{"kind", "copy"}, {"name", "update " + p.buffers[p.copies[s.index].to].name}};
+    }
+    step["bytes_read"] = bytes(p, read);
+    step["bytes_written"] = bytes(p, written);
+    steps.push_back(step);
+  }
+  json buffers = json::array();
+  for (const auto& b : p.buffers)
+    buffers.push_back({{"name", b.name}, {"shape", b.shape.str()}, {"dtype", dtype_name(b.dtype)}});
+  return json{{"module", module}, {"steps", steps}, {"buffers", buffers}}.dump(1);
+}
+
+std::string dump_program(const Graph& g, const kir::Program& p, const std::string& module) {
+  const auto dir = knobs::dump_dir();
+  if (!dir) return "";
+  std::error_code ec;
+  std::filesystem::create_directories(*dir, ec);
+  std::ofstream index(*dir + "/" + module + ".index.json"), text(*dir + "/" + module + ".kir");
+  user_check(index && text, std::source_location::current())
+      << "TOWERJIT_DUMP: cannot write to \"" << *dir << "\"; point it at a writable directory";
+  index << dump_index_json(g, p, module) << "\n";
+  text << kir::to_string(p);
+  return *dir;
+}
+
+}  // namespace towerjit
