@@ -12,7 +12,7 @@ thread_local Graph* current_graph = nullptr;
 
 int Graph::add(Node node) {
   for (int in : node.inputs) internal_check(in >= 0 && in < size()) << "bad input id " << in;
-  node.scope = scope_path();
+  if (node.scope.empty()) node.scope = scope_path();  // passes copying nodes keep theirs
   if (node.op == Op::Input) inputs_[node.attrs.name] = size();
   nodes_.push_back(std::move(node));
   return size() - 1;

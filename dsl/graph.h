@@ -35,7 +35,7 @@ class Graph {
   Graph(Graph&&) = default;
   Graph& operator=(Graph&&) = default;
 
-  // Appends a node and returns its id. The node's scope is set to the current scope path.
+  // Appends a node and returns its id. A node without a scope gets the current scope path.
   int add(Node node);
   const Node& node(int id) const { return nodes_.at(id); }
   const std::vector<Node>& nodes() const { return nodes_; }

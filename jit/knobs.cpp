@@ -44,3 +44,12 @@ std::string cache_dir() {
 }
 
 }  // namespace towerjit::knobs
+
+namespace towerjit::knobs {
+
+int debug_level() {
+  const char* v = std::getenv("TOWERJIT_DEBUG");
+  return v && *v ? std::atoi(v) : 0;
+}
+
+}  // namespace towerjit::knobs

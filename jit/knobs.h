@@ -36,3 +36,12 @@ std::optional<std::string> dump_dir();
 std::string cache_dir();
 
 }  // namespace towerjit::knobs
+
+namespace towerjit::knobs {
+
+// TOWERJIT_DEBUG: how much the compiler tells on stderr. 1: one line per compiled program
+// (kernels, library calls, compile time); 2: also the graph after each pass that changed it;
+// 3: also the kernel IR. Default 0: nothing.
+int debug_level();
+
+}  // namespace towerjit::knobs

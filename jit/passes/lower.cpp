@@ -193,28 +193,33 @@ void Lowering::decide_buffers(const std::vector<int>& fetches) {
 // buffer as before; steps run in node order, so they come after.
 void Lowering::choose_hosts() {
   host_.assign(g_.size(), -1);
-  std::vector<int> first(g_.size(), -1);
+  std::vector<std::vector<int>> consumers(g_.size());
   for (int n = 0; n < g_.size(); ++n)
     if (needed_[n] && g_.node(n).op != Op::Count)
-      for (int in : g_.node(n).inputs)
-        if (first[in] < 0) first[in] = n;
+      for (int in : g_.node(n).inputs) consumers[in].push_back(n);
   auto elementwise = [&](const Node& x) {
     const OpKind k = op_kind(x.op);
     return k == OpKind::Unary || k == OpKind::Binary || x.op == Op::Select ||
            x.op == Op::BroadcastTo || x.op == Op::Transpose || x.op == Op::Slice ||
            x.op == Op::Constant || x.op == Op::RandomUniform || inline_reshape(g_, x);
   };
-  for (int n = 0; n < g_.size(); ++n) {
+  // From the last node back, so a consumer's own host is known: the kernel that computes the
+  // node runs at its root's position, and every other consumer must run after that.
+  for (int n = g_.size() - 1; n >= 0; --n) {
     const Node& p = g_.node(n);
-    const int c = first[n];
-    if (!needed_[n] || !mat_[n] || folded_[n] || c < 0 || !elementwise(p) || !mat_[c]) continue;
+    if (!needed_[n] || !mat_[n] || folded_[n] || consumers[n].empty() || !elementwise(p)) continue;
+    const int c = consumers[n].front();
+    if (!mat_[c]) continue;
     const Node& consumer = g_.node(c);
     const bool same_space = op_kind(consumer.op) == OpKind::Reduce
                                 ? consumer.inputs[0] == n
                                 : elementwise(consumer) && consumer.shape == p.shape &&
                                       consumer.op != Op::Transpose && consumer.op != Op::Slice &&
                                       consumer.op != Op::Reshape && consumer.op != Op::BroadcastTo;
-    if (same_space) host_[n] = c;
+    const int root = kernel_root(c);
+    const bool later = std::all_of(consumers[n].begin(), consumers[n].end(),
+                                   [&](int other) { return other == c || other > root; });
+    if (same_space && later) host_[n] = c;
   }
 }
 

@@ -6,7 +6,7 @@
 #include "dsl/error.h"
 #include "jit/dump.h"
 #include "jit/passes/buffer_plan.h"
-#include "jit/passes/lower.h"
+#include "jit/passes/pipeline.h"
 #include "runtime/cpu/library.h"
 
 namespace towerjit {
@@ -15,18 +15,21 @@ using KernelFn = void (*)(void**, int64_t, int64_t, int64_t, int64_t);
 
 CpuProgram::CpuProgram(const Graph& graph, std::vector<Tensor> fetches, bool run_update_ops,
                        ThreadPool* pool)
-    : graph_(&graph), pool_(pool) {
+    : pool_(pool) {
   std::vector<int> ids;
   for (const Tensor& t : fetches) {
     internal_check(t.valid() && &t.graph() == &graph) << "fetch from another graph";
     ids.push_back(t.id());
   }
-  program_ = lower_to_kernels(graph, ids, run_update_ops ? graph.update_ops : std::vector<int>{});
+  LoweredProgram lowered =
+      lower_graph(graph, ids, run_update_ops ? graph.update_ops : std::vector<int>{});
+  graph_ = std::move(lowered.graph);
+  program_ = std::move(lowered.program);
   llvm_ir_ = cpu::emit_llvm_module(program_, &emitted_);
   cpu::register_kernel_helpers();
   // Named after its text, so dumps of different programs sit side by side.
   const std::string module = "step_" + std::to_string(std::hash<std::string>{}(llvm_ir_) % 1000000007);
-  dump_program(graph, program_, module);
+  dump_program(graph_, program_, module);
   if (!program_.kernels.empty()) {
     module_ = cpu::compile(llvm_ir_, module, &stats_);
     for (const auto& k : emitted_) functions_.push_back(reinterpret_cast<KernelFn>(module_->lookup(k.symbol)));
@@ -39,7 +42,7 @@ int64_t CpuProgram::bind_batch(const HostFeeds& feeds) const {
   for (const auto& b : program_.buffers) {
     if (b.kind != kir::Buffer::Kind::input) continue;
     auto it = feeds.find(b.name);
-    user_check(it != feeds.end(), graph_->node(b.nodes[0]).loc)
+    user_check(it != feeds.end(), graph_.node(b.nodes[0]).loc)
         << "input \"" << b.name << "\" " << b.shape.str() << " was not fed; pass it in the feeds";
     const HostTensor& t = it->second;
     bool ok = t.dtype == b.dtype && t.shape.rank() == b.shape.rank();
@@ -48,7 +51,7 @@ int64_t CpuProgram::bind_batch(const HostFeeds& feeds) const {
       if (batch < 0) batch = t.shape[i], from = b.name;
       ok = t.shape[i] == batch;
     }
-    user_check(ok, graph_->node(b.nodes[0]).loc)
+    user_check(ok, graph_.node(b.nodes[0]).loc)
         << "input \"" << b.name << "\" expects " << dtype_name(b.dtype) << b.shape.str() << " but got "
         << dtype_name(t.dtype) << t.shape.str()
         << (batch >= 0 && from != b.name ? " (batch " + std::to_string(batch) + " from \"" + from + "\")" : "")
@@ -71,7 +74,7 @@ std::vector<void*> CpuProgram::bind_buffers(const HostFeeds& feeds, HostVariable
     } else if (b.kind == kir::Buffer::Kind::variable) {
       auto it = variables.find(b.name);
       user_check(it != variables.end() && it->second.shape == b.shape && it->second.dtype == b.dtype,
-                 graph_->node(b.nodes[0]).loc)
+                 graph_.node(b.nodes[0]).loc)
           << "variable \"" << b.name << "\" " << dtype_name(b.dtype) << b.shape.str()
           << (it == variables.end() ? " has no value" : " holds " + it->second.shape.str())
           << "; initialise it before running the program";
@@ -111,7 +114,7 @@ std::vector<HostTensor> CpuProgram::run(const HostFeeds& feeds, HostVariables& v
       std::vector<cpu::View> in;
       for (int b : c.inputs) in.push_back({program_.buffers[b].shape.bind(batch), base[b]});
       const cpu::View out{program_.buffers[c.output].shape.bind(batch), base[c.output]};
-      cpu::run_library_call(c, graph_->node(c.node), in, out);
+      cpu::run_library_call(c, graph_.node(c.node), in, out);
     } else {
       const kir::Copy& c = program_.copies[s.index];
       std::memmove(base[c.to], base[c.from], program_.buffers[c.to].shape.elements(batch) * 4);

@@ -23,7 +23,7 @@ using HostVariables = std::map<std::string, HostTensor>;
 class CpuProgram {
  public:
   // Compiles what `fetches` (and, with `run_update_ops`, the graph's update ops) need. The
-  // graph must outlive the program. `pool` splits loop kernels over threads (none: serial).
+  // program keeps its own optimised copy of the graph. `pool` splits loop kernels over threads (none: serial).
   CpuProgram(const Graph& graph, std::vector<Tensor> fetches, bool run_update_ops = false,
              ThreadPool* pool = nullptr);
 
@@ -46,7 +46,7 @@ class CpuProgram {
   std::vector<void*> bind_buffers(const HostFeeds& feeds, HostVariables& variables, int64_t batch);
   void run_kernel(int index, const std::vector<void*>& base, int64_t batch, uint64_t step);
 
-  const Graph* graph_;
+  Graph graph_;  // optimised copy; the program's node ids refer to it
   ThreadPool* pool_;
   kir::Program program_;
   std::string llvm_ir_;

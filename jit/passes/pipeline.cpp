@@ -1,0 +1,50 @@
+#include "jit/passes/pipeline.h"
+
+#include <cstdio>
+
+#include "jit/knobs.h"
+#include "jit/passes/cse.h"
+#include "jit/passes/lower.h"
+#include "jit/passes/simplify.h"
+
+namespace towerjit {
+namespace {
+
+// Applies a graph pass, carrying the ids the caller holds into the new graph, and prints the
+// result at TOWERJIT_DEBUG >= 2 when the pass changed the node count.
+template <typename Pass>
+void run_pass(const char* name, Pass pass, Graph& graph, std::vector<int>& fetches) {
+  Rewritten r = pass(graph);
+  const bool changed = r.graph.size() != graph.size();
+  fetches = remap_ids(fetches, r.remap);
+  graph = std::move(r.graph);
+  if (changed && knobs::debug_level() >= 2)
+    std::fprintf(stderr, "towerjit: after %s (%d nodes)\n%s", name, graph.size(), graph.str().c_str());
+}
+
+Rewritten copy(const Graph& g) {
+  return rewrite_graph(g, [](Node n, Graph& out) { return out.add(std::move(n)); });
+}
+
+}  // namespace
+
+LoweredProgram lower_graph(const Graph& graph, const std::vector<int>& fetches,
+                           const std::vector<int>& update_ops) {
+  // Update ops ride along with the fetches so the passes carry their ids over.
+  std::vector<int> ids = fetches;
+  ids.insert(ids.end(), update_ops.begin(), update_ops.end());
+  Graph g = copy(graph).graph;
+
+  run_pass("simplify", simplify, g, ids);                           // x*1, x+0, constant math
+  run_pass("cse", eliminate_common_subexpressions, g, ids);         // one node per value
+  run_pass("simplify", simplify, g, ids);                           // what CSE exposed
+
+  const std::vector<int> new_fetches(ids.begin(), ids.begin() + fetches.size());
+  const std::vector<int> new_updates(ids.begin() + fetches.size(), ids.end());
+  kir::Program program = lower_to_kernels(g, new_fetches, new_updates);  // fusion
+  if (knobs::debug_level() >= 3)
+    std::fprintf(stderr, "towerjit: kernel IR\n%s", kir::to_string(program).c_str());
+  return {std::move(g), std::move(program)};
+}
+
+}  // namespace towerjit

@@ -1,0 +1,21 @@
+// The whole lowering as one readable list (Halide's Lower.cpp): graph passes, then fusion into
+// the kernel IR. Buffer planning runs when the batch size is known (jit/passes/buffer_plan.h).
+#pragma once
+
+#include <vector>
+
+#include "dsl/graph.h"
+#include "jit/kir/kernel_ir.h"
+
+namespace towerjit {
+
+struct LoweredProgram {
+  Graph graph;           // the optimised graph the program's node ids refer to
+  kir::Program program;
+};
+
+// Optimises a copy of `graph` and lowers what `fetches` and `update_ops` need.
+LoweredProgram lower_graph(const Graph& graph, const std::vector<int>& fetches,
+                           const std::vector<int>& update_ops);
+
+}  // namespace towerjit
