@@ -1,6 +1,7 @@
 // Checks grad() against central finite differences through the reference interpreter, which
 // computes in double precision: with eps = 1e-6 the difference quotient is accurate to about
-// 1e-9, so analytic and numeric gradients must agree to a relative 1e-6.
+// 1e-9, so analytic and numeric gradients must agree to a relative 1e-6. Every check also runs
+// the gradients through the CPU JIT and requires them within 1e-5 of the interpreter's.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -15,6 +16,7 @@
 #include "dsl/autodiff.h"
 #include "dsl/ops.h"
 #include "jit/reference/interpreter.h"
+#include "../jit/jit_check.h"
 
 namespace gradcheck {
 
@@ -137,6 +139,8 @@ inline void check_op(const std::string& what, const std::vector<Arg>& args,
   std::vector<Tensor> fetches = grads;
   fetches.push_back(loss);
   const std::vector<Array> analytic = reference::run(graph, fetches, feeds, variables);
+  // The CPU JIT computes the same gradients in f32 (relative 1e-5 of max(1, |value|)).
+  towerjit::testing::require_jit_matches(graph, fetches, feeds, variables, analytic, 1e-5, what);
   for (size_t w = 0; w < wrt.size(); ++w) {
     const std::string name = "x" + std::to_string(wrt_arg[w]);
     Array& value = feeds[name];
@@ -156,6 +160,7 @@ inline void check_variables(const std::string& what, const Graph& graph, Tensor 
   std::vector<Tensor> fetches = grad(loss, vars);
   fetches.push_back(loss);  // fixes the batch size, as in check_op
   const std::vector<Array> analytic = reference::run(graph, fetches, feeds, variables);
+  towerjit::testing::require_jit_matches(graph, fetches, feeds, variables, analytic, 1e-5, what);
   for (size_t v = 0; v < vars.size(); ++v) {
     const std::string& name = vars[v].node().attrs.name;
     Array& value = variables.at(name);

@@ -79,4 +79,21 @@ inline void require_close(const JitRun& r, double rtol, const std::string& what)
   }
 }
 
+// Runs `fetches` through the CPU JIT and requires them within `rtol` of `expected` (what the
+// reference interpreter computed for the same feeds and variables).
+inline void require_jit_matches(const Graph& g, const std::vector<Tensor>& fetches,
+                                const reference::Feeds& feeds, const reference::Variables& variables,
+                                const std::vector<reference::Array>& expected, double rtol,
+                                const std::string& what) {
+  HostFeeds hf;
+  for (const auto& [name, a] : feeds) hf[name] = to_host(a);
+  HostVariables hv;
+  for (const auto& [name, a] : variables) hv[name] = to_host(a);
+  JitRun r;
+  r.program = std::make_unique<CpuProgram>(g, fetches);
+  for (const auto& t : r.program->run(hf, hv)) r.jit.push_back(to_array(t));
+  r.ref = expected;
+  require_close(r, rtol, what + " (CPU JIT)");
+}
+
 }  // namespace towerjit::testing
