@@ -21,9 +21,11 @@ Tensor mlp(Tensor x, int64_t hidden) {
 }
 
 Tensor cnn(Tensor x) {
-  Tensor h = relu(conv2d(x, 16, 3, "conv1", {.pad = 1}));
+  Conv2DLayerOptions same;  // 3x3, stride 1, pad 1: the spatial size stays
+  same.pad = 1;
+  Tensor h = relu(conv2d(x, 16, 3, "conv1", same));
   h = max_pool2d(h, {.kernel = 2});
-  h = relu(conv2d(h, 32, 3, "conv2", {.pad = 1}));
+  h = relu(conv2d(h, 32, 3, "conv2", same));
   h = max_pool2d(h, {.kernel = 2});
   return dense(reshape(h, {kBatch, 32 * 7 * 7}), kClasses, "logits");
 }

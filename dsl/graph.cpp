@@ -73,6 +73,46 @@ std::string Graph::scope_path() const {
 
 Reuse Graph::reuse() const { return scopes_.empty() ? Reuse::no : scopes_.back().reuse; }
 
+namespace {
+
+std::string list(const std::vector<int>& xs) {
+  std::string s = "[";
+  for (size_t i = 0; i < xs.size(); ++i) s += (i ? "," : "") + std::to_string(xs[i]);
+  return s + "]";
+}
+
+// The attributes that tell two nodes of one op apart, as " key=value" pairs.
+std::string attrs_str(const Node& n) {
+  std::ostringstream out;
+  const Attrs& a = n.attrs;
+  switch (op_kind(n.op)) {
+    case OpKind::Reduce:
+      out << " axes=" << list(a.axes) << (a.keepdims ? " keepdims" : "");
+      break;
+    default:
+      break;
+  }
+  switch (n.op) {
+    case Op::Constant: out << " value=" << a.value; break;
+    case Op::Transpose: out << " perm=" << list(a.axes); break;
+    case Op::Count: out << " axes=" << list(a.axes); break;
+    case Op::OneHot: out << " depth=" << a.depth; break;
+    case Op::ArgMax: case Op::Concat: out << " axis=" << a.axis; break;
+    case Op::RandomUniform: out << " seed=" << a.seed; break;
+    case Op::Conv2D: case Op::Conv2DGradInput: case Op::Conv2DGradFilter:
+      out << " stride=" << a.stride[0] << " pad=" << a.pad[0];
+      break;
+    case Op::MaxPool2D: case Op::MaxPool2DGrad: case Op::AvgPool2D: case Op::AvgPool2DGrad:
+      out << " kernel=" << a.kernel[0] << " stride=" << a.stride[0] << " pad=" << a.pad[0];
+      break;
+    default:
+      break;
+  }
+  return out.str();
+}
+
+}  // namespace
+
 std::string Graph::node_str(int id) const {
   const Node& n = nodes_.at(id);
   std::ostringstream out;
@@ -80,7 +120,7 @@ std::string Graph::node_str(int id) const {
   for (size_t i = 0; i < n.inputs.size(); ++i) out << (i ? ", " : "") << "%" << n.inputs[i];
   out << ")";
   if (!n.attrs.name.empty()) out << " \"" << n.attrs.name << "\"";
-  if (n.op == Op::Constant) out << " value=" << n.attrs.value;
+  out << attrs_str(n);
   out << " : " << dtype_name(n.dtype) << n.shape.str();
   out << "  @ " << format_location(n.loc);
   if (!n.scope.empty()) out << " in \"" << n.scope << "\"";

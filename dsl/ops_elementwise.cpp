@@ -1,4 +1,5 @@
 // Leaves and elementwise ops: shape and dtype checks, then one node each.
+#include <algorithm>
 #include <cmath>
 
 #include "dsl/ops_internal.h"
@@ -78,6 +79,9 @@ Tensor input(const std::string& name, Shape shape, DType dtype, Loc loc) {
   for (int64_t d : shape.dims())
     user_check(d == kBatch || d > 0, loc) << "input \"" << name << "\": dimension " << d
                                           << " in " << shape.str() << " must be positive or kBatch";
+  user_check(std::count(shape.dims().begin(), shape.dims().end(), kBatch) <= 1, loc)
+      << "input \"" << name << "\": " << shape.str() << " has the batch dimension B twice; "
+      << "a shape holds B at most once (give the other dimension its size)";
   Attrs attrs;
   attrs.name = name;
   return make(g, Op::Input, {}, std::move(shape), dtype, attrs, loc);
@@ -107,6 +111,10 @@ Tensor binary(Op op, const Operand& a, const Operand& b, Loc loc) {
   Graph& g = graph_of({&a, &b}, name, loc);
   // A plain number takes the dtype of the tensor beside it.
   const DType dtype = !a.is_scalar ? a.tensor.dtype() : !b.is_scalar ? b.tensor.dtype() : DType::f32;
+  for (const Operand* o : {&a, &b})
+    user_check(!o->is_scalar || dtype != DType::i32 || o->scalar == std::trunc(o->scalar), loc)
+        << name << ": the number " << o->scalar << " is not an integer but the other operand is i32"
+        << in_scope(g) << "; convert the tensor with cast(x, DType::f32) first";
   Tensor ta = as_tensor(a, g, dtype), tb = as_tensor(b, g, dtype);
   user_check(ta.dtype() == tb.dtype(), loc)
       << name << ": dtype mismatch between " << ta.describe() << " and " << tb.describe()

@@ -7,3 +7,4 @@
 #include "dsl/ops.h"
 #include "dsl/variables.h"
 #include "jit/reference/interpreter.h"
+#include "runtime/cpu/cpu_program.h"

@@ -53,3 +53,10 @@ int debug_level() {
 }
 
 }  // namespace towerjit::knobs
+
+namespace towerjit::knobs {
+
+std::optional<std::string> cuda_arch() { return read("TOWERJIT_CUDA_ARCH"); }
+std::optional<std::string> cuda_home() { return read("CUDA_HOME"); }
+
+}  // namespace towerjit::knobs

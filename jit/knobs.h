@@ -45,3 +45,15 @@ namespace towerjit::knobs {
 int debug_level();
 
 }  // namespace towerjit::knobs
+
+namespace towerjit::knobs {
+
+// TOWERJIT_CUDA_ARCH: the GPU architecture NVRTC compiles for ("sm_80", "80"), overriding the
+// device's own; a --arch flag overrides this. Unset: the device's, or sm_90 with no device.
+std::optional<std::string> cuda_arch();
+
+// CUDA_HOME: a CUDA installation to look for NVRTC in ($CUDA_HOME/lib64) when the loader's
+// path does not have it; /usr/local/cuda is tried last. Unset or empty: not set.
+std::optional<std::string> cuda_home();
+
+}  // namespace towerjit::knobs

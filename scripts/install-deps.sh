@@ -9,6 +9,10 @@ packages=(
   libopenblas-dev librange-v3-dev catch2 libcli11-dev nlohmann-json3-dev libfmt-dev
   dataset-fashion-mnist
 )
+# Only for `make bench` (scripts/install-deps.sh --bench): PyTorch, the baseline the benchmark
+# compares against. Large, so `make test` and `make demo` do not install it.
+bench_packages=(python3 python3-torch)
+if [[ "${1:-}" == "--bench" ]]; then packages+=("${bench_packages[@]}"); fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,5 +1,7 @@
 #include "jit/passes/lower.h"
 
+#include "jit/passes/fusion_plan.h"
+
 #include <algorithm>
 
 #include "dsl/error.h"
@@ -37,201 +39,53 @@ std::vector<Affine> affine_strides(const Shape& shape) {
   return strides;
 }
 
-bool is_library(Op op) {
-  switch (op) {
-    case Op::MatMul: case Op::OneHot: case Op::ArgMax: case Op::Conv2D:
-    case Op::Conv2DGradInput: case Op::Conv2DGradFilter: case Op::MaxPool2D:
-    case Op::MaxPool2DGrad: case Op::AvgPool2D: case Op::AvgPool2DGrad: case Op::Pad:
-    case Op::Concat:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// A transpose of the last two axes that a matrix product can read as a transposed operand.
-bool swaps_last_two(const Node& n) {
-  if (n.op != Op::Transpose || n.shape.rank() < 2) return false;
-  const int r = n.shape.rank();
-  for (int i = 0; i < r - 2; ++i)
-    if (n.attrs.axes[i] != i) return false;
-  return n.attrs.axes[r - 2] == r - 1 && n.attrs.axes[r - 1] == r - 2;
-}
-
-// For a reshape that only inserts or removes dimensions of size 1, the input dimension each
-// output dimension carries (-1 for an inserted 1); empty when the reshape moves elements.
-std::vector<int> unit_reshape(const Shape& in, const Shape& out) {
-  std::vector<int> from(out.rank(), -1);
-  int j = 0;
-  for (int i = 0; i < out.rank(); ++i) {
-    if (out[i] == 1) continue;
-    while (j < in.rank() && in[j] == 1) ++j;
-    if (j == in.rank() || in[j] != out[i]) return {};
-    from[i] = j++;
-  }
-  while (j < in.rank() && in[j] == 1) ++j;
-  if (j != in.rank()) return {};
-  if (out.rank() == 0 && in.rank() == 0) return {};
-  return from.empty() ? std::vector<int>{-2} : from;  // {-2}: to a scalar
-}
-
-bool inline_reshape(const Graph& g, const Node& n) {
-  return n.op == Op::Reshape && !unit_reshape(g.node(n.inputs[0]).shape, n.shape).empty();
-}
-
 class Lowering {
  public:
   Lowering(const Graph& g, FusionLimits limits) : g_(g), limits_(limits) {}
   kir::Program run(const std::vector<int>& fetches, const std::vector<int>& update_ops);
 
  private:
-  void mark_needed(const std::vector<int>& roots);
-  void decide_buffers(const std::vector<int>& fetches);
   int buffer_of(int node);
   void emit_step(int node);
   void emit_library(int node);
   void emit_kernel(int node);
   int expr(kir::Kernel& k, int node, const IndexMap& map, bool root);
   int add_expr(kir::Kernel& k, kir::Expr e);
-  void choose_hosts();
-  int kernel_root(int node) const;
   int add_access(kir::Kernel& k, int buffer, const Shape& shape, const IndexMap& map);
   IndexMap broadcast_input(const IndexMap& map, const Shape& out, const Shape& in);
 
   const Graph& g_;
   FusionLimits limits_;
   kir::Program p_;
-  std::vector<bool> needed_, mat_, folded_;
-  std::vector<int> uses_, buffer_;
-  std::vector<int> host_;  // a node computed inside its first consumer's kernel, or -1
-  int root_ = -1;          // the node whose kernel is being built
+  FusionPlan plan_;
+  std::vector<int> buffer_;
+  int root_ = -1;  // the node whose kernel is being built
+  void check_in_place_writes() const;
 };
 
 kir::Program Lowering::run(const std::vector<int>& fetches, const std::vector<int>& update_ops) {
-  std::vector<int> roots = fetches;
-  roots.insert(roots.end(), update_ops.begin(), update_ops.end());
-  mark_needed(roots);
-  decide_buffers(fetches);
+  for (int u : update_ops)
+    internal_check(g_.node(u).op == Op::Assign) << "update op %" << u << " is " << op_name(g_.node(u).op);
+  plan_ = plan_fusion(g_, fetches, update_ops, limits_);
   buffer_.assign(g_.size(), -1);
   for (int n = 0; n < g_.size(); ++n)
-    if (needed_[n] && mat_[n]) emit_step(n);
+    if (plan_.needed[n] && plan_.buffered[n]) emit_step(n);
   for (int u : update_ops) {
     const Node& a = g_.node(u);
-    internal_check(a.op == Op::Assign) << "update op %" << u << " is " << op_name(a.op);
+    if (plan_.in_place[a.inputs[1]] >= 0) continue;  // the value's kernel wrote the variable
     p_.copies.push_back({buffer_of(a.inputs[1]), buffer_of(a.inputs[0])});
     p_.steps.push_back({kir::Step::Kind::copy, static_cast<int>(p_.copies.size()) - 1});
   }
   for (int f : fetches) p_.fetches.push_back(buffer_of(f));
+  check_in_place_writes();
   return std::move(p_);
-}
-
-void Lowering::mark_needed(const std::vector<int>& roots) {
-  needed_.assign(g_.size(), false);
-  uses_.assign(g_.size(), 0);
-  std::vector<int> stack = roots;
-  while (!stack.empty()) {
-    const int n = stack.back();
-    stack.pop_back();
-    if (needed_[n]) continue;
-    needed_[n] = true;
-    // A count reads only its input's shape, so the input need not be computed.
-    if (g_.node(n).op == Op::Count) continue;
-    for (int in : g_.node(n).inputs) stack.push_back(in);
-  }
-  for (int n = 0; n < g_.size(); ++n)
-    if (needed_[n] && g_.node(n).op != Op::Count)
-      for (int in : g_.node(n).inputs) uses_[in]++;
-}
-
-// Consumers decide for their producers, so walk from the last node back; then a forward walk
-// gives a buffer to any producer whose inlined body would outgrow the fusion limit.
-void Lowering::decide_buffers(const std::vector<int>& fetches) {
-  mat_.assign(g_.size(), false);
-  folded_.assign(g_.size(), false);
-  for (int f : fetches) mat_[f] = true;
-  for (int n = g_.size() - 1; n >= 0; --n) {
-    if (!needed_[n]) continue;
-    const Node& node = g_.node(n);
-    const OpKind kind = op_kind(node.op);
-    const bool moves = node.op == Op::Reshape && !inline_reshape(g_, node);
-    if (node.op == Op::Input || node.op == Op::Variable || kind == OpKind::Reduce || moves ||
-        is_library(node.op))
-      mat_[n] = true;
-    if ((kind == OpKind::Unary || kind == OpKind::Binary || kind == OpKind::Layout ||
-         node.op == Op::Select) && uses_[n] > 1)
-      mat_[n] = true;
-    if (node.op == Op::Assign) mat_[node.inputs[1]] = true;
-    if (moves || (is_library(node.op) && node.op != Op::MatMul))
-      for (int in : node.inputs) mat_[in] = true;
-    if (node.op == Op::MatMul) {
-      for (int in : node.inputs) {
-        const Node& t = g_.node(in);
-        if (swaps_last_two(t) && uses_[in] == 1 && !mat_[in]) {
-          folded_[in] = true;
-          mat_[t.inputs[0]] = true;
-        } else {
-          mat_[in] = true;
-        }
-      }
-    }
-  }
-  std::vector<int> size(g_.size(), 1);
-  for (int n = 0; n < g_.size(); ++n) {
-    if (!needed_[n]) continue;
-    for (int in : g_.node(n).inputs)
-      if (!mat_[in]) size[n] += size[in];
-    if (size[n] > limits_.max_exprs && !mat_[n] && !folded_[n] && g_.node(n).op != Op::Assign)
-      mat_[n] = true, size[n] = 1;
-  }
-  choose_hosts();
-}
-
-// Multi-output fusion: an elementwise node with a buffer of its own (it has several consumers)
-// is computed inside the kernel of its first consumer, which stores it on the side, when that
-// consumer loops over the same space and reads it directly: dense+bias is stored by the ReLU
-// kernel, the ReLU-gradient mask by the bias-gradient sum, and so on. Later consumers read the
-// buffer as before; steps run in node order, so they come after.
-void Lowering::choose_hosts() {
-  host_.assign(g_.size(), -1);
-  std::vector<std::vector<int>> consumers(g_.size());
-  for (int n = 0; n < g_.size(); ++n)
-    if (needed_[n] && g_.node(n).op != Op::Count)
-      for (int in : g_.node(n).inputs) consumers[in].push_back(n);
-  auto elementwise = [&](const Node& x) {
-    const OpKind k = op_kind(x.op);
-    return k == OpKind::Unary || k == OpKind::Binary || x.op == Op::Select ||
-           x.op == Op::BroadcastTo || x.op == Op::Transpose || x.op == Op::Slice ||
-           x.op == Op::Constant || x.op == Op::RandomUniform || inline_reshape(g_, x);
-  };
-  // From the last node back, so a consumer's own host is known: the kernel that computes the
-  // node runs at its root's position, and every other consumer must run after that.
-  for (int n = g_.size() - 1; n >= 0; --n) {
-    const Node& p = g_.node(n);
-    if (!needed_[n] || !mat_[n] || folded_[n] || consumers[n].empty() || !elementwise(p)) continue;
-    const int c = consumers[n].front();
-    if (!mat_[c]) continue;
-    const Node& consumer = g_.node(c);
-    const bool same_space = op_kind(consumer.op) == OpKind::Reduce
-                                ? consumer.inputs[0] == n
-                                : elementwise(consumer) && consumer.shape == p.shape &&
-                                      consumer.op != Op::Transpose && consumer.op != Op::Slice &&
-                                      consumer.op != Op::Reshape && consumer.op != Op::BroadcastTo;
-    const int root = kernel_root(c);
-    const bool later = std::all_of(consumers[n].begin(), consumers[n].end(),
-                                   [&](int other) { return other == c || other > root; });
-    if (same_space && later) host_[n] = c;
-  }
-}
-
-int Lowering::kernel_root(int node) const {
-  while (host_[node] >= 0) node = host_[node];
-  return node;
 }
 
 int Lowering::buffer_of(int node) {
   if (buffer_[node] >= 0) return buffer_[node];
   const Node& n = g_.node(node);
   if (n.op == Op::Assign) return buffer_[node] = buffer_of(n.inputs[1]);
+  if (plan_.in_place[node] >= 0) return buffer_[node] = buffer_of(plan_.in_place[node]);
   kir::Buffer b;
   b.shape = n.shape;
   b.dtype = n.dtype;
@@ -241,20 +95,34 @@ int Lowering::buffer_of(int node) {
   b.name = (n.op == Op::Input || n.op == Op::Variable)
                ? n.attrs.name
                : "t" + std::to_string(p_.buffers.size());
-  if (n.op == Op::Reshape && !inline_reshape(g_, n)) b.alias_of = buffer_of(n.inputs[0]);
+  if (plan_.view[node]) b.alias_of = buffer_of(n.inputs[0]);
   b.nodes.push_back(node);
   p_.buffers.push_back(b);
   return buffer_[node] = static_cast<int>(p_.buffers.size()) - 1;
 }
 
+// A kernel that writes a variable in place must read it only at the element it writes; the
+// plan makes it so, and this says loudly if it ever does not.
+void Lowering::check_in_place_writes() const {
+  for (const kir::Kernel& k : p_.kernels)
+    for (const auto& o : k.outputs) {
+      const kir::Access& store = k.accesses[o.access];
+      if (p_.buffers[store.buffer].kind != kir::Buffer::Kind::variable) continue;
+      for (const kir::Expr& e : k.exprs)
+        if (e.kind == kir::Expr::Kind::load && k.accesses[e.access].buffer == store.buffer)
+          internal_check(k.accesses[e.access] == store)
+              << "kernel " << k.name << " reads variable " << p_.buffers[store.buffer].name
+              << " away from where it writes it in place";
+    }
+}
+
 void Lowering::emit_step(int node) {
   const Node& n = g_.node(node);
-  const bool view = n.op == Op::Reshape && !inline_reshape(g_, n);
-  if (n.op == Op::Input || n.op == Op::Variable || view || n.op == Op::Assign) {
+  if (n.op == Op::Input || n.op == Op::Variable || plan_.view[node] || n.op == Op::Assign) {
     buffer_of(node);
     return;
   }
-  if (host_[node] >= 0) return;  // computed inside its first consumer's kernel
+  if (plan_.host[node] >= 0) return;  // computed inside its first consumer's kernel
   if (is_library(n.op)) emit_library(node);
   else emit_kernel(node);
 }
@@ -264,7 +132,7 @@ void Lowering::emit_library(int node) {
   kir::LibraryCall call{.op = n.op, .inputs = {}, .output = -1, .attrs = n.attrs, .node = node};
   for (size_t i = 0; i < n.inputs.size(); ++i) {
     int in = n.inputs[i];
-    if (folded_[in]) {
+    if (plan_.folded[in]) {
       (i == 0 ? call.transpose_a : call.transpose_b) = true;
       in = g_.node(in).inputs[0];
     }
@@ -303,8 +171,9 @@ void Lowering::emit_kernel(int node) {
   }
   std::string name = "k" + std::to_string(p_.kernels.size());
   std::sort(k.nodes.begin(), k.nodes.end());
+  k.nodes.erase(std::unique(k.nodes.begin(), k.nodes.end()), k.nodes.end());
+  std::erase(k.nodes, node);
   k.nodes.insert(k.nodes.begin(), node);  // the root first: it names the kernel
-  k.nodes.erase(std::unique(k.nodes.begin() + 1, k.nodes.end()), k.nodes.end());
   for (size_t i = 0; i < k.nodes.size() && i < 4; ++i)
     name += "_" + std::string(op_name(g_.node(k.nodes[i]).op));
   k.name = name;
@@ -357,7 +226,7 @@ int Lowering::add_expr(kir::Kernel& k, kir::Expr e) {
 int Lowering::expr(kir::Kernel& k, int node, const IndexMap& map, bool root) {
   const Node& n = g_.node(node);
   using K = kir::Expr::Kind;
-  if (!root && mat_[node] && kernel_root(node) == root_) {
+  if (!root && plan_.buffered[node] && plan_.kernel_root(node) == root_) {
     // Computed here for a later consumer too: inline it and store it on the side.
     const int value = expr(k, node, map, true);
     const int access = add_access(k, buffer_of(node), n.shape, map);
@@ -366,7 +235,7 @@ int Lowering::expr(kir::Kernel& k, int node, const IndexMap& map, bool root) {
     if (!stored) k.outputs.push_back({access, value});
     return value;
   }
-  if (!root && mat_[node]) {
+  if (!root && plan_.buffered[node]) {
     return add_expr(k, {.kind = K::load, .op = n.op, .dtype = n.dtype,
                         .access = add_access(k, buffer_of(node), n.shape, map)});
   }

@@ -6,14 +6,9 @@
 
 #include "dsl/graph.h"
 #include "jit/kir/kernel_ir.h"
+#include "jit/passes/fusion_plan.h"
 
 namespace towerjit {
-
-// Explicit fusion limits, as data (ArrayFire keeps these as an enum of its own).
-struct FusionLimits {
-  // Expression nodes one kernel body may inline; a bigger producer gets a buffer of its own.
-  int max_exprs = 256;
-};
 
 // Lowers the nodes `fetches` and `update_ops` (Assign nodes) need into a program whose
 // Program::fetches lists one buffer per fetch. Update ops write their variables in copy steps

@@ -1,10 +1,12 @@
 #include "runtime/cpu/cpu_program.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "dsl/error.h"
 #include "jit/dump.h"
+#include "jit/knobs.h"
 #include "jit/passes/buffer_plan.h"
 #include "jit/passes/pipeline.h"
 #include "runtime/cpu/library.h"
@@ -34,6 +36,10 @@ CpuProgram::CpuProgram(const Graph& graph, std::vector<Tensor> fetches, bool run
     module_ = cpu::compile(llvm_ir_, module, &stats_);
     for (const auto& k : emitted_) functions_.push_back(reinterpret_cast<KernelFn>(module_->lookup(k.symbol)));
   }
+  if (knobs::debug_level() >= 1)
+    std::fprintf(stderr, "towerjit: %s: %zu kernels, %zu library calls, %zu copies; compiled in %.1f ms%s\n",
+                 module.c_str(), program_.kernels.size(), program_.calls.size(), program_.copies.size(),
+                 stats_.compile_ms, stats_.cache_hit ? " (cache hit)" : "");
 }
 
 int64_t CpuProgram::bind_batch(const HostFeeds& feeds) const {

@@ -26,7 +26,7 @@ TEST_CASE("Graph::str shows op, inputs, dtype, shape with B and file:line", "[ds
   CHECK_THAT(text, Contains("%0 = input() \"x\" : f32[B,784]  @ " + x_at));
   CHECK_THAT(text, Contains("%2 = matmul(%0, %1) : f32[B,10]  @ " + y_at));
   CHECK_THAT(text, Contains("input() \"labels\" : i32[B]"));
-  CHECK_THAT(g.node_str(am.id()), Contains("argmax(%2) : i32[B]"));
+  CHECK_THAT(g.node_str(am.id()), Contains("argmax(%2) axis=1 : i32[B]"));
   // One line per node.
   CHECK(std::count(text.begin(), text.end(), '\n') == g.size());
 }
@@ -51,6 +51,6 @@ TEST_CASE("Graph::str shows the scope a node was built in", "[dsl]") {
     VariableScope scope("encoder");
     s = sum(x, {-1}, true);
   }
-  CHECK_THAT(g.node_str(s.id()), Contains("sum(%0) : f32[B,1]") && Contains("in \"encoder\""));
+  CHECK_THAT(g.node_str(s.id()), Contains("sum(%0) axes=[1] keepdims : f32[B,1]") && Contains("in \"encoder\""));
   CHECK_THAT(g.node_str(x.id()), !Contains("encoder"));
 }

@@ -1,0 +1,252 @@
+// towerjit_bench: the CPU backend's training step against PyTorch's, on this machine, in one
+// run (issue 3, "Speed"). One JSON line per workload on stdout; progress on stderr.
+//
+//   build/bench/towerjit_bench [--steps 50] [--warmup 10] [--workload cnn]... [--no-torch]
+//
+// For each workload: compile cold (a fresh TOWERJIT_CACHE_DIR) and warm (the same program
+// again: a cache hit); run warm-up steps, then timed steps on fixed random data (the same
+// batch every step); the median step. The GEMM floor times each sgemm of the step alone on
+// its shape. A profiled pass (CpuProgram::step_times) says where the step's time goes.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <cblas.h>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/gemm_floor.h"
+#include "bench/torch_runner.h"
+#include "bench/train_step.h"
+#include "dsl/error.h"
+
+namespace tj = towerjit;
+namespace bench = towerjit::bench;
+using json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int kThreads = 2;  // the machine's cores
+
+struct Options {
+  int steps = 50, warmup = 10, profile_steps = 20;
+  std::vector<std::string> workloads;
+  bool torch = true;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw tj::Error("towerjit_bench: " + a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--steps") o.steps = std::stoi(value());
+    else if (a == "--warmup") o.warmup = std::stoi(value());
+    else if (a == "--profile-steps") o.profile_steps = std::stoi(value());
+    else if (a == "--workload") o.workloads.push_back(value());
+    else if (a == "--no-torch") o.torch = false;
+    else throw tj::Error("towerjit_bench: unknown argument " + a +
+                         "; use --steps N, --warmup N, --profile-steps N, --workload NAME, --no-torch");
+  }
+  if (o.workloads.empty()) o.workloads = bench::workload_names();
+  return o;
+}
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+double round3(double v) { return std::round(v * 1000) / 1000; }
+
+// A step of the program in words: "MatMul [256,512]", "kernel k12 [B,512] (7 ops)", "copy".
+std::string describe(const tj::kir::Program& p, const tj::kir::Step& s, int64_t batch) {
+  using K = tj::kir::Step::Kind;
+  if (s.kind == K::library) {
+    const auto& c = p.calls[s.index];
+    std::string t = std::string(tj::op_name(c.op)) + " -> " + p.buffers[c.output].shape.bind(batch).str();
+    if (c.op == tj::Op::MatMul) t += std::string(" ") + (c.transpose_a ? "T" : "N") + (c.transpose_b ? "T" : "N");
+    return t;
+  }
+  if (s.kind == K::copy) return "copy -> " + p.buffers[p.copies[s.index].to].name;
+  const auto& k = p.kernels[s.index];
+  return "kernel " + k.name + " " + k.space.bind(batch).str() + (k.reduce != tj::Op::Constant ? " reduce" : "") +
+         " (" + std::to_string(k.nodes.size()) + " nodes)";
+}
+
+// Where the time of a step goes: the top steps, and totals by kind of step.
+json profile(tj::CpuProgram& program, const tj::HostFeeds& feeds, tj::HostVariables& vars,
+             int64_t batch, int steps) {
+  std::vector<double> times;
+  program.step_times = &times;
+  const auto start = Clock::now();
+  for (int i = 0; i < steps; ++i) program.run(feeds, vars, i);
+  const double step_ms = ms_since(start) / steps;
+  program.step_times = nullptr;
+  const auto& p = program.program();
+  std::map<std::string, double> by_kind;
+  std::vector<std::pair<double, int>> order;
+  double covered = 0;
+  for (size_t i = 0; i < times.size(); ++i) {
+    const double ms = times[i] / steps;
+    covered += ms;
+    order.push_back({ms, static_cast<int>(i)});
+    const auto& s = p.steps[i];
+    std::string kind = s.kind == tj::kir::Step::Kind::kernel ? "loop kernels"
+                       : s.kind == tj::kir::Step::Kind::copy ? "copies"
+                                                             : std::string(tj::op_name(p.calls[s.index].op));
+    by_kind[kind] += ms;
+  }
+  // plan_buffers runs inside every run(); peak_bytes() runs it alone, so time that.
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 20; ++i) (void)program.peak_bytes(batch);
+  by_kind["buffer plan (per run)"] = ms_since(t0) / 20;
+  by_kind["outside steps (bind, plan, fetch)"] = std::max(0.0, step_ms - covered);
+  std::sort(order.rbegin(), order.rend());
+  json top = json::array();
+  for (size_t i = 0; i < order.size() && i < 10; ++i)
+    top.push_back({{"step", order[i].second}, {"what", describe(p, p.steps[order[i].second], batch)},
+                   {"ms", round3(order[i].first)}});
+  json kinds = json::object();
+  for (const auto& [k, v] : by_kind) kinds[k] = round3(v);
+  int kernels = 0, calls = 0;
+  for (const auto& s : p.steps) (s.kind == tj::kir::Step::Kind::kernel ? kernels : calls)++;
+  return {{"profiled_step_ms", round3(step_ms)}, {"steps", p.steps.size()}, {"loop_kernels", kernels}, {"other_steps", calls},
+          {"by_kind_ms", kinds}, {"top_steps", top}};
+}
+
+json run_workload(const std::string& name, const Options& o, tj::ThreadPool& pool) {
+  bench::TrainStep step = bench::build_train_step(name);
+  const tj::HostFeeds feeds = bench::random_feeds(step, 42);
+  tj::HostVariables vars = bench::initial_variables(step, 1);
+
+  auto t0 = Clock::now();
+  auto cold = std::make_unique<tj::CpuProgram>(*step.graph, std::vector<tj::Tensor>{step.loss}, true, &pool);
+  const double cold_ms = ms_since(t0);
+  const bool cold_hit = cold->compile_stats().cache_hit;
+  cold.reset();
+  t0 = Clock::now();
+  tj::CpuProgram program(*step.graph, {step.loss}, true, &pool);
+  const double warm_ms = ms_since(t0);
+
+  std::vector<float> losses;
+  for (int i = 0; i < o.warmup; ++i) losses.push_back(program.run(feeds, vars, i)[0].f32[0]);
+  std::vector<double> times;
+  for (int i = 0; i < o.steps; ++i) {
+    t0 = Clock::now();
+    losses.push_back(program.run(feeds, vars, o.warmup + i)[0].f32[0]);
+    times.push_back(ms_since(t0));
+  }
+  const double step_ms = median(times);
+
+  const auto gemms = bench::time_gemms(bench::gemm_shapes(program.program(), step.batch));
+  double floor_ms = 0, flops = 0;
+  json gemm_list = json::array();
+  for (const auto& g : gemms) {
+    floor_ms += g.total_ms();
+    flops += g.shape.flops();
+    gemm_list.push_back({{"op", g.shape.op}, {"mnk", {g.shape.m, g.shape.n, g.shape.k}},
+                         {"trans", std::string(g.shape.transpose_a ? "T" : "N") + (g.shape.transpose_b ? "T" : "N")},
+                         {"count", g.shape.count}, {"ms", round3(g.total_ms())}});
+  }
+
+  json j;
+  j["workload"] = name;
+  j["batch"] = step.batch;
+  j["samples_per_s"] = round3(step.batch / step_ms * 1e3);
+  j["step_ms"] = round3(step_ms);
+  j["step_ms_min"] = round3(*std::min_element(times.begin(), times.end()));
+  j["step_ms_max"] = round3(*std::max_element(times.begin(), times.end()));
+  j["steps"] = o.steps;
+  j["gemm_floor_ms"] = round3(floor_ms);
+  j["gemm_gflop"] = round3(flops / 1e9);
+  j["step_over_floor"] = round3(step_ms / floor_ms);
+  j["compile_cold_ms"] = round3(cold_ms);
+  j["compile_warm_ms"] = round3(warm_ms);
+  j["cold_cache_hit"] = cold_hit;
+  j["warm_cache_hit"] = program.compile_stats().cache_hit;
+  j["peak_bytes"] = program.peak_bytes(step.batch);
+  j["loss_first"] = losses.front();
+  j["loss_last"] = losses.back();
+  // OpenBLAS picks its kernels by CPU model at load time; an unknown model falls back to the
+  // SSE3 "Prescott" kernels (see docs/performance.md). OPENBLAS_CORETYPE overrides it.
+  j["openblas_core"] = openblas_get_corename();
+  j["openblas_threads"] = openblas_get_num_threads();
+  j["gemms"] = gemm_list;
+  j["profile"] = profile(program, feeds, vars, step.batch, o.profile_steps);
+  return j;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Options o = parse(argc, argv);
+  // A fresh compile cache: the first program of each workload compiles cold, the second hits.
+  std::string tmpl = (std::filesystem::temp_directory_path() / "towerjit-bench-XXXXXX").string();
+  const char* cache_dir = mkdtemp(tmpl.data());
+  if (!cache_dir) throw tj::Error("towerjit_bench: cannot create a temporary cache directory");
+  setenv("TOWERJIT_CACHE_DIR", cache_dir, 1);
+
+  std::string torch_missing;
+  std::optional<std::string> python;
+  if (!o.torch) torch_missing = "skipped (--no-torch)";
+  else python = bench::find_torch_python(&torch_missing);
+
+  tj::ThreadPool pool(kThreads);
+  for (const std::string& name : o.workloads) {
+    // PyTorch right before ours, workload by workload, so both see the same machine load.
+    bench::TorchResults torch;
+    if (python) {
+      std::cerr << "towerjit_bench: " << name << ": PyTorch (" << *python << ", 3 thread settings)...\n";
+      torch = bench::run_torch(*python, TOWERJIT_BENCH_DIR "/torch_baseline.py", {name}, o.steps, o.warmup);
+      if (torch.empty()) torch_missing = "the baseline script produced no figures (see stderr)";
+    }
+    std::cerr << "towerjit_bench: " << name << ": towerjit...\n";
+    json j = run_workload(name, o, pool);
+    json all = json::object();
+    std::string best;
+    for (const auto& [setting, per] : torch) {
+      auto it = per.find(name);
+      if (it == per.end()) continue;
+      all[setting] = {{"samples_per_s", round3(it->second.samples_per_s)}, {"step_ms", round3(it->second.step_ms)}};
+      if (best.empty() || it->second.samples_per_s > torch[best][name].samples_per_s) best = setting;
+    }
+    if (best.empty()) {
+      j["torch_samples_per_s"] = nullptr;
+      j["torch_config"] = nullptr;
+      j["ratio"] = nullptr;
+      j["torch_unavailable"] = torch_missing.empty() ? "no figure for this workload" : torch_missing;
+    } else {
+      const double t = torch[best][name].samples_per_s;
+      j["torch_samples_per_s"] = round3(t);
+      j["torch_config"] = best;
+      j["ratio"] = round3(j["samples_per_s"].get<double>() / t);
+    }
+    j["torch_all"] = all;
+    // The headline fields first, then the detail.
+    json line;
+    for (const char* k : {"workload", "samples_per_s", "step_ms", "torch_samples_per_s", "torch_config", "ratio",
+                          "gemm_floor_ms", "compile_cold_ms", "compile_warm_ms", "peak_bytes"})
+      line[k] = j[k];
+    for (auto& [k, v] : j.items()) if (!line.contains(k)) line[k] = v;
+    std::cout << line.dump() << std::endl;
+  }
+  std::filesystem::remove_all(cache_dir);
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << e.what() << "\n";
+  return 1;
+}

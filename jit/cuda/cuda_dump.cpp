@@ -1,0 +1,106 @@
+#include "jit/cuda/cuda_dump.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "dsl/error.h"
+#include "jit/cuda/kernel_writer.h"
+#include "jit/dump.h"
+
+namespace towerjit::cuda {
+namespace {
+
+using nlohmann::json;
+
+const char* scheme_name(EmittedKernel::Scheme s) {
+  switch (s) {
+    case EmittedKernel::Scheme::elementwise: return "elementwise grid-stride";
+    case EmittedKernel::Scheme::row_per_warp: return "one warp per output row";
+    case EmittedKernel::Scheme::row_per_block: return "one block per output row";
+    case EmittedKernel::Scheme::column: return "32 outputs per block, 8 slices each";
+  }
+  return "";
+}
+
+// The grid as an expression of B: ceil(work / per_block).
+std::string grid_text(const EmittedKernel& k) {
+  using S = EmittedKernel::Scheme;
+  kir::Affine work = k.scheme == S::elementwise ? k.points : k.outputs;
+  int64_t per = 1;
+  if (k.scheme == S::elementwise) per = int64_t{k.block} * k.vector_width;
+  if (k.scheme == S::row_per_warp) per = k.block / 32;
+  if (k.scheme == S::column) per = 32;
+  const std::string w = detail::KernelWriter::affine(work);
+  if (work.b == 0) return std::to_string(std::max<int64_t>(1, (work.c + per - 1) / per));
+  return per == 1 ? w : "ceil(" + w + " / " + std::to_string(per) + ")";
+}
+
+json launch_of(const kir::Program& p, const EmittedKernel& k) {
+  json params = json::array();
+  for (size_t i = 0; i < k.buffers.size(); ++i) {
+    const kir::Buffer& b = p.buffers[k.buffers[i]];
+    params.push_back(std::string(k.written[i] ? "" : "const ") + (b.dtype == DType::f32 ? "float" : "int") +
+                     "* b" + std::to_string(k.buffers[i]) + " (" + b.name + ")");
+  }
+  params.push_back("tj_i64 batch");
+  params.push_back("tj_u64 step");
+  return {{"scheme", scheme_name(k.scheme)}, {"block", k.block}, {"grid", grid_text(k)},
+          {"shared_bytes", k.shared_bytes}, {"vector_width", k.vector_width}, {"params", params}};
+}
+
+}  // namespace
+
+std::string library_routine(const kir::LibraryCall& c) {
+  switch (c.op) {
+    case Op::MatMul: return "cublasSgemmStridedBatched";
+    case Op::Conv2D: return "tj_im2col + cublasSgemmStridedBatched";
+    case Op::Conv2DGradInput: return "cublasSgemmStridedBatched + tj_col2im";
+    case Op::Conv2DGradFilter: return "tj_im2col + cublasSgemm per image (beta 1)";
+    case Op::MaxPool2D: return "tj_max_pool2d";
+    case Op::MaxPool2DGrad: return "tj_max_pool2d_grad";
+    case Op::AvgPool2D: return "tj_avg_pool2d";
+    case Op::AvgPool2DGrad: return "tj_avg_pool2d_grad";
+    case Op::OneHot: return "tj_one_hot";
+    case Op::ArgMax: return "tj_argmax";
+    case Op::Pad: return "tj_pad";
+    case Op::Concat: return "tj_copy_box per part";
+    default: return "none";
+  }
+}
+
+std::string cuda_index_json(const Graph& g, const kir::Program& p, const CudaModule& m,
+                            const std::string& module_name) {
+  json index = json::parse(dump_index_json(g, p, module_name));
+  internal_check(index["steps"].size() == p.steps.size()) << "index and program disagree";
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const kir::Step& s = p.steps[i];
+    if (s.kind == kir::Step::Kind::kernel) index["steps"][i]["launch"] = launch_of(p, m.kernels[s.index]);
+    if (s.kind == kir::Step::Kind::library) index["steps"][i]["cuda"] = library_routine(p.calls[s.index]);
+    if (s.kind == kir::Step::Kind::copy) index["steps"][i]["cuda"] = "cuMemcpyDtoDAsync";
+  }
+  index["backend"] = "cuda";
+  return index.dump(1);
+}
+
+std::vector<std::string> write_cuda_dump(const std::string& dir, const Graph& g, const kir::Program& p,
+                                         const CudaModule& m, const std::string& module_name,
+                                         const std::string& ptx) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::vector<std::pair<std::string, std::string>> files = {
+      {".cu", m.source}, {".index.json", cuda_index_json(g, p, m, module_name) + "\n"}, {".kir", kir::to_string(p)}};
+  if (!ptx.empty()) files.push_back({".ptx", ptx});
+  std::vector<std::string> paths;
+  for (const auto& [ext, text] : files) {
+    const std::string path = dir + "/" + module_name + ext;
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    user_check(out.good(), std::source_location::current())
+        << "cannot write \"" << path << "\"; point the dump at a writable directory";
+    paths.push_back(path);
+  }
+  return paths;
+}
+
+}  // namespace towerjit::cuda

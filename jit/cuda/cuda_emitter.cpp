@@ -1,0 +1,317 @@
+// Chooses how each loop kernel's points map onto threads and writes the loops around the
+// shared body (kernel_writer.h):
+//   - no reduction: a grid-stride loop over the flattened space; when every access is
+//     contiguous or constant along a last axis whose extent is a multiple of 4, a float4 path
+//     takes 4 points per thread (taken at run time when the pointers are 16-byte aligned);
+//   - trailing reduction: a warp (short rows) or a block (long or batch-sized rows) per
+//     output, combined with warp shuffles and shared memory;
+//   - other reductions: 32 outputs per block, each thread summing one of 8 slices of the
+//     reduced points, the slices combined in order through shared memory.
+// Every reduction order is fixed by the code and the block size: bitwise reproducible.
+#include "jit/cuda/cuda_emitter.h"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+#include "dsl/error.h"
+#include "jit/cuda/device_sources.h"
+#include "jit/cuda/kernel_writer.h"
+
+namespace towerjit::cuda {
+namespace {
+
+using detail::KernelWriter;
+using detail::Point;
+using Scheme = EmittedKernel::Scheme;
+
+constexpr int kBlock = 256;
+constexpr int kWarpRowLimit = 1024;  // reduced length up to which a warp takes a whole row
+
+std::vector<int> range(int from, int to) {
+  std::vector<int> v;
+  for (int i = from; i < to; ++i) v.push_back(i);
+  return v;
+}
+
+Point point_of(int rank) {
+  Point pt;
+  for (int a = 0; a < rank; ++a) pt.index.push_back("i" + std::to_string(a));
+  return pt;
+}
+
+std::vector<int> output_exprs(const kir::Kernel& k, size_t first) {
+  std::vector<int> roots;
+  for (size_t i = first; i < k.outputs.size(); ++i) roots.push_back(k.outputs[i].expr);
+  return roots;
+}
+
+void store_outputs(std::ostream& out, const KernelWriter& w, const std::string& ind,
+                   const Point& pt, size_t first) {
+  const kir::Kernel& k = w.kernel();
+  for (size_t i = first; i < k.outputs.size(); ++i)
+    out << ind << w.buffer(k.outputs[i].access) << "[" << w.address(k.outputs[i].access, pt)
+        << "] = " << w.value(k.outputs[i].expr, pt) << ";\n";
+}
+
+// The accesses a float4 path loads or stores as vectors, or nothing when the kernel does not
+// allow one: each load or store must be contiguous (stride 1) or constant (stride 0) along the
+// last axis, whose extent is a multiple of 4, with every other stride and the offset multiples
+// of 4, so a quad starting at a multiple of 4 stays in one aligned 16 bytes.
+std::vector<int> vector_accesses(const KernelWriter& w) {
+  const kir::Kernel& k = w.kernel();
+  const int rank = k.space.rank();
+  if (k.reduce != Op::Constant || rank == 0 || k.space[rank - 1] == kBatch || k.space[rank - 1] % 4)
+    return {};
+  auto quad = [](const kir::Affine& a) { return a.c % 4 == 0 && a.b % 4 == 0; };
+  std::vector<int> used;
+  for (int e : w.needed(output_exprs(k, 0)))
+    if (k.exprs[e].kind == kir::Expr::Kind::load) used.push_back(k.exprs[e].access);
+  std::vector<int> vec;
+  for (const auto& o : k.outputs) {
+    if (!(k.accesses[o.access].strides[rank - 1] == kir::Affine{1, 0})) return {};
+    vec.push_back(o.access);
+  }
+  for (int a : used) {
+    const kir::Access& acc = k.accesses[a];
+    if (acc.strides[rank - 1] == kir::Affine{}) continue;  // the same value for the 4 lanes
+    if (!(acc.strides[rank - 1] == kir::Affine{1, 0})) return {};
+    vec.push_back(a);
+  }
+  std::sort(vec.begin(), vec.end());
+  vec.erase(std::unique(vec.begin(), vec.end()), vec.end());
+  for (int a : vec) {
+    const kir::Access& acc = k.accesses[a];
+    if (!quad(acc.offset)) return {};
+    for (int axis = 0; axis + 1 < rank; ++axis)
+      if (!quad(acc.strides[axis])) return {};
+  }
+  return vec;
+}
+
+void emit_vector_path(std::ostream& out, const KernelWriter& w, const std::vector<int>& vec) {
+  const kir::Kernel& k = w.kernel();
+  const int rank = k.space.rank();
+  std::set<std::string> ptrs;
+  for (int a : vec) ptrs.insert(w.buffer(a));
+  out << "  // 4 points per thread with 16-byte loads and stores when the pointers allow it.\n  if (((";
+  for (auto it = ptrs.begin(); it != ptrs.end(); ++it)
+    out << (it == ptrs.begin() ? "" : " | ") << "(tj_u64)" << *it;
+  out << ") & 15) == 0) {\n";
+  out << "    for (tj_i64 v = TJ_GLOBAL_THREAD; v < points / 4; v += TJ_GRID_THREADS) {\n";
+  w.decompose(out, "      ", "v * 4", range(0, rank), "r");
+  Point base = point_of(rank);
+  static const char* lane[] = {"x", "y", "z", "w"};
+  std::vector<Point> lanes(4, base);
+  for (int l = 0; l < 4; ++l) {
+    lanes[l].suffix = std::string("_") + lane[l];
+    if (l) lanes[l].index[rank - 1] = "(i" + std::to_string(rank - 1) + " + " + std::to_string(l) + ")";
+  }
+  std::set<int> outs;
+  for (const auto& o : k.outputs) outs.insert(o.access);
+  for (int a : vec) {
+    if (outs.count(a)) continue;
+    const std::string t = w.type(w.buffer_dtype(a)) + "4";
+    out << "      const " << t << " a" << a << " = *reinterpret_cast<const " << t << "*>(" << w.buffer(a)
+        << " + " << w.address(a, base) << ");\n";
+    for (int l = 0; l < 4; ++l) lanes[l].loaded[a] = "a" + std::to_string(a) + "." + lane[l];
+  }
+  for (int l = 0; l < 4; ++l) w.body(out, "      ", lanes[l], output_exprs(k, 0));
+  for (const auto& o : k.outputs) {
+    const std::string t = w.type(w.buffer_dtype(o.access));
+    out << "      *reinterpret_cast<" << t << "4*>(" << w.buffer(o.access) << " + " << w.address(o.access, base)
+        << ") = make_" << t << "4(";
+    for (int l = 0; l < 4; ++l) out << (l ? ", " : "") << w.value(o.expr, lanes[l]);
+    out << ");\n";
+  }
+  out << "    }\n    return;\n  }\n";
+}
+
+void emit_elementwise(std::ostream& out, const KernelWriter& w, EmittedKernel& info) {
+  const kir::Kernel& k = w.kernel();
+  const int rank = k.space.rank();
+  info.scheme = Scheme::elementwise;
+  out << "  const tj_i64 points = " << KernelWriter::affine(info.points) << ";\n";
+  const std::vector<int> vec = vector_accesses(w);
+  if (!vec.empty()) {
+    info.vector_width = 4;
+    emit_vector_path(out, w, vec);
+  }
+  out << "  for (tj_i64 p = TJ_GLOBAL_THREAD; p < points; p += TJ_GRID_THREADS) {\n";
+  w.decompose(out, "    ", "p", range(0, rank), "r");
+  const Point pt = point_of(rank);
+  w.body(out, "    ", pt, output_exprs(k, 0));
+  store_outputs(out, w, "    ", pt, 0);
+  out << "  }\n";
+}
+
+// Identity and combine of the kernel's reduction, in the accumulator's type.
+struct Reduction {
+  std::string type, identity, op, finish;  // finish: applied to the total ("" or " / n")
+};
+
+Reduction reduction_of(const KernelWriter& w) {
+  const kir::Kernel& k = w.kernel();
+  const bool f = k.exprs[k.outputs[0].expr].dtype == DType::f32;
+  Reduction r{w.type(f ? DType::f32 : DType::i32), f ? "0.0f" : "0", "TjSum()", ""};
+  if (k.reduce == Op::ReduceMax) r.identity = f ? "(-TJ_INF)" : "TJ_INT_MIN", r.op = "TjMax()";
+  if (k.reduce == Op::ReduceMean) r.finish = " / (float)len";
+  return r;
+}
+
+// The inner loop of a reduction: the body at each reduced point, side outputs, accumulate.
+void emit_accumulate(std::ostream& out, const KernelWriter& w, const std::string& ind,
+                     const std::string& from, const std::string& step, const std::vector<int>& reduced,
+                     const Reduction& r) {
+  const kir::Kernel& k = w.kernel();
+  out << ind << "for (tj_i64 q = " << from << "; q < len; q += " << step << ") {\n";
+  w.decompose(out, ind + "  ", "q", reduced, "rq");
+  const Point pt = point_of(k.space.rank());
+  std::vector<int> roots = output_exprs(k, 0);
+  w.body(out, ind + "  ", pt, roots);
+  store_outputs(out, w, ind + "  ", pt, 1);
+  out << ind << "  acc = " << r.op << "(acc, " << w.value(k.outputs[0].expr, pt) << ");\n";
+  out << ind << "}\n";
+}
+
+std::string out_address(const KernelWriter& w, const std::vector<int>& reduced) {
+  Point pt = point_of(w.kernel().space.rank());
+  for (int a : reduced) pt.index[a] = "0";  // the output's strides along them are 0
+  return w.address(w.kernel().outputs[0].access, pt);
+}
+
+void emit_row_reduction(std::ostream& out, const KernelWriter& w, EmittedKernel& info,
+                        const std::vector<int>& kept, const std::vector<int>& reduced) {
+  const kir::Kernel& k = w.kernel();
+  const Reduction r = reduction_of(w);
+  const kir::Affine len = w.count(reduced);
+  const bool warp = len.b == 0 && len.c <= kWarpRowLimit;
+  info.scheme = warp ? Scheme::row_per_warp : Scheme::row_per_block;
+  out << "  const tj_i64 rows = " << KernelWriter::affine(info.outputs) << ", len = " << KernelWriter::affine(len) << ";\n";
+  if (warp) {
+    out << "  const int lane = threadIdx.x & 31;\n";
+    out << "  for (tj_i64 row = TJ_GLOBAL_THREAD >> 5; row < rows; row += TJ_GRID_THREADS >> 5) {\n";
+  } else {
+    info.shared_bytes = 32 * 4;
+    out << "  __shared__ " << r.type << " smem[32];\n";
+    out << "  for (tj_i64 row = blockIdx.x; row < rows; row += gridDim.x) {\n";
+  }
+  w.decompose(out, "    ", "row", kept, "ro");
+  out << "    " << r.type << " acc = " << r.identity << ";\n";
+  emit_accumulate(out, w, "    ", warp ? "lane" : "threadIdx.x", warp ? "32" : "blockDim.x", reduced, r);
+  if (warp) out << "    acc = tj_warp_reduce(acc, " << r.op << ");\n    if (lane == 0) ";
+  else out << "    acc = tj_block_reduce(acc, " << r.op << ", " << r.identity << ", smem);\n    if (threadIdx.x == 0) ";
+  out << w.buffer(k.outputs[0].access) << "[" << out_address(w, reduced) << "] = acc" << r.finish << ";\n";
+  out << "  }\n";
+}
+
+void emit_column_reduction(std::ostream& out, const KernelWriter& w, EmittedKernel& info,
+                           const std::vector<int>& kept, const std::vector<int>& reduced) {
+  const kir::Kernel& k = w.kernel();
+  const Reduction r = reduction_of(w);
+  info.scheme = Scheme::column;
+  info.shared_bytes = kBlock * 4;
+  out << "  const tj_i64 outputs = " << KernelWriter::affine(info.outputs)
+      << ", len = " << KernelWriter::affine(w.count(reduced)) << ";\n";
+  out << "  __shared__ " << r.type << " part[" << kBlock << "];  // [slice][output]\n";
+  out << "  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;\n";
+  out << "  for (tj_i64 o0 = (tj_i64)blockIdx.x * 32; o0 < outputs; o0 += (tj_i64)gridDim.x * 32) {\n";
+  out << "    const tj_i64 o = o0 + tx;\n    tj_i64 at = 0;\n";
+  out << "    " << r.type << " acc = " << r.identity << ";\n    if (o < outputs) {\n";
+  w.decompose(out, "      ", "o", kept, "ro");
+  out << "      at = " << out_address(w, reduced) << ";\n";
+  emit_accumulate(out, w, "      ", "ty", "8", reduced, r);
+  out << "    }\n    part[threadIdx.x] = acc;\n    __syncthreads();\n";
+  out << "    if (ty == 0 && o < outputs) {\n";
+  out << "      for (int y = 1; y < 8; ++y) acc = " << r.op << "(acc, part[y * 32 + tx]);\n";
+  out << "      " << w.buffer(k.outputs[0].access) << "[at] = acc" << r.finish << ";\n";
+  out << "    }\n    __syncthreads();\n  }\n";
+}
+
+void emit_header(std::ostream& out, const Graph& g, const kir::Kernel& k) {
+  out << "// " << k.name << ": loop over " << k.space.str();
+  if (k.reduce != Op::Constant) {
+    out << ", " << op_name(k.reduce) << " over axes";
+    for (int a : k.reduce_axes) out << " " << a;
+  }
+  out << "\n";
+  for (int n : k.nodes) {
+    const Node& node = g.node(n);
+    out << "//   %" << n << " " << op_name(node.op) << " " << dtype_name(node.dtype) << node.shape.str()
+        << " at " << format_location(node.loc);
+    if (!node.scope.empty()) out << " in \"" << node.scope << "\"";
+    out << "\n";
+  }
+}
+
+std::string emit_kernel(const Graph& g, const kir::Program& p, const kir::Kernel& k, EmittedKernel& info) {
+  std::ostringstream out;
+  KernelWriter w(p, k, info);
+  info.symbol = k.name;
+  info.block = kBlock;
+  const int rank = k.space.rank();
+  info.points = w.count(range(0, rank));
+  info.outputs = info.points;
+  emit_header(out, g, k);
+  out << "extern \"C\" __global__ void __launch_bounds__(" << kBlock << ") " << k.name << "(\n    "
+      << w.params() << ") {\n";
+  if (k.reduce == Op::Constant) {
+    emit_elementwise(out, w, info);
+  } else {
+    std::vector<int> kept, reduced = k.reduce_axes;
+    std::sort(reduced.begin(), reduced.end());
+    for (int a = 0; a < rank; ++a)
+      if (!std::binary_search(reduced.begin(), reduced.end(), a)) kept.push_back(a);
+    info.outputs = w.count(kept);
+    const bool trailing = kept.empty() || reduced.empty() || kept.back() < reduced.front();
+    if (trailing) emit_row_reduction(out, w, info, kept, reduced);
+    else emit_column_reduction(out, w, info, kept, reduced);
+  }
+  out << "}\n\n";
+  return out.str();
+}
+
+}  // namespace
+
+int64_t EmittedKernel::grid_size(int64_t batch, int64_t max_blocks) const {
+  const int64_t n = outputs.at(batch), pts = points.at(batch);
+  int64_t blocks = 1;
+  switch (scheme) {
+    case Scheme::elementwise: blocks = (pts / vector_width + block - 1) / block; break;
+    case Scheme::row_per_warp: blocks = (n * 32 + block - 1) / block; break;
+    case Scheme::row_per_block: blocks = n; break;
+    case Scheme::column: blocks = (n + 31) / 32; break;
+  }
+  return std::clamp<int64_t>(blocks, 1, std::max<int64_t>(1, max_blocks));
+}
+
+CudaModule emit_cuda_module(const Graph& graph, const kir::Program& program, const std::string& module_name) {
+  CudaModule m;
+  std::ostringstream out;
+  out << "// towerjit CUDA module \"" << module_name << "\": " << program.kernels.size()
+      << " loop kernels, generated from the kernel IR.\n"
+      << "// Each kernel: (buffers..., tj_i64 batch, tj_u64 step), 256 threads per block; see\n"
+      << "// " << module_name << ".index.json for the launch shape and the bytes each kernel moves.\n\n"
+      << kDevicePhilox << "\n" << kDevicePreamble << "\n";
+  for (const kir::Kernel& k : program.kernels) {
+    EmittedKernel info;
+    out << emit_kernel(graph, program, k, info);
+    m.kernels.push_back(std::move(info));
+  }
+  m.source = out.str();
+  return m;
+}
+
+std::string library_module_source() {
+  return std::string("// towerjit CUDA library kernels (jit/cuda/device/library_kernels.cu)\n\n") +
+         kDevicePhilox + "\n" + kDevicePreamble + "\n" + kDeviceLibraryParams + "\n" + kDeviceLibraryKernels;
+}
+
+const std::vector<std::string>& library_kernel_names() {
+  static const std::vector<std::string> names = {
+      "tj_im2col", "tj_col2im", "tj_max_pool2d", "tj_max_pool2d_grad", "tj_avg_pool2d",
+      "tj_avg_pool2d_grad", "tj_one_hot", "tj_argmax", "tj_pad", "tj_copy_box"};
+  return names;
+}
+
+}  // namespace towerjit::cuda

@@ -1,0 +1,190 @@
+// The library routines of the kernel IR that are not matrix products, as CUDA C. Compiled by
+// NVRTC after philox.h, preamble.cuh and library_params.h, once per architecture (module
+// "towerjit_library"). Matrix products and the GEMM half of convolutions go to cuBLAS.
+//
+// Every kernel is a grid-stride loop over its outputs (launch any grid, 256 threads), and
+// every value is written by exactly one thread in a fixed order: no atomics on data, so
+// results are bitwise reproducible. The one atomic is one_hot's error report.
+
+// cols[((i * c + ci) * kh + ky) * kw + kx][oy * ow + ox] = x[i][ci][oy*s - p + ky][ox*s - p + kx],
+// zero outside the image: im2col for all n images at once (a batched GEMM reads image i's
+// columns at offset i * c*kh*kw * oh*ow).
+extern "C" __global__ void tj_im2col(const float* __restrict__ x, float* __restrict__ cols,
+                                     TjConvShape g) {
+  const tj_i64 spatial = g.oh * g.ow, total = g.n * g.c * g.kh * g.kw * spatial;
+  for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    const tj_i64 ox = p % g.ow, oy = p / g.ow % g.oh, row = p / spatial;
+    const tj_i64 kx = row % g.kw, ky = row / g.kw % g.kh, ci = row / (g.kw * g.kh) % g.c;
+    const tj_i64 i = row / (g.kw * g.kh * g.c);
+    const tj_i64 iy = oy * g.stride_h - g.pad_h + ky, ix = ox * g.stride_w - g.pad_w + kx;
+    const bool in = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+    cols[p] = in ? x[((i * g.c + ci) * g.h + iy) * g.w + ix] : 0.0f;
+  }
+}
+
+// The adjoint of tj_im2col: each image element gathers, in (ky, kx) order, every column entry
+// read from it. One thread per element of x: no atomics.
+extern "C" __global__ void tj_col2im(const float* __restrict__ cols, float* __restrict__ x,
+                                     TjConvShape g) {
+  const tj_i64 spatial = g.oh * g.ow, total = g.n * g.c * g.h * g.w;
+  for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    const tj_i64 ix = p % g.w, iy = p / g.w % g.h, ci = p / (g.w * g.h) % g.c, i = p / (g.w * g.h * g.c);
+    float sum = 0.0f;
+    for (tj_i64 ky = 0; ky < g.kh; ++ky) {
+      const tj_i64 ty = iy + g.pad_h - ky;
+      if (ty < 0 || ty % g.stride_h != 0 || ty / g.stride_h >= g.oh) continue;
+      for (tj_i64 kx = 0; kx < g.kw; ++kx) {
+        const tj_i64 tx = ix + g.pad_w - kx;
+        if (tx < 0 || tx % g.stride_w != 0 || tx / g.stride_w >= g.ow) continue;
+        const tj_i64 row = ((i * g.c + ci) * g.kh + ky) * g.kw + kx;
+        sum += cols[row * spatial + (ty / g.stride_h) * g.ow + tx / g.stride_w];
+      }
+    }
+    x[p] = sum;
+  }
+}
+
+// The first maximum of a window in row-major window order (as the CPU backend), as a flat
+// index into x, or -1 for a window entirely in the padding.
+__device__ __forceinline__ tj_i64 tj_window_argmax(const float* x, TjPoolShape s, tj_i64 plane,
+                                                    tj_i64 oy, tj_i64 ox) {
+  const tj_i64 y0 = oy * s.stride_h - s.pad_h, x0 = ox * s.stride_w - s.pad_w;
+  tj_i64 arg = -1;
+  float best = -TJ_INF;
+  for (int dy = 0; dy < s.kh; ++dy)
+    for (int dx = 0; dx < s.kw; ++dx) {
+      const tj_i64 iy = y0 + dy, ix = x0 + dx;
+      if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
+      const tj_i64 i = (plane * s.h + iy) * s.w + ix;
+      if (arg < 0 || x[i] > best) best = x[i], arg = i;
+    }
+  return arg;
+}
+
+extern "C" __global__ void tj_max_pool2d(const float* __restrict__ x, float* __restrict__ y,
+                                         TjPoolShape s) {
+  const tj_i64 total = s.planes * s.oh * s.ow;
+  for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    const tj_i64 arg = tj_window_argmax(x, s, p / (s.oh * s.ow), p / s.ow % s.oh, p % s.ow);
+    y[p] = arg < 0 ? -TJ_INF : x[arg];
+  }
+}
+
+// The windows (in output coordinates) that contain input coordinate i along one axis.
+__device__ __forceinline__ void tj_windows_of(tj_i64 i, int k, int stride, int pad, tj_i64 out,
+                                              tj_i64* lo, tj_i64* hi) {
+  const tj_i64 t = i + pad;  // window o covers [o*stride, o*stride + k) in padded coordinates
+  *lo = t - k + 1 <= 0 ? 0 : (t - k + 1 + stride - 1) / stride;
+  *hi = t / stride < out - 1 ? t / stride : out - 1;
+}
+
+// dx[i] = sum of dy over the windows whose first maximum is element i, in window order.
+extern "C" __global__ void tj_max_pool2d_grad(const float* __restrict__ x, const float* __restrict__ dy,
+                                              float* __restrict__ dx, TjPoolShape s) {
+  const tj_i64 total = s.planes * s.h * s.w;
+  for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    const tj_i64 ix = p % s.w, iy = p / s.w % s.h, plane = p / (s.w * s.h);
+    tj_i64 y_lo, y_hi, x_lo, x_hi;
+    tj_windows_of(iy, s.kh, s.stride_h, s.pad_h, s.oh, &y_lo, &y_hi);
+    tj_windows_of(ix, s.kw, s.stride_w, s.pad_w, s.ow, &x_lo, &x_hi);
+    float sum = 0.0f;
+    for (tj_i64 oy = y_lo; oy <= y_hi; ++oy)
+      for (tj_i64 ox = x_lo; ox <= x_hi; ++ox)
+        if (tj_window_argmax(x, s, plane, oy, ox) == p) sum += dy[(plane * s.oh + oy) * s.ow + ox];
+    dx[p] = sum;
+  }
+}
+
+// The mean over the window's in-bounds elements, divided by the full window size (padding
+// counts as zeros), as the CPU backend.
+extern "C" __global__ void tj_avg_pool2d(const float* __restrict__ x, float* __restrict__ y,
+                                         TjPoolShape s) {
+  const tj_i64 total = s.planes * s.oh * s.ow;
+  for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    const tj_i64 ox = p % s.ow, oy = p / s.ow % s.oh, plane = p / (s.oh * s.ow);
+    const tj_i64 y0 = oy * s.stride_h - s.pad_h, x0 = ox * s.stride_w - s.pad_w;
+    float sum = 0.0f;
+    for (int dy = 0; dy < s.kh; ++dy)
+      for (int dx = 0; dx < s.kw; ++dx) {
+        const tj_i64 iy = y0 + dy, ix = x0 + dx;
+        if (iy >= 0 && iy < s.h && ix >= 0 && ix < s.w) sum += x[(plane * s.h + iy) * s.w + ix];
+      }
+    y[p] = sum / (float)(s.kh * s.kw);
+  }
+}
+
+extern "C" __global__ void tj_avg_pool2d_grad(const float* __restrict__ dy, float* __restrict__ dx,
+                                              TjPoolShape s) {
+  const tj_i64 total = s.planes * s.h * s.w;
+  for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    const tj_i64 ix = p % s.w, iy = p / s.w % s.h, plane = p / (s.w * s.h);
+    tj_i64 y_lo, y_hi, x_lo, x_hi;
+    tj_windows_of(iy, s.kh, s.stride_h, s.pad_h, s.oh, &y_lo, &y_hi);
+    tj_windows_of(ix, s.kw, s.stride_w, s.pad_w, s.ow, &x_lo, &x_hi);
+    float sum = 0.0f;
+    for (tj_i64 oy = y_lo; oy <= y_hi; ++oy)
+      for (tj_i64 ox = x_lo; ox <= x_hi; ++ox)
+        sum += dy[(plane * s.oh + oy) * s.ow + ox] / (float)(s.kh * s.kw);
+    dx[p] = sum;
+  }
+}
+
+// out[i][j] = labels[i] == j. A label outside [0, depth) leaves its row zero and reports the
+// smallest such i as (i << 32 | label) through `error`, which the runtime sets to ~0 before
+// the launch and reads after it, raising the same error as the CPU backend.
+extern "C" __global__ void tj_one_hot(const int* __restrict__ labels, float* __restrict__ out,
+                                      tj_i64 count, tj_i64 depth, tj_u64* error) {
+  const tj_i64 total = count * depth;
+  for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    const tj_i64 i = p / depth, j = p % depth;
+    const int v = labels[i];
+    out[p] = v == j ? 1.0f : 0.0f;
+    if (j == 0 && (v < 0 || v >= depth)) atomicMin(error, ((tj_u64)i << 32) | (tj_u32)v);
+  }
+}
+
+// out[o][in] = the first j with the largest x[o][j][in].
+extern "C" __global__ void tj_argmax(const float* __restrict__ x, int* __restrict__ out,
+                                     tj_i64 outer, tj_i64 n, tj_i64 inner) {
+  const tj_i64 total = outer * inner;
+  for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    const tj_i64 o = p / inner, in = p % inner;
+    tj_i64 best = 0;
+    for (tj_i64 j = 1; j < n; ++j)
+      if (x[(o * n + j) * inner + in] > x[(o * n + best) * inner + in]) best = j;
+    out[p] = (int)best;
+  }
+}
+
+// dst = src placed at box.origin, zeros elsewhere (Pad). 4-byte elements of any dtype.
+extern "C" __global__ void tj_pad(const tj_u32* __restrict__ src, tj_u32* __restrict__ dst, TjBox box) {
+  tj_i64 total = 1;
+  for (int d = 0; d < box.rank; ++d) total *= box.dst[d];
+  for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    tj_i64 rem = p, s = 0, stride = 1;
+    bool in = true;
+    for (int d = box.rank - 1; d >= 0; --d) {
+      const tj_i64 c = rem % box.dst[d] - box.origin[d];
+      rem /= box.dst[d];
+      in = in && c >= 0 && c < box.src[d];
+      s += c * stride;
+      stride *= box.src[d];
+    }
+    dst[p] = in ? src[s] : 0u;
+  }
+}
+
+// Writes src into dst at box.origin and nothing else (one launch per part of a Concat).
+extern "C" __global__ void tj_copy_box(const tj_u32* __restrict__ src, tj_u32* __restrict__ dst, TjBox box) {
+  tj_i64 total = 1;
+  for (int d = 0; d < box.rank; ++d) total *= box.src[d];
+  for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    tj_i64 rem = p, o = 0, stride = 1;
+    for (int d = box.rank - 1; d >= 0; --d) {
+      o += (rem % box.src[d] + box.origin[d]) * stride;
+      rem /= box.src[d];
+      stride *= box.dst[d];
+    }
+    dst[o] = src[p];
+  }
+}

@@ -1,0 +1,26 @@
+// The parameter blocks of the library kernels (library_kernels.cu), passed by value. Plain C
+// structs compiled by both g++ (the runtime fills them) and NVRTC (the build embeds this file
+// ahead of library_kernels.cu), so both sides agree on the layout by construction.
+#ifndef TOWERJIT_CUDA_DEVICE_LIBRARY_PARAMS_H
+#define TOWERJIT_CUDA_DEVICE_LIBRARY_PARAMS_H
+
+// Convolution geometry, NCHW: x [n, c, h, w], w [o, c, kh, kw], y [n, o, oh, ow].
+struct TjConvShape {
+  long long n, c, h, w, o, kh, kw, oh, ow;
+  int stride_h, stride_w, pad_h, pad_w;
+};
+
+// Pooling geometry: `planes` = n * c planes of h x w in, oh x ow out.
+struct TjPoolShape {
+  long long planes, h, w, oh, ow;
+  int kh, kw, stride_h, stride_w, pad_h, pad_w;
+};
+
+// A box of `src` placed in `dst` at `origin` (pad, and each part of a concat), row-major,
+// rank <= 8, batch dimensions already bound.
+struct TjBox {
+  int rank;
+  long long src[8], dst[8], origin[8];
+};
+
+#endif  // TOWERJIT_CUDA_DEVICE_LIBRARY_PARAMS_H

@@ -1,0 +1,47 @@
+// The helpers every generated CUDA module starts with (after philox.h): index types,
+// non-finite constants, and the warp / block reductions of reduction kernels. No #include:
+// NVRTC compiles it without the CUDA toolkit headers.
+
+typedef long long tj_i64;
+
+#define TJ_INF __int_as_float(0x7f800000)
+#define TJ_NAN __int_as_float(0x7fc00000)
+#define TJ_INT_MIN (-2147483647 - 1)
+
+// The thread's first item and the grid's stride in a grid-stride loop.
+#define TJ_GLOBAL_THREAD ((tj_i64)blockIdx.x * blockDim.x + threadIdx.x)
+#define TJ_GRID_THREADS ((tj_i64)gridDim.x * blockDim.x)
+
+struct TjSum {
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+// As the CPU backend: the new value wins only when strictly greater.
+struct TjMax {
+  template <typename T> __device__ __forceinline__ T operator()(T acc, T v) const {
+    return v > acc ? v : acc;
+  }
+};
+
+// Combines the 32 lanes' values in a fixed tree (same order every run); lane 0 holds the result.
+template <typename T, typename Op>
+__device__ __forceinline__ T tj_warp_reduce(T v, Op op) {
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) v = op(v, __shfl_down_sync(0xffffffffu, v, d));
+  return v;
+}
+
+// Combines the block's values: each warp, then warp 0 over the warps' results. Thread 0 holds
+// the result. `smem` holds one value per warp; the trailing barrier lets the caller reuse it.
+template <typename T, typename Op>
+__device__ __forceinline__ T tj_block_reduce(T v, Op op, T identity, T* smem) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  v = tj_warp_reduce(v, op);
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < warps ? smem[lane] : identity;
+    v = tj_warp_reduce(v, op);
+  }
+  __syncthreads();
+  return v;
+}

@@ -1,0 +1,66 @@
+// The parts of a CUDA kernel every thread-mapping scheme shares: parameters, extents, element
+// offsets and the expression body, written as C for one point of the loop space. Internal to
+// jit/cuda (cuda_emitter.cpp picks the scheme and writes the loops around these).
+#pragma once
+
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "jit/cuda/cuda_emitter.h"
+
+namespace towerjit::cuda::detail {
+
+// Where a body is evaluated: a C expression per loop axis for its index, a suffix for the
+// names of the values (one per lane of a vector path), and values already loaded for some
+// accesses (the lanes of a float4 load).
+struct Point {
+  std::vector<std::string> index;
+  std::string suffix;
+  std::map<int, std::string> loaded;
+};
+
+class KernelWriter {
+ public:
+  KernelWriter(const kir::Program& p, const kir::Kernel& k, EmittedKernel& info);
+
+  const kir::Kernel& kernel() const { return k_; }
+  // "float* __restrict__ b4, const float* __restrict__ b1, ..., tj_i64 batch, tj_u64 step"
+  std::string params() const;
+  // A loop axis's extent as C: "512" or "batch".
+  std::string extent(int axis) const;
+  // c + b * batch as C, parenthesised when it is a sum.
+  static std::string affine(const kir::Affine& a);
+  // The product of the extents of `axes` as c + b * B.
+  kir::Affine count(const std::vector<int>& axes) const;
+  // Element offset of an access at a point.
+  std::string address(int access, const Point& pt) const;
+  std::string buffer(int access) const;  // "b4" (the access's buffer parameter)
+  std::string type(DType t) const { return t == DType::f32 ? "float" : "int"; }
+  DType buffer_dtype(int access) const;
+
+  // Writes `const T e<id><suffix> = ...;` for every expression `roots` need, in order.
+  void body(std::ostream& out, const std::string& indent, const Point& pt,
+            const std::vector<int>& roots) const;
+  std::string value(int id, const Point& pt) const { return "e" + std::to_string(id) + pt.suffix; }
+  // Writes `const tj_i64 i<a> = ...;` for each of `axes` from the flat row-major `flat`.
+  void decompose(std::ostream& out, const std::string& indent, const std::string& flat,
+                 const std::vector<int>& axes, const std::string& temp) const;
+  // Every expression the outputs need, loads included.
+  std::vector<int> needed(const std::vector<int>& roots) const;
+
+ private:
+  std::string rhs(int id, const Point& pt) const;
+  std::string unary(const kir::Expr& e, const std::string& x) const;
+  std::string binary(const kir::Expr& e, const std::string& a, const std::string& b) const;
+
+  const kir::Program& p_;
+  const kir::Kernel& k_;
+  EmittedKernel& info_;
+};
+
+// A float constant as C that round-trips through f32: "0.5f", "1e-05f", "TJ_INF".
+std::string float_literal(double v);
+
+}  // namespace towerjit::cuda::detail

@@ -1,0 +1,234 @@
+#include "jit/passes/fusion_plan.h"
+
+#include <algorithm>
+
+#include "dsl/error.h"
+
+namespace towerjit {
+
+bool is_library(Op op) {
+  switch (op) {
+    case Op::MatMul: case Op::OneHot: case Op::ArgMax: case Op::Conv2D:
+    case Op::Conv2DGradInput: case Op::Conv2DGradFilter: case Op::MaxPool2D:
+    case Op::MaxPool2DGrad: case Op::AvgPool2D: case Op::AvgPool2DGrad: case Op::Pad:
+    case Op::Concat:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// A transpose of the last two axes that a matrix product can read as a transposed operand.
+bool swaps_last_two(const Node& n) {
+  if (n.op != Op::Transpose || n.shape.rank() < 2) return false;
+  const int r = n.shape.rank();
+  for (int i = 0; i < r - 2; ++i)
+    if (n.attrs.axes[i] != i) return false;
+  return n.attrs.axes[r - 2] == r - 1 && n.attrs.axes[r - 1] == r - 2;
+}
+
+// For a reshape that only inserts or removes dimensions of size 1, the input dimension each
+// output dimension carries (-1 for an inserted 1); empty when the reshape moves elements.
+std::vector<int> unit_reshape(const Shape& in, const Shape& out) {
+  std::vector<int> from(out.rank(), -1);
+  int j = 0;
+  for (int i = 0; i < out.rank(); ++i) {
+    if (out[i] == 1) continue;
+    while (j < in.rank() && in[j] == 1) ++j;
+    if (j == in.rank() || in[j] != out[i]) return {};
+    from[i] = j++;
+  }
+  while (j < in.rank() && in[j] == 1) ++j;
+  if (j != in.rank()) return {};
+  if (out.rank() == 0 && in.rank() == 0) return {};
+  return from.empty() ? std::vector<int>{-2} : from;  // {-2}: to a scalar
+}
+
+bool inline_reshape(const Graph& g, const Node& n) {
+  return n.op == Op::Reshape && !unit_reshape(g.node(n.inputs[0]).shape, n.shape).empty();
+}
+
+int FusionPlan::kernel_root(int node) const {
+  while (host[node] >= 0) node = host[node];
+  return node;
+}
+
+namespace {
+
+class Planner {
+ public:
+  Planner(const Graph& g, FusionLimits limits) : g_(g), limits_(limits) {}
+  FusionPlan run(const std::vector<int>& fetches, const std::vector<int>& update_ops);
+
+ private:
+  void mark_needed(const std::vector<int>& roots);
+  void decide_buffers(const std::vector<int>& fetches);
+  void choose_hosts();
+  void choose_in_place(const std::vector<int>& update_ops);
+  bool elementwise(int id) const;
+
+  const Graph& g_;
+  FusionLimits limits_;
+  FusionPlan p_;
+  std::vector<int> uses_;
+  std::vector<std::vector<int>> consumers_;
+};
+
+FusionPlan Planner::run(const std::vector<int>& fetches, const std::vector<int>& update_ops) {
+  std::vector<int> roots = fetches;
+  roots.insert(roots.end(), update_ops.begin(), update_ops.end());
+  mark_needed(roots);
+  decide_buffers(fetches);
+  // A reshape that needs a buffer of a node that has one is a view of it, never a copy.
+  p_.view.assign(g_.size(), false);
+  for (int n = 0; n < g_.size(); ++n)
+    p_.view[n] = p_.needed[n] && g_.node(n).op == Op::Reshape && p_.buffered[n] &&
+                 p_.buffered[g_.node(n).inputs[0]];
+  choose_hosts();
+  choose_in_place(update_ops);
+  return std::move(p_);
+}
+
+void Planner::mark_needed(const std::vector<int>& roots) {
+  p_.needed.assign(g_.size(), false);
+  uses_.assign(g_.size(), 0);
+  consumers_.assign(g_.size(), {});
+  std::vector<int> stack = roots;
+  while (!stack.empty()) {
+    const int n = stack.back();
+    stack.pop_back();
+    if (p_.needed[n]) continue;
+    p_.needed[n] = true;
+    // A count reads only its input's shape, so the input need not be computed.
+    if (g_.node(n).op == Op::Count) continue;
+    for (int in : g_.node(n).inputs) stack.push_back(in);
+  }
+  for (int n = 0; n < g_.size(); ++n)
+    if (p_.needed[n] && g_.node(n).op != Op::Count)
+      for (int in : g_.node(n).inputs) uses_[in]++, consumers_[in].push_back(n);
+}
+
+// Consumers decide for their producers, so walk from the last node back; then a forward walk
+// gives a buffer to any producer whose inlined body would outgrow the fusion limit.
+void Planner::decide_buffers(const std::vector<int>& fetches) {
+  p_.buffered.assign(g_.size(), false);
+  p_.folded.assign(g_.size(), false);
+  for (int f : fetches) p_.buffered[f] = true;
+  for (int n = g_.size() - 1; n >= 0; --n) {
+    if (!p_.needed[n]) continue;
+    const Node& node = g_.node(n);
+    const OpKind kind = op_kind(node.op);
+    const bool moves = node.op == Op::Reshape && !inline_reshape(g_, node);
+    if (node.op == Op::Input || node.op == Op::Variable || kind == OpKind::Reduce || moves ||
+        is_library(node.op))
+      p_.buffered[n] = true;
+    if ((kind == OpKind::Unary || kind == OpKind::Binary || kind == OpKind::Layout ||
+         node.op == Op::Select) && uses_[n] > 1)
+      p_.buffered[n] = true;
+    if (node.op == Op::Assign) p_.buffered[node.inputs[1]] = true;
+    if (moves || (is_library(node.op) && node.op != Op::MatMul))
+      for (int in : node.inputs) p_.buffered[in] = true;
+    if (node.op == Op::MatMul) {
+      for (int in : node.inputs) {
+        const Node& t = g_.node(in);
+        if (swaps_last_two(t) && uses_[in] == 1 && !p_.buffered[in]) {
+          p_.folded[in] = true;
+          p_.buffered[t.inputs[0]] = true;
+        } else {
+          p_.buffered[in] = true;
+        }
+      }
+    }
+  }
+  std::vector<int> size(g_.size(), 1), depth(g_.size(), 1);
+  for (int n = 0; n < g_.size(); ++n) {
+    if (!p_.needed[n]) continue;
+    for (int in : g_.node(n).inputs)
+      if (!p_.buffered[in]) size[n] += size[in], depth[n] = std::max(depth[n], depth[in] + 1);
+    const bool too_big = size[n] > limits_.max_exprs || depth[n] > limits_.max_depth;
+    if (too_big && !p_.buffered[n] && !p_.folded[n] && g_.node(n).op != Op::Assign)
+      p_.buffered[n] = true, size[n] = 1, depth[n] = 1;
+  }
+}
+
+// Multi-output fusion: an elementwise node with a buffer of its own (it has several consumers)
+// is computed inside the kernel of its first consumer, which stores it on the side, when that
+// consumer loops over the same space and reads it directly: dense+bias is stored by the ReLU
+// kernel, the ReLU-gradient mask by the bias-gradient sum, and so on. Later consumers read the
+// buffer as before; steps run in node order, so they come after.
+bool Planner::elementwise(int id) const {
+  const Node& x = g_.node(id);
+  if (p_.view[id]) return false;
+  const OpKind k = op_kind(x.op);
+  return k == OpKind::Unary || k == OpKind::Binary || x.op == Op::Select ||
+         x.op == Op::BroadcastTo || x.op == Op::Transpose || x.op == Op::Slice ||
+         x.op == Op::Constant || x.op == Op::RandomUniform || inline_reshape(g_, x);
+}
+
+void Planner::choose_hosts() {
+  p_.host.assign(g_.size(), -1);
+  // From the last node back, so a consumer's own host is known: the kernel that computes the
+  // node runs at its root's position, and every other consumer must run after that.
+  for (int n = g_.size() - 1; n >= 0; --n) {
+    const Node& p = g_.node(n);
+    if (!p_.needed[n] || !p_.buffered[n] || p_.folded[n] || consumers_[n].empty() || !elementwise(n))
+      continue;
+    const int c = consumers_[n].front();
+    if (!p_.buffered[c]) continue;
+    const Node& consumer = g_.node(c);
+    const bool same_space = op_kind(consumer.op) == OpKind::Reduce
+                                ? consumer.inputs[0] == n
+                                : elementwise(c) && consumer.shape == p.shape &&
+                                      consumer.op != Op::Transpose && consumer.op != Op::Slice &&
+                                      consumer.op != Op::Reshape && consumer.op != Op::BroadcastTo;
+    const int root = p_.kernel_root(c);
+    const bool later = std::all_of(consumers_[n].begin(), consumers_[n].end(),
+                                   [&](int other) { return other == c || other > root; });
+    if (same_space && later) p_.host[n] = c;
+  }
+}
+
+// An update op's value is written straight into its variable, instead of into a temporary
+// copied over at the end, when nothing reads the variable's old value after the kernel that
+// computes the value runs, and that kernel reads it only where it writes (checked by the
+// lowering once the kernel is built). Optimiser applies then touch each weight once.
+void Planner::choose_in_place(const std::vector<int>& update_ops) {
+  p_.in_place.assign(g_.size(), -1);
+  // Where each node is computed: its own step, its host's, or (inlined) its latest reader's.
+  std::vector<int> pos(g_.size(), g_.size());
+  for (int n = g_.size() - 1; n >= 0; --n) {
+    if (!p_.needed[n]) continue;
+    if (p_.buffered[n]) {
+      pos[n] = p_.kernel_root(n);
+      continue;
+    }
+    int latest = -1;
+    for (int c : consumers_[n]) latest = std::max(latest, g_.node(c).op == Op::Assign ? g_.size() : pos[c]);
+    pos[n] = latest < 0 ? n : latest;
+  }
+  std::vector<int> assigned(g_.size(), 0);
+  for (int u : update_ops) assigned[g_.node(u).inputs[0]]++;
+  for (int u : update_ops) {
+    const int var = g_.node(u).inputs[0], value = g_.node(u).inputs[1];
+    const Node& v = g_.node(value);
+    const OpKind kind = op_kind(v.op);
+    const bool loop_kernel = kind == OpKind::Unary || kind == OpKind::Binary || v.op == Op::Select;
+    if (assigned[var] != 1 || !loop_kernel || v.shape != g_.node(var).shape || p_.in_place[value] >= 0)
+      continue;
+    const int at = pos[value];
+    const bool old_read_before = std::all_of(consumers_[var].begin(), consumers_[var].end(), [&](int c) {
+      return c == u || pos[c] < at || (pos[c] == at && g_.node(c).shape == v.shape);
+    });
+    // The value's other readers must see the new value: they run after it anyway.
+    if (old_read_before) p_.in_place[value] = var;
+  }
+}
+
+}  // namespace
+
+FusionPlan plan_fusion(const Graph& graph, const std::vector<int>& fetches,
+                       const std::vector<int>& update_ops, FusionLimits limits) {
+  return Planner(graph, limits).run(fetches, update_ops);
+}
+
+}  // namespace towerjit

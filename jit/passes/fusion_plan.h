@@ -1,0 +1,44 @@
+// The fusion decisions, made once for every backend: which nodes get a buffer, which are
+// inlined into the kernels that read them, which ride along in a consumer's kernel
+// (multi-output fusion), which transposes a GEMM reads directly, and which update ops write
+// their variable in place.
+#pragma once
+
+#include <vector>
+
+#include "dsl/graph.h"
+
+namespace towerjit {
+
+// Explicit fusion limits, as data (ArrayFire keeps these as an enum of its own).
+struct FusionLimits {
+  int max_exprs = 256;  // expression nodes one kernel body may inline
+  int max_depth = 64;   // the longest chain of inlined ops
+};
+
+struct FusionPlan {
+  std::vector<bool> needed;    // a fetch or an update op depends on it
+  std::vector<bool> buffered;  // has a buffer of its own; otherwise inlined where it is read
+  std::vector<bool> folded;    // a transpose a GEMM reads as a transposed operand
+  std::vector<bool> view;      // a buffered reshape of a buffered node: the same elements
+  std::vector<int> host;       // computed inside this consumer's kernel, or -1
+  std::vector<int> in_place;   // for an update's value: the variable node it is written to, or -1
+  // The node whose kernel computes `node` (itself unless it rides along in a consumer's).
+  int kernel_root(int node) const;
+};
+
+FusionPlan plan_fusion(const Graph& graph, const std::vector<int>& fetches,
+                       const std::vector<int>& update_ops, FusionLimits limits = {});
+
+// Ops the backends run as library routines (GEMM, convolution, pools, ...), not loop kernels.
+bool is_library(Op op);
+// A transpose of the last two axes that a matrix product can read as a transposed operand.
+bool swaps_last_two(const Node& n);
+// For a reshape that only inserts or removes dimensions of size 1, the input dimension each
+// output dimension carries (-1 for an inserted 1; {-2} for a reshape to a scalar); empty when
+// the reshape moves elements.
+std::vector<int> unit_reshape(const Shape& in, const Shape& out);
+// A reshape kernels can read through (unit_reshape is not empty).
+bool inline_reshape(const Graph& graph, const Node& n);
+
+}  // namespace towerjit
