@@ -1,0 +1,335 @@
+// Fusion tests on the kernel IR's text (golden, like Triton's pass tests): build a small graph,
+// lower it the way CpuProgram does (graph passes, then fusion), and compare
+// kir::to_string(program) with the text written out here. A golden that changes on purpose is
+// rewritten from the new output after reading it; an accidental change fails here first.
+#include <catch2/catch.hpp>
+
+#include <regex>
+
+#include "jit/passes/pipeline.h"
+#include "jit_check.h"
+#include "towerjit.h"
+
+namespace tj = towerjit;
+using tj::kBatch;
+using tj::Tensor;
+using namespace tj::testing;
+
+namespace {
+
+// The program CpuProgram would compile for `fetches`.
+tj::kir::Program lower(const tj::Graph& g, const std::vector<Tensor>& fetches) {
+  std::vector<int> ids;
+  for (const Tensor& t : fetches) ids.push_back(t.id());
+  return tj::lower_graph(g, ids, {}).program;
+}
+
+// The program's text with kernel names cut to their index ("kernel k0_relu_mul_add over" reads
+// "kernel k0 over"): the name lists the fused ops for dumps, the body already says what is fused.
+std::string ir(const tj::Graph& g, const std::vector<Tensor>& fetches) {
+  return std::regex_replace(tj::kir::to_string(lower(g, fetches)),
+                            std::regex("^kernel (k[0-9]+)[^ ]* over", std::regex::multiline),
+                            "kernel $1 over");
+}
+
+// The golden text starts after the raw string's first newline.
+std::string golden(const char* text) { return std::string(text).substr(1); }
+
+int count_steps(const tj::kir::Program& p, tj::kir::Step::Kind kind) {
+  return static_cast<int>(std::count_if(p.steps.begin(), p.steps.end(),
+                                        [&](const tj::kir::Step& s) { return s.kind == kind; }));
+}
+
+}  // namespace
+
+TEST_CASE("relu(x*w+b) is one kernel", "[jit][fusion]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 8});
+  auto w = tj::input("w", {8});
+  auto b = tj::input("b", {8});
+  CHECK(ir(g, {tj::relu(x * w + b)}) == golden(R"(
+b0 = input "x" f32[B,8]
+b1 = input "w" f32[8]
+b2 = input "b" f32[8]
+b3 = temp "t3" f32[B,8]
+kernel k0 over [B,8]
+  e0 = load b0[i0*8 + i1] : f32
+  e1 = load b1[i1] : f32
+  e2 = mul e0, e1 : f32
+  e3 = load b2[i1] : f32
+  e4 = add e2, e3 : f32
+  e5 = relu e4 : f32
+  store b3[i0*8 + i1] = e5
+fetch b3
+)"));
+}
+
+TEST_CASE("relu(dense(x)) is a matmul call and one kernel, which also stores the pre-activation for the gradient",
+          "[jit][fusion]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 8});
+  auto h = tj::relu(tj::dense(x, 4, "fc"));
+  // Forward only: bias and ReLU fused after the GEMM, one store.
+  CHECK(ir(g, {h}) == golden(R"(
+b0 = input "x" f32[B,8]
+b1 = variable "fc/kernel" f32[8,4]
+b2 = temp "t2" f32[B,4]
+b3 = variable "fc/bias" f32[4]
+b4 = temp "t4" f32[B,4]
+call matmul b0, b1 -> b2
+kernel k0 over [B,4]
+  e0 = load b2[i0*4 + i1] : f32
+  e1 = load b3[i1] : f32
+  e2 = add e0, e1 : f32
+  e3 = relu e2 : f32
+  store b4[i0*4 + i1] = e3
+fetch b4
+)"));
+  // With the gradient: the same kernel stores the activation (b6), the pre-activation (b5, the
+  // ReLU mask reads it) and 1*h (b4, d loss / d h); the bias-gradient sum stores the masked
+  // gradient (b8) that the kernel-gradient GEMM reads, with x read transposed.
+  auto grads = tj::grad(tj::sum(h * h), tj::trainable_variables());
+  CHECK(ir(g, {h, grads[0], grads[1]}) == golden(R"(
+b0 = input "x" f32[B,8]
+b1 = variable "fc/kernel" f32[8,4]
+b2 = temp "t2" f32[B,4]
+b3 = variable "fc/bias" f32[4]
+b4 = temp "t4" f32[B,4]
+b5 = temp "t5" f32[B,4]
+b6 = temp "t6" f32[B,4]
+b7 = temp "t7" f32[4]
+b8 = temp "t8" f32[B,4]
+b9 = temp "t9" f32[8,4]
+call matmul b0, b1 -> b2
+kernel k0 over [B,4]
+  e0 = const 1 : f32
+  e1 = load b2[i0*4 + i1] : f32
+  e2 = load b3[i1] : f32
+  e3 = add e1, e2 : f32
+  e4 = relu e3 : f32
+  e5 = mul e0, e4 : f32
+  store b4[i0*4 + i1] = e5
+  store b5[i0*4 + i1] = e3
+  store b6[i0*4 + i1] = e4
+kernel k1 over [B,4] sum axes 0
+  e0 = load b5[i0*4 + i1] : f32
+  e1 = const 0 : f32
+  e2 = greater e0, e1 : f32
+  e3 = load b4[i0*4 + i1] : f32
+  e4 = add e3, e3 : f32
+  e5 = select e2, e4, e1 : f32
+  store b7[i1] = e5
+  store b8[i0*4 + i1] = e5
+call matmul b0^T, b8 -> b9
+fetch b6 b9 b7
+)"));
+}
+
+TEST_CASE("softmax is three kernels: max, a fused sub-exp-sum that stores exp, the divide",
+          "[jit][fusion]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 10});
+  CHECK(ir(g, {tj::softmax(x)}) == golden(R"(
+b0 = input "x" f32[B,10]
+b1 = temp "t1" f32[B,1]
+b2 = temp "t2" f32[B,1]
+b3 = temp "t3" f32[B,10]
+b4 = temp "t4" f32[B,10]
+kernel k0 over [B,10] reduce_max axes 1
+  e0 = load b0[i0*10 + i1] : f32
+  store b1[i0] = e0
+kernel k1 over [B,10] sum axes 1
+  e0 = load b0[i0*10 + i1] : f32
+  e1 = load b1[i0] : f32
+  e2 = sub e0, e1 : f32
+  e3 = exp e2 : f32
+  store b2[i0] = e3
+  store b3[i0*10 + i1] = e3
+kernel k2 over [B,10]
+  e0 = load b3[i0*10 + i1] : f32
+  e1 = load b2[i0] : f32
+  e2 = div e0, e1 : f32
+  store b4[i0*10 + i1] = e2
+fetch b4
+)"));
+}
+
+TEST_CASE("a transpose feeding a matmul is folded into the call", "[jit][fusion]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto a = tj::input("a", {kBatch, 8});
+  auto b = tj::input("b", {kBatch, 4});
+  CHECK(ir(g, {tj::matmul(tj::transpose(a), b)}) == golden(R"(
+b0 = input "a" f32[B,8]
+b1 = input "b" f32[B,4]
+b2 = temp "t2" f32[8,4]
+call matmul b0^T, b1 -> b2
+fetch b2
+)"));
+}
+
+TEST_CASE("a reshape that moves elements is a view of its input's buffer", "[jit][fusion]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 3, 7});
+  CHECK(ir(g, {tj::reshape(x, {kBatch, 21})}) == golden(R"(
+b0 = input "x" f32[B,3,7]
+b1 = temp "t1" f32[B,21] view of b0
+fetch b1
+)"));
+  // Between two kernels: the producer gets a buffer, the consumer reads the view.
+  CHECK(ir(g, {tj::reshape(tj::tanh(x), {kBatch, 21}) * 2}) == golden(R"(
+b0 = input "x" f32[B,3,7]
+b1 = temp "t1" f32[B,3,7]
+b2 = temp "t2" f32[B,21] view of b1
+b3 = temp "t3" f32[B,21]
+kernel k0 over [B,3,7]
+  e0 = load b0[i0*21 + i1*7 + i2] : f32
+  e1 = tanh e0 : f32
+  store b1[i0*21 + i1*7 + i2] = e1
+kernel k1 over [B,21]
+  e0 = load b2[i0*21 + i1] : f32
+  e1 = const 2 : f32
+  e2 = mul e0, e1 : f32
+  store b3[i0*21 + i1] = e2
+fetch b3
+)"));
+}
+
+TEST_CASE("a mean over the batch divides by the run-time batch B", "[cpu][jit][fusion]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 7});
+  auto m = tj::mean(x, {0});
+  // Forward: a ReduceMean over the B axis (the emitter divides by the bound B).
+  CHECK(ir(g, {m}) == golden(R"(
+b0 = input "x" f32[B,7]
+b1 = temp "t1" f32[7]
+kernel k0 over [B,7] mean axes 0
+  e0 = load b0[i0*7 + i1] : f32
+  store b1[i1] = e0
+fetch b1
+)"));
+  // Backward: the gradient divides by `count B`, a term of the batch, not a constant.
+  auto dx = tj::grad(tj::sum(m * m), {x})[0];
+  CHECK(ir(g, {dx}) == golden(R"(
+b0 = input "x" f32[B,7]
+b1 = temp "t1" f32[7]
+b2 = temp "t2" f32[7]
+b3 = temp "t3" f32[B,7]
+kernel k0 over [B,7] mean axes 0
+  e0 = load b0[i0*7 + i1] : f32
+  store b1[i1] = e0
+kernel k1 over [7]
+  e0 = const 1 : f32
+  e1 = load b1[i0] : f32
+  e2 = mul e0, e1 : f32
+  store b2[i0] = e2
+kernel k2 over [B,7]
+  e0 = load b2[i1] : f32
+  e1 = add e0, e0 : f32
+  e2 = count B : f32
+  e3 = div e1, e2 : f32
+  store b3[i0*7 + i1] = e3
+fetch b3
+)"));
+  // One program, three batch sizes: the count follows the batch (relative 1e-5).
+  for (int64_t batch : {1, 2, 7}) {
+    tj::reference::Variables vars;
+    auto r = run_both(g, {m, dx}, {{"x", random_array({batch, 7}, 11)}}, vars);
+    require_close(r, 1e-5, "mean over the batch at batch " + std::to_string(batch));
+  }
+}
+
+// Regression (found by the random DAG tests, fixed in 79e3a5e): t has two consumers; its first
+// (a, itself stored because a + a reads it twice) is computed inside e's kernel, which runs after
+// t's other consumer c. Hosting t there let c read t's buffer before anything wrote it. t now
+// gets a kernel of its own, before both readers.
+TEST_CASE("a shared producer is written before its first reader runs", "[cpu][jit][fusion]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 7});
+  auto t = tj::tanh(x);
+  auto a = t * 2;
+  auto c = t + 1;
+  auto e = a + a;
+  CHECK(ir(g, {c, e}) == golden(R"(
+b0 = input "x" f32[B,7]
+b1 = temp "t1" f32[B,7]
+b2 = temp "t2" f32[B,7]
+b3 = temp "t3" f32[B,7]
+b4 = temp "t4" f32[B,7]
+kernel k0 over [B,7]
+  e0 = load b0[i0*7 + i1] : f32
+  e1 = tanh e0 : f32
+  store b1[i0*7 + i1] = e1
+kernel k1 over [B,7]
+  e0 = load b1[i0*7 + i1] : f32
+  e1 = const 1 : f32
+  e2 = add e0, e1 : f32
+  store b2[i0*7 + i1] = e2
+kernel k2 over [B,7]
+  e0 = load b1[i0*7 + i1] : f32
+  e1 = const 2 : f32
+  e2 = mul e0, e1 : f32
+  e3 = add e2, e2 : f32
+  store b3[i0*7 + i1] = e3
+  store b4[i0*7 + i1] = e2
+fetch b2 b3
+)"));
+  tj::reference::Variables vars;
+  auto r = run_both(g, {c, e}, {{"x", random_array({7, 7}, 12)}}, vars);
+  require_close(r, 1e-5, "shared producer");
+}
+
+TEST_CASE("the MLP training step lowers to 11 kernels and 9 library calls", "[jit][fusion]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("image", {kBatch, 784});
+  auto labels = tj::input("label", {kBatch}, tj::DType::i32);
+  auto h = tj::relu(tj::dense(x, 64, "fc1"));
+  h = tj::relu(tj::dense(h, 64, "fc2"));
+  auto logits = tj::dense(h, 10, "logits");
+  auto loss = tj::mean(tj::softmax_cross_entropy(logits, labels));
+  auto grads = tj::grad(loss, tj::trainable_variables());
+  std::vector<Tensor> fetches{loss};
+  fetches.insert(fetches.end(), grads.begin(), grads.end());
+  const tj::kir::Program p = lower(g, fetches);
+  INFO(tj::kir::to_string(p));
+  // Library calls: 3 forward GEMMs, one_hot, and 5 backward GEMMs: 3 weight gradients and the 2
+  // data gradients into fc2 and fc1 (the image's is not needed), each reading its transposed
+  // operand in place, so no transpose kernel.
+  // Kernels, in order:
+  //   k0  fc1 bias + ReLU; also stores the pre-activation (for the ReLU mask)
+  //   k1  fc2 bias + ReLU; also stores the pre-activation
+  //   k2  logits bias + row max; also stores the logits
+  //   k3  sub-max, exp, row sum; also stores logits - max and exp
+  //   k4  cross-entropy row sum: onehot * (shifted - log(sum))
+  //   k5  mean over the batch of the negated row sums: the loss
+  //   k6  d loss / d (onehot * log-softmax) = -onehot / B (the seed gradient, stored: two readers)
+  //   k7  its row sum (the log-sum-exp's gradient)
+  //   k8  logits gradient (softmax - onehot) / B, summed over the batch for the bias gradient;
+  //       also stores the [B,10] gradient the two GEMMs read
+  //   k9  fc2 ReLU mask, summed over the batch for the bias gradient; stores the masked gradient
+  //   k10 fc1 ReLU mask, the same
+  CHECK(count_steps(p, tj::kir::Step::Kind::kernel) == 11);
+  CHECK(count_steps(p, tj::kir::Step::Kind::library) == 9);
+  CHECK(count_steps(p, tj::kir::Step::Kind::copy) == 0);
+  int gemms = 0, transposed = 0, reductions = 0, multi_output = 0;
+  for (const auto& c : p.calls) {
+    gemms += c.op == tj::Op::MatMul;
+    transposed += c.transpose_a || c.transpose_b;
+  }
+  for (const auto& k : p.kernels) {
+    reductions += k.reduce != tj::Op::Constant;
+    multi_output += k.outputs.size() > 1;
+  }
+  CHECK(gemms == 8);
+  CHECK(transposed == 5);
+  CHECK(reductions == 8);
+  CHECK(multi_output == 7);
+  for (const auto& k : p.kernels) CHECK(k.name.find("transpose") == std::string::npos);
+}
