@@ -58,7 +58,9 @@ Tensor unary_grad(const GradContext& c) {
     case Op::Sqrt: return div(mul(g, k(0.5), loc), y, loc);
     case Op::Rsqrt: return mul(mul(g, k(-0.5), loc), mul(mul(y, y, loc), y, loc), loc);
     case Op::Abs: return mul(g, sign(x, loc), loc);
-    case Op::Relu: return where(greater(x, k(0), loc), g, k(0), loc);
+    // relu(x) > 0 exactly where x > 0; masking on the output lets the forward kernel keep
+    // only the activation, not the pre-activation too.
+    case Op::Relu: return where(greater(y, k(0), loc), g, k(0), loc);
     case Op::Sigmoid: return mul(g, mul(y, sub(k(1), y, loc), loc), loc);
     case Op::Tanh: return mul(g, sub(k(1), mul(y, y, loc), loc), loc);
     case Op::Erf: {

@@ -66,6 +66,14 @@ int identity_of(const Node& n, const Graph& out) {
 
 Rewritten simplify(const Graph& graph) {
   return rewrite_graph(graph, [&](Node n, Graph& out) {
+    // A constant moved by a layout op is the same constant in the new shape (the seed of a
+    // gradient, 1, reaches the loss's producers through reshape and broadcast_to).
+    if ((n.op == Op::Reshape || n.op == Op::BroadcastTo) && out.node(n.inputs[0]).op == Op::Constant) {
+      Node c = out.node(n.inputs[0]);
+      c.shape = n.shape;
+      c.loc = n.loc;
+      return out.add(std::move(c));
+    }
     if (const int id = identity_of(n, out); id >= 0) return id;
     // reshape(reshape(x)) is one reshape; transpose(transpose(x)) one transpose.
     if (n.op == Op::Reshape && out.node(n.inputs[0]).op == Op::Reshape)
