@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/gemm_floor.h"
+#include "runtime/cpu/blas.h"
 #include "bench/torch_runner.h"
 #include "bench/train_step.h"
 #include "dsl/error.h"
@@ -183,8 +184,8 @@ json run_workload(const std::string& name, const Options& o, tj::ThreadPool& poo
   j["loss_last"] = losses.back();
   // OpenBLAS picks its kernels by CPU model at load time; an unknown model falls back to the
   // SSE3 "Prescott" kernels (see docs/performance.md). OPENBLAS_CORETYPE overrides it.
-  j["openblas_core"] = openblas_get_corename();
-  j["openblas_threads"] = openblas_get_num_threads();
+  j["openblas_core"] = towerjit::cpu::blas().core;
+  j["openblas_threads"] = towerjit::cpu::blas().threads;
   j["gemms"] = gemm_list;
   j["profile"] = profile(program, feeds, vars, step.batch, o.profile_steps);
   return j;

@@ -75,6 +75,11 @@ Initializer truncated_normal(double mean, double stddev) {
 }
 Initializer glorot_uniform() { return make(Kind::glorot_uniform); }
 Initializer he_normal() { return make(Kind::he_normal); }
+Initializer copy_of(const std::string& source) {
+  Initializer init = make(Kind::copy);
+  init.source = source;
+  return init;
+}
 
 }  // namespace init
 
@@ -88,6 +93,7 @@ std::string Initializer::str() const {
       return "truncated_normal(mean=" + fmt(a) + ", stddev=" + fmt(b) + ")";
     case Kind::glorot_uniform: return "glorot_uniform";
     case Kind::he_normal: return "he_normal";
+    case Kind::copy: return "copy_of(" + source + ")";
   }
   return "unknown";
 }
@@ -122,6 +128,10 @@ std::vector<float> sample(const Initializer& init, const Shape& shape, uint64_t 
     throw Error("towerjit: cannot initialise a variable of shape " + shape.str() +
                 " with " + init.str() + ": the batch dimension B is not a constant; "
                 "give variables constant dimensions");
+  if (init.kind == Kind::copy)
+    throw Error("towerjit: cannot sample " + init.str() + " on its own: a copy takes another "
+                "variable's initial value; initialise the graph's variables together with "
+                "initialize_variables(graph, seed)");
   const uint64_t n = static_cast<uint64_t>(shape.static_elements());
   std::vector<float> out(n);
   const Fans fans = compute_fans(shape);
@@ -148,6 +158,7 @@ std::vector<float> sample(const Initializer& init, const Shape& shape, uint64_t 
         v = stddev * truncated_unit_normal(seed, key, i);
         break;
       }
+      case Kind::copy: break;  // rejected above
     }
     out[i] = static_cast<float>(v);
   }

@@ -11,10 +11,14 @@
 namespace towerjit {
 
 struct Initializer {
-  enum class Kind { zeros, constant, uniform, normal, truncated_normal, glorot_uniform, he_normal };
+  enum class Kind {
+    zeros, constant, uniform, normal, truncated_normal, glorot_uniform, he_normal,
+    copy,  // the initial value of the variable named `source` (an EMA's shadow weights)
+  };
   Kind kind = Kind::zeros;
   double a = 0;  // constant: the value; uniform: low; normal, truncated_normal: mean
   double b = 0;  // uniform: high; normal, truncated_normal: standard deviation
+  std::string source;  // copy: the full name of the variable to copy (declared earlier)
 
   std::string str() const;
 };
@@ -34,6 +38,10 @@ Initializer glorot_uniform();
 // Variance 2 / fan_in, as Keras: a normal truncated to two standard deviations, with stddev
 // sqrt(2 / fan_in) / 0.8796... (that truncation's stddev) so the variance is exact.
 Initializer he_normal();
+// The initial value of the variable `source` (full name, created before this one). It is
+// resolved where a graph's variables are initialised together (initialize_variables), since
+// sample() sees one variable alone.
+Initializer copy_of(const std::string& source);
 
 }  // namespace init
 

@@ -2,9 +2,13 @@
 #pragma once
 
 #include "dsl/autodiff.h"
+#include "dsl/ema.h"
 #include "dsl/error.h"
 #include "dsl/layers.h"
 #include "dsl/ops.h"
+#include "dsl/optimizers.h"
+#include "dsl/schedules.h"
+#include "dsl/state.h"
 #include "dsl/variables.h"
 #include "jit/reference/interpreter.h"
 #include "runtime/cpu/cpu_program.h"

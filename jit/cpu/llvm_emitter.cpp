@@ -270,7 +270,7 @@ std::string KernelEmitter::combine(const std::string& acc, const std::string& v)
 }
 
 void KernelEmitter::open_loop(int axis) {
-  const bool split = axis == 0 && info_.splittable;
+  const bool split = axis == info_.split_axis;
   const std::string a = std::to_string(axis);
   const std::string end = split ? "%end" : k_.space[axis] == kBatch ? "%batch" : std::to_string(k_.space[axis]);
   out_ << "  store i64 " << (split ? "%begin" : "0") << ", ptr %i" << a << "\n";
@@ -304,44 +304,45 @@ void KernelEmitter::store_side_outputs() {
   for (size_t i = 1; i < k_.outputs.size(); ++i) emit_store(k_.outputs[i], expr(k_.outputs[i].expr));
 }
 
-// Reduced axes innermost: an accumulator per output element. Otherwise the natural loop order,
-// accumulating in the output itself (the first reduced iteration initialises it), which keeps
-// column sums such as a bias gradient over the batch contiguous and vectorisable.
+// The reduced axes that end the loop nest (a trailing block: the classes of a row-wise
+// softmax, H and W of a convolution's bias gradient) accumulate in a register. Any reduced axes
+// before them (the batch of a bias gradient) accumulate in the output itself, in the natural
+// loop order, so column sums stay contiguous and vectorisable: the first such iteration
+// initialises the output, the last one scales it for a mean.
 void KernelEmitter::emit_reduction() {
-  const int rank = k_.space.rank(), nred = static_cast<int>(k_.reduce_axes.size());
-  const bool trailing = std::all_of(k_.reduce_axes.begin(), k_.reduce_axes.end(),
-                                    [&](int a) { return a >= rank - nred; });
+  const int rank = k_.space.rank();
+  auto reduced = [&](int a) {
+    return std::find(k_.reduce_axes.begin(), k_.reduce_axes.end(), a) != k_.reduce_axes.end();
+  };
+  int block = rank;  // the trailing block of reduced axes is [block, rank)
+  while (block > 0 && reduced(block - 1)) --block;
   const kir::Kernel::Output& o = k_.outputs[0];
   const DType t = k_.exprs[o.expr].dtype;
   kir::Affine count{1, 0};
   for (int a : k_.reduce_axes)
     count = k_.space[a] == kBatch ? kir::Affine{0, count.c} : kir::Affine{count.c * k_.space[a], count.b * k_.space[a]};
-  auto scale = [&](const std::string& v) {
-    if (k_.reduce != Op::ReduceMean) return v;
-    const std::string n = i64_affine(count), nf = tmp(), r = tmp();
-    out_ << "  " << nf << " = sitofp i64 " << n << " to float\n";
-    out_ << "  " << r << " = fdiv float " << v << ", " << nf << "\n";
-    return r;
-  };
-  if (trailing) {
-    for (int a = 0; a < rank - nred; ++a) open_loop(a);
+
+  for (int a = 0; a < block; ++a) open_loop(a);
+  std::string value;
+  if (block < rank) {
     out_ << "  store " << ty(t) << " " << identity() << ", ptr %acc\n";
-    for (int a = rank - nred; a < rank; ++a) open_loop(a);
+    for (int a = block; a < rank; ++a) open_loop(a);
     const std::string v = expr(o.expr), acc = tmp();
     store_side_outputs();
     out_ << "  " << acc << " = load " << ty(t) << ", ptr %acc\n";
     const std::string sum = combine(acc, v);
     out_ << "  store " << ty(t) << " " << sum << ", ptr %acc\n";
-    for (int a = rank - 1; a >= rank - nred; --a) close_loop(a);
-    const std::string total = tmp();
-    out_ << "  " << total << " = load " << ty(t) << ", ptr %acc\n";
-    emit_store(o, scale(total));
-    for (int a = rank - nred - 1; a >= 0; --a) close_loop(a);
-    return;
+    for (int a = rank - 1; a >= block; --a) close_loop(a);
+    value = tmp();
+    out_ << "  " << value << " = load " << ty(t) << ", ptr %acc\n";
+  } else {
+    value = expr(o.expr);
+    store_side_outputs();
   }
-  for (int a = 0; a < rank; ++a) open_loop(a);
+  // first / last: at the first / last iteration of every reduced axis outside the block.
   std::string first = "true", last = "true";
   for (int a : k_.reduce_axes) {
+    if (a >= block) continue;
     const std::string i = index(a), f = tmp(), l = tmp(), f2 = tmp(), l2 = tmp(), m = tmp();
     const std::string ext = k_.space[a] == kBatch ? "%batch" : std::to_string(k_.space[a]);
     out_ << "  " << f << " = icmp eq i64 " << i << ", 0\n";
@@ -351,19 +352,26 @@ void KernelEmitter::emit_reduction() {
     out_ << "  " << l2 << " = and i1 " << last << ", " << l << "\n";
     first = f2, last = l2;
   }
-  const std::string v = expr(o.expr);
-  store_side_outputs();
-  const kir::Access& a = k_.accesses[o.access];
-  const int slot = static_cast<int>(std::find(info_.buffers.begin(), info_.buffers.end(), a.buffer) - info_.buffers.begin());
-  const std::string off = address(o.access), ptr = tmp(), old = tmp(), pick = tmp(), fin = tmp();
-  out_ << "  " << ptr << " = getelementptr inbounds " << ty(t) << ", ptr " << base_[slot] << ", i64 " << off << "\n";
-  out_ << "  " << old << " = load " << ty(t) << ", ptr " << ptr << ", align 4\n";
-  const std::string comb = combine(old, v);
-  out_ << "  " << pick << " = select i1 " << first << ", " << ty(t) << " " << v << ", " << ty(t) << " " << comb << "\n";
-  const std::string scaled = scale(pick);
-  out_ << "  " << fin << " = select i1 " << last << ", " << ty(t) << " " << scaled << ", " << ty(t) << " " << pick << "\n";
-  out_ << "  store " << ty(t) << " " << fin << ", ptr " << ptr << ", align 4\n";
-  for (int ax = rank - 1; ax >= 0; --ax) close_loop(ax);
+  std::string result = value;
+  if (first != "true") {
+    const kir::Access& a = k_.accesses[o.access];
+    const int slot = static_cast<int>(std::find(info_.buffers.begin(), info_.buffers.end(), a.buffer) - info_.buffers.begin());
+    const std::string off = address(o.access), ptr = tmp(), old = tmp(), pick = tmp();
+    out_ << "  " << ptr << " = getelementptr inbounds " << ty(t) << ", ptr " << base_[slot] << ", i64 " << off << "\n";
+    out_ << "  " << old << " = load " << ty(t) << ", ptr " << ptr << ", align 4\n";
+    const std::string comb = combine(old, value);
+    out_ << "  " << pick << " = select i1 " << first << ", " << ty(t) << " " << value << ", " << ty(t) << " " << comb << "\n";
+    result = pick;
+  }
+  if (k_.reduce == Op::ReduceMean) {
+    const std::string n = i64_affine(count), nf = tmp(), scaled = tmp(), fin = tmp();
+    out_ << "  " << nf << " = sitofp i64 " << n << " to float\n";
+    out_ << "  " << scaled << " = fdiv float " << result << ", " << nf << "\n";
+    out_ << "  " << fin << " = select i1 " << last << ", float " << scaled << ", float " << result << "\n";
+    result = fin;
+  }
+  emit_store(o, result);
+  for (int a = block - 1; a >= 0; --a) close_loop(a);
 }
 
 std::string KernelEmitter::emit() {
@@ -372,8 +380,9 @@ std::string KernelEmitter::emit() {
       info_.buffers.push_back(a.buffer);
   info_.symbol = k_.name;
   const int rank = k_.space.rank();
-  const bool reduced0 = std::find(k_.reduce_axes.begin(), k_.reduce_axes.end(), 0) != k_.reduce_axes.end();
-  info_.splittable = rank > 0 && !reduced0;
+  // Threads split the first axis that is not reduced: each then owns its outputs outright.
+  for (int a = 0; a < rank && info_.split_axis < 0; ++a)
+    if (std::find(k_.reduce_axes.begin(), k_.reduce_axes.end(), a) == k_.reduce_axes.end()) info_.split_axis = a;
   values_.assign(k_.exprs.size(), "");
 
   out_ << "; " << k_.name << ": loop over " << k_.space.str() << ", graph nodes";

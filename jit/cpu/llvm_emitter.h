@@ -12,12 +12,13 @@ namespace towerjit::cpu {
 // How the runtime calls an emitted kernel:
 //   void name(ptr* buffers, i64 batch, i64 begin, i64 end, i64 step)
 // `buffers` holds the base address of each of `EmittedKernel::buffers`, in that order. The
-// kernel covers [begin, end) of loop axis 0 when `splittable`, else the whole space (the
-// runtime then calls it once with begin = 0, end = 1). `step` keys random numbers.
+// kernel covers [begin, end) of loop axis `split_axis` and all of the others, so threads may
+// split that axis; with no split axis (a full reduction) the runtime calls it once with
+// begin = 0, end = 1. `step` keys random numbers.
 struct EmittedKernel {
   std::string symbol;
   std::vector<int> buffers;  // program buffer ids
-  bool splittable = false;
+  int split_axis = -1;  // the loop axis [begin, end) ranges over; -1: none
 };
 
 // One module holding every kernel of the program (one optimiser run, one cache entry).

@@ -12,6 +12,16 @@ namespace towerjit::reference {
 Variables initialize_variables(const Graph& graph, uint64_t seed) {
   Variables out;
   for (const VariableInfo& info : graph.variables()) {
+    if (info.init.kind == Initializer::Kind::copy) {
+      // Variables are initialised in declaration order, so the source is already drawn.
+      auto source = out.find(info.init.source);
+      user_check(source != out.end() && source->second.shape == info.shape, info.loc)
+          << "variable \"" << info.name << "\" is initialised as " << info.init.str()
+          << " but no variable of that name and shape " << info.shape.str()
+          << " was declared before it; declare the source first";
+      out[info.name] = source->second;
+      continue;
+    }
     const std::vector<float> values = sample(info.init, info.shape, seed, stable_hash(info.name));
     internal_check(static_cast<int64_t>(values.size()) == info.shape.elements(0))
         << info.name << ": sample gave " << values.size() << " values for " << info.shape.str();

@@ -98,10 +98,10 @@ void CpuProgram::run_kernel(int index, const std::vector<void*>& base, int64_t b
   for (int b : k.buffers) args.push_back(base[b]);
   KernelFn fn = functions_[index];
   const Shape& space = program_.kernels[index].space;
-  const int64_t outer = k.splittable ? Shape{space[0]}.elements(batch) : 1;
+  const int64_t outer = k.split_axis >= 0 ? Shape{space[k.split_axis]}.elements(batch) : 1;
   auto body = [&](int64_t begin, int64_t end) { fn(args.data(), batch, begin, end, step); };
   // Small kernels are not worth waking the other threads for.
-  if (pool_ && k.splittable && space.elements(batch) >= 32768) pool_->parallel_for(outer, body);
+  if (pool_ && k.split_axis >= 0 && space.elements(batch) >= 32768) pool_->parallel_for(outer, body);
   else body(0, outer);
 }
 

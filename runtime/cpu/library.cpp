@@ -1,5 +1,7 @@
 #include "runtime/cpu/library.h"
 
+#include "runtime/cpu/blas.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -28,7 +30,7 @@ void matmul(const kir::LibraryCall& c, const View& a, const View& b, const View&
       if (ia >= 0) { oa += (a.shape[ia] == 1 ? 0 : idx) * sa; sa *= a.shape[ia]; }
       if (ib >= 0) { ob += (b.shape[ib] == 1 ? 0 : idx) * sb; sb *= b.shape[ib]; }
     }
-    cblas_sgemm(CblasRowMajor, c.transpose_a ? CblasTrans : CblasNoTrans,
+    blas().sgemm(CblasRowMajor, c.transpose_a ? CblasTrans : CblasNoTrans,
                 c.transpose_b ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a.f() + oa,
                 c.transpose_a ? m : k, b.f() + ob, c.transpose_b ? k : n, 0.0f,
                 out.f() + bi * m * n, n);
@@ -86,7 +88,7 @@ void conv2d(const Attrs& at, const View& x, const View& w, const View& y) {
   std::vector<float> cols(ckk * spatial);
   for (int64_t i = 0; i < g.n; ++i) {
     im2col(g, x.f() + i * g.c * g.h * g.w, cols.data());
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.o, spatial, ckk, 1.0f, w.f(), ckk,
+    blas().sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.o, spatial, ckk, 1.0f, w.f(), ckk,
                 cols.data(), spatial, 0.0f, y.f() + i * g.o * spatial, spatial);
   }
 }
@@ -96,7 +98,7 @@ void conv2d_grad_input(const Attrs& at, const View& dy, const View& w, const Vie
   const int64_t ckk = g.c * g.kh * g.kw, spatial = g.oh * g.ow;
   std::vector<float> cols(ckk * spatial);
   for (int64_t i = 0; i < g.n; ++i) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, spatial, g.o, 1.0f, w.f(), ckk,
+    blas().sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, spatial, g.o, 1.0f, w.f(), ckk,
                 dy.f() + i * g.o * spatial, spatial, 0.0f, cols.data(), spatial);
     col2im(g, cols.data(), dx.f() + i * g.c * g.h * g.w);
   }
@@ -108,7 +110,7 @@ void conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, const Vi
   std::vector<float> cols(ckk * spatial);
   for (int64_t i = 0; i < g.n; ++i) {
     im2col(g, x.f() + i * g.c * g.h * g.w, cols.data());
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.o, ckk, spatial, 1.0f,
+    blas().sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.o, ckk, spatial, 1.0f,
                 dy.f() + i * g.o * spatial, spatial, cols.data(), spatial, i == 0 ? 0.0f : 1.0f,
                 dw.f(), ckk);
   }

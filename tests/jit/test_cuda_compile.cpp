@@ -85,16 +85,16 @@ TEST_CASE("every op of the op set compiles to CUDA for sm_80 and sm_90", "[cuda]
 
 TEST_CASE("random fused graphs compile to CUDA for sm_80 and sm_90", "[cuda]") {
   TOWERJIT_REQUIRE_NVRTC();
-  for (uint32_t batch = 0; batch < 2; ++batch) {  // 2 modules of 20 graphs: NVRTC takes ~1 s each
-    tj::Graph g;
-    tj::GraphScope use(g);
-    std::vector<Tensor> outs;
-    for (uint32_t k = 0; k < 20; ++k) {
-      std::mt19937 rng(batch * 20 + k);
-      outs.push_back(random_fused(rng, "g" + std::to_string(k) + "_"));
-    }
-    require_compiles(g, ids(outs), {}, "random_" + std::to_string(batch));
+  // One module of 12 graphs (about 60 kernels): NVRTC takes ~70 ms a kernel, so more graphs
+  // cost seconds each and these shapes already reach every scheme.
+  tj::Graph g;
+  tj::GraphScope use(g);
+  std::vector<Tensor> outs;
+  for (uint32_t k = 0; k < 12; ++k) {
+    std::mt19937 rng(k);
+    outs.push_back(random_fused(rng, "g" + std::to_string(k) + "_"));
   }
+  require_compiles(g, ids(outs), {}, "random_fused");
 }
 
 TEST_CASE("the MLP and CNN training steps compile to CUDA for sm_80 and sm_90", "[cuda]") {

@@ -126,8 +126,7 @@ TEST_CASE("the CUDA dump index names every op of the training step with its laun
   // Every computing node the step needs is named (leaves, views and folded transposes move no data).
   const tj::Graph& lg = lowered.graph;
   std::vector<bool> needed(lg.size(), false);
-  std::vector<int> stack = {lowered.program.fetches.empty() ? -1 : lowered.graph.size() - 1};
-  stack = {};
+  std::vector<int> stack;  // from every node that has a buffer, and the update ops
   for (int u : lg.update_ops) stack.push_back(u);
   for (const auto& b : lowered.program.buffers)
     for (int n : b.nodes) stack.push_back(n);

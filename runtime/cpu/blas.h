@@ -1,0 +1,26 @@
+// OpenBLAS's sgemm, loaded at first use rather than linked. Debian's OpenBLAS picks its kernels
+// by CPU model when it loads, and on CPUs it does not know (new Xeons, some VMs) falls back to
+// its slowest SSE3 ("Prescott") kernels — 2-8x slower here. Loading it ourselves lets us name
+// the kernels from the CPU's features first (OPENBLAS_CORETYPE), unless the user already has.
+#pragma once
+
+#include <string>
+
+namespace towerjit::cpu {
+
+struct Blas {
+  // cblas_sgemm's signature, with the CBLAS enums as ints.
+  using Sgemm = void (*)(int order, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                         const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                         int ldc);
+  Sgemm sgemm = nullptr;
+  std::string library;  // the file loaded
+  std::string core;     // the kernels OpenBLAS chose ("SkylakeX", "Haswell", ...)
+  int threads = 1;      // OpenBLAS's thread count
+};
+
+// The process's BLAS, loaded once (thread-safe). Throws towerjit::Error naming the Debian
+// package when no OpenBLAS (or reference CBLAS) library can be loaded.
+const Blas& blas();
+
+}  // namespace towerjit::cpu
