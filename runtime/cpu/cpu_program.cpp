@@ -120,7 +120,7 @@ std::vector<HostTensor> CpuProgram::run(const HostFeeds& feeds, HostVariables& v
       std::vector<cpu::View> in;
       for (int b : c.inputs) in.push_back({program_.buffers[b].shape.bind(batch), base[b]});
       const cpu::View out{program_.buffers[c.output].shape.bind(batch), base[c.output]};
-      cpu::run_library_call(c, graph_.node(c.node), in, out);
+      cpu::run_library_call(c, graph_.node(c.node), in, out, pool_);
     } else {
       const kir::Copy& c = program_.copies[s.index];
       std::memmove(base[c.to], base[c.from], program_.buffers[c.to].shape.elements(batch) * 4);

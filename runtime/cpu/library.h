@@ -1,12 +1,13 @@
 // The CPU's library routines: what the kernel IR leaves to hand-written code rather than
 // generated loops. Matrix products and convolutions go to OpenBLAS's sgemm (convolutions by
-// im2col); pools, one-hot, argmax, pad and concat are plain loops.
+// im2col, conv.h); pools (pool.h), one-hot, argmax, pad and concat are plain loops.
 #pragma once
 
 #include <vector>
 
 #include "dsl/graph.h"
 #include "jit/kir/kernel_ir.h"
+#include "runtime/thread_pool.h"
 
 namespace towerjit::cpu {
 
@@ -20,6 +21,6 @@ struct View {
 
 // Runs one library call. `node` is the graph node it computes (for error locations).
 void run_library_call(const kir::LibraryCall& call, const Node& node,
-                      const std::vector<View>& inputs, const View& output);
+                      const std::vector<View>& inputs, const View& output, ThreadPool* pool);
 
 }  // namespace towerjit::cpu

@@ -115,12 +115,15 @@ TEST_CASE("convolution and pools match the reference", "[cpu][jit]") {
   auto avgp = tj::avg_pool2d(x, {.kernel = 2});
   auto loss = tj::sum(conv * conv) + tj::sum(maxp * maxp) + tj::sum(avgp * avgp * avgp);
   auto grads = tj::grad(loss, {x, w});
-  for (int64_t batch : {1, 2}) {
-    tj::reference::Variables vars;
-    auto r = run_both(g, {conv, maxp, avgp, grads[0], grads[1]},
-                      {{"x", random_array({batch, 3, 7, 9}, 4)}, {"w", random_array({5, 3, 3, 3}, 5)}}, vars);
-    require_close(r, 1e-5, "conv/pool at batch " + std::to_string(batch));
-  }
+  tj::ThreadPool threads(2);  // the batched im2col and the pools split over threads too
+  for (tj::ThreadPool* pool : {static_cast<tj::ThreadPool*>(nullptr), &threads})
+    for (int64_t batch : {1, 2, 5}) {
+      tj::reference::Variables vars;
+      auto r = run_both(g, {conv, maxp, avgp, grads[0], grads[1]},
+                        {{"x", random_array({batch, 3, 7, 9}, 4)}, {"w", random_array({5, 3, 3, 3}, 5)}},
+                        vars, false, pool);
+      require_close(r, 1e-5, "conv/pool at batch " + std::to_string(batch));
+    }
 }
 
 TEST_CASE("random_uniform draws the reference's numbers, fresh each step", "[cpu][jit]") {

@@ -1,0 +1,131 @@
+#include "runtime/cpu/conv.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "runtime/cpu/blas.h"
+
+namespace towerjit::cpu {
+namespace {
+
+struct Geometry {
+  int64_t n, c, h, w, o, kh, kw, oh, ow;
+  int sh, sw, ph, pw;
+  int64_t ckk() const { return c * kh * kw; }
+  int64_t spatial() const { return oh * ow; }
+};
+
+Geometry geometry(const Attrs& at, const Shape& x, const Shape& w, const Shape& y) {
+  return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3],
+          at.stride[0], at.stride[1], at.pad[0], at.pad[1]};
+}
+
+// Scratch memory reused across calls on a thread: a training step convolves many times.
+float* scratch(int slot, int64_t floats) {
+  thread_local std::vector<float> buffers[2];
+  if (static_cast<int64_t>(buffers[slot].size()) < floats) buffers[slot].resize(floats);
+  return buffers[slot].data();
+}
+
+// Image i's columns into cols[(ci*kh + ky)*kw + kx][i*S + oy*ow + ox] (row length n*S), zeros
+// where the window hangs over the padding.
+void im2col(const Geometry& g, const float* x, float* cols, int64_t i) {
+  const int64_t row = g.n * g.spatial();
+  for (int64_t ci = 0; ci < g.c; ++ci)
+    for (int64_t ky = 0; ky < g.kh; ++ky)
+      for (int64_t kx = 0; kx < g.kw; ++kx) {
+        float* out = cols + ((ci * g.kh + ky) * g.kw + kx) * row + i * g.spatial();
+        const float* plane = x + (i * g.c + ci) * g.h * g.w;
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+          const int64_t iy = oy * g.sh - g.ph + ky;
+          float* dst = out + oy * g.ow;
+          if (iy < 0 || iy >= g.h) { std::fill(dst, dst + g.ow, 0.0f); continue; }
+          for (int64_t ox = 0; ox < g.ow; ++ox) {
+            const int64_t ix = ox * g.sw - g.pw + kx;
+            dst[ox] = ix >= 0 && ix < g.w ? plane[iy * g.w + ix] : 0.0f;
+          }
+        }
+      }
+}
+
+// The adjoint of im2col for image i: adds each column entry back where it was read from.
+void col2im(const Geometry& g, const float* cols, float* x, int64_t i) {
+  const int64_t row = g.n * g.spatial();
+  float* image = x + i * g.c * g.h * g.w;
+  std::fill(image, image + g.c * g.h * g.w, 0.0f);
+  for (int64_t ci = 0; ci < g.c; ++ci)
+    for (int64_t ky = 0; ky < g.kh; ++ky)
+      for (int64_t kx = 0; kx < g.kw; ++kx) {
+        const float* in = cols + ((ci * g.kh + ky) * g.kw + kx) * row + i * g.spatial();
+        float* plane = image + ci * g.h * g.w;
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+          const int64_t iy = oy * g.sh - g.ph + ky;
+          if (iy < 0 || iy >= g.h) continue;
+          for (int64_t ox = 0; ox < g.ow; ++ox) {
+            const int64_t ix = ox * g.sw - g.pw + kx;
+            if (ix >= 0 && ix < g.w) plane[iy * g.w + ix] += in[oy * g.ow + ox];
+          }
+        }
+      }
+}
+
+// [a, b, s] -> [b, a, s]: between NCHW ([N, O, S]) and the GEMM's [O, N*S].
+void swap_outer(const float* in, float* out, int64_t a, int64_t b, int64_t s, ThreadPool* pool) {
+  parallel(pool, a, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      for (int64_t j = 0; j < b; ++j) std::memcpy(out + (j * a + i) * s, in + (i * b + j) * s, s * 4);
+  });
+}
+
+void build_columns(const Geometry& g, const float* x, float* cols, ThreadPool* pool) {
+  parallel(pool, g.n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) im2col(g, x, cols, i);
+  });
+}
+
+}  // namespace
+
+void parallel(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+  if (pool) pool->parallel_for(n, body);
+  else body(0, n);
+}
+
+void conv2d(const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool) {
+  const Geometry g = geometry(at, x.shape, w.shape, y.shape);
+  const int64_t cols_n = g.n * g.spatial();
+  float* cols = scratch(0, g.ckk() * cols_n);
+  float* out = scratch(1, g.o * cols_n);
+  build_columns(g, x.f(), cols, pool);
+  blas().sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.o, cols_n, g.ckk(), 1.0f, w.f(),
+               g.ckk(), cols, cols_n, 0.0f, out, cols_n);
+  swap_outer(out, y.f(), g.o, g.n, g.spatial(), pool);  // [O, N, S] -> [N, O, S]
+}
+
+void conv2d_grad_input(const Attrs& at, const View& dy, const View& w, const View& dx, ThreadPool* pool) {
+  const Geometry g = geometry(at, dx.shape, w.shape, dy.shape);
+  const int64_t cols_n = g.n * g.spatial();
+  float* dy_t = scratch(1, g.o * cols_n);
+  float* cols = scratch(0, g.ckk() * cols_n);
+  swap_outer(dy.f(), dy_t, g.n, g.o, g.spatial(), pool);  // [N, O, S] -> [O, N, S]
+  blas().sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, g.ckk(), cols_n, g.o, 1.0f, w.f(),
+               g.ckk(), dy_t, cols_n, 0.0f, cols, cols_n);
+  parallel(pool, g.n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) col2im(g, cols, dx.f(), i);
+  });
+}
+
+void conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, const View& dw, ThreadPool* pool) {
+  const Geometry g = geometry(at, x.shape, dw.shape, dy.shape);
+  const int64_t cols_n = g.n * g.spatial();
+  float* cols = scratch(0, g.ckk() * cols_n);
+  float* dy_t = scratch(1, g.o * cols_n);
+  build_columns(g, x.f(), cols, pool);
+  swap_outer(dy.f(), dy_t, g.n, g.o, g.spatial(), pool);
+  blas().sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.o, g.ckk(), cols_n, 1.0f, dy_t, cols_n,
+               cols, cols_n, 0.0f, dw.f(), g.ckk());
+}
+
+}  // namespace towerjit::cpu
