@@ -30,8 +30,14 @@ float* scratch(int slot, int64_t floats) {
   return buffers[slot].data();
 }
 
+// The output columns [x0, x1) whose input column ox*s - p + k lies inside [0, w).
+void valid_range(int64_t out, int64_t in, int s, int p, int64_t k, int64_t& x0, int64_t& x1) {
+  x0 = std::clamp<int64_t>((p - k + s - 1) / s, 0, out);
+  x1 = std::clamp<int64_t>((in + p - k + s - 1) / s, x0, out);
+}
+
 // Image i's columns into cols[(ci*kh + ky)*kw + kx][i*S + oy*ow + ox] (row length n*S), zeros
-// where the window hangs over the padding.
+// where the window hangs over the padding. The in-image part of a row is one copy at stride 1.
 void im2col(const Geometry& g, const float* x, float* cols, int64_t i) {
   const int64_t row = g.n * g.spatial();
   for (int64_t ci = 0; ci < g.c; ++ci)
@@ -39,14 +45,17 @@ void im2col(const Geometry& g, const float* x, float* cols, int64_t i) {
       for (int64_t kx = 0; kx < g.kw; ++kx) {
         float* out = cols + ((ci * g.kh + ky) * g.kw + kx) * row + i * g.spatial();
         const float* plane = x + (i * g.c + ci) * g.h * g.w;
+        int64_t x0, x1;
+        valid_range(g.ow, g.w, g.sw, g.pw, kx, x0, x1);
         for (int64_t oy = 0; oy < g.oh; ++oy) {
           const int64_t iy = oy * g.sh - g.ph + ky;
           float* dst = out + oy * g.ow;
           if (iy < 0 || iy >= g.h) { std::fill(dst, dst + g.ow, 0.0f); continue; }
-          for (int64_t ox = 0; ox < g.ow; ++ox) {
-            const int64_t ix = ox * g.sw - g.pw + kx;
-            dst[ox] = ix >= 0 && ix < g.w ? plane[iy * g.w + ix] : 0.0f;
-          }
+          std::fill(dst, dst + x0, 0.0f);
+          std::fill(dst + x1, dst + g.ow, 0.0f);
+          const float* src = plane + iy * g.w - g.pw + kx;
+          if (g.sw == 1) std::copy(src + x0, src + x1, dst + x0);
+          else for (int64_t ox = x0; ox < x1; ++ox) dst[ox] = src[ox * g.sw];
         }
       }
 }
@@ -61,13 +70,14 @@ void col2im(const Geometry& g, const float* cols, float* x, int64_t i) {
       for (int64_t kx = 0; kx < g.kw; ++kx) {
         const float* in = cols + ((ci * g.kh + ky) * g.kw + kx) * row + i * g.spatial();
         float* plane = image + ci * g.h * g.w;
+        int64_t x0, x1;
+        valid_range(g.ow, g.w, g.sw, g.pw, kx, x0, x1);
         for (int64_t oy = 0; oy < g.oh; ++oy) {
           const int64_t iy = oy * g.sh - g.ph + ky;
           if (iy < 0 || iy >= g.h) continue;
-          for (int64_t ox = 0; ox < g.ow; ++ox) {
-            const int64_t ix = ox * g.sw - g.pw + kx;
-            if (ix >= 0 && ix < g.w) plane[iy * g.w + ix] += in[oy * g.ow + ox];
-          }
+          float* dst = plane + iy * g.w - g.pw + kx;
+          const float* src = in + oy * g.ow;
+          for (int64_t ox = x0; ox < x1; ++ox) dst[ox * g.sw] += src[ox];
         }
       }
 }

@@ -30,7 +30,52 @@ int64_t argmax_in(const Window& g, const float* plane, int64_t oy, int64_t ox) {
   return best;
 }
 
+// Every window inside the image (no padding, none cut off): the common 2x2 / stride 2 case,
+// without the clipping of the general path.
+bool all_inside(const Window& g) {
+  return g.ph == 0 && g.pw == 0 && (g.oh - 1) * g.sh + g.kh <= g.h && (g.ow - 1) * g.sw + g.kw <= g.w;
+}
+
+void max_plane_inside(const Window& g, const float* x, const float* dy, float* out, bool grad) {
+  if (!grad && g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2) {
+    // The usual 2x2 / stride 2 pool: two rows in, one row out, no index bookkeeping.
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+      const float* r0 = x + 2 * oy * g.w;
+      const float* r1 = r0 + g.w;
+      for (int64_t ox = 0; ox < g.ow; ++ox)
+        out[oy * g.ow + ox] = std::max(std::max(r0[2 * ox], r0[2 * ox + 1]),
+                                       std::max(r1[2 * ox], r1[2 * ox + 1]));
+    }
+    return;
+  }
+  if (grad) std::fill(out, out + g.h * g.w, 0.0f);
+  if (grad && g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2) {
+    for (int64_t oy = 0; oy < g.oh; ++oy)
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        const int64_t at = 2 * oy * g.w + 2 * ox;
+        const int64_t cell[4] = {at, at + 1, at + g.w, at + g.w + 1};
+        int best = 0;  // the first maximum in row-major order, as the reference
+        for (int j = 1; j < 4; ++j)
+          if (x[cell[j]] > x[cell[best]]) best = j;
+        out[cell[best]] = dy[oy * g.ow + ox];
+      }
+    return;
+  }
+  for (int64_t oy = 0; oy < g.oh; ++oy)
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      const float* corner = x + oy * g.sh * g.w + ox * g.sw;
+      int64_t best = 0;  // first maximum in row-major order
+      for (int64_t y = 0; y < g.kh; ++y)
+        for (int64_t xx = 0; xx < g.kw; ++xx)
+          if (corner[y * g.w + xx] > corner[best]) best = y * g.w + xx;
+      if (grad) out[oy * g.sh * g.w + ox * g.sw + best] += dy[oy * g.ow + ox];
+      else out[oy * g.ow + ox] = corner[best];
+    }
+}
+
 void pool_plane(Op op, const Window& g, const float* x, const float* dy, float* out) {
+  if ((op == Op::MaxPool2D || op == Op::MaxPool2DGrad) && all_inside(g))
+    return max_plane_inside(g, x, dy, out, op == Op::MaxPool2DGrad);
   const float inv = 1.0f / static_cast<float>(g.kh * g.kw);
   if (op == Op::MaxPool2DGrad || op == Op::AvgPool2DGrad) std::fill(out, out + g.h * g.w, 0.0f);
   for (int64_t oy = 0; oy < g.oh; ++oy)
