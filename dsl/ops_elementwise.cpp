@@ -48,16 +48,21 @@ std::vector<int> normalize_axes(const std::vector<int>& axes, const Tensor& x, c
   }
   std::vector<bool> seen(x.rank(), false);
   for (int axis : axes) {
-    auto a = normalize_axis(axis, x.rank());
-    user_check(a.has_value(), loc) << op << ": axis " << axis << " is out of range for "
-                                   << x.describe() << in_scope(x.graph()) << "; valid axes are "
-                                   << -x.rank() << " to " << x.rank() - 1;
-    user_check(!seen[*a], loc) << op << ": axis " << axis << " is listed twice";
-    seen[*a] = true;
+    const int a = one_axis(axis, x, op, loc);
+    user_check(!seen[a], loc) << op << ": axis " << axis << " is listed twice";
+    seen[a] = true;
   }
   for (int i = 0; i < x.rank(); ++i)
     if (seen[i]) out.push_back(i);
   return out;
+}
+
+int one_axis(int axis, const Tensor& x, const char* op, Loc loc) {
+  auto a = normalize_axis(axis, x.rank());
+  user_check(a.has_value(), loc) << op << ": axis " << axis << " is out of range for "
+                                 << x.describe() << in_scope(x.graph()) << "; valid axes are "
+                                 << -x.rank() << " to " << x.rank() - 1;
+  return *a;
 }
 
 void require_f32(const Tensor& x, const char* op, Loc loc) {

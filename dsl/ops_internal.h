@@ -27,6 +27,9 @@ Tensor as_tensor(const Operand& operand, Graph& graph, DType dtype);
 std::vector<int> normalize_axes(const std::vector<int>& axes, const Tensor& x, const char* op,
                                 Loc loc);
 
+// One axis in range, made non-negative.
+int one_axis(int axis, const Tensor& x, const char* op, Loc loc);
+
 // Checks that `x` is f32 (the op computes on real numbers).
 void require_f32(const Tensor& x, const char* op, Loc loc);
 

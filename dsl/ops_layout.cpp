@@ -32,14 +32,6 @@ int count_batch(const Shape& s) {
   return static_cast<int>(std::count(s.dims().begin(), s.dims().end(), kBatch));
 }
 
-// Normalizes an axis for ops that take one, with the usual message.
-int one_axis(int axis, const Tensor& x, const char* op, Loc loc) {
-  auto a = normalize_axis(axis, x.rank());
-  user_check(a.has_value(), loc) << op << ": axis " << axis << " is out of range for "
-                                 << x.describe() << in_scope(x.graph()) << "; valid axes are "
-                                 << -x.rank() << " to " << x.rank() - 1;
-  return *a;
-}
 
 }  // namespace
 

@@ -25,13 +25,6 @@ Graph& graph_of_one(const Tensor& x, const char* op, Loc loc) {
   return graph_of({&o}, op, loc);
 }
 
-int one_axis(int axis, const Tensor& x, const char* op, Loc loc) {
-  auto a = normalize_axis(axis, x.rank());
-  user_check(a.has_value(), loc) << op << ": axis " << axis << " is out of range for "
-                                 << x.describe() << in_scope(x.graph()) << "; valid axes are "
-                                 << -x.rank() << " to " << x.rank() - 1;
-  return *a;
-}
 
 // Spatial and channel dimensions are compiled into the kernels' loop bounds, so only N may be B.
 void require_static(const Tensor& x, int from_axis, const char* what, const char* op, Loc loc) {

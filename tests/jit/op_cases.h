@@ -1,7 +1,7 @@
 // The op set every backend is tested on: one case per elementwise, reduction, layout and
 // library op, each a function of x [B,7] and y ([7], or [B,7] when y_batched), with the input
-// range the op needs. The CUDA compile tests build every case; tests/jit/test_cpu_ops.cpp
-// holds the same list (to be switched to this header: keep the two equal until then).
+// range the op needs. The CPU JIT tests run every case against the reference interpreter;
+// the CUDA compile tests build every case through NVRTC.
 #pragma once
 
 #include <functional>

@@ -3,6 +3,7 @@
 #include <functional>
 
 #include "jit_check.h"
+#include "op_cases.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;
@@ -11,13 +12,6 @@ using tj::Tensor;
 using namespace tj::testing;
 
 namespace {
-
-struct Case {
-  const char* name;
-  std::function<Tensor(Tensor x, Tensor y)> build;  // x [B,7], y [7] or [B,7] as declared
-  bool y_batched = false;
-  double lo = -2, hi = 2;
-};
 
 void check_case(const Case& c, int64_t batch) {
   tj::Graph g;
@@ -32,61 +26,10 @@ void check_case(const Case& c, int64_t batch) {
   require_close(r, 1e-5, std::string(c.name) + " at batch " + std::to_string(batch));
 }
 
-const std::vector<Case>& cases() {
-  static const std::vector<Case> all = {
-      {"neg", [](Tensor x, Tensor) { return -x; }},
-      {"exp", [](Tensor x, Tensor) { return tj::exp(x); }},
-      {"log", [](Tensor x, Tensor) { return tj::log(x); }, false, 0.1, 3},
-      {"sqrt", [](Tensor x, Tensor) { return tj::sqrt(x); }, false, 0.1, 3},
-      {"rsqrt", [](Tensor x, Tensor) { return tj::rsqrt(x); }, false, 0.1, 3},
-      {"abs", [](Tensor x, Tensor) { return tj::abs(x); }},
-      {"sign", [](Tensor x, Tensor) { return tj::sign(x); }},
-      {"relu", [](Tensor x, Tensor) { return tj::relu(x); }},
-      {"sigmoid", [](Tensor x, Tensor) { return tj::sigmoid(x); }},
-      {"tanh", [](Tensor x, Tensor) { return tj::tanh(x); }},
-      {"erf", [](Tensor x, Tensor) { return tj::erf(x); }},
-      {"gelu", [](Tensor x, Tensor) { return tj::gelu(x); }},
-      {"softplus", [](Tensor x, Tensor) { return tj::softplus(x * 20); }},
-      {"add broadcast", [](Tensor x, Tensor y) { return x + y; }},
-      {"sub", [](Tensor x, Tensor y) { return x - y; }, true},
-      {"mul", [](Tensor x, Tensor y) { return x * y; }},
-      {"div", [](Tensor x, Tensor y) { return x / y; }, false, 0.5, 2},
-      {"maximum", [](Tensor x, Tensor y) { return tj::maximum(x, y); }, true},
-      {"minimum", [](Tensor x, Tensor y) { return tj::minimum(x, y); }},
-      {"pow", [](Tensor x, Tensor y) { return tj::pow(x, y); }, false, 0.5, 2},
-      {"comparisons", [](Tensor x, Tensor y) { return (x < y) + 2 * (x <= y) + 4 * (x > y) + 8 * (x >= y) + 16 * (x == x) + 32 * (x != y); }},
-      {"where", [](Tensor x, Tensor y) { return tj::where(x > 0, x, y * 3); }},
-      {"cast round trip", [](Tensor x, Tensor) { return tj::cast(tj::cast(x * 10, tj::DType::i32), tj::DType::f32); }},
-      {"sum all", [](Tensor x, Tensor) { return tj::sum(x); }},
-      {"sum rows", [](Tensor x, Tensor) { return tj::sum(x, {1}); }},
-      {"sum batch keepdims", [](Tensor x, Tensor) { return tj::sum(x, {0}, true); }},
-      {"mean batch", [](Tensor x, Tensor) { return tj::mean(x * x, {0}); }},
-      {"mean all", [](Tensor x, Tensor) { return tj::mean(x); }},
-      {"max rows", [](Tensor x, Tensor) { return tj::max(x, {-1}, true); }},
-      {"max batch", [](Tensor x, Tensor) { return tj::max(x, {0}); }},
-      {"transpose", [](Tensor x, Tensor) { return tj::transpose(x) * 2; }},
-      {"reshape", [](Tensor x, Tensor) { return tj::reshape(x + 1, {kBatch, 7, 1}); }},
-      {"broadcast_to", [](Tensor, Tensor y) { return tj::broadcast_to(y, {3, 7}); }},
-      {"slice", [](Tensor x, Tensor) { return tj::slice(x, {0, 2}, {kBatch, 6}) + 1; }},
-      {"pad", [](Tensor x, Tensor) { return tj::pad(x, {0, 1}, {0, 2}); }},
-      {"concat", [](Tensor x, Tensor y) { return tj::concat({x, y * 2}, 1); }, true},
-      {"split", [](Tensor x, Tensor) { auto p = tj::split(x, std::vector<int64_t>{3, 4}, 1); return tj::concat({p[1], p[0]}, 1); }},
-      {"matmul", [](Tensor x, Tensor y) { return tj::matmul(x, tj::reshape(y, {7, 1})); }},
-      {"matmul transposed", [](Tensor x, Tensor y) { return tj::matmul(tj::transpose(x), y); }, true},
-      {"batched matmul", [](Tensor x, Tensor) { auto a = tj::reshape(x, {kBatch, 7, 1}); return tj::matmul(a, tj::transpose(a, {0, 2, 1})); }},
-      {"argmax", [](Tensor x, Tensor) { return tj::cast(tj::argmax(x, 1), tj::DType::f32); }},
-      {"softmax", [](Tensor x, Tensor) { return tj::softmax(x * 3); }},
-      {"log_softmax", [](Tensor x, Tensor) { return tj::log_softmax(x * 3, 0); }},
-      {"soft-label cross entropy", [](Tensor x, Tensor y) { return tj::softmax_cross_entropy(x, tj::softmax(y)); }, true},
-      {"l2_loss", [](Tensor x, Tensor y) { return tj::l2_loss(std::vector<Tensor>{x, y}); }},
-  };
-  return all;
-}
-
 }  // namespace
 
 TEST_CASE("every elementwise, reduction and layout op matches the reference", "[cpu][jit]") {
-  for (const Case& c : cases())
+  for (const Case& c : op_cases())
     for (int64_t batch : {1, 7, 127}) check_case(c, batch);
 }
 
