@@ -61,6 +61,7 @@ class Lowering {
   std::vector<int> buffer_;
   int root_ = -1;  // the node whose kernel is being built
   void check_in_place_writes() const;
+  int fetch_buffer(int node, const std::vector<int>& update_ops);
 };
 
 kir::Program Lowering::run(const std::vector<int>& fetches, const std::vector<int>& update_ops) {
@@ -76,7 +77,7 @@ kir::Program Lowering::run(const std::vector<int>& fetches, const std::vector<in
     p_.copies.push_back({buffer_of(a.inputs[1]), buffer_of(a.inputs[0])});
     p_.steps.push_back({kir::Step::Kind::copy, static_cast<int>(p_.copies.size()) - 1});
   }
-  for (int f : fetches) p_.fetches.push_back(buffer_of(f));
+  for (int f : fetches) p_.fetches.push_back(fetch_buffer(f, update_ops));
   check_in_place_writes();
   return std::move(p_);
 }
@@ -99,6 +100,24 @@ int Lowering::buffer_of(int node) {
   b.nodes.push_back(node);
   p_.buffers.push_back(b);
   return buffer_[node] = static_cast<int>(p_.buffers.size()) - 1;
+}
+
+// A fetched variable that an update op writes is fetched as it was before the step (as the
+// reference interpreter does): a copy taken before anything else runs.
+int Lowering::fetch_buffer(int node, const std::vector<int>& update_ops) {
+  const int b = buffer_of(node);
+  if (g_.node(node).op != Op::Variable) return b;
+  const bool updated = std::any_of(update_ops.begin(), update_ops.end(),
+                                   [&](int u) { return g_.node(u).inputs[0] == node; });
+  if (!updated) return b;
+  kir::Buffer before = p_.buffers[b];
+  before.kind = kir::Buffer::Kind::temp;
+  before.name = "t" + std::to_string(p_.buffers.size());
+  p_.buffers.push_back(before);
+  const int copy = static_cast<int>(p_.buffers.size()) - 1;
+  p_.copies.push_back({b, copy});
+  p_.steps.insert(p_.steps.begin(), {kir::Step::Kind::copy, static_cast<int>(p_.copies.size()) - 1});
+  return copy;
 }
 
 // A kernel that writes a variable in place must read it only at the element it writes; the
