@@ -37,7 +37,8 @@ Blas load() {
     return b;
   }
   user_check(false, std::source_location::current())
-      << "no BLAS library found (tried libopenblas.so.0, libblas.so.3); install Debian's "
+      << "no BLAS library found (tried libopenblas.so.0, libopenblas.so, libcblas.so.3, "
+      << "libblas.so.3); install Debian's "
       << "libopenblas0 (scripts/install-deps.sh does)";
   return b;
 }
