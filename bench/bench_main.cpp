@@ -184,8 +184,8 @@ json run_workload(const std::string& name, const Options& o, tj::ThreadPool& poo
   j["loss_last"] = losses.back();
   // OpenBLAS picks its kernels by CPU model at load time; an unknown model falls back to the
   // SSE3 "Prescott" kernels (see docs/performance.md). OPENBLAS_CORETYPE overrides it.
-  j["openblas_core"] = towerjit::cpu::blas().core;
-  j["openblas_threads"] = towerjit::cpu::blas().threads;
+  j["openblas_core"] = towerjit::cpujit::blas().core;
+  j["openblas_threads"] = towerjit::cpujit::blas().threads;
   j["gemms"] = gemm_list;
   j["profile"] = profile(program, feeds, vars, step.batch, o.profile_steps);
   return j;

@@ -53,7 +53,7 @@ double call_ms(const GemmShape& g, int repeats) {
   for (float& v : a) v = dist(rng);
   for (float& v : b) v = dist(rng);
   auto call = [&] {
-    cpu::blas().sgemm(CblasRowMajor, g.transpose_a ? CblasTrans : CblasNoTrans,
+    cpujit::blas().sgemm(CblasRowMajor, g.transpose_a ? CblasTrans : CblasNoTrans,
                 g.transpose_b ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f, a.data(),
                 g.transpose_a ? g.m : g.k, b.data(), g.transpose_b ? g.k : g.n, 0.0f, c.data(), g.n);
   };

@@ -74,7 +74,7 @@ int main() {
                 variables[i].shape().str().c_str(), norm(out[i + 1]));
 
   // Plain SGD on the same batch: the loss must fall if the gradients are right.
-  const double lr = 0.2;
+  const double lr = 0.1;
   for (int step = 1; step <= 20; ++step) {
     for (size_t i = 0; i < variables.size(); ++i) {
       auto& v = values[variables[i].node().attrs.name];

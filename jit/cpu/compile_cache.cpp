@@ -16,7 +16,7 @@
 
 #include "jit/knobs.h"
 
-namespace towerjit::cpu {
+namespace towerjit::cpujit {
 namespace {
 
 namespace fs = std::filesystem;
@@ -143,4 +143,4 @@ bool CompileCache::store(const std::string& key, std::string_view payload) const
   return true;
 }
 
-}  // namespace towerjit::cpu
+}  // namespace towerjit::cpujit

@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-namespace towerjit::cpu {
+namespace towerjit::cpujit {
 
 // Bump when the entry layout or anything the key does not capture changes; old entries then
 // miss (their key differs) and are rebuilt.
@@ -53,4 +53,4 @@ class CompileCache {
   std::string dir_;
 };
 
-}  // namespace towerjit::cpu
+}  // namespace towerjit::cpujit

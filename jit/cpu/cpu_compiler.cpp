@@ -22,7 +22,7 @@
 #include "jit/cpu/llvm_codegen.h"
 #include "jit/knobs.h"
 
-namespace towerjit::cpu {
+namespace towerjit::cpujit {
 namespace {
 
 namespace orc = llvm::orc;
@@ -273,4 +273,4 @@ void define_host_symbol(const std::string& name, void* address) {
   }
 }
 
-}  // namespace towerjit::cpu
+}  // namespace towerjit::cpujit

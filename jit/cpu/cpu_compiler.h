@@ -1,6 +1,6 @@
 // The CPU compiler: LLVM IR text -> native code in this process, through an on-disk cache.
 //
-//   auto module = cpu::compile(ll_text, "step_fwd_3");
+//   auto module = cpujit::compile(ll_text, "step_fwd_3");
 //   auto* fn = reinterpret_cast<void (*)(float*, long)>(module->lookup("kernel_0"));
 //
 // The IR is optimised with default<O3> for this machine's real CPU (AVX2/FMA where present),
@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace towerjit::cpu {
+namespace towerjit::cpujit {
 
 // Native code for one compiled module; its symbols stay valid while it lives.
 class CompiledModule {
@@ -65,4 +65,4 @@ std::string host_target_description();
 // same address is fine; with a different address it throws towerjit::Error.
 void define_host_symbol(const std::string& name, void* address);
 
-}  // namespace towerjit::cpu
+}  // namespace towerjit::cpujit

@@ -25,7 +25,7 @@
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/TargetParser/Host.h>
 
-namespace towerjit::cpu {
+namespace towerjit::cpujit {
 namespace {
 
 // The host machine as JITTargetMachineBuilder sees it (real CPU name and features, not a
@@ -129,4 +129,4 @@ ObjectCode compile_ir_to_object(const std::string& ll_text, const std::string& m
   return {std::string(buffer.begin(), buffer.end()), {}};
 }
 
-}  // namespace towerjit::cpu
+}  // namespace towerjit::cpujit

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace towerjit::cpu {
+namespace towerjit::cpujit {
 
 // How modules are optimised and generated; part of the cache key, so change the string
 // whenever the settings below it in llvm_codegen.cpp change.
@@ -34,4 +34,4 @@ struct ObjectCode {
 // uses its own LLVMContext and TargetMachine.
 ObjectCode compile_ir_to_object(const std::string& ll_text, const std::string& module_name);
 
-}  // namespace towerjit::cpu
+}  // namespace towerjit::cpujit

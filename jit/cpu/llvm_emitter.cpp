@@ -12,7 +12,7 @@
 #include "dsl/philox.h"
 #include "jit/cpu/cpu_compiler.h"
 
-namespace towerjit::cpu {
+namespace towerjit::cpujit {
 namespace {
 
 using kir::Expr;
@@ -440,4 +440,4 @@ void register_kernel_helpers() {
   define_host_symbol("towerjit_philox_uniform", reinterpret_cast<void*>(&towerjit_philox_uniform));
 }
 
-}  // namespace towerjit::cpu
+}  // namespace towerjit::cpujit

@@ -7,7 +7,7 @@
 
 #include "jit/kir/kernel_ir.h"
 
-namespace towerjit::cpu {
+namespace towerjit::cpujit {
 
 // How the runtime calls an emitted kernel:
 //   void name(ptr* buffers, i64 batch, i64 begin, i64 end, i64 step)
@@ -27,4 +27,4 @@ std::string emit_llvm_module(const kir::Program& program, std::vector<EmittedKer
 // The host functions the emitted code may call besides libm, registered with the compiler.
 void register_kernel_helpers();
 
-}  // namespace towerjit::cpu
+}  // namespace towerjit::cpujit

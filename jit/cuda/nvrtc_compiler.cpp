@@ -204,11 +204,11 @@ CudaBinary compile_cuda(const std::string& source, const std::string& module_nam
   if (auto dump = knobs::dump_dir()) write_file(*dump, module_name + ".cu", source);
   std::string flags;
   for (const auto& f : nvrtc_flags()) flags += f + " ";
-  auto cache = cpu::CompileCache::from_knobs();
-  const std::string key = cpu::make_cache_key({"cuda", source, b.arch, version, flags});
+  auto cache = cpujit::CompileCache::from_knobs();
+  const std::string key = cpujit::make_cache_key({"cuda", source, b.arch, version, flags});
   if (cache) {
     auto hit = cache->load(key);
-    b.cache_hit = hit.status == cpu::CompileCache::Status::hit && unpack(hit.payload, b);
+    b.cache_hit = hit.status == cpujit::CompileCache::Status::hit && unpack(hit.payload, b);
   }
   if (!b.cache_hit) {
     run_nvrtc(source, module_name, b);

@@ -7,7 +7,7 @@
 
 #include "dsl/error.h"
 
-namespace towerjit::cpu {
+namespace towerjit::cpujit {
 namespace {
 
 // The OpenBLAS kernels for this CPU's widest vector unit.
@@ -50,4 +50,4 @@ const Blas& blas() {
   return instance;
 }
 
-}  // namespace towerjit::cpu
+}  // namespace towerjit::cpujit

@@ -6,7 +6,7 @@
 
 #include <string>
 
-namespace towerjit::cpu {
+namespace towerjit::cpujit {
 
 struct Blas {
   // cblas_sgemm's signature, with the CBLAS enums as ints.
@@ -23,4 +23,4 @@ struct Blas {
 // package when no OpenBLAS (or reference CBLAS) library can be loaded.
 const Blas& blas();
 
-}  // namespace towerjit::cpu
+}  // namespace towerjit::cpujit

@@ -8,7 +8,7 @@
 
 #include "runtime/cpu/blas.h"
 
-namespace towerjit::cpu {
+namespace towerjit::cpujit {
 namespace {
 
 struct Geometry {
@@ -138,4 +138,4 @@ void conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, const Vi
                cols, cols_n, 0.0f, dw.f(), g.ckk());
 }
 
-}  // namespace towerjit::cpu
+}  // namespace towerjit::cpujit

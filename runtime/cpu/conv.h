@@ -7,7 +7,7 @@
 #include "runtime/cpu/library.h"
 #include "runtime/thread_pool.h"
 
-namespace towerjit::cpu {
+namespace towerjit::cpujit {
 
 void conv2d(const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool);
 void conv2d_grad_input(const Attrs& at, const View& dy, const View& w, const View& dx, ThreadPool* pool);
@@ -16,4 +16,4 @@ void conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, const Vi
 // Runs body(begin, end) over [0, n) on the pool, or inline without one.
 void parallel(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& body);
 
-}  // namespace towerjit::cpu
+}  // namespace towerjit::cpujit

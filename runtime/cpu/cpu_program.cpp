@@ -27,13 +27,13 @@ CpuProgram::CpuProgram(const Graph& graph, std::vector<Tensor> fetches, bool run
       lower_graph(graph, ids, run_update_ops ? graph.update_ops : std::vector<int>{});
   graph_ = std::move(lowered.graph);
   program_ = std::move(lowered.program);
-  llvm_ir_ = cpu::emit_llvm_module(program_, &emitted_);
-  cpu::register_kernel_helpers();
+  llvm_ir_ = cpujit::emit_llvm_module(program_, &emitted_);
+  cpujit::register_kernel_helpers();
   // Named after its text, so dumps of different programs sit side by side.
   const std::string module = "step_" + std::to_string(std::hash<std::string>{}(llvm_ir_) % 1000000007);
   dump_program(graph_, program_, module);
   if (!program_.kernels.empty()) {
-    module_ = cpu::compile(llvm_ir_, module, &stats_);
+    module_ = cpujit::compile(llvm_ir_, module, &stats_);
     for (const auto& k : emitted_) functions_.push_back(reinterpret_cast<KernelFn>(module_->lookup(k.symbol)));
   }
   if (knobs::debug_level() >= 1)
@@ -93,7 +93,7 @@ std::vector<void*> CpuProgram::bind_buffers(const HostFeeds& feeds, HostVariable
 }
 
 void CpuProgram::run_kernel(int index, const std::vector<void*>& base, int64_t batch, uint64_t step) {
-  const cpu::EmittedKernel& k = emitted_[index];
+  const cpujit::EmittedKernel& k = emitted_[index];
   std::vector<void*> args;
   for (int b : k.buffers) args.push_back(base[b]);
   KernelFn fn = functions_[index];
@@ -117,10 +117,10 @@ std::vector<HostTensor> CpuProgram::run(const HostFeeds& feeds, HostVariables& v
       run_kernel(s.index, base, batch, step);
     } else if (s.kind == kir::Step::Kind::library) {
       const kir::LibraryCall& c = program_.calls[s.index];
-      std::vector<cpu::View> in;
+      std::vector<cpujit::View> in;
       for (int b : c.inputs) in.push_back({program_.buffers[b].shape.bind(batch), base[b]});
-      const cpu::View out{program_.buffers[c.output].shape.bind(batch), base[c.output]};
-      cpu::run_library_call(c, graph_.node(c.node), in, out, pool_);
+      const cpujit::View out{program_.buffers[c.output].shape.bind(batch), base[c.output]};
+      cpujit::run_library_call(c, graph_.node(c.node), in, out, pool_);
     } else {
       const kir::Copy& c = program_.copies[s.index];
       std::memmove(base[c.to], base[c.from], program_.buffers[c.to].shape.elements(batch) * 4);

@@ -33,7 +33,7 @@ class CpuProgram {
 
   const kir::Program& program() const { return program_; }
   const std::string& llvm_ir() const { return llvm_ir_; }
-  const cpu::CompileStats& compile_stats() const { return stats_; }
+  const cpujit::CompileStats& compile_stats() const { return stats_; }
   // Bytes of temporaries one run needs at this batch size (after buffer reuse).
   int64_t peak_bytes(int64_t batch) const;
 
@@ -50,10 +50,10 @@ class CpuProgram {
   ThreadPool* pool_;
   kir::Program program_;
   std::string llvm_ir_;
-  std::vector<cpu::EmittedKernel> emitted_;
+  std::vector<cpujit::EmittedKernel> emitted_;
   std::vector<void (*)(void**, int64_t, int64_t, int64_t, int64_t)> functions_;
-  std::shared_ptr<cpu::CompiledModule> module_;
-  cpu::CompileStats stats_;
+  std::shared_ptr<cpujit::CompiledModule> module_;
+  cpujit::CompileStats stats_;
   std::vector<char> arena_;
 };
 

@@ -12,7 +12,7 @@
 
 #include "dsl/error.h"
 
-namespace towerjit::cpu {
+namespace towerjit::cpujit {
 namespace {
 
 // Row-major matrix product of the last two axes; leading axes broadcast numpy-style.
@@ -114,4 +114,4 @@ void run_library_call(const kir::LibraryCall& call, const Node& node,
   }
 }
 
-}  // namespace towerjit::cpu
+}  // namespace towerjit::cpujit

@@ -9,7 +9,7 @@
 #include "jit/kir/kernel_ir.h"
 #include "runtime/thread_pool.h"
 
-namespace towerjit::cpu {
+namespace towerjit::cpujit {
 
 // A buffer as a library routine sees it: its bound shape and its elements.
 struct View {
@@ -23,4 +23,4 @@ struct View {
 void run_library_call(const kir::LibraryCall& call, const Node& node,
                       const std::vector<View>& inputs, const View& output, ThreadPool* pool);
 
-}  // namespace towerjit::cpu
+}  // namespace towerjit::cpujit

@@ -5,7 +5,7 @@
 
 #include "runtime/cpu/conv.h"
 
-namespace towerjit::cpu {
+namespace towerjit::cpujit {
 namespace {
 
 struct Window {
@@ -120,4 +120,4 @@ void pool2d(Op op, const Attrs& at, const std::vector<View>& in, const View& out
   });
 }
 
-}  // namespace towerjit::cpu
+}  // namespace towerjit::cpujit

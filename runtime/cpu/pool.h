@@ -7,9 +7,9 @@
 #include "runtime/cpu/library.h"
 #include "runtime/thread_pool.h"
 
-namespace towerjit::cpu {
+namespace towerjit::cpujit {
 
 // op: MaxPool2D / AvgPool2D (inputs {x}), MaxPool2DGrad (inputs {x, dy}), AvgPool2DGrad ({dy}).
 void pool2d(Op op, const Attrs& at, const std::vector<View>& in, const View& out, ThreadPool* pool);
 
-}  // namespace towerjit::cpu
+}  // namespace towerjit::cpujit

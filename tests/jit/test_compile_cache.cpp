@@ -17,7 +17,7 @@
 #include "jit/knobs.h"
 #include "tests/jit/cpu_test_env.h"
 
-namespace cpu = towerjit::cpu;
+namespace cpujit = towerjit::cpujit;
 namespace fs = std::filesystem;
 using towerjit::test::CacheSandbox;
 using towerjit::test::kSaxpyIR;
@@ -27,7 +27,7 @@ using towerjit::test::TempDir;
 
 namespace {
 
-bool saxpy_works(const cpu::CompiledModule& module) {
+bool saxpy_works(const cpujit::CompiledModule& module) {
   auto fn = reinterpret_cast<SaxpyFn>(module.lookup("saxpy"));
   std::vector<float> x(127), y(127);
   for (int i = 0; i < 127; ++i) x[i] = static_cast<float>(i), y[i] = 1.0f;
@@ -59,9 +59,9 @@ void write_file(const fs::path& path, const std::string& bytes) {
 
 TEST_CASE("compile cache: miss then hit, the hit faster and running the same", "[cpu]") {
   CacheSandbox sandbox;
-  cpu::CompileStats cold, warm;
-  auto first = cpu::compile(kSaxpyIR, "saxpy_cache", &cold);
-  auto second = cpu::compile(kSaxpyIR, "saxpy_cache", &warm);
+  cpujit::CompileStats cold, warm;
+  auto first = cpujit::compile(kSaxpyIR, "saxpy_cache", &cold);
+  auto second = cpujit::compile(kSaxpyIR, "saxpy_cache", &warm);
   CHECK_FALSE(cold.cache_hit);
   CHECK(warm.cache_hit);
   CHECK(warm.compile_ms < cold.compile_ms);
@@ -74,16 +74,16 @@ TEST_CASE("compile cache: miss then hit, the hit faster and running the same", "
 
 TEST_CASE("compile cache: a different kernel text is a different entry", "[cpu]") {
   CacheSandbox sandbox;
-  cpu::CompileStats stats;
-  cpu::compile("define i32 @k() {\n  ret i32 1\n}\n", "k", &stats);
-  cpu::compile("define i32 @k() {\n  ret i32 2\n}\n", "k", &stats);
+  cpujit::CompileStats stats;
+  cpujit::compile("define i32 @k() {\n  ret i32 1\n}\n", "k", &stats);
+  cpujit::compile("define i32 @k() {\n  ret i32 2\n}\n", "k", &stats);
   CHECK_FALSE(stats.cache_hit);
   CHECK(entries(sandbox.dir).size() == 2);
 }
 
 TEST_CASE("compile cache: a damaged entry is detected, rebuilt and still runs", "[cpu]") {
   CacheSandbox sandbox;
-  cpu::compile(kSaxpyIR, "saxpy_damage");
+  cpujit::compile(kSaxpyIR, "saxpy_damage");
   auto files = entries(sandbox.dir);
   REQUIRE(files.size() == 1);
   const std::string good = read_file(files[0]);
@@ -96,14 +96,14 @@ TEST_CASE("compile cache: a damaged entry is detected, rebuilt and still runs", 
   bad_magic[0] = 'X';
   for (const std::string& damaged : {flipped, truncated, bad_magic, std::string("TJ")}) {
     write_file(files[0], damaged);
-    cpu::CompileStats stats;
-    auto module = cpu::compile(kSaxpyIR, "saxpy_damage", &stats);
+    cpujit::CompileStats stats;
+    auto module = cpujit::compile(kSaxpyIR, "saxpy_damage", &stats);
     CHECK_FALSE(stats.cache_hit);
     CHECK(stats.cache_damaged);
     CHECK(saxpy_works(*module));
     CHECK(read_file(files[0]) == good);  // rebuilt in place
 
-    auto again = cpu::compile(kSaxpyIR, "saxpy_damage", &stats);
+    auto again = cpujit::compile(kSaxpyIR, "saxpy_damage", &stats);
     CHECK(stats.cache_hit);
     CHECK(saxpy_works(*again));
   }
@@ -111,12 +111,12 @@ TEST_CASE("compile cache: a damaged entry is detected, rebuilt and still runs", 
 
 TEST_CASE("compile cache: the entry format rejects every kind of damage", "[cpu]") {
   TempDir dir;
-  cpu::CompileCache cache(dir.path() + "/nested/dir");  // created on first store
-  const std::string key = cpu::make_cache_key({"kernel"});
-  CHECK(cache.load(key).status == cpu::CompileCache::Status::miss);
+  cpujit::CompileCache cache(dir.path() + "/nested/dir");  // created on first store
+  const std::string key = cpujit::make_cache_key({"kernel"});
+  CHECK(cache.load(key).status == cpujit::CompileCache::Status::miss);
   REQUIRE(cache.store(key, "payload bytes"));
   auto hit = cache.load(key);
-  CHECK(hit.status == cpu::CompileCache::Status::hit);
+  CHECK(hit.status == cpujit::CompileCache::Status::hit);
   CHECK(hit.payload == "payload bytes");
 
   std::string good = read_file(cache.entry_path(key));
@@ -127,26 +127,26 @@ TEST_CASE("compile cache: the entry format rejects every kind of damage", "[cpu]
   std::string extra = good + "x";
   for (const std::string& damaged : {bad_checksum, bad_version, extra, std::string()}) {
     write_file(cache.entry_path(key), damaged);
-    CHECK(cache.load(key).status == cpu::CompileCache::Status::damaged);
+    CHECK(cache.load(key).status == cpujit::CompileCache::Status::damaged);
   }
   REQUIRE(cache.store(key, ""));  // an empty payload is a valid entry
-  CHECK(cache.load(key).status == cpu::CompileCache::Status::hit);
+  CHECK(cache.load(key).status == cpujit::CompileCache::Status::hit);
 }
 
 TEST_CASE("compile cache: keys separate their parts and change with every part", "[cpu]") {
-  CHECK(cpu::make_cache_key({"ab", "c"}) != cpu::make_cache_key({"a", "bc"}));
-  CHECK(cpu::make_cache_key({"a", "b"}) != cpu::make_cache_key({"a", "c"}));
-  CHECK(cpu::make_cache_key({"a", "b"}) == cpu::make_cache_key({"a", "b"}));
-  CHECK(cpu::make_cache_key({"a"}).size() == 64);  // hex SHA-256: a safe file name
+  CHECK(cpujit::make_cache_key({"ab", "c"}) != cpujit::make_cache_key({"a", "bc"}));
+  CHECK(cpujit::make_cache_key({"a", "b"}) != cpujit::make_cache_key({"a", "c"}));
+  CHECK(cpujit::make_cache_key({"a", "b"}) == cpujit::make_cache_key({"a", "b"}));
+  CHECK(cpujit::make_cache_key({"a"}).size() == 64);  // hex SHA-256: a safe file name
 }
 
 TEST_CASE("compile cache: TOWERJIT_CACHE=off bypasses the cache entirely", "[cpu]") {
   CacheSandbox sandbox;
   ScopedEnv off("TOWERJIT_CACHE", "off");
   CHECK_FALSE(towerjit::knobs::cache_enabled());
-  cpu::CompileStats first, second;
-  auto a = cpu::compile(kSaxpyIR, "saxpy_off", &first);
-  auto b = cpu::compile(kSaxpyIR, "saxpy_off", &second);
+  cpujit::CompileStats first, second;
+  auto a = cpujit::compile(kSaxpyIR, "saxpy_off", &first);
+  auto b = cpujit::compile(kSaxpyIR, "saxpy_off", &second);
   CHECK_FALSE(first.cache_hit);
   CHECK_FALSE(second.cache_hit);
   CHECK(sandbox.dir.files().empty());  // nothing read, nothing written
@@ -171,13 +171,13 @@ TEST_CASE("compile cache: 4 threads compiling the same kernel all get working co
   CacheSandbox sandbox;
   constexpr int kThreads = 4;
   for (int round = 0; round < 2; ++round) {  // round 0: all miss and race to store; 1: all hit
-    std::vector<std::shared_ptr<cpu::CompiledModule>> modules(kThreads);
+    std::vector<std::shared_ptr<cpujit::CompiledModule>> modules(kThreads);
     std::vector<std::string> errors(kThreads);
     std::vector<std::thread> threads;
     for (int t = 0; t < kThreads; ++t) {
       threads.emplace_back([&, t] {
         try {
-          modules[t] = cpu::compile(kSaxpyIR, "saxpy_threads");
+          modules[t] = cpujit::compile(kSaxpyIR, "saxpy_threads");
         } catch (const std::exception& e) {
           errors[t] = e.what();
         }
@@ -196,8 +196,8 @@ TEST_CASE("compile cache: 4 threads compiling the same kernel all get working co
 TEST_CASE("compile cache: concurrent stores and loads of one key never see a partial entry",
           "[cpu]") {
   TempDir dir;
-  cpu::CompileCache cache(dir.path());
-  const std::string key = cpu::make_cache_key({"race"});
+  cpujit::CompileCache cache(dir.path());
+  const std::string key = cpujit::make_cache_key({"race"});
   const std::string payload(1 << 20, 'p');  // big enough that a torn write would show
   std::atomic<int> bad{0};
   std::vector<std::thread> threads;
@@ -206,7 +206,7 @@ TEST_CASE("compile cache: concurrent stores and loads of one key never see a par
       for (int i = 0; i < 20; ++i) {
         if (!cache.store(key, payload)) ++bad;
         auto got = cache.load(key);
-        if (got.status != cpu::CompileCache::Status::hit || got.payload != payload) ++bad;
+        if (got.status != cpujit::CompileCache::Status::hit || got.payload != payload) ++bad;
       }
     });
   }

@@ -12,7 +12,7 @@
 #include "jit/cpu/cpu_compiler.h"
 #include "tests/jit/cpu_test_env.h"
 
-namespace cpu = towerjit::cpu;
+namespace cpujit = towerjit::cpujit;
 using towerjit::test::CacheSandbox;
 using towerjit::test::kSaxpyIR;
 using towerjit::test::SaxpyFn;
@@ -44,7 +44,7 @@ float towerjit_test_triple(float v) { return 3.0f * v; }
 
 TEST_CASE("cpu compiler: saxpy runs correctly at n = 1, 7, 127", "[cpu]") {
   CacheSandbox sandbox;
-  auto module = cpu::compile(kSaxpyIR, "saxpy_test");
+  auto module = cpujit::compile(kSaxpyIR, "saxpy_test");
   auto fn = reinterpret_cast<SaxpyFn>(module->lookup("saxpy"));
   for (long n : {0L, 1L, 7L, 127L, 1000L}) check_saxpy(fn, n);
   CHECK(module->symbols() == std::vector<std::string>{"saxpy"});
@@ -53,7 +53,7 @@ TEST_CASE("cpu compiler: saxpy runs correctly at n = 1, 7, 127", "[cpu]") {
 
 TEST_CASE("cpu compiler: calls to libm and OpenBLAS resolve against the process", "[cpu]") {
   CacheSandbox sandbox;
-  auto module = cpu::compile(R"(
+  auto module = cpujit::compile(R"(
 declare float @expf(float)
 declare float @cblas_sdot(i32, ptr, i32, ptr, i32)
 
@@ -80,13 +80,13 @@ define float @dot(ptr %x, ptr %y, i32 %n) {
 TEST_CASE("cpu compiler: define_host_symbol reaches helpers the process does not export",
           "[cpu]") {
   CacheSandbox sandbox;
-  cpu::define_host_symbol("towerjit_test_triple", reinterpret_cast<void*>(&towerjit_test_triple));
+  cpujit::define_host_symbol("towerjit_test_triple", reinterpret_cast<void*>(&towerjit_test_triple));
   // Registering the same address again is harmless; a different one is our bug.
-  cpu::define_host_symbol("towerjit_test_triple", reinterpret_cast<void*>(&towerjit_test_triple));
+  cpujit::define_host_symbol("towerjit_test_triple", reinterpret_cast<void*>(&towerjit_test_triple));
   CHECK_THROWS_AS(
-      cpu::define_host_symbol("towerjit_test_triple", reinterpret_cast<void*>(&check_saxpy)),
+      cpujit::define_host_symbol("towerjit_test_triple", reinterpret_cast<void*>(&check_saxpy)),
       towerjit::Error);
-  auto module = cpu::compile(R"(
+  auto module = cpujit::compile(R"(
 declare float @towerjit_test_triple(float)
 define float @f(float %x) {
   %r = call float @towerjit_test_triple(float %x)
@@ -102,8 +102,8 @@ TEST_CASE("cpu compiler: modules defining the same symbol coexist", "[cpu]") {
   auto make = [](int value) {
     return "define i32 @kernel() {\n  ret i32 " + std::to_string(value) + "\n}\n";
   };
-  auto first = cpu::compile(make(1), "same_name");
-  auto second = cpu::compile(make(2), "same_name");
+  auto first = cpujit::compile(make(1), "same_name");
+  auto second = cpujit::compile(make(2), "same_name");
   auto f1 = reinterpret_cast<int (*)()>(first->lookup("kernel"));
   auto f2 = reinterpret_cast<int (*)()>(second->lookup("kernel"));
   CHECK(f1() == 1);
@@ -115,7 +115,7 @@ TEST_CASE("cpu compiler: modules defining the same symbol coexist", "[cpu]") {
 TEST_CASE("cpu compiler: looking up a missing symbol names the module and what it has",
           "[cpu]") {
   CacheSandbox sandbox;
-  auto module = cpu::compile(kSaxpyIR, "lookup_missing");
+  auto module = cpujit::compile(kSaxpyIR, "lookup_missing");
   try {
     module->lookup("sgemm");
     FAIL("lookup of a missing symbol did not throw");
@@ -133,7 +133,7 @@ namespace {
 void expect_compile_error(const std::string& ir, const std::string& module,
                           const std::string& dump_dir, const std::string& llvm_words) {
   try {
-    cpu::compile(ir, module);
+    cpujit::compile(ir, module);
     FAIL("compile of broken IR did not throw");
   } catch (const towerjit::Error& e) {
     std::string message = e.what();
@@ -186,12 +186,12 @@ TEST_CASE("cpu compiler: TOWERJIT_DUMP receives every module's IR", "[cpu]") {
   CacheSandbox sandbox;
   TempDir dump;
   ScopedEnv dump_env("TOWERJIT_DUMP", dump.path());
-  cpu::compile(kSaxpyIR, "dumped/saxpy");  // '/' is not file-name-safe: becomes '_'
+  cpujit::compile(kSaxpyIR, "dumped/saxpy");  // '/' is not file-name-safe: becomes '_'
   CHECK(std::filesystem::exists(std::filesystem::path(dump.path()) / "dumped_saxpy.ll"));
 }
 
 TEST_CASE("cpu compiler: host target description names triple, CPU and features", "[cpu]") {
-  std::string target = cpu::host_target_description();
+  std::string target = cpujit::host_target_description();
   CHECK_THAT(target, Catch::Contains(";cpu=") && Catch::Contains(";features=+"));
 #if defined(__x86_64__)
   CHECK_THAT(target, Catch::StartsWith("x86_64"));
