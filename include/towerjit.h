@@ -2,6 +2,7 @@
 #pragma once
 
 #include "dsl/autodiff.h"
+#include "dsl/devices.h"
 #include "dsl/ema.h"
 #include "dsl/error.h"
 #include "dsl/layers.h"
@@ -9,6 +10,7 @@
 #include "dsl/optimizers.h"
 #include "dsl/schedules.h"
 #include "dsl/state.h"
+#include "dsl/towers.h"
 #include "dsl/variables.h"
 #include "jit/reference/interpreter.h"
 #include "runtime/cpu/cpu_program.h"

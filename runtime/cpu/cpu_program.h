@@ -26,6 +26,10 @@ class CpuProgram {
   // program keeps its own optimised copy of the graph. `pool` splits loop kernels over threads (none: serial).
   CpuProgram(const Graph& graph, std::vector<Tensor> fetches, bool run_update_ops = false,
              ThreadPool* pool = nullptr);
+  // The same with an explicit list of update ops (Assign tensors) to run, e.g. only an
+  // optimiser's apply.
+  CpuProgram(const Graph& graph, const std::vector<Tensor>& fetches,
+             const std::vector<Tensor>& update_ops, ThreadPool* pool = nullptr);
 
   // Runs one step. Inputs are checked by name, shape and dtype; variables are read, and
   // written by the update ops. `step` keys random numbers (dropout masks).
@@ -42,6 +46,8 @@ class CpuProgram {
   std::vector<double>* step_times = nullptr;
 
  private:
+  CpuProgram(const Graph& graph, const std::vector<int>& fetches, const std::vector<int>& update_ops,
+             ThreadPool* pool);
   int64_t bind_batch(const HostFeeds& feeds) const;
   std::vector<void*> bind_buffers(const HostFeeds& feeds, HostVariables& variables, int64_t batch);
   void run_kernel(int index, const std::vector<void*>& base, int64_t batch, uint64_t step);

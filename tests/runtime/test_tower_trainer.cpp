@@ -1,0 +1,211 @@
+// CPU towers: sync averaging equals one tower on the whole batch, the seed's per-tower mean
+// differs where it should, sync is bitwise reproducible, async applies every tower's gradient.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "runtime/towers/tower_trainer.h"
+#include "towerjit.h"
+
+namespace tj = towerjit;
+using tj::kBatch;
+
+namespace {
+
+// A model and the trainer that owns its graph's compiled programs.
+struct Run {
+  std::unique_ptr<tj::Graph> graph = std::make_unique<tj::Graph>();
+  std::unique_ptr<tj::TowerTrainer> trainer;
+};
+
+Run mlp_run(tj::Towers towers, const tj::Optimizer& opt) {
+  Run r;
+  tj::GraphScope use(*r.graph);
+  auto x = tj::input("x", {kBatch, 5});
+  auto labels = tj::input("labels", {kBatch}, tj::DType::i32);
+  auto logits = tj::dense(tj::relu(tj::dense(x, 4, "fc1")), 3, "fc2");
+  auto loss = tj::mean(tj::softmax_cross_entropy(logits, labels));
+  r.trainer = std::make_unique<tj::TowerTrainer>(*r.graph, loss, std::move(towers), opt);
+  return r;
+}
+
+tj::HostFeeds batch_of(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  tj::HostTensor x({n, 5}), labels({n}, tj::DType::i32);
+  for (float& v : x.f32) v = u(rng);
+  for (int64_t i = 0; i < n; ++i) labels.i32[i] = static_cast<int32_t>(rng() % 3);
+  return {{"x", x}, {"labels", labels}};
+}
+
+double largest_relative_difference(const tj::HostVariables& a, const tj::HostVariables& b) {
+  double worst = 0;
+  for (const auto& [name, t] : a)
+    for (int64_t k = 0; k < t.size(); ++k)
+      worst = std::max<double>(worst, std::abs(t.f32[k] - b.at(name).f32[k]) / std::max(1.0f, std::abs(t.f32[k])));
+  return worst;
+}
+
+tj::Towers cpu_towers(int n) {
+  std::vector<tj::Device> devices;
+  for (int i = 0; i < n; ++i) devices.push_back(tj::cpu(i));
+  return tj::Towers(devices);
+}
+
+}  // namespace
+
+TEST_CASE("sync average over N towers equals one tower on the whole batch after 20 steps", "[towers][runtime]") {
+  struct Config { int towers; int64_t batch; tj::Split split; };
+  const std::vector<Config> configs = {{1, 15, tj::Split::remainder_last}, {2, 15, tj::Split::remainder_last},
+                                       {3, 64, tj::Split::remainder_last}, {4, 64, tj::Split::remainder_last},
+                                       {3, 64, tj::Split::balanced}, {4, 7, tj::Split::remainder_last}};
+  const std::vector<std::pair<const char*, tj::Optimizer>> optimizers = {
+      {"sgd", tj::sgd(0.1)}, {"momentum", tj::momentum(0.1, 0.9)}, {"adam", tj::adam(0.01)}};
+  for (const auto& [opt_name, opt] : optimizers)
+    for (const Config& c : configs) {
+      Run one = mlp_run(cpu_towers(1), opt);
+      Run many = mlp_run(cpu_towers(c.towers).split(c.split), opt);
+      for (int step = 0; step < 20; ++step) {
+        const auto batch = batch_of(c.batch, 100 + step);
+        const double l1 = one.trainer->step(batch).loss, ln = many.trainer->step(batch).loss;
+        REQUIRE(std::abs(l1 - ln) <= 1e-5 * std::max(1.0, std::abs(l1)));
+      }
+      INFO(opt_name << " on " << c.towers << " towers, batch " << c.batch << ": relative 1e-5");
+      CHECK(largest_relative_difference(one.trainer->variables(), many.trainer->variables()) <= 1e-5);
+      CHECK(many.trainer->applies() == 20);
+    }
+}
+
+TEST_CASE("sync training is bitwise identical run to run", "[towers][runtime]") {
+  Run a = mlp_run(cpu_towers(3), tj::adam(0.01)), b = mlp_run(cpu_towers(3), tj::adam(0.01));
+  for (int step = 0; step < 10; ++step) {
+    a.trainer->step(batch_of(64, step));
+    b.trainer->step(batch_of(64, step));
+  }
+  for (const auto& [name, t] : a.trainer->variables())
+    CHECK(std::memcmp(t.data(), b.trainer->variables().at(name).data(), t.size() * 4) == 0);
+}
+
+TEST_CASE("the seed's per-tower mean averages tower means, unlike the weighted average", "[towers][runtime]") {
+  // With SGD one step is linear in the gradient, so the seed's step is the mean of the steps
+  // each tower would take alone, and the weighted one their slice-weighted mean (7 and 8 of 15).
+  const auto batch = batch_of(15, 7);
+  Run a = mlp_run(cpu_towers(1), tj::sgd(0.5)), b = mlp_run(cpu_towers(1), tj::sgd(0.5));
+  Run seed = mlp_run(cpu_towers(2).reduce(tj::SyncPerTowerMean{}), tj::sgd(0.5));
+  Run weighted = mlp_run(cpu_towers(2), tj::sgd(0.5));
+  tj::HostFeeds first, second;
+  for (const auto& [name, t] : batch) {
+    const int64_t row = t.size() / 15;
+    tj::Shape s7 = t.shape, s8 = t.shape;
+    s7[0] = 7, s8[0] = 8;
+    first[name] = tj::HostTensor(s7, t.dtype);
+    second[name] = tj::HostTensor(s8, t.dtype);
+    std::memcpy(first[name].data(), t.data(), 7 * row * 4);
+    std::memcpy(second[name].data(), static_cast<const char*>(t.data()) + 7 * row * 4, 8 * row * 4);
+  }
+  a.trainer->step(first);
+  b.trainer->step(second);
+  CHECK(seed.trainer->step(batch).slices == std::vector<int64_t>{7, 8});
+  weighted.trainer->step(batch);
+  double seed_error = 0, weighted_error = 0, seed_vs_weighted = 0;
+  for (const auto& [name, w] : seed.trainer->variables())
+    for (int64_t k = 0; k < w.size(); ++k) {
+      const float wa = a.trainer->variables().at(name).f32[k], wb = b.trainer->variables().at(name).f32[k];
+      seed_error = std::max<double>(seed_error, std::abs(w.f32[k] - (wa + wb) / 2));
+      const float ww = weighted.trainer->variables().at(name).f32[k];
+      weighted_error = std::max<double>(weighted_error, std::abs(ww - (7 * wa + 8 * wb) / 15));
+      seed_vs_weighted = std::max<double>(seed_vs_weighted, std::abs(w.f32[k] - ww));
+    }
+  CHECK(seed_error <= 1e-6);
+  CHECK(weighted_error <= 1e-6);
+  CHECK(seed_vs_weighted > 1e-4);
+}
+
+TEST_CASE("async with one tower equals sync", "[towers][runtime]") {
+  Run sync = mlp_run(cpu_towers(1), tj::momentum(0.1, 0.9));
+  Run async = mlp_run(cpu_towers(1).reduce(tj::AsyncApply{}), tj::momentum(0.1, 0.9));
+  for (int step = 0; step < 10; ++step) {
+    sync.trainer->step(batch_of(9, step));
+    async.trainer->step(batch_of(9, step));
+  }
+  CHECK(largest_relative_difference(sync.trainer->variables(), async.trainer->variables()) == 0);
+}
+
+TEST_CASE("async towers apply every gradient once, scaled by 1/N, none lost", "[towers][runtime]") {
+  // loss = mean over the batch of x . w: its gradient, the batch mean of x, does not depend on
+  // w, so whatever order the towers apply in, the total change is exactly the sum of the
+  // applied steps.
+  for (int n : {2, 3, 4}) {
+    tj::Graph g;
+    tj::GraphScope use(g);
+    auto x = tj::input("x", {kBatch, 6});
+    auto w = tj::variable("w", {6, 1}, {.init = tj::init::zeros()});
+    auto loss = tj::mean(tj::matmul(x, w));
+    tj::TowerTrainer trainer(g, loss, cpu_towers(n).reduce(tj::AsyncApply{}), tj::sgd(0.1));
+    std::vector<double> expected(6, 0.0);
+    const int steps = 25;
+    for (int step = 0; step < steps; ++step) {
+      auto batch = batch_of(12, 50 + step);
+      tj::HostFeeds feeds{{"x", tj::HostTensor({12, 6})}};
+      std::mt19937 rng(step);
+      for (float& v : feeds["x"].f32) v = static_cast<float>(rng() % 100) / 50.0f;
+      const auto slices = trainer.step(feeds).slices;
+      int64_t offset = 0;
+      for (int64_t s : slices) {  // tower i applies -0.1 * (1/N) * mean of its rows
+        for (int j = 0; j < 6; ++j) {
+          double mean = 0;
+          for (int64_t r = offset; r < offset + s; ++r) mean += feeds["x"].f32[r * 6 + j];
+          expected[j] -= 0.1 / n * mean / s;
+        }
+        offset += s;
+      }
+    }
+    CHECK(trainer.applies() == n * steps);
+    for (int j = 0; j < 6; ++j) CHECK(trainer.variables().at("w").f32[j] == Approx(expected[j]).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("async towers train a logistic regression", "[towers][runtime]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 2});
+  auto labels = tj::input("labels", {kBatch}, tj::DType::i32);
+  auto loss = tj::mean(tj::softmax_cross_entropy(tj::dense(x, 2, "logistic"), labels));
+  tj::TowerTrainer trainer(g, loss, cpu_towers(3).reduce(tj::AsyncApply{}), tj::sgd(0.5));
+  double first = 0, last = 0;
+  for (int step = 0; step < 60; ++step) {
+    tj::HostTensor xs({30, 2}), ys({30}, tj::DType::i32);
+    std::mt19937 rng(step);
+    std::normal_distribution<float> noise(0, 0.3f);
+    for (int i = 0; i < 30; ++i) {
+      ys.i32[i] = i % 2;
+      xs.f32[2 * i] = (i % 2 ? 1.0f : -1.0f) + noise(rng);
+      xs.f32[2 * i + 1] = noise(rng);
+    }
+    const double l = trainer.step({{"x", xs}, {"labels", ys}}).loss;
+    (step == 0 ? first : last) = l;
+  }
+  CHECK(first > 0.5);
+  CHECK(last < 0.1);
+}
+
+TEST_CASE("bad tower set-ups are named at build or step time", "[towers][runtime]") {
+  const std::string here = "tests/runtime/test_tower_trainer.cpp:";
+  {
+    Run r = mlp_run(cpu_towers(4), tj::sgd(0.1));
+    CHECK_THROWS_WITH(r.trainer->step(batch_of(3, 1)), Catch::Contains("more towers") && Catch::Contains("3"));
+  }
+  CHECK_THROWS_WITH(mlp_run(tj::Towers{tj::gpu(0)}, tj::sgd(0.1)), Catch::Contains("gpu:0") && Catch::Contains("cpu:N"));
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 3});
+  auto used = tj::variable("used", {3, 1});
+  tj::variable("unused", {3, 1});
+  auto loss = tj::mean(tj::matmul(x, used));
+  const int line = __LINE__ + 1;
+  CHECK_THROWS_WITH(tj::TowerTrainer(g, loss, cpu_towers(2), tj::sgd(0.1)),
+                    Catch::Contains("\"unused\"") && Catch::Contains("does not depend on it") &&
+                        Catch::Contains(here + std::to_string(line)));
+}
