@@ -1,6 +1,8 @@
 #include "runtime/towers/tower_trainer.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <thread>
 #include <cstring>
 
 #include "dsl/autodiff.h"
@@ -141,6 +143,58 @@ TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, Loc loc) {
   for (int t = 0; t < n; ++t)
     result.loss += static_cast<double>(result.slices[t]) / examples * outputs[t][0].f32[0];
   return result;
+}
+
+TowerTrainer::AsyncReport TowerTrainer::run_async(
+    int steps_per_tower, const std::function<HostFeeds(int, int)>& batch_for, Loc loc) {
+  user_check(is_async(towers_.reduction()), loc)
+      << "run_async: the towers are declared " << to_string(towers_.reduction())
+      << "; declare them with .reduce(AsyncApply{}) to run them free";
+  const auto bound = std::get<AsyncApply>(towers_.reduction()).max_staleness;
+  const int n = towers_.size();
+  // The scale of an async apply does not depend on slice sizes (1/N or 1).
+  const std::vector<double> weights = reduction_weights(std::vector<int64_t>(n, 1), towers_.reduction(), loc);
+  std::vector<int64_t> done(n, 0);
+  std::condition_variable turn;
+  AsyncReport report;
+  int64_t staleness_sum = 0;
+  std::exception_ptr failure;
+  auto slowest = [&] { return *std::min_element(done.begin(), done.end()); };
+  auto tower = [&](int t) {
+    try {
+      for (int s = 0; s < steps_per_tower; ++s) {
+        int64_t read_at;
+        {
+          std::unique_lock lock(apply_mutex_);
+          // A tower more than k applies ahead of the slowest waits for it.
+          if (bound) turn.wait(lock, [&] { return done[t] - slowest() <= *bound || failure; });
+          if (failure) return;
+          read_at = applies_;
+        }
+        std::vector<std::vector<HostTensor>> outputs(n);
+        outputs[t] = tower_programs_[t]->run(batch_for(t, s), variables_);
+        std::lock_guard lock(apply_mutex_);
+        const int64_t staleness = applies_ - read_at;
+        report.max_staleness = std::max(report.max_staleness, staleness);
+        report.max_lead = std::max(report.max_lead, done[t] - slowest());
+        staleness_sum += staleness;
+        apply(outputs, weights, {t});
+        ++done[t];
+        turn.notify_all();
+      }
+    } catch (...) {
+      std::lock_guard lock(apply_mutex_);
+      if (!failure) failure = std::current_exception();
+      turn.notify_all();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < n; ++t) threads.emplace_back(tower, t);
+  for (auto& th : threads) th.join();
+  if (failure) std::rethrow_exception(failure);
+  report.applies = static_cast<int64_t>(n) * steps_per_tower;
+  report.mean_staleness = report.applies ? static_cast<double>(staleness_sum) / report.applies : 0;
+  return report;
 }
 
 }  // namespace towerjit

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -45,6 +46,19 @@ class TowerTrainer {
   // One training step on a batch (every input fed with the whole batch). Errors: inputs that
   // disagree on the batch size, more towers than examples.
   StepResult step(const HostFeeds& batch, Loc loc = Loc::current());
+
+  // Async towers running free: each tower takes `steps_per_tower` steps on its own batches
+  // (batch_for(tower, step) gives tower `tower`'s slice for its step `step`), applying after
+  // each, with no barrier. With AsyncApply::max_staleness = k, a tower that has applied more
+  // than k times more than the slowest tower waits for it. Errors: a sync strategy.
+  struct AsyncReport {
+    int64_t applies = 0;
+    int64_t max_lead = 0;       // the most applies a tower was ahead of the slowest when applying
+    int64_t max_staleness = 0;  // the most applies by others between a tower's read and its apply
+    double mean_staleness = 0;
+  };
+  AsyncReport run_async(int steps_per_tower, const std::function<HostFeeds(int tower, int step)>& batch_for,
+                        Loc loc = Loc::current());
 
   HostVariables& variables() { return variables_; }
   const Towers& towers() const { return towers_; }

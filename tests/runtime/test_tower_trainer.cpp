@@ -209,3 +209,43 @@ TEST_CASE("bad tower set-ups are named at build or step time", "[towers][runtime
                     Catch::Contains("\"unused\"") && Catch::Contains("does not depend on it") &&
                         Catch::Contains(here + std::to_string(line)));
 }
+
+TEST_CASE("free-running async towers respect the staleness bound and lose no apply", "[towers][runtime]") {
+  for (std::optional<int64_t> bound : {std::optional<int64_t>(0), std::optional<int64_t>(2), std::optional<int64_t>()}) {
+    tj::Graph g;
+    tj::GraphScope use(g);
+    auto x = tj::input("x", {kBatch, 4});
+    auto w = tj::variable("w", {4, 1}, {.init = tj::init::zeros()});
+    auto loss = tj::mean(tj::matmul(x, w));
+    tj::TowerTrainer trainer(g, loss, cpu_towers(3).reduce(tj::AsyncApply{.max_staleness = bound}), tj::sgd(0.1));
+    // Tower t always sees rows of (t + 1): its gradient is (t + 1) in every column.
+    auto batch_for = [](int tower, int) {
+      tj::HostTensor xs({2 + tower, 4});
+      for (float& v : xs.f32) v = static_cast<float>(tower + 1);
+      return tj::HostFeeds{{"x", xs}};
+    };
+    const auto report = trainer.run_async(30, batch_for);
+    INFO("bound " << (bound ? std::to_string(*bound) : "none") << ": max lead " << report.max_lead
+                  << ", max staleness " << report.max_staleness << ", mean " << report.mean_staleness);
+    CHECK(report.applies == 90);
+    CHECK(trainer.applies() == 90);
+    if (bound) CHECK(report.max_lead <= *bound);
+    // Every apply lands: w = -0.1 * (1/3) * 30 * (1 + 2 + 3) in every column.
+    for (float v : trainer.variables().at("w").f32) CHECK(v == Approx(-0.1 / 3 * 30 * 6).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("every optimiser trains the same over 3 towers as over one", "[towers][runtime]") {
+  const std::vector<std::pair<const char*, tj::Optimizer>> optimizers = {
+      {"adamw", tj::adamw(0.01)}, {"rmsprop", tj::rmsprop(0.01)}, {"adagrad", tj::adagrad(0.1)},
+      {"nesterov", tj::momentum(0.1, 0.9, {.nesterov = true})}};
+  for (const auto& [name, opt] : optimizers) {
+    Run one = mlp_run(cpu_towers(1), opt), three = mlp_run(cpu_towers(3), opt);
+    for (int step = 0; step < 20; ++step) {
+      one.trainer->step(batch_of(64, step));
+      three.trainer->step(batch_of(64, step));
+    }
+    INFO(name);
+    CHECK(largest_relative_difference(one.trainer->variables(), three.trainer->variables()) <= 1e-5);
+  }
+}
