@@ -1,0 +1,69 @@
+// The IDX reader: a good file, and each kind of damage named in the error.
+#include <zlib.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <vector>
+
+#include "runtime/data/fashion_mnist.h"
+#include "runtime/data/idx.h"
+
+namespace tj = towerjit;
+
+namespace {
+
+std::string write_gz(const std::string& name, const std::vector<unsigned char>& bytes) {
+  const auto path = (std::filesystem::temp_directory_path() / ("towerjit-idx-" + name)).string();
+  gzFile f = gzopen(path.c_str(), "wb");
+  gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+  gzclose(f);
+  return path;
+}
+
+// An IDX header for unsigned bytes of the given dimensions.
+std::vector<unsigned char> header(std::vector<uint32_t> dims) {
+  std::vector<unsigned char> h = {0, 0, 8, static_cast<unsigned char>(dims.size())};
+  for (uint32_t d : dims)
+    for (int s = 24; s >= 0; s -= 8) h.push_back(static_cast<unsigned char>(d >> s));
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("IDX images and labels read back scaled and typed", "[data]") {
+  auto images = header({2, 2, 3});
+  for (int i = 0; i < 12; ++i) images.push_back(static_cast<unsigned char>(i * 20));
+  auto labels = header({2});
+  labels.push_back(7), labels.push_back(0);
+  const auto x = tj::data::read_idx(write_gz("images.gz", images));
+  const auto y = tj::data::read_idx(write_gz("labels.gz", labels));
+  CHECK(x.shape == tj::Shape{2, 6});
+  CHECK(x.f32[11] == Approx(220 / 255.0));
+  CHECK(y.dtype == tj::DType::i32);
+  CHECK(y.i32 == std::vector<int32_t>{7, 0});
+}
+
+TEST_CASE("a damaged IDX file is named with what is wrong", "[data]") {
+  auto bad_magic = header({2});
+  bad_magic[2] = 0x0D;  // floats: not MNIST's bytes
+  bad_magic.push_back(1), bad_magic.push_back(2);
+  CHECK_THROWS_WITH(tj::data::read_idx(write_gz("magic.gz", bad_magic)), Catch::Contains("bad IDX magic number"));
+  auto truncated = header({5, 28, 28});
+  truncated.resize(truncated.size() + 100);
+  CHECK_THROWS_WITH(tj::data::read_idx(write_gz("short.gz", truncated)),
+                    Catch::Contains("holds 100 data bytes but its header says 3920") && Catch::Contains("truncated"));
+  CHECK_THROWS_WITH(tj::data::read_idx("/nonexistent/x.gz", "install dataset-fashion-mnist"),
+                    Catch::Contains("does not exist") && Catch::Contains("dataset-fashion-mnist"));
+  CHECK_THROWS_WITH(tj::data::load_mnist_format("train", "/nonexistent"), Catch::Contains("--data"));
+}
+
+TEST_CASE("Debian's Fashion-MNIST loads with 60000 and 10000 examples", "[data]") {
+  if (!std::filesystem::exists(tj::data::kFashionMnistDir)) {
+    WARN("dataset-fashion-mnist is not installed: skipped");
+    return;
+  }
+  const auto test = tj::data::load_mnist_format("test");
+  CHECK(test.size() == 10000);
+  CHECK(test.images.shape == tj::Shape{10000, 784});
+  CHECK(*std::max_element(test.labels.i32.begin(), test.labels.i32.end()) == 9);
+}
