@@ -196,13 +196,19 @@ Tensor concat(const std::vector<Tensor>& xs, int axis, Loc loc) {
   return make(g, Op::Concat, std::move(ids), Shape(std::move(dims)), x0.dtype(), attrs, loc);
 }
 
+// The axis split() cuts, checked: it must not be the batch (towers split the batch).
+static int split_axis(const Tensor& x, int axis, Loc loc) {
+  const int a = one_axis(axis, x, "split", loc);
+  user_check(x.shape()[a] != kBatch, loc)
+      << "split: axis " << a << " of " << x.describe() << in_scope(x.graph())
+      << " is the batch dimension; split another axis (towers split the batch)";
+  return a;
+}
+
 std::vector<Tensor> split(Tensor x, int parts, int axis, Loc loc) {
   Graph& g = graph_of_one(x, "split", loc);
-  const int a = one_axis(axis, x, "split", loc);
+  const int a = split_axis(x, axis, loc);
   const int64_t d = x.shape()[a];
-  user_check(d != kBatch, loc) << "split: axis " << a << " of " << x.describe() << in_scope(g)
-                               << " is the batch dimension; split another axis (towers split "
-                               << "the batch)";
   user_check(parts >= 1 && d % parts == 0, loc)
       << "split: axis " << a << " of " << x.describe() << " has size " << d
       << ", which does not divide into " << parts << " equal parts" << in_scope(g)
@@ -213,11 +219,8 @@ std::vector<Tensor> split(Tensor x, int parts, int axis, Loc loc) {
 
 std::vector<Tensor> split(Tensor x, std::vector<int64_t> sizes, int axis, Loc loc) {
   Graph& g = graph_of_one(x, "split", loc);
-  const int a = one_axis(axis, x, "split", loc);
+  const int a = split_axis(x, axis, loc);
   const int64_t d = x.shape()[a];
-  user_check(d != kBatch, loc) << "split: axis " << a << " of " << x.describe() << in_scope(g)
-                               << " is the batch dimension; split another axis (towers split "
-                               << "the batch)";
   const bool positive = std::all_of(sizes.begin(), sizes.end(), [](int64_t s) { return s > 0; });
   const int64_t total = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
   user_check(!sizes.empty() && positive && total == d, loc)
