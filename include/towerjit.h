@@ -14,3 +14,5 @@
 #include "dsl/variables.h"
 #include "jit/reference/interpreter.h"
 #include "runtime/cpu/cpu_program.h"
+#include "runtime/data/fashion_mnist.h"
+#include "runtime/towers/tower_trainer.h"
