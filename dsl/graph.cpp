@@ -81,6 +81,11 @@ std::string list(const std::vector<int>& xs) {
   return s + "]";
 }
 
+// (h, w) as "2", or "2x1" when the two differ.
+std::string pair(const int (&hw)[2]) {
+  return std::to_string(hw[0]) + (hw[0] == hw[1] ? "" : "x" + std::to_string(hw[1]));
+}
+
 // The attributes that tell two nodes of one op apart, as " key=value" pairs.
 std::string attrs_str(const Node& n) {
   std::ostringstream out;
@@ -100,10 +105,10 @@ std::string attrs_str(const Node& n) {
     case Op::ArgMax: case Op::Concat: out << " axis=" << a.axis; break;
     case Op::RandomUniform: out << " seed=" << a.seed; break;
     case Op::Conv2D: case Op::Conv2DGradInput: case Op::Conv2DGradFilter:
-      out << " stride=" << a.stride[0] << " pad=" << a.pad[0];
+      out << " stride=" << pair(a.stride) << " pad=" << pair(a.pad);
       break;
     case Op::MaxPool2D: case Op::MaxPool2DGrad: case Op::AvgPool2D: case Op::AvgPool2DGrad:
-      out << " kernel=" << a.kernel[0] << " stride=" << a.stride[0] << " pad=" << a.pad[0];
+      out << " kernel=" << pair(a.kernel) << " stride=" << pair(a.stride) << " pad=" << pair(a.pad);
       break;
     default:
       break;

@@ -66,6 +66,12 @@ class Planner {
   void choose_hosts();
   void choose_in_place(const std::vector<int>& update_ops);
   bool elementwise(int id) const;
+  // Distinct nodes that read `n`: a + a reads a twice but inlines it into one kernel.
+  int readers(int n) const {
+    std::vector<int> c = consumers_[n];
+    std::sort(c.begin(), c.end());
+    return static_cast<int>(std::unique(c.begin(), c.end()) - c.begin());
+  }
 
   const Graph& g_;
   FusionLimits limits_;
@@ -123,7 +129,7 @@ void Planner::decide_buffers(const std::vector<int>& fetches) {
         is_library(node.op))
       p_.buffered[n] = true;
     if ((kind == OpKind::Unary || kind == OpKind::Binary || kind == OpKind::Layout ||
-         node.op == Op::Select) && uses_[n] > 1)
+         node.op == Op::Select) && readers(n) > 1)
       p_.buffered[n] = true;
     if (node.op == Op::Assign) p_.buffered[node.inputs[1]] = true;
     if (moves || (is_library(node.op) && node.op != Op::MatMul))
