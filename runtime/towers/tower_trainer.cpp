@@ -37,11 +37,13 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
     user_check(d.kind == DeviceKind::cpu, loc)
         << "tower on " << d.str() << ": GPU towers need the CUDA runtime, which is not built "
         << "yet; use cpu:N towers";
-  user_check(graph.update_ops.empty(), loc)
-      << "the model has " << graph.update_ops.size() << " update op(s) (batch norm's moving "
-      << "averages?); towers do not run a model's update ops yet: build the model without them "
-      << "(batch_norm with training=false, or no batch_norm)";
   GraphScope use(graph);
+  // The model's own update ops (batch norm's moving averages): every tower computes their new
+  // values from its slice; the trainer writes them once the towers are done (see combine_updates).
+  for (int u : graph.update_ops) {
+    const Node& assign = graph.node(u);
+    model_updates_.push_back({graph.node(assign.inputs[0]).attrs.name, Tensor(&graph, assign.inputs[1])});
+  }
   for (int id : graph.trainable_variable_nodes()) variables_in_order_.emplace_back(&graph, id);
   const std::vector<Tensor> grads = grad(loss, variables_in_order_, loc);
   for (size_t i = 0; i < grads.size(); ++i)
@@ -54,6 +56,7 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   // The towers' program: the loss and every gradient, for any slice size.
   std::vector<Tensor> fetches = {loss};
   fetches.insert(fetches.end(), grads.begin(), grads.end());
+  for (const auto& u : model_updates_) fetches.push_back(u.value);
   for (int t = 0; t < towers_.size(); ++t)
     tower_programs_.push_back(std::make_unique<CpuProgram>(graph, fetches));
 
@@ -110,6 +113,22 @@ void TowerTrainer::apply(const std::vector<std::vector<HostTensor>>& outputs,
   ++applies_;
 }
 
+// The model's update ops: the given towers' new values, weighted (sync: by slice size, so a
+// moving mean follows the whole batch's mean; async: one tower's value), in tower order.
+void TowerTrainer::write_model_updates(const std::vector<std::vector<HostTensor>>& outputs,
+                                       const std::vector<double>& weights, const std::vector<int>& towers) {
+  const size_t first = 1 + gradient_inputs_.size();
+  for (size_t u = 0; u < model_updates_.size(); ++u) {
+    HostTensor& target = variables_.at(model_updates_[u].variable);
+    for (int64_t k = 0; k < target.size(); ++k) {
+      double sum = 0;
+      for (size_t j = 0; j < towers.size(); ++j)
+        sum += weights[towers.size() == 1 ? 0 : j] * outputs[towers[j]][first + u].f32[k];
+      target.f32[k] = static_cast<float>(sum);
+    }
+  }
+}
+
 TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, Loc loc) {
   user_check(!batch.empty(), loc) << "step: no inputs fed; feed the model's inputs with the batch";
   const int64_t examples = batch.begin()->second.shape.rank() ? batch.begin()->second.shape[0] : 0;
@@ -132,6 +151,7 @@ TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, Loc loc) {
       if (async) {
         std::lock_guard lock(apply_mutex_);
         apply(outputs, weights, {static_cast<int>(t)});
+        write_model_updates(outputs, {1.0}, {static_cast<int>(t)});
       }
     }
   });
@@ -139,6 +159,9 @@ TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, Loc loc) {
     std::vector<int> all(n);
     for (int t = 0; t < n; ++t) all[t] = t;
     apply(outputs, weights, all);
+    std::vector<double> by_slice(n);
+    for (int t = 0; t < n; ++t) by_slice[t] = static_cast<double>(result.slices[t]) / examples;
+    write_model_updates(outputs, by_slice, all);
   }
   for (int t = 0; t < n; ++t)
     result.loss += static_cast<double>(result.slices[t]) / examples * outputs[t][0].f32[0];
@@ -179,6 +202,7 @@ TowerTrainer::AsyncReport TowerTrainer::run_async(
         report.max_lead = std::max(report.max_lead, done[t] - slowest());
         staleness_sum += staleness;
         apply(outputs, weights, {t});
+        write_model_updates(outputs, {1.0}, {t});
         ++done[t];
         turn.notify_all();
       }

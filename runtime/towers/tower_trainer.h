@@ -32,9 +32,11 @@ class TowerTrainer {
  public:
   // `graph` holds the model; `loss` is an f32 scalar, the mean over the batch of the inputs
   // (every input's first dimension is the batch). The trainer adds the gradients and the
-  // optimiser's apply to the graph and compiles them. Errors (towerjit::Error): GPU towers,
-  // a trainable variable the loss does not depend on, update ops in the model (batch norm's
-  // moving averages are not supported under towers yet).
+  // optimiser's apply to the graph and compiles them. The model's own update ops (batch
+  // norm's moving averages) run in every tower on its slice; sync towers then write their
+  // slice-weighted average (a moving mean follows the whole batch's mean), async towers each
+  // write their own. Errors (towerjit::Error): GPU towers, a trainable variable the loss does
+  // not depend on.
   TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optimizer& optimizer,
                TowerTrainerOptions options = {}, Loc loc = Loc::current());
   ~TowerTrainer();
@@ -69,6 +71,14 @@ class TowerTrainer {
                                      Loc loc) const;
   void apply(const std::vector<std::vector<HostTensor>>& outputs, const std::vector<double>& weights,
              const std::vector<int>& towers);
+  void write_model_updates(const std::vector<std::vector<HostTensor>>& outputs,
+                           const std::vector<double>& weights, const std::vector<int>& towers);
+
+  struct ModelUpdate {
+    std::string variable;  // e.g. "bn1/moving_mean"
+    Tensor value;          // its next value, computed by a tower from its slice
+  };
+  std::vector<ModelUpdate> model_updates_;
 
   Towers towers_;
   std::vector<Tensor> variables_in_order_;

@@ -249,3 +249,25 @@ TEST_CASE("every optimiser trains the same over 3 towers as over one", "[towers]
     CHECK(largest_relative_difference(one.trainer->variables(), three.trainer->variables()) <= 1e-5);
   }
 }
+
+TEST_CASE("batch norm under sync towers: the moving mean follows the whole batch", "[towers][runtime]") {
+  // Batch norm on the input itself: each tower's batch mean is its slice's mean, and the
+  // slice-weighted average of their moving-mean updates is the update the whole batch gives.
+  for (int n : {1, 2, 3}) {
+    tj::Graph g;
+    tj::GraphScope use(g);
+    auto x = tj::input("x", {kBatch, 5});
+    auto labels = tj::input("labels", {kBatch}, tj::DType::i32);
+    auto normed = tj::batch_norm(x, /*training=*/true, "bn", {.momentum = 0.9});
+    auto loss = tj::mean(tj::softmax_cross_entropy(tj::dense(normed, 3, "fc"), labels));
+    tj::TowerTrainer trainer(g, loss, cpu_towers(n), tj::sgd(0.1));
+    const auto batch = batch_of(15, 3);
+    trainer.step(batch);
+    for (int c = 0; c < 5; ++c) {
+      double mean = 0;
+      for (int i = 0; i < 15; ++i) mean += batch.at("x").f32[i * 5 + c] / 15;
+      INFO(n << " towers, channel " << c);
+      CHECK(trainer.variables().at("bn/moving_mean").f32[c] == Approx(0.1 * mean).margin(1e-6));
+    }
+  }
+}
