@@ -22,12 +22,13 @@ namespace {
 struct Flags {
   std::string towers = "cpu:0,cpu:1";
   std::string strategy = "sync";
+  std::string optimizer = "adam";
   std::string data = tj::data::kFashionMnistDir;
   int epochs = 3;
   int64_t batch = 128;
   int64_t hidden = 256;
   int64_t steps = 0;  // stop early after this many steps (0: whole epochs)
-  double lr = 0.05;
+  double lr = 0.001;
   uint64_t seed = 1;
 };
 
@@ -60,7 +61,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch", f.batch, "examples per step, split over the towers");
   app.add_option("--hidden", f.hidden, "units in each of the two hidden layers");
   app.add_option("--steps", f.steps, "stop after this many steps");
-  app.add_option("--lr", f.lr, "learning rate (SGD with momentum 0.9)");
+  app.add_option("--optimizer", f.optimizer, "adam, momentum (0.9) or sgd")
+      ->check(CLI::IsMember({"momentum", "sgd", "adam"}));
+  app.add_option("--lr", f.lr, "learning rate");
   app.add_option("--seed", f.seed, "initial weights and the shuffle");
   CLI11_PARSE(app, argc, argv);
 
@@ -82,10 +85,14 @@ int main(int argc, char** argv) {
 
     auto towers = tj::Towers(tj::parse_devices(f.towers));
     if (f.strategy == "async") towers = towers.reduce(tj::AsyncApply{});
-    tj::TowerTrainer trainer(graph, loss, towers, tj::momentum(f.lr, 0.9), {.seed = f.seed});
-    std::printf("towerjit: 784-%lld-%lld-10 MLP on %s, %s, batch %lld, %d epoch(s)\n",
+    const tj::Optimizer optimizer = f.optimizer == "adam" ? tj::adam(f.lr)
+                                    : f.optimizer == "sgd" ? tj::sgd(f.lr)
+                                                           : tj::momentum(f.lr, 0.9);
+    tj::TowerTrainer trainer(graph, loss, towers, optimizer, {.seed = f.seed});
+    std::printf("towerjit: 784-%lld-%lld-10 MLP on %s, %s, %s lr %g, batch %lld, %d epoch(s)\n",
                 static_cast<long long>(f.hidden), static_cast<long long>(f.hidden),
-                towers.str().c_str(), f.strategy.c_str(), static_cast<long long>(f.batch), f.epochs);
+                towers.str().c_str(), f.strategy.c_str(), f.optimizer.c_str(), f.lr,
+                static_cast<long long>(f.batch), f.epochs);
 
     std::vector<int64_t> order(train.size());
     std::iota(order.begin(), order.end(), 0);
