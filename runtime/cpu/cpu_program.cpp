@@ -7,7 +7,6 @@
 #include "dsl/error.h"
 #include "jit/dump.h"
 #include "jit/knobs.h"
-#include "jit/passes/buffer_plan.h"
 #include "jit/passes/pipeline.h"
 #include "runtime/cpu/library.h"
 
@@ -82,7 +81,9 @@ int64_t CpuProgram::bind_batch(const HostFeeds& feeds) const {
 
 std::vector<void*> CpuProgram::bind_buffers(const HostFeeds& feeds, HostVariables& variables,
                                             int64_t batch) {
-  const BufferPlan plan = plan_buffers(program_, batch);
+  // Training runs one batch size step after step: plan once per size, not once per run.
+  if (planned_batch_ != batch) plan_ = plan_buffers(program_, batch), planned_batch_ = batch;
+  const BufferPlan& plan = plan_;
   if (static_cast<int64_t>(arena_.size()) < plan.arena_bytes) arena_.assign(plan.arena_bytes, 0);
   std::vector<void*> base(program_.buffers.size(), nullptr);
   for (size_t i = 0; i < program_.buffers.size(); ++i) {

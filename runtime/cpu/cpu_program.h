@@ -12,6 +12,7 @@
 #include "jit/cpu/cpu_compiler.h"
 #include "jit/cpu/llvm_emitter.h"
 #include "jit/kir/kernel_ir.h"
+#include "jit/passes/buffer_plan.h"
 #include "runtime/host_tensor.h"
 #include "runtime/thread_pool.h"
 
@@ -61,6 +62,8 @@ class CpuProgram {
   std::shared_ptr<cpujit::CompiledModule> module_;
   cpujit::CompileStats stats_;
   std::vector<char> arena_;
+  BufferPlan plan_;            // the temporaries' layout for planned_batch_
+  int64_t planned_batch_ = -1;
 };
 
 }  // namespace towerjit
