@@ -1,18 +1,22 @@
-// Trains an MLP on Fashion-MNIST over CPU towers and reports the test accuracy.
+// Trains a model on Fashion-MNIST over towers and reports the test accuracy.
 //
-//   ./build/examples/fashion_mnist --towers cpu:0,cpu:1 --strategy sync --epochs 3
+//   ./build/examples/fashion_mnist --model mlp --towers cpu:0,cpu:1 --strategy sync --epochs 3
+//   ./build/examples/fashion_mnist --model cnn --epochs 5 --metrics runs/cnn.jsonl --checkpoint runs/cnn
+//   ./build/examples/fashion_mnist --model cnn --epochs 5 --checkpoint runs/cnn --resume
 //
-// The model is written in the DSL; the towers split every batch, run the same compiled step on
-// their slices, and combine their gradients (sync) or apply them one by one (async).
+// The model is written in the DSL (examples/models.h); the towers split every batch, run the
+// same compiled step on their slices, and combine their gradients (sync) or apply them one by
+// one (async). fit() drives the loop; hooks log, evaluate and checkpoint.
 #include <CLI/CLI.hpp>
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <numeric>
-#include <random>
+#include <cstdlib>
+#include <optional>
 
-#include "runtime/data/fashion_mnist.h"
-#include "runtime/towers/tower_trainer.h"
+#include "examples/models.h"
+#include "runtime/data/batch_pipeline.h"
+#include "runtime/report/svg_plot.h"
+#include "runtime/report/trace.h"
+#include "runtime/towers/hooks.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;
@@ -20,104 +24,139 @@ namespace tj = towerjit;
 namespace {
 
 struct Flags {
+  std::string model = "mlp";
   std::string towers = "cpu:0,cpu:1";
   std::string strategy = "sync";
   std::string optimizer = "adam";
   std::string data = tj::data::kFashionMnistDir;
-  int epochs = 3;
+  std::string dump, checkpoint, metrics, trace;
+  int64_t epochs = 3;
   int64_t batch = 128;
   int64_t hidden = 256;
   int64_t steps = 0;  // stop early after this many steps (0: whole epochs)
+  int64_t log_every = 10;
+  int64_t checkpoint_every = 0;
   double lr = 0.001;
+  double ema = 0;     // 0: no moving averages
   uint64_t seed = 1;
+  bool resume = false;
+  bool drop_last = false;
 };
 
-// Test accuracy and mean loss, evaluated in chunks by one compiled program (any chunk size).
-std::pair<double, double> evaluate(tj::CpuProgram& eval, const tj::data::Dataset& test,
-                                   tj::HostVariables& variables) {
-  double correct = 0, loss = 0;
-  for (int64_t start = 0; start < test.size(); start += 1000) {
-    std::vector<int64_t> rows(std::min<int64_t>(1000, test.size() - start));
-    std::iota(rows.begin(), rows.end(), start);
-    tj::HostFeeds feeds{{"image", {}}, {"label", {}}};
-    tj::data::gather_batch(test, rows, feeds["image"], feeds["label"]);
-    const auto out = eval.run(feeds, variables);
-    correct += out[0].f32[0];
-    loss += out[1].f32[0];
+tj::Optimizer make_optimizer(const Flags& f) {
+  if (f.optimizer == "sgd") return tj::sgd(f.lr);
+  if (f.optimizer == "momentum") return tj::momentum(f.lr, 0.9);
+  return tj::adam(f.lr);
+}
+
+tj::Towers make_towers(const Flags& f) {
+  auto towers = tj::Towers(tj::parse_devices(f.towers));
+  if (f.strategy == "async") return towers.reduce(tj::AsyncApply{});
+  if (f.strategy == "sync-ps") return towers.variant(tj::SyncVariant::parameter_server);
+  return towers;
+}
+
+// What must agree between a checkpoint and the run resuming it.
+std::map<std::string, std::string> run_metadata(const Flags& f, const tj::Towers& towers) {
+  return {{"model", f.model == "mlp" ? "mlp-" + std::to_string(f.hidden) : f.model},
+          {"towers", towers.str()}, {"optimizer", make_optimizer(f).str()},
+          {"batch", std::to_string(f.batch)}, {"seed", std::to_string(f.seed)},
+          {"drop_last", f.drop_last ? "true" : "false"}};
+}
+
+int train(const Flags& f) {
+  if (!f.dump.empty()) setenv("TOWERJIT_DUMP", f.dump.c_str(), 1);  // every program compiled below
+  const auto train_set = tj::data::load_mnist_format("train", f.data);
+  const auto test_set = tj::data::load_mnist_format("test", f.data);
+  // Opened before training, so a bad path fails now rather than after an epoch.
+  std::optional<tj::report::MetricsWriter> metrics;
+  if (!f.metrics.empty()) metrics.emplace(f.metrics, tj::Loc::current());
+  tj::report::Trace trace(f.trace);
+
+  tj::Graph graph;
+  tj::GraphScope use(graph);
+  auto image = tj::input("image", {tj::kBatch, 784});
+  auto label = tj::input("label", {tj::kBatch}, tj::DType::i32);
+  auto logits = f.model == "cnn" ? examples::cnn(image) : examples::mlp(image, f.hidden);
+  auto loss = tj::mean(tj::softmax_cross_entropy(logits, label));
+
+  const tj::Towers towers = make_towers(f);
+  towers.slices(f.batch);  // more towers than examples in a batch: say so before compiling
+  std::optional<tj::ExponentialMovingAverage> ema;
+  if (f.ema > 0) ema = tj::ExponentialMovingAverage{.decay = f.ema};
+  tj::TowerTrainer trainer(graph, loss, towers, make_optimizer(f), {.seed = f.seed, .ema = ema, .logits = logits});
+  trainer.set_trace(&trace);
+
+  const auto metadata = run_metadata(f, towers);
+  tj::data::PipelinePosition start;
+  if (f.resume) start = tj::resume_from(trainer, f.checkpoint, metadata);
+  tj::data::BatchPipeline pipeline(train_set, {.batch = f.batch, .seed = f.seed, .drop_last = f.drop_last,
+                                               .min_batch = towers.size()}, start);
+  const int64_t total = f.steps > 0 ? std::min(f.steps, f.epochs * pipeline.batches_per_epoch())
+                                    : f.epochs * pipeline.batches_per_epoch();
+
+  std::printf("towerjit: %s on %s, %s, %s, batch %lld, %lld epoch(s)%s\n", metadata.at("model").c_str(),
+              towers.str().c_str(), f.strategy.c_str(), make_optimizer(f).str().c_str(),
+              static_cast<long long>(f.batch), static_cast<long long>(f.epochs),
+              f.resume ? (", resumed at step " + std::to_string(start.epoch * pipeline.batches_per_epoch() + start.batch)).c_str() : "");
+  tj::report::Progress progress(total);
+  tj::LogHook log(progress, metrics ? &*metrics : nullptr, f.log_every);
+  tj::EvalHook eval(test_set, progress, metrics ? &*metrics : nullptr, f.ema > 0);
+  std::optional<tj::CheckpointHook> save;
+  if (!f.checkpoint.empty()) save.emplace(f.checkpoint, metadata, f.checkpoint_every, 3, tj::Loc::current());
+  std::vector<tj::Hook*> hooks = {&log, &eval};
+  if (save) hooks.push_back(&*save);
+
+  tj::fit(trainer, pipeline, {.epochs = f.epochs, .max_steps = f.steps, .hooks = hooks});
+  progress.finish();
+  std::printf("test accuracy %.4f, test loss %.4f\n", eval.last().accuracy, eval.last().loss);
+  if (save) std::printf("checkpoint: %s\n", save->last_path().c_str());
+  if (metrics) {
+    for (const auto& path : tj::report::write_metrics_plots(metrics->path())) std::printf("plot: %s\n", path.c_str());
   }
-  return {correct / test.size(), loss / test.size()};
+  trace.close();
+  if (trace.enabled()) std::printf("trace: %s (open it at ui.perfetto.dev)\n", f.trace.c_str());
+  return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   Flags f;
-  CLI::App app{"Train an MLP on Fashion-MNIST over CPU towers"};
+  CLI::App app{"Train a model on Fashion-MNIST over CPU towers"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
+  app.add_option("--model", f.model, "mlp (784-H-H-10) or cnn (2x conv3x3+ReLU+maxpool, dense)")
+      ->check(CLI::IsMember({"mlp", "cnn"}));
   app.add_option("--towers", f.towers, "devices, e.g. cpu:0,cpu:1 (GPU towers are not built yet)");
-  app.add_option("--strategy", f.strategy, "sync (weighted average) or async")
-      ->check(CLI::IsMember({"sync", "async"}));
-  app.add_option("--data", f.data, "a directory in MNIST's layout");
-  app.add_option("--epochs", f.epochs, "passes over the training set");
-  app.add_option("--batch", f.batch, "examples per step, split over the towers");
-  app.add_option("--hidden", f.hidden, "units in each of the two hidden layers");
-  app.add_option("--steps", f.steps, "stop after this many steps");
+  app.add_option("--strategy", f.strategy, "sync (weighted average, replicated), sync-ps (parameter server) or async")
+      ->check(CLI::IsMember({"sync", "sync-ps", "async"}));
   app.add_option("--optimizer", f.optimizer, "adam, momentum (0.9) or sgd")
       ->check(CLI::IsMember({"momentum", "sgd", "adam"}));
   app.add_option("--lr", f.lr, "learning rate");
+  app.add_option("--batch", f.batch, "examples per step, split over the towers");
+  app.add_option("--epochs", f.epochs, "passes over the training set");
+  app.add_option("--steps", f.steps, "stop after this many steps");
   app.add_option("--seed", f.seed, "initial weights and the shuffle");
+  app.add_option("--hidden", f.hidden, "units in each of the MLP's two hidden layers");
+  app.add_option("--ema", f.ema, "keep moving averages of the weights with this decay (e.g. 0.999) and evaluate with them");
+  app.add_option("--data", f.data, "a directory in MNIST's layout");
+  app.add_option("--dump", f.dump, "write every compiled kernel's LLVM IR and an index here");
+  app.add_option("--checkpoint", f.checkpoint, "write checkpoints to this directory after every epoch");
+  app.add_option("--checkpoint-every", f.checkpoint_every, "also checkpoint every N steps");
+  app.add_flag("--resume", f.resume, "continue from the latest checkpoint in --checkpoint");
+  app.add_option("--metrics", f.metrics, "write JSON lines of step and evaluation metrics (and SVG plots next to it)");
+  app.add_option("--log-every", f.log_every, "log every N steps to the metrics file");
+  app.add_option("--trace", f.trace, "write a Chrome/Perfetto trace of the towers' work");
+  app.add_flag("--drop-last", f.drop_last, "drop each epoch's last partial batch");
   CLI11_PARSE(app, argc, argv);
-
+  if (f.resume && f.checkpoint.empty()) {
+    std::fprintf(stderr, "fashion_mnist: --resume needs --checkpoint DIR (the directory to resume from)\n");
+    return 2;
+  }
   try {
-    const auto train = tj::data::load_mnist_format("train", f.data);
-    const auto test = tj::data::load_mnist_format("test", f.data);
-
-    tj::Graph graph;
-    tj::GraphScope use(graph);
-    auto image = tj::input("image", {tj::kBatch, 784});
-    auto label = tj::input("label", {tj::kBatch}, tj::DType::i32);
-    auto h = tj::relu(tj::dense(image, f.hidden, "fc1"));
-    h = tj::relu(tj::dense(h, f.hidden, "fc2"));
-    auto logits = tj::dense(h, 10, "logits");
-    auto losses = tj::softmax_cross_entropy(logits, label);
-    auto loss = tj::mean(losses);
-    auto correct = tj::sum(tj::cast(tj::equal(tj::argmax(logits, 1), label), tj::DType::f32));
-    tj::CpuProgram eval(graph, {correct, tj::sum(losses)});
-
-    auto towers = tj::Towers(tj::parse_devices(f.towers));
-    if (f.strategy == "async") towers = towers.reduce(tj::AsyncApply{});
-    const tj::Optimizer optimizer = f.optimizer == "adam" ? tj::adam(f.lr)
-                                    : f.optimizer == "sgd" ? tj::sgd(f.lr)
-                                                           : tj::momentum(f.lr, 0.9);
-    tj::TowerTrainer trainer(graph, loss, towers, optimizer, {.seed = f.seed});
-    std::printf("towerjit: 784-%lld-%lld-10 MLP on %s, %s, %s lr %g, batch %lld, %d epoch(s)\n",
-                static_cast<long long>(f.hidden), static_cast<long long>(f.hidden),
-                towers.str().c_str(), f.strategy.c_str(), f.optimizer.c_str(), f.lr,
-                static_cast<long long>(f.batch), f.epochs);
-
-    std::vector<int64_t> order(train.size());
-    std::iota(order.begin(), order.end(), 0);
-    int64_t step = 0;
-    for (int epoch = 1; epoch <= f.epochs && (f.steps == 0 || step < f.steps); ++epoch) {
-      std::shuffle(order.begin(), order.end(), std::mt19937_64(f.seed * 1000 + epoch));
-      const auto start = std::chrono::steady_clock::now();
-      double loss_sum = 0;
-      int64_t seen = 0, epoch_steps = 0;
-      for (int64_t b = 0; b < train.size() && (f.steps == 0 || step < f.steps); b += f.batch) {
-        const std::vector<int64_t> rows(order.begin() + b, order.begin() + std::min(b + f.batch, train.size()));
-        if (static_cast<int>(rows.size()) < towers.size()) break;  // too few to split
-        tj::HostFeeds feeds{{"image", {}}, {"label", {}}};
-        tj::data::gather_batch(train, rows, feeds["image"], feeds["label"]);
-        loss_sum += trainer.step(feeds).loss * rows.size();
-        seen += rows.size(), ++epoch_steps, ++step;
-      }
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const auto [accuracy, test_loss] = evaluate(eval, test, trainer.variables());
-      std::printf("epoch %d: %lld steps, train loss %.4f, %.0f samples/s; test accuracy %.4f, test loss %.4f\n",
-                  epoch, static_cast<long long>(epoch_steps), loss_sum / seen, seen / seconds, accuracy, test_loss);
-    }
+    return train(f);
   } catch (const tj::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;
   }
-  return 0;
 }

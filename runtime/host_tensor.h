@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "dsl/dtype.h"
@@ -23,5 +25,9 @@ struct HostTensor {
   void* data() { return dtype == DType::f32 ? static_cast<void*>(f32.data()) : i32.data(); }
   const void* data() const { return dtype == DType::f32 ? static_cast<const void*>(f32.data()) : i32.data(); }
 };
+
+// Inputs of a program by name ("image", "label"), and variables by name ("fc1/kernel").
+using HostFeeds = std::map<std::string, HostTensor>;
+using HostVariables = std::map<std::string, HostTensor>;
 
 }  // namespace towerjit

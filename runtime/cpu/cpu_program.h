@@ -18,9 +18,6 @@
 
 namespace towerjit {
 
-using HostFeeds = std::map<std::string, HostTensor>;
-using HostVariables = std::map<std::string, HostTensor>;
-
 class CpuProgram {
  public:
   // Compiles what `fetches` (and, with `run_update_ops`, the graph's update ops) need. The

@@ -18,16 +18,19 @@ std::string find_file(const std::string& dir, const std::string& stem) {
 
 }  // namespace
 
-Dataset load_mnist_format(const std::string& split, const std::string& dir) {
-  user_check(split == "train" || split == "test", std::source_location::current())
+Dataset load_mnist_format(const std::string& split, const std::string& dir, Loc loc) {
+  user_check(split == "train" || split == "test", loc)
       << "unknown split \"" << split << "\"; use \"train\" or \"test\"";
   const std::string prefix = split == "train" ? "train" : "t10k";
   const std::string hint = dir == kFashionMnistDir
                                ? "install Debian's dataset-fashion-mnist (scripts/install-deps.sh does)"
-                               : "point --data at a directory in MNIST's layout";
+                               : "point --data at a directory in MNIST's layout (Debian's "
+                                 "dataset-fashion-mnist installs one in " + std::string(kFashionMnistDir) + ")";
+  user_check(std::filesystem::is_directory(dir), loc)
+      << "data directory \"" << dir << "\" does not exist; " << hint;
   Dataset d{read_idx(find_file(dir, prefix + "-images-idx3-ubyte"), hint),
             read_idx(find_file(dir, prefix + "-labels-idx1-ubyte"), hint)};
-  user_check(d.images.shape[0] == d.labels.size(), std::source_location::current())
+  user_check(d.images.shape[0] == d.labels.size(), loc)
       << "\"" << dir << "\" has " << d.images.shape[0] << " " << split << " images but "
       << d.labels.size() << " labels; the files do not belong together";
   return d;

@@ -2,10 +2,15 @@
 #pragma once
 
 #include <cstdint>
+#include <source_location>
 #include <string>
 #include <vector>
 
 #include "runtime/host_tensor.h"
+
+namespace towerjit {
+using Loc = std::source_location;
+}
 
 namespace towerjit::data {
 
@@ -20,7 +25,8 @@ struct Dataset {
 
 // split: "train" (60000) or "test" (10000). Files: <dir>/{train,t10k}-{images-idx3,labels-idx1}
 // -ubyte[.gz]. Errors name the missing file and the package that provides it.
-Dataset load_mnist_format(const std::string& split, const std::string& dir = kFashionMnistDir);
+Dataset load_mnist_format(const std::string& split, const std::string& dir = kFashionMnistDir,
+                          Loc loc = Loc::current());
 
 // Rows `indices` of a dataset, as feeds named "image" and "label".
 void gather_batch(const Dataset& data, const std::vector<int64_t>& indices, HostTensor& images,

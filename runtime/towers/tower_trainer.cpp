@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <condition_variable>
 #include <thread>
+#include <cmath>
 #include <cstring>
 
 #include "dsl/autodiff.h"
 #include "dsl/error.h"
 #include "dsl/ops.h"
+#include "dsl/state.h"
 #include "jit/reference/interpreter.h"
+#include "runtime/report/trace.h"
 
 namespace towerjit {
 namespace {
@@ -28,15 +31,52 @@ bool is_zero_constant(const Tensor& g) {
   return n.op == Op::Constant && n.attrs.value == 0;
 }
 
+// Rows [start, start + rows) of a batched tensor.
+HostTensor rows_of(const HostTensor& t, int64_t start, int64_t rows) {
+  Shape shape = t.shape;
+  shape[0] = rows;
+  HostTensor part(shape, t.dtype);
+  const int64_t row = t.size() / t.shape[0];
+  std::memcpy(part.data(), static_cast<const char*>(t.data()) + start * row * 4, rows * row * 4);
+  return part;
+}
+
+// Random numbers (dropout) are keyed by step * kMaxTowers + tower.
+constexpr uint64_t kMaxTowers = 1024;
+
+// Trace rows: towers 0..N-1, then the reduction, then each replica's apply.
+constexpr int kReduceRow = 1000;
+constexpr int kApplyRow = 1001;
+
+// Mean softmax cross-entropy (summed) and correct predictions of `logits` [n, classes].
+std::pair<double, int64_t> score(const HostTensor& logits, const HostTensor& labels, int64_t offset, Loc loc) {
+  const int64_t n = logits.shape[0], classes = logits.shape[1];
+  double loss = 0;
+  int64_t correct = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = &logits.f32[i * classes];
+    const int32_t label = labels.i32[offset + i];
+    user_check(label >= 0 && label < classes, loc)
+        << "evaluate: label " << label << " of example " << offset + i << " is outside [0, "
+        << classes << "); labels are class indices of the logits";
+    const int64_t best = std::max_element(row, row + classes) - row;
+    double largest = row[best], sum = 0;
+    for (int64_t c = 0; c < classes; ++c) sum += std::exp(row[c] - largest);
+    loss += largest + std::log(sum) - row[label];
+    correct += best == label;
+  }
+  return {loss, correct};
+}
+
 }  // namespace
 
 TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optimizer& optimizer,
                            TowerTrainerOptions options, Loc loc)
-    : towers_(std::move(towers)), threads_(towers_.size()) {
+    : towers_(std::move(towers)), has_ema_(options.ema.has_value()), threads_(towers_.size()) {
   for (const Device& d : towers_.devices())
     user_check(d.kind == DeviceKind::cpu, loc)
-        << "tower on " << d.str() << ": GPU towers need the CUDA runtime, which is not built "
-        << "yet; use cpu:N towers";
+        << "tower on " << d.str() << ": GPU towers need the CUDA runtime's tower support, which "
+        << "is not built yet; use cpu:N towers";
   GraphScope use(graph);
   // The model's own update ops (batch norm's moving averages): every tower computes their new
   // values from its slice; the trainer writes them once the towers are done (see combine_updates).
@@ -59,18 +99,35 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   for (const auto& u : model_updates_) fetches.push_back(u.value);
   for (int t = 0; t < towers_.size(); ++t)
     tower_programs_.push_back(std::make_unique<CpuProgram>(graph, fetches));
+  if (options.logits.valid()) {
+    user_check(&options.logits.graph() == &graph, loc)
+        << "TowerTrainerOptions::logits belongs to another graph; pass the model's output tensor";
+    for (int t = 0; t < towers_.size(); ++t)
+      predict_programs_.push_back(std::make_unique<CpuProgram>(graph, std::vector<Tensor>{options.logits}));
+  }
 
-  // The apply program: the optimiser's update ops, fed the combined gradients.
+  // The apply program: the optimiser's update ops (and the EMA's), fed the reduced gradients;
+  // it fetches the learning rate the apply used (the same nodes as the apply's, after CSE).
   std::vector<Tensor> gradient_inputs;
   for (const Tensor& v : variables_in_order_) {
     gradient_inputs_.push_back("tower_gradient/" + v.node().attrs.name);
     gradient_inputs.push_back(input(gradient_inputs_.back(), v.shape(), DType::f32, loc));
   }
-  const std::vector<Tensor> updates = optimizer.apply(gradient_inputs, variables_in_order_, loc);
-  apply_program_ = std::make_unique<CpuProgram>(graph, std::vector<Tensor>{}, updates);
+  const Tensor learning_rate = optimizer.learning_rate.at(global_step(loc), loc);
+  std::vector<Tensor> updates = optimizer.apply(gradient_inputs, variables_in_order_, loc);
+  if (options.ema) {
+    const std::vector<Tensor> shadows = options.ema->apply(variables_in_order_, loc);
+    updates.insert(updates.end(), shadows.begin(), shadows.end());
+  }
+  const bool replicated = !is_async(towers_.reduction()) && towers_.sync_variant() == SyncVariant::replicated;
+  const int replicas = replicated ? towers_.size() : 1;
+  for (int r = 0; r < replicas; ++r)
+    apply_programs_.push_back(std::make_unique<CpuProgram>(graph, std::vector<Tensor>{learning_rate}, updates));
 
-  for (auto& [name, value] : reference::initialize_variables(graph, options.seed))
-    variables_[name] = to_host(value);
+  ema_shadows_ = ema_names(graph);
+  HostVariables initial;
+  for (auto& [name, value] : reference::initialize_variables(graph, options.seed)) initial[name] = to_host(value);
+  replicas_.assign(replicas, initial);
 }
 
 TowerTrainer::~TowerTrainer() = default;
@@ -81,50 +138,90 @@ std::vector<HostFeeds> TowerTrainer::slice_batch(const HostFeeds& batch,
   for (const auto& [name, t] : batch) {
     user_check(t.shape.rank() > 0, loc) << "input \"" << name << "\" is a scalar; every input "
                                         << "fed to the towers needs the batch as its first dimension";
-    const int64_t row = t.size() / t.shape[0];
     int64_t offset = 0;
     for (size_t i = 0; i < slices.size(); ++i) {
-      Shape shape = t.shape;
-      shape[0] = slices[i];
-      HostTensor part(shape, t.dtype);
-      std::memcpy(part.data(), static_cast<const char*>(t.data()) + offset * row * 4, slices[i] * row * 4);
-      out[i][name] = std::move(part);
+      out[i][name] = rows_of(t, offset, slices[i]);
       offset += slices[i];
     }
   }
   return out;
 }
 
-// Combines the given towers' gradients with their weights, in tower order (so a sync step is
-// bitwise reproducible), and runs the optimiser's apply once.
-void TowerTrainer::apply(const std::vector<std::vector<HostTensor>>& outputs,
-                         const std::vector<double>& weights, const std::vector<int>& towers) {
+// The in-process all-reduce: sum_i w_i g_i for every gradient, accumulated in double in tower
+// order (so a sync step is bitwise reproducible). The gradients' elements are cut into one
+// contiguous range per tower thread, which reduces its range for all towers.
+HostFeeds TowerTrainer::all_reduce(const std::vector<std::vector<HostTensor>>& outputs,
+                                   const std::vector<double>& weights) {
+  const size_t n = outputs.size();
+  std::vector<HostTensor> reduced;
+  std::vector<int64_t> starts = {0};  // each gradient's first element in the flat order
+  for (size_t v = 0; v < gradient_inputs_.size(); ++v) {
+    reduced.emplace_back(outputs[0][v + 1].shape);
+    starts.push_back(starts.back() + reduced.back().size());
+  }
+  const int64_t total = starts.back();
+  threads_.parallel_for(threads_.size(), [&](int64_t first, int64_t last) {
+    const int64_t begin = total * first / threads_.size(), end = total * last / threads_.size();
+    size_t v = std::upper_bound(starts.begin(), starts.end(), begin) - starts.begin() - 1;
+    for (int64_t flat = begin; flat < end; ++v) {
+      const int64_t stop = std::min(end, starts[v + 1]);
+      float* out = reduced[v].f32.data();
+      for (int64_t k = flat - starts[v]; k < stop - starts[v]; ++k) {
+        double sum = 0;
+        for (size_t t = 0; t < n; ++t) sum += weights[t] * outputs[t][v + 1].f32[k];
+        out[k] = static_cast<float>(sum);
+      }
+      flat = stop;
+    }
+  });
+  HostFeeds feeds;
+  for (size_t v = 0; v < gradient_inputs_.size(); ++v) feeds[gradient_inputs_[v]] = std::move(reduced[v]);
+  return feeds;
+}
+
+void TowerTrainer::set_trace(report::Trace* trace) {
+  trace_ = trace;
+  if (!trace_) return;
+  for (int t = 0; t < towers_.size(); ++t) trace_->name_thread(t, "tower " + std::to_string(t) + " (" + towers_.devices()[t].str() + ")");
+  trace_->name_thread(kReduceRow, "all-reduce");
+  for (size_t r = 0; r < replicas_.size() && !is_async(towers_.reduction()); ++r)
+    trace_->name_thread(kApplyRow + static_cast<int>(r), replicated() ? "apply, replica " + std::to_string(r) : "apply");
+}
+
+report::Trace::Span TowerTrainer::traced(std::string_view name, std::string_view category, int row) {
+  return trace_ ? trace_->span(name, category, row) : report::Trace::Span{};
+}
+
+// One async tower's gradients times its scale (1/N or 1).
+HostFeeds TowerTrainer::scaled_gradients(const std::vector<HostTensor>& outputs, double weight) const {
   HostFeeds feeds;
   for (size_t v = 0; v < gradient_inputs_.size(); ++v) {
-    HostTensor g(outputs[towers[0]][v + 1].shape);
-    for (int64_t k = 0; k < g.size(); ++k) {
-      double sum = 0;
-      for (int t : towers) sum += weights[t] * outputs[t][v + 1].f32[k];
-      g.f32[k] = static_cast<float>(sum);
-    }
+    HostTensor g = outputs[v + 1];
+    for (float& x : g.f32) x = static_cast<float>(weight * x);
     feeds[gradient_inputs_[v]] = std::move(g);
   }
-  apply_program_->run(feeds, variables_, static_cast<uint64_t>(applies_));
-  ++applies_;
+  return feeds;
+}
+
+// Runs the optimiser's (and the EMA's) apply once on a replica; returns the learning rate used.
+double TowerTrainer::apply(const HostFeeds& gradients, int replica) {
+  const auto out = apply_programs_[replica]->run(gradients, replicas_[replica], static_cast<uint64_t>(applies_));
+  return out[0].f32[0];
 }
 
 // The model's update ops: the given towers' new values, weighted (sync: by slice size, so a
 // moving mean follows the whole batch's mean; async: one tower's value), in tower order.
 void TowerTrainer::write_model_updates(const std::vector<std::vector<HostTensor>>& outputs,
-                                       const std::vector<double>& weights, const std::vector<int>& towers) {
+                                       const std::vector<double>& weights,
+                                       const std::vector<int>& towers, HostVariables& target) {
   const size_t first = 1 + gradient_inputs_.size();
   for (size_t u = 0; u < model_updates_.size(); ++u) {
-    HostTensor& target = variables_.at(model_updates_[u].variable);
-    for (int64_t k = 0; k < target.size(); ++k) {
+    HostTensor& value = target.at(model_updates_[u].variable);
+    for (int64_t k = 0; k < value.size(); ++k) {
       double sum = 0;
       for (size_t j = 0; j < towers.size(); ++j)
         sum += weights[towers.size() == 1 ? 0 : j] * outputs[towers[j]][first + u].f32[k];
-      target.f32[k] = static_cast<float>(sum);
+      value.f32[k] = static_cast<float>(sum);
     }
   }
 }
@@ -144,24 +241,45 @@ TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, Loc loc) {
   const int n = towers_.size();
   std::vector<std::vector<HostTensor>> outputs(n);
   const bool async = is_async(towers_.reduction());
+  const uint64_t step_key = static_cast<uint64_t>(applies_);
   // One tower per thread; an async tower applies as soon as its gradient is ready.
   threads_.parallel_for(n, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
-      outputs[t] = tower_programs_[t]->run(feeds[t], variables_);
+      // Dropout masks differ between towers and steps (and repeat on a resumed run).
+      report::Trace::Span compute = traced("forward+backward", "compute", static_cast<int>(t));
+      compute.arg("examples", result.slices[t]);
+      outputs[t] = tower_programs_[t]->run(feeds[t], variables_of(t), step_key * kMaxTowers + t);
+      compute.end();
       if (async) {
+        const HostFeeds gradients = scaled_gradients(outputs[t], weights[t]);
         std::lock_guard lock(apply_mutex_);
-        apply(outputs, weights, {static_cast<int>(t)});
-        write_model_updates(outputs, {1.0}, {static_cast<int>(t)});
+        report::Trace::Span span = traced("apply", "apply", static_cast<int>(t));
+        result.learning_rate = apply(gradients, 0);
+        ++applies_;
+        write_model_updates(outputs, {1.0}, {static_cast<int>(t)}, replicas_[0]);
       }
     }
   });
   if (!async) {
+    report::Trace::Span reduce = traced("all-reduce", "communication", kReduceRow);
+    const HostFeeds gradients = all_reduce(outputs, weights);
+    reduce.end();
     std::vector<int> all(n);
     for (int t = 0; t < n; ++t) all[t] = t;
-    apply(outputs, weights, all);
     std::vector<double> by_slice(n);
     for (int t = 0; t < n; ++t) by_slice[t] = static_cast<double>(result.slices[t]) / examples;
-    write_model_updates(outputs, by_slice, all);
+    // Every replica applies the same reduced gradient (replicated), or the one copy does.
+    const int replicas = static_cast<int>(replicas_.size());
+    std::vector<double> rates(replicas);
+    threads_.parallel_for(replicas, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        report::Trace::Span span = traced("apply", "apply", kApplyRow + static_cast<int>(r));
+        rates[r] = apply(gradients, static_cast<int>(r));
+        write_model_updates(outputs, by_slice, all, replicas_[r]);
+      }
+    });
+    result.learning_rate = rates[0];
+    ++applies_;
   }
   for (int t = 0; t < n; ++t)
     result.loss += static_cast<double>(result.slices[t]) / examples * outputs[t][0].f32[0];
@@ -195,14 +313,22 @@ TowerTrainer::AsyncReport TowerTrainer::run_async(
           read_at = applies_;
         }
         std::vector<std::vector<HostTensor>> outputs(n);
-        outputs[t] = tower_programs_[t]->run(batch_for(t, s), variables_);
+        report::Trace::Span compute = traced("forward+backward", "compute", t);
+        outputs[t] = tower_programs_[t]->run(batch_for(t, s), replicas_[0],
+                                             static_cast<uint64_t>(read_at) * kMaxTowers + t);
+        compute.end();
+        const HostFeeds gradients = scaled_gradients(outputs[t], weights[t]);
         std::lock_guard lock(apply_mutex_);
+        report::Trace::Span span = traced("apply", "apply", t);
         const int64_t staleness = applies_ - read_at;
         report.max_staleness = std::max(report.max_staleness, staleness);
         report.max_lead = std::max(report.max_lead, done[t] - slowest());
         staleness_sum += staleness;
-        apply(outputs, weights, {t});
-        write_model_updates(outputs, {1.0}, {t});
+        span.arg("staleness", staleness);
+        if (trace_) trace_->counter("staleness", static_cast<double>(staleness));
+        apply(gradients, 0);
+        ++applies_;
+        write_model_updates(outputs, {1.0}, {t}, replicas_[0]);
         ++done[t];
         turn.notify_all();
       }
@@ -219,6 +345,101 @@ TowerTrainer::AsyncReport TowerTrainer::run_async(
   report.applies = static_cast<int64_t>(n) * steps_per_tower;
   report.mean_staleness = report.applies ? static_cast<double>(staleness_sum) / report.applies : 0;
   return report;
+}
+
+HostTensor TowerTrainer::predict(const HostFeeds& inputs, bool ema_weights, Loc loc) {
+  user_check(!predict_programs_.empty(), loc)
+      << "predict: the trainer was built without the model's output; pass it as "
+      << "TowerTrainerOptions{.logits = logits}";
+  user_check(!ema_weights || has_ema_, loc)
+      << "predict with EMA weights: the trainer keeps no moving averages; pass "
+      << "TowerTrainerOptions{.ema = ExponentialMovingAverage{...}}";
+  std::optional<HostVariables> shadows;
+  if (ema_weights) shadows = ema_weights_of(variables());
+  return predict_with(inputs, shadows ? *shadows : variables(), loc);
+}
+
+HostTensor TowerTrainer::predict_with(const HostFeeds& inputs, HostVariables& values, Loc loc) {
+  user_check(!inputs.empty() && inputs.begin()->second.shape.rank() > 0, loc)
+      << "predict: no batched inputs fed; feed the model's inputs";
+  const int64_t examples = inputs.begin()->second.shape[0];
+  user_check(examples >= 1, loc) << "predict: no examples fed";
+  // A chunk smaller than the tower count (the end of an evaluation set) uses fewer towers.
+  const int used = static_cast<int>(std::min<int64_t>(towers_.size(), examples));
+  const std::vector<int64_t> slices = split_batch(examples, used, towers_.split_policy(), loc);
+  const std::vector<HostFeeds> feeds = slice_batch(inputs, slices, loc);
+  std::vector<HostTensor> parts(slices.size());
+  // Variables are only read here, so every tower may share one copy.
+  threads_.parallel_for(used, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) parts[t] = std::move(predict_programs_[t]->run(feeds[t], values)[0]);
+  });
+  Shape shape = parts[0].shape;
+  shape[0] = examples;
+  HostTensor all(shape);
+  int64_t offset = 0;
+  for (const HostTensor& p : parts) {
+    std::copy(p.f32.begin(), p.f32.end(), all.f32.begin() + offset);
+    offset += p.size();
+  }
+  return all;
+}
+
+TowerTrainer::Evaluation TowerTrainer::evaluate(const HostFeeds& inputs, const HostTensor& labels,
+                                                bool ema_weights, int64_t chunk, Loc loc) {
+  user_check(chunk >= 1, loc) << "evaluate: chunk " << chunk << " must be at least 1";
+  user_check(labels.dtype == DType::i32 && labels.shape.rank() == 1, loc)
+      << "evaluate: labels must be i32 [examples] (class indices), got rank " << labels.shape.rank();
+  const int64_t examples = labels.shape[0];
+  std::optional<HostVariables> shadows;
+  if (ema_weights) {
+    user_check(has_ema_ && !predict_programs_.empty(), loc)
+        << "evaluate with EMA weights: the trainer keeps no moving averages; pass "
+        << "TowerTrainerOptions{.ema = ExponentialMovingAverage{...}}";
+    shadows = ema_weights_of(variables());
+  }
+  Evaluation result;
+  double loss = 0;
+  int64_t correct = 0;
+  for (int64_t start = 0; start < examples; start += chunk) {
+    const int64_t rows = std::min(chunk, examples - start);
+    HostFeeds part;
+    for (const auto& [name, t] : inputs) {
+      user_check(t.shape.rank() > 0 && t.shape[0] == examples, loc)
+          << "evaluate: input "" << name << "" has " << (t.shape.rank() ? t.shape[0] : 0)
+          << " examples but the labels have " << examples;
+      part[name] = rows_of(t, start, rows);
+    }
+    const HostTensor logits = predict_with(part, shadows ? *shadows : variables(), loc);
+    const auto [chunk_loss, chunk_correct] = score(logits, labels, start, loc);
+    loss += chunk_loss;
+    correct += chunk_correct;
+  }
+  result.examples = examples;
+  result.accuracy = examples ? static_cast<double>(correct) / examples : 0;
+  result.loss = examples ? loss / examples : 0;
+  return result;
+}
+
+// The variables with each averaged variable's value replaced by its shadow's.
+HostVariables TowerTrainer::ema_weights_of(const HostVariables& values) const {
+  HostVariables out = values;
+  for (const auto& [variable, shadow] : ema_shadows_) out.at(variable) = values.at(shadow);
+  return out;
+}
+
+void TowerTrainer::restore(const HostVariables& values, int64_t applies, Loc loc) {
+  for (const auto& [name, t] : variables()) {
+    auto it = values.find(name);
+    user_check(it != values.end(), loc) << "restore: no value for variable \"" << name << "\"";
+    user_check(it->second.shape == t.shape && it->second.dtype == t.dtype, loc)
+        << "restore: variable \"" << name << "\" is " << dtype_name(t.dtype) << t.shape.str()
+        << " in the model but " << dtype_name(it->second.dtype) << it->second.shape.str() << " in the values";
+  }
+  for (const auto& [name, t] : values)
+    user_check(variables().count(name) == 1, loc)
+        << "restore: \"" << name << "\" is not a variable of the model";
+  for (HostVariables& replica : replicas_) replica = values;
+  applies_ = applies;
 }
 
 }  // namespace towerjit

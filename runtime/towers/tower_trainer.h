@@ -1,31 +1,43 @@
 // Training over CPU towers: each tower runs the same compiled forward and backward program on
 // its slice of the batch, on a thread of its own; then the strategy decides how the gradients
-// reach the shared variables.
+// reach the variables.
 //   sync (SyncAverage, SyncPerTowerMean, SyncSum): the towers' gradients are combined with
-//     reduction_weights() in a fixed tower order (bitwise reproducible), and one compiled
-//     optimiser apply runs once per step.
+//     reduction_weights() by an in-process all-reduce in a fixed tower order (bitwise
+//     reproducible), then
+//       replicated: every tower holds its own copy of the variables and applies the reduced
+//         gradient to it (the copies stay bitwise equal), or
+//       parameter_server: one copy; the optimiser applies once and every tower reads it.
 //   async (AsyncApply): each tower applies its own (scaled) gradient as soon as it has it; an
 //     apply is one critical section, so no apply is torn or lost, but towers read whatever
 //     the variables hold when they start.
 // The batch is symbolic in the programs, so uneven slices (7 and 8 of 15) share one compiled
-// program. GPU towers need the CUDA runtime, which is not built yet.
+// program. GPU towers need the CUDA runtime's tower support, which is not built yet.
 #pragma once
 
 #include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
+#include "dsl/ema.h"
 #include "dsl/optimizers.h"
 #include "dsl/towers.h"
 #include "runtime/cpu/cpu_program.h"
+#include "runtime/report/trace.h"
 #include "runtime/thread_pool.h"
 
 namespace towerjit {
 
+
 struct TowerTrainerOptions {
   uint64_t seed = 1;  // initial variable values
+  // Shadows of the trainable variables, updated after every apply (TF's semantics, dsl/ema.h);
+  // predict()/evaluate() can then use them.
+  std::optional<ExponentialMovingAverage> ema = std::nullopt;
+  // The model's output, for predict() and evaluate() (a [B, classes] f32 tensor).
+  Tensor logits = {};
 };
 
 class TowerTrainer {
@@ -36,13 +48,14 @@ class TowerTrainer {
   // norm's moving averages) run in every tower on its slice; sync towers then write their
   // slice-weighted average (a moving mean follows the whole batch's mean), async towers each
   // write their own. Errors (towerjit::Error): GPU towers, a trainable variable the loss does
-  // not depend on.
+  // not depend on, a `logits` tensor of another graph.
   TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optimizer& optimizer,
                TowerTrainerOptions options = {}, Loc loc = Loc::current());
   ~TowerTrainer();
 
   struct StepResult {
     double loss = 0;  // the batch's mean loss: sum over towers of (n_i / B) * loss_i
+    double learning_rate = 0;  // the rate the (last) apply of this step used
     std::vector<int64_t> slices;
   };
   // One training step on a batch (every input fed with the whole batch). Errors: inputs that
@@ -62,17 +75,49 @@ class TowerTrainer {
   AsyncReport run_async(int steps_per_tower, const std::function<HostFeeds(int tower, int step)>& batch_for,
                         Loc loc = Loc::current());
 
-  HostVariables& variables() { return variables_; }
+  // The logits of every example of `inputs` (fed like step()'s batch, without labels being
+  // needed): each tower computes its slice, the results are concatenated in tower order.
+  // `ema_weights` evaluates with the EMA shadows in place of the trained variables. Errors:
+  // no `logits` option, an EMA request without the `ema` option, too few examples.
+  HostTensor predict(const HostFeeds& inputs, bool ema_weights = false, Loc loc = Loc::current());
+
+  // Accuracy and mean softmax cross-entropy of predict()'s logits against `labels` (i32, one
+  // class per example), over `inputs` taken `chunk` examples at a time.
+  struct Evaluation {
+    double accuracy = 0;
+    double loss = 0;
+    int64_t examples = 0;
+  };
+  Evaluation evaluate(const HostFeeds& inputs, const HostTensor& labels, bool ema_weights = false,
+                      int64_t chunk = 2000, Loc loc = Loc::current());
+
+  // The trained values of every variable (model, optimiser slots, EMA shadows, global step):
+  // what a checkpoint stores. With replicated sync towers, tower 0's copy (all are equal).
+  HostVariables& variables() { return replicas_[0]; }
+  // Replaces every variable's value (e.g. from a checkpoint) and the apply count. Errors: a
+  // variable missing from `values` or with another shape or dtype, an extra variable.
+  void restore(const HostVariables& values, int64_t applies, Loc loc = Loc::current());
+
   const Towers& towers() const { return towers_; }
   int64_t applies() const { return applies_; }  // optimiser applies so far
+  // Spans for each tower's compute, the reduction and the applies go to `trace` (null: off).
+  void set_trace(report::Trace* trace);
 
  private:
   std::vector<HostFeeds> slice_batch(const HostFeeds& batch, const std::vector<int64_t>& slices,
                                      Loc loc) const;
-  void apply(const std::vector<std::vector<HostTensor>>& outputs, const std::vector<double>& weights,
-             const std::vector<int>& towers);
+  HostFeeds all_reduce(const std::vector<std::vector<HostTensor>>& outputs,
+                       const std::vector<double>& weights);
+  HostFeeds scaled_gradients(const std::vector<HostTensor>& outputs, double weight) const;
+  double apply(const HostFeeds& gradients, int replica);
+  HostTensor predict_with(const HostFeeds& inputs, HostVariables& values, Loc loc);
+  HostVariables ema_weights_of(const HostVariables& values) const;
   void write_model_updates(const std::vector<std::vector<HostTensor>>& outputs,
-                           const std::vector<double>& weights, const std::vector<int>& towers);
+                           const std::vector<double>& weights, const std::vector<int>& towers,
+                           HostVariables& target);
+  report::Trace::Span traced(std::string_view name, std::string_view category, int row);
+  bool replicated() const { return replicas_.size() > 1; }
+  HostVariables& variables_of(int tower) { return replicas_[replicated() ? tower : 0]; }
 
   struct ModelUpdate {
     std::string variable;  // e.g. "bn1/moving_mean"
@@ -81,14 +126,18 @@ class TowerTrainer {
   std::vector<ModelUpdate> model_updates_;
 
   Towers towers_;
+  bool has_ema_ = false;
+  std::map<std::string, std::string> ema_shadows_;  // variable -> its EMA shadow
   std::vector<Tensor> variables_in_order_;
   std::vector<std::string> gradient_inputs_;
-  std::vector<std::unique_ptr<CpuProgram>> tower_programs_;  // one per tower: run() is not reentrant
-  std::unique_ptr<CpuProgram> apply_program_;
-  HostVariables variables_;
+  std::vector<std::unique_ptr<CpuProgram>> tower_programs_;    // one per tower: run() is not reentrant
+  std::vector<std::unique_ptr<CpuProgram>> apply_programs_;    // one per replica
+  std::vector<std::unique_ptr<CpuProgram>> predict_programs_;  // one per tower, when logits are given
+  std::vector<HostVariables> replicas_;  // one copy, or one per tower (replicated sync)
   ThreadPool threads_;
   std::mutex apply_mutex_;
   std::atomic<int64_t> applies_ = 0;
+  report::Trace* trace_ = nullptr;
 };
 
 }  // namespace towerjit

@@ -1,0 +1,201 @@
+// towerjit_gpu_bench: what the CUDA backend does with a GPU's memory bandwidth and compute,
+// one JSON line per figure on stdout ({"name", "value", "unit", "detail"}), progress on stderr.
+// scripts/gpu-check.sh runs it and prints the lines as a table.
+//
+//   build/bench/towerjit_gpu_bench [--repeat 20] [--warmup 3] [--batch 4096] [--mib 256]
+//
+//   fused elementwise   relu(x * a + b) over [R, 1024] f32 (x --mib MiB): one fused kernel;
+//                       its GB/s (bytes read + written over the kernel's time, by events),
+//                       next to cuMemcpyDtoD of as many bytes, the copy engine's ceiling
+//   optimiser apply     Adam's update of one f32 variable of --mib MiB, fused: w, m, v and the
+//                       gradient read, w, m, v written, over the apply's kernels' time
+//   mlp-large step      bench/train_step.h's 784-512-512-10 MLP, forward + backward + SGD
+//                       momentum, at --batch, feeds and weights on the GPU: median ms per step
+//
+// Exits with 77 (and says why) where there is no CUDA device.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/train_step.h"
+#include "dsl/error.h"
+#include "towerjit.h"
+#include "runtime/cuda/cuda_program.h"
+
+namespace tj = towerjit;
+namespace cu = towerjit::cuda;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+struct Options {
+  int repeat = 20, warmup = 3;
+  int64_t batch = 4096, mib = 256;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw tj::Error("towerjit_gpu_bench: " + a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--repeat") o.repeat = std::stoi(value());
+    else if (a == "--warmup") o.warmup = std::stoi(value());
+    else if (a == "--batch") o.batch = std::stoll(value());
+    else if (a == "--mib") o.mib = std::stoll(value());
+    else throw tj::Error("towerjit_gpu_bench: unknown argument " + a + "; use --repeat N, --warmup N, --batch N, --mib N");
+  }
+  return o;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+double round2(double v) { return std::round(v * 100) / 100; }
+
+void emit(const std::string& name, double value, const std::string& unit, const std::string& detail) {
+  std::cout << json{{"name", name}, {"value", round2(value)}, {"unit", unit}, {"detail", detail}}.dump() << std::endl;
+}
+
+// A tensor of uniform values in [0, 1) on the program's device.
+tj::DeviceTensor device_values(const tj::Shape& shape, tj::CudaProgram& p, uint32_t seed) {
+  tj::HostTensor h(shape);
+  uint32_t s = seed;
+  for (float& v : h.f32) s = s * 1664525u + 1013904223u, v = static_cast<float>(s >> 8) / (1 << 24);
+  return tj::to_device(h, p.device(), p.stream());
+}
+
+// Median over `repeat` runs of the summed GPU time of the program's steps (events).
+double median_program_ms(tj::CudaProgram& p, const tj::DeviceFeeds& feeds, tj::DeviceVariables& vars, const Options& o) {
+  std::vector<double> times;
+  for (int r = 0; r < o.warmup + o.repeat; ++r) {
+    std::vector<double> steps;
+    p.step_times = &steps;
+    p.run(feeds, vars, r);
+    p.step_times = nullptr;
+    double total = 0;
+    for (double t : steps) total += t;
+    if (r >= o.warmup) times.push_back(total);
+  }
+  return median(times);
+}
+
+// relu(x * a + b) over [rows, 1024], written into a variable (no fetch to copy back): one
+// fused elementwise kernel reading x and writing the result, 2 * 4 bytes per element; then
+// cuMemcpyDtoD of as many bytes, which reads and writes as much.
+void fused_elementwise(const Options& o, const std::string& device) {
+  const int64_t cols = 1024, rows = o.mib * (1 << 20) / 4 / cols, n = rows * cols;
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {rows, cols});
+  auto a = tj::input("a", {cols});
+  auto b = tj::input("b", {cols});
+  auto out = tj::variable("out", {rows, cols}, {.init = tj::init::zeros(), .trainable = false});
+  tj::assign(out, tj::relu(x * a + b));
+  tj::CudaProgram elementwise(g, std::vector<tj::Tensor>{}, /*run_update_ops=*/true);
+  tj::DeviceFeeds feeds;
+  feeds.emplace("x", device_values({rows, cols}, elementwise, 1));
+  feeds.emplace("a", device_values({cols}, elementwise, 2));
+  feeds.emplace("b", device_values({cols}, elementwise, 3));
+  tj::DeviceVariables vars;
+  vars.emplace("out", tj::empty_device_tensor(elementwise.device(), {rows, cols}, tj::DType::f32));
+  const double bytes = 2.0 * n * 4, kernel_ms = median_program_ms(elementwise, feeds, vars, o);
+  const double kernel_gbs = bytes / kernel_ms / 1e6;
+  emit("fused elementwise", kernel_gbs, "GB/s",
+       std::to_string(elementwise.program().kernels.size()) + " kernel(s), " +
+           std::to_string(elementwise.program().copies.size()) + " copies, " + std::to_string(n) +
+           " f32 in and out, " + std::to_string(kernel_ms) + " ms; " + device);
+
+  cu::DeviceContext& dev = elementwise.device();
+  cu::DeviceBuffer src = dev.allocate(n * 4), dst = dev.allocate(n * 4);
+  cu::Event start(dev), end(dev);
+  std::vector<double> copies;
+  for (int r = 0; r < o.warmup + o.repeat; ++r) {
+    start.record(elementwise.stream());
+    cu::copy_async(dst.ptr(), dev, src.ptr(), dev, n * 4, elementwise.stream());
+    end.record(elementwise.stream());
+    end.synchronize();
+    if (r >= o.warmup) copies.push_back(start.elapsed_ms(end));
+  }
+  const double copy_gbs = bytes / median(copies) / 1e6;
+  emit("cuMemcpyDtoD", copy_gbs, "GB/s", std::to_string(n * 4) + " bytes read and written; " + device);
+  emit("fused elementwise / copy", 100.0 * kernel_gbs / copy_gbs, "%", "the fused kernel's share of the copy's bandwidth");
+}
+
+// Adam on one variable of n floats: the apply's kernels read w, m, v, g and write w, m, v.
+void optimiser_apply(const Options& o, const std::string& device) {
+  const int64_t n = o.mib * (1 << 20) / 4;
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto w = tj::variable("w", {n}, {.init = tj::init::zeros()});
+  auto grad = tj::input("grad", {n});
+  tj::adam(1e-3).apply({grad}, {w});
+  tj::CudaProgram p(g, std::vector<tj::Tensor>{}, /*run_update_ops=*/true);
+  tj::DeviceFeeds feeds;
+  feeds.emplace("grad", device_values({n}, p, 4));
+  tj::HostVariables host;
+  for (const auto& [name, a] : tj::reference::initialize_variables(g, 1)) {
+    tj::HostTensor t(a.shape, a.dtype);
+    for (int64_t i = 0; i < a.size(); ++i) t.f32[i] = static_cast<float>(a[i]);
+    host[name] = std::move(t);
+  }
+  tj::DeviceVariables vars = tj::to_device(host, p.device(), p.stream());
+  const double ms = median_program_ms(p, feeds, vars, o);
+  const double bytes = 7.0 * n * 4;
+  emit("Adam apply (fused)", bytes / ms / 1e6, "GB/s",
+       std::to_string(p.program().kernels.size()) + " kernel(s), " + std::to_string(n) + " f32 parameters, " +
+           std::to_string(ms) + " ms; " + device);
+}
+
+// The mlp-large training step at o.batch with everything on the GPU: ms per step (wall
+// clock; a run ends when its loss is back on the host).
+void mlp_step(const Options& o, const std::string& device) {
+  tj::bench::TrainStep s = tj::bench::build_train_step("mlp-large");
+  s.batch = o.batch;
+  s.image = tj::Shape{o.batch, 784};
+  tj::CudaProgram p(*s.graph, {s.loss}, /*run_update_ops=*/true);
+  tj::DeviceFeeds feeds;
+  for (const auto& [name, t] : tj::bench::random_feeds(s, 1)) feeds.emplace(name, tj::to_device(t, p.device(), p.stream()));
+  tj::DeviceVariables vars = tj::to_device(tj::bench::initial_variables(s, 1), p.device(), p.stream());
+  std::vector<double> times;
+  for (int r = 0; r < o.warmup + o.repeat; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    p.run(feeds, vars, r);
+    if (r >= o.warmup)
+      times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  const double ms = median(times);
+  emit("mlp-large step, batch " + std::to_string(o.batch), ms, "ms/step",
+       std::to_string(p.program().kernels.size()) + " kernels, " + std::to_string(p.program().calls.size()) +
+           " library calls; " + std::to_string(static_cast<int64_t>(o.batch / ms * 1000)) + " samples/s; " + device);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options o = parse(argc, argv);
+    if (!cu::cuda_available()) {
+      std::fprintf(stderr, "towerjit_gpu_bench: skipped: no CUDA device (%s)\n", cu::cuda_unavailable_reason().c_str());
+      return 77;
+    }
+    const std::string device = cu::device(0).str();
+    std::cerr << "towerjit_gpu_bench on " << device << "\n";
+    fused_elementwise(o, device);
+    optimiser_apply(o, device);
+    mlp_step(o, device);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,80 @@
+#include "runtime/checkpoint/atomic_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <filesystem>
+#include <system_error>
+
+#include "dsl/error.h"
+
+namespace towerjit {
+namespace {
+
+std::string reason(int err) { return std::generic_category().message(err); }
+
+// 0, or the errno of the write that failed. write() may write less than asked (signals, large
+// buffers), so it loops.
+int write_all(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return 0;
+}
+
+// Tells apart the temporary files of one process's saves (the pid tells apart processes).
+std::atomic<uint64_t> temporary_count{0};
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, std::string_view bytes, Loc loc) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const std::string hint = "; check that the directory exists, is writable and has space";
+
+  // 0666 as for any new file: the user's umask decides, as it would with fopen.
+  // (Appended piece by piece: g++ 12 warns falsely (-Wrestrict) on "." + std::string.)
+  std::string prefix = ".";
+  prefix.append(target.filename().string()).append(".tmp-").append(std::to_string(::getpid())).append("-");
+  std::string temporary;
+  int fd = -1;
+  for (int attempt = 0; fd < 0; ++attempt) {
+    temporary = (dir / (prefix + std::to_string(temporary_count++))).string();
+    fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    const int err = errno;
+    user_check(fd >= 0 || (err == EEXIST && attempt < 100), loc)
+        << "cannot write \"" << path << "\": creating the temporary file \"" << temporary
+        << "\" failed: " << reason(err) << hint;
+  }
+  // Every failure from here removes the temporary file; `path` is untouched until the rename.
+  auto fail = [&](const std::string& step, int err) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(temporary.c_str());
+    user_check(false, loc) << "cannot write \"" << path << "\": " << step << " failed: " << reason(err) << hint;
+  };
+  if (const int err = write_all(fd, bytes)) fail("writing \"" + temporary + "\"", err);
+  if (::fsync(fd) != 0) fail("fsync of \"" + temporary + "\"", errno);
+  const int closed = ::close(fd);
+  fd = -1;
+  if (closed != 0) fail("closing \"" + temporary + "\"", errno);
+  if (::rename(temporary.c_str(), path.c_str()) != 0) fail("renaming \"" + temporary + "\" to it", errno);
+
+  // Without this the rename may be lost in a power cut, leaving the old file.
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int err = dir_fd < 0 ? errno : 0;
+  if (dir_fd >= 0) {
+    // EINVAL: a file system that cannot sync directories; there is nothing more to do.
+    if (::fsync(dir_fd) != 0 && errno != EINVAL) err = errno;
+    ::close(dir_fd);
+  }
+  user_check(err == 0, loc) << "\"" << path << "\" was written, but fsync of its directory \"" << dir.string()
+                            << "\" failed: " << reason(err) << "; it may not survive a power cut";
+}
+
+}  // namespace towerjit

@@ -1,0 +1,228 @@
+#include "runtime/checkpoint/checkpoint_format.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <limits>
+
+#include "dsl/error.h"
+
+namespace towerjit {
+namespace {
+
+constexpr size_t kHeaderBytes = 16;  // magic, version, file size
+constexpr size_t kCrcBytes = 4;
+
+uint32_t crc32_of(std::string_view bytes) {
+  // zlib takes at most 4 GiB per call (uInt).
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (size_t at = 0; at < bytes.size();) {
+    const size_t n = std::min<size_t>(bytes.size() - at, std::numeric_limits<uInt>::max());
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at), static_cast<uInt>(n));
+    at += n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+uint32_t dtype_code(DType t) { return t == DType::f32 ? 0 : 1; }
+
+class Writer {
+ public:
+  void u32(uint32_t v) {
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+  }
+  void u64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+  }
+  void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
+  void str(std::string_view s) {
+    u64(s.size());
+    out.append(s);
+  }
+  // `n` 4-byte elements (f32 bits or i32), little-endian.
+  void words(const void* data, int64_t n) {
+    if (n == 0) return;  // an empty tensor's data() may be null, which memcpy may not take
+    if constexpr (std::endian::native == std::endian::little) {
+      out.append(static_cast<const char*>(data), static_cast<size_t>(n) * 4);
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t w;
+        std::memcpy(&w, static_cast<const char*>(data) + i * 4, 4);
+        u32(w);
+      }
+    }
+  }
+  std::string out;
+};
+
+// Reads what Writer wrote; every read is bounds-checked, so a malformed file (one that passes
+// the checksum yet is not what we wrote) is an error, never a crash.
+class Reader {
+ public:
+  Reader(std::string_view bytes, const std::string& file, Loc loc) : bytes_(bytes), file_(file), loc_(loc) {}
+  uint32_t u32(const char* what) {
+    need(4, what);
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<unsigned char>(bytes_[at_++])) << (8 * i);
+    return v;
+  }
+  uint64_t u64(const char* what) {
+    need(8, what);
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(bytes_[at_++])) << (8 * i);
+    return v;
+  }
+  int64_t i64(const char* what) { return static_cast<int64_t>(u64(what)); }
+  std::string str(const char* what) {
+    const uint64_t n = u64(what);
+    need(n, what);
+    std::string s(bytes_.substr(at_, n));
+    at_ += n;
+    return s;
+  }
+  void words(void* data, int64_t n, const char* what) {
+    need(static_cast<uint64_t>(n) * 4, what);
+    if (n == 0) return;  // an empty tensor's data() may be null, which memcpy may not take
+    if constexpr (std::endian::native == std::endian::little) {
+      std::memcpy(data, bytes_.data() + at_, static_cast<size_t>(n) * 4);
+      at_ += n * 4;
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        const uint32_t w = u32(what);
+        std::memcpy(static_cast<char*>(data) + i * 4, &w, 4);
+      }
+    }
+  }
+  size_t left() const { return bytes_.size() - at_; }
+  void need(uint64_t n, const std::string& what) {
+    user_check(n <= left(), loc_) << "\"" << file_ << "\" is malformed: " << what << " at byte " << at_
+                                  << " needs " << n << " bytes but only " << left()
+                                  << " are left; it was not written by towerjit's save_checkpoint";
+  }
+  const std::string& file() const { return file_; }
+  Loc loc() const { return loc_; }
+
+ private:
+  std::string_view bytes_;
+  const std::string& file_;
+  Loc loc_;
+  size_t at_ = 0;
+};
+
+HostTensor read_variable(Reader& in, const std::string& name) {
+  const uint32_t code = in.u32("a variable's dtype");
+  user_check(code <= 1, in.loc()) << "\"" << in.file() << "\" is malformed: variable \"" << name
+                                  << "\" has dtype code " << code << " (0 is f32, 1 is i32)";
+  const uint32_t rank = in.u32("a variable's rank");
+  in.need(static_cast<uint64_t>(rank) * 8, "variable \"" + name + "\"'s shape");
+  std::vector<int64_t> dims(rank);
+  for (auto& d : dims) {
+    d = in.i64("a dimension");
+    user_check(d >= 0, in.loc()) << "\"" << in.file() << "\" is malformed: variable \"" << name
+                                 << "\" has a negative dimension " << d;
+  }
+  // The element count is bounded by the bytes left before it is multiplied out, so a huge
+  // shape cannot overflow past the check.
+  if (std::find(dims.begin(), dims.end(), 0) == dims.end()) {
+    uint64_t elements = 1;
+    for (int64_t d : dims) {
+      user_check(elements <= in.left() / 4 / static_cast<uint64_t>(d), in.loc())
+          << "\"" << in.file() << "\" is malformed: variable \"" << name << "\"'s shape "
+          << Shape(dims).str() << " needs more bytes than the file has left";
+      elements *= static_cast<uint64_t>(d);
+    }
+  }
+  HostTensor t(Shape(std::move(dims)), code == 0 ? DType::f32 : DType::i32);
+  in.words(t.data(), t.size(), "a variable's data");
+  return t;
+}
+
+}  // namespace
+
+std::string encode_checkpoint(const Checkpoint& c, Loc loc) {
+  Writer out;
+  out.out.append(kCheckpointMagic, 4);
+  out.u32(kCheckpointVersion);
+  out.u64(0);  // the file size, filled in below
+  out.i64(c.step);
+  out.i64(c.position.epoch);
+  out.i64(c.position.batch);
+  out.u64(c.metadata.size());
+  for (const auto& [key, value] : c.metadata) out.str(key), out.str(value);
+  out.u64(c.variables.size());
+  for (const auto& [name, t] : c.variables) {
+    const auto& dims = t.shape.dims();
+    user_check(std::all_of(dims.begin(), dims.end(), [](int64_t d) { return d >= 0; }), loc)
+        << "cannot save variable \"" << name << "\" of shape " << t.shape.str()
+        << ": a checkpoint holds concrete shapes; bind the batch first";
+    const size_t held = t.dtype == DType::f32 ? t.f32.size() : t.i32.size();
+    user_check(held == static_cast<size_t>(t.size()), loc)
+        << "cannot save variable \"" << name << "\": it holds " << held << " " << dtype_name(t.dtype)
+        << " elements but its shape " << t.shape.str() << " needs " << t.size();
+    out.str(name);
+    out.u32(dtype_code(t.dtype));
+    out.u32(static_cast<uint32_t>(dims.size()));
+    for (int64_t d : dims) out.i64(d);
+    out.words(t.data(), t.size());
+  }
+  Writer size;
+  size.u64(out.out.size() + kCrcBytes);
+  out.out.replace(8, 8, size.out);
+  out.u32(crc32_of(out.out));
+  return std::move(out.out);
+}
+
+Checkpoint decode_checkpoint(std::string_view bytes, const std::string& file, Loc loc) {
+  const std::string_view magic(kCheckpointMagic, 4);
+  const bool magic_ok = bytes.substr(0, 4) == magic.substr(0, std::min<size_t>(bytes.size(), 4));
+  user_check(!bytes.empty() && magic_ok, loc)
+      << "\"" << file << "\" is not a towerjit checkpoint: "
+      << (bytes.empty() ? "it is empty" : "it does not start with \"TJCK\"")
+      << "; pass a ckpt-<step>.tjck file or a directory save_checkpoint wrote";
+  user_check(bytes.size() >= kHeaderBytes + kCrcBytes, loc)
+      << "\"" << file << "\" is truncated: it has " << bytes.size()
+      << " bytes, fewer than a checkpoint's header; load an earlier checkpoint";
+  Reader in(bytes, file, loc);
+  in.u32("the magic");
+  const uint32_t version = in.u32("the version");
+  user_check(version == kCheckpointVersion, loc)
+      << "\"" << file << "\" is checkpoint format version " << version << "; this build of towerjit reads version "
+      << kCheckpointVersion << "; load it with the towerjit that wrote it (or a newer one)";
+  const uint64_t expected = in.u64("the file size");
+  user_check(bytes.size() >= expected, loc)
+      << "\"" << file << "\" is truncated: it has " << bytes.size() << " bytes but its header says " << expected
+      << " (an interrupted copy?); load an earlier checkpoint";
+  user_check(bytes.size() == expected, loc)
+      << "\"" << file << "\" is damaged: it has " << bytes.size() << " bytes but its header says " << expected
+      << "; load an earlier checkpoint";
+  const std::string_view body = bytes.substr(0, bytes.size() - kCrcBytes);
+  Reader tail(bytes.substr(body.size()), file, loc);
+  const uint32_t stored = tail.u32("the checksum"), computed = crc32_of(body);
+  user_check(stored == computed, loc) << "\"" << file << "\" is damaged: checksum mismatch (stored " << std::hex
+                                      << stored << ", computed " << computed << std::dec
+                                      << "); load an earlier checkpoint";
+
+  Reader fields(body, file, loc);
+  fields.need(kHeaderBytes, "the header");
+  fields.u64("the magic and version"), fields.u64("the file size");
+  Checkpoint c;
+  c.step = fields.i64("the step");
+  c.position.epoch = fields.i64("the pipeline epoch");
+  c.position.batch = fields.i64("the pipeline batch");
+  for (uint64_t n = fields.u64("the metadata count"); n > 0; --n) {
+    std::string key = fields.str("a metadata key");
+    c.metadata[std::move(key)] = fields.str("a metadata value");
+  }
+  for (uint64_t n = fields.u64("the variable count"); n > 0; --n) {
+    std::string name = fields.str("a variable's name");
+    HostTensor t = read_variable(fields, name);
+    c.variables.emplace(std::move(name), std::move(t));
+  }
+  user_check(fields.left() == 0, loc) << "\"" << file << "\" is malformed: " << fields.left()
+                                      << " bytes follow the last variable";
+  return c;
+}
+
+}  // namespace towerjit

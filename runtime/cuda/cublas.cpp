@@ -1,0 +1,127 @@
+#include "runtime/cuda/cublas.h"
+
+#include <dlfcn.h>
+
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "dsl/error.h"
+#include "jit/knobs.h"
+
+namespace towerjit::cuda {
+namespace {
+
+struct Loaded {
+  CublasApi api;
+  bool ok = false;
+  std::string tried;
+};
+
+Loaded load() {
+  Loaded l;
+  std::vector<std::string> names = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+  std::vector<std::string> dirs;
+  if (auto home = knobs::cuda_home()) dirs.push_back(*home + "/lib64/");
+  dirs.push_back("/usr/local/cuda/lib64/");
+  for (const auto& d : dirs)
+    for (const char* f : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) names.push_back(d + f);
+  void* handle = nullptr;
+  for (const auto& name : names) {
+    l.tried += (l.tried.empty() ? "" : ", ") + name;
+    // libcublas finds its libcublasLt next to itself (its RUNPATH is $ORIGIN).
+    if ((handle = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL))) {
+      l.api.library = name;
+      break;
+    }
+  }
+  if (!handle) return l;
+  std::string missing;
+  auto bind = [&](auto& fn, const char* symbol) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(handle, symbol));
+    if (!fn && missing.empty()) missing = symbol;
+  };
+#define TOWERJIT_CUBLAS_BIND(member, name, symbol, signature) bind(l.api.member, #symbol);
+  TOWERJIT_CUBLAS_FUNCTIONS(TOWERJIT_CUBLAS_BIND)
+#undef TOWERJIT_CUBLAS_BIND
+  if (!missing.empty()) {
+    l.tried += " (" + l.api.library + " lacks " + missing + ")";
+    return l;
+  }
+  l.ok = true;
+  return l;
+}
+
+const Loaded& cublas() {
+  static const Loaded l = load();
+  return l;
+}
+
+void check_cublas(CublasStatus s, const char* call, const std::string& context,
+                  std::source_location loc = std::source_location::current()) {
+  if (s == 0) return;
+  const char* name = cublas().api.GetStatusName ? cublas().api.GetStatusName(s) : nullptr;
+  user_check(false, loc) << "cuBLAS call " << call << " failed: "
+                         << (name ? name : "cublasStatus_t " + std::to_string(s)) << context;
+}
+
+int as_int(int64_t v, const std::string& what) {
+  user_check(v >= 0 && v <= std::numeric_limits<int>::max(), std::source_location::current())
+      << what << ": a matrix dimension of " << v << " is beyond what cuBLAS's 32-bit interface takes";
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+bool cublas_available() { return cublas().ok; }
+
+const CublasApi& require_cublas(std::source_location loc) {
+  const Loaded& l = cublas();
+  user_check(l.ok, loc) << "cuBLAS not found (tried " << l.tried
+                        << "); GPU matrix products need the CUDA toolkit's libcublas: install CUDA, set "
+                           "CUDA_HOME to its directory, or add its lib64 to LD_LIBRARY_PATH";
+  return l.api;
+}
+
+Cublas::Cublas(DeviceContext& device, const Stream& stream, std::source_location loc) : device_(&device) {
+  const CublasApi& api = require_cublas(loc);
+  device.make_current();  // the handle belongs to the context current now
+  check_cublas(api.Create(&handle_), "cublasCreate", " on " + device.str(), loc);
+  check_cublas(api.SetStream(handle_, stream.handle()), "cublasSetStream", "", loc);
+  check_cublas(api.SetMathMode(handle_, kCublasDefaultMath), "cublasSetMathMode", "", loc);
+}
+
+Cublas::~Cublas() {
+  if (!handle_) return;
+  try {
+    device_->make_current();
+    cublas().api.Destroy(handle_);
+  } catch (...) {
+  }
+}
+
+void Cublas::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, CUdeviceptr a, int64_t lda,
+                  int64_t stride_a, CUdeviceptr b, int64_t ldb, int64_t stride_b, float beta, CUdeviceptr c,
+                  int64_t ldc, int64_t stride_c, int64_t batch, const std::string& what) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  const CublasApi& api = require_cublas();
+  device_->make_current();
+  const float alpha = 1.0f;
+  const auto* pa = reinterpret_cast<const float*>(a);
+  const auto* pb = reinterpret_cast<const float*>(b);
+  auto* pc = reinterpret_cast<float*>(c);
+  // Column-major view of the row-major product: C^T[n,m] = op(B)^T[n,k] op(A)^T[k,m].
+  const int op_a = trans_a ? kCublasOpT : kCublasOpN, op_b = trans_b ? kCublasOpT : kCublasOpN;
+  const int im = as_int(m, what), in = as_int(n, what), ik = as_int(k, what);
+  const int ilda = as_int(lda, what), ildb = as_int(ldb, what), ildc = as_int(ldc, what);
+  if (batch == 1) {
+    check_cublas(api.Sgemm(handle_, op_b, op_a, in, im, ik, &alpha, pb, ildb, pa, ilda, &beta, pc, ildc),
+                 "cublasSgemm", " for " + what);
+  } else {
+    check_cublas(api.SgemmStridedBatched(handle_, op_b, op_a, in, im, ik, &alpha, pb, ildb, stride_b, pa, ilda,
+                                         stride_a, &beta, pc, ildc, stride_c, as_int(batch, what)),
+                 "cublasSgemmStridedBatched", " for " + what);
+  }
+}
+
+}  // namespace towerjit::cuda

@@ -1,0 +1,83 @@
+// cuBLAS, loaded with dlopen on first use (libcublas.so.13, then .so.12, libcublas.so, then
+// the same names under $CUDA_HOME/lib64 and /usr/local/cuda/lib64), for the matrix products of
+// the kernel IR: MatMul with its transposes folded in, and the GEMM half of convolutions.
+//
+// The kernel IR is row-major; cuBLAS is column-major. A row-major C[m,n] = op(A) op(B) is the
+// column-major C^T[n,m] = op(B)^T op(A)^T, which is the same bytes: so gemm() calls cuBLAS with
+// the operands swapped and m and n exchanged, and nothing is copied.
+//
+// Declared by hand (no cublas_v2.h), as the driver API (driver_api.h); where the toolkit's
+// headers are present tests_gpu/test_driver_signatures.cpp checks the declarations.
+//
+// cuBLASLt's bias and activation epilogues are not used yet: the kernel IR has no MatMul with
+// a fused epilogue (the fusion pass leaves bias and ReLU to a loop kernel after the product).
+#pragma once
+
+#include <cstdint>
+#include <source_location>
+#include <string>
+
+#include "runtime/cuda/device.h"
+
+typedef struct cublasContext* cublasHandle_t;
+
+namespace towerjit::cuda {
+
+using CublasStatus = int;  // cublasStatus_t; 0 is CUBLAS_STATUS_SUCCESS
+
+#define TOWERJIT_CUBLAS_FUNCTIONS(X)                                                             \
+  X(Create, cublasCreate, cublasCreate_v2, CublasStatus (*)(cublasHandle_t*))                    \
+  X(Destroy, cublasDestroy, cublasDestroy_v2, CublasStatus (*)(cublasHandle_t))                  \
+  X(GetVersion, cublasGetVersion, cublasGetVersion_v2, CublasStatus (*)(cublasHandle_t, int*))   \
+  X(SetStream, cublasSetStream, cublasSetStream_v2, CublasStatus (*)(cublasHandle_t, CUstream))  \
+  X(SetMathMode, cublasSetMathMode, cublasSetMathMode, CublasStatus (*)(cublasHandle_t, int))    \
+  X(GetStatusName, cublasGetStatusName, cublasGetStatusName, const char* (*)(CublasStatus))      \
+  X(Sgemm, cublasSgemm, cublasSgemm_v2,                                                          \
+    CublasStatus (*)(cublasHandle_t, int, int, int, int, int, const float*, const float*, int,   \
+                     const float*, int, const float*, float*, int))                             \
+  X(SgemmStridedBatched, cublasSgemmStridedBatched, cublasSgemmStridedBatched,                   \
+    CublasStatus (*)(cublasHandle_t, int, int, int, int, int, const float*, const float*, int,   \
+                     long long, const float*, int, long long, const float*, float*, int,         \
+                     long long, int))
+
+inline constexpr int kCublasOpN = 0;           // CUBLAS_OP_N
+inline constexpr int kCublasOpT = 1;           // CUBLAS_OP_T
+inline constexpr int kCublasDefaultMath = 0;   // CUBLAS_DEFAULT_MATH: full f32, no TF32
+
+struct CublasApi {
+#define TOWERJIT_CUBLAS_MEMBER(member, name, symbol, signature) std::type_identity_t<signature> member = nullptr;
+  TOWERJIT_CUBLAS_FUNCTIONS(TOWERJIT_CUBLAS_MEMBER)
+#undef TOWERJIT_CUBLAS_MEMBER
+  std::string library;  // the file loaded
+};
+
+// True when cuBLAS could be loaded (loads it on the first call). Never throws.
+bool cublas_available();
+
+// The bound library; throws towerjit::Error "cuBLAS not found (tried ...)" when absent.
+const CublasApi& require_cublas(std::source_location loc = std::source_location::current());
+
+// A cuBLAS handle on one device, issuing on one stream. Not copyable; use from one thread at
+// a time (as the program that owns it does).
+class Cublas {
+ public:
+  Cublas(DeviceContext& device, const Stream& stream,
+         std::source_location loc = std::source_location::current());
+  ~Cublas();
+  Cublas(const Cublas&) = delete;
+  Cublas& operator=(const Cublas&) = delete;
+
+  // Row-major, strided-batched: for i < batch, C_i[m,n] = op(A_i) op(B_i) + beta C_i with
+  // X_i = X + i * stride_x (elements; 0 broadcasts one matrix), op = transpose when the flag
+  // says, and lda / ldb / ldc the row-major leading dimensions (as CBLAS's row-major sgemm).
+  // `what` names the op in errors.
+  void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, CUdeviceptr a, int64_t lda,
+            int64_t stride_a, CUdeviceptr b, int64_t ldb, int64_t stride_b, float beta, CUdeviceptr c,
+            int64_t ldc, int64_t stride_c, int64_t batch, const std::string& what);
+
+ private:
+  DeviceContext* device_;
+  cublasHandle_t handle_ = nullptr;
+};
+
+}  // namespace towerjit::cuda

@@ -1,0 +1,339 @@
+// Mirrors runtime/cpu/cpu_program.cpp: the same lowering, the same buffer plan and the same
+// step order; what differs is where the bytes live (device memory, one arena per program) and
+// that every step is queued on a stream rather than run in place.
+#include "runtime/cuda/cuda_program.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+
+#include "dsl/error.h"
+#include "jit/cuda/cuda_dump.h"
+#include "jit/knobs.h"
+#include "jit/passes/pipeline.h"
+#include "runtime/cuda/library.h"
+
+namespace towerjit {
+namespace {
+
+std::vector<int> ids_of(const Graph& graph, const std::vector<Tensor>& tensors) {
+  std::vector<int> ids;
+  for (const Tensor& t : tensors) {
+    internal_check(t.valid() && &t.graph() == &graph) << "a tensor of another graph";
+    ids.push_back(t.id());
+  }
+  return ids;
+}
+
+int root_of(const kir::Program& p, int b) {
+  while (p.buffers[b].alias_of >= 0) b = p.buffers[b].alias_of;
+  return b;
+}
+
+// "k3_relu_add (relu at model.cpp:12, add at model.cpp:12)": a kernel as an error names it.
+std::string describe_kernel(const Graph& g, const kir::Kernel& k) {
+  std::string out = k.name + " (";
+  for (size_t i = 0; i < k.nodes.size() && i < 4; ++i) {
+    const Node& n = g.node(k.nodes[i]);
+    out += (i ? ", " : "") + std::string(op_name(n.op)) + " at " + format_location(n.loc);
+  }
+  return out + (k.nodes.size() > 4 ? ", ...)" : ")");
+}
+
+size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+}  // namespace
+
+CudaProgram::CudaProgram(const Graph& graph, std::vector<Tensor> fetches, bool run_update_ops, Device device,
+                         Loc loc)
+    : CudaProgram(graph, ids_of(graph, fetches), run_update_ops ? graph.update_ops : std::vector<int>{}, device,
+                  loc) {}
+
+CudaProgram::CudaProgram(const Graph& graph, const std::vector<Tensor>& fetches,
+                         const std::vector<Tensor>& update_ops, Device device, Loc loc)
+    : CudaProgram(graph, ids_of(graph, fetches), ids_of(graph, update_ops), device, loc) {}
+
+CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const std::vector<int>& update_ops,
+                         Device device, Loc loc) {
+  user_check(device.kind == DeviceKind::gpu, loc)
+      << "CudaProgram runs on a GPU, not on " << device.str() << "; use CpuProgram for CPU devices";
+  device_ = &cuda::device(device.index, loc);  // "no CUDA device: ..." before any work
+  LoweredProgram lowered = lower_graph(graph, ids, update_ops);
+  graph_ = std::move(lowered.graph);
+  program_ = std::move(lowered.program);
+  // Named after the program, so the module's text (and the compile cache's key) is the same
+  // for the same program on every run.
+  name_ = "step_" + std::to_string(std::hash<std::string>{}(kir::to_string(program_)) % 1000000007);
+  module_ = cuda::emit_cuda_module(graph_, program_, name_);
+  if (!program_.kernels.empty()) {
+    binary_ = cuda::compile_cuda(module_.source, name_, cuda::resolve_arch("", device_->arch()));
+    loaded_ = std::make_unique<cuda::LoadedModule>(*device_, binary_, name_, loc);
+    for (size_t i = 0; i < module_.kernels.size(); ++i) {
+      functions_.push_back(loaded_->function(module_.kernels[i].symbol));
+      kernel_what_.push_back(describe_kernel(graph_, program_.kernels[i]));
+    }
+  }
+  if (auto dir = knobs::dump_dir()) cuda::write_cuda_dump(*dir, graph_, program_, module_, name_, binary_.ptx);
+  stream_ = std::make_unique<cuda::Stream>(*device_);
+  staging_ = std::make_unique<cuda::PinnedBuffer>(device_->context());
+  bool needs_blas = false, needs_library = false;
+  for (size_t i = 0; i < program_.calls.size(); ++i) {
+    const Op op = program_.calls[i].op;
+    needs_blas |= op == Op::MatMul || op == Op::Conv2D || op == Op::Conv2DGradInput || op == Op::Conv2DGradFilter;
+    needs_library |= op != Op::MatMul;
+    if (op == Op::OneHot) one_hot_calls_.push_back(static_cast<int>(i));
+  }
+  if (needs_blas) blas_ = std::make_unique<cuda::Cublas>(*device_, *stream_, loc);
+  if (needs_library) device_->library_module();  // compile and load now: errors here, not mid-run
+  if (!one_hot_calls_.empty()) error_slots_ = device_->allocate(8 * one_hot_calls_.size(), loc);
+  // The variables some step writes: their values go back to the host after a host run.
+  auto note_written = [&](int b) {
+    b = root_of(program_, b);
+    if (program_.buffers[b].kind == kir::Buffer::Kind::variable && std::find(written_.begin(), written_.end(), b) == written_.end())
+      written_.push_back(b), written_names_.push_back(program_.buffers[b].name);
+  };
+  for (const kir::Kernel& k : program_.kernels)
+    for (const auto& o : k.outputs) note_written(k.accesses[o.access].buffer);
+  for (const kir::LibraryCall& c : program_.calls) note_written(c.output);
+  for (const kir::Copy& c : program_.copies) note_written(c.to);
+  if (knobs::debug_level() >= 1)
+    std::fprintf(stderr, "towerjit: %s on %s: %zu kernels, %zu library calls, %zu copies; compiled in %.1f ms%s\n",
+                 name_.c_str(), device_->str().c_str(), program_.kernels.size(), program_.calls.size(),
+                 program_.copies.size(), binary_.compile_ms, binary_.cache_hit ? " (cache hit)" : "");
+}
+
+CudaProgram::~CudaProgram() {
+  // Queued work may still use the buffers this program returns to the device's cache.
+  try {
+    if (stream_) stream_->synchronize();
+  } catch (...) {
+  }
+}
+
+template <typename Feeds>
+int64_t CudaProgram::bind_batch(const Feeds& feeds, Loc loc) const {
+  int64_t batch = -1;
+  std::string from;
+  for (const auto& b : program_.buffers) {
+    if (b.kind != kir::Buffer::Kind::input) continue;
+    auto it = feeds.find(b.name);
+    user_check(it != feeds.end(), graph_.node(b.nodes[0]).loc)
+        << "input \"" << b.name << "\" " << b.shape.str() << " was not fed; pass it in the feeds";
+    const auto& t = it->second;
+    bool ok = t.dtype == b.dtype && t.shape.rank() == b.shape.rank();
+    for (int i = 0; ok && i < b.shape.rank(); ++i) {
+      if (b.shape[i] != kBatch) { ok = t.shape[i] == b.shape[i]; continue; }
+      if (batch < 0) batch = t.shape[i], from = b.name;
+      ok = t.shape[i] == batch;
+    }
+    user_check(ok, graph_.node(b.nodes[0]).loc)
+        << "input \"" << b.name << "\" expects " << dtype_name(b.dtype) << b.shape.str() << " but got "
+        << dtype_name(t.dtype) << t.shape.str()
+        << (batch >= 0 && from != b.name ? " (batch " + std::to_string(batch) + " from \"" + from + "\")" : "")
+        << "; feed a tensor of the declared shape and dtype";
+    if constexpr (std::is_same_v<Feeds, DeviceFeeds>) {
+      user_check(t.device == device_, loc) << "input \"" << b.name << "\" lives on "
+                                           << (t.device ? t.device->str() : "no device") << " but the program runs on "
+                                           << device_->str() << "; copy it to the program's device";
+    }
+  }
+  return batch < 0 ? 1 : batch;
+}
+
+void CudaProgram::prepare(int64_t batch) {
+  // Training runs one batch size step after step: plan once per size, not once per run.
+  if (planned_batch_ != batch) {
+    plan_ = plan_buffers(program_, batch);
+    scratch_bytes_ = 0;
+    for (const kir::LibraryCall& c : program_.calls) {
+      std::vector<Shape> in;
+      for (int b : c.inputs) in.push_back(program_.buffers[b].shape.bind(batch));
+      scratch_bytes_ = std::max(scratch_bytes_, cuda::library_scratch_bytes(c, in, program_.buffers[c.output].shape.bind(batch)));
+    }
+    planned_batch_ = batch;
+  }
+  // The previous run has finished (it waited for its stream), so the old blocks are idle.
+  if (arena_.bytes() < static_cast<size_t>(plan_.arena_bytes)) arena_ = device_->allocate(plan_.arena_bytes);
+  if (scratch_.bytes() < scratch_bytes_) scratch_ = device_->allocate(scratch_bytes_);
+}
+
+std::vector<CUdeviceptr> CudaProgram::bind_buffers(const DeviceFeeds& feeds, DeviceVariables& variables,
+                                                   int64_t batch) {
+  std::vector<CUdeviceptr> base(program_.buffers.size(), 0);
+  for (size_t i = 0; i < program_.buffers.size(); ++i) {
+    const kir::Buffer& b = program_.buffers[i];
+    if (b.alias_of >= 0) {
+      base[i] = base[b.alias_of];  // aliases follow the buffer they view (lower ids)
+    } else if (b.kind == kir::Buffer::Kind::input) {
+      base[i] = feeds.at(b.name).ptr();
+    } else if (b.kind == kir::Buffer::Kind::variable) {
+      auto it = variables.find(b.name);
+      const bool ok = it != variables.end() && it->second.shape == b.shape && it->second.dtype == b.dtype;
+      user_check(ok, graph_.node(b.nodes[0]).loc)
+          << "variable \"" << b.name << "\" " << dtype_name(b.dtype) << b.shape.str()
+          << (it == variables.end() ? " has no value" : " holds " + it->second.shape.str())
+          << "; initialise it before running the program";
+      user_check(it->second.device == device_, graph_.node(b.nodes[0]).loc)
+          << "variable \"" << b.name << "\" lives on " << (it->second.device ? it->second.device->str() : "no device")
+          << " but the program runs on " << device_->str() << "; copy it to the program's device";
+      base[i] = it->second.ptr();
+    } else if (plan_.offset[i] >= 0) {
+      base[i] = arena_.ptr() + plan_.offset[i];
+    }
+  }
+  return base;
+}
+
+void CudaProgram::run_kernel(int index, const std::vector<CUdeviceptr>& base, int64_t batch, uint64_t step) {
+  const cuda::EmittedKernel& k = module_.kernels[index];
+  // (buffers..., long long batch, unsigned long long step): each passed by address.
+  std::vector<CUdeviceptr> ptrs;
+  for (int b : k.buffers) ptrs.push_back(base[b]);
+  long long batch_arg = batch;
+  unsigned long long step_arg = step;
+  std::vector<void*> params;
+  for (CUdeviceptr& p : ptrs) params.push_back(&p);
+  params.push_back(&batch_arg);
+  params.push_back(&step_arg);
+  const int64_t grid = k.grid_size(batch, int64_t{32} * device_->sm_count());
+  const std::vector<int>& nodes = program_.kernels[index].nodes;
+  const Loc at = nodes.empty() ? Loc::current() : graph_.node(nodes.front()).loc;
+  cuda::launch(functions_[index], grid, k.block, *stream_, params.data(), kernel_what_[index], at);
+}
+
+void CudaProgram::run_call(int index, const std::vector<CUdeviceptr>& base, int64_t batch) {
+  const kir::LibraryCall& c = program_.calls[index];
+  std::vector<cuda::DeviceView> in;
+  for (int b : c.inputs) in.push_back({program_.buffers[b].shape.bind(batch), base[b]});
+  const cuda::DeviceView out{program_.buffers[c.output].shape.bind(batch), base[c.output]};
+  cuda::LibraryEnv env{*device_, *stream_, blas_.get(), scratch_, 0};
+  if (c.op == Op::OneHot) {
+    const auto slot = std::find(one_hot_calls_.begin(), one_hot_calls_.end(), index) - one_hot_calls_.begin();
+    env.error_slot = error_slots_.ptr() + 8 * slot;
+  }
+  cuda::run_library_call(c, graph_.node(c.node), in, out, env);
+}
+
+std::vector<HostTensor> CudaProgram::execute(const DeviceFeeds& feeds, DeviceVariables& variables, int64_t batch,
+                                             uint64_t step, const std::vector<Transfer>& uploads,
+                                             const std::vector<Transfer>& downloads, Loc loc) {
+  const cuda::DriverApi& api = cuda::require_driver(loc);
+  device_->make_current();
+  prepare(batch);
+  std::vector<CUdeviceptr> base = bind_buffers(feeds, variables, batch);
+
+  // Everything that crosses to or from the host goes through one page-locked block, laid out
+  // now (so it never grows while copies are queued): uploads, fetches, downloads, slots.
+  std::vector<HostTensor> out;
+  for (int f : program_.fetches) out.emplace_back(program_.buffers[f].shape.bind(batch), program_.buffers[f].dtype);
+  size_t total = 0;
+  for (const Transfer& t : uploads) total += align64(t.bytes);
+  for (const HostTensor& t : out) total += align64(t.size() * 4);
+  for (const Transfer& t : downloads) total += align64(t.bytes);
+  total += 8 * one_hot_calls_.size();
+  char* staging = staging_->reserve(std::max<size_t>(total, 64), loc);
+
+  size_t at = 0;
+  for (const Transfer& t : uploads) {
+    std::memcpy(staging + at, t.host, t.bytes);
+    cuda::check_cuda(api.MemcpyHtoDAsync(t.device, staging + at, t.bytes, stream_->handle()), "cuMemcpyHtoDAsync",
+                     "", loc);
+    at += align64(t.bytes);
+  }
+
+  if (step_times) {
+    step_times->resize(program_.steps.size(), 0.0);
+    while (timing_.size() < program_.steps.size() + 1) timing_.push_back(std::make_unique<cuda::Event>(*device_));
+    timing_[0]->record(*stream_);
+  }
+  for (size_t i = 0; i < program_.steps.size(); ++i) {
+    const kir::Step& s = program_.steps[i];
+    if (s.kind == kir::Step::Kind::kernel) {
+      run_kernel(s.index, base, batch, step);
+    } else if (s.kind == kir::Step::Kind::library) {
+      run_call(s.index, base, batch);
+    } else {
+      const kir::Copy& c = program_.copies[s.index];
+      cuda::check_cuda(api.MemcpyDtoDAsync(base[c.to], base[c.from], program_.buffers[c.to].shape.elements(batch) * 4,
+                                           stream_->handle()),
+                       "cuMemcpyDtoDAsync", "", loc);
+    }
+    if (step_times) timing_[i + 1]->record(*stream_);
+  }
+
+  // Back to the host: fetches, then the caller's downloads, then the one-hot slots.
+  std::vector<std::pair<void*, size_t>> back;  // (destination, staging offset) after the wait
+  auto queue_down = [&](void* host, CUdeviceptr from, size_t bytes) {
+    cuda::check_cuda(api.MemcpyDtoHAsync(staging + at, from, bytes, stream_->handle()), "cuMemcpyDtoHAsync", "", loc);
+    back.push_back({host, at});
+    at += align64(bytes);
+  };
+  for (size_t i = 0; i < out.size(); ++i) queue_down(out[i].data(), base[program_.fetches[i]], out[i].size() * 4);
+  for (const Transfer& t : downloads) queue_down(t.host, t.device, t.bytes);
+  std::vector<uint64_t> slots(one_hot_calls_.size());
+  for (size_t i = 0; i < slots.size(); ++i) queue_down(&slots[i], error_slots_.ptr() + 8 * i, 8);
+  stream_->synchronize(name_ + " on " + device_->str() +
+                           " (a kernel failed: rerun with CUDA_LAUNCH_BLOCKING=1 to have the error name it)",
+                       loc);
+
+  size_t k = 0;
+  for (size_t i = 0; i < out.size(); ++i, ++k) std::memcpy(back[k].first, staging + back[k].second, out[i].size() * 4);
+  for (const Transfer& t : downloads) std::memcpy(back[k].first, staging + back[k].second, t.bytes), ++k;
+  for (size_t i = 0; i < slots.size(); ++i, ++k) std::memcpy(&slots[i], staging + back[k].second, 8);
+  for (size_t i = 0; i < slots.size(); ++i)
+    cuda::check_one_hot_slot(graph_.node(program_.calls[one_hot_calls_[i]].node), slots[i]);
+  if (step_times)
+    for (size_t i = 0; i < program_.steps.size(); ++i) (*step_times)[i] += timing_[i]->elapsed_ms(*timing_[i + 1]);
+  return out;
+}
+
+std::vector<CudaProgram::Transfer> CudaProgram::stage_feeds(const HostFeeds& feeds) {
+  std::vector<Transfer> uploads;
+  for (const kir::Buffer& b : program_.buffers) {
+    if (b.kind != kir::Buffer::Kind::input) continue;
+    const HostTensor& h = feeds.at(b.name);
+    DeviceTensor& d = host_feeds_[b.name];
+    if (!(d.shape == h.shape) || d.dtype != h.dtype || !d.buffer) d = empty_device_tensor(*device_, h.shape, h.dtype);
+    uploads.push_back({const_cast<void*>(h.data()), d.ptr(), d.bytes()});
+  }
+  return uploads;
+}
+
+std::vector<HostTensor> CudaProgram::run(const HostFeeds& feeds, HostVariables& variables, uint64_t step, Loc loc) {
+  cuda::require_driver(loc);
+  const int64_t batch = bind_batch(feeds, loc);
+  std::vector<Transfer> uploads = stage_feeds(feeds), downloads;
+  for (const kir::Buffer& b : program_.buffers) {
+    if (b.kind != kir::Buffer::Kind::variable || b.alias_of >= 0) continue;
+    auto it = variables.find(b.name);
+    user_check(it != variables.end() && it->second.shape == b.shape && it->second.dtype == b.dtype,
+               graph_.node(b.nodes[0]).loc)
+        << "variable \"" << b.name << "\" " << dtype_name(b.dtype) << b.shape.str()
+        << (it == variables.end() ? " has no value" : " holds " + it->second.shape.str())
+        << "; initialise it before running the program";
+    DeviceTensor& d = host_variables_[b.name];
+    if (!(d.shape == b.shape) || d.dtype != b.dtype || !d.buffer) d = empty_device_tensor(*device_, b.shape, b.dtype);
+    uploads.push_back({it->second.data(), d.ptr(), d.bytes()});
+  }
+  for (const std::string& name : written_names_)
+    downloads.push_back({variables.at(name).data(), host_variables_.at(name).ptr(), host_variables_.at(name).bytes()});
+  return execute(host_feeds_, host_variables_, batch, step, uploads, downloads, loc);
+}
+
+std::vector<HostTensor> CudaProgram::run(const HostFeeds& feeds, DeviceVariables& variables, uint64_t step, Loc loc) {
+  cuda::require_driver(loc);
+  const int64_t batch = bind_batch(feeds, loc);
+  return execute(host_feeds_, variables, batch, step, stage_feeds(feeds), {}, loc);
+}
+
+std::vector<HostTensor> CudaProgram::run(const DeviceFeeds& feeds, DeviceVariables& variables, uint64_t step,
+                                         Loc loc) {
+  cuda::require_driver(loc);
+  const int64_t batch = bind_batch(feeds, loc);
+  return execute(feeds, variables, batch, step, {}, {}, loc);
+}
+
+int64_t CudaProgram::peak_bytes(int64_t batch) const { return plan_buffers(program_, batch).arena_bytes; }
+
+}  // namespace towerjit

@@ -1,0 +1,121 @@
+// A graph compiled for a GPU, as CpuProgram (runtime/cpu/cpu_program.h) is for the CPU: lowered
+// to the kernel IR once, its loop kernels emitted as CUDA C (jit/cuda/cuda_emitter.h) and
+// compiled by NVRTC for the device's architecture once, then run any number of times. The
+// batch stays symbolic, so every batch size runs the same kernels.
+//
+// A run queues every step on the program's own stream, in the program's order: loop kernels,
+// library calls (cuBLAS, the library kernels) and copies; then it copies the fetches back and
+// waits. Several programs (towers) may share one GPU, each on its stream.
+//
+//   CudaProgram step(graph, {loss}, /*run_update_ops=*/true);       // gpu:0
+//   DeviceVariables vars = to_device(initial, step.device(), step.stream());
+//   for (...) loss = step.run(feeds, vars, k)[0];                    // weights stay on the GPU
+#pragma once
+
+#include <memory>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "dsl/devices.h"
+#include "dsl/tensor.h"
+#include "jit/cuda/cuda_emitter.h"
+#include "jit/cuda/nvrtc_compiler.h"
+#include "jit/kir/kernel_ir.h"
+#include "jit/passes/buffer_plan.h"
+#include "runtime/cuda/cublas.h"
+#include "runtime/cuda/device_tensor.h"
+#include "runtime/cuda/module.h"
+
+namespace towerjit {
+
+class CudaProgram {
+ public:
+  // Compiles what `fetches` (and, with `run_update_ops`, the graph's update ops) need for
+  // `device` (a gpu(i)). Throws towerjit::Error naming `loc` when there is no such device
+  // ("no CUDA device: ..."), before any compiling.
+  CudaProgram(const Graph& graph, std::vector<Tensor> fetches, bool run_update_ops = false,
+              Device device = gpu(0), Loc loc = Loc::current());
+  // The same with an explicit list of update ops (Assign tensors) to run.
+  CudaProgram(const Graph& graph, const std::vector<Tensor>& fetches, const std::vector<Tensor>& update_ops,
+              Device device = gpu(0), Loc loc = Loc::current());
+  ~CudaProgram();
+  CudaProgram(const CudaProgram&) = delete;
+  CudaProgram& operator=(const CudaProgram&) = delete;
+
+  // Runs one step, as CpuProgram::run: inputs are checked by name, shape and dtype; variables
+  // are read, and written by the update ops. With HostVariables the variables are copied to
+  // the device and the written ones back; with DeviceVariables they stay on the device (and
+  // must live on this program's device). `step` keys random numbers (dropout masks). Returns
+  // the fetches, on the host.
+  std::vector<HostTensor> run(const HostFeeds& feeds, HostVariables& variables, uint64_t step = 0,
+                              Loc loc = Loc::current());
+  std::vector<HostTensor> run(const HostFeeds& feeds, DeviceVariables& variables, uint64_t step = 0,
+                              Loc loc = Loc::current());
+  std::vector<HostTensor> run(const DeviceFeeds& feeds, DeviceVariables& variables, uint64_t step = 0,
+                              Loc loc = Loc::current());
+
+  const kir::Program& program() const { return program_; }
+  const cuda::CudaModule& module() const { return module_; }  // the .cu text and launch shapes
+  const cuda::CudaBinary& binary() const { return binary_; }  // arch, PTX, compile time
+  cuda::DeviceContext& device() const { return *device_; }
+  const cuda::Stream& stream() const { return *stream_; }
+  // Bytes of temporaries one run needs at this batch size (after buffer reuse).
+  int64_t peak_bytes(int64_t batch) const;
+  // The program's variables that some step writes (update ops), by buffer name.
+  const std::vector<std::string>& written_variables() const { return written_names_; }
+
+  // Profiling hook (bench/): when set, run() adds each step's GPU time in milliseconds
+  // (between events around it) to (*step_times)[i], i indexing program().steps. Off by default.
+  std::vector<double>* step_times = nullptr;
+
+ private:
+  CudaProgram(const Graph& graph, const std::vector<int>& fetches, const std::vector<int>& update_ops,
+              Device device, Loc loc);
+  struct Transfer {  // a copy between host memory and the device, staged through staging_
+    void* host;
+    CUdeviceptr device;
+    size_t bytes;
+  };
+  template <typename Feeds>
+  int64_t bind_batch(const Feeds& feeds, Loc loc) const;
+  std::vector<CUdeviceptr> bind_buffers(const DeviceFeeds& feeds, DeviceVariables& variables, int64_t batch);
+  // Queues `uploads`, the steps, the fetches' and `downloads`' copies back, waits, and
+  // returns the fetches.
+  std::vector<HostTensor> execute(const DeviceFeeds& feeds, DeviceVariables& variables, int64_t batch,
+                                  uint64_t step, const std::vector<Transfer>& uploads,
+                                  const std::vector<Transfer>& downloads, Loc loc);
+  void prepare(int64_t batch);
+  void run_kernel(int index, const std::vector<CUdeviceptr>& base, int64_t batch, uint64_t step);
+  void run_call(int index, const std::vector<CUdeviceptr>& base, int64_t batch);
+  std::vector<Transfer> stage_feeds(const HostFeeds& feeds);
+
+  Graph graph_;  // optimised copy; the program's node ids refer to it
+  kir::Program program_;
+  cuda::DeviceContext* device_ = nullptr;
+  std::unique_ptr<cuda::Stream> stream_;
+  std::unique_ptr<cuda::Cublas> blas_;
+  cuda::CudaModule module_;
+  cuda::CudaBinary binary_;
+  std::unique_ptr<cuda::LoadedModule> loaded_;
+  std::vector<CUfunction> functions_;
+  std::vector<std::string> kernel_what_;   // per kernel: its name and DSL ops, for errors
+  std::vector<int> written_;               // variable buffers some step writes
+  std::vector<std::string> written_names_;
+  std::vector<int> one_hot_calls_;         // calls that need an error slot, in slot order
+  std::string name_;                       // the module's name, "step_<hash>"
+
+  // Per-run state, kept between runs so a steady training loop allocates nothing.
+  BufferPlan plan_;               // the temporaries' layout for planned_batch_
+  size_t scratch_bytes_ = 0;      // the largest library scratch at planned_batch_
+  int64_t planned_batch_ = -1;
+  cuda::DeviceBuffer arena_;      // temporaries
+  cuda::DeviceBuffer scratch_;    // library calls' scratch (im2col columns)
+  cuda::DeviceBuffer error_slots_;  // one 8-byte slot per one-hot call
+  std::unique_ptr<cuda::PinnedBuffer> staging_;  // feeds up, fetches down
+  std::vector<std::unique_ptr<cuda::Event>> timing_;  // step_times: one before each step, one after the last
+  DeviceFeeds host_feeds_;        // device copies of host feeds
+  DeviceVariables host_variables_;  // device copies of host variables
+};
+
+}  // namespace towerjit

@@ -1,0 +1,213 @@
+// Mirrors runtime/cpu/library.cpp call for call; the kernels' parameter blocks are the C
+// structs of jit/cuda/device/library_params.h, which NVRTC compiles too.
+#include "runtime/cuda/library.h"
+
+#include "dsl/error.h"
+#include "jit/cuda/device/library_params.h"
+
+namespace towerjit::cuda {
+namespace {
+
+constexpr int kBlock = 256;  // the library kernels are grid-stride loops of any grid
+
+std::string describe(const Node& node) {
+  return std::string(op_name(node.op)) + " at " + format_location(node.loc) +
+         (node.scope.empty() ? "" : " in \"" + node.scope + "\"");
+}
+
+// Launches library kernel `name` over `work` items with arguments `args...` (each passed by
+// address, as cuLaunchKernel wants).
+template <typename... Args>
+void launch_library(LibraryEnv& env, const char* name, int64_t work, const Node& node, Args&... args) {
+  if (work <= 0) return;
+  void* params[] = {static_cast<void*>(&args)...};
+  launch(env.device.library_module().function(name), grid_for(work, kBlock, env.device), kBlock, env.stream,
+         params, std::string(name) + " for " + describe(node), node.loc);
+}
+
+Cublas& blas(LibraryEnv& env) {
+  internal_check(env.blas) << "a matrix product in a program without a cuBLAS handle";
+  return *env.blas;
+}
+
+// The runtime sized the scratch before the run (library_scratch_bytes): growing it here
+// would hand the old block back while queued work still reads it.
+CUdeviceptr scratch(LibraryEnv& env, int64_t floats) {
+  internal_check(env.scratch.bytes() >= static_cast<size_t>(floats) * 4)
+      << "library scratch of " << env.scratch.bytes() << " bytes for " << floats << " floats";
+  return env.scratch.ptr();
+}
+
+// Row-major matrix product of the last two axes; leading axes broadcast numpy-style. One
+// strided-batched GEMM when every operand's batch offset is a multiple of the batch index
+// (the usual case, a broadcast operand having stride 0), else one GEMM per batch.
+void matmul(const kir::LibraryCall& c, const Node& node, const DeviceView& a, const DeviceView& b,
+            const DeviceView& out, LibraryEnv& env) {
+  const int ra = a.shape.rank(), rb = b.shape.rank(), ro = out.shape.rank();
+  const int64_t m = out.shape[ro - 2], n = out.shape[ro - 1];
+  const int64_t k = c.transpose_a ? a.shape[ra - 2] : a.shape[ra - 1];
+  int64_t batches = 1;
+  for (int i = 0; i < ro - 2; ++i) batches *= out.shape[i];
+  std::vector<int64_t> off_a(batches), off_b(batches);
+  for (int64_t bi = 0; bi < batches; ++bi) {
+    int64_t rem = bi, oa = 0, ob = 0, sa = m * k, sb = k * n;
+    for (int i = ro - 3; i >= 0; --i) {
+      const int64_t idx = rem % out.shape[i];
+      rem /= out.shape[i];
+      const int ia = i - (ro - ra), ib = i - (ro - rb);
+      if (ia >= 0) { oa += (a.shape[ia] == 1 ? 0 : idx) * sa; sa *= a.shape[ia]; }
+      if (ib >= 0) { ob += (b.shape[ib] == 1 ? 0 : idx) * sb; sb *= b.shape[ib]; }
+    }
+    off_a[bi] = oa, off_b[bi] = ob;
+  }
+  const int64_t stride_a = batches > 1 ? off_a[1] : 0, stride_b = batches > 1 ? off_b[1] : 0;
+  bool linear = true;
+  for (int64_t bi = 0; bi < batches; ++bi) linear = linear && off_a[bi] == bi * stride_a && off_b[bi] == bi * stride_b;
+  const int64_t lda = c.transpose_a ? m : k, ldb = c.transpose_b ? k : n;
+  const std::string what = describe(node);
+  if (linear) {
+    blas(env).gemm(c.transpose_a, c.transpose_b, m, n, k, a.ptr, lda, stride_a, b.ptr, ldb, stride_b, 0.0f, out.ptr,
+                  n, m * n, batches, what);
+    return;
+  }
+  for (int64_t bi = 0; bi < batches; ++bi)
+    blas(env).gemm(c.transpose_a, c.transpose_b, m, n, k, a.ptr + off_a[bi] * 4, lda, 0, b.ptr + off_b[bi] * 4, ldb,
+                  0, 0.0f, out.ptr + bi * m * n * 4, n, 0, 1, what);
+}
+
+TjConvShape conv_shape(const Attrs& at, const Shape& x, const Shape& w, const Shape& y) {
+  return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], at.stride[0], at.stride[1], at.pad[0], at.pad[1]};
+}
+
+// y_i[o, S] = W[o, CKK] cols_i[CKK, S] for every image i: one strided-batched GEMM.
+void conv2d(const Node& node, const DeviceView& x, const DeviceView& w, const DeviceView& y, LibraryEnv& env) {
+  TjConvShape g = conv_shape(node.attrs, x.shape, w.shape, y.shape);
+  const int64_t ckk = g.c * g.kh * g.kw, s = g.oh * g.ow;
+  CUdeviceptr xp = x.ptr, cols = scratch(env, g.n * ckk * s);
+  launch_library(env, "tj_im2col", g.n * ckk * s, node, xp, cols, g);
+  blas(env).gemm(false, false, g.o, s, ckk, w.ptr, ckk, 0, cols, s, ckk * s, 0.0f, y.ptr, s, g.o * s, g.n,
+                describe(node));
+}
+
+// cols_i[CKK, S] = W^T[CKK, o] dy_i[o, S], then dx gathers the columns back (col2im).
+void conv2d_grad_input(const Node& node, const DeviceView& dy, const DeviceView& w, const DeviceView& dx,
+                       LibraryEnv& env) {
+  TjConvShape g = conv_shape(node.attrs, dx.shape, w.shape, dy.shape);
+  const int64_t ckk = g.c * g.kh * g.kw, s = g.oh * g.ow;
+  CUdeviceptr cols = scratch(env, g.n * ckk * s), dxp = dx.ptr;
+  blas(env).gemm(true, false, ckk, s, g.o, w.ptr, ckk, 0, dy.ptr, s, g.o * s, 0.0f, cols, s, ckk * s, g.n,
+                describe(node));
+  launch_library(env, "tj_col2im", g.n * g.c * g.h * g.w, node, cols, dxp, g);
+}
+
+// dW[o, CKK] = sum over images of dy_i[o, S] cols_i^T[S, CKK], one GEMM per image in image
+// order (beta 1 after the first): the same sum order every run.
+void conv2d_grad_filter(const Node& node, const DeviceView& x, const DeviceView& dy, const DeviceView& dw,
+                        LibraryEnv& env) {
+  TjConvShape g = conv_shape(node.attrs, x.shape, dw.shape, dy.shape);
+  const int64_t ckk = g.c * g.kh * g.kw, s = g.oh * g.ow;
+  CUdeviceptr xp = x.ptr, cols = scratch(env, g.n * ckk * s);
+  launch_library(env, "tj_im2col", g.n * ckk * s, node, xp, cols, g);
+  for (int64_t i = 0; i < g.n; ++i)
+    blas(env).gemm(false, true, g.o, ckk, s, dy.ptr + i * g.o * s * 4, s, 0, cols + i * ckk * s * 4, s, 0,
+                  i == 0 ? 0.0f : 1.0f, dw.ptr, ckk, 0, 1, describe(node));
+}
+
+void pool(Op op, const Node& node, const std::vector<DeviceView>& in, const DeviceView& out, LibraryEnv& env) {
+  const bool grad = op == Op::MaxPool2DGrad || op == Op::AvgPool2DGrad;
+  const Shape& xs = grad ? out.shape : in[0].shape;
+  const Shape& ys = grad ? in.back().shape : out.shape;
+  const Attrs& at = node.attrs;
+  TjPoolShape s{xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3], at.kernel[0], at.kernel[1],
+                at.stride[0], at.stride[1], at.pad[0], at.pad[1]};
+  const int64_t outputs = s.planes * s.oh * s.ow, inputs = s.planes * s.h * s.w;
+  CUdeviceptr x = in[0].ptr, dy = in.back().ptr, o = out.ptr;
+  switch (op) {
+    case Op::MaxPool2D: return launch_library(env, "tj_max_pool2d", outputs, node, x, o, s);
+    case Op::MaxPool2DGrad: return launch_library(env, "tj_max_pool2d_grad", inputs, node, x, dy, o, s);
+    case Op::AvgPool2D: return launch_library(env, "tj_avg_pool2d", outputs, node, x, o, s);
+    default: return launch_library(env, "tj_avg_pool2d_grad", inputs, node, dy, o, s);
+  }
+}
+
+TjBox box(const Shape& src, const Shape& dst, const std::vector<int64_t>& origin, const Node& node) {
+  internal_check(src.rank() <= 8 && src.rank() == dst.rank() && static_cast<int>(origin.size()) == src.rank())
+      << op_name(node.op) << " of rank " << src.rank() << " on the GPU (at most 8)";
+  TjBox b{};
+  b.rank = src.rank();
+  for (int d = 0; d < b.rank; ++d) b.src[d] = src[d], b.dst[d] = dst[d], b.origin[d] = origin[d];
+  return b;
+}
+
+}  // namespace
+
+void run_library_call(const kir::LibraryCall& call, const Node& node, const std::vector<DeviceView>& in,
+                      const DeviceView& out, LibraryEnv& env) {
+  env.device.make_current();
+  switch (call.op) {
+    case Op::MatMul: return matmul(call, node, in[0], in[1], out, env);
+    case Op::Conv2D: return conv2d(node, in[0], in[1], out, env);
+    case Op::Conv2DGradInput: return conv2d_grad_input(node, in[0], in[1], out, env);
+    case Op::Conv2DGradFilter: return conv2d_grad_filter(node, in[0], in[1], out, env);
+    case Op::MaxPool2D: case Op::MaxPool2DGrad: case Op::AvgPool2D: case Op::AvgPool2DGrad:
+      return pool(call.op, node, in, out, env);
+    case Op::OneHot: {
+      internal_check(env.error_slot != 0) << "one_hot without an error slot";
+      check_cuda(require_driver().MemsetD32Async(env.error_slot, 0xffffffffu, 2, env.stream.handle()),
+                 "cuMemsetD32Async");
+      CUdeviceptr labels = in[0].ptr, o = out.ptr, slot = env.error_slot;
+      long long count = in[0].shape.elements(0), depth = node.attrs.depth;
+      return launch_library(env, "tj_one_hot", count * depth, node, labels, o, count, depth, slot);
+    }
+    case Op::ArgMax: {
+      const int axis = node.attrs.axis;
+      long long outer = 1, inner = 1, n = in[0].shape[axis];
+      for (int i = 0; i < axis; ++i) outer *= in[0].shape[i];
+      for (int i = axis + 1; i < in[0].shape.rank(); ++i) inner *= in[0].shape[i];
+      CUdeviceptr x = in[0].ptr, o = out.ptr;
+      return launch_library(env, "tj_argmax", outer * inner, node, x, o, outer, n, inner);
+    }
+    case Op::Pad: {
+      TjBox b = box(in[0].shape, out.shape, call.attrs.begin, node);
+      CUdeviceptr src = in[0].ptr, dst = out.ptr;
+      return launch_library(env, "tj_pad", out.shape.elements(0), node, src, dst, b);
+    }
+    case Op::Concat: {
+      std::vector<int64_t> origin(out.shape.rank(), 0);
+      for (const DeviceView& part : in) {
+        TjBox b = box(part.shape, out.shape, origin, node);
+        CUdeviceptr src = part.ptr, dst = out.ptr;
+        launch_library(env, "tj_copy_box", part.shape.elements(0), node, src, dst, b);
+        origin[call.attrs.axis] += part.shape[call.attrs.axis];
+      }
+      return;
+    }
+    default:
+      internal_check(false) << "no GPU library routine for " << op_name(call.op);
+  }
+}
+
+size_t library_scratch_bytes(const kir::LibraryCall& call, const std::vector<Shape>& in, const Shape& out) {
+  // im2col's columns: n * C*KH*KW * OH*OW floats, from x, w and y in their roles per op.
+  auto cols = [](const Shape& x, const Shape& w, const Shape& y) {
+    return static_cast<size_t>(x[0] * w[1] * w[2] * w[3] * y[2] * y[3]) * 4;
+  };
+  switch (call.op) {
+    case Op::Conv2D: return cols(in[0], in[1], out);
+    case Op::Conv2DGradInput: return cols(out, in[1], in[0]);
+    case Op::Conv2DGradFilter: return cols(in[0], out, in[1]);
+    default: return 0;
+  }
+}
+
+void check_one_hot_slot(const Node& node, uint64_t slot) {
+  if (slot == ~uint64_t{0}) return;
+  const int64_t i = static_cast<int64_t>(slot >> 32);
+  const int32_t v = static_cast<int32_t>(slot & 0xffffffffu);
+  user_check(false, node.loc) << "one_hot: label " << v << " at flat index " << i << " is out of range [0, "
+                              << node.attrs.depth << ")"
+                              << (node.scope.empty() ? "" : " in \"" + node.scope + "\"")
+                              << "; labels must be class indices below the number of classes";
+}
+
+}  // namespace towerjit::cuda

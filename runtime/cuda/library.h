@@ -1,0 +1,47 @@
+// The GPU's library routines: what the kernel IR leaves to hand-written code, as on the CPU
+// (runtime/cpu/library.h). Matrix products go to cuBLAS; convolutions to the library kernels'
+// im2col / col2im around cuBLAS GEMMs; pools, one-hot, argmax, pad and concat to the library
+// kernels of jit/cuda/device/library_kernels.cu. jit/cuda/cuda_dump.h's library_routine()
+// names what each call runs.
+#pragma once
+
+#include <vector>
+
+#include "dsl/graph.h"
+#include "jit/kir/kernel_ir.h"
+#include "runtime/cuda/cublas.h"
+#include "runtime/cuda/module.h"
+
+namespace towerjit::cuda {
+
+// A buffer as a library routine sees it: its bound shape and its device address.
+struct DeviceView {
+  Shape shape;  // concrete
+  CUdeviceptr ptr = 0;
+};
+
+// What a library call runs with: the device, its stream and cuBLAS handle, scratch memory
+// for im2col's columns (at least library_scratch_bytes() of every call of the run), and the
+// one-hot error slot of the call.
+struct LibraryEnv {
+  DeviceContext& device;
+  const Stream& stream;
+  Cublas* blas;  // null for programs without matrix products
+  DeviceBuffer& scratch;
+  // One-hot calls report a label out of range through an 8-byte slot each (set to all ones
+  // before the launch); the runtime reads them after the run and raises the CPU's error.
+  CUdeviceptr error_slot = 0;
+};
+
+// Queues one library call on env.stream. `node` is the graph node it computes (for errors).
+void run_library_call(const kir::LibraryCall& call, const Node& node, const std::vector<DeviceView>& inputs,
+                      const DeviceView& output, LibraryEnv& env);
+
+// The scratch bytes a call needs at these bound shapes (the runtime allocates the largest
+// before a run, so nothing is allocated or freed while the stream works).
+size_t library_scratch_bytes(const kir::LibraryCall& call, const std::vector<Shape>& inputs, const Shape& output);
+
+// The error a one-hot call raises for the slot value it left (~0: none), as the CPU's.
+void check_one_hot_slot(const Node& node, uint64_t slot);
+
+}  // namespace towerjit::cuda

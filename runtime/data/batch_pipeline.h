@@ -1,0 +1,127 @@
+// The input pipeline: batches of a dataset, shuffled per epoch, gathered ahead of the trainer
+// by worker threads (the seed's multi-thread queue reader). Workers fill a bounded queue; the
+// consumer takes batches strictly in order, so the batches are the same whatever the thread
+// count or queue depth, and a run resumed from a checkpoint's position sees exactly the
+// batches an uninterrupted run would have seen.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <source_location>
+#include <thread>
+#include <vector>
+
+#include "runtime/data/fashion_mnist.h"
+#include "runtime/host_tensor.h"
+
+namespace towerjit {
+using Loc = std::source_location;  // as in dsl/tensor.h, without the graph
+}
+
+namespace towerjit::data {
+
+struct Batch;
+
+struct PipelineOptions {
+  int64_t batch = 128;
+  uint64_t seed = 1;        // the shuffle of every epoch derives from (seed, epoch)
+  bool shuffle = true;
+  bool drop_last = false;   // the last partial batch is kept by default
+  int64_t min_batch = 1;    // a last partial batch smaller than this is dropped (e.g. the tower count)
+  int threads = 2;          // worker threads gathering batches
+  int depth = 4;            // batches prepared ahead of the consumer
+  // Runs on a worker after the batch is gathered (augmentation, normalisation). It must be a
+  // pure function of the batch (epoch and index included) for resumed runs to see the same
+  // data. An exception it throws is rethrown by next() when that batch is due.
+  std::function<void(Batch&)> transform = nullptr;  // (= nullptr: designated initialisers may omit it)
+};
+
+// Where a pipeline stands: the batch the next call to next() returns (0-based). A checkpoint
+// stores it; a pipeline started at it continues the same sequence of batches.
+struct PipelinePosition {
+  int64_t epoch = 0;
+  int64_t batch = 0;
+  bool operator==(const PipelinePosition&) const = default;
+};
+
+struct Batch {
+  int64_t epoch = 0;             // 0-based
+  int64_t index = 0;             // within the epoch, 0-based
+  int64_t batches_in_epoch = 0;  // index + 1 == batches_in_epoch: the epoch's last batch
+  HostFeeds feeds;               // "image" f32 [n, features], "label" i32 [n]
+  int64_t size() const { return feeds.at("label").size(); }
+};
+
+class BatchPipeline {
+ public:
+  // Starts `options.threads` workers preparing batches from `start` on. `data` must outlive
+  // the pipeline (it is read, not copied). Errors (towerjit::Error, at `loc`): a batch or
+  // min_batch below 1, a min_batch above the batch, an empty dataset, a batch larger than the
+  // dataset, images and labels that disagree, fewer than one thread or a depth below 1, a
+  // start position outside an epoch (a checkpoint from another batch size or dataset).
+  BatchPipeline(const Dataset& data, PipelineOptions options, PipelinePosition start = {},
+                Loc loc = Loc::current());
+  // A temporary dataset would be gone before the workers read it.
+  BatchPipeline(Dataset&&, PipelineOptions, PipelinePosition = {}, Loc = Loc::current()) = delete;
+  // Stops and joins the workers promptly, even when they wait on a full queue.
+  ~BatchPipeline();
+  BatchPipeline(const BatchPipeline&) = delete;
+  BatchPipeline& operator=(const BatchPipeline&) = delete;
+
+  // The next batch, in order, waiting for a worker if need be; epochs follow one another for
+  // ever. If preparing this batch failed (the transform threw), that exception is rethrown
+  // here, the position stays at this batch, and every later call rethrows it too. One
+  // consumer thread calls next() and position().
+  Batch next();
+  // The position of the batch the next call to next() returns: what a checkpoint stores.
+  PipelinePosition position() const;
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  const PipelineOptions& options() const { return options_; }
+
+ private:
+  struct Slot {
+    Batch batch;
+    std::exception_ptr error;
+  };
+  void work();
+  void stop();
+  Batch make(int64_t sequence, int64_t consumer_epoch);
+  std::shared_ptr<const std::vector<int64_t>> order_for(int64_t epoch, int64_t consumer_epoch);
+
+  const Dataset& data_;
+  const PipelineOptions options_;
+  const int64_t batches_per_epoch_;
+
+  // Batches are numbered by one sequence over all epochs: epoch * batches_per_epoch + index.
+  mutable std::mutex mutex_;
+  std::condition_variable space_;  // workers wait for room: claimed_ < next_ + depth
+  std::condition_variable ready_;  // the consumer waits for slots_[next_]
+  int64_t next_ = 0;               // the batch next() returns
+  int64_t claimed_ = 0;            // the batch the next free worker prepares
+  std::map<int64_t, Slot> slots_;  // prepared, not yet taken
+  std::exception_ptr error_;       // the failure next() rethrows for ever once reached
+  bool failed_ = false;            // a worker failed: prepare nothing more
+  bool stop_ = false;
+
+  std::mutex orders_mutex_;  // the shuffles of the epochs in flight, computed once each
+  std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> orders_;
+
+  std::vector<std::thread> workers_;  // last: started once everything above exists
+};
+
+// The order in which epoch `epoch` visits the examples 0..size-1: a Fisher-Yates shuffle
+// driven by Philox keyed by (seed, epoch), so it is the same on every compiler, standard
+// library and machine (a checkpoint resumes the same order anywhere); the identity when
+// `shuffle` is false.
+std::vector<int64_t> epoch_order(int64_t size, uint64_t seed, int64_t epoch, bool shuffle = true);
+
+// How many batches an epoch of `size` examples gives under `options` (the last partial batch
+// counted when kept).
+int64_t batches_per_epoch(int64_t size, const PipelineOptions& options);
+
+}  // namespace towerjit::data

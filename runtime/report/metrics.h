@@ -1,0 +1,80 @@
+// Training metrics as JSON lines (`--metrics FILE`): one object per logged step and one per
+// evaluation, each flushed as written, so a crashed run keeps what it logged and `tail -f`,
+// `jq` or pandas can read the file while training runs:
+//
+//   {"kind":"step","step":12,"epoch":1,"loss":0.5013,"lr":0.001,"samples_per_s":16014.2}
+//   {"kind":"eval","step":469,"epoch":1,"test_accuracy":0.8488,"test_loss":0.417}
+//
+// Numbers are written in the shortest form that reads back to the same double. JSON has no
+// NaN or Infinity, so a non-finite value (a diverged loss) is written as `null`, which jq,
+// browsers and Python all accept; it reads back as NaN (the sign of an infinity is lost).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <source_location>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace towerjit {
+using Loc = std::source_location;
+}
+
+namespace towerjit::report {
+
+struct StepRecord {
+  int64_t step = 0;  // the global step, counted over all epochs
+  int64_t epoch = 0;
+  double loss = 0;
+  double lr = 0;
+  double samples_per_s = 0;
+};
+
+struct EvalRecord {
+  int64_t step = 0;  // the global step the evaluation followed
+  int64_t epoch = 0;
+  double test_accuracy = 0;
+  double test_loss = 0;
+};
+
+class MetricsWriter {
+ public:
+  // Creates (or truncates) `path`. Errors (towerjit::Error): the path cannot be opened; the
+  // message names it, the system's reason, and the fix (a missing directory: create it).
+  explicit MetricsWriter(const std::string& path, Loc loc = Loc::current());
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  // Each writes one line and flushes it; safe to call from several threads. Errors: the write
+  // fails (a full disk), named with the path.
+  void log_step(const StepRecord& record, Loc loc = Loc::current());
+  void log_eval(const EvalRecord& record, Loc loc = Loc::current());
+
+  const std::string& path() const { return path_; }
+
+ private:
+  void write_line(const std::string& line, Loc loc);
+
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  std::mutex mutex_;
+};
+
+struct MetricsLog {
+  std::vector<StepRecord> steps;
+  std::vector<EvalRecord> evals;
+};
+
+// Reads a file MetricsWriter wrote (blank lines and unknown keys are ignored; `null` reads as
+// NaN). Errors: the file cannot be read; a line that is not such an object (named by line
+// number, with its text).
+MetricsLog read_metrics(const std::string& path, Loc loc = Loc::current());
+
+// Opens `path` for writing for the report writers (metrics, plots, traces), or throws
+// towerjit::Error naming `what` ("metrics file"), the path, strerror and the likely fix.
+std::FILE* open_report_file(const std::string& path, std::string_view what, Loc loc);
+
+}  // namespace towerjit::report

@@ -1,0 +1,57 @@
+// The training loop: batches from an input pipeline, one trainer step each, and hooks around
+// it for logging, evaluation and checkpoints (tensorpack's callbacks, PyTorch Lightning's
+// hooks). The loop owns nothing but the order of events:
+//
+//   begin -> { next batch -> step -> NaN check -> after_step [-> after_epoch] } -> end
+//
+// The step number counts batches since the start of training (resumed runs included), so it is
+// the pipeline's position: epoch * batches_per_epoch + batch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/data/batch_pipeline.h"
+#include "runtime/towers/tower_trainer.h"
+
+namespace towerjit {
+
+struct StepEvent {
+  int64_t step = 0;        // batches trained so far, this one included (1 after the first)
+  int64_t epoch = 0;       // 0-based epoch of this batch
+  int64_t batch_in_epoch = 0;
+  int64_t batches_per_epoch = 0;
+  int64_t examples = 0;    // in this batch
+  double loss = 0;         // the batch's mean loss
+  double learning_rate = 0;
+  double seconds = 0;      // wall time of the step (the trainer only, not the pipeline's wait)
+  double samples_per_s = 0;  // examples over wall time since the previous step (waits included)
+  data::PipelinePosition next;  // where the pipeline stands after this batch: a checkpoint's position
+};
+
+class Hook {
+ public:
+  virtual ~Hook() = default;
+  virtual void begin(TowerTrainer&, const data::PipelinePosition& start) {}
+  virtual void after_step(TowerTrainer&, const StepEvent&) {}
+  // After the last batch of epoch `event.epoch`, right after that step's after_step.
+  virtual void after_epoch(TowerTrainer&, const StepEvent&) {}
+  // After the last step, also when training stops early (max_steps); not after an error.
+  virtual void end(TowerTrainer&, const StepEvent& last) {}
+};
+
+struct FitOptions {
+  int64_t epochs = 1;     // train until the pipeline reaches the start of this epoch
+  int64_t max_steps = 0;  // > 0: also stop once the step number reaches it
+  std::vector<Hook*> hooks;
+};
+
+// Trains until `options.epochs` epochs (counted from the first batch of training, so a resumed
+// run stops where an uninterrupted one would) or `max_steps` steps. Errors (towerjit::Error):
+// epochs < 1 or max_steps < 0; a loss that is NaN or infinite, naming the step and epoch —
+// raised before any hook sees that step, so no checkpoint holds its weights; whatever a
+// hook or the trainer raises.
+StepEvent fit(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOptions& options,
+              Loc loc = Loc::current());
+
+}  // namespace towerjit

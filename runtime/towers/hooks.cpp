@@ -1,0 +1,112 @@
+#include "runtime/towers/hooks.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "dsl/error.h"
+
+namespace towerjit {
+namespace {
+
+std::string format(const char* fmt, auto... args) {
+  char text[256];
+  std::snprintf(text, sizeof text, fmt, args...);
+  return text;
+}
+
+}  // namespace
+
+LogHook::LogHook(report::Progress& progress, report::MetricsWriter* metrics, int64_t every)
+    : progress_(progress), metrics_(metrics), every_(std::max<int64_t>(1, every)) {}
+
+void LogHook::after_step(TowerTrainer&, const StepEvent& e) {
+  loss_sum_ += e.loss * e.examples;
+  examples_ += e.examples;
+  seconds_ += e.examples / e.samples_per_s;
+  progress_.update(e.epoch + 1, e.step, e.loss, e.samples_per_s);
+  if (metrics_ && e.step % every_ == 0)
+    metrics_->log_step({.step = e.step, .epoch = e.epoch + 1, .loss = e.loss, .lr = e.learning_rate,
+                        .samples_per_s = e.samples_per_s});
+}
+
+void LogHook::after_epoch(TowerTrainer&, const StepEvent& e) {
+  progress_.line(format("epoch %lld: %lld steps, train loss %.4f, %.0f samples/s",
+                        static_cast<long long>(e.epoch + 1), static_cast<long long>(e.batches_per_epoch),
+                        examples_ ? loss_sum_ / examples_ : 0.0, seconds_ > 0 ? examples_ / seconds_ : 0.0));
+  loss_sum_ = seconds_ = 0;
+  examples_ = 0;
+}
+
+EvalHook::EvalHook(const data::Dataset& test, report::Progress& progress, report::MetricsWriter* metrics,
+                   bool ema_weights)
+    : test_(test), progress_(progress), metrics_(metrics), ema_weights_(ema_weights) {}
+
+void EvalHook::after_epoch(TowerTrainer& trainer, const StepEvent& e) { evaluate(trainer, e); }
+
+void EvalHook::end(TowerTrainer& trainer, const StepEvent& last) {
+  if (last.step != evaluated_at_ && last.step > 0) evaluate(trainer, last);
+}
+
+void EvalHook::evaluate(TowerTrainer& trainer, const StepEvent& e) {
+  last_ = trainer.evaluate({{"image", test_.images}}, test_.labels, ema_weights_);
+  evaluated_at_ = e.step;
+  progress_.line(format("epoch %lld, step %lld: test accuracy %.4f, test loss %.4f%s",
+                        static_cast<long long>(e.epoch + 1), static_cast<long long>(e.step),
+                        last_.accuracy, last_.loss, ema_weights_ ? " (EMA weights)" : ""));
+  if (metrics_)
+    metrics_->log_eval({.step = e.step, .epoch = e.epoch + 1, .test_accuracy = last_.accuracy,
+                        .test_loss = last_.loss});
+}
+
+CheckpointHook::CheckpointHook(std::string dir, std::map<std::string, std::string> metadata,
+                               int64_t every, int keep, Loc loc)
+    : dir_(std::move(dir)), metadata_(std::move(metadata)), every_(every), keep_(keep), loc_(loc) {}
+
+void CheckpointHook::begin(TowerTrainer&, const data::PipelinePosition&) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  const std::string probe = dir_ + "/.towerjit-write-probe";
+  std::FILE* f = ec ? nullptr : std::fopen(probe.c_str(), "wb");
+  const std::string reason = ec ? ec.message() : f ? "" : std::strerror(errno);
+  user_check(f != nullptr, loc_) << "cannot write checkpoints to \"" << dir_ << "\": " << reason
+                                 << "; choose a checkpoint directory you can write";
+  std::fclose(f);
+  std::filesystem::remove(probe, ec);
+}
+
+void CheckpointHook::after_step(TowerTrainer& trainer, const StepEvent& e) {
+  if (every_ > 0 && e.step % every_ == 0) save(trainer, e);
+}
+
+void CheckpointHook::after_epoch(TowerTrainer& trainer, const StepEvent& e) { save(trainer, e); }
+
+void CheckpointHook::end(TowerTrainer& trainer, const StepEvent& last) {
+  if (last.step != saved_at_ && last.step > 0) save(trainer, last);
+}
+
+void CheckpointHook::save(TowerTrainer& trainer, const StepEvent& e) {
+  if (e.step == saved_at_) return;
+  last_path_ = save_checkpoint(dir_, {.step = trainer.applies(), .position = e.next,
+                                      .variables = trainer.variables(), .metadata = metadata_},
+                               keep_, loc_);
+  saved_at_ = e.step;
+}
+
+data::PipelinePosition resume_from(TowerTrainer& trainer, const std::string& path,
+                                   const std::map<std::string, std::string>& metadata, Loc loc) {
+  const Checkpoint checkpoint = load_checkpoint(path, loc);
+  for (const auto& [key, value] : metadata) {
+    auto it = checkpoint.metadata.find(key);
+    user_check(it == checkpoint.metadata.end() || it->second == value, loc)
+        << "checkpoint " << path << " was written by a run with " << key << " = \"" << it->second
+        << "\", this run has " << key << " = \"" << value << "\"; resume with the same settings "
+        << "or start a new checkpoint directory";
+  }
+  check_matches(checkpoint, trainer.variables(), loc);
+  trainer.restore(checkpoint.variables, checkpoint.step, loc);
+  return checkpoint.position;
+}
+
+}  // namespace towerjit

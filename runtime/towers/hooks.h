@@ -1,0 +1,88 @@
+// Ready-made hooks for fit(): progress and metrics logging, evaluation on a held-out set, and
+// checkpoints. Each does one thing; the examples combine them.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/data/fashion_mnist.h"
+#include "runtime/report/metrics.h"
+#include "runtime/report/progress.h"
+#include "runtime/towers/fit.h"
+
+namespace towerjit {
+
+// Every `every` steps: a metrics line (when `metrics` is set) and the progress bar. After each
+// epoch: a plain line with the epoch's mean training loss and throughput.
+class LogHook : public Hook {
+ public:
+  LogHook(report::Progress& progress, report::MetricsWriter* metrics, int64_t every = 10);
+  void after_step(TowerTrainer&, const StepEvent& e) override;
+  void after_epoch(TowerTrainer&, const StepEvent& e) override;
+
+ private:
+  report::Progress& progress_;
+  report::MetricsWriter* metrics_;
+  int64_t every_;
+  double loss_sum_ = 0, seconds_ = 0;  // over the epoch so far
+  int64_t examples_ = 0;
+};
+
+// After each epoch (and at the end, when training stops mid-epoch): the test set's accuracy
+// and loss through trainer.evaluate(), printed and logged; with `ema_weights`, with the EMA
+// shadows instead of the trained variables.
+class EvalHook : public Hook {
+ public:
+  EvalHook(const data::Dataset& test, report::Progress& progress, report::MetricsWriter* metrics,
+           bool ema_weights = false);
+  void after_epoch(TowerTrainer& trainer, const StepEvent& e) override;
+  void end(TowerTrainer& trainer, const StepEvent& last) override;
+  const TowerTrainer::Evaluation& last() const { return last_; }
+
+ private:
+  void evaluate(TowerTrainer& trainer, const StepEvent& e);
+  const data::Dataset& test_;
+  report::Progress& progress_;
+  report::MetricsWriter* metrics_;
+  bool ema_weights_;
+  int64_t evaluated_at_ = -1;  // the step of the last evaluation
+  TowerTrainer::Evaluation last_;
+};
+
+// Writes a checkpoint (every variable, the apply count, the pipeline's position, `metadata`)
+// every `every` steps (0: never mid-epoch), after each epoch and at the end, keeping the
+// newest `keep`. Before training starts it creates `dir` and checks it can write there, so a
+// bad path fails before any work is done. A failed write raises towerjit::Error (at `loc`);
+// the previous checkpoints stay.
+class CheckpointHook : public Hook {
+ public:
+  CheckpointHook(std::string dir, std::map<std::string, std::string> metadata, int64_t every = 0,
+                 int keep = 3, Loc loc = Loc::current());
+  void begin(TowerTrainer&, const data::PipelinePosition&) override;
+  void after_step(TowerTrainer& trainer, const StepEvent& e) override;
+  void after_epoch(TowerTrainer& trainer, const StepEvent& e) override;
+  void end(TowerTrainer& trainer, const StepEvent& last) override;
+  const std::string& last_path() const { return last_path_; }
+
+ private:
+  void save(TowerTrainer& trainer, const StepEvent& e);
+  std::string dir_;
+  std::map<std::string, std::string> metadata_;
+  int64_t every_;
+  int keep_;
+  int64_t saved_at_ = -1;
+  std::string last_path_;
+  Loc loc_;
+};
+
+// Restores a trainer from a checkpoint (a file, or a directory's latest): checks that the
+// variables match the model and that `metadata` agrees with the checkpoint's on every key
+// both have (e.g. a run of another model or batch size), then restores the variables and the
+// apply count. Returns the pipeline position to resume from. Errors name the mismatch.
+data::PipelinePosition resume_from(TowerTrainer& trainer, const std::string& path,
+                                   const std::map<std::string, std::string>& metadata,
+                                   Loc loc = Loc::current());
+
+}  // namespace towerjit

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU: builds towerjit, runs the `gpu` tests (ctest -L gpu) and the
+# GPU benchmark (towerjit_gpu_bench), and prints one table last. Where there is no GPU it says
+# so and exits 0 without building anything. See docs/cuda.md.
+#
+#   scripts/gpu-check.sh [--build-dir DIR] [--no-build] [--jobs N] [--bench-args "ARGS"]
+#
+#   --build-dir DIR   the CMake build directory (default: build-gpu); an existing, already
+#                     built tree (say one copied from a machine without a GPU) works too
+#   --no-build        use DIR as it is: configure and build nothing
+#   --jobs N          parallel build jobs (default: the number of CPUs)
+#   --bench-args ARGS passed to towerjit_gpu_bench (e.g. "--repeat 50 --batch 4096")
+#
+# The whole project builds, the LLVM CPU JIT included (the GPU tests compare against the CPU
+# backend); only the two GPU targets and what they link are built. Results (the ctest log,
+# the benchmark's JSON lines, the table) are kept in DIR/gpu-check/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+build=build-gpu
+do_build=1
+jobs=$(nproc 2>/dev/null || echo 2)
+bench_args=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --build-dir) build="$2"; shift 2 ;;
+    --no-build) do_build=0; shift ;;
+    --jobs) jobs="$2"; shift 2 ;;
+    --bench-args) bench_args="$2"; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-check: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+# A quick look before a long build: no NVIDIA driver library, no GPU.
+if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1' && [[ ! -e /proc/driver/nvidia/version ]] &&
+   ! command -v nvidia-smi > /dev/null; then
+  echo "gpu-check: no CUDA device here (no NVIDIA driver: libcuda.so.1 is not installed); nothing to check."
+  echo "gpu-check: run this on a machine with an NVIDIA GPU and its driver."
+  exit 0
+fi
+
+if [[ $do_build -eq 1 ]]; then
+  echo "gpu-check: building in $build"
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null || exit 1
+  cmake --build "$build" -j "$jobs" --target towerjit_gpu_tests towerjit_gpu_bench || exit 1
+fi
+tests_bin="$build/tests_gpu/towerjit_gpu_tests"
+bench_bin="$build/bench/towerjit_gpu_bench"
+for f in "$tests_bin" "$bench_bin"; do
+  [[ -x "$f" ]] || { echo "gpu-check: $f is missing; build it (drop --no-build)" >&2; exit 1; }
+done
+
+# The binaries decide: they load the driver themselves and say why there is no device.
+probe=$("$tests_bin" "no test has this name" 2>&1); probe_rc=$?
+if [[ $probe_rc -eq 77 ]]; then
+  echo "gpu-check: ${probe#SKIPPED: }"
+  echo "gpu-check: nothing to check on this machine."
+  exit 0
+fi
+
+out="$build/gpu-check"
+mkdir -p "$out"
+echo "gpu-check: running the gpu tests (log: $out/ctest.log)"
+(cd "$build" && ctest -L gpu --output-on-failure) 2>&1 | tee "$out/ctest.log"
+tests_rc=${PIPESTATUS[0]}
+passed=$(grep -cE 'Test +#[0-9]+: .* Passed' "$out/ctest.log")
+failed=$(grep -cE 'Test +#[0-9]+: .*\*\*\*(Failed|Exception|Timeout)|Test +#[0-9]+: .* (SEGFAULT|Child aborted)' "$out/ctest.log")
+skipped=$(grep -cE 'Test +#[0-9]+: .*\*\*\*Skipped' "$out/ctest.log")
+
+echo "gpu-check: running the GPU benchmark (JSON lines: $out/bench.jsonl)"
+# shellcheck disable=SC2086
+"$bench_bin" $bench_args > "$out/bench.jsonl"
+bench_rc=$?
+cat "$out/bench.jsonl"
+
+device=$(grep -o '"detail":"[^"]*' "$out/bench.jsonl" | head -1 | sed 's/.*; //')
+{
+  echo
+  echo "towerjit gpu-check, $(date -u '+%Y-%m-%d %H:%M UTC')${device:+, $device}"
+  printf '%-36s %12s  %-8s %s\n' "check" "value" "unit" "detail"
+  printf '%-36s %12s  %-8s %s\n' "------------------------------------" "------------" "--------" "------"
+  printf '%-36s %12s  %-8s %s\n' "gpu tests (ctest -L gpu)" "$passed" "passed" "$failed failed, $skipped skipped"
+  while IFS= read -r line; do
+    row=$(printf '%s\n' "$line" |
+          sed -nE 's/^\{"name":"([^"]*)","value":([^,]*),"unit":"([^"]*)","detail":"(.*)"\}$/\1\t\2\t\3\t\4/p')
+    [[ -n "$row" ]] || continue
+    IFS=$'\t' read -r name value unit detail <<< "$row"
+    printf '%-36s %12s  %-8s %s\n' "$name" "$value" "$unit" "${detail%%; *}"
+  done < "$out/bench.jsonl"
+  [[ $bench_rc -eq 0 ]] || printf '%-36s %12s  %-8s %s\n' "gpu benchmark" "FAILED" "" "exit code $bench_rc"
+} | tee "$out/table.txt"
+
+[[ $tests_rc -eq 0 && $bench_rc -eq 0 ]]

@@ -1,0 +1,75 @@
+#!/bin/sh
+# End-to-end checks of examples/fashion_mnist on the real data: run by ctest as
+#   fashion_mnist_cli.sh <path to fashion_mnist> <case>
+# Each case exits 0 when the example behaves as its docs say, and prints why otherwise.
+set -u
+bin=$1
+case_name=$2
+work=$(mktemp -d "${TMPDIR:-/tmp}/towerjit-cli.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# Runs the example expecting failure; its stderr must contain every later argument.
+expect_error() {
+  args=$1; shift
+  # shellcheck disable=SC2086  # the flags are split on purpose
+  if "$bin" $args >"$work/out" 2>"$work/err"; then fail "\"$args\" succeeded"; fi
+  for text in "$@"; do
+    grep -qF -- "$text" "$work/err" || { cat "$work/err"; fail "\"$args\": no \"$text\" in the message"; }
+  done
+}
+
+# The "loss" of step $2 in metrics file $1, exactly as written.
+loss_at() { grep "\"kind\":\"step\",\"step\":$2," "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
+
+small="--steps 24 --batch 64 --hidden 32 --log-every 1"
+case $case_name in
+resume_is_bitwise)
+  "$bin" $small --checkpoint "$work/a" --metrics "$work/a.jsonl" >/dev/null || fail "uninterrupted run"
+  "$bin" $small --steps 10 --checkpoint "$work/b" >/dev/null || fail "first half"
+  "$bin" $small --checkpoint "$work/b" --resume --metrics "$work/b.jsonl" >"$work/out" || fail "resumed run"
+  grep -q "resumed at step 10" "$work/out" || fail "the resumed run does not say where it resumed"
+  cmp "$work/a/ckpt-24.tjck" "$work/b/ckpt-24.tjck" || fail "the final checkpoints differ"
+  for step in 11 17 24; do
+    [ "$(loss_at "$work/a.jsonl" $step)" = "$(loss_at "$work/b.jsonl" $step)" ] || fail "the loss of step $step differs"
+  done ;;
+one_and_two_towers_same_curve)
+  "$bin" $small --towers cpu:0 --metrics "$work/one.jsonl" >/dev/null || fail "one tower"
+  "$bin" $small --towers cpu:0,cpu:1 --metrics "$work/two.jsonl" >/dev/null || fail "two towers"
+  for step in 1 12 24; do
+    a=$(loss_at "$work/one.jsonl" $step); b=$(loss_at "$work/two.jsonl" $step)
+    awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * (a > 1 ? a : 1)) }' ||
+      fail "step $step: loss $a on one tower, $b on two"
+  done ;;
+plots_and_trace)
+  "$bin" $small --metrics "$work/run.jsonl" --trace "$work/trace.json" --strategy async >/dev/null || fail "run"
+  grep -q '"kind":"eval"' "$work/run.jsonl" || fail "no evaluation in the metrics"
+  grep -q '<svg' "$work/run-loss.svg" && grep -q '<svg' "$work/run-accuracy.svg" || fail "no plots"
+  grep -q '"name":"forward+backward"' "$work/trace.json" && grep -q '"name":"apply"' "$work/trace.json" ||
+    fail "the trace lacks the towers' spans"
+  tail -c 40 "$work/trace.json" | tr -d '\n' | grep -q '"displayTimeUnit":"ms"}$' || fail "the trace is not closed" ;;
+missing_data)
+  expect_error "--data $work/none" "data directory \"$work/none\" does not exist" "dataset-fashion-mnist" ;;
+unknown_device)
+  expect_error "--towers cpu:0,tpu:1" "unknown device \"tpu:1\"" ;;
+more_towers_than_examples)
+  expect_error "--towers cpu:0,cpu:1,cpu:2 --batch 2" "more towers than examples in a batch" ;;
+unwritable_metrics)
+  expect_error "--metrics $work/no/such/dir/m.jsonl" "cannot write the metrics file" "create it first" ;;
+unwritable_checkpoint)
+  touch "$work/file"
+  expect_error "--checkpoint $work/file/ckpt" "cannot write checkpoints to \"$work/file/ckpt\"" ;;
+nan_loss_keeps_last_checkpoint)
+  expect_error "$small --optimizer sgd --lr 1e30 --checkpoint $work/c --checkpoint-every 1" \
+    "the loss is NaN at step 2" "last checkpoint"
+  [ -f "$work/c/ckpt-1.tjck" ] && [ ! -f "$work/c/ckpt-2.tjck" ] || fail "checkpoint 1 should be the last one"
+  head -n 1 "$work/c/latest" | grep -q "ckpt-1.tjck" || fail "latest should name checkpoint 1" ;;
+damaged_checkpoint)
+  "$bin" $small --steps 2 --checkpoint "$work/d" >/dev/null || fail "run"
+  printf 'X' | dd of="$work/d/ckpt-2.tjck" bs=1 seek=100 conv=notrunc 2>/dev/null
+  expect_error "$small --checkpoint $work/d --resume" "ckpt-2.tjck" "checksum" ;;
+mismatched_checkpoint)
+  "$bin" $small --steps 2 --checkpoint "$work/e" >/dev/null || fail "run"
+  expect_error "--steps 24 --batch 64 --hidden 48 --checkpoint $work/e --resume" "model" "mlp-32" "mlp-48" ;;
+*) fail "unknown case $case_name" ;;
+esac

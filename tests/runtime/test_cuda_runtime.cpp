@@ -1,0 +1,97 @@
+// The CUDA runtime where no GPU is: the driver is loaded at run time, so this binary starts
+// without one; cuda_device_count() is 0 and every request for a device (a CudaProgram
+// included) raises "no CUDA device" with the reason and the caller's line. On a machine with
+// a GPU these tests say so and leave the checking to the `gpu` tests (tests_gpu/).
+#include <catch2/catch.hpp>
+
+#include "runtime/cuda/cublas.h"
+#include "runtime/cuda/cuda_program.h"
+#include "towerjit.h"
+
+namespace tj = towerjit;
+namespace cu = towerjit::cuda;
+
+#define TOWERJIT_REQUIRE_NO_GPU()                                                 \
+  if (cu::cuda_device_count() > 0) {                                              \
+    WARN("skipped: this machine has a CUDA device (the gpu tests cover it)");     \
+    return;                                                                       \
+  }
+
+TEST_CASE("without a CUDA device the device count is 0 and the reason is given", "[cuda][runtime]") {
+  TOWERJIT_REQUIRE_NO_GPU();
+  CHECK(cu::cuda_device_count() == 0);
+  CHECK_FALSE(cu::cuda_available());
+  const std::string why = cu::cuda_unavailable_reason();
+  CHECK_THAT(why, Catch::Contains("libcuda.so.1") || Catch::Contains("cuInit failed") ||
+                      Catch::Contains("no CUDA device"));
+  WARN("no CUDA device here: " << why);
+}
+
+TEST_CASE("without a CUDA device, asking for one raises no CUDA device with the caller's line", "[cuda][runtime]") {
+  TOWERJIT_REQUIRE_NO_GPU();
+  const std::string why = cu::cuda_unavailable_reason();
+  CHECK_THROWS_WITH(cu::device(0), Catch::StartsWith("towerjit: no CUDA device: " + why) &&
+                                       Catch::Contains("test_cuda_runtime.cpp:"));
+  CHECK_THROWS_WITH(cu::require_driver(), Catch::Contains("no CUDA device"));
+  CHECK_THROWS_AS(cu::device(3), tj::Error);
+}
+
+TEST_CASE("without a CUDA device, a CudaProgram raises no CUDA device before compiling", "[cuda][runtime]") {
+  TOWERJIT_REQUIRE_NO_GPU();
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {tj::kBatch, 7});
+  auto y = tj::relu(x) * 2;
+  try {
+    tj::CudaProgram program(g, {y});
+    FAIL("no error");
+  } catch (const tj::Error& e) {
+    const std::string m = e.what();
+    CHECK_THAT(m, Catch::StartsWith("towerjit: no CUDA device: "));
+    CHECK_THAT(m, Catch::Contains("use the CPU backend"));
+    CHECK_THAT(m, Catch::Contains("test_cuda_runtime.cpp:"));  // the line that built the program
+  }
+  CHECK_THROWS_WITH(tj::CudaProgram(g, {y}, false, tj::gpu(1)), Catch::Contains("no CUDA device"));
+}
+
+TEST_CASE("a CudaProgram on a CPU device says to use CpuProgram", "[cuda][runtime]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {tj::kBatch, 7});
+  CHECK_THROWS_WITH(tj::CudaProgram(g, {tj::exp(x)}, false, tj::cpu(0)),
+                    Catch::Contains("CudaProgram runs on a GPU, not on cpu:0; use CpuProgram"));
+}
+
+TEST_CASE("driver errors name the call, the CUresult and the line", "[cuda][runtime]") {
+  CHECK_THAT(cu::cuda_result_text(2), Catch::StartsWith("CUDA_ERROR_OUT_OF_MEMORY"));
+  CHECK_THAT(cu::cuda_result_text(100), Catch::StartsWith("CUDA_ERROR_NO_DEVICE"));
+  CHECK_THAT(cu::cuda_result_text(123456), Catch::Contains("123456"));
+  CHECK_NOTHROW(cu::check_cuda(0, "cuInit"));
+  CHECK_THROWS_WITH(cu::check_cuda(2, "cuMemAlloc", " allocating 4.0 MiB"),
+                    Catch::StartsWith("towerjit: CUDA driver call cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY") &&
+                        Catch::Contains("allocating 4.0 MiB") && Catch::Contains("test_cuda_runtime.cpp:"));
+}
+
+TEST_CASE("the device allocator's size classes", "[cuda][runtime]") {
+  using A = cu::DeviceAllocator;
+  CHECK(A::size_class(0) == 0);
+  CHECK(A::size_class(1) == 512);
+  CHECK(A::size_class(512) == 512);
+  CHECK(A::size_class(513) == 1024);
+  CHECK(A::size_class(1 << 20) == (1 << 20));
+  CHECK(A::size_class((1 << 20) + 1) == (2 << 20));
+  CHECK(A::size_class((3 << 20) + 5) == (4 << 20));
+  CHECK(A::size_class(size_t{5} << 30) == (size_t{5} << 30));
+}
+
+TEST_CASE("cuBLAS loads at run time where the CUDA toolkit is installed, GPU or not", "[cuda][runtime]") {
+  if (!cu::cublas_available()) {
+    WARN("skipped: cuBLAS not found");
+    CHECK_THROWS_WITH(cu::require_cublas(), Catch::Contains("cuBLAS not found (tried libcublas.so.13"));
+    return;
+  }
+  const cu::CublasApi& api = cu::require_cublas();
+  CHECK_THAT(api.library, Catch::Contains("libcublas.so"));
+  CHECK(api.Sgemm != nullptr);
+  CHECK(api.SgemmStridedBatched != nullptr);
+}

@@ -1,0 +1,136 @@
+// Training on the GPU: the MLP training step (forward, backward, SGD with momentum as update
+// ops) equals the CPU backend's after 20 steps; weights kept on the device give the same
+// bits as weights copied in and out every step; a run is bitwise reproducible; and two
+// towers sharing one GPU, each on its own stream and thread, compute what each computes alone.
+#include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "gpu_check.h"
+#include "towerjit.h"
+
+namespace tj = towerjit;
+using tj::kBatch;
+using tj::Tensor;
+
+namespace {
+
+// 784-256-256-10 ReLU MLP, mean cross-entropy plus L2, SGD momentum (0.05, 0.9).
+struct Mlp {
+  tj::Graph graph;
+  Tensor loss;
+  Mlp() {
+    tj::GraphScope use(graph);
+    auto image = tj::input("image", {kBatch, 784});
+    auto label = tj::input("label", {kBatch}, tj::DType::i32);
+    auto h = tj::relu(tj::dense(image, 256, "fc1"));
+    h = tj::relu(tj::dense(h, 256, "fc2"));
+    auto logits = tj::dense(h, 10, "logits");
+    loss = tj::mean(tj::softmax_cross_entropy(logits, label)) + 4e-5 * tj::l2_loss(tj::trainable_variables());
+    auto vars = tj::trainable_variables();
+    tj::momentum(0.05, 0.9).apply(tj::grad(loss, vars), vars);
+  }
+};
+
+tj::HostFeeds batch_feeds(int64_t batch, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  tj::HostTensor image(tj::Shape{batch, 784}), label(tj::Shape{batch}, tj::DType::i32);
+  for (float& v : image.f32) v = pixel(rng);
+  for (int32_t& v : label.i32) v = static_cast<int32_t>(rng() % 10);
+  return {{"image", image}, {"label", label}};
+}
+
+tj::HostVariables initial(const tj::Graph& g) {
+  tj::HostVariables out;
+  for (const auto& [name, a] : tj::reference::initialize_variables(g, 1)) out[name] = tj::testing::to_host(a);
+  return out;
+}
+
+// max |a - b| / max |b| over the elements of one tensor (b the CPU's).
+double relative(const tj::HostTensor& a, const tj::HostTensor& b) {
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < b.size(); ++i) {
+    const double x = a.dtype == tj::DType::f32 ? a.f32[i] : a.i32[i], y = b.dtype == tj::DType::f32 ? b.f32[i] : b.i32[i];
+    diff = std::max(diff, std::abs(x - y));
+    scale = std::max(scale, std::abs(y));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+bool same_bits(const tj::HostVariables& a, const tj::HostVariables& b) {
+  for (const auto& [name, t] : b)
+    if (std::memcmp(a.at(name).data(), t.data(), t.size() * 4) != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("GPU: the MLP training step equals the CPU backend's after 20 steps", "[gpu]") {
+  Mlp m;
+  tj::CpuProgram cpu(m.graph, {m.loss}, /*run_update_ops=*/true);
+  tj::CudaProgram gpu(m.graph, {m.loss}, /*run_update_ops=*/true);
+  tj::HostVariables cpu_vars = initial(m.graph), gpu_vars = cpu_vars;
+  for (int k = 0; k < 20; ++k) {
+    const tj::HostFeeds feeds = batch_feeds(64, 100 + k);
+    const double cpu_loss = cpu.run(feeds, cpu_vars, k)[0].f32[0];
+    const double gpu_loss = gpu.run(feeds, gpu_vars, k)[0].f32[0];
+    INFO("step " << k << ": loss CPU " << cpu_loss << ", GPU " << gpu_loss);
+    CHECK(std::abs(gpu_loss - cpu_loss) <= 1e-4 * std::abs(cpu_loss));
+  }
+  for (const auto& [name, t] : cpu_vars) {
+    const double err = relative(gpu_vars.at(name), t);
+    INFO("variable \"" << name << "\" " << t.shape.str() << " after 20 steps: max |GPU - CPU| / max |CPU| = " << err
+                       << ", tolerance 1e-4");
+    CHECK(err <= 1e-4);
+  }
+}
+
+TEST_CASE("GPU: weights kept on the device give the same bits, and runs are reproducible", "[gpu]") {
+  Mlp m;
+  tj::CudaProgram gpu(m.graph, {m.loss}, /*run_update_ops=*/true);
+  tj::HostVariables host_a = initial(m.graph), host_b = host_a;
+  tj::DeviceVariables device = tj::to_device(host_a, gpu.device(), gpu.stream());
+  std::vector<float> losses_a, losses_b, losses_device;
+  for (int k = 0; k < 5; ++k) {
+    const tj::HostFeeds feeds = batch_feeds(37, 7 + k);  // an odd batch: tails in every kernel
+    losses_a.push_back(gpu.run(feeds, host_a, k)[0].f32[0]);
+    losses_device.push_back(gpu.run(feeds, device, k)[0].f32[0]);
+  }
+  tj::CudaProgram again(m.graph, {m.loss}, /*run_update_ops=*/true);
+  for (int k = 0; k < 5; ++k) losses_b.push_back(again.run(batch_feeds(37, 7 + k), host_b, k)[0].f32[0]);
+  CHECK(losses_a == losses_device);
+  CHECK(losses_a == losses_b);
+  CHECK(same_bits(tj::to_host(device, gpu.stream()), host_a));
+  CHECK(same_bits(host_b, host_a));
+}
+
+TEST_CASE("GPU: two towers sharing one GPU on their own streams compute what each does alone", "[gpu]") {
+  Mlp m;
+  tj::CudaProgram tower0(m.graph, {m.loss}, /*run_update_ops=*/true);
+  tj::CudaProgram tower1(m.graph, {m.loss}, /*run_update_ops=*/true);
+  REQUIRE(tower0.stream().handle() != tower1.stream().handle());
+  const tj::HostVariables start = initial(m.graph);
+  tj::HostVariables alone0 = start, alone1 = start, shared0 = start, shared1 = start;
+  for (int k = 0; k < 3; ++k) {
+    tower0.run(batch_feeds(48, 200 + k), alone0, k);
+    tower1.run(batch_feeds(80, 300 + k), alone1, k);
+  }
+  std::string error0, error1;  // an exception must not escape a thread
+  auto train = [](tj::CudaProgram& p, int64_t batch, uint32_t seed, tj::HostVariables& vars, std::string& error) {
+    try {
+      for (int k = 0; k < 3; ++k) p.run(batch_feeds(batch, seed + k), vars, k);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  };
+  std::thread t0(train, std::ref(tower0), 48, 200, std::ref(shared0), std::ref(error0));
+  std::thread t1(train, std::ref(tower1), 80, 300, std::ref(shared1), std::ref(error1));
+  t0.join();
+  t1.join();
+  REQUIRE(error0 == "");
+  REQUIRE(error1 == "");
+  CHECK(same_bits(shared0, alone0));
+  CHECK(same_bits(shared1, alone1));
+}
