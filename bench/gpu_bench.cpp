@@ -145,7 +145,10 @@ void optimiser_apply(const Options& o, const std::string& device) {
   tj::HostVariables host;
   for (const auto& [name, a] : tj::reference::initialize_variables(g, 1)) {
     tj::HostTensor t(a.shape, a.dtype);
-    for (int64_t i = 0; i < a.size(); ++i) t.f32[i] = static_cast<float>(a[i]);
+    for (int64_t i = 0; i < a.size(); ++i) {  // the global step is an i32 variable
+      if (a.dtype == tj::DType::f32) t.f32[i] = static_cast<float>(a[i]);
+      else t.i32[i] = static_cast<int32_t>(a[i]);
+    }
     host[name] = std::move(t);
   }
   tj::DeviceVariables vars = tj::to_device(host, p.device(), p.stream());

@@ -69,8 +69,6 @@ int train(const Flags& f) {
   const auto train_set = tj::data::load_mnist_format("train", f.data);
   const auto test_set = tj::data::load_mnist_format("test", f.data);
   // Opened before training, so a bad path fails now rather than after an epoch.
-  std::optional<tj::report::MetricsWriter> metrics;
-  if (!f.metrics.empty()) metrics.emplace(f.metrics, tj::Loc::current());
   tj::report::Trace trace(f.trace);
 
   tj::Graph graph;
@@ -90,8 +88,13 @@ int train(const Flags& f) {
   const auto metadata = run_metadata(f, towers);
   tj::data::PipelinePosition start;
   if (f.resume) start = tj::resume_from(trainer, f.checkpoint, metadata);
+  std::optional<tj::report::MetricsWriter> metrics;
+  if (!f.metrics.empty() && !f.resume) metrics.emplace(f.metrics, tj::Loc::current());
   tj::data::BatchPipeline pipeline(train_set, {.batch = f.batch, .seed = f.seed, .drop_last = f.drop_last,
                                                .min_batch = towers.size()}, start);
+  // A resumed run continues its metrics file from the checkpoint's step.
+  if (!f.metrics.empty() && f.resume)
+    metrics.emplace(f.metrics, start.epoch * pipeline.batches_per_epoch() + start.batch, tj::Loc::current());
   const int64_t total = f.steps > 0 ? std::min(f.steps, f.epochs * pipeline.batches_per_epoch())
                                     : f.epochs * pipeline.batches_per_epoch();
 

@@ -143,6 +143,24 @@ std::FILE* open_report_file(const std::string& path, std::string_view what, Loc 
 MetricsWriter::MetricsWriter(const std::string& path, Loc loc)
     : path_(path), file_(open_report_file(path, "metrics file", loc)) {}
 
+MetricsWriter::MetricsWriter(const std::string& path, int64_t resumed_at, Loc loc) : path_(path) {
+  MetricsLog kept;
+  if (std::filesystem::exists(path)) kept = read_metrics(path, loc);
+  file_ = open_report_file(path, "metrics file", loc);
+  // Rewritten in step order, each evaluation after the step it followed.
+  size_t e = 0;
+  auto flush_evals_until = [&](int64_t step) {
+    for (; e < kept.evals.size() && kept.evals[e].step <= step; ++e)
+      if (kept.evals[e].step <= resumed_at) log_eval(kept.evals[e], loc);
+  };
+  for (const StepRecord& r : kept.steps) {
+    if (r.step > resumed_at) break;
+    flush_evals_until(r.step - 1);
+    log_step(r, loc);
+  }
+  flush_evals_until(resumed_at);
+}
+
 MetricsWriter::~MetricsWriter() {
   if (file_ != nullptr) std::fclose(file_);
 }

@@ -44,6 +44,10 @@ class MetricsWriter {
   // Creates (or truncates) `path`. Errors (towerjit::Error): the path cannot be opened; the
   // message names it, the system's reason, and the fix (a missing directory: create it).
   explicit MetricsWriter(const std::string& path, Loc loc = Loc::current());
+  // For a run resumed at step `resumed_at`: keeps the records of `path` up to that step (when
+  // the file exists), drops the later ones an interrupted run wrote, and appends from there.
+  // Errors: as above, and a file that is not a metrics file.
+  MetricsWriter(const std::string& path, int64_t resumed_at, Loc loc = Loc::current());
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;

@@ -26,11 +26,13 @@ small="--steps 24 --batch 64 --hidden 32 --log-every 1"
 case $case_name in
 resume_is_bitwise)
   "$bin" $small --checkpoint "$work/a" --metrics "$work/a.jsonl" >/dev/null || fail "uninterrupted run"
-  "$bin" $small --steps 10 --checkpoint "$work/b" >/dev/null || fail "first half"
+  "$bin" $small --steps 10 --checkpoint "$work/b" --metrics "$work/b.jsonl" >/dev/null || fail "first half"
   "$bin" $small --checkpoint "$work/b" --resume --metrics "$work/b.jsonl" >"$work/out" || fail "resumed run"
   grep -q "resumed at step 10" "$work/out" || fail "the resumed run does not say where it resumed"
   cmp "$work/a/ckpt-24.tjck" "$work/b/ckpt-24.tjck" || fail "the final checkpoints differ"
-  for step in 11 17 24; do
+  # The resumed run continued the metrics file: one line per step, the same losses.
+  [ "$(grep -c '"kind":"step"' "$work/b.jsonl")" = 24 ] || fail "the resumed metrics file should hold 24 steps"
+  for step in 5 11 17 24; do
     [ "$(loss_at "$work/a.jsonl" $step)" = "$(loss_at "$work/b.jsonl" $step)" ] || fail "the loss of step $step differs"
   done ;;
 one_and_two_towers_same_curve)

@@ -1,11 +1,13 @@
 // The CUDA runtime where no GPU is: the driver is loaded at run time, so this binary starts
 // without one; cuda_device_count() is 0 and every request for a device (a CudaProgram
 // included) raises "no CUDA device" with the reason and the caller's line. On a machine with
-// a GPU these tests say so and leave the checking to the `gpu` tests (tests_gpu/).
+// a GPU those tests say so and leave the checking to the `gpu` tests (tests_gpu/). The rest
+// (error texts, size classes, loading cuBLAS, the one-hot error) need no device.
 #include <catch2/catch.hpp>
 
 #include "runtime/cuda/cublas.h"
 #include "runtime/cuda/cuda_program.h"
+#include "runtime/cuda/library.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;
@@ -94,4 +96,21 @@ TEST_CASE("cuBLAS loads at run time where the CUDA toolkit is installed, GPU or 
   CHECK_THAT(api.library, Catch::Contains("libcublas.so"));
   CHECK(api.Sgemm != nullptr);
   CHECK(api.SgemmStridedBatched != nullptr);
+}
+
+TEST_CASE("a one-hot label out of range on the GPU reads as the CPU backend's error", "[cuda][runtime]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto labels = tj::input("labels", {tj::kBatch}, tj::DType::i32);
+  auto hot = tj::one_hot(labels, 10);
+  tj::HostTensor l(tj::Shape{4}, tj::DType::i32);
+  l.i32 = {1, 2, 12, -1};
+  tj::HostVariables vars;
+  std::string cpu_message, gpu_message;
+  try { tj::CpuProgram(g, {hot}).run({{"labels", l}}, vars); } catch (const tj::Error& e) { cpu_message = e.what(); }
+  // What tj_one_hot leaves in its slot: the smallest bad index and its label.
+  CHECK_NOTHROW(cu::check_one_hot_slot(hot.node(), ~uint64_t{0}));
+  try { cu::check_one_hot_slot(hot.node(), (uint64_t{2} << 32) | 12u); } catch (const tj::Error& e) { gpu_message = e.what(); }
+  CHECK_THAT(cpu_message, Catch::Contains("label 12 at flat index 2 is out of range [0, 10)"));
+  CHECK(gpu_message == cpu_message);
 }

@@ -242,6 +242,30 @@ TEST_CASE("report: metrics lines read back exactly as written", "[report]") {
   }
 }
 
+TEST_CASE("report: a resumed run keeps the metrics up to its step and drops the later ones", "[report]") {
+  const TempPath temp("resumed.jsonl");
+  {
+    rp::MetricsWriter writer(temp.path);
+    for (int64_t step = 1; step <= 6; ++step) {
+      writer.log_step({step, 1, 1.0 / step, 1e-3, 100});
+      if (step % 2 == 0) writer.log_eval({step, 1, 0.5, 0.7});
+    }
+  }
+  {
+    rp::MetricsWriter resumed(temp.path, 4);  // the checkpoint was at step 4; 5 and 6 are lost
+    resumed.log_step({5, 1, 0.25, 1e-3, 100});
+  }
+  const auto log = rp::read_metrics(temp.path);
+  REQUIRE(log.steps.size() == 5);
+  CHECK(log.steps[3].step == 4);
+  CHECK(log.steps[4].loss == 0.25);
+  REQUIRE(log.evals.size() == 2);
+  CHECK(log.evals[1].step == 4);
+  rp::MetricsWriter fresh(temp.path + ".new", 10);  // no file yet: an empty start
+  CHECK(rp::read_metrics(temp.path + ".new").steps.empty());
+  std::remove((temp.path + ".new").c_str());
+}
+
 TEST_CASE("report: a NaN or infinite metric is written as null and the line stays valid JSON", "[report]") {
   const TempPath temp("nan.jsonl");
   const std::string& path = temp.path;

@@ -1,0 +1,172 @@
+// The CUDA runtime's host side on the fake driver (tests_gpu/fake_driver): what can be checked
+// without a GPU. Devices, the caching allocator, copies through page-locked staging, a
+// program's uploads, copies, downloads and written variables; which kernels a run launches,
+// in what order, with which grid and which arguments (each buffer's device address, the batch,
+// the step). Kernels do not run, so no computed value is checked here: the `gpu` tests do that.
+//
+// Hidden ([.fake_driver]): the ctest entry cuda_runtime_on_a_fake_driver runs them with the
+// fake libcuda.so.1 first on LD_LIBRARY_PATH; against a real driver they would fail.
+#include <dlfcn.h>
+
+#include <catch2/catch.hpp>
+
+#include "runtime/cuda/cuda_program.h"
+#include "towerjit.h"
+
+namespace tj = towerjit;
+namespace cu = towerjit::cuda;
+using tj::kBatch;
+
+namespace {
+
+// The fake driver's log, through its tjfake_* functions.
+struct Fake {
+  void* handle = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  template <typename F>
+  F fn(const char* name) const {
+    void* p = handle ? ::dlsym(handle, name) : nullptr;
+    if (!p) throw std::runtime_error(std::string("not the fake driver: no ") + name);
+    return reinterpret_cast<F>(p);
+  }
+  void reset() const { fn<void (*)()>("tjfake_reset")(); }
+  void expect_params(const std::string& kernel, int n) const {
+    fn<void (*)(const char*, int)>("tjfake_set_param_count")(kernel.c_str(), n);
+  }
+  int launches() const { return fn<int (*)()>("tjfake_launch_count")(); }
+  std::string kernel(int i) const { return fn<const char* (*)(int)>("tjfake_launch_kernel")(i); }
+  unsigned grid(int i) const { return fn<unsigned (*)(int)>("tjfake_launch_grid")(i); }
+  unsigned block(int i) const { return fn<unsigned (*)(int)>("tjfake_launch_block")(i); }
+  int params(int i) const { return fn<int (*)(int)>("tjfake_launch_param_count")(i); }
+  unsigned long long param(int i, int j) const { return fn<unsigned long long (*)(int, int)>("tjfake_launch_param")(i, j); }
+  long long allocations() const { return fn<long long (*)()>("tjfake_allocations")(); }
+};
+
+tj::HostTensor values(tj::Shape shape, float from) {
+  tj::HostTensor t(shape);
+  for (size_t i = 0; i < t.f32.size(); ++i) t.f32[i] = from + static_cast<float>(i);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("fake driver: a device, its allocator and copies through staging", "[.fake_driver]") {
+  const Fake fake;
+  REQUIRE(cu::cuda_device_count() == 1);
+  cu::DeviceContext& dev = cu::device(0);
+  CHECK(dev.str() == "gpu:0 (towerjit fake GPU, sm_90, 4 SMs, 1.0 GiB)");
+  CHECK_THROWS_WITH(cu::device(1), Catch::Contains("no CUDA device gpu:1: this machine has 1 (gpu:0)"));
+  const long long before = fake.allocations();
+  cu::DeviceBuffer a = dev.allocate(3000);
+  const CUdeviceptr p = a.ptr();
+  a.reset();
+  cu::DeviceBuffer b = dev.allocate(4096);  // the same size class: the cached block, no driver call
+  CHECK(b.ptr() == p);
+  CHECK(fake.allocations() == before + 1);
+
+  cu::Stream stream(dev);
+  const tj::HostTensor host = values({5, 3}, 0.5f);
+  tj::DeviceTensor d = tj::to_device(host, dev, stream);
+  tj::DeviceTensor e = tj::empty_device_tensor(dev, host.shape, host.dtype);
+  cu::Event start(dev), end(dev);
+  start.record(stream);
+  cu::copy_async(e.ptr(), dev, d.ptr(), dev, d.bytes(), stream);
+  end.record(stream);
+  end.synchronize();
+  CHECK(end.ready());
+  CHECK(start.elapsed_ms(end) == 0.0f);
+  CHECK(tj::to_host(e, stream).f32 == host.f32);
+}
+
+TEST_CASE("fake driver: a program's feeds and variables go up, update copies run, fetches come down", "[.fake_driver]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {2, 3});
+  auto v = tj::variable("v", {2, 3}, {.init = tj::init::zeros(), .trainable = false});
+  auto w = tj::variable("w", {4}, {.init = tj::init::zeros(), .trainable = false});
+  tj::assign(v, x);  // a copy step: an input into a variable
+  tj::CudaProgram p(g, {v, x, w}, /*run_update_ops=*/true);
+  REQUIRE(p.program().kernels.empty());
+  CHECK(p.written_variables() == std::vector<std::string>{"v"});
+  const tj::HostFeeds feeds{{"x", values({2, 3}, 10)}};
+  tj::HostVariables vars{{"v", values({2, 3}, 100)}, {"w", values({4}, 7)}};
+  const auto out = p.run(feeds, vars);
+  REQUIRE(out.size() == 3);
+  CHECK(out[0].f32 == values({2, 3}, 100).f32);  // a fetched variable is its value before the step
+  CHECK(out[1].f32 == feeds.at("x").f32);
+  CHECK(out[2].f32 == values({4}, 7).f32);
+  CHECK(vars.at("v").f32 == feeds.at("x").f32);    // written back
+  CHECK(vars.at("w").f32 == values({4}, 7).f32);
+
+  // The same with the variables kept on the device.
+  tj::HostVariables start{{"v", values({2, 3}, 100)}, {"w", values({4}, 7)}};
+  tj::DeviceVariables device = tj::to_device(start, p.device(), p.stream());
+  const auto again = p.run(feeds, device);
+  CHECK(again[0].f32 == values({2, 3}, 100).f32);
+  CHECK(tj::to_host(device.at("v"), p.stream()).f32 == feeds.at("x").f32);
+
+  // Errors name what is missing, before anything runs.
+  tj::HostVariables missing{{"v", values({2, 3}, 0)}};
+  CHECK_THROWS_WITH(p.run(feeds, missing), Catch::Contains("variable \"w\" f32[4] has no value"));
+  CHECK_THROWS_WITH(p.run(tj::HostFeeds{}, vars), Catch::Contains("input \"x\" [2,3] was not fed"));
+}
+
+TEST_CASE("fake driver: kernels launch in order with each buffer's address, the batch and the step", "[.fake_driver]") {
+  const Fake fake;
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 7});
+  auto y = tj::relu(x) * 2;
+  auto s = tj::sum(y * y, {1});  // a second kernel: a row reduction
+  tj::CudaProgram p(g, {y, s});
+  REQUIRE(p.program().kernels.size() >= 1);
+  for (const auto& k : p.module().kernels) fake.expect_params(k.symbol, static_cast<int>(k.buffers.size()) + 2);
+  for (int64_t batch : {5, 300}) {
+    tj::DeviceFeeds feeds;
+    feeds.emplace("x", tj::to_device(values({batch, 7}, 0), p.device(), p.stream()));
+    tj::DeviceVariables none;
+    fake.reset();
+    p.run(feeds, none, /*step=*/42);
+    INFO("batch " << batch);
+    REQUIRE(fake.launches() == static_cast<int>(p.program().kernels.size()));
+    int launch = 0;
+    for (const auto& step : p.program().steps) {
+      if (step.kind != tj::kir::Step::Kind::kernel) continue;
+      const auto& k = p.module().kernels[step.index];
+      CHECK(fake.kernel(launch) == k.symbol);
+      CHECK(fake.block(launch) == static_cast<unsigned>(k.block));
+      CHECK(fake.grid(launch) == static_cast<unsigned>(k.grid_size(batch, 32 * 4)));
+      REQUIRE(fake.params(launch) == static_cast<int>(k.buffers.size()) + 2);
+      for (size_t i = 0; i < k.buffers.size(); ++i) {
+        const auto& b = p.program().buffers[k.buffers[i]];
+        CHECK(fake.param(launch, static_cast<int>(i)) != 0);
+        if (b.kind == tj::kir::Buffer::Kind::input) CHECK(fake.param(launch, static_cast<int>(i)) == feeds.at("x").ptr());
+      }
+      CHECK(fake.param(launch, static_cast<int>(k.buffers.size())) == static_cast<unsigned long long>(batch));
+      CHECK(fake.param(launch, static_cast<int>(k.buffers.size()) + 1) == 42u);
+      ++launch;
+    }
+  }
+}
+
+TEST_CASE("fake driver: library calls launch the library kernels, one_hot with its error slot", "[.fake_driver]") {
+  const Fake fake;
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto labels = tj::input("labels", {kBatch}, tj::DType::i32);
+  auto x = tj::input("x", {kBatch, 3, 6, 6});
+  auto hot = tj::one_hot(labels, 10);
+  auto pooled = tj::max_pool2d(x, {.kernel = 2});
+  auto padded = tj::pad(tj::input("p", {kBatch, 3}), {0, 1}, {0, 2});
+  tj::CudaProgram p(g, {hot, pooled, padded});
+  tj::HostTensor l(tj::Shape{4}, tj::DType::i32);
+  l.i32 = {1, 2, 3, 9};
+  const tj::HostFeeds feeds{{"labels", l}, {"x", values({4, 3, 6, 6}, 0)}, {"p", values({4, 3}, 0)}};
+  tj::HostVariables none;
+  fake.reset();
+  CHECK_NOTHROW(p.run(feeds, none));  // the slot comes back all ones: no label out of range
+  std::vector<std::string> launched;
+  for (int i = 0; i < fake.launches(); ++i) launched.push_back(fake.kernel(i));
+  CHECK(std::count(launched.begin(), launched.end(), "tj_one_hot") == 1);
+  CHECK(std::count(launched.begin(), launched.end(), "tj_max_pool2d") == 1);
+  CHECK(std::count(launched.begin(), launched.end(), "tj_pad") == 1);
+}
