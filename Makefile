@@ -23,7 +23,7 @@ build: configure
 
 # The main example: an MLP trained on Fashion-MNIST over two CPU towers (about 15 s here).
 demo: build
-	@$(BUILD)/examples/fashion_mnist --towers cpu:0,cpu:1 --strategy sync --epochs 3
+	@$(BUILD)/examples/fashion_mnist --towers cpu:0,cpu:1 --strategy sync --epochs 3 --ema 0.999
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -156,6 +156,8 @@ Tensor reduce_grad(const GradContext& c) {
       Tensor ties = sum(hit, axes, true, loc);
       return mul(hit, div(g, ties, loc), loc);
     }
+    case Op::ReduceLogSumExp:  // softmax over the reduced axes: elementwise, given y
+      return mul(g, exp(sub(c.x[0], keep_reduced_dims(c, c.y), loc), loc), loc);
     default:
       internal_check(false) << "no reduction gradient rule for " << op_name(c.node.op);
       return g;

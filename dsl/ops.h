@@ -62,6 +62,10 @@ Tensor sum(Tensor x, std::vector<int> axes = {}, bool keepdims = false, Loc loc 
 Tensor mean(Tensor x, std::vector<int> axes = {}, bool keepdims = false,
             Loc loc = Loc::current());
 Tensor max(Tensor x, std::vector<int> axes = {}, bool keepdims = false, Loc loc = Loc::current());
+// log(sum(exp(x))) over `axes` (all when empty), without overflow: one fused reduction that keeps
+// a running maximum. Its gradient is softmax(x) over the same axes.
+Tensor logsumexp(Tensor x, std::vector<int> axes = {}, bool keepdims = false,
+                 Loc loc = Loc::current());
 
 // --- Layout ---------------------------------------------------------------------------------
 // Same elements in a new shape; the batch dimension, if any, must stay a dimension of its own.

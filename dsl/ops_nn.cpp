@@ -1,6 +1,7 @@
 // Neural-network ops. softmax, log_softmax and softmax_cross_entropy are composites of
-// primitives, so autodiff and the backends need no rules of their own for them and fusion sees
-// the elementwise parts; every node they build carries the user's location.
+// primitives (logsumexp is the one row reduction they share), so autodiff and the backends need
+// no rules of their own for them and fusion sees the elementwise parts; every node they build
+// carries the user's location.
 #include "dsl/ops_internal.h"
 
 namespace towerjit {
@@ -138,19 +139,16 @@ Tensor softmax(Tensor x, int axis, Loc loc) {
   graph_of_one(x, "softmax", loc);
   require_f32(x, "softmax", loc);
   const int a = one_axis(axis, x, "softmax", loc);
-  // Subtracting the maximum keeps exp() finite; it cancels out, so no gradient need flow to it.
-  Tensor m = stop_gradient(max(x, {a}, true, loc), loc);
-  Tensor e = exp(sub(x, m, loc), loc);
-  return div(e, sum(e, {a}, true, loc), loc);
+  // exp(x - logsumexp(x)): one row reduction and one elementwise pass, where max, exp-sum and
+  // divide would take three; the reduction's running maximum keeps exp() finite.
+  return exp(sub(x, logsumexp(x, {a}, true, loc), loc), loc);
 }
 
 Tensor log_softmax(Tensor x, int axis, Loc loc) {
   graph_of_one(x, "log_softmax", loc);
   require_f32(x, "log_softmax", loc);
   const int a = one_axis(axis, x, "log_softmax", loc);
-  Tensor m = stop_gradient(max(x, {a}, true, loc), loc);
-  Tensor z = sub(x, m, loc);
-  return sub(z, log(sum(exp(z, loc), {a}, true, loc), loc), loc);
+  return sub(x, logsumexp(x, {a}, true, loc), loc);
 }
 
 Tensor softmax_cross_entropy(Tensor logits, Tensor labels, Loc loc) {
@@ -172,7 +170,15 @@ Tensor softmax_cross_entropy(Tensor logits, Tensor labels, Loc loc) {
       << "shape " << logits.shape().str() << (indices ? "; reshape the labels to " : "")
       << (indices ? index_shape.str() : "");
   Tensor p = indices ? one_hot(labels, classes, loc) : labels;
-  return neg(sum(mul(p, log_softmax(logits, -1, loc), loc), {-1}, false, loc), loc);
+  if (!indices) return neg(sum(mul(p, log_softmax(logits, -1, loc), loc), {-1}, false, loc), loc);
+  // A one-hot row sums to 1, so -sum(p * (x - lse)) = lse - sum(p * x): two sibling reductions
+  // of the logits, which fusion computes in one kernel. In this form the gradient, softmax(x) - p
+  // times the upstream gradient, is elementwise (no row sum of p), so it fuses into whatever
+  // consumes it (a dense layer's bias-gradient sum).
+  const int last = logits.rank() - 1;
+  Tensor lse = logsumexp(logits, {last}, false, loc);  // first: the kernel is named after it
+  Tensor picked = sum(mul(p, logits, loc), {last}, false, loc);
+  return sub(lse, picked, loc);
 }
 
 Tensor conv2d(Tensor x, Tensor w, Conv2DOptions o, Loc loc) {

@@ -14,7 +14,7 @@ Tensor reduce(Op op, const char* name, Tensor x, const std::vector<int>& axes, b
   Operand o(x, loc);
   Graph& g = graph_of({&o}, name, loc);
   // The mean of integers would have to round; ask for an explicit cast instead.
-  if (op == Op::ReduceMean) require_f32(x, name, loc);
+  if (op == Op::ReduceMean || op == Op::ReduceLogSumExp) require_f32(x, name, loc);
   Attrs attrs;
   attrs.axes = normalize_axes(axes, x, name, loc);
   attrs.keepdims = keepdims;
@@ -41,6 +41,10 @@ Tensor mean(Tensor x, std::vector<int> axes, bool keepdims, Loc loc) {
 
 Tensor max(Tensor x, std::vector<int> axes, bool keepdims, Loc loc) {
   return reduce(Op::ReduceMax, "max", x, axes, keepdims, loc);
+}
+
+Tensor logsumexp(Tensor x, std::vector<int> axes, bool keepdims, Loc loc) {
+  return reduce(Op::ReduceLogSumExp, "logsumexp", x, axes, keepdims, loc);
 }
 
 Tensor l2_loss(Tensor x, Loc loc) {

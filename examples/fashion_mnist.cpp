@@ -58,7 +58,9 @@ tj::Towers make_towers(const Flags& f) {
 
 // What must agree between a checkpoint and the run resuming it.
 std::map<std::string, std::string> run_metadata(const Flags& f, const tj::Towers& towers) {
-  return {{"model", f.model == "mlp" ? "mlp-" + std::to_string(f.hidden) : f.model},
+  const std::string hidden = std::to_string(f.hidden);
+  return {{"model", f.model == "mlp" ? "MLP 784-" + hidden + "-" + hidden + "-10"
+                                     : "CNN conv16-pool-conv32-pool-dense128-dense10"},
           {"towers", towers.str()}, {"optimizer", make_optimizer(f).str()},
           {"batch", std::to_string(f.batch)}, {"seed", std::to_string(f.seed)},
           {"drop_last", f.drop_last ? "true" : "false"}};
@@ -94,14 +96,16 @@ int train(const Flags& f) {
                                                .min_batch = towers.size()}, start);
   // A resumed run continues its metrics file from the checkpoint's step.
   if (!f.metrics.empty() && f.resume)
-    metrics.emplace(f.metrics, start.epoch * pipeline.batches_per_epoch() + start.batch, tj::Loc::current());
+    metrics.emplace(f.metrics, start.epoch * pipeline.batches_per_epoch() + start.batch,
+                    tj::Loc::current());
   const int64_t total = f.steps > 0 ? std::min(f.steps, f.epochs * pipeline.batches_per_epoch())
                                     : f.epochs * pipeline.batches_per_epoch();
 
+  const int64_t start_step = start.epoch * pipeline.batches_per_epoch() + start.batch;
   std::printf("towerjit: %s on %s, %s, %s, batch %lld, %lld epoch(s)%s\n", metadata.at("model").c_str(),
               towers.str().c_str(), f.strategy.c_str(), make_optimizer(f).str().c_str(),
               static_cast<long long>(f.batch), static_cast<long long>(f.epochs),
-              f.resume ? (", resumed at step " + std::to_string(start.epoch * pipeline.batches_per_epoch() + start.batch)).c_str() : "");
+              f.resume ? (", resumed at step " + std::to_string(start_step)).c_str() : "");
   tj::report::Progress progress(total);
   tj::LogHook log(progress, metrics ? &*metrics : nullptr, f.log_every);
   tj::EvalHook eval(test_set, progress, metrics ? &*metrics : nullptr, f.ema > 0);
@@ -128,7 +132,7 @@ int main(int argc, char** argv) {
   Flags f;
   CLI::App app{"Train a model on Fashion-MNIST over CPU towers"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
-  app.add_option("--model", f.model, "mlp (784-H-H-10) or cnn (2x conv3x3+ReLU+maxpool, dense)")
+  app.add_option("--model", f.model, "mlp (784-H-H-10) or cnn (2x conv3x3+ReLU+maxpool, dense 128, dense 10)")
       ->check(CLI::IsMember({"mlp", "cnn"}));
   app.add_option("--towers", f.towers, "devices, e.g. cpu:0,cpu:1 (GPU towers are not built yet)");
   app.add_option("--strategy", f.strategy, "sync (weighted average, replicated), sync-ps (parameter server) or async")

@@ -15,13 +15,15 @@ inline tj::Tensor mlp(tj::Tensor image, int64_t hidden = 256) {
   return tj::dense(h, 10, "logits");
 }
 
-// conv3x3 1->16 + ReLU + maxpool2, conv3x3 16->32 + ReLU + maxpool2, dense 1568->10: the
-// benchmark's CNN (bench/), small enough to train in minutes on two CPU cores.
+// conv3x3 1->16 + ReLU + maxpool2, conv3x3 16->32 + ReLU + maxpool2, dense 1568->128 + ReLU,
+// dense 128->10: the benchmark's CNN (bench/) with a hidden dense layer, which is what takes it
+// past 90% test accuracy in 5 epochs; small enough to train in minutes on two CPU cores.
 inline tj::Tensor cnn(tj::Tensor image) {
   auto x = tj::reshape(image, {tj::kBatch, 1, 28, 28});
   x = tj::max_pool2d(tj::relu(tj::conv2d(x, 16, 3, "conv1", {.pad = 1})));
   x = tj::max_pool2d(tj::relu(tj::conv2d(x, 32, 3, "conv2", {.pad = 1})));
-  return tj::dense(tj::reshape(x, {tj::kBatch, 32 * 7 * 7}), 10, "logits");
+  auto h = tj::relu(tj::dense(tj::reshape(x, {tj::kBatch, 32 * 7 * 7}), 128, "fc1"));
+  return tj::dense(h, 10, "logits");
 }
 
 }  // namespace examples

@@ -52,6 +52,7 @@ static_assert(sizeof(CUresult) == sizeof(towerjit::cuda::CuResult));
 
 static_assert(kCudaSuccess == CUDA_SUCCESS && kCudaErrorNotReady == CUDA_ERROR_NOT_READY);
 static_assert(kCudaErrorNoBinaryForGpu == CUDA_ERROR_NO_BINARY_FOR_GPU);
+static_assert(kCudaErrorUnsupportedPtxVersion == CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
 static_assert(kCudaErrorPeerAccessAlreadyEnabled == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
 static_assert(kAttrMultiprocessorCount == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
 static_assert(kAttrComputeCapabilityMajor == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);

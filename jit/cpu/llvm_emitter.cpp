@@ -7,6 +7,7 @@
 #include <bit>
 #include <cstdio>
 #include <sstream>
+#include <utility>
 
 #include "dsl/error.h"
 #include "dsl/philox.h"
@@ -46,8 +47,10 @@ class KernelEmitter {
   void emit_store(const kir::Kernel::Output& o, const std::string& value);
   void emit_reduction();
   void store_side_outputs();
-  std::string combine(const std::string& acc, const std::string& v);
-  std::string identity() const;
+  std::string combine(int out, const std::string& acc, const std::string& v);
+  std::string identity(int out) const;
+  std::pair<std::string, std::string> combine_lse(const std::string& m1, const std::string& s1,
+                                                  const std::string& m2, const std::string& s2);
 
   const kir::Program& p_;
   const kir::Kernel& k_;
@@ -248,16 +251,17 @@ std::string KernelEmitter::expr(int id) {
   return values_[id] = v;
 }
 
-std::string KernelEmitter::identity() const {
-  const bool f = k_.outputs.empty() || k_.exprs[k_.outputs[0].expr].dtype == DType::f32;
-  if (k_.reduce == Op::ReduceMax) return f ? "0xFFF0000000000000" : "-2147483648";
+std::string KernelEmitter::identity(int out) const {
+  const bool f = k_.exprs[k_.outputs[out].expr].dtype == DType::f32;
+  const Op op = k_.outputs[out].reduce;
+  if (op == Op::ReduceMax || op == Op::ReduceLogSumExp) return f ? "0xFFF0000000000000" : "-2147483648";
   return f ? "0.0" : "0";
 }
 
-std::string KernelEmitter::combine(const std::string& acc, const std::string& v) {
-  const DType t = k_.exprs[k_.outputs[0].expr].dtype;
+std::string KernelEmitter::combine(int out, const std::string& acc, const std::string& v) {
+  const DType t = k_.exprs[k_.outputs[out].expr].dtype;
   const std::string r = tmp();
-  if (k_.reduce == Op::ReduceMax) {
+  if (k_.outputs[out].reduce == Op::ReduceMax) {
     const std::string c = tmp();
     out_ << "  " << c << " = " << (t == DType::f32 ? "fcmp ogt float " : "icmp sgt i32 ") << v << ", " << acc << "\n";
     out_ << "  " << r << " = select i1 " << c << ", " << ty(t) << " " << v << ", " << ty(t) << " " << acc << "\n";
@@ -298,51 +302,84 @@ void KernelEmitter::emit_store(const kir::Kernel::Output& o, const std::string& 
   out_ << "  store " << ty(t) << " " << value << ", ptr " << ptr << ", align 4\n";
 }
 
-// Outputs after the first are producers fused into this kernel whose values other steps read
+// Outputs after the reductions are producers fused into this kernel whose values other steps read
 // too (multi-output fusion); they are stored at every point of the loop space.
 void KernelEmitter::store_side_outputs() {
-  for (size_t i = 1; i < k_.outputs.size(); ++i) emit_store(k_.outputs[i], expr(k_.outputs[i].expr));
+  for (size_t i = k_.reductions(); i < k_.outputs.size(); ++i) emit_store(k_.outputs[i], expr(k_.outputs[i].expr));
 }
 
 // The reduced axes that end the loop nest (a trailing block: the classes of a row-wise
 // softmax, H and W of a convolution's bias gradient) accumulate in a register. Any reduced axes
 // before them (the batch of a bias gradient) accumulate in the output itself, in the natural
 // loop order, so column sums stay contiguous and vectorisable: the first such iteration
-// initialises the output, the last one scales it for a mean.
+// initialises the output, the last one scales it for a mean. A log-sum-exp keeps two values
+// (running maximum and scaled sum) that one output cannot hold, so its loops are reordered to
+// put every reduced axis in the register block.
 void KernelEmitter::emit_reduction() {
-  const int rank = k_.space.rank();
+  const int rank = k_.space.rank(), nred = k_.reductions();
+  bool lse = false;
+  for (int j = 0; j < nred; ++j) lse = lse || k_.outputs[j].reduce == Op::ReduceLogSumExp;
   auto reduced = [&](int a) {
     return std::find(k_.reduce_axes.begin(), k_.reduce_axes.end(), a) != k_.reduce_axes.end();
   };
-  int block = rank;  // the trailing block of reduced axes is [block, rank)
-  while (block > 0 && reduced(block - 1)) --block;
-  const kir::Kernel::Output& o = k_.outputs[0];
-  const DType t = k_.exprs[o.expr].dtype;
+  std::vector<int> outer, inner;  // loop order: outer axes, then the register block
+  int block = rank;  // without reordering, the trailing block of reduced axes is [block, rank)
+  while (!lse && block > 0 && reduced(block - 1)) --block;
+  for (int a = 0; a < rank; ++a) {
+    const bool in_block = lse ? reduced(a) : a >= block;
+    (in_block ? inner : outer).push_back(a);
+  }
   kir::Affine count{1, 0};
   for (int a : k_.reduce_axes)
     count = k_.space[a] == kBatch ? kir::Affine{0, count.c} : kir::Affine{count.c * k_.space[a], count.b * k_.space[a]};
+  auto type_of = [&](int j) { return k_.exprs[k_.outputs[j].expr].dtype; };
+  auto acc = [](int j) { return "%acc" + std::to_string(j); };
+  auto is_lse = [&](int j) { return k_.outputs[j].reduce == Op::ReduceLogSumExp; };
 
-  for (int a = 0; a < block; ++a) open_loop(a);
-  std::string value;
-  if (block < rank) {
-    out_ << "  store " << ty(t) << " " << identity() << ", ptr %acc\n";
-    for (int a = block; a < rank; ++a) open_loop(a);
-    const std::string v = expr(o.expr), acc = tmp();
+  for (int a : outer) open_loop(a);
+  std::vector<std::string> value(nred);
+  if (!inner.empty()) {
+    for (int j = 0; j < nred; ++j) {
+      out_ << "  store " << ty(type_of(j)) << " " << identity(j) << ", ptr " << acc(j) << "\n";
+      if (is_lse(j)) out_ << "  store float 0.0, ptr " << acc(j) << "s\n";
+    }
+    for (int a : inner) open_loop(a);
+    std::vector<std::string> v(nred);
+    for (int j = 0; j < nred; ++j) v[j] = expr(k_.outputs[j].expr);
     store_side_outputs();
-    out_ << "  " << acc << " = load " << ty(t) << ", ptr %acc\n";
-    const std::string sum = combine(acc, v);
-    out_ << "  store " << ty(t) << " " << sum << ", ptr %acc\n";
-    for (int a = rank - 1; a >= block; --a) close_loop(a);
-    value = tmp();
-    out_ << "  " << value << " = load " << ty(t) << ", ptr %acc\n";
+    for (int j = 0; j < nred; ++j) {
+      const std::string old = tmp();
+      out_ << "  " << old << " = load " << ty(type_of(j)) << ", ptr " << acc(j) << "\n";
+      if (is_lse(j)) {
+        const std::string s = tmp();
+        out_ << "  " << s << " = load float, ptr " << acc(j) << "s\n";
+        const auto [m2, s2] = combine_lse(old, s, v[j], "1.0");
+        out_ << "  store float " << m2 << ", ptr " << acc(j) << "\n  store float " << s2 << ", ptr " << acc(j) << "s\n";
+      } else {
+        const std::string sum = combine(j, old, v[j]);
+        out_ << "  store " << ty(type_of(j)) << " " << sum << ", ptr " << acc(j) << "\n";
+      }
+    }
+    for (auto a = inner.rbegin(); a != inner.rend(); ++a) close_loop(*a);
+    for (int j = 0; j < nred; ++j) {
+      value[j] = tmp();
+      out_ << "  " << value[j] << " = load " << ty(type_of(j)) << ", ptr " << acc(j) << "\n";
+      if (is_lse(j)) {  // max + log(sum of exp(x - max))
+        const std::string s = tmp(), l = tmp(), r = tmp();
+        out_ << "  " << s << " = load float, ptr " << acc(j) << "s\n";
+        out_ << "  " << l << " = call float @llvm.log.f32(float " << s << ")\n";
+        out_ << "  " << r << " = fadd float " << value[j] << ", " << l << "\n";
+        value[j] = r;
+      }
+    }
   } else {
-    value = expr(o.expr);
+    for (int j = 0; j < nred; ++j) value[j] = expr(k_.outputs[j].expr);
     store_side_outputs();
   }
   // first / last: at the first / last iteration of every reduced axis outside the block.
   std::string first = "true", last = "true";
   for (int a : k_.reduce_axes) {
-    if (a >= block) continue;
+    if (std::find(outer.begin(), outer.end(), a) == outer.end()) continue;
     const std::string i = index(a), f = tmp(), l = tmp(), f2 = tmp(), l2 = tmp(), m = tmp();
     const std::string ext = k_.space[a] == kBatch ? "%batch" : std::to_string(k_.space[a]);
     out_ << "  " << f << " = icmp eq i64 " << i << ", 0\n";
@@ -352,26 +389,59 @@ void KernelEmitter::emit_reduction() {
     out_ << "  " << l2 << " = and i1 " << last << ", " << l << "\n";
     first = f2, last = l2;
   }
-  std::string result = value;
-  if (first != "true") {
-    const kir::Access& a = k_.accesses[o.access];
-    const int slot = static_cast<int>(std::find(info_.buffers.begin(), info_.buffers.end(), a.buffer) - info_.buffers.begin());
-    const std::string off = address(o.access), ptr = tmp(), old = tmp(), pick = tmp();
-    out_ << "  " << ptr << " = getelementptr inbounds " << ty(t) << ", ptr " << base_[slot] << ", i64 " << off << "\n";
-    out_ << "  " << old << " = load " << ty(t) << ", ptr " << ptr << ", align 4\n";
-    const std::string comb = combine(old, value);
-    out_ << "  " << pick << " = select i1 " << first << ", " << ty(t) << " " << value << ", " << ty(t) << " " << comb << "\n";
-    result = pick;
+  for (int j = 0; j < nred; ++j) {
+    const kir::Kernel::Output& o = k_.outputs[j];
+    const DType t = type_of(j);
+    std::string result = value[j];
+    if (first != "true") {
+      const kir::Access& a = k_.accesses[o.access];
+      const int slot = static_cast<int>(std::find(info_.buffers.begin(), info_.buffers.end(), a.buffer) - info_.buffers.begin());
+      const std::string off = address(o.access), ptr = tmp(), old = tmp(), pick = tmp();
+      out_ << "  " << ptr << " = getelementptr inbounds " << ty(t) << ", ptr " << base_[slot] << ", i64 " << off << "\n";
+      out_ << "  " << old << " = load " << ty(t) << ", ptr " << ptr << ", align 4\n";
+      const std::string comb = combine(j, old, value[j]);
+      out_ << "  " << pick << " = select i1 " << first << ", " << ty(t) << " " << value[j] << ", " << ty(t) << " " << comb << "\n";
+      result = pick;
+    }
+    if (o.reduce == Op::ReduceMean) {
+      const std::string n = i64_affine(count), nf = tmp(), scaled = tmp(), fin = tmp();
+      out_ << "  " << nf << " = sitofp i64 " << n << " to float\n";
+      out_ << "  " << scaled << " = fdiv float " << result << ", " << nf << "\n";
+      out_ << "  " << fin << " = select i1 " << last << ", float " << scaled << ", float " << result << "\n";
+      result = fin;
+    }
+    emit_store(o, result);
   }
-  if (k_.reduce == Op::ReduceMean) {
-    const std::string n = i64_affine(count), nf = tmp(), scaled = tmp(), fin = tmp();
-    out_ << "  " << nf << " = sitofp i64 " << n << " to float\n";
-    out_ << "  " << scaled << " = fdiv float " << result << ", " << nf << "\n";
-    out_ << "  " << fin << " = select i1 " << last << ", float " << scaled << ", float " << result << "\n";
-    result = fin;
-  }
-  emit_store(o, result);
-  for (int a = block - 1; a >= 0; --a) close_loop(a);
+  for (auto a = outer.rbegin(); a != outer.rend(); ++a) close_loop(*a);
+}
+
+// Two partial log-sum-exps (running maximum m, sum s of exp(x - m)) as one, the same formula
+// as the CUDA backend's TjLse: an empty side (m = -inf) contributes nothing, so exp() never sees
+// -inf - -inf; a NaN propagates through the sum.
+std::pair<std::string, std::string> KernelEmitter::combine_lse(const std::string& m1, const std::string& s1,
+                                                                const std::string& m2, const std::string& s2) {
+  const std::string ninf = "0xFFF0000000000000";
+  const std::string skip = tmp(), take = tmp(), gt = tmp(), d1 = tmp(), d2 = tmp(), d = tmp(), e = tmp();
+  out_ << "  " << skip << " = fcmp oeq float " << m2 << ", " << ninf << "\n";
+  out_ << "  " << take << " = fcmp oeq float " << m1 << ", " << ninf << "\n";
+  out_ << "  " << gt << " = fcmp ogt float " << m2 << ", " << m1 << "\n";
+  out_ << "  " << d1 << " = fsub float " << m1 << ", " << m2 << "\n";
+  out_ << "  " << d2 << " = fsub float " << m2 << ", " << m1 << "\n";
+  out_ << "  " << d << " = select i1 " << gt << ", float " << d1 << ", float " << d2 << "\n";
+  out_ << "  " << e << " = call float @llvm.exp.f32(float " << d << ")\n";
+  const std::string sa = tmp(), sa2 = tmp(), sb = tmp(), sb2 = tmp(), s = tmp(), m = tmp();
+  out_ << "  " << sa << " = fmul float " << s1 << ", " << e << "\n";
+  out_ << "  " << sa2 << " = fadd float " << sa << ", " << s2 << "\n";
+  out_ << "  " << sb << " = fmul float " << s2 << ", " << e << "\n";
+  out_ << "  " << sb2 << " = fadd float " << s1 << ", " << sb << "\n";
+  out_ << "  " << s << " = select i1 " << gt << ", float " << sa2 << ", float " << sb2 << "\n";
+  out_ << "  " << m << " = select i1 " << gt << ", float " << m2 << ", float " << m1 << "\n";
+  const std::string s3 = tmp(), m3 = tmp(), s4 = tmp(), m4 = tmp();
+  out_ << "  " << s3 << " = select i1 " << take << ", float " << s2 << ", float " << s << "\n";
+  out_ << "  " << m3 << " = select i1 " << take << ", float " << m2 << ", float " << m << "\n";
+  out_ << "  " << s4 << " = select i1 " << skip << ", float " << s1 << ", float " << s3 << "\n";
+  out_ << "  " << m4 << " = select i1 " << skip << ", float " << m1 << ", float " << m3 << "\n";
+  return {m4, s4};
 }
 
 std::string KernelEmitter::emit() {
@@ -390,7 +460,10 @@ std::string KernelEmitter::emit() {
   out_ << "\ndefine void @" << k_.name
        << "(ptr noalias nocapture readonly %args, i64 %batch, i64 %begin, i64 %end, i64 %step) {\nentry:\n";
   for (int a = 0; a < rank; ++a) out_ << "  %i" << a << " = alloca i64\n";
-  out_ << "  %acc = alloca " << ty(k_.exprs[k_.outputs[0].expr].dtype) << "\n";
+  for (int j = 0; j < k_.reductions(); ++j) {
+    out_ << "  %acc" << j << " = alloca " << ty(k_.exprs[k_.outputs[j].expr].dtype) << "\n";
+    if (k_.outputs[j].reduce == Op::ReduceLogSumExp) out_ << "  %acc" << j << "s = alloca float\n";
+  }
   for (size_t s = 0; s < info_.buffers.size(); ++s) {
     const std::string pp = tmp(), b = "%b" + std::to_string(s);
     out_ << "  " << pp << " = getelementptr inbounds ptr, ptr %args, i64 " << s << "\n";

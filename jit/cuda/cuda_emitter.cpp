@@ -147,43 +147,60 @@ void emit_elementwise(std::ostream& out, const KernelWriter& w, EmittedKernel& i
 
 // Identity and combine of the kernel's reduction, in the accumulator's type.
 struct Reduction {
-  std::string type, identity, op, finish;  // finish: applied to the total ("" or " / n")
+  std::string type, identity, op;
+  std::string before = "", after = "";  // around the total: a mean's " / n", a log-sum-exp's result
+  int bytes = 4;                        // of the accumulator, for shared memory
+  std::string result(const std::string& acc) const { return before + acc + after; }
 };
 
-Reduction reduction_of(const KernelWriter& w) {
+Reduction reduction_of(const KernelWriter& w, int out) {
   const kir::Kernel& k = w.kernel();
-  const bool f = k.exprs[k.outputs[0].expr].dtype == DType::f32;
-  Reduction r{w.type(f ? DType::f32 : DType::i32), f ? "0.0f" : "0", "TjSum()", ""};
-  if (k.reduce == Op::ReduceMax) r.identity = f ? "(-TJ_INF)" : "TJ_INT_MIN", r.op = "TjMax()";
-  if (k.reduce == Op::ReduceMean) r.finish = " / (float)len";
+  const bool f = k.exprs[k.outputs[out].expr].dtype == DType::f32;
+  const Op op = k.outputs[out].reduce;
+  Reduction r{w.type(f ? DType::f32 : DType::i32), f ? "0.0f" : "0", "TjSum()"};
+  if (op == Op::ReduceMax) r.identity = f ? "(-TJ_INF)" : "TJ_INT_MIN", r.op = "TjMax()";
+  if (op == Op::ReduceMean) r.after = " / (float)len";
+  if (op == Op::ReduceLogSumExp)
+    r = Reduction{"TjLseAcc", "tj_lse_identity()", "TjLse()", "tj_lse_result(", ")", 8};
   return r;
 }
+
+// Every reduction of the kernel (sibling reductions share the loop nest), in output order.
+std::vector<Reduction> reductions_of(const KernelWriter& w) {
+  std::vector<Reduction> rs;
+  for (int j = 0; j < w.kernel().reductions(); ++j) rs.push_back(reduction_of(w, j));
+  return rs;
+}
+
+std::string acc_name(size_t j) { return "acc" + (j ? std::to_string(j) : std::string()); }
 
 // The inner loop of a reduction: the body at each reduced point, side outputs, accumulate.
 void emit_accumulate(std::ostream& out, const KernelWriter& w, const std::string& ind,
                      const std::string& from, const std::string& step, const std::vector<int>& reduced,
-                     const Reduction& r) {
+                     const std::vector<Reduction>& rs) {
   const kir::Kernel& k = w.kernel();
   out << ind << "for (tj_i64 q = " << from << "; q < len; q += " << step << ") {\n";
   w.decompose(out, ind + "  ", "q", reduced, "rq");
   const Point pt = point_of(k.space.rank());
   std::vector<int> roots = output_exprs(k, 0);
   w.body(out, ind + "  ", pt, roots);
-  store_outputs(out, w, ind + "  ", pt, 1);
-  out << ind << "  acc = " << r.op << "(acc, " << w.value(k.outputs[0].expr, pt) << ");\n";
+  store_outputs(out, w, ind + "  ", pt, rs.size());
+  for (size_t j = 0; j < rs.size(); ++j)
+    out << ind << "  " << acc_name(j) << " = " << rs[j].op << "(" << acc_name(j) << ", "
+        << w.value(k.outputs[j].expr, pt) << ");\n";
   out << ind << "}\n";
 }
 
-std::string out_address(const KernelWriter& w, const std::vector<int>& reduced) {
+std::string out_address(const KernelWriter& w, const std::vector<int>& reduced, size_t out) {
   Point pt = point_of(w.kernel().space.rank());
   for (int a : reduced) pt.index[a] = "0";  // the output's strides along them are 0
-  return w.address(w.kernel().outputs[0].access, pt);
+  return w.address(w.kernel().outputs[out].access, pt);
 }
 
 void emit_row_reduction(std::ostream& out, const KernelWriter& w, EmittedKernel& info,
                         const std::vector<int>& kept, const std::vector<int>& reduced) {
   const kir::Kernel& k = w.kernel();
-  const Reduction r = reduction_of(w);
+  const std::vector<Reduction> rs = reductions_of(w);
   const kir::Affine len = w.count(reduced);
   const bool warp = len.b == 0 && len.c <= kWarpRowLimit;
   info.scheme = warp ? Scheme::row_per_warp : Scheme::row_per_block;
@@ -192,39 +209,60 @@ void emit_row_reduction(std::ostream& out, const KernelWriter& w, EmittedKernel&
     out << "  const int lane = threadIdx.x & 31;\n";
     out << "  for (tj_i64 row = TJ_GLOBAL_THREAD >> 5; row < rows; row += TJ_GRID_THREADS >> 5) {\n";
   } else {
-    info.shared_bytes = 32 * 4;
-    out << "  __shared__ " << r.type << " smem[32];\n";
+    info.shared_bytes = 0;
+    for (size_t j = 0; j < rs.size(); ++j) {
+      info.shared_bytes += 32 * rs[j].bytes;
+      out << "  __shared__ " << rs[j].type << " smem" << (j ? std::to_string(j) : "") << "[32];\n";
+    }
     out << "  for (tj_i64 row = blockIdx.x; row < rows; row += gridDim.x) {\n";
   }
   w.decompose(out, "    ", "row", kept, "ro");
-  out << "    " << r.type << " acc = " << r.identity << ";\n";
-  emit_accumulate(out, w, "    ", warp ? "lane" : "threadIdx.x", warp ? "32" : "blockDim.x", reduced, r);
-  if (warp) out << "    acc = tj_warp_reduce(acc, " << r.op << ");\n    if (lane == 0) ";
-  else out << "    acc = tj_block_reduce(acc, " << r.op << ", " << r.identity << ", smem);\n    if (threadIdx.x == 0) ";
-  out << w.buffer(k.outputs[0].access) << "[" << out_address(w, reduced) << "] = acc" << r.finish << ";\n";
+  for (size_t j = 0; j < rs.size(); ++j) out << "    " << rs[j].type << " " << acc_name(j) << " = " << rs[j].identity << ";\n";
+  emit_accumulate(out, w, "    ", warp ? "lane" : "threadIdx.x", warp ? "32" : "blockDim.x", reduced, rs);
+  for (size_t j = 0; j < rs.size(); ++j) {
+    const std::string a = acc_name(j);
+    if (warp) out << "    " << a << " = tj_warp_reduce(" << a << ", " << rs[j].op << ");\n";
+    else out << "    " << a << " = tj_block_reduce(" << a << ", " << rs[j].op << ", " << rs[j].identity
+             << ", smem" << (j ? std::to_string(j) : "") << ");\n";
+  }
+  for (size_t j = 0; j < rs.size(); ++j)
+    out << (warp ? "    if (lane == 0) " : "    if (threadIdx.x == 0) ") << w.buffer(k.outputs[j].access) << "["
+        << out_address(w, reduced, j) << "] = " << rs[j].result(acc_name(j)) << ";\n";
   out << "  }\n";
 }
 
 void emit_column_reduction(std::ostream& out, const KernelWriter& w, EmittedKernel& info,
                            const std::vector<int>& kept, const std::vector<int>& reduced) {
   const kir::Kernel& k = w.kernel();
-  const Reduction r = reduction_of(w);
+  const std::vector<Reduction> rs = reductions_of(w);
   info.scheme = Scheme::column;
-  info.shared_bytes = kBlock * 4;
+  info.shared_bytes = 0;
   out << "  const tj_i64 outputs = " << KernelWriter::affine(info.outputs)
       << ", len = " << KernelWriter::affine(w.count(reduced)) << ";\n";
-  out << "  __shared__ " << r.type << " part[" << kBlock << "];  // [slice][output]\n";
+  for (size_t j = 0; j < rs.size(); ++j) {
+    info.shared_bytes += kBlock * rs[j].bytes;
+    out << "  __shared__ " << rs[j].type << " part" << (j ? std::to_string(j) : "") << "[" << kBlock
+        << "];  // [slice][output]\n";
+  }
   out << "  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;\n";
   out << "  for (tj_i64 o0 = (tj_i64)blockIdx.x * 32; o0 < outputs; o0 += (tj_i64)gridDim.x * 32) {\n";
-  out << "    const tj_i64 o = o0 + tx;\n    tj_i64 at = 0;\n";
-  out << "    " << r.type << " acc = " << r.identity << ";\n    if (o < outputs) {\n";
+  out << "    const tj_i64 o = o0 + tx;\n";
+  for (size_t j = 0; j < rs.size(); ++j) out << "    tj_i64 at" << j << " = 0;\n";
+  for (size_t j = 0; j < rs.size(); ++j) out << "    " << rs[j].type << " " << acc_name(j) << " = " << rs[j].identity << ";\n";
+  out << "    if (o < outputs) {\n";
   w.decompose(out, "      ", "o", kept, "ro");
-  out << "      at = " << out_address(w, reduced) << ";\n";
-  emit_accumulate(out, w, "      ", "ty", "8", reduced, r);
-  out << "    }\n    part[threadIdx.x] = acc;\n    __syncthreads();\n";
+  for (size_t j = 0; j < rs.size(); ++j) out << "      at" << j << " = " << out_address(w, reduced, j) << ";\n";
+  emit_accumulate(out, w, "      ", "ty", "8", reduced, rs);
+  out << "    }\n";
+  for (size_t j = 0; j < rs.size(); ++j)
+    out << "    part" << (j ? std::to_string(j) : "") << "[threadIdx.x] = " << acc_name(j) << ";\n";
+  out << "    __syncthreads();\n";
   out << "    if (ty == 0 && o < outputs) {\n";
-  out << "      for (int y = 1; y < 8; ++y) acc = " << r.op << "(acc, part[y * 32 + tx]);\n";
-  out << "      " << w.buffer(k.outputs[0].access) << "[at] = acc" << r.finish << ";\n";
+  for (size_t j = 0; j < rs.size(); ++j) {
+    const std::string a = acc_name(j), part = "part" + (j ? std::to_string(j) : std::string());
+    out << "      for (int y = 1; y < 8; ++y) " << a << " = " << rs[j].op << "(" << a << ", " << part << "[y * 32 + tx]);\n";
+    out << "      " << w.buffer(k.outputs[j].access) << "[at" << j << "] = " << rs[j].result(a) << ";\n";
+  }
   out << "    }\n    __syncthreads();\n  }\n";
 }
 

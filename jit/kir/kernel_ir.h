@@ -57,8 +57,10 @@ struct Expr {
 };
 
 // A fused loop nest over `space`. Without a reduction, each output is stored at every point.
-// With one, the axes in `reduce_axes` are combined (sum, max or mean) into the single output,
-// whose access has stride 0 along them.
+// With one, the axes in `reduce_axes` are combined (sum, max, mean or log-sum-exp) into the
+// output, whose access has stride 0 along them. Sibling reductions over the same space and axes
+// (a cross-entropy's log-sum-exp and its label term) share one kernel: the first outputs are
+// the reductions, each with its own op; the outputs after them are stored at every point.
 struct Kernel {
   std::string name;
   Shape space;
@@ -67,11 +69,18 @@ struct Kernel {
   struct Output {
     int access;  // into accesses
     int expr;    // into exprs
+    Op reduce = Op::Constant;  // this output's reduction; Constant: stored at every point
   };
   std::vector<Output> outputs;
-  Op reduce = Op::Constant;     // ReduceSum, ReduceMax or ReduceMean; Constant: none
+  Op reduce = Op::Constant;     // the first output's reduction; Constant: none
   std::vector<int> reduce_axes;
   std::vector<int> nodes;       // the graph nodes fused into it, for dumps and errors
+  // How many outputs, from the first, are reductions.
+  int reductions() const {
+    int n = 0;
+    while (n < static_cast<int>(outputs.size()) && outputs[n].reduce != Op::Constant) ++n;
+    return n;
+  }
 };
 
 // A library routine over whole buffers: MatMul (with transposes folded in), Conv2D and its

@@ -1,4 +1,5 @@
 // The text form of the kernel IR: what golden fusion tests compare and dumps show.
+#include <algorithm>
 #include <sstream>
 
 #include "jit/kir/kernel_ir.h"
@@ -58,7 +59,10 @@ std::string to_string(const Program& program, const Kernel& k) {
   std::ostringstream out;
   out << "kernel " << k.name << " over " << k.space.str();
   if (k.reduce != Op::Constant) {
-    out << " " << op_name(k.reduce) << " axes";
+    // Sibling reductions: each reduced output's op, in the order of the stores.
+    for (int i = 0; i < std::max(1, k.reductions()); ++i)
+      out << (i ? ", " : " ") << op_name(i < k.reductions() ? k.outputs[i].reduce : k.reduce);
+    out << " axes";
     for (int a : k.reduce_axes) out << " " << a;
   }
   out << "\n";

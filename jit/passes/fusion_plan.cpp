@@ -64,6 +64,8 @@ class Planner {
   void mark_needed(const std::vector<int>& roots);
   void decide_buffers(const std::vector<int>& fetches);
   void choose_hosts();
+  void merge_sibling_reductions();
+  bool sibling_reads_ok(int r2, int r1) const;
   void choose_in_place(const std::vector<int>& update_ops);
   bool elementwise(int id) const;
   // Distinct nodes that read `n`: a + a reads a twice but inlines it into one kernel.
@@ -90,7 +92,18 @@ FusionPlan Planner::run(const std::vector<int>& fetches, const std::vector<int>&
   for (int n = 0; n < g_.size(); ++n)
     p_.view[n] = p_.needed[n] && g_.node(n).op == Op::Reshape && p_.buffered[n] &&
                  p_.buffered[g_.node(n).inputs[0]];
+  p_.host.assign(g_.size(), -1);
+  merge_sibling_reductions();
   choose_hosts();
+  // Hosting the elementwise nodes may have moved something a merged reduction reads after its
+  // kernel; such a reduction gets its own kernel back, and hosting is decided again.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int n = 0; n < g_.size(); ++n)
+      if (p_.host[n] >= 0 && op_kind(g_.node(n).op) == OpKind::Reduce && !sibling_reads_ok(n, p_.host[n]))
+        p_.host[n] = -1, changed = true;
+    if (changed) choose_hosts();
+  }
   choose_in_place(update_ops);
   return std::move(p_);
 }
@@ -120,6 +133,17 @@ void Planner::decide_buffers(const std::vector<int>& fetches) {
   p_.buffered.assign(g_.size(), false);
   p_.folded.assign(g_.size(), false);
   for (int f : fetches) p_.buffered[f] = true;
+  // A value that reads no memory (constants, counts of the batch, arithmetic and broadcasts of
+  // them: a mean's gradient 1/B) costs nothing to recompute, so every reader inlines it.
+  std::vector<bool> free(g_.size(), false);
+  for (int n = 0; n < g_.size(); ++n) {
+    const Node& node = g_.node(n);
+    const OpKind kind = op_kind(node.op);
+    const bool inlinable = kind == OpKind::Unary || kind == OpKind::Binary || node.op == Op::Select ||
+                           node.op == Op::BroadcastTo || inline_reshape(g_, node);
+    free[n] = node.op == Op::Constant || node.op == Op::Count ||
+              (inlinable && std::all_of(node.inputs.begin(), node.inputs.end(), [&](int in) { return free[in]; }));
+  }
   for (int n = g_.size() - 1; n >= 0; --n) {
     if (!p_.needed[n]) continue;
     const Node& node = g_.node(n);
@@ -129,7 +153,7 @@ void Planner::decide_buffers(const std::vector<int>& fetches) {
         is_library(node.op))
       p_.buffered[n] = true;
     if ((kind == OpKind::Unary || kind == OpKind::Binary || kind == OpKind::Layout ||
-         node.op == Op::Select) && readers(n) > 1)
+         node.op == Op::Select) && readers(n) > 1 && !free[n])
       p_.buffered[n] = true;
     if (node.op == Op::Assign) p_.buffered[node.inputs[1]] = true;
     if (moves || (is_library(node.op) && node.op != Op::MatMul))
@@ -172,7 +196,8 @@ bool Planner::elementwise(int id) const {
 }
 
 void Planner::choose_hosts() {
-  p_.host.assign(g_.size(), -1);
+  for (int n = 0; n < g_.size(); ++n)
+    if (op_kind(g_.node(n).op) != OpKind::Reduce) p_.host[n] = -1;  // keep the merged reductions
   // From the last node back, so a consumer's own host is known: the kernel that computes the
   // node runs at its root's position, and every other consumer must run after that.
   for (int n = g_.size() - 1; n >= 0; --n) {
@@ -189,9 +214,63 @@ void Planner::choose_hosts() {
                                       consumer.op != Op::Reshape && consumer.op != Op::BroadcastTo;
     const int root = p_.kernel_root(c);
     const bool later = std::all_of(consumers_[n].begin(), consumers_[n].end(),
-                                   [&](int other) { return other == c || other > root; });
+                                   [&](int other) { return other == c || p_.kernel_root(other) > root; });
     if (same_space && later) p_.host[n] = c;
   }
+}
+
+// Sibling reductions: a reduction over the same loop space and axes as an earlier one that is a
+// kernel of its own rides along in that kernel (its host), when everything it reads is ready by
+// then: a cross-entropy's label term sum(p * x) joins the log-sum-exp of x, so both read the
+// logits once. The reductions share the loop nest; each keeps its own accumulator.
+void Planner::merge_sibling_reductions() {
+  for (int r2 = 0; r2 < g_.size(); ++r2) {
+    const Node& b = g_.node(r2);
+    if (!p_.needed[r2] || op_kind(b.op) != OpKind::Reduce) continue;
+    for (int r1 = r2 - 1; r1 >= 0; --r1) {
+      const Node& a = g_.node(r1);
+      if (!p_.needed[r1] || op_kind(a.op) != OpKind::Reduce || p_.host[r1] >= 0) continue;
+      if (a.attrs.axes != b.attrs.axes || g_.node(a.inputs[0]).shape != g_.node(b.inputs[0]).shape)
+        continue;
+      if (sibling_reads_ok(r2, r1)) {
+        p_.host[r2] = r1;
+        break;
+      }
+    }
+  }
+}
+
+// Whether reduction r2, computed in r1's kernel (which runs at r1's place in node order), finds
+// every buffer it reads written by then: each is an input or variable, computed by a step
+// before r1, or computed in r1's kernel itself from such buffers, never r1's own result.
+bool Planner::sibling_reads_ok(int r2, int r1) const {
+  std::vector<int> stack{g_.node(r2).inputs[0]};
+  std::vector<bool> seen(g_.size(), false);
+  while (!stack.empty()) {
+    int m = stack.back();
+    stack.pop_back();
+    if (seen[m]) continue;
+    seen[m] = true;
+    const Node& n = g_.node(m);
+    if (m == r1) return false;
+    if (n.op == Op::Input || n.op == Op::Variable) continue;
+    if (p_.view[m]) {  // read through the view: its elements must all be written already
+      int at = m;
+      while (p_.view[at]) at = g_.node(at).inputs[0];
+      const Node& src = g_.node(at);
+      if (src.op == Op::Input || src.op == Op::Variable || p_.kernel_root(at) < r1) continue;
+      return false;
+    }
+    if (p_.buffered[m] && !p_.folded[m]) {
+      const int root = p_.kernel_root(m);
+      if (root < r1) continue;
+      if (root != r1) return false;
+      // computed in r1's kernel as well: what it reads must be ready too
+    }
+    if (n.op == Op::Count) continue;  // reads only its input's shape
+    for (int in : n.inputs) stack.push_back(in);
+  }
+  return true;
 }
 
 // An update op's value is written straight into its variable, instead of into a temporary

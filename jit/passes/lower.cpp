@@ -172,16 +172,25 @@ void Lowering::emit_kernel(int node) {
     k.space = x.shape;
     k.reduce = n.op;
     k.reduce_axes = n.attrs.axes;
-    const int value = expr(k, n.inputs[0], identity_map(x.shape.rank()), false);
-    IndexMap out_map;  // the output's coordinates in the input's loop space
-    for (int i = 0; i < x.shape.rank(); ++i) {
-      const bool reduced =
-          std::find(k.reduce_axes.begin(), k.reduce_axes.end(), i) != k.reduce_axes.end();
-      if (reduced && !n.attrs.keepdims) continue;
-      out_map.axis.push_back(reduced ? -1 : i);
-      out_map.offset.push_back(0);
+    // This reduction, then its siblings the plan put in this kernel (same space and axes).
+    std::vector<kir::Kernel::Output> reductions;
+    for (int r = node; r < g_.size(); ++r) {
+      if (r != node && !(plan_.needed[r] && plan_.host[r] == node && op_kind(g_.node(r).op) == OpKind::Reduce))
+        continue;
+      const Node& rn = g_.node(r);
+      if (r != node) k.nodes.push_back(r);
+      const int value = expr(k, rn.inputs[0], identity_map(x.shape.rank()), false);
+      IndexMap out_map;  // the output's coordinates in the input's loop space
+      for (int i = 0; i < x.shape.rank(); ++i) {
+        const bool reduced =
+            std::find(k.reduce_axes.begin(), k.reduce_axes.end(), i) != k.reduce_axes.end();
+        if (reduced && !rn.attrs.keepdims) continue;
+        out_map.axis.push_back(reduced ? -1 : i);
+        out_map.offset.push_back(0);
+      }
+      reductions.push_back({add_access(k, buffer_of(r), rn.shape, out_map), value, rn.op});
     }
-    k.outputs.insert(k.outputs.begin(), {add_access(k, out, n.shape, out_map), value});
+    k.outputs.insert(k.outputs.begin(), reductions.begin(), reductions.end());
   } else {
     k.space = n.shape;
     const IndexMap id = identity_map(n.shape.rank());

@@ -42,7 +42,7 @@ Array eval_binary(const EvalArgs& a);  // every Binary op of ops.def
 Array eval_select(const EvalArgs& a);
 
 // --- eval_layout.cpp ------------------------------------------------------------------------
-Array eval_reduce(const EvalArgs& a);  // ReduceSum, ReduceMean, ReduceMax
+Array eval_reduce(const EvalArgs& a);  // ReduceSum, ReduceMean, ReduceMax, ReduceLogSumExp
 Array eval_count(const EvalArgs& a);
 Array eval_reshape(const EvalArgs& a);
 Array eval_transpose(const EvalArgs& a);

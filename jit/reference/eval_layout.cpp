@@ -1,5 +1,6 @@
 // Reductions and layout ops: every output element found from its multi-index, one at a time.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "dsl/error.h"
@@ -41,19 +42,32 @@ Array eval_reduce(const EvalArgs& a) {
     }
   Array out = a.result();
   internal_check(out.size() == kept.elements(0)) << out.shape.str() << " vs " << kept.str();
-  const bool is_max = a.node.op == Op::ReduceMax;
+  const bool is_max = a.node.op == Op::ReduceMax || a.node.op == Op::ReduceLogSumExp;
   std::fill(out.data.begin(), out.data.end(),
             is_max ? -std::numeric_limits<double>::infinity() : 0.0);
   const std::vector<int64_t> kept_strides = strides_of(kept);
-  for (int64_t i = 0; i < x.size(); ++i) {
+  auto out_index = [&](int64_t i) {
     std::vector<int64_t> index = unravel(i, x.shape);
     for (int d = 0; d < kept.rank(); ++d)
       if (reduced[d]) index[d] = 0;
-    double& acc = out[ravel(index, kept_strides)];
+    return ravel(index, kept_strides);
+  };
+  for (int64_t i = 0; i < x.size(); ++i) {
+    double& acc = out[out_index(i)];
     acc = is_max ? std::max(acc, x[i]) : acc + x[i];
   }
   if (a.node.op == Op::ReduceMean)
     for (double& v : out.data) v /= static_cast<double>(count);
+  if (a.node.op == Op::ReduceLogSumExp) {
+    // The definition, shifted by the maximum: max + log(sum(exp(x - max))).
+    std::vector<double> sums(out.size(), 0.0);
+    for (int64_t i = 0; i < x.size(); ++i) {
+      const int64_t o = out_index(i);
+      sums[o] += std::exp(x[i] - out[o]);
+    }
+    for (int64_t o = 0; o < out.size(); ++o)
+      if (std::isfinite(out[o])) out[o] += std::log(sums[o]);
+  }
   return out;
 }
 

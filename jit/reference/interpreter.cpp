@@ -162,7 +162,8 @@ Array evaluate(const EvalArgs& a, const Feeds& feeds, const Variables& variables
     case Op::Equal: case Op::NotEqual:
       return eval_binary(a);
     case Op::Select: return eval_select(a);
-    case Op::ReduceSum: case Op::ReduceMean: case Op::ReduceMax: return eval_reduce(a);
+    case Op::ReduceSum: case Op::ReduceMean: case Op::ReduceMax:
+    case Op::ReduceLogSumExp: return eval_reduce(a);
     case Op::Count: return eval_count(a);
     case Op::Reshape: return eval_reshape(a);
     case Op::Transpose: return eval_transpose(a);

@@ -215,33 +215,7 @@ void CudaProgram::run_call(int index, const std::vector<CUdeviceptr>& base, int6
   cuda::run_library_call(c, graph_.node(c.node), in, out, env);
 }
 
-std::vector<HostTensor> CudaProgram::execute(const DeviceFeeds& feeds, DeviceVariables& variables, int64_t batch,
-                                             uint64_t step, const std::vector<Transfer>& uploads,
-                                             const std::vector<Transfer>& downloads, Loc loc) {
-  const cuda::DriverApi& api = cuda::require_driver(loc);
-  device_->make_current();
-  prepare(batch);
-  std::vector<CUdeviceptr> base = bind_buffers(feeds, variables, batch);
-
-  // Everything that crosses to or from the host goes through one page-locked block, laid out
-  // now (so it never grows while copies are queued): uploads, fetches, downloads, slots.
-  std::vector<HostTensor> out;
-  for (int f : program_.fetches) out.emplace_back(program_.buffers[f].shape.bind(batch), program_.buffers[f].dtype);
-  size_t total = 0;
-  for (const Transfer& t : uploads) total += align64(t.bytes);
-  for (const HostTensor& t : out) total += align64(t.size() * 4);
-  for (const Transfer& t : downloads) total += align64(t.bytes);
-  total += 8 * one_hot_calls_.size();
-  char* staging = staging_->reserve(std::max<size_t>(total, 64), loc);
-
-  size_t at = 0;
-  for (const Transfer& t : uploads) {
-    std::memcpy(staging + at, t.host, t.bytes);
-    cuda::check_cuda(api.MemcpyHtoDAsync(t.device, staging + at, t.bytes, stream_->handle()), "cuMemcpyHtoDAsync",
-                     "", loc);
-    at += align64(t.bytes);
-  }
-
+void CudaProgram::queue_steps(const std::vector<CUdeviceptr>& base, int64_t batch, uint64_t step, Loc loc) {
   if (step_times) {
     step_times->resize(program_.steps.size(), 0.0);
     while (timing_.size() < program_.steps.size() + 1) timing_.push_back(std::make_unique<cuda::Event>(*device_));
@@ -255,32 +229,66 @@ std::vector<HostTensor> CudaProgram::execute(const DeviceFeeds& feeds, DeviceVar
       run_call(s.index, base, batch);
     } else {
       const kir::Copy& c = program_.copies[s.index];
-      cuda::check_cuda(api.MemcpyDtoDAsync(base[c.to], base[c.from], program_.buffers[c.to].shape.elements(batch) * 4,
-                                           stream_->handle()),
+      const size_t bytes = program_.buffers[c.to].shape.elements(batch) * 4;
+      cuda::check_cuda(cuda::require_driver().MemcpyDtoDAsync(base[c.to], base[c.from], bytes, stream_->handle()),
                        "cuMemcpyDtoDAsync", "", loc);
     }
     if (step_times) timing_[i + 1]->record(*stream_);
   }
+}
 
-  // Back to the host: fetches, then the caller's downloads, then the one-hot slots.
-  std::vector<std::pair<void*, size_t>> back;  // (destination, staging offset) after the wait
-  auto queue_down = [&](void* host, CUdeviceptr from, size_t bytes) {
-    cuda::check_cuda(api.MemcpyDtoHAsync(staging + at, from, bytes, stream_->handle()), "cuMemcpyDtoHAsync", "", loc);
-    back.push_back({host, at});
-    at += align64(bytes);
-  };
-  for (size_t i = 0; i < out.size(); ++i) queue_down(out[i].data(), base[program_.fetches[i]], out[i].size() * 4);
-  for (const Transfer& t : downloads) queue_down(t.host, t.device, t.bytes);
+std::vector<HostTensor> CudaProgram::execute(const DeviceFeeds& feeds, DeviceVariables& variables, int64_t batch,
+                                             uint64_t step, const std::vector<Transfer>& uploads,
+                                             const std::vector<Transfer>& downloads, Loc loc) {
+  const cuda::DriverApi& api = cuda::require_driver(loc);
+  device_->make_current();
+  prepare(batch);
+  const std::vector<CUdeviceptr> base = bind_buffers(feeds, variables, batch);
+
+  // Everything that crosses to or from the host goes through one page-locked block, laid out
+  // now (so it never grows while copies are queued): uploads, then on the way back the
+  // fetches, the caller's downloads and the one-hot slots.
+  std::vector<HostTensor> out;
+  for (int f : program_.fetches) out.emplace_back(program_.buffers[f].shape.bind(batch), program_.buffers[f].dtype);
   std::vector<uint64_t> slots(one_hot_calls_.size());
-  for (size_t i = 0; i < slots.size(); ++i) queue_down(&slots[i], error_slots_.ptr() + 8 * i, 8);
+  std::vector<Transfer> back;  // host = the final destination; device = the source
+  for (size_t i = 0; i < out.size(); ++i)
+    back.push_back({out[i].data(), base[program_.fetches[i]], static_cast<size_t>(out[i].size()) * 4});
+  back.insert(back.end(), downloads.begin(), downloads.end());
+  for (size_t i = 0; i < slots.size(); ++i) back.push_back({&slots[i], error_slots_.ptr() + 8 * i, 8});
+  size_t total = 64;
+  for (const Transfer& t : uploads) total += align64(t.bytes);
+  for (const Transfer& t : back) total += align64(t.bytes);
+  char* staging = staging_->reserve(total, loc);
+
+  std::vector<size_t> offsets;  // of each `back` entry in staging
+  try {
+    size_t at = 0;
+    for (const Transfer& t : uploads) {
+      std::memcpy(staging + at, t.host, t.bytes);
+      cuda::check_cuda(api.MemcpyHtoDAsync(t.device, staging + at, t.bytes, stream_->handle()), "cuMemcpyHtoDAsync",
+                       "", loc);
+      at += align64(t.bytes);
+    }
+    queue_steps(base, batch, step, loc);
+    for (const Transfer& t : back) {
+      cuda::check_cuda(api.MemcpyDtoHAsync(staging + at, t.device, t.bytes, stream_->handle()), "cuMemcpyDtoHAsync",
+                       "", loc);
+      offsets.push_back(at);
+      at += align64(t.bytes);
+    }
+  } catch (...) {  // copies from staging may be in flight: let them land before the next run
+    try {
+      stream_->synchronize();
+    } catch (...) {
+    }
+    throw;
+  }
   stream_->synchronize(name_ + " on " + device_->str() +
                            " (a kernel failed: rerun with CUDA_LAUNCH_BLOCKING=1 to have the error name it)",
                        loc);
 
-  size_t k = 0;
-  for (size_t i = 0; i < out.size(); ++i, ++k) std::memcpy(back[k].first, staging + back[k].second, out[i].size() * 4);
-  for (const Transfer& t : downloads) std::memcpy(back[k].first, staging + back[k].second, t.bytes), ++k;
-  for (size_t i = 0; i < slots.size(); ++i, ++k) std::memcpy(&slots[i], staging + back[k].second, 8);
+  for (size_t i = 0; i < back.size(); ++i) std::memcpy(back[i].host, staging + offsets[i], back[i].bytes);
   for (size_t i = 0; i < slots.size(); ++i)
     cuda::check_one_hot_slot(graph_.node(program_.calls[one_hot_calls_[i]].node), slots[i]);
   if (step_times)

@@ -86,6 +86,7 @@ class CudaProgram {
                                   uint64_t step, const std::vector<Transfer>& uploads,
                                   const std::vector<Transfer>& downloads, Loc loc);
   void prepare(int64_t batch);
+  void queue_steps(const std::vector<CUdeviceptr>& base, int64_t batch, uint64_t step, Loc loc);
   void run_kernel(int index, const std::vector<CUdeviceptr>& base, int64_t batch, uint64_t step);
   void run_call(int index, const std::vector<CUdeviceptr>& base, int64_t batch);
   std::vector<Transfer> stage_feeds(const HostFeeds& feeds);

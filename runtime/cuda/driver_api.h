@@ -32,6 +32,7 @@ using CuResult = int;  // CUresult; 0 is CUDA_SUCCESS
 inline constexpr CuResult kCudaSuccess = 0;
 inline constexpr CuResult kCudaErrorNotReady = 600;
 inline constexpr CuResult kCudaErrorNoBinaryForGpu = 209;
+inline constexpr CuResult kCudaErrorUnsupportedPtxVersion = 222;
 inline constexpr CuResult kCudaErrorPeerAccessAlreadyEnabled = 704;
 inline constexpr int kAttrMultiprocessorCount = 16;    // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
 inline constexpr int kAttrComputeCapabilityMajor = 75;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR

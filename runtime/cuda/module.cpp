@@ -18,13 +18,16 @@ LoadedModule::LoadedModule(DeviceContext& device, const cuda::CudaBinary& binary
     // the driver compile the PTX, which runs on that architecture and every later one.
     r = api.ModuleLoadData(&module_, binary.ptx.c_str());
   }
+  std::string hint;
+  if (r == kCudaErrorNoBinaryForGpu)
+    hint = "; the code is for another architecture than the device's: unset TOWERJIT_CUDA_ARCH or set it to " +
+           device.arch();
+  if (r == kCudaErrorUnsupportedPtxVersion)
+    hint = "; the driver (CUDA " + std::to_string(require_driver().driver_version / 1000) + "." +
+           std::to_string(require_driver().driver_version % 1000 / 10) + ") is older than NVRTC " +
+           cuda::nvrtc_version() + ", which compiled the code: update the NVIDIA driver";
   check_cuda(r, "cuModuleLoadData",
-             " loading CUDA module \"" + name + "\" compiled for " + binary.arch + " on " + device.str() +
-                 (r == kCudaErrorNoBinaryForGpu || r == 222
-                      ? "; the code is for a newer architecture than the device: unset TOWERJIT_CUDA_ARCH or set it to " +
-                            device.arch()
-                      : std::string()),
-             loc);
+             " loading CUDA module \"" + name + "\" compiled for " + binary.arch + " on " + device.str() + hint, loc);
 }
 
 LoadedModule::~LoadedModule() {

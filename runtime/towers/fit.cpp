@@ -37,11 +37,12 @@ StepEvent fit(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOpt
     event.loss = result.loss;
     event.learning_rate = result.learning_rate;
     event.seconds = std::chrono::duration<double>(finish - start).count();
-    event.samples_per_s = event.examples / std::max(1e-9, std::chrono::duration<double>(finish - previous).count());
+    const double since_previous = std::chrono::duration<double>(finish - previous).count();
+    event.samples_per_s = event.examples / std::max(1e-9, since_previous);
     previous = finish;
     user_check(std::isfinite(result.loss), loc)
-        << "the loss is " << (std::isnan(result.loss) ? "NaN" : result.loss > 0 ? "+inf" : "-inf") << " at step " << event.step << " (epoch " << batch.epoch + 1
-        << ", batch " << batch.index + 1 << " of " << batch.batches_in_epoch << "); training stopped "
+        << "the loss is " << (std::isnan(result.loss) ? "NaN" : result.loss > 0 ? "+inf" : "-inf")
+        << " at step " << event.step << " (epoch " << batch.epoch + 1 << ", batch " << batch.index + 1 << " of " << batch.batches_in_epoch << "); training stopped "
         << "and the last checkpoint written before it is kept; lower the learning rate or clip "
         << "the gradients (Optimizer::with_clip_by_global_norm)";
     for (Hook* h : options.hooks) h->after_step(trainer, event);

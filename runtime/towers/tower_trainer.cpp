@@ -182,10 +182,12 @@ HostFeeds TowerTrainer::all_reduce(const std::vector<std::vector<HostTensor>>& o
 void TowerTrainer::set_trace(report::Trace* trace) {
   trace_ = trace;
   if (!trace_) return;
-  for (int t = 0; t < towers_.size(); ++t) trace_->name_thread(t, "tower " + std::to_string(t) + " (" + towers_.devices()[t].str() + ")");
+  for (int t = 0; t < towers_.size(); ++t)
+    trace_->name_thread(t, "tower " + std::to_string(t) + " (" + towers_.devices()[t].str() + ")");
   trace_->name_thread(kReduceRow, "all-reduce");
   for (size_t r = 0; r < replicas_.size() && !is_async(towers_.reduction()); ++r)
-    trace_->name_thread(kApplyRow + static_cast<int>(r), replicated() ? "apply, replica " + std::to_string(r) : "apply");
+    trace_->name_thread(kApplyRow + static_cast<int>(r),
+                        replicated() ? "apply, replica " + std::to_string(r) : "apply");
 }
 
 report::Trace::Span TowerTrainer::traced(std::string_view name, std::string_view category, int row) {

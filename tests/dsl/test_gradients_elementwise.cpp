@@ -79,7 +79,7 @@ TEST_CASE("gradient of where flows to the chosen side only", "[grad]") {
 
 TEST_CASE("gradients of reductions match finite differences", "[grad]") {
   using Reduce = Tensor (*)(Tensor, std::vector<int>, bool, Loc);
-  const std::pair<const char*, Reduce> ops[] = {{"sum", sum}, {"mean", mean}, {"max", max}};
+  const std::pair<const char*, Reduce> ops[] = {{"sum", sum}, {"mean", mean}, {"max", max}, {"logsumexp", logsumexp}};
   struct Axes {
     Shape shape;
     std::vector<int> axes;

@@ -72,6 +72,6 @@ damaged_checkpoint)
   expect_error "$small --checkpoint $work/d --resume" "ckpt-2.tjck" "checksum" ;;
 mismatched_checkpoint)
   "$bin" $small --steps 2 --checkpoint "$work/e" >/dev/null || fail "run"
-  expect_error "--steps 24 --batch 64 --hidden 48 --checkpoint $work/e --resume" "model" "mlp-32" "mlp-48" ;;
+  expect_error "--steps 24 --batch 64 --hidden 48 --checkpoint $work/e --resume" "model" "MLP 784-32-32-10" "MLP 784-48-48-10" ;;
 *) fail "unknown case $case_name" ;;
 esac

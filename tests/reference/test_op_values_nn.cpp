@@ -71,6 +71,7 @@ TEST_CASE("softmax and softmax_cross_entropy", "[reference]") {
   const double lse0 = std::log(z);
   // Row 1: log(e^-1 + e^0 + e^1000) = 1000 + log(1 + e^-1000 + e^-1001) ~ 1000.
   const double lse1 = 1000 + std::log1p(std::exp(-1000.0) + std::exp(-1001.0));
+  require_values(eval(tj::logsumexp(x, {1}), f), {2}, {lse0, lse1}, 1e-12);
   const std::vector<double> want = {lse0 - 3, lse1 - (-1)};
   require_values(eval(tj::softmax_cross_entropy(x, labels), f), {2}, want, 1e-12);
   require_values(eval(tj::softmax_cross_entropy(x, probs), f), {2}, want, 1e-12);

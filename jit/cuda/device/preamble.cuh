@@ -22,11 +22,38 @@ struct TjMax {
   }
 };
 
+// A partial log-sum-exp: running maximum m and the sum s of exp(x - m) (identity: -inf, 0).
+struct TjLseAcc {
+  float m, s;
+};
+__device__ __forceinline__ TjLseAcc tj_lse_identity() { return TjLseAcc{-TJ_INF, 0.0f}; }
+__device__ __forceinline__ float tj_lse_result(TjLseAcc a) { return a.m + logf(a.s); }
+// Two partials as one, the same formula as the CPU backend's: an empty side (m = -inf)
+// contributes nothing, so expf never sees -inf - -inf; a NaN propagates through the sum.
+struct TjLse {
+  __device__ __forceinline__ TjLseAcc operator()(TjLseAcc a, TjLseAcc b) const {
+    if (b.m == -TJ_INF) return a;
+    if (a.m == -TJ_INF) return b;
+    const bool gt = b.m > a.m;
+    const float e = expf(gt ? a.m - b.m : b.m - a.m);
+    return gt ? TjLseAcc{b.m, a.s * e + b.s} : TjLseAcc{a.m, a.s + b.s * e};
+  }
+  __device__ __forceinline__ TjLseAcc operator()(TjLseAcc a, float v) const {
+    return (*this)(a, TjLseAcc{v, 1.0f});
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ T tj_shfl_down(T v, int d) { return __shfl_down_sync(0xffffffffu, v, d); }
+__device__ __forceinline__ TjLseAcc tj_shfl_down(TjLseAcc v, int d) {
+  return TjLseAcc{__shfl_down_sync(0xffffffffu, v.m, d), __shfl_down_sync(0xffffffffu, v.s, d)};
+}
+
 // Combines the 32 lanes' values in a fixed tree (same order every run); lane 0 holds the result.
 template <typename T, typename Op>
 __device__ __forceinline__ T tj_warp_reduce(T v, Op op) {
 #pragma unroll
-  for (int d = 16; d > 0; d >>= 1) v = op(v, __shfl_down_sync(0xffffffffu, v, d));
+  for (int d = 16; d > 0; d >>= 1) v = op(v, tj_shfl_down(v, d));
   return v;
 }
 
