@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -25,6 +26,17 @@ struct HostTensor {
   void* data() { return dtype == DType::f32 ? static_cast<void*>(f32.data()) : i32.data(); }
   const void* data() const { return dtype == DType::f32 ? static_cast<const void*>(f32.data()) : i32.data(); }
 };
+
+// Rows [start, start + rows) of a tensor whose first dimension is the batch: a tower's slice.
+inline HostTensor rows_of(const HostTensor& t, int64_t start, int64_t rows) {
+  Shape shape = t.shape;
+  shape[0] = rows;
+  HostTensor part(shape, t.dtype);
+  const int64_t row = t.shape[0] ? t.size() / t.shape[0] : 0;
+  if (rows * row > 0)
+    std::memcpy(part.data(), static_cast<const char*>(t.data()) + start * row * 4, rows * row * 4);
+  return part;
+}
 
 // Inputs of a program by name ("image", "label"), and variables by name ("fc1/kernel").
 using HostFeeds = std::map<std::string, HostTensor>;

@@ -264,7 +264,8 @@ bool Planner::sibling_reads_ok(int r2, int r1) const {
     if (p_.buffered[m] && !p_.folded[m]) {
       const int root = p_.kernel_root(m);
       if (root < r1) continue;
-      if (root != r1) return false;
+      // Another reduction of r1's kernel is complete only once the kernel ends.
+      if (root != r1 || op_kind(n.op) == OpKind::Reduce) return false;
       // computed in r1's kernel as well: what it reads must be ready too
     }
     if (n.op == Op::Count) continue;  // reads only its input's shape

@@ -39,7 +39,6 @@ StepEvent fit(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOpt
     event.seconds = std::chrono::duration<double>(finish - start).count();
     const double since_previous = std::chrono::duration<double>(finish - previous).count();
     event.samples_per_s = event.examples / std::max(1e-9, since_previous);
-    previous = finish;
     user_check(std::isfinite(result.loss), loc)
         << "the loss is " << (std::isnan(result.loss) ? "NaN" : result.loss > 0 ? "+inf" : "-inf")
         << " at step " << event.step << " (epoch " << batch.epoch + 1 << ", batch " << batch.index + 1 << " of " << batch.batches_in_epoch << "); training stopped "
@@ -48,6 +47,7 @@ StepEvent fit(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOpt
     for (Hook* h : options.hooks) h->after_step(trainer, event);
     if (batch.index + 1 == batch.batches_in_epoch)
       for (Hook* h : options.hooks) h->after_epoch(trainer, event);
+    previous = Clock::now();  // the hooks' time (an evaluation) is not the next step's
   }
   for (Hook* h : options.hooks) h->end(trainer, event);
   return event;

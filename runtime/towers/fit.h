@@ -25,7 +25,8 @@ struct StepEvent {
   double loss = 0;         // the batch's mean loss
   double learning_rate = 0;
   double seconds = 0;      // wall time of the step (the trainer only, not the pipeline's wait)
-  double samples_per_s = 0;  // examples over wall time since the previous step (waits included)
+  double samples_per_s = 0;  // examples over the wall time since the previous step's hooks
+                             // returned: the wait for the batch and the step
   data::PipelinePosition next;  // where the pipeline stands after this batch: a checkpoint's position
 };
 

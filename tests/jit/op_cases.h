@@ -55,6 +55,9 @@ inline const std::vector<Case>& op_cases() {
       {"logsumexp rows", [](Tensor x, Tensor) { return tj::logsumexp(x * 20, {-1}, true); }},
       {"logsumexp batch", [](Tensor x, Tensor y) { return tj::logsumexp(x * y * 30, {0}); }, true},
       {"logsumexp all", [](Tensor x, Tensor) { return tj::logsumexp(x); }},
+      // Sibling reductions share a kernel, except the last: it reads the sum of the second.
+      {"sibling reductions", [](Tensor x, Tensor) { return tj::max(x, {1}) + tj::sum(x, {1}) + tj::logsumexp(x, {1}) + tj::sum(x * tj::sum(x, {1}, true), {1}); }},
+      {"sibling column reductions", [](Tensor x, Tensor y) { return tj::logsumexp(x, {0}) - tj::mean(x * y, {0}) + tj::max(y, {0}); }, true},
       {"transpose", [](Tensor x, Tensor) { return tj::transpose(x) * 2; }},
       {"reshape", [](Tensor x, Tensor) { return tj::reshape(x + 1, {kBatch, 7, 1}); }},
       {"broadcast_to", [](Tensor, Tensor y) { return tj::broadcast_to(y, {3, 7}); }},
