@@ -34,8 +34,11 @@ Tensor state_variable(Graph& g, const std::string& full_name, const Shape& shape
   }
   Attrs attrs;
   attrs.name = full_name;
-  Tensor t = make(g, Op::Variable, {}, shape, DType::f32, attrs, loc);
-  g.add_variable(VariableInfo{.name = full_name, .shape = shape, .dtype = DType::f32,
+  // `shape` is often another node's (w.shape()), which lives in the graph's node list: make()
+  // can grow that list and leave the reference dangling, so keep a copy.
+  const Shape own = shape;
+  Tensor t = make(g, Op::Variable, {}, own, DType::f32, attrs, loc);
+  g.add_variable(VariableInfo{.name = full_name, .shape = own, .dtype = DType::f32,
                               .init = init, .trainable = false, .node = t.id(), .loc = loc});
   return t;
 }

@@ -1,5 +1,4 @@
 // The text form of the kernel IR: what golden fusion tests compare and dumps show.
-#include <algorithm>
 #include <sstream>
 
 #include "jit/kir/kernel_ir.h"
@@ -60,8 +59,7 @@ std::string to_string(const Program& program, const Kernel& k) {
   out << "kernel " << k.name << " over " << k.space.str();
   if (k.reduce != Op::Constant) {
     // Sibling reductions: each reduced output's op, in the order of the stores.
-    for (int i = 0; i < std::max(1, k.reductions()); ++i)
-      out << (i ? ", " : " ") << op_name(i < k.reductions() ? k.outputs[i].reduce : k.reduce);
+    for (int i = 0; i < k.reductions(); ++i) out << (i ? ", " : " ") << op_name(k.outputs[i].reduce);
     out << " axes";
     for (int a : k.reduce_axes) out << " " << a;
   }

@@ -135,14 +135,14 @@ void Planner::decide_buffers(const std::vector<int>& fetches) {
   for (int f : fetches) p_.buffered[f] = true;
   // A value that reads no memory (constants, counts of the batch, arithmetic and broadcasts of
   // them: a mean's gradient 1/B) costs nothing to recompute, so every reader inlines it.
-  std::vector<bool> free(g_.size(), false);
+  std::vector<bool> reads_nothing(g_.size(), false);
   for (int n = 0; n < g_.size(); ++n) {
     const Node& node = g_.node(n);
     const OpKind kind = op_kind(node.op);
     const bool inlinable = kind == OpKind::Unary || kind == OpKind::Binary || node.op == Op::Select ||
                            node.op == Op::BroadcastTo || inline_reshape(g_, node);
-    free[n] = node.op == Op::Constant || node.op == Op::Count ||
-              (inlinable && std::all_of(node.inputs.begin(), node.inputs.end(), [&](int in) { return free[in]; }));
+    reads_nothing[n] = node.op == Op::Constant || node.op == Op::Count ||
+              (inlinable && std::all_of(node.inputs.begin(), node.inputs.end(), [&](int in) { return reads_nothing[in]; }));
   }
   for (int n = g_.size() - 1; n >= 0; --n) {
     if (!p_.needed[n]) continue;
@@ -153,7 +153,7 @@ void Planner::decide_buffers(const std::vector<int>& fetches) {
         is_library(node.op))
       p_.buffered[n] = true;
     if ((kind == OpKind::Unary || kind == OpKind::Binary || kind == OpKind::Layout ||
-         node.op == Op::Select) && readers(n) > 1 && !free[n])
+         node.op == Op::Select) && readers(n) > 1 && !reads_nothing[n])
       p_.buffered[n] = true;
     if (node.op == Op::Assign) p_.buffered[node.inputs[1]] = true;
     if (moves || (is_library(node.op) && node.op != Op::MatMul))

@@ -1,7 +1,7 @@
 // The fusion decisions, made once for every backend: which nodes get a buffer, which are
 // inlined into the kernels that read them, which ride along in a consumer's kernel
-// (multi-output fusion), which transposes a GEMM reads directly, and which update ops write
-// their variable in place.
+// (multi-output fusion), which reductions share a sibling reduction's kernel, which transposes
+// a GEMM reads directly, and which update ops write their variable in place.
 #pragma once
 
 #include <vector>
@@ -21,7 +21,9 @@ struct FusionPlan {
   std::vector<bool> buffered;  // has a buffer of its own; otherwise inlined where it is read
   std::vector<bool> folded;    // a transpose a GEMM reads as a transposed operand
   std::vector<bool> view;      // a buffered reshape of a buffered node: the same elements
-  std::vector<int> host;       // computed inside this consumer's kernel, or -1
+  // Computed inside another node's kernel, or -1: an elementwise node in its first consumer's,
+  // a reduction in an earlier sibling reduction's (same loop space and axes).
+  std::vector<int> host;
   std::vector<int> in_place;   // for an update's value: the variable node it is written to, or -1
   // The node whose kernel computes `node` (itself unless it rides along in a consumer's).
   int kernel_root(int node) const;
