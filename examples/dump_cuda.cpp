@@ -1,13 +1,16 @@
 // Writes the CUDA C of a whole training step (forward, backward and an SGD-momentum apply
 // written as update ops) and its index, on any machine: no GPU needed, and NVRTC only to add
-// the PTX.
+// the PTX. With several towers (or async), the two programs the towers run instead: the tower
+// step (loss and gradients, on each tower's slice) and the apply (fed the reduced gradients).
 //
 //   dump_cuda --model mlp --out /tmp/cuda     # mlp_train_step.cu, .ptx, .index.json, .kir
 //   dump_cuda --model cnn | less              # the .cu, then the index, on standard output
+//   dump_cuda --towers 2 --out /tmp/cuda      # mlp_tower_step.*, mlp_apply.*, mlp_towers.txt
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "jit/cuda/cuda_dump.h"
 #include "jit/cuda/cuda_emitter.h"
@@ -52,6 +55,69 @@ struct Options {
   int towers = 1;
 };
 
+// One program to dump: its lowered kernel IR and CUDA.
+struct Module {
+  std::string name, runs;  // runs: when the towers run it
+  tj::LoweredProgram lowered;
+  tj::cuda::CudaModule cuda;
+};
+
+std::vector<int> ids(const std::vector<tj::Tensor>& tensors) {
+  std::vector<int> out;
+  for (const auto& t : tensors) out.push_back(t.id());
+  return out;
+}
+
+Module make_module(const tj::Graph& graph, const std::string& name, std::string runs,
+                   const std::vector<int>& fetches, const std::vector<int>& updates) {
+  Module m{name, std::move(runs), tj::lower_graph(graph, fetches, updates), {}};
+  m.cuda = tj::cuda::emit_cuda_module(m.lowered.graph, m.lowered.program, name);
+  return m;
+}
+
+// One tower, sync: the whole step (forward, backward, apply) as one program. Several towers,
+// or async: the tower step each tower runs on its slice, and the apply the reduced gradients
+// feed, as runtime/towers/tower_trainer.h runs them; the reduction between them is the
+// runtime's (described in <model>_towers.txt).
+std::vector<Module> build_modules(const Options& o, tj::Graph& graph, tj::Tensor loss, std::string& plan) {
+  const bool one_program = o.towers == 1 && o.strategy == "sync";
+  if (one_program) {
+    sgd_momentum(loss, 0.05, 0.9);
+    std::vector<Module> modules;
+    modules.push_back(make_module(graph, o.model + "_train_step", "once per step", {loss.id()}, graph.update_ops));
+    return modules;
+  }
+  std::vector<tj::Device> devices;
+  for (int t = 0; t < o.towers; ++t) devices.push_back(tj::gpu(t));
+  auto towers = tj::Towers(devices);
+  if (o.strategy == "async") towers = towers.reduce(tj::AsyncApply{});
+  const auto program = tj::build_tower_program(graph, loss, tj::momentum(0.05, 0.9));
+  const auto slices = towers.slices(256);
+  const auto weights = towers.weights(256);
+  std::ostringstream text;
+  text << towers.str() << "\nA batch of 256 is split into";
+  for (auto n : slices) text << " " << n;
+  text << ".\n1. Every tower runs " << o.model << "_tower_step on its slice: the loss and the gradient of "
+       << program.variables.size() << " variables.\n";
+  if (o.strategy == "async") {
+    text << "2. Each tower, as soon as it is done, feeds its gradient times " << weights[0]
+         << " (1/N) to " << o.model << "_apply, one apply at a time, with no barrier.\n";
+  } else {
+    text << "2. The runtime all-reduces the gradients, g = sum_i w_i g_i with w =";
+    for (double w : weights) text << " " << w;
+    text << " (n_i / B), in tower order.\n3. " << o.model << "_apply runs on every device's copy "
+         << "(replicated) with g fed as its tower_gradient/* inputs.\n";
+  }
+  plan = text.str();
+  std::vector<Module> modules;
+  modules.push_back(make_module(graph, o.model + "_tower_step", "on every tower, on its slice",
+                                ids(program.tower_fetches), {}));
+  modules.push_back(make_module(graph, o.model + "_apply",
+                                o.strategy == "async" ? "after each tower's step" : "once per step per replica",
+                                {program.learning_rate.id()}, ids(program.apply_updates)));
+  return modules;
+}
+
 int run(const Options& o) {
   tj::Graph graph;
   tj::GraphScope use(graph);
@@ -59,38 +125,46 @@ int run(const Options& o) {
   auto label = tj::input("label", {tj::kBatch}, tj::DType::i32);
   auto logits = o.model == "cnn" ? cnn(image) : mlp(image);
   auto loss = tj::mean(tj::softmax_cross_entropy(logits, label));
-  sgd_momentum(loss, 0.05, 0.9);
-  if (o.towers != 1 || o.strategy != "sync")
-    std::fprintf(stderr, "dump_cuda: --towers %d --strategy %s accepted, but until the towers issue "
-                 "lands the step is one tower's (no split, no reduction)\n", o.towers, o.strategy.c_str());
+  std::string plan;
+  const std::vector<Module> modules = build_modules(o, graph, loss, plan);
 
-  const std::string module = o.model + "_train_step";
-  tj::LoweredProgram lowered = tj::lower_graph(graph, {loss.id()}, graph.update_ops);
-  const tj::cuda::CudaModule cuda = tj::cuda::emit_cuda_module(lowered.graph, lowered.program, module);
   if (o.out.empty()) {
-    std::cout << cuda.source << "/* " << module << ".index.json\n"
-              << tj::cuda::cuda_index_json(lowered.graph, lowered.program, cuda, module) << "\n*/\n";
+    if (!plan.empty()) std::cout << "/* " << plan << "*/\n";
+    for (const Module& m : modules)
+      std::cout << m.cuda.source << "/* " << m.name << ".index.json (runs " << m.runs << ")\n"
+                << tj::cuda::cuda_index_json(m.lowered.graph, m.lowered.program, m.cuda, m.name) << "\n*/\n";
     return 0;
   }
   const std::string arch = tj::cuda::resolve_arch(o.arch);
-  std::string ptx, library_ptx;
+  std::string library_ptx;
   if (tj::cuda::nvrtc_available()) {
-    const auto bin = tj::cuda::compile_cuda(cuda.source, module, arch);
     const auto lib = tj::cuda::compile_cuda(tj::cuda::library_module_source(), "towerjit_library", arch);
-    ptx = bin.ptx, library_ptx = lib.ptx;
-    std::printf("NVRTC %s, %s: step %.0f ms%s, library %.0f ms%s\n", tj::cuda::nvrtc_version().c_str(),
-                arch.c_str(), bin.compile_ms, bin.cache_hit ? " (cached)" : "", lib.compile_ms,
-                lib.cache_hit ? " (cached)" : "");
+    library_ptx = lib.ptx;
+    std::printf("NVRTC %s, %s: library %.0f ms%s\n", tj::cuda::nvrtc_version().c_str(), arch.c_str(),
+                lib.compile_ms, lib.cache_hit ? " (cached)" : "");
   } else {
     std::printf("NVRTC not found: writing the CUDA C without PTX\n");
   }
-  auto paths = tj::cuda::write_cuda_dump(o.out, lowered.graph, lowered.program, cuda, module, ptx);
+  for (const Module& m : modules) {
+    std::string ptx;
+    if (tj::cuda::nvrtc_available()) {
+      const auto bin = tj::cuda::compile_cuda(m.cuda.source, m.name, arch);
+      ptx = bin.ptx;
+      std::printf("%s: compiled in %.0f ms%s\n", m.name.c_str(), bin.compile_ms, bin.cache_hit ? " (cached)" : "");
+    }
+    const auto paths = tj::cuda::write_cuda_dump(o.out, m.lowered.graph, m.lowered.program, m.cuda, m.name, ptx);
+    const auto& p = m.lowered.program;
+    std::printf("%s (runs %s): %zu loop kernels, %zu library calls, %zu update copies\n", m.name.c_str(),
+                m.runs.c_str(), p.kernels.size(), p.calls.size(), p.copies.size());
+    for (const auto& path : paths) std::printf("  %s\n", path.c_str());
+  }
   std::ofstream(o.out + "/towerjit_library.cu") << tj::cuda::library_module_source();
   if (!library_ptx.empty()) std::ofstream(o.out + "/towerjit_library.ptx") << library_ptx;
-  std::printf("%s: %zu loop kernels, %zu library calls, %zu update copies\n", module.c_str(),
-              lowered.program.kernels.size(), lowered.program.calls.size(), lowered.program.copies.size());
-  for (const auto& p : paths) std::printf("  %s\n", p.c_str());
   std::printf("  %s/towerjit_library.cu%s\n", o.out.c_str(), library_ptx.empty() ? "" : " (+ .ptx)");
+  if (!plan.empty()) {
+    std::ofstream(o.out + "/" + o.model + "_towers.txt") << plan;
+    std::printf("  %s/%s_towers.txt: how the towers run them\n%s", o.out.c_str(), o.model.c_str(), plan.c_str());
+  }
   return 0;
 }
 
@@ -105,9 +179,10 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model, "mlp (784-512-512-10) or cnn (2x conv3x3+relu+maxpool, dense)")
       ->check(CLI::IsMember({"mlp", "cnn"}));
   app.add_option("--arch", o.arch, "GPU architecture for the PTX (default: $TOWERJIT_CUDA_ARCH, else sm_90)");
-  app.add_option("--towers", o.towers, "accepted; until the towers issue lands, one tower")
+  app.add_option("--towers", o.towers, "GPU towers: more than one (or --strategy async) dumps the "
+                 "tower step and the apply as two programs, and how the towers run them")
       ->check(CLI::PositiveNumber);
-  app.add_option("--strategy", o.strategy, "sync or async; until the towers issue lands, one tower")
+  app.add_option("--strategy", o.strategy, "sync (all-reduce, then apply) or async (each tower applies)")
       ->check(CLI::IsMember({"sync", "async"}));
   CLI11_PARSE(app, argc, argv);
   try {

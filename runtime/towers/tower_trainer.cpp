@@ -2,14 +2,10 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <thread>
-#include <cmath>
 #include <cstring>
+#include <thread>
 
-#include "dsl/autodiff.h"
 #include "dsl/error.h"
-#include "dsl/ops.h"
-#include "dsl/state.h"
 #include "jit/reference/interpreter.h"
 #include "runtime/report/trace.h"
 
@@ -23,12 +19,6 @@ HostTensor to_host(const reference::Array& a) {
     else t.i32[i] = static_cast<int32_t>(a[i]);
   }
   return t;
-}
-
-// A gradient that is a constant zero: autodiff's answer for a variable the loss never reads.
-bool is_zero_constant(const Tensor& g) {
-  const Node& n = g.node();
-  return n.op == Op::Constant && n.attrs.value == 0;
 }
 
 // Random numbers (dropout) are keyed by step * kMaxTowers + tower.
@@ -47,52 +37,26 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
     user_check(d.kind == DeviceKind::cpu, loc)
         << "tower on " << d.str() << ": GPU towers need the CUDA runtime's tower support, which "
         << "is not built yet; use cpu:N towers";
-  GraphScope use(graph);
-  // The model's own update ops (batch norm's moving averages): every tower computes their new
-  // values from its slice; the trainer writes them once the towers are done (see combine_updates).
-  for (int u : graph.update_ops) {
-    const Node& assign = graph.node(u);
-    model_updates_.push_back({graph.node(assign.inputs[0]).attrs.name, Tensor(&graph, assign.inputs[1])});
-  }
-  for (int id : graph.trainable_variable_nodes()) variables_in_order_.emplace_back(&graph, id);
-  const std::vector<Tensor> grads = grad(loss, variables_in_order_, loc);
-  for (size_t i = 0; i < grads.size(); ++i)
-    user_check(!is_zero_constant(grads[i]), loc)
-        << "variable \"" << variables_in_order_[i].node().attrs.name << "\" (created at "
-        << format_location(variables_in_order_[i].node().loc) << ") is trainable but the loss "
-        << "does not depend on it, so the towers would never update it; use it in the model or "
-        << "create it with trainable = false";
-
+  const TowerProgram program = build_tower_program(graph, loss, optimizer, options.ema, loc);
+  model_updates_ = program.model_updates;
+  gradient_inputs_ = program.gradient_inputs;
   // The towers' program: the loss and every gradient, for any slice size.
-  std::vector<Tensor> fetches = {loss};
-  fetches.insert(fetches.end(), grads.begin(), grads.end());
-  for (const auto& u : model_updates_) fetches.push_back(u.value);
   for (int t = 0; t < towers_.size(); ++t)
-    tower_programs_.push_back(std::make_unique<CpuProgram>(graph, fetches));
+    tower_programs_.push_back(std::make_unique<CpuProgram>(graph, program.tower_fetches));
   if (options.logits.valid()) {
     user_check(&options.logits.graph() == &graph, loc)
         << "TowerTrainerOptions::logits belongs to another graph; pass the model's output tensor";
     for (int t = 0; t < towers_.size(); ++t)
       predict_programs_.push_back(std::make_unique<CpuProgram>(graph, std::vector<Tensor>{options.logits}));
   }
-
-  // The apply program: the optimiser's update ops (and the EMA's), fed the reduced gradients;
-  // it fetches the learning rate the apply used (the same nodes as the apply's, after CSE).
-  std::vector<Tensor> gradient_inputs;
-  for (const Tensor& v : variables_in_order_) {
-    gradient_inputs_.push_back("tower_gradient/" + v.node().attrs.name);
-    gradient_inputs.push_back(input(gradient_inputs_.back(), v.shape(), DType::f32, loc));
-  }
-  const Tensor learning_rate = optimizer.learning_rate.at(global_step(loc), loc);
-  std::vector<Tensor> updates = optimizer.apply(gradient_inputs, variables_in_order_, loc);
-  if (options.ema) {
-    const std::vector<Tensor> shadows = options.ema->apply(variables_in_order_, loc);
-    updates.insert(updates.end(), shadows.begin(), shadows.end());
-  }
-  const bool replicated = !is_async(towers_.reduction()) && towers_.sync_variant() == SyncVariant::replicated;
+  // The apply program, one per replica: the update ops fed the reduced gradients; it fetches
+  // the learning rate the apply used.
+  const bool replicated =
+      !is_async(towers_.reduction()) && towers_.sync_variant() == SyncVariant::replicated;
   const int replicas = replicated ? towers_.size() : 1;
   for (int r = 0; r < replicas; ++r)
-    apply_programs_.push_back(std::make_unique<CpuProgram>(graph, std::vector<Tensor>{learning_rate}, updates));
+    apply_programs_.push_back(std::make_unique<CpuProgram>(
+        graph, std::vector<Tensor>{program.learning_rate}, program.apply_updates));
 
   ema_shadows_ = ema_names(graph);
   HostVariables initial;

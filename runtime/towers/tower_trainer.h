@@ -23,6 +23,7 @@
 
 #include "dsl/ema.h"
 #include "dsl/optimizers.h"
+#include "dsl/tower_program.h"
 #include "dsl/towers.h"
 #include "runtime/cpu/cpu_program.h"
 #include "runtime/report/trace.h"
@@ -119,16 +120,11 @@ class TowerTrainer {
   bool replicated() const { return replicas_.size() > 1; }
   HostVariables& variables_of(int tower) { return replicas_[replicated() ? tower : 0]; }
 
-  struct ModelUpdate {
-    std::string variable;  // e.g. "bn1/moving_mean"
-    Tensor value;          // its next value, computed by a tower from its slice
-  };
-  std::vector<ModelUpdate> model_updates_;
+  std::vector<TowerProgram::ModelUpdate> model_updates_;
 
   Towers towers_;
   bool has_ema_ = false;
   std::map<std::string, std::string> ema_shadows_;  // variable -> its EMA shadow
-  std::vector<Tensor> variables_in_order_;
   std::vector<std::string> gradient_inputs_;
   std::vector<std::unique_ptr<CpuProgram>> tower_programs_;    // one per tower: run() is not reentrant
   std::vector<std::unique_ptr<CpuProgram>> apply_programs_;    // one per replica

@@ -1,0 +1,56 @@
+#include "dsl/tower_program.h"
+
+#include "dsl/autodiff.h"
+#include "dsl/error.h"
+#include "dsl/graph.h"
+#include "dsl/ops.h"
+#include "dsl/state.h"
+
+namespace towerjit {
+namespace {
+
+// A gradient that is a constant zero: autodiff's answer for a variable the loss never reads.
+bool is_zero_constant(const Tensor& g) {
+  const Node& n = g.node();
+  return n.op == Op::Constant && n.attrs.value == 0;
+}
+
+}  // namespace
+
+TowerProgram build_tower_program(Graph& graph, Tensor loss, const Optimizer& optimizer,
+                                 const std::optional<ExponentialMovingAverage>& ema, Loc loc) {
+  GraphScope use(graph);
+  TowerProgram p;
+  for (int u : graph.update_ops) {
+    const Node& assign = graph.node(u);
+    p.model_updates.push_back({graph.node(assign.inputs[0]).attrs.name, Tensor(&graph, assign.inputs[1])});
+  }
+  for (int id : graph.trainable_variable_nodes()) p.variables.emplace_back(&graph, id);
+  const std::vector<Tensor> grads = grad(loss, p.variables, loc);
+  for (size_t i = 0; i < grads.size(); ++i)
+    user_check(!is_zero_constant(grads[i]), loc)
+        << "variable \"" << p.variables[i].node().attrs.name << "\" (created at "
+        << format_location(p.variables[i].node().loc) << ") is trainable but the loss "
+        << "does not depend on it, so the towers would never update it; use it in the model or "
+        << "create it with trainable = false";
+  p.tower_fetches = {loss};
+  p.tower_fetches.insert(p.tower_fetches.end(), grads.begin(), grads.end());
+  for (const auto& u : p.model_updates) p.tower_fetches.push_back(u.value);
+
+  std::vector<Tensor> gradient_inputs;
+  for (const Tensor& v : p.variables) {
+    p.gradient_inputs.push_back("tower_gradient/" + v.node().attrs.name);
+    gradient_inputs.push_back(input(p.gradient_inputs.back(), v.shape(), DType::f32, loc));
+  }
+  // Built before the apply so that the schedule reads the global step before its increment;
+  // CSE then shares these nodes with the apply's own.
+  p.learning_rate = optimizer.learning_rate.at(global_step(loc), loc);
+  p.apply_updates = optimizer.apply(gradient_inputs, p.variables, loc);
+  if (ema) {
+    const std::vector<Tensor> shadows = ema->apply(p.variables, loc);
+    p.apply_updates.insert(p.apply_updates.end(), shadows.begin(), shadows.end());
+  }
+  return p;
+}
+
+}  // namespace towerjit

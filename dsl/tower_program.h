@@ -1,0 +1,48 @@
+// The graphs a tower strategy runs, built from a model's loss by graph transformations: what
+// every tower computes on its slice (the loss, the gradients, the model's own update values)
+// and what is applied once the gradients are reduced (the optimiser's and the EMA's update
+// ops, fed the reduced gradients as inputs). The reduction between them (an in-process
+// all-reduce for CPU towers) is the runtime's; runtime/towers/tower_trainer.h compiles and
+// runs these, examples/dump_cuda writes their CUDA.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dsl/ema.h"
+#include "dsl/optimizers.h"
+#include "dsl/tensor.h"
+
+namespace towerjit {
+
+struct TowerProgram {
+  // A model's own update op (batch norm's moving average): every tower computes the value
+  // from its slice; the runtime combines the towers' values and writes the variable.
+  struct ModelUpdate {
+    std::string variable;  // e.g. "bn1/moving_mean"
+    Tensor value;
+  };
+
+  std::vector<Tensor> variables;             // the trainable variables, in creation order
+  // The towers' fetches: the loss, then the gradient of each variable (in `variables`' order),
+  // then each model update's value.
+  std::vector<Tensor> tower_fetches;
+  std::vector<ModelUpdate> model_updates;
+  // The apply side: an input per variable, "tower_gradient/<variable>", fed the reduced
+  // gradient; the update ops (optimiser, then EMA); the learning rate the apply uses.
+  std::vector<std::string> gradient_inputs;
+  std::vector<Tensor> apply_updates;
+  Tensor learning_rate;
+
+  Tensor gradient(size_t variable) const { return tower_fetches[1 + variable]; }
+};
+
+// Adds the gradients and the apply to `graph` (whose update ops, if any, are the model's own)
+// and returns the two sides. Errors (towerjit::Error, at `loc`): a trainable variable the loss
+// does not depend on (the towers would never update it), and the optimiser's or EMA's own.
+TowerProgram build_tower_program(Graph& graph, Tensor loss, const Optimizer& optimizer,
+                                 const std::optional<ExponentialMovingAverage>& ema = std::nullopt,
+                                 Loc loc = Loc::current());
+
+}  // namespace towerjit
