@@ -84,6 +84,7 @@ std::string describe(const tj::kir::Program& p, const tj::kir::Step& s, int64_t 
   }
   if (s.kind == K::copy) return "copy -> " + p.buffers[p.copies[s.index].to].name;
   const auto& k = p.kernels[s.index];
+  if (!k.parts.empty()) return "kernel " + k.name + " (" + std::to_string(k.parts.size()) + " parts)";
   return "kernel " + k.name + " " + k.space.bind(batch).str() + (k.reduce != tj::Op::Constant ? " reduce" : "") +
          " (" + std::to_string(k.nodes.size()) + " nodes)";
 }

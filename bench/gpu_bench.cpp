@@ -74,13 +74,14 @@ std::string fixed(double v, int digits = 3) {
 // counted once per kernel, each buffer it stores likewise.
 double kernel_bytes(const tj::kir::Program& p, int64_t batch) {
   double bytes = 0;
-  for (const auto& k : p.kernels) {
-    std::set<std::pair<int, bool>> touched;  // (buffer, written)
-    for (const auto& o : k.outputs) touched.insert({k.accesses[o.access].buffer, true});
-    for (const auto& e : k.exprs)
-      if (e.kind == tj::kir::Expr::Kind::load) touched.insert({k.accesses[e.access].buffer, false});
-    for (const auto& [b, written] : touched) bytes += 4.0 * p.buffers[b].shape.elements(batch);
-  }
+  for (const auto& group : p.kernels)
+    for (const tj::kir::Kernel* k : group.bodies()) {  // a grouped apply: each of its parts
+      std::set<std::pair<int, bool>> touched;  // (buffer, written)
+      for (const auto& o : k->outputs) touched.insert({k->accesses[o.access].buffer, true});
+      for (const auto& e : k->exprs)
+        if (e.kind == tj::kir::Expr::Kind::load) touched.insert({k->accesses[e.access].buffer, false});
+      for (const auto& [b, written] : touched) bytes += 4.0 * p.buffers[b].shape.elements(batch);
+    }
   return bytes;
 }
 

@@ -53,11 +53,19 @@ std::string dump_index_json(const Graph& g, const kir::Program& p, const std::st
     std::set<int> read, written;
     if (s.kind == kir::Step::Kind::kernel) {
       const kir::Kernel& k = p.kernels[s.index];
-      for (const auto& o : k.outputs) written.insert(k.accesses[o.access].buffer);
-      for (const auto& e : k.exprs)
-        if (e.kind == kir::Expr::Kind::load) read.insert(k.accesses[e.access].buffer);
+      for (const kir::Kernel* body : k.bodies()) {  // a group: every part's buffers, once
+        for (const auto& o : body->outputs) written.insert(body->accesses[o.access].buffer);
+        for (const auto& e : body->exprs)
+          if (e.kind == kir::Expr::Kind::load) read.insert(body->accesses[e.access].buffer);
+      }
       step = {{"kind", "kernel"}, {"name", k.name}, {"space", k.space.str()}, {"ops", ops_of(g, k.nodes)}};
       if (k.reduce != Op::Constant) step["reduce"] = op_name(k.reduce);
+      if (!k.parts.empty()) {
+        json parts = json::array();
+        for (const kir::Kernel& part : k.parts) parts.push_back({{"name", part.name}, {"space", part.space.str()}});
+        step["space"] = affine_text(kir::segment_starts(k).back());  // the flat range's points
+        step["parts"] = parts;
+      }
     } else if (s.kind == kir::Step::Kind::library) {
       const kir::LibraryCall& c = p.calls[s.index];
       read.insert(c.inputs.begin(), c.inputs.end());

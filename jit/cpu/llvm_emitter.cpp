@@ -30,10 +30,12 @@ const char* ty(DType t) { return t == DType::f32 ? "float" : "i32"; }
 class KernelEmitter {
  public:
   KernelEmitter(const kir::Program& p, const kir::Kernel& k, EmittedKernel& info)
-      : p_(p), k_(k), info_(info) {}
+      : p_(p), k_(&k), info_(info) {}
   std::string emit();
 
  private:
+  std::string emit_group();
+  void emit_part(int j, const kir::Affine& start, const kir::Affine& end);
   std::string tmp() { return "%t" + std::to_string(next_++); }
   std::string i64_affine(const kir::Affine& a);
   std::string address(int access);
@@ -53,7 +55,7 @@ class KernelEmitter {
                                                   const std::string& m2, const std::string& s2);
 
   const kir::Program& p_;
-  const kir::Kernel& k_;
+  const kir::Kernel* k_;  // the kernel, or the group's part being written
   EmittedKernel& info_;
   std::ostringstream out_;
   int next_ = 0;
@@ -77,9 +79,9 @@ std::string KernelEmitter::index(int axis) {
 
 // Element offset of an access at the current loop indices.
 std::string KernelEmitter::address(int access) {
-  const kir::Access& a = k_.accesses[access];
+  const kir::Access& a = k_->accesses[access];
   std::string off = i64_affine(a.offset);
-  for (int axis = 0; axis < k_.space.rank(); ++axis) {
+  for (int axis = 0; axis < k_->space.rank(); ++axis) {
     if (a.strides[axis] == kir::Affine{}) continue;
     const std::string stride = i64_affine(a.strides[axis]), i = index(axis), m = tmp(), s = tmp();
     out_ << "  " << m << " = mul i64 " << i << ", " << stride << "\n";
@@ -149,7 +151,7 @@ std::string KernelEmitter::unary(const Expr& e, const std::string& x) {
       return line("fadd float " + m + ", " + lp);
     }
     case Op::Cast: {
-      const DType from = k_.exprs[e.args[0]].dtype;
+      const DType from = k_->exprs[e.args[0]].dtype;
       if (from == e.dtype) return x;
       return line(from == DType::f32 ? "fptosi float " + x + " to i32" : "sitofp i32 " + x + " to float");
     }
@@ -160,8 +162,8 @@ std::string KernelEmitter::unary(const Expr& e, const std::string& x) {
 }
 
 std::string KernelEmitter::binary(const Expr& e, const std::string& a, const std::string& b) {
-  const bool f = k_.exprs[e.args[0]].dtype == DType::f32;
-  const std::string v = tmp(), T = ty(k_.exprs[e.args[0]].dtype);
+  const bool f = k_->exprs[e.args[0]].dtype == DType::f32;
+  const std::string v = tmp(), T = ty(k_->exprs[e.args[0]].dtype);
   auto line = [&](const std::string& rhs) { out_ << "  " << v << " = " << rhs << "\n"; return v; };
   auto cmp = [&](const char* fp, const char* in) {
     const std::string c = tmp();
@@ -198,7 +200,7 @@ std::string KernelEmitter::binary(const Expr& e, const std::string& a, const std
 
 std::string KernelEmitter::expr(int id) {
   if (!values_[id].empty()) return values_[id];
-  const Expr& e = k_.exprs[id];
+  const Expr& e = k_->exprs[id];
   std::string v;
   switch (e.kind) {
     case Expr::Kind::constant:
@@ -211,7 +213,7 @@ std::string KernelEmitter::expr(int id) {
       break;
     }
     case Expr::Kind::load: {
-      const kir::Access& a = k_.accesses[e.access];
+      const kir::Access& a = k_->accesses[e.access];
       const int slot = static_cast<int>(std::find(info_.buffers.begin(), info_.buffers.end(), a.buffer) -
                                         info_.buffers.begin());
       const std::string off = address(e.access), ptr = tmp();
@@ -235,7 +237,7 @@ std::string KernelEmitter::expr(int id) {
     }
     case Expr::Kind::select: {
       const std::string c = expr(e.args[0]), a = expr(e.args[1]), b = expr(e.args[2]), t = tmp();
-      const bool cf = k_.exprs[e.args[0]].dtype == DType::f32;
+      const bool cf = k_->exprs[e.args[0]].dtype == DType::f32;
       out_ << "  " << t << " = " << (cf ? "fcmp une float " : "icmp ne i32 ") << c << ", " << (cf ? "0.0" : "0") << "\n";
       v = tmp();
       out_ << "  " << v << " = select i1 " << t << ", " << ty(e.dtype) << " " << a << ", " << ty(e.dtype) << " " << b << "\n";
@@ -252,16 +254,16 @@ std::string KernelEmitter::expr(int id) {
 }
 
 std::string KernelEmitter::identity(int out) const {
-  const bool f = k_.exprs[k_.outputs[out].expr].dtype == DType::f32;
-  const Op op = k_.outputs[out].reduce;
+  const bool f = k_->exprs[k_->outputs[out].expr].dtype == DType::f32;
+  const Op op = k_->outputs[out].reduce;
   if (op == Op::ReduceMax || op == Op::ReduceLogSumExp) return f ? "0xFFF0000000000000" : "-2147483648";
   return f ? "0.0" : "0";
 }
 
 std::string KernelEmitter::combine(int out, const std::string& acc, const std::string& v) {
-  const DType t = k_.exprs[k_.outputs[out].expr].dtype;
+  const DType t = k_->exprs[k_->outputs[out].expr].dtype;
   const std::string r = tmp();
-  if (k_.outputs[out].reduce == Op::ReduceMax) {
+  if (k_->outputs[out].reduce == Op::ReduceMax) {
     const std::string c = tmp();
     out_ << "  " << c << " = " << (t == DType::f32 ? "fcmp ogt float " : "icmp sgt i32 ") << v << ", " << acc << "\n";
     out_ << "  " << r << " = select i1 " << c << ", " << ty(t) << " " << v << ", " << ty(t) << " " << acc << "\n";
@@ -276,7 +278,7 @@ std::string KernelEmitter::combine(int out, const std::string& acc, const std::s
 void KernelEmitter::open_loop(int axis) {
   const bool split = axis == info_.split_axis;
   const std::string a = std::to_string(axis);
-  const std::string end = split ? "%end" : k_.space[axis] == kBatch ? "%batch" : std::to_string(k_.space[axis]);
+  const std::string end = split ? "%end" : k_->space[axis] == kBatch ? "%batch" : std::to_string(k_->space[axis]);
   out_ << "  store i64 " << (split ? "%begin" : "0") << ", ptr %i" << a << "\n";
   out_ << "  br label %L" << a << ".head\nL" << a << ".head:\n";
   const std::string i = index(axis), c = tmp();
@@ -293,10 +295,10 @@ void KernelEmitter::close_loop(int axis) {
 }
 
 void KernelEmitter::emit_store(const kir::Kernel::Output& o, const std::string& value) {
-  const kir::Access& a = k_.accesses[o.access];
+  const kir::Access& a = k_->accesses[o.access];
   const int slot = static_cast<int>(std::find(info_.buffers.begin(), info_.buffers.end(), a.buffer) -
                                     info_.buffers.begin());
-  const DType t = k_.exprs[o.expr].dtype;
+  const DType t = k_->exprs[o.expr].dtype;
   const std::string off = address(o.access), ptr = tmp();
   out_ << "  " << ptr << " = getelementptr inbounds " << ty(t) << ", ptr " << base_[slot] << ", i64 " << off << "\n";
   out_ << "  store " << ty(t) << " " << value << ", ptr " << ptr << ", align 4\n";
@@ -305,7 +307,7 @@ void KernelEmitter::emit_store(const kir::Kernel::Output& o, const std::string& 
 // Outputs after the reductions are producers fused into this kernel whose values other steps read
 // too (multi-output fusion); they are stored at every point of the loop space.
 void KernelEmitter::store_side_outputs() {
-  for (size_t i = k_.reductions(); i < k_.outputs.size(); ++i) emit_store(k_.outputs[i], expr(k_.outputs[i].expr));
+  for (size_t i = k_->reductions(); i < k_->outputs.size(); ++i) emit_store(k_->outputs[i], expr(k_->outputs[i].expr));
 }
 
 // The reduced axes that end the loop nest (a trailing block: the classes of a row-wise
@@ -316,11 +318,11 @@ void KernelEmitter::store_side_outputs() {
 // (running maximum and scaled sum) that one output cannot hold, so its loops are reordered to
 // put every reduced axis in the register block.
 void KernelEmitter::emit_reduction() {
-  const int rank = k_.space.rank(), nred = k_.reductions();
+  const int rank = k_->space.rank(), nred = k_->reductions();
   bool lse = false;
-  for (int j = 0; j < nred; ++j) lse = lse || k_.outputs[j].reduce == Op::ReduceLogSumExp;
+  for (int j = 0; j < nred; ++j) lse = lse || k_->outputs[j].reduce == Op::ReduceLogSumExp;
   auto reduced = [&](int a) {
-    return std::find(k_.reduce_axes.begin(), k_.reduce_axes.end(), a) != k_.reduce_axes.end();
+    return std::find(k_->reduce_axes.begin(), k_->reduce_axes.end(), a) != k_->reduce_axes.end();
   };
   std::vector<int> outer, inner;  // loop order: outer axes, then the register block
   int block = rank;  // without reordering, the trailing block of reduced axes is [block, rank)
@@ -330,11 +332,11 @@ void KernelEmitter::emit_reduction() {
     (in_block ? inner : outer).push_back(a);
   }
   kir::Affine count{1, 0};
-  for (int a : k_.reduce_axes)
-    count = k_.space[a] == kBatch ? kir::Affine{0, count.c} : kir::Affine{count.c * k_.space[a], count.b * k_.space[a]};
-  auto type_of = [&](int j) { return k_.exprs[k_.outputs[j].expr].dtype; };
+  for (int a : k_->reduce_axes)
+    count = k_->space[a] == kBatch ? kir::Affine{0, count.c} : kir::Affine{count.c * k_->space[a], count.b * k_->space[a]};
+  auto type_of = [&](int j) { return k_->exprs[k_->outputs[j].expr].dtype; };
   auto acc = [](int j) { return "%acc" + std::to_string(j); };
-  auto is_lse = [&](int j) { return k_.outputs[j].reduce == Op::ReduceLogSumExp; };
+  auto is_lse = [&](int j) { return k_->outputs[j].reduce == Op::ReduceLogSumExp; };
 
   for (int a : outer) open_loop(a);
   std::vector<std::string> value(nred);
@@ -345,7 +347,7 @@ void KernelEmitter::emit_reduction() {
     }
     for (int a : inner) open_loop(a);
     std::vector<std::string> v(nred);
-    for (int j = 0; j < nred; ++j) v[j] = expr(k_.outputs[j].expr);
+    for (int j = 0; j < nred; ++j) v[j] = expr(k_->outputs[j].expr);
     store_side_outputs();
     for (int j = 0; j < nred; ++j) {
       const std::string old = tmp();
@@ -373,15 +375,15 @@ void KernelEmitter::emit_reduction() {
       }
     }
   } else {
-    for (int j = 0; j < nred; ++j) value[j] = expr(k_.outputs[j].expr);
+    for (int j = 0; j < nred; ++j) value[j] = expr(k_->outputs[j].expr);
     store_side_outputs();
   }
   // first / last: at the first / last iteration of every reduced axis outside the block.
   std::string first = "true", last = "true";
-  for (int a : k_.reduce_axes) {
+  for (int a : k_->reduce_axes) {
     if (std::find(outer.begin(), outer.end(), a) == outer.end()) continue;
     const std::string i = index(a), f = tmp(), l = tmp(), f2 = tmp(), l2 = tmp(), m = tmp();
-    const std::string ext = k_.space[a] == kBatch ? "%batch" : std::to_string(k_.space[a]);
+    const std::string ext = k_->space[a] == kBatch ? "%batch" : std::to_string(k_->space[a]);
     out_ << "  " << f << " = icmp eq i64 " << i << ", 0\n";
     out_ << "  " << m << " = sub i64 " << ext << ", 1\n";
     out_ << "  " << l << " = icmp eq i64 " << i << ", " << m << "\n";
@@ -390,11 +392,11 @@ void KernelEmitter::emit_reduction() {
     first = f2, last = l2;
   }
   for (int j = 0; j < nred; ++j) {
-    const kir::Kernel::Output& o = k_.outputs[j];
+    const kir::Kernel::Output& o = k_->outputs[j];
     const DType t = type_of(j);
     std::string result = value[j];
     if (first != "true") {
-      const kir::Access& a = k_.accesses[o.access];
+      const kir::Access& a = k_->accesses[o.access];
       const int slot = static_cast<int>(std::find(info_.buffers.begin(), info_.buffers.end(), a.buffer) - info_.buffers.begin());
       const std::string off = address(o.access), ptr = tmp(), old = tmp(), pick = tmp();
       out_ << "  " << ptr << " = getelementptr inbounds " << ty(t) << ", ptr " << base_[slot] << ", i64 " << off << "\n";
@@ -444,25 +446,101 @@ std::pair<std::string, std::string> KernelEmitter::combine_lse(const std::string
   return {m4, s4};
 }
 
-std::string KernelEmitter::emit() {
-  for (const auto& a : k_.accesses)
-    if (a.buffer >= 0 && std::find(info_.buffers.begin(), info_.buffers.end(), a.buffer) == info_.buffers.end())
-      info_.buffers.push_back(a.buffer);
-  info_.symbol = k_.name;
-  const int rank = k_.space.rank();
-  // Threads split the first axis that is not reduced: each then owns its outputs outright.
-  for (int a = 0; a < rank && info_.split_axis < 0; ++a)
-    if (std::find(k_.reduce_axes.begin(), k_.reduce_axes.end(), a) == k_.reduce_axes.end()) info_.split_axis = a;
-  values_.assign(k_.exprs.size(), "");
-
-  out_ << "; " << k_.name << ": loop over " << k_.space.str() << ", graph nodes";
-  for (int n : k_.nodes) out_ << " %" << n;
-  out_ << "\ndefine void @" << k_.name
+// A group kernel: one function over [begin, end) of the parts' concatenated points. Each part
+// loops over its share of that range, as one flat counted loop whose index is split back into
+// the part's loop indices (the grouping pass has coalesced what it could: usually one axis).
+std::string KernelEmitter::emit_group() {
+  const kir::Kernel& group = *k_;
+  int rank = 0;
+  for (const kir::Kernel& part : group.parts) {
+    rank = std::max(rank, part.space.rank());
+    for (const auto& a : part.accesses)
+      if (a.buffer >= 0 && std::find(info_.buffers.begin(), info_.buffers.end(), a.buffer) == info_.buffers.end())
+        info_.buffers.push_back(a.buffer);
+  }
+  info_.symbol = group.name;
+  const std::vector<kir::Affine> starts = kir::segment_starts(group);
+  info_.flat = true;
+  info_.points = starts.back();
+  out_ << "; " << group.name << ": a group of " << group.parts.size() << " parts over one flat range, graph nodes";
+  for (int n : group.nodes) out_ << " %" << n;
+  out_ << "\ndefine void @" << group.name
        << "(ptr noalias nocapture readonly %args, i64 %batch, i64 %begin, i64 %end, i64 %step) {\nentry:\n";
   for (int a = 0; a < rank; ++a) out_ << "  %i" << a << " = alloca i64\n";
-  for (int j = 0; j < k_.reductions(); ++j) {
-    out_ << "  %acc" << j << " = alloca " << ty(k_.exprs[k_.outputs[j].expr].dtype) << "\n";
-    if (k_.outputs[j].reduce == Op::ReduceLogSumExp) out_ << "  %acc" << j << "s = alloca float\n";
+  out_ << "  %p = alloca i64\n";
+  for (size_t s = 0; s < info_.buffers.size(); ++s) {
+    const std::string pp = tmp(), b = "%b" + std::to_string(s);
+    out_ << "  " << pp << " = getelementptr inbounds ptr, ptr %args, i64 " << s << "\n";
+    out_ << "  " << b << " = load ptr, ptr " << pp << "\n";
+    base_.push_back(b);
+  }
+  for (size_t j = 0; j < group.parts.size(); ++j) {
+    k_ = &group.parts[j];
+    values_.assign(k_->exprs.size(), "");
+    emit_part(static_cast<int>(j), starts[j], starts[j + 1]);
+  }
+  k_ = &group;
+  out_ << "  ret void\n}\n\n";
+  return out_.str();
+}
+
+// Part j covers [start, end) of the flat range: here [max(begin, start), min(end, end_j)).
+void KernelEmitter::emit_part(int j, const kir::Affine& start, const kir::Affine& end) {
+  const std::string P = "%P" + std::to_string(j), L = "P" + std::to_string(j);
+  const std::string s = i64_affine(start), e = i64_affine(end);
+  const std::string c1 = tmp(), m1 = tmp(), lo = tmp(), c2 = tmp(), m2 = tmp(), hi = tmp();
+  out_ << "  " << c1 << " = icmp sgt i64 %begin, " << s << "\n";
+  out_ << "  " << m1 << " = select i1 " << c1 << ", i64 %begin, i64 " << s << "\n";
+  out_ << "  " << lo << " = sub i64 " << m1 << ", " << s << "\n";
+  out_ << "  " << c2 << " = icmp slt i64 %end, " << e << "\n";
+  out_ << "  " << m2 << " = select i1 " << c2 << ", i64 %end, i64 " << e << "\n";
+  out_ << "  " << hi << " = sub i64 " << m2 << ", " << s << "\n";
+  out_ << "  store i64 " << lo << ", ptr %p\n";
+  out_ << "  br label " << P << ".head\n" << L << ".head:\n";
+  const std::string p = tmp(), c = tmp();
+  out_ << "  " << p << " = load i64, ptr %p\n";
+  out_ << "  " << c << " = icmp slt i64 " << p << ", " << hi << "\n";
+  out_ << "  br i1 " << c << ", label " << P << ".body, label " << P << ".exit\n" << L << ".body:\n";
+  std::string rest = p;  // row-major: the last axis varies fastest
+  for (int a = k_->space.rank() - 1; a >= 0; --a) {
+    if (a == 0) {
+      out_ << "  store i64 " << rest << ", ptr %i0\n";
+      break;
+    }
+    const std::string ext = k_->space[a] == kBatch ? "%batch" : std::to_string(k_->space[a]);
+    const std::string r = tmp(), q = tmp();
+    out_ << "  " << r << " = urem i64 " << rest << ", " << ext << "\n";
+    out_ << "  store i64 " << r << ", ptr %i" << a << "\n";
+    out_ << "  " << q << " = udiv i64 " << rest << ", " << ext << "\n";
+    rest = q;
+  }
+  for (const auto& o : k_->outputs) emit_store(o, expr(o.expr));
+  const std::string n = tmp();
+  out_ << "  " << n << " = add i64 " << p << ", 1\n";
+  out_ << "  store i64 " << n << ", ptr %p\n";
+  out_ << "  br label " << P << ".head\n" << L << ".exit:\n";
+}
+
+std::string KernelEmitter::emit() {
+  if (!k_->parts.empty()) return emit_group();
+  for (const auto& a : k_->accesses)
+    if (a.buffer >= 0 && std::find(info_.buffers.begin(), info_.buffers.end(), a.buffer) == info_.buffers.end())
+      info_.buffers.push_back(a.buffer);
+  info_.symbol = k_->name;
+  const int rank = k_->space.rank();
+  // Threads split the first axis that is not reduced: each then owns its outputs outright.
+  for (int a = 0; a < rank && info_.split_axis < 0; ++a)
+    if (std::find(k_->reduce_axes.begin(), k_->reduce_axes.end(), a) == k_->reduce_axes.end()) info_.split_axis = a;
+  values_.assign(k_->exprs.size(), "");
+
+  out_ << "; " << k_->name << ": loop over " << k_->space.str() << ", graph nodes";
+  for (int n : k_->nodes) out_ << " %" << n;
+  out_ << "\ndefine void @" << k_->name
+       << "(ptr noalias nocapture readonly %args, i64 %batch, i64 %begin, i64 %end, i64 %step) {\nentry:\n";
+  for (int a = 0; a < rank; ++a) out_ << "  %i" << a << " = alloca i64\n";
+  for (int j = 0; j < k_->reductions(); ++j) {
+    out_ << "  %acc" << j << " = alloca " << ty(k_->exprs[k_->outputs[j].expr].dtype) << "\n";
+    if (k_->outputs[j].reduce == Op::ReduceLogSumExp) out_ << "  %acc" << j << "s = alloca float\n";
   }
   for (size_t s = 0; s < info_.buffers.size(); ++s) {
     const std::string pp = tmp(), b = "%b" + std::to_string(s);
@@ -470,11 +548,11 @@ std::string KernelEmitter::emit() {
     out_ << "  " << b << " = load ptr, ptr " << pp << "\n";
     base_.push_back(b);
   }
-  if (k_.reduce != Op::Constant) {
+  if (k_->reduce != Op::Constant) {
     emit_reduction();
   } else {
     for (int a = 0; a < rank; ++a) open_loop(a);
-    for (const auto& o : k_.outputs) emit_store(o, expr(o.expr));
+    for (const auto& o : k_->outputs) emit_store(o, expr(o.expr));
     for (int a = rank - 1; a >= 0; --a) close_loop(a);
   }
   out_ << "  ret void\n}\n\n";

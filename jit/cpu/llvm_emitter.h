@@ -19,6 +19,10 @@ struct EmittedKernel {
   std::string symbol;
   std::vector<int> buffers;  // program buffer ids
   int split_axis = -1;  // the loop axis [begin, end) ranges over; -1: none
+  // A group kernel (kir::Kernel::parts): [begin, end) ranges over the parts' concatenated
+  // points, `points` of them in all, and threads may split it anywhere.
+  bool flat = false;
+  kir::Affine points;
 };
 
 // One module holding every kernel of the program (one optimiser run, one cache entry).

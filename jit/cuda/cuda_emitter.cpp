@@ -282,7 +282,47 @@ void emit_header(std::ostream& out, const Graph& g, const kir::Kernel& k) {
   }
 }
 
+// A group kernel: a grid-stride loop over the parts' concatenated points; an if-chain on the
+// segment starts picks the part, whose body the writer writes as for a kernel of its own, at
+// the point's offset into the part. One parameter list: every part's buffers, each once.
+std::string emit_group(const Graph& g, const kir::Program& p, const kir::Kernel& group, EmittedKernel& info) {
+  std::ostringstream out;
+  std::vector<KernelWriter> writers;
+  writers.reserve(group.parts.size());
+  for (const kir::Kernel& part : group.parts) writers.emplace_back(p, part, info);
+  info.symbol = group.name;
+  info.block = kBlock;
+  info.scheme = Scheme::elementwise;
+  const std::vector<kir::Affine> starts = kir::segment_starts(group);
+  info.points = info.outputs = starts.back();
+  out << "// " << group.name << ": a group of " << group.parts.size() << " parts over one flat range:";
+  for (const kir::Kernel& part : group.parts) out << " " << part.name << " " << part.space.str();
+  out << "\n";
+  for (int n : group.nodes) {
+    const Node& node = g.node(n);
+    out << "//   %" << n << " " << op_name(node.op) << " " << dtype_name(node.dtype) << node.shape.str()
+        << " at " << format_location(node.loc) << "\n";
+  }
+  out << "extern \"C\" __global__ void __launch_bounds__(" << kBlock << ") " << group.name << "(\n    "
+      << writers.front().params() << ") {\n";
+  out << "  const tj_i64 points = " << KernelWriter::affine(info.points) << ";\n";
+  out << "  for (tj_i64 p = TJ_GLOBAL_THREAD; p < points; p += TJ_GRID_THREADS) {\n";
+  for (size_t j = 0; j < writers.size(); ++j) {
+    const KernelWriter& w = writers[j];
+    const int rank = group.parts[j].space.rank();
+    if (j + 1 < writers.size()) out << "    " << (j ? "} else if" : "if") << " (p < " << KernelWriter::affine(starts[j + 1]) << ") {\n";
+    else out << "    } else {\n";  // a group has two parts at least
+    w.decompose(out, "      ", j ? "p - " + KernelWriter::affine(starts[j]) : "p", range(0, rank), "r");
+    const Point pt = point_of(rank);
+    w.body(out, "      ", pt, output_exprs(group.parts[j], 0));
+    store_outputs(out, w, "      ", pt, 0);
+  }
+  out << "    }\n  }\n}\n\n";
+  return out.str();
+}
+
 std::string emit_kernel(const Graph& g, const kir::Program& p, const kir::Kernel& k, EmittedKernel& info) {
+  if (!k.parts.empty()) return emit_group(g, p, k, info);
   std::ostringstream out;
   KernelWriter w(p, k, info);
   info.symbol = k.name;

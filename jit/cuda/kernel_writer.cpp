@@ -31,7 +31,8 @@ KernelWriter::KernelWriter(const kir::Program& p, const kir::Kernel& k, EmittedK
   for (const auto& a : k_.accesses)
     if (a.buffer >= 0 && std::find(info_.buffers.begin(), info_.buffers.end(), a.buffer) == info_.buffers.end())
       info_.buffers.push_back(a.buffer);
-  info_.written.assign(info_.buffers.size(), false);
+  // resize, not assign: the parts of a group kernel share one parameter list (`info`).
+  info_.written.resize(info_.buffers.size(), false);
   for (const auto& o : k_.outputs) {
     const int b = k_.accesses[o.access].buffer;
     info_.written[std::find(info_.buffers.begin(), info_.buffers.end(), b) - info_.buffers.begin()] = true;

@@ -56,7 +56,7 @@ struct Expr {
   uint64_t seed = 0;     // random: the node's seed; the element index is the output's offset
 };
 
-// A fused loop nest over `space`. Without a reduction, each output is stored at every point.
+// A fused loop nest over `space`, or a group of them (see `parts`). Without a reduction, each output is stored at every point.
 // With one, the axes in `reduce_axes` are combined (sum, max, mean or log-sum-exp) into the
 // output, whose access has stride 0 along them. Sibling reductions over the same space and axes
 // (a cross-entropy's log-sum-exp and its label term) share one kernel: the first outputs are
@@ -75,6 +75,18 @@ struct Kernel {
   Op reduce = Op::Constant;     // the first output's reduction; Constant: none
   std::vector<int> reduce_axes;
   std::vector<int> nodes;       // the graph nodes fused into it, for dumps and errors
+  // A group kernel (jit/passes/group_kernels.h): independent elementwise kernels run as one
+  // launch over their concatenated points, part j over [start_j, start_j + points_j) of the
+  // flat range (starts are terms of B: segment_starts()). A group has no space, accesses,
+  // exprs or outputs of its own; `nodes` lists its parts' nodes. Empty: a plain kernel.
+  std::vector<Kernel> parts;
+  // The loop kernels this step runs: its parts, or itself. Walk these for buffers read/written.
+  std::vector<const Kernel*> bodies() const {
+    std::vector<const Kernel*> b;
+    if (parts.empty()) b.push_back(this);
+    for (const Kernel& p : parts) b.push_back(&p);
+    return b;
+  }
   // How many outputs, from the first, are reductions.
   int reductions() const {
     int n = 0;
@@ -82,6 +94,23 @@ struct Kernel {
     return n;
   }
 };
+
+// The points of a loop space as c + b*B.
+inline Affine points_of(const Shape& space) {
+  Affine n{1, 0};
+  for (int64_t d : space.dims()) n = d == kBatch ? Affine{0, n.c} : Affine{n.c * d, n.b * d};
+  return n;
+}
+
+// A group kernel's flat range: where each part starts, then the total (parts.size() + 1 terms).
+inline std::vector<Affine> segment_starts(const Kernel& group) {
+  std::vector<Affine> s{Affine{}};
+  for (const Kernel& p : group.parts) {
+    const Affine n = points_of(p.space);
+    s.push_back({s.back().c + n.c, s.back().b + n.b});
+  }
+  return s;
+}
 
 // A library routine over whole buffers: MatMul (with transposes folded in), Conv2D and its
 // gradients, pools and their gradients, OneHot, ArgMax.

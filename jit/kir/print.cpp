@@ -54,8 +54,14 @@ const char* buffer_kind(Buffer::Kind kind) {
 
 }  // namespace
 
+// A group prints as "kernel k7_group of 3 parts", then each part as a kernel headed "part".
 std::string to_string(const Program& program, const Kernel& k) {
   std::ostringstream out;
+  if (!k.parts.empty()) {
+    out << "kernel " << k.name << " of " << k.parts.size() << " parts\n";
+    for (const Kernel& part : k.parts) out << "part" << to_string(program, part).substr(6);
+    return out.str();
+  }
   out << "kernel " << k.name << " over " << k.space.str();
   if (k.reduce != Op::Constant) {
     // Sibling reductions: each reduced output's op, in the order of the stores.

@@ -14,8 +14,9 @@ int root_of(const kir::Program& p, int b) {
 std::vector<int> touched(const kir::Program& p, const kir::Step& s) {
   std::vector<int> ids;
   if (s.kind == kir::Step::Kind::kernel) {
-    for (const auto& a : p.kernels[s.index].accesses)
-      if (a.buffer >= 0) ids.push_back(a.buffer);
+    for (const kir::Kernel* k : p.kernels[s.index].bodies())  // a group: all its parts
+      for (const auto& a : k->accesses)
+        if (a.buffer >= 0) ids.push_back(a.buffer);
   } else if (s.kind == kir::Step::Kind::library) {
     const auto& c = p.calls[s.index];
     ids = c.inputs;

@@ -113,10 +113,13 @@ void CpuProgram::run_kernel(int index, const std::vector<void*>& base, int64_t b
   for (int b : k.buffers) args.push_back(base[b]);
   KernelFn fn = functions_[index];
   const Shape& space = program_.kernels[index].space;
-  const int64_t outer = k.split_axis >= 0 ? Shape{space[k.split_axis]}.elements(batch) : 1;
+  // A group kernel ranges over its parts' points, one flat range.
+  const int64_t outer = k.flat ? k.points.at(batch)
+                        : k.split_axis >= 0 ? Shape{space[k.split_axis]}.elements(batch) : 1;
+  const int64_t work = k.flat ? outer : space.elements(batch);
   auto body = [&](int64_t begin, int64_t end) { fn(args.data(), batch, begin, end, step); };
   // Small kernels are not worth waking the other threads for.
-  if (pool_ && k.split_axis >= 0 && space.elements(batch) >= 32768) pool_->parallel_for(outer, body);
+  if (pool_ && (k.flat || k.split_axis >= 0) && work >= 32768) pool_->parallel_for(outer, body);
   else body(0, outer);
 }
 

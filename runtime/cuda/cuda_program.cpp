@@ -94,7 +94,8 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
       written_.push_back(b), written_names_.push_back(program_.buffers[b].name);
   };
   for (const kir::Kernel& k : program_.kernels)
-    for (const auto& o : k.outputs) note_written(k.accesses[o.access].buffer);
+    for (const kir::Kernel* body : k.bodies())  // a group kernel: each of its parts
+      for (const auto& o : body->outputs) note_written(body->accesses[o.access].buffer);
   for (const kir::LibraryCall& c : program_.calls) note_written(c.output);
   for (const kir::Copy& c : program_.copies) note_written(c.to);
   if (knobs::debug_level() >= 1)

@@ -123,7 +123,7 @@ TEST_CASE("the MLP and CNN training steps compile to CUDA for sm_80 and sm_90", 
           if (k.scheme == s && k.vector_width >= width) return true;
         return false;
       };
-      CHECK(has(S::elementwise, 4));   // bias + relu, the optimiser apply
+      CHECK(has(S::elementwise, 4));   // bias + relu (the apply is a group kernel: width 1)
       CHECK(has(S::row_per_warp, 1));  // softmax rows
       CHECK(has(S::row_per_block, 1)); // the mean over the batch
       CHECK(has(S::column, 1));        // bias gradients

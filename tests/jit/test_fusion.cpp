@@ -25,12 +25,15 @@ tj::kir::Program lower(const tj::Graph& g, const std::vector<Tensor>& fetches) {
 }
 
 // The program's text with kernel names cut to their index ("kernel k0_relu_mul_add over" reads
-// "kernel k0 over"): the name lists the fused ops for dumps, the body already says what is fused.
-std::string ir(const tj::Graph& g, const std::vector<Tensor>& fetches) {
-  return std::regex_replace(tj::kir::to_string(lower(g, fetches)),
-                            std::regex("^kernel (k[0-9]+)[^ ]* over", std::regex::multiline),
-                            "kernel $1 over");
+// "kernel k0 over", a group's "part k3_sub_mul over" reads "part k3 over"): the name lists the
+// fused ops for dumps, the body already says what is fused.
+std::string ir_text(const tj::kir::Program& p) {
+  return std::regex_replace(tj::kir::to_string(p),
+                            std::regex("^(kernel|part) (k[0-9]+)[^ ]* over", std::regex::multiline),
+                            "$1 $2 over");
 }
+
+std::string ir(const tj::Graph& g, const std::vector<Tensor>& fetches) { return ir_text(lower(g, fetches)); }
 
 // The golden text starts after the raw string's first newline.
 std::string golden(const char* text) { return std::string(text).substr(1); }
@@ -284,6 +287,7 @@ fetch b2
 // kernel runs after t's other consumer c. Hosting t there let c read t's buffer before anything
 // wrote it. t now gets a kernel of its own, before both readers; a is inlined into e's kernel.
 TEST_CASE("a shared producer is written before its first reader runs", "[cpu][jit][fusion]") {
+  // Its two readers do not depend on each other: one group kernel runs both after it.
   tj::Graph g;
   tj::GraphScope use(g);
   auto x = tj::input("x", {kBatch, 7});
@@ -300,12 +304,13 @@ kernel k0 over [B,7]
   e0 = load b0[i0*7 + i1] : f32
   e1 = tanh e0 : f32
   store b1[i0*7 + i1] = e1
-kernel k1 over [B,7]
+kernel k1_group of 2 parts
+part k1 over [B,7]
   e0 = load b1[i0*7 + i1] : f32
   e1 = const 1 : f32
   e2 = add e0, e1 : f32
   store b2[i0*7 + i1] = e2
-kernel k2 over [B,7]
+part k2 over [B,7]
   e0 = load b1[i0*7 + i1] : f32
   e1 = const 2 : f32
   e2 = mul e0, e1 : f32
@@ -362,4 +367,119 @@ TEST_CASE("the MLP training step lowers to 7 kernels and 9 library calls", "[jit
   CHECK(reductions == 5);
   CHECK(multi_output == 4);
   for (const auto& k : p.kernels) CHECK(k.name.find("transpose") == std::string::npos);
+}
+
+namespace {
+
+// A 3-layer MLP's training step with `opt`'s apply: 6 variables (3 kernels, 3 biases).
+struct MlpStep {
+  tj::Graph g;
+  Tensor loss;
+  tj::kir::Program program;
+  explicit MlpStep(const tj::Optimizer& opt) {
+    tj::GraphScope use(g);
+    auto x = tj::input("image", {kBatch, 784});
+    auto labels = tj::input("label", {kBatch}, tj::DType::i32);
+    auto h = tj::relu(tj::dense(x, 64, "fc1"));
+    h = tj::relu(tj::dense(h, 64, "fc2"));
+    loss = tj::mean(tj::softmax_cross_entropy(tj::dense(h, 10, "logits"), labels));
+    auto vars = tj::trainable_variables();
+    opt.apply(tj::grad(loss, vars), vars);
+    program = tj::lower_graph(g, {loss.id()}, g.update_ops).program;
+  }
+  // Kernel steps, and what they were before grouping (each part its own launch).
+  int kernels() const { return count_steps(program, tj::kir::Step::Kind::kernel); }
+  int ungrouped() const {
+    int n = 0;
+    for (const auto& k : program.kernels) n += static_cast<int>(k.bodies().size());
+    return n;
+  }
+  int largest_group() const {
+    size_t n = 0;
+    for (const auto& k : program.kernels) n = std::max(n, k.parts.size());
+    return static_cast<int>(n);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("an SGD-momentum apply over 6 variables is one kernel", "[jit][fusion]") {
+  // Lowered, the apply is 12 kernels (each variable's momentum, then its weight) and the step
+  // counter. Each weight kernel reads its new momentum at the point it writes, so it joins the
+  // momentum's kernel; the six are independent and run as one group over their 54,874 points.
+  // The step counter reads nothing the rest writes and joins the first group it reaches.
+  MlpStep step(tj::momentum(0.1, 0.9));
+  INFO(tj::kir::to_string(step.program));
+  CHECK(step.kernels() == 8);  // 7 for the forward and backward pass (as below), 1 apply
+  const tj::kir::Step& last = step.program.steps.back();
+  REQUIRE(last.kind == tj::kir::Step::Kind::kernel);
+  const tj::kir::Kernel& apply = step.program.kernels[last.index];
+  REQUIRE(apply.parts.size() == 6);
+  for (const auto& part : apply.parts) {
+    CHECK(part.space.rank() == 1);      // coalesced: one counted loop per variable
+    CHECK(part.outputs.size() == 2);    // the momentum and the weight, both in place
+  }
+  CHECK(tj::kir::segment_starts(apply).back() == tj::kir::Affine{784 * 64 + 64 + 64 * 64 + 64 + 64 * 10 + 10, 0});
+}
+
+TEST_CASE("an Adam apply over 6 variables is one kernel of 6 parts", "[jit][fusion]") {
+  // m, v and the weight of a variable: one part; 19 kernels of the apply become 1.
+  MlpStep step(tj::adam(0.01));
+  INFO(tj::kir::to_string(step.program));
+  CHECK(step.kernels() == 8);
+  CHECK(step.largest_group() == 6);
+  const tj::kir::Kernel& apply = step.program.kernels[step.program.steps.back().index];
+  REQUIRE(apply.parts.size() == 6);
+  for (const auto& part : apply.parts) CHECK(part.outputs.size() == 3);
+}
+
+TEST_CASE("a grouped momentum apply reads as one kernel of parts", "[jit][fusion]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto w = tj::variable("w", {3, 5}), b = tj::variable("b", {7});
+  auto gw = tj::input("gw", {3, 5}), gb = tj::input("gb", {7});
+  tj::momentum(0.1, 0.9).apply({gw, gb}, {w, b});
+  const tj::kir::Program p = tj::lower_graph(g, {}, g.update_ops).program;
+  // Each weight's kernel reads its new momentum where it writes: one part per variable, the
+  // [3,5] loop coalesced into 15 points; the step counter is a third, independent part.
+  CHECK(ir_text(p) == golden(R"(
+b0 = variable "w" f32[3,5]
+b1 = variable "b" f32[7]
+b2 = input "gw" f32[3,5]
+b3 = input "gb" f32[7]
+b4 = variable "global_step" f32[]
+b5 = variable "w/momentum" f32[3,5]
+b6 = variable "b/momentum" f32[7]
+kernel k0_group of 3 parts
+part k0 over []
+  e0 = load b4[0] : f32
+  e1 = const 1 : f32
+  e2 = add e0, e1 : f32
+  store b4[0] = e2
+part k1 over [15]
+  e0 = const 0.9 : f32
+  e1 = load b5[i0] : f32
+  e2 = mul e0, e1 : f32
+  e3 = load b2[i0] : f32
+  e4 = add e2, e3 : f32
+  e5 = load b0[i0] : f32
+  e6 = const 0.1 : f32
+  e7 = mul e6, e4 : f32
+  e8 = sub e5, e7 : f32
+  store b5[i0] = e4
+  store b0[i0] = e8
+part k3 over [7]
+  e0 = const 0.9 : f32
+  e1 = load b6[i0] : f32
+  e2 = mul e0, e1 : f32
+  e3 = load b3[i0] : f32
+  e4 = add e2, e3 : f32
+  e5 = load b1[i0] : f32
+  e6 = const 0.1 : f32
+  e7 = mul e6, e4 : f32
+  e8 = sub e5, e7 : f32
+  store b6[i0] = e4
+  store b1[i0] = e8
+fetch
+)"));
 }
