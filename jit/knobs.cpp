@@ -23,12 +23,16 @@ std::string lower(std::string s) {
 
 }  // namespace
 
-bool cache_enabled() {
-  auto value = read("TOWERJIT_CACHE");
+// "off", "0", "false", "no" (any case) turn a default-on switch off.
+static bool switched_on(const char* name) {
+  auto value = read(name);
   if (!value) return true;
   std::string v = lower(*value);
   return !(v == "off" || v == "0" || v == "false" || v == "no");
 }
+
+bool cache_enabled() { return switched_on("TOWERJIT_CACHE"); }
+bool group_kernels_enabled() { return switched_on("TOWERJIT_GROUP_KERNELS"); }
 
 std::optional<std::string> cache_dir_override() { return read("TOWERJIT_CACHE_DIR"); }
 std::optional<std::string> xdg_cache_home() { return read("XDG_CACHE_HOME"); }

@@ -15,6 +15,11 @@ namespace towerjit::knobs {
 // kernel is then compiled from scratch and nothing is read or written. Default: on.
 bool cache_enabled();
 
+// TOWERJIT_GROUP_KERNELS: "off" (also "0", "false", "no") keeps every elementwise kernel its
+// own launch instead of grouping independent ones (the optimiser's apply over all variables)
+// into one kernel; for measuring what grouping buys. Default: on.
+bool group_kernels_enabled();
+
 // TOWERJIT_CACHE_DIR: puts the compile cache in this directory instead of the default
 // (tests point it at a fresh temporary directory). Unset or empty: not set.
 std::optional<std::string> cache_dir_override();

@@ -43,7 +43,8 @@ LoweredProgram lower_graph(const Graph& graph, const std::vector<int>& fetches,
   const std::vector<int> new_fetches(ids.begin(), ids.begin() + fetches.size());
   const std::vector<int> new_updates(ids.begin() + fetches.size(), ids.end());
   kir::Program program = lower_to_kernels(g, new_fetches, new_updates);  // fusion
-  program = group_kernels(std::move(program));  // independent elementwise kernels: one launch
+  if (knobs::group_kernels_enabled())
+    program = group_kernels(std::move(program));  // independent elementwise kernels: one launch
   if (knobs::debug_level() >= 3)
     std::fprintf(stderr, "towerjit: kernel IR\n%s", kir::to_string(program).c_str());
   return {std::move(g), std::move(program)};
