@@ -127,11 +127,12 @@ void Lowering::check_in_place_writes() const {
     for (const auto& o : k.outputs) {
       const kir::Access& store = k.accesses[o.access];
       if (p_.buffers[store.buffer].kind != kir::Buffer::Kind::variable) continue;
-      for (const kir::Expr& e : k.exprs)
-        if (e.kind == kir::Expr::Kind::load && k.accesses[e.access].buffer == store.buffer)
-          internal_check(k.accesses[e.access] == store)
-              << "kernel " << k.name << " reads variable " << p_.buffers[store.buffer].name
-              << " away from where it writes it in place";
+      for (const kir::Expr& e : k.exprs) {
+        if (e.kind != kir::Expr::Kind::load || k.accesses[e.access].buffer != store.buffer) continue;
+        internal_check(k.accesses[e.access] == store)
+            << "kernel " << k.name << " reads variable " << p_.buffers[store.buffer].name
+            << " away from where it writes it in place";
+      }
     }
 }
 
