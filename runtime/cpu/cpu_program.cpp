@@ -8,6 +8,7 @@
 #include "jit/dump.h"
 #include "jit/knobs.h"
 #include "jit/passes/pipeline.h"
+#include "runtime/bind_feeds.h"
 #include "runtime/cpu/library.h"
 
 namespace towerjit {
@@ -56,27 +57,7 @@ CpuProgram::CpuProgram(const Graph& graph, const std::vector<int>& ids,
 }
 
 int64_t CpuProgram::bind_batch(const HostFeeds& feeds) const {
-  int64_t batch = -1;
-  std::string from;
-  for (const auto& b : program_.buffers) {
-    if (b.kind != kir::Buffer::Kind::input) continue;
-    auto it = feeds.find(b.name);
-    user_check(it != feeds.end(), graph_.node(b.nodes[0]).loc)
-        << "input \"" << b.name << "\" " << b.shape.str() << " was not fed; pass it in the feeds";
-    const HostTensor& t = it->second;
-    bool ok = t.dtype == b.dtype && t.shape.rank() == b.shape.rank();
-    for (int i = 0; ok && i < b.shape.rank(); ++i) {
-      if (b.shape[i] != kBatch) { ok = t.shape[i] == b.shape[i]; continue; }
-      if (batch < 0) batch = t.shape[i], from = b.name;
-      ok = t.shape[i] == batch;
-    }
-    user_check(ok, graph_.node(b.nodes[0]).loc)
-        << "input \"" << b.name << "\" expects " << dtype_name(b.dtype) << b.shape.str() << " but got "
-        << dtype_name(t.dtype) << t.shape.str()
-        << (batch >= 0 && from != b.name ? " (batch " + std::to_string(batch) + " from \"" + from + "\")" : "")
-        << "; feed a tensor of the declared shape and dtype";
-  }
-  return batch < 0 ? 1 : batch;
+  return bind_feeds(program_, graph_, feeds);
 }
 
 std::vector<void*> CpuProgram::bind_buffers(const HostFeeds& feeds, HostVariables& variables,

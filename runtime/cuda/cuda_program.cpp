@@ -12,6 +12,7 @@
 #include "jit/cuda/cuda_dump.h"
 #include "jit/knobs.h"
 #include "jit/passes/pipeline.h"
+#include "runtime/bind_feeds.h"
 #include "runtime/cuda/library.h"
 
 namespace towerjit {
@@ -114,32 +115,17 @@ CudaProgram::~CudaProgram() {
 
 template <typename Feeds>
 int64_t CudaProgram::bind_batch(const Feeds& feeds, Loc loc) const {
-  int64_t batch = -1;
-  std::string from;
-  for (const auto& b : program_.buffers) {
-    if (b.kind != kir::Buffer::Kind::input) continue;
-    auto it = feeds.find(b.name);
-    user_check(it != feeds.end(), graph_.node(b.nodes[0]).loc)
-        << "input \"" << b.name << "\" " << b.shape.str() << " was not fed; pass it in the feeds";
-    const auto& t = it->second;
-    bool ok = t.dtype == b.dtype && t.shape.rank() == b.shape.rank();
-    for (int i = 0; ok && i < b.shape.rank(); ++i) {
-      if (b.shape[i] != kBatch) { ok = t.shape[i] == b.shape[i]; continue; }
-      if (batch < 0) batch = t.shape[i], from = b.name;
-      ok = t.shape[i] == batch;
-    }
-    user_check(ok, graph_.node(b.nodes[0]).loc)
-        << "input \"" << b.name << "\" expects " << dtype_name(b.dtype) << b.shape.str() << " but got "
-        << dtype_name(t.dtype) << t.shape.str()
-        << (batch >= 0 && from != b.name ? " (batch " + std::to_string(batch) + " from \"" + from + "\")" : "")
-        << "; feed a tensor of the declared shape and dtype";
-    if constexpr (std::is_same_v<Feeds, DeviceFeeds>) {
-      user_check(t.device == device_, loc) << "input \"" << b.name << "\" lives on "
-                                           << (t.device ? t.device->str() : "no device") << " but the program runs on "
-                                           << device_->str() << "; copy it to the program's device";
+  const int64_t batch = bind_feeds(program_, graph_, feeds);
+  if constexpr (std::is_same_v<Feeds, DeviceFeeds>) {
+    for (const auto& b : program_.buffers) {
+      if (b.kind != kir::Buffer::Kind::input) continue;
+      const auto& t = feeds.at(b.name);
+      user_check(t.device == device_, loc)
+          << "input \"" << b.name << "\" lives on " << (t.device ? t.device->str() : "no device")
+          << " but the program runs on " << device_->str() << "; copy it to the program's device";
     }
   }
-  return batch < 0 ? 1 : batch;
+  return batch;
 }
 
 void CudaProgram::prepare(int64_t batch) {

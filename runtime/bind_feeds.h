@@ -1,0 +1,42 @@
+// The feeds of a compiled program checked against its inputs — every input fed, with its
+// declared dtype and shape — and the batch size they bind B to. Shared by CpuProgram and
+// CudaProgram; `Feeds` maps input names to anything with `dtype` and `shape` (host or device
+// tensors).
+#pragma once
+
+#include <string>
+
+#include "dsl/error.h"
+#include "dsl/graph.h"
+#include "jit/kir/kernel_ir.h"
+
+namespace towerjit {
+
+// Returns the batch (1 when no input has one). Errors name the input, both shapes and, for a
+// batch that disagrees, the input the batch was taken from, at the input's DSL file:line.
+template <typename Feeds>
+int64_t bind_feeds(const kir::Program& program, const Graph& graph, const Feeds& feeds) {
+  int64_t batch = -1;
+  std::string from;
+  for (const auto& b : program.buffers) {
+    if (b.kind != kir::Buffer::Kind::input) continue;
+    auto it = feeds.find(b.name);
+    user_check(it != feeds.end(), graph.node(b.nodes[0]).loc)
+        << "input \"" << b.name << "\" " << b.shape.str() << " was not fed; pass it in the feeds";
+    const auto& t = it->second;
+    bool ok = t.dtype == b.dtype && t.shape.rank() == b.shape.rank();
+    for (int i = 0; ok && i < b.shape.rank(); ++i) {
+      if (b.shape[i] != kBatch) { ok = t.shape[i] == b.shape[i]; continue; }
+      if (batch < 0) batch = t.shape[i], from = b.name;
+      ok = t.shape[i] == batch;
+    }
+    user_check(ok, graph.node(b.nodes[0]).loc)
+        << "input \"" << b.name << "\" expects " << dtype_name(b.dtype) << b.shape.str() << " but got "
+        << dtype_name(t.dtype) << t.shape.str()
+        << (batch >= 0 && from != b.name ? " (batch " + std::to_string(batch) + " from \"" + from + "\")" : "")
+        << "; feed a tensor of the declared shape and dtype";
+  }
+  return batch < 0 ? 1 : batch;
+}
+
+}  // namespace towerjit
