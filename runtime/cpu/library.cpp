@@ -11,32 +11,18 @@
 #include <limits>
 
 #include "dsl/error.h"
+#include "jit/kir/matmul_geometry.h"
 
 namespace towerjit::cpujit {
 namespace {
 
 // Row-major matrix product of the last two axes; leading axes broadcast numpy-style.
 void matmul(const kir::LibraryCall& c, const View& a, const View& b, const View& out) {
-  const int ra = a.shape.rank(), rb = b.shape.rank(), ro = out.shape.rank();
-  const int64_t m = out.shape[ro - 2], n = out.shape[ro - 1];
-  const int64_t k = c.transpose_a ? a.shape[ra - 2] : a.shape[ra - 1];
-  int64_t batches = 1;
-  for (int i = 0; i < ro - 2; ++i) batches *= out.shape[i];
-  for (int64_t bi = 0; bi < batches; ++bi) {
-    // Offsets of this output batch in a and b, honouring broadcast (size-1) batch axes.
-    int64_t rem = bi, oa = 0, ob = 0, sa = m * k, sb = k * n;
-    for (int i = ro - 3; i >= 0; --i) {
-      const int64_t idx = rem % out.shape[i];
-      rem /= out.shape[i];
-      const int ia = i - (ro - ra), ib = i - (ro - rb);
-      if (ia >= 0) { oa += (a.shape[ia] == 1 ? 0 : idx) * sa; sa *= a.shape[ia]; }
-      if (ib >= 0) { ob += (b.shape[ib] == 1 ? 0 : idx) * sb; sb *= b.shape[ib]; }
-    }
+  const kir::MatMulGeometry g = kir::matmul_geometry(c, a.shape, b.shape, out.shape);
+  for (int64_t bi = 0; bi < g.batches; ++bi)
     blas().sgemm(CblasRowMajor, c.transpose_a ? CblasTrans : CblasNoTrans,
-                c.transpose_b ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a.f() + oa,
-                c.transpose_a ? m : k, b.f() + ob, c.transpose_b ? k : n, 0.0f,
-                out.f() + bi * m * n, n);
-  }
+                 c.transpose_b ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f, a.f() + g.offset_a[bi], g.lda,
+                 b.f() + g.offset_b[bi], g.ldb, 0.0f, out.f() + bi * g.m * g.n, g.n);
 }
 
 void one_hot(const Node& node, const View& labels, const View& out) {

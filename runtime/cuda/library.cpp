@@ -3,6 +3,7 @@
 #include "runtime/cuda/library.h"
 
 #include "dsl/error.h"
+#include "jit/kir/matmul_geometry.h"
 #include "jit/cuda/device/library_params.h"
 
 namespace towerjit::cuda {
@@ -43,36 +44,21 @@ CUdeviceptr scratch(LibraryEnv& env, int64_t floats) {
 // (the usual case, a broadcast operand having stride 0), else one GEMM per batch.
 void matmul(const kir::LibraryCall& c, const Node& node, const DeviceView& a, const DeviceView& b,
             const DeviceView& out, LibraryEnv& env) {
-  const int ra = a.shape.rank(), rb = b.shape.rank(), ro = out.shape.rank();
-  const int64_t m = out.shape[ro - 2], n = out.shape[ro - 1];
-  const int64_t k = c.transpose_a ? a.shape[ra - 2] : a.shape[ra - 1];
-  int64_t batches = 1;
-  for (int i = 0; i < ro - 2; ++i) batches *= out.shape[i];
-  std::vector<int64_t> off_a(batches), off_b(batches);
-  for (int64_t bi = 0; bi < batches; ++bi) {
-    int64_t rem = bi, oa = 0, ob = 0, sa = m * k, sb = k * n;
-    for (int i = ro - 3; i >= 0; --i) {
-      const int64_t idx = rem % out.shape[i];
-      rem /= out.shape[i];
-      const int ia = i - (ro - ra), ib = i - (ro - rb);
-      if (ia >= 0) { oa += (a.shape[ia] == 1 ? 0 : idx) * sa; sa *= a.shape[ia]; }
-      if (ib >= 0) { ob += (b.shape[ib] == 1 ? 0 : idx) * sb; sb *= b.shape[ib]; }
-    }
-    off_a[bi] = oa, off_b[bi] = ob;
-  }
-  const int64_t stride_a = batches > 1 ? off_a[1] : 0, stride_b = batches > 1 ? off_b[1] : 0;
+  const kir::MatMulGeometry g = kir::matmul_geometry(c, a.shape, b.shape, out.shape);
+  const int64_t batches = g.batches, m = g.m, n = g.n;
+  const int64_t stride_a = batches > 1 ? g.offset_a[1] : 0, stride_b = batches > 1 ? g.offset_b[1] : 0;
   bool linear = true;
-  for (int64_t bi = 0; bi < batches; ++bi) linear = linear && off_a[bi] == bi * stride_a && off_b[bi] == bi * stride_b;
-  const int64_t lda = c.transpose_a ? m : k, ldb = c.transpose_b ? k : n;
+  for (int64_t bi = 0; bi < batches; ++bi)
+    linear = linear && g.offset_a[bi] == bi * stride_a && g.offset_b[bi] == bi * stride_b;
   const std::string what = describe(node);
   if (linear) {
-    blas(env).gemm(c.transpose_a, c.transpose_b, m, n, k, a.ptr, lda, stride_a, b.ptr, ldb, stride_b, 0.0f, out.ptr,
-                  n, m * n, batches, what);
+    blas(env).gemm(c.transpose_a, c.transpose_b, m, n, g.k, a.ptr, g.lda, stride_a, b.ptr, g.ldb, stride_b, 0.0f,
+                  out.ptr, n, m * n, batches, what);
     return;
   }
   for (int64_t bi = 0; bi < batches; ++bi)
-    blas(env).gemm(c.transpose_a, c.transpose_b, m, n, k, a.ptr + off_a[bi] * 4, lda, 0, b.ptr + off_b[bi] * 4, ldb,
-                  0, 0.0f, out.ptr + bi * m * n * 4, n, 0, 1, what);
+    blas(env).gemm(c.transpose_a, c.transpose_b, m, n, g.k, a.ptr + g.offset_a[bi] * 4, g.lda, 0,
+                  b.ptr + g.offset_b[bi] * 4, g.ldb, 0, 0.0f, out.ptr + bi * m * n * 4, n, 0, 1, what);
 }
 
 TjConvShape conv_shape(const Attrs& at, const Shape& x, const Shape& w, const Shape& y) {
