@@ -1,5 +1,6 @@
 #include "dsl/tensor.h"
 
+#include "dsl/error.h"
 #include "dsl/ops.h"
 
 namespace towerjit {
@@ -25,5 +26,14 @@ Tensor operator>(Operand a, Operand b) { return greater(a, b, a.loc); }
 Tensor operator>=(Operand a, Operand b) { return greater_equal(a, b, a.loc); }
 Tensor operator==(Operand a, Operand b) { return equal(a, b, a.loc); }
 Tensor operator!=(Operand a, Operand b) { return not_equal(a, b, a.loc); }
+
+std::vector<int> node_ids(const Graph& graph, const std::vector<Tensor>& tensors) {
+  std::vector<int> ids;
+  for (const Tensor& t : tensors) {
+    internal_check(t.valid() && &t.graph() == &graph) << "a tensor of another graph";
+    ids.push_back(t.id());
+  }
+  return ids;
+}
 
 }  // namespace towerjit

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <source_location>
+#include <vector>
 
 #include "dsl/graph.h"
 
@@ -53,6 +54,10 @@ Tensor operator>(Operand a, Operand b);
 Tensor operator>=(Operand a, Operand b);
 Tensor operator==(Operand a, Operand b);
 Tensor operator!=(Operand a, Operand b);
+
+// The node ids of `tensors`, all of which must belong to `graph` (an internal error otherwise):
+// what the lowering takes as fetches and update ops.
+std::vector<int> node_ids(const Graph& graph, const std::vector<Tensor>& tensors);
 inline Tensor& operator+=(Tensor& a, Operand b) { return a = Operand(a, b.loc) + b; }
 inline Tensor& operator-=(Tensor& a, Operand b) { return a = Operand(a, b.loc) - b; }
 inline Tensor& operator*=(Tensor& a, Operand b) { return a = Operand(a, b.loc) * b; }

@@ -62,12 +62,6 @@ struct Module {
   tj::cuda::CudaModule cuda;
 };
 
-std::vector<int> ids(const std::vector<tj::Tensor>& tensors) {
-  std::vector<int> out;
-  for (const auto& t : tensors) out.push_back(t.id());
-  return out;
-}
-
 Module make_module(const tj::Graph& graph, const std::string& name, std::string runs,
                    const std::vector<int>& fetches, const std::vector<int>& updates) {
   Module m{name, std::move(runs), tj::lower_graph(graph, fetches, updates), {}};
@@ -111,10 +105,10 @@ std::vector<Module> build_modules(const Options& o, tj::Graph& graph, tj::Tensor
   plan = text.str();
   std::vector<Module> modules;
   modules.push_back(make_module(graph, o.model + "_tower_step", "on every tower, on its slice",
-                                ids(program.tower_fetches), {}));
+                                tj::node_ids(graph, program.tower_fetches), {}));
   modules.push_back(make_module(graph, o.model + "_apply",
                                 o.strategy == "async" ? "after each tower's step" : "once per step per replica",
-                                {program.learning_rate.id()}, ids(program.apply_updates)));
+                                {program.learning_rate.id()}, tj::node_ids(graph, program.apply_updates)));
   return modules;
 }
 

@@ -15,25 +15,14 @@ namespace towerjit {
 
 using KernelFn = void (*)(void**, int64_t, int64_t, int64_t, int64_t);
 
-namespace {
-std::vector<int> ids_of(const Graph& graph, const std::vector<Tensor>& tensors) {
-  std::vector<int> ids;
-  for (const Tensor& t : tensors) {
-    internal_check(t.valid() && &t.graph() == &graph) << "a tensor of another graph";
-    ids.push_back(t.id());
-  }
-  return ids;
-}
-}  // namespace
-
 CpuProgram::CpuProgram(const Graph& graph, std::vector<Tensor> fetches, bool run_update_ops,
                        ThreadPool* pool)
-    : CpuProgram(graph, ids_of(graph, fetches), run_update_ops ? graph.update_ops : std::vector<int>{},
+    : CpuProgram(graph, node_ids(graph, fetches), run_update_ops ? graph.update_ops : std::vector<int>{},
                  pool) {}
 
 CpuProgram::CpuProgram(const Graph& graph, const std::vector<Tensor>& fetches,
                        const std::vector<Tensor>& update_ops, ThreadPool* pool)
-    : CpuProgram(graph, ids_of(graph, fetches), ids_of(graph, update_ops), pool) {}
+    : CpuProgram(graph, node_ids(graph, fetches), node_ids(graph, update_ops), pool) {}
 
 CpuProgram::CpuProgram(const Graph& graph, const std::vector<int>& ids,
                        const std::vector<int>& update_ops, ThreadPool* pool)

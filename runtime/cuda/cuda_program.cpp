@@ -18,15 +18,6 @@
 namespace towerjit {
 namespace {
 
-std::vector<int> ids_of(const Graph& graph, const std::vector<Tensor>& tensors) {
-  std::vector<int> ids;
-  for (const Tensor& t : tensors) {
-    internal_check(t.valid() && &t.graph() == &graph) << "a tensor of another graph";
-    ids.push_back(t.id());
-  }
-  return ids;
-}
-
 int root_of(const kir::Program& p, int b) {
   while (p.buffers[b].alias_of >= 0) b = p.buffers[b].alias_of;
   return b;
@@ -48,12 +39,12 @@ size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
 CudaProgram::CudaProgram(const Graph& graph, std::vector<Tensor> fetches, bool run_update_ops, Device device,
                          Loc loc)
-    : CudaProgram(graph, ids_of(graph, fetches), run_update_ops ? graph.update_ops : std::vector<int>{}, device,
+    : CudaProgram(graph, node_ids(graph, fetches), run_update_ops ? graph.update_ops : std::vector<int>{}, device,
                   loc) {}
 
 CudaProgram::CudaProgram(const Graph& graph, const std::vector<Tensor>& fetches,
                          const std::vector<Tensor>& update_ops, Device device, Loc loc)
-    : CudaProgram(graph, ids_of(graph, fetches), ids_of(graph, update_ops), device, loc) {}
+    : CudaProgram(graph, node_ids(graph, fetches), node_ids(graph, update_ops), device, loc) {}
 
 CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const std::vector<int>& update_ops,
                          Device device, Loc loc) {
