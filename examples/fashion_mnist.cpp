@@ -90,18 +90,16 @@ int train(const Flags& f) {
   const auto metadata = run_metadata(f, towers);
   tj::data::PipelinePosition start;
   if (f.resume) start = tj::resume_from(trainer, f.checkpoint, metadata);
-  std::optional<tj::report::MetricsWriter> metrics;
-  if (!f.metrics.empty() && !f.resume) metrics.emplace(f.metrics, tj::Loc::current());
   tj::data::BatchPipeline pipeline(train_set, {.batch = f.batch, .seed = f.seed, .drop_last = f.drop_last,
                                                .min_batch = towers.size()}, start);
+  const int64_t per_epoch = pipeline.batches_per_epoch();
+  const int64_t start_step = start.epoch * per_epoch + start.batch;
+  const int64_t total = f.steps > 0 ? std::min(f.steps, f.epochs * per_epoch) : f.epochs * per_epoch;
   // A resumed run continues its metrics file from the checkpoint's step.
-  if (!f.metrics.empty() && f.resume)
-    metrics.emplace(f.metrics, start.epoch * pipeline.batches_per_epoch() + start.batch,
-                    tj::Loc::current());
-  const int64_t total = f.steps > 0 ? std::min(f.steps, f.epochs * pipeline.batches_per_epoch())
-                                    : f.epochs * pipeline.batches_per_epoch();
+  std::optional<tj::report::MetricsWriter> metrics;
+  if (!f.metrics.empty() && f.resume) metrics.emplace(f.metrics, start_step, tj::Loc::current());
+  if (!f.metrics.empty() && !f.resume) metrics.emplace(f.metrics, tj::Loc::current());
 
-  const int64_t start_step = start.epoch * pipeline.batches_per_epoch() + start.batch;
   std::printf("towerjit: %s on %s, %s, %s, batch %lld, %lld epoch(s)%s\n", metadata.at("model").c_str(),
               towers.str().c_str(), f.strategy.c_str(), make_optimizer(f).str().c_str(),
               static_cast<long long>(f.batch), static_cast<long long>(f.epochs),
