@@ -20,6 +20,11 @@ bool cache_enabled();
 // into one kernel; for measuring what grouping buys. Default: on.
 bool group_kernels_enabled();
 
+// TOWERJIT_DIRECT_CONV: "off" (also "0", "false", "no") runs every CPU convolution through
+// im2col + sgemm instead of the direct AVX2 kernels (runtime/cpu/direct_conv.h); for measuring
+// and testing both. Default: on (where the CPU has AVX2 and FMA).
+bool direct_conv_enabled();
+
 // TOWERJIT_CACHE_DIR: puts the compile cache in this directory instead of the default
 // (tests point it at a fresh temporary directory). Unset or empty: not set.
 std::optional<std::string> cache_dir_override();

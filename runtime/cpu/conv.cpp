@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/cpu/blas.h"
+#include "runtime/cpu/direct_conv.h"
 
 namespace towerjit::cpujit {
 namespace {
@@ -104,6 +105,7 @@ void parallel(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int
 }
 
 void conv2d(const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool) {
+  if (direct_conv2d(at, x, w, y, pool)) return;
   const Geometry g = geometry(at, x.shape, w.shape, y.shape);
   const int64_t cols_n = g.n * g.spatial();
   float* cols = scratch(0, g.ckk() * cols_n);
@@ -115,6 +117,7 @@ void conv2d(const Attrs& at, const View& x, const View& w, const View& y, Thread
 }
 
 void conv2d_grad_input(const Attrs& at, const View& dy, const View& w, const View& dx, ThreadPool* pool) {
+  if (direct_conv2d_grad_input(at, dy, w, dx, pool)) return;
   const Geometry g = geometry(at, dx.shape, w.shape, dy.shape);
   const int64_t cols_n = g.n * g.spatial();
   float* dy_t = scratch(1, g.o * cols_n);
@@ -128,6 +131,7 @@ void conv2d_grad_input(const Attrs& at, const View& dy, const View& w, const Vie
 }
 
 void conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, const View& dw, ThreadPool* pool) {
+  if (direct_conv2d_grad_filter(at, x, dy, dw, pool)) return;
   const Geometry g = geometry(at, x.shape, dw.shape, dy.shape);
   const int64_t cols_n = g.n * g.spatial();
   float* cols = scratch(0, g.ckk() * cols_n);

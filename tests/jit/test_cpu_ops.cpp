@@ -56,17 +56,63 @@ TEST_CASE("convolution and pools match the reference", "[cpu][jit]") {
   auto conv = tj::conv2d(x, w, {.stride = 2, .pad = 1});
   auto maxp = tj::max_pool2d(x, {.kernel = 3, .stride = 2, .pad = 1});
   auto avgp = tj::avg_pool2d(x, {.kernel = 2});
-  auto loss = tj::sum(conv * conv) + tj::sum(maxp * maxp) + tj::sum(avgp * avgp * avgp);
-  auto grads = tj::grad(loss, {x, w});
+  // The 2x2 / stride 2 max pool has its own path: an odd size (7x9) leaves a row and a column
+  // outside every window, an even one (6x8) none.
+  auto even = tj::input("even", {kBatch, 2, 6, 8});
+  auto max2 = tj::max_pool2d(x), max2_even = tj::max_pool2d(even);
+  auto loss = tj::sum(conv * conv) + tj::sum(maxp * maxp) + tj::sum(avgp * avgp * avgp) +
+              tj::sum(max2 * max2) + tj::sum(max2_even * max2_even);
+  auto grads = tj::grad(loss, {x, w, even});
   tj::ThreadPool threads(2);  // the batched im2col and the pools split over threads too
   for (tj::ThreadPool* pool : {static_cast<tj::ThreadPool*>(nullptr), &threads})
     for (int64_t batch : {1, 2, 5}) {
       tj::reference::Variables vars;
-      auto r = run_both(g, {conv, maxp, avgp, grads[0], grads[1]},
-                        {{"x", random_array({batch, 3, 7, 9}, 4)}, {"w", random_array({5, 3, 3, 3}, 5)}},
+      auto r = run_both(g, {conv, maxp, avgp, max2, max2_even, grads[0], grads[1], grads[2]},
+                        {{"x", random_array({batch, 3, 7, 9}, 4)}, {"w", random_array({5, 3, 3, 3}, 5)},
+                         {"even", random_array({batch, 2, 6, 8}, 6)}},
                         vars, false, pool);
       require_close(r, 1e-5, "conv/pool at batch " + std::to_string(batch));
     }
+}
+
+// Both CPU convolution paths (the direct AVX2 kernels and im2col + sgemm, chosen by the
+// TOWERJIT_DIRECT_CONV knob) at geometries that leave partial blocks: channel counts that are
+// not multiples of 16, widths that are not multiples of 6, one channel, strides 1 and 2,
+// padding 0 to k-1, and the input gradient of a strided convolution (the direct path's fallback).
+TEST_CASE("convolution: direct and im2col paths match the reference at odd geometries", "[cpu][jit]") {
+  struct Geometry { int64_t c, h, w, o, k; int stride, pad; };
+  const Geometry geometries[] = {{1, 7, 7, 7, 3, 1, 1},  {3, 5, 11, 17, 3, 1, 0}, {16, 9, 13, 33, 3, 1, 2},
+                                 {2, 8, 6, 1, 5, 1, 2},  {5, 7, 9, 16, 1, 1, 0},  {4, 9, 7, 6, 3, 2, 1},
+                                 {1, 28, 28, 16, 3, 1, 1}};
+  tj::ThreadPool threads(2);
+  for (const Geometry& ge : geometries)
+    for (const char* direct : {"on", "off"}) {
+      ::setenv("TOWERJIT_DIRECT_CONV", direct, 1);
+      tj::Graph g;
+      tj::GraphScope use(g);
+      auto x = tj::input("x", {kBatch, ge.c, ge.h, ge.w});
+      auto w = tj::input("w", {ge.o, ge.c, ge.k, ge.k});
+      auto y = tj::conv2d(x, w, {.stride = ge.stride, .pad = ge.pad});
+      // A linear loss, so dy is the random `r` (values in [-1, 1]): a cubic loss makes the
+      // gradients' float sums cancel badly enough to miss 1e-5 on either path.
+      const int64_t oh = y.shape()[2], ow = y.shape()[3];
+      auto r_in = tj::input("r", {kBatch, ge.o, oh, ow});
+      auto grads = tj::grad(tj::sum(y * r_in), {x, w});
+      for (int64_t batch : {1, 3}) {
+        tj::reference::Variables vars;
+        auto r = run_both(g, {y, grads[0], grads[1]},
+                          {{"x", random_array({batch, ge.c, ge.h, ge.w}, 7)},
+                           {"w", random_array({ge.o, ge.c, ge.k, ge.k}, 8)},
+                           {"r", random_array({batch, ge.o, oh, ow}, 9)}},
+                          vars, false, &threads);
+        require_close(r, 1e-5, std::string("conv (direct ") + direct + ") c=" + std::to_string(ge.c) +
+                                   " h=" + std::to_string(ge.h) + " w=" + std::to_string(ge.w) +
+                                   " o=" + std::to_string(ge.o) + " k=" + std::to_string(ge.k) +
+                                   " stride=" + std::to_string(ge.stride) + " pad=" + std::to_string(ge.pad) +
+                                   " batch=" + std::to_string(batch));
+      }
+    }
+  ::unsetenv("TOWERJIT_DIRECT_CONV");
 }
 
 TEST_CASE("random_uniform draws the reference's numbers, fresh each step", "[cpu][jit]") {
