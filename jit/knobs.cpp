@@ -33,7 +33,10 @@ static bool switched_on(const char* name) {
 
 bool cache_enabled() { return switched_on("TOWERJIT_CACHE"); }
 bool group_kernels_enabled() { return switched_on("TOWERJIT_GROUP_KERNELS"); }
-bool direct_conv_enabled() { return switched_on("TOWERJIT_DIRECT_CONV"); }
+DirectConv direct_conv() {
+  if (!switched_on("TOWERJIT_DIRECT_CONV")) return DirectConv::off;
+  return lower(read("TOWERJIT_DIRECT_CONV").value_or("")) == "avx2" ? DirectConv::avx2 : DirectConv::widest;
+}
 
 std::optional<std::string> cache_dir_override() { return read("TOWERJIT_CACHE_DIR"); }
 std::optional<std::string> xdg_cache_home() { return read("XDG_CACHE_HOME"); }

@@ -20,10 +20,12 @@ bool cache_enabled();
 // into one kernel; for measuring what grouping buys. Default: on.
 bool group_kernels_enabled();
 
-// TOWERJIT_DIRECT_CONV: "off" (also "0", "false", "no") runs every CPU convolution through
-// im2col + sgemm instead of the direct AVX2 kernels (runtime/cpu/direct_conv.h); for measuring
-// and testing both. Default: on (where the CPU has AVX2 and FMA).
-bool direct_conv_enabled();
+// TOWERJIT_DIRECT_CONV: which CPU convolution kernels run (runtime/cpu/direct_conv.h). Default:
+// the direct kernels of the widest vector unit the CPU has (AVX-512, else AVX2 + FMA); "avx2":
+// the AVX2 ones even where AVX-512 is present; "off" (also "0", "false", "no"): im2col + sgemm.
+// For measuring and testing each.
+enum class DirectConv { widest, avx2, off };
+DirectConv direct_conv();
 
 // TOWERJIT_CACHE_DIR: puts the compile cache in this directory instead of the default
 // (tests point it at a fresh temporary directory). Unset or empty: not set.

@@ -3,32 +3,31 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "jit/knobs.h"
 #include "runtime/cpu/conv.h"
 
-// The kernels are compiled for AVX2 + FMA whatever the build's target, and only called after
-// the CPU has said it has both.
+// The kernels are compiled for AVX2 + FMA or AVX-512 whatever the build's target, and only
+// called after the CPU has said it has them.
 #define TOWERJIT_AVX2 __attribute__((target("avx2,fma")))
+#define TOWERJIT_AVX512 __attribute__((target("avx512f")))
 
 namespace towerjit::cpujit {
 namespace {
 
-constexpr int64_t kLanes = 16;  // output channels per block: two 8-float vectors
-// Pixels (forward) or taps (filter gradient) per block: 6 x 2 accumulators, 2 vectors of
-// weights or gradients and 1 broadcast fill 15 of the 16 vector registers.
-constexpr int kBlock = 6;
-
 // One convolution as the forward kernel sees it: `c` input channels of h x w, `o` output
 // channels of oh x ow, a kh x kw window at stride (sh, sw) over the input padded by (ph, pw).
+// Output channels go in blocks of `lanes`: two vectors, 16 with AVX2, 32 with AVX-512.
 struct Conv {
   int64_t n, c, h, w, o, kh, kw, oh, ow;
   int64_t sh, sw, ph, pw;
+  int64_t lanes = 16;
   int64_t hp() const { return h + 2 * ph; }
   int64_t wp() const { return w + 2 * pw; }
-  int64_t blocks() const { return (o + kLanes - 1) / kLanes; }
-  int64_t opad() const { return blocks() * kLanes; }
+  int64_t blocks() const { return (o + lanes - 1) / lanes; }
+  int64_t opad() const { return blocks() * lanes; }
   int64_t spatial() const { return oh * ow; }
   int64_t taps() const { return kh * kw * c; }
 };
@@ -37,16 +36,6 @@ Conv conv_of(const Attrs& at, const Shape& x, const Shape& w, const Shape& y) {
   return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3],
           at.stride[0], at.stride[1], at.pad[0], at.pad[1]};
 }
-
-bool cpu_has_avx2_fma() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return has;
-}
-
-bool enabled() { return cpu_has_avx2_fma() && knobs::direct_conv_enabled(); }
 
 // Per-thread scratch, kept across calls: a training step convolves many times.
 float* scratch(int slot, int64_t floats) {
@@ -97,135 +86,186 @@ void pack_image(const Conv& g, const float* image, float* xp) {
     transpose(image + iy * g.w, g.c, g.w, g.h * g.w, xp + ((iy + g.ph) * wp + g.pw) * g.c, g.c);
 }
 
-// Weights [O, C, KH, KW] into wp[O/16][KH][KW][C][16], zero past O. `flip` reads them rotated
-// by 180 degrees with O and C swapped (w[c, o, KH-1-ky, KW-1-kx]): the input gradient's filter.
+// Weights [O, C, KH, KW] into wp[O/lanes][KH][KW][C][lanes], zero past O. `flip` reads them
+// rotated by 180 degrees with O and C swapped (w[c, o, KH-1-ky, KW-1-kx]): the input
+// gradient's filter.
 std::vector<float> pack_weights(const Conv& g, const float* w, bool flip) {
-  std::vector<float> wp(g.blocks() * g.taps() * kLanes, 0.0f);
+  std::vector<float> wp(g.blocks() * g.taps() * g.lanes, 0.0f);
   for (int64_t o = 0; o < g.o; ++o)
     for (int64_t ci = 0; ci < g.c; ++ci)
       for (int64_t ky = 0; ky < g.kh; ++ky)
         for (int64_t kx = 0; kx < g.kw; ++kx) {
           const float v = flip ? w[((ci * g.o + o) * g.kh + (g.kh - 1 - ky)) * g.kw + (g.kw - 1 - kx)]
                                : w[((o * g.c + ci) * g.kh + ky) * g.kw + kx];
-          wp[(((o / kLanes) * g.kh + ky) * g.kw + kx) * g.c * kLanes + ci * kLanes + o % kLanes] = v;
+          wp[(((o / g.lanes) * g.kh + ky) * g.kw + kx) * g.c * g.lanes + ci * g.lanes + o % g.lanes] = v;
         }
   return wp;
 }
 
-// R output pixels (along a row) x 16 output channels. `x` is the padded image at the first
-// pixel's window corner; the window's row ky is kw*c contiguous floats of x and of `w`.
-template <int R>
-TOWERJIT_AVX2 void forward_block(const Conv& g, const float* x, const float* w, float* out) {
-  const int64_t row = g.wp() * g.c, pixel = g.sw * g.c, span = g.kw * g.c;
-  __m256 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  for (int64_t ky = 0; ky < g.kh; ++ky) {
-    const float* xr = x + ky * row;
-    const float* wr = w + ky * span * kLanes;
-    for (int64_t j = 0; j < span; ++j) {
-      const __m256 w0 = _mm256_loadu_ps(wr + j * kLanes), w1 = _mm256_loadu_ps(wr + j * kLanes + 8);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const __m256 xb = _mm256_broadcast_ss(xr + r * pixel + j);
-        acc[r][0] = _mm256_fmadd_ps(xb, w0, acc[r][0]);
-        acc[r][1] = _mm256_fmadd_ps(xb, w1, acc[r][1]);
-      }
-    }
+// The register-blocked kernels. A forward block is R output pixels along a row x one block of
+// NV vectors of output channels: `x` is the padded image at the first pixel's window corner (the
+// window's row ky is kw*c contiguous floats of x and of `w`), `out` the pixels' [R][opad]
+// results. A filter block is R taps x one block of output channels, summed over an image's
+// pixels: acc[t] += x[window + offsets[t]] * dy[pixel], with `dy` [OH*OW][opad] at the block,
+// added into `dw` [R][opad]. R * NV accumulators, NV weights and a broadcast must fit the
+// registers: R <= 6 with AVX2 (NV = 2: 15 of 16), R <= 12 (NV = 2) or 24 (NV = 1) with AVX-512.
+#define TOWERJIT_KERNELS(FORWARD, FILTER, TARGET, VEC, WIDTH, ZERO, LOAD, STORE, BROADCAST, FMA, ADD) \
+  template <int R, int NV>                                                                       \
+  TARGET void FORWARD(const Conv& g, const float* x, const float* w, float* out) {              \
+    const int64_t row = g.wp() * g.c, pixel = g.sw * g.c, span = g.kw * g.c;                    \
+    VEC acc[R][NV];                                                                              \
+    for (int r = 0; r < R; ++r)                                                                  \
+      for (int v = 0; v < NV; ++v) acc[r][v] = ZERO();                                           \
+    for (int64_t ky = 0; ky < g.kh; ++ky) {                                                      \
+      const float* xr = x + ky * row;                                                            \
+      const float* wr = w + ky * span * NV * WIDTH;                                              \
+      for (int64_t j = 0; j < span; ++j) {                                                       \
+        VEC wv[NV];                                                                              \
+        for (int v = 0; v < NV; ++v) wv[v] = LOAD(wr + (j * NV + v) * WIDTH);                     \
+        _Pragma("GCC unroll 24") for (int r = 0; r < R; ++r) {                                   \
+          const VEC xb = BROADCAST(xr + r * pixel + j);                                          \
+          for (int v = 0; v < NV; ++v) acc[r][v] = FMA(xb, wv[v], acc[r][v]);                    \
+        }                                                                                        \
+      }                                                                                          \
+    }                                                                                            \
+    for (int r = 0; r < R; ++r)                                                                  \
+      for (int v = 0; v < NV; ++v) STORE(out + r * g.opad() + v * WIDTH, acc[r][v]);             \
+  }                                                                                              \
+  template <int R, int NV>                                                                       \
+  TARGET void FILTER(const Conv& g, const float* xp, const int64_t* offsets, const float* dy,   \
+                     float* dw) {                                                                \
+    int64_t off[R];                                                                              \
+    for (int t = 0; t < R; ++t) off[t] = offsets[t];                                             \
+    VEC acc[R][NV];                                                                              \
+    for (int t = 0; t < R; ++t)                                                                  \
+      for (int v = 0; v < NV; ++v) acc[t][v] = ZERO();                                           \
+    const int64_t row = g.wp() * g.c;                                                            \
+    for (int64_t oy = 0; oy < g.oh; ++oy) {                                                      \
+      const float* xr = xp + oy * g.sh * row;                                                    \
+      const float* dr = dy + oy * g.ow * g.opad();                                               \
+      for (int64_t ox = 0; ox < g.ow; ++ox) {                                                    \
+        const float* corner = xr + ox * g.sw * g.c;                                              \
+        VEC d[NV];                                                                               \
+        for (int v = 0; v < NV; ++v) d[v] = LOAD(dr + ox * g.opad() + v * WIDTH);                \
+        _Pragma("GCC unroll 24") for (int t = 0; t < R; ++t) {                                   \
+          const VEC xb = BROADCAST(corner + off[t]);                                             \
+          for (int v = 0; v < NV; ++v) acc[t][v] = FMA(xb, d[v], acc[t][v]);                     \
+        }                                                                                        \
+      }                                                                                          \
+    }                                                                                            \
+    for (int t = 0; t < R; ++t)                                                                  \
+      for (int v = 0; v < NV; ++v) {                                                             \
+        float* out = dw + t * g.opad() + v * WIDTH;                                              \
+        STORE(out, ADD(LOAD(out), acc[t][v]));                                                   \
+      }                                                                                          \
   }
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(out + r * g.opad(), acc[r][0]);
-    _mm256_storeu_ps(out + r * g.opad() + 8, acc[r][1]);
-  }
-}
+
+TOWERJIT_AVX512 inline __m512 broadcast512(const float* p) { return _mm512_set1_ps(*p); }
+
+TOWERJIT_KERNELS(forward_avx2, filter_avx2, TOWERJIT_AVX2, __m256, 8, _mm256_setzero_ps, _mm256_loadu_ps,
+                 _mm256_storeu_ps, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_add_ps)
+TOWERJIT_KERNELS(forward_avx512, filter_avx512, TOWERJIT_AVX512, __m512, 16, _mm512_setzero_ps,
+                 _mm512_loadu_ps, _mm512_storeu_ps, broadcast512, _mm512_fmadd_ps, _mm512_add_ps)
 
 using ForwardBlock = void (*)(const Conv&, const float*, const float*, float*);
-constexpr ForwardBlock kForward[kBlock + 1] = {nullptr, forward_block<1>, forward_block<2>, forward_block<3>,
-                                                forward_block<4>, forward_block<5>, forward_block<6>};
+using FilterBlock = void (*)(const Conv&, const float*, const int64_t*, const float*, float*);
+
+// One instruction set's kernels for one block width: forward[r] and filter[r] for blocks of
+// r = 1..most items.
+struct Kernels {
+  int64_t lanes;
+  int most;
+  std::vector<ForwardBlock> forward;
+  std::vector<FilterBlock> filter;
+};
+
+template <int NV, int... R>
+Kernels avx2_kernels(std::integer_sequence<int, R...>) {
+  return {NV * 8, sizeof...(R), {nullptr, forward_avx2<R + 1, NV>...}, {nullptr, filter_avx2<R + 1, NV>...}};
+}
+template <int NV, int... R>
+Kernels avx512_kernels(std::integer_sequence<int, R...>) {
+  return {NV * 16, sizeof...(R), {nullptr, forward_avx512<R + 1, NV>...}, {nullptr, filter_avx512<R + 1, NV>...}};
+}
+
+// The kernels for a convolution with `o` output channels, or null for the im2col path: the
+// AVX-512 ones where the CPU has them (blocks of 32 channels, or 16 for 16 or fewer, so that
+// no half block idles), else AVX2 + FMA (blocks of 16); TOWERJIT_DIRECT_CONV can hold them to
+// AVX2 or turn them off.
+const Kernels* kernels_for(int64_t o) {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
+  static const Kernels k2 = avx2_kernels<2>(std::make_integer_sequence<int, 6>());
+  static const Kernels k512 = avx512_kernels<2>(std::make_integer_sequence<int, 12>());
+  static const Kernels k512_narrow = avx512_kernels<1>(std::make_integer_sequence<int, 24>());
+  const knobs::DirectConv mode = knobs::direct_conv();
+  if (mode == knobs::DirectConv::off || !avx2) return nullptr;
+  if (mode == knobs::DirectConv::widest && avx512) return o > 16 ? &k512 : &k512_narrow;
+  return &k2;
+}
+
+// Items per block when n items are cut into the fewest blocks of at most `most`, evened out
+// (a row of 14 pixels: 7 + 7 rather than 12 + 2, whose small block runs the kernel badly).
+int64_t even_block(int64_t n, int64_t most) {
+  const int64_t blocks = (n + most - 1) / most;
+  return (n + blocks - 1) / blocks;
+}
 
 // One image: xp packed, y_image [O, OH*OW]. `out` is [OH*OW][opad] scratch.
-void forward_image(const Conv& g, const float* xp, const float* wp, float* out, float* y_image) {
-  const int64_t wp_row = g.wp() * g.c, filter = g.taps() * kLanes;
+void forward_image(const Conv& g, const Kernels& k, const float* xp, const float* wp, float* out,
+                   float* y_image) {
+  const int64_t wp_row = g.wp() * g.c, filter = g.taps() * g.lanes, step = even_block(g.ow, k.most);
   for (int64_t oy = 0; oy < g.oh; ++oy)
-    for (int64_t ox = 0; ox < g.ow; ox += kBlock) {
-      const int r = static_cast<int>(std::min<int64_t>(kBlock, g.ow - ox));
+    for (int64_t ox = 0; ox < g.ow; ox += step) {
+      const int64_t r = std::min(step, g.ow - ox);
       const float* corner = xp + oy * g.sh * wp_row + ox * g.sw * g.c;
       for (int64_t b = 0; b < g.blocks(); ++b)
-        kForward[r](g, corner, wp + b * filter, out + (oy * g.ow + ox) * g.opad() + b * kLanes);
+        k.forward[r](g, corner, wp + b * filter, out + (oy * g.ow + ox) * g.opad() + b * g.lanes);
     }
   transpose(out, g.spatial(), g.o, g.opad(), y_image, g.spatial());
 }
 
-void forward(const Conv& g, const float* x, const std::vector<float>& wp, float* y, ThreadPool* pool) {
+void forward(const Conv& g, const Kernels& k, const float* x, const std::vector<float>& wp, float* y,
+             ThreadPool* pool) {
   parallel(pool, g.n, [&](int64_t begin, int64_t end) {
     float* xp = scratch(0, g.hp() * g.wp() * g.c);
     float* out = scratch(1, g.spatial() * g.opad());
     for (int64_t i = begin; i < end; ++i) {
       pack_image(g, x + i * g.c * g.h * g.w, xp);
-      forward_image(g, xp, wp.data(), out, y + i * g.o * g.spatial());
+      forward_image(g, k, xp, wp.data(), out, y + i * g.o * g.spatial());
     }
   });
 }
 
-// T taps x 16 output channels of the filter gradient, summed over an image's output pixels:
-// acc[t] += x[pixel's window + offset[t]] * dy[pixel]. `dy` is [OH*OW][opad] at the block.
-template <int T>
-TOWERJIT_AVX2 void filter_block(const Conv& g, const float* xp, const int64_t* offsets, const float* dy,
-                                float* dw) {
-  int64_t off[T];
-  for (int t = 0; t < T; ++t) off[t] = offsets[t];
-  __m256 acc[T][2];
-  for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-  const int64_t row = g.wp() * g.c;
-  for (int64_t oy = 0; oy < g.oh; ++oy) {
-    const float* xr = xp + oy * g.sh * row;
-    const float* dr = dy + oy * g.ow * g.opad();
-    for (int64_t ox = 0; ox < g.ow; ++ox) {
-      const float* corner = xr + ox * g.sw * g.c;
-      const __m256 d0 = _mm256_loadu_ps(dr + ox * g.opad()), d1 = _mm256_loadu_ps(dr + ox * g.opad() + 8);
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) {
-        const __m256 xb = _mm256_broadcast_ss(corner + off[t]);
-        acc[t][0] = _mm256_fmadd_ps(xb, d0, acc[t][0]);
-        acc[t][1] = _mm256_fmadd_ps(xb, d1, acc[t][1]);
-      }
-    }
-  }
-  for (int t = 0; t < T; ++t) {
-    float* d = dw + t * g.opad();
-    _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), acc[t][0]));
-    _mm256_storeu_ps(d + 8, _mm256_add_ps(_mm256_loadu_ps(d + 8), acc[t][1]));
-  }
-}
-
-using FilterBlock = void (*)(const Conv&, const float*, const int64_t*, const float*, float*);
-constexpr FilterBlock kFilter[kBlock + 1] = {nullptr, filter_block<1>, filter_block<2>, filter_block<3>,
-                                             filter_block<4>, filter_block<5>, filter_block<6>};
-
 }  // namespace
 
 bool direct_conv2d(const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool) {
-  if (!enabled()) return false;
-  const Conv g = conv_of(at, x.shape, w.shape, y.shape);
-  forward(g, x.f(), pack_weights(g, w.f(), false), y.f(), pool);
+  Conv g = conv_of(at, x.shape, w.shape, y.shape);
+  const Kernels* k = kernels_for(g.o);
+  if (!k) return false;
+  g.lanes = k->lanes;
+  forward(g, *k, x.f(), pack_weights(g, w.f(), false), y.f(), pool);
   return true;
 }
 
 // At stride 1 the input gradient is a convolution of dy, padded by (k - 1 - p), with the
 // filter rotated by 180 degrees and its channel axes swapped.
 bool direct_conv2d_grad_input(const Attrs& at, const View& dy, const View& w, const View& dx, ThreadPool* pool) {
-  if (!enabled()) return false;
   const Conv f = conv_of(at, dx.shape, w.shape, dy.shape);
-  if (f.sh != 1 || f.sw != 1 || f.ph > f.kh - 1 || f.pw > f.kw - 1) return false;
-  const Conv g{f.n, f.o, f.oh, f.ow, f.c, f.kh, f.kw, f.h, f.w, 1, 1, f.kh - 1 - f.ph, f.kw - 1 - f.pw};
+  const Kernels* k = kernels_for(f.c);
+  if (!k || f.sh != 1 || f.sw != 1 || f.ph > f.kh - 1 || f.pw > f.kw - 1) return false;
+  const Conv g{f.n, f.o, f.oh, f.ow, f.c, f.kh, f.kw, f.h, f.w, 1, 1, f.kh - 1 - f.ph, f.kw - 1 - f.pw, k->lanes};
   if (g.hp() - g.kh + 1 != g.oh || g.wp() - g.kw + 1 != g.ow) return false;
-  forward(g, dy.f(), pack_weights(g, w.f(), true), dx.f(), pool);
+  forward(g, *k, dy.f(), pack_weights(g, w.f(), true), dx.f(), pool);
   return true;
 }
 
 bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, const View& dw, ThreadPool* pool) {
-  if (!enabled()) return false;
-  const Conv g = conv_of(at, x.shape, dw.shape, dy.shape);
-  const int64_t taps = g.taps(), s = g.spatial();
+  Conv g = conv_of(at, x.shape, dw.shape, dy.shape);
+  const Kernels* k = kernels_for(g.o);
+  if (!k) return false;
+  g.lanes = k->lanes;
+  const int64_t taps = g.taps(), s = g.spatial(), step = even_block(taps, k->most);
   std::vector<int64_t> offsets;  // tap (ky, kx, ci) -> its element in a window of the packed image
   for (int64_t ky = 0; ky < g.kh; ++ky)
     for (int64_t kx = 0; kx < g.kw; ++kx)
@@ -239,19 +279,16 @@ bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, c
     for (int64_t chunk = first; chunk < last; ++chunk)
       for (int64_t i = chunk * g.n / chunks; i < (chunk + 1) * g.n / chunks; ++i) {
         pack_image(g, x.f() + i * g.c * g.h * g.w, xp);
-        const float* dyi = dy.f() + i * g.o * s;
         if (g.o != g.opad()) std::fill(dyt, dyt + s * g.opad(), 0.0f);
-        transpose(dyi, g.o, s, s, dyt, g.opad());
-        for (int64_t t = 0; t < taps; t += kBlock) {
-          const int count = static_cast<int>(std::min<int64_t>(kBlock, taps - t));
+        transpose(dy.f() + i * g.o * s, g.o, s, s, dyt, g.opad());
+        for (int64_t t = 0; t < taps; t += step)
           for (int64_t b = 0; b < g.blocks(); ++b)
-            kFilter[count](g, xp, offsets.data() + t, dyt + b * kLanes,
-                           partial[chunk].data() + t * g.opad() + b * kLanes);
-        }
+            k->filter[std::min(step, taps - t)](g, xp, offsets.data() + t, dyt + b * g.lanes,
+                                                partial[chunk].data() + t * g.opad() + b * g.lanes);
       }
   });
   for (int64_t chunk = 1; chunk < chunks; ++chunk)
-    for (size_t k = 0; k < partial[0].size(); ++k) partial[0][k] += partial[chunk][k];
+    for (size_t e = 0; e < partial[0].size(); ++e) partial[0][e] += partial[chunk][e];
   for (int64_t o = 0; o < g.o; ++o)
     for (int64_t ci = 0; ci < g.c; ++ci)
       for (int64_t ky = 0; ky < g.kh; ++ky)

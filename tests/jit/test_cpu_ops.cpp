@@ -75,18 +75,19 @@ TEST_CASE("convolution and pools match the reference", "[cpu][jit]") {
     }
 }
 
-// Both CPU convolution paths (the direct AVX2 kernels and im2col + sgemm, chosen by the
-// TOWERJIT_DIRECT_CONV knob) at geometries that leave partial blocks: channel counts that are
+// Every CPU convolution path (the direct AVX-512 and AVX2 kernels and im2col + sgemm, chosen
+// by the TOWERJIT_DIRECT_CONV knob; AVX-512 only where the CPU has it) at geometries that leave partial blocks: channel counts that are
 // not multiples of 16, widths that are not multiples of 6, one channel, strides 1 and 2,
-// padding 0 to k-1, and the input gradient of a strided convolution (the direct path's fallback).
+// padding 0 to k-1, more than 16 input or output channels (the 32-lane AVX-512 blocks), and
+// the input gradient of a strided convolution (the direct path's fallback).
 TEST_CASE("convolution: direct and im2col paths match the reference at odd geometries", "[cpu][jit]") {
   struct Geometry { int64_t c, h, w, o, k; int stride, pad; };
   const Geometry geometries[] = {{1, 7, 7, 7, 3, 1, 1},  {3, 5, 11, 17, 3, 1, 0}, {16, 9, 13, 33, 3, 1, 2},
                                  {2, 8, 6, 1, 5, 1, 2},  {5, 7, 9, 16, 1, 1, 0},  {4, 9, 7, 6, 3, 2, 1},
-                                 {1, 28, 28, 16, 3, 1, 1}};
+                                 {20, 6, 5, 3, 3, 1, 1},  {1, 28, 28, 16, 3, 1, 1}};
   tj::ThreadPool threads(2);
   for (const Geometry& ge : geometries)
-    for (const char* direct : {"on", "off"}) {
+    for (const char* direct : {"on", "avx2", "off"}) {
       ::setenv("TOWERJIT_DIRECT_CONV", direct, 1);
       tj::Graph g;
       tj::GraphScope use(g);
