@@ -10,10 +10,20 @@
 
 namespace towerjit::bench {
 
-std::vector<TorchSetting> torch_settings() {
-  return {{"1t", 1, ""},
-          {"2t-passive", 2, "OMP_WAIT_POLICY=PASSIVE"},
-          {"2t-openblas1", 2, "OPENBLAS_NUM_THREADS=1"}};
+std::vector<TorchSetting> torch_settings(const char* user_core, const std::string& our_core) {
+  const std::string installed = user_core ? std::string("OPENBLAS_CORETYPE=") + user_core : "-u OPENBLAS_CORETYPE";
+  std::vector<TorchSetting> settings = {{"1t", 1, installed},
+                                        {"2t-passive", 2, installed + " OMP_WAIT_POLICY=PASSIVE"},
+                                        {"2t-openblas1", 2, installed + " OPENBLAS_NUM_THREADS=1"}};
+  if (our_core.empty() || our_core == "reference" || (user_core && our_core == user_core)) return settings;
+  for (size_t i = 0; i < 3; ++i) {
+    TorchSetting s = settings[i];
+    s.name += "+" + our_core;
+    s.env = "OPENBLAS_CORETYPE=" + our_core + s.env.substr(installed.size());
+    s.same_kernels = true;
+    settings.push_back(s);
+  }
+  return settings;
 }
 
 std::optional<std::string> find_torch_python(std::string* why) {
@@ -47,9 +57,10 @@ std::string capture(const std::string& command, int* status) {
 }  // namespace
 
 TorchResults run_torch(const std::string& python, const std::string& script,
+                       const std::vector<TorchSetting>& settings,
                        const std::vector<std::string>& workloads, int steps, int warmup) {
   TorchResults results;
-  for (const TorchSetting& s : torch_settings()) {
+  for (const TorchSetting& s : settings) {
     std::string cmd = "env " + s.env + " '" + python + "' '" + script + "' --threads " +
                       std::to_string(s.threads) + " --steps " + std::to_string(steps) +
                       " --warmup " + std::to_string(warmup);

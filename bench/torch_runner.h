@@ -11,13 +11,20 @@
 namespace towerjit::bench {
 
 struct TorchSetting {
-  std::string name;  // "1t", "2t-passive", "2t-openblas1"
+  std::string name;  // "1t", "2t-passive", "2t-openblas1"; with "+<core>" for the same kernels
   int threads;
-  std::string env;   // assignments put before the command, e.g. "OMP_WAIT_POLICY=PASSIVE"
+  std::string env;   // env(1) arguments put before the command, e.g. "OMP_WAIT_POLICY=PASSIVE"
+  bool same_kernels = false;  // OpenBLAS told to use the kernels towerjit uses
 };
 
-// 1 thread; 2 threads with OMP_WAIT_POLICY=PASSIVE; 2 threads with OPENBLAS_NUM_THREADS=1.
-std::vector<TorchSetting> torch_settings();
+// The three: 1 thread; 2 threads with OMP_WAIT_POLICY=PASSIVE; 2 threads with
+// OPENBLAS_NUM_THREADS=1, each with PyTorch's OpenBLAS as installed (OPENBLAS_CORETYPE as the
+// user had it, `user_core`, else unset). Then, unless the user's value already is `our_core`,
+// the same three with OPENBLAS_CORETYPE=`our_core`: Debian's OpenBLAS does not recognise some
+// CPUs (this machine's among them) and falls back to its slowest kernels, which towerjit
+// avoids by naming the kernels itself (runtime/cpu/blas.h); these settings show how much of a
+// ratio is that alone.
+std::vector<TorchSetting> torch_settings(const char* user_core, const std::string& our_core);
 
 struct TorchResult {
   double step_ms = 0, step_ms_min = 0, step_ms_max = 0, samples_per_s = 0;
@@ -34,6 +41,7 @@ std::optional<std::string> find_torch_python(std::string* why);
 // Runs the script once per setting for `workloads`; a setting that fails is left out and
 // reported on stderr.
 TorchResults run_torch(const std::string& python, const std::string& script,
+                       const std::vector<TorchSetting>& settings,
                        const std::vector<std::string>& workloads, int steps, int warmup);
 
 }  // namespace towerjit::bench
