@@ -1,6 +1,7 @@
 #include "jit/passes/fusion_plan.h"
 
 #include <algorithm>
+#include <set>
 
 #include "dsl/error.h"
 
@@ -171,8 +172,29 @@ void Planner::decide_buffers(const std::vector<int>& fetches) {
     }
   }
   std::vector<int> size(g_.size(), 1), depth(g_.size(), 1);
+  std::vector<std::set<int>> reads(g_.size());  // the buffers an inlined node's body loads
+  auto reads_of = [&](int n) {
+    std::set<int> r;
+    for (int in : g_.node(n).inputs) {
+      if (p_.buffered[in] || p_.folded[in]) r.insert(in);
+      else r.insert(reads[in].begin(), reads[in].end());
+    }
+    return r;
+  };
   for (int n = 0; n < g_.size(); ++n) {
     if (!p_.needed[n]) continue;
+    reads[n] = reads_of(n);
+    // Too many buffers: the inlined inputs that load the most get buffers of their own (each
+    // input alone is within the limit, so this ends with at most one read per input).
+    while (static_cast<int>(reads[n].size()) > limits_.max_reads) {
+      int widest = -1;
+      for (int in : g_.node(n).inputs)
+        if (!p_.buffered[in] && !p_.folded[in] && (widest < 0 || reads[in].size() > reads[widest].size()))
+          widest = in;
+      if (widest < 0) break;
+      p_.buffered[widest] = true, size[widest] = 1, depth[widest] = 1;
+      reads[n] = reads_of(n);
+    }
     for (int in : g_.node(n).inputs)
       if (!p_.buffered[in]) size[n] += size[in], depth[n] = std::max(depth[n], depth[in] + 1);
     const bool too_big = size[n] > limits_.max_exprs || depth[n] > limits_.max_depth;

@@ -14,6 +14,10 @@ namespace towerjit {
 struct FusionLimits {
   int max_exprs = 256;  // expression nodes one kernel body may inline
   int max_depth = 64;   // the longest chain of inlined ops
+  // Buffers one kernel body may read: its parameters (a CUDA launch passes them in 4 KB) and
+  // the base pointers its loop keeps live; past this, inlined producers get buffers of their
+  // own. At least 3 (a select's operands).
+  int max_reads = 32;
 };
 
 struct FusionPlan {

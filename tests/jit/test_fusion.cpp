@@ -5,7 +5,9 @@
 #include <catch2/catch.hpp>
 
 #include <regex>
+#include <set>
 
+#include "jit/passes/fusion_plan.h"
 #include "jit/passes/pipeline.h"
 #include "jit_check.h"
 #include "towerjit.h"
@@ -482,4 +484,29 @@ part k3 over [7]
   store b1[i0] = e8
 fetch
 )"));
+}
+
+TEST_CASE("a kernel reads at most FusionLimits::max_reads buffers; past that, producers get buffers",
+          "[cpu][jit][fusion]") {
+  // x0 + x1 + ... + x39, left to right: one chain of 39 adds that would read 40 inputs.
+  tj::Graph g;
+  tj::GraphScope use(g);
+  std::vector<Tensor> xs;
+  tj::reference::Feeds feeds;
+  for (int i = 0; i < 40; ++i) {
+    xs.push_back(tj::input("x" + std::to_string(i), {kBatch, 3}));
+    feeds["x" + std::to_string(i)] = random_array({5, 3}, 100 + i);
+  }
+  Tensor sum = xs[0];
+  for (int i = 1; i < 40; ++i) sum = sum + xs[i];
+  const tj::kir::Program p = lower(g, {sum});
+  REQUIRE(p.kernels.size() == 2);  // the first 32 inputs' partial sum, then the rest
+  for (const auto& k : p.kernels) {
+    std::set<int> loaded;
+    for (const auto& e : k.exprs)
+      if (e.kind == tj::kir::Expr::Kind::load) loaded.insert(k.accesses[e.access].buffer);
+    CHECK(static_cast<int>(loaded.size()) <= tj::FusionLimits().max_reads);
+  }
+  tj::reference::Variables vars;
+  require_close(run_both(g, {sum}, feeds, vars), 1e-5, "a sum of 40 inputs");
 }
