@@ -486,7 +486,7 @@ fetch
 )"));
 }
 
-TEST_CASE("a kernel reads at most FusionLimits::max_reads buffers; past that, producers get buffers",
+TEST_CASE("a kernel reads at most FusionLimits::max_reads buffers, and past that producers get buffers",
           "[cpu][jit][fusion]") {
   // x0 + x1 + ... + x39, left to right: one chain of 39 adds that would read 40 inputs.
   tj::Graph g;
