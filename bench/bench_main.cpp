@@ -154,7 +154,7 @@ json run_workload(const std::string& name, const Options& o, tj::ThreadPool& poo
   }
   const double step_ms = median(times);
 
-  const auto gemms = bench::time_gemms(bench::gemm_shapes(program.program(), step.batch));
+  const auto gemms = bench::time_gemms(bench::gemm_shapes(program.program(), step.batch), pool);
   double floor_ms = 0, flops = 0;
   json gemm_list = json::array();
   for (const auto& g : gemms) {
@@ -162,7 +162,8 @@ json run_workload(const std::string& name, const Options& o, tj::ThreadPool& poo
     flops += g.shape.flops();
     gemm_list.push_back({{"op", g.shape.op}, {"mnk", {g.shape.m, g.shape.n, g.shape.k}},
                          {"trans", std::string(g.shape.transpose_a ? "T" : "N") + (g.shape.transpose_b ? "T" : "N")},
-                         {"count", g.shape.count}, {"ms", round3(g.total_ms())}});
+                         {"count", g.shape.count}, {"ms", round3(g.total_ms())},
+                         {"openblas_threads_ms", round3(g.openblas_ms)}, {"split_ms", round3(g.split_ms)}});
   }
 
   json j;
@@ -186,7 +187,7 @@ json run_workload(const std::string& name, const Options& o, tj::ThreadPool& poo
   // OpenBLAS picks its kernels by CPU model at load time; an unknown model falls back to the
   // SSE3 "Prescott" kernels (see docs/performance.md). OPENBLAS_CORETYPE overrides it.
   j["openblas_core"] = towerjit::cpujit::blas().core;
-  j["openblas_threads"] = towerjit::cpujit::blas().threads;
+  j["openblas_threads"] = 1;  // towerjit's setting; the pool splits products (runtime/cpu/gemm.h)
   j["gemms"] = gemm_list;
   j["profile"] = profile(program, feeds, vars, step.batch, o.profile_steps);
   return j;

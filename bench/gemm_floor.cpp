@@ -1,11 +1,11 @@
 #include "bench/gemm_floor.h"
 
-#include <cblas.h>
-
 #include "runtime/cpu/blas.h"
+#include "runtime/cpu/gemm.h"
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <random>
 
 namespace towerjit::bench {
@@ -46,39 +46,60 @@ std::vector<GemmShape> gemm_shapes(const kir::Program& program, int64_t batch) {
 
 namespace {
 
-double call_ms(const GemmShape& g, int repeats) {
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> dist(-1, 1);
-  std::vector<float> a(g.m * g.k), b(g.k * g.n), c(g.m * g.n);
-  for (float& v : a) v = dist(rng);
-  for (float& v : b) v = dist(rng);
-  auto call = [&] {
-    cpujit::blas().sgemm(CblasRowMajor, g.transpose_a ? CblasTrans : CblasNoTrans,
-                g.transpose_b ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f, a.data(),
-                g.transpose_a ? g.m : g.k, b.data(), g.transpose_b ? g.k : g.n, 0.0f, c.data(), g.n);
-  };
-  using clock = std::chrono::steady_clock;
-  call();
-  // Calls per sample: enough for about 2 ms, so tiny GEMMs are not lost in clock resolution.
+using clock = std::chrono::steady_clock;
+
+// Median over `repeats` samples of one run of `work`, each sample enough runs for about 2 ms.
+double median_ms(const std::function<void()>& work, int repeats) {
+  work();
   const auto t0 = clock::now();
-  call();
+  work();
   const double one = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
   const int per_sample = std::max(1, std::min(10000, static_cast<int>(2.0 / std::max(one, 1e-6))));
   std::vector<double> samples;
   for (int r = 0; r < repeats; ++r) {
     const auto start = clock::now();
-    for (int i = 0; i < per_sample; ++i) call();
+    for (int i = 0; i < per_sample; ++i) work();
     samples.push_back(std::chrono::duration<double, std::milli>(clock::now() - start).count() / per_sample);
   }
   std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
   return samples[samples.size() / 2];
 }
 
+GemmTiming time_one(const GemmShape& g, ThreadPool& pool, int repeats) {
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> a(g.m * g.k), b(g.k * g.n), c(g.m * g.n);
+  for (float& v : a) v = dist(rng);
+  for (float& v : b) v = dist(rng);
+  const int64_t lda = g.transpose_a ? g.m : g.k, ldb = g.transpose_b ? g.k : g.n;
+  auto product = [&](ThreadPool* split) {
+    cpujit::sgemm(split, g.transpose_a, g.transpose_b, g.m, g.n, g.k, a.data(), lda, b.data(), ldb, 0.0f,
+                  c.data(), g.n);
+  };
+  GemmTiming t{g};
+  // The step's `count` calls through OpenBLAS's own threads, one after another.
+  const cpujit::Blas& blas = cpujit::blas();
+  if (blas.set_threads) blas.set_threads(blas.threads);
+  t.openblas_ms = median_ms([&] { for (int64_t i = 0; i < g.count; ++i) product(nullptr); }, repeats);
+  if (blas.set_threads) blas.set_threads(1);
+  // The same calls as towerjit makes them: single-threaded OpenBLAS, spread over the pool by
+  // call when there are enough of them, else each split (runtime/cpu/gemm.h).
+  t.split_ms = median_ms([&] {
+    if (g.count >= pool.size())
+      pool.parallel_for(g.count, [&](int64_t first, int64_t last) {
+        for (int64_t i = first; i < last; ++i) product(nullptr);
+      });
+    else
+      for (int64_t i = 0; i < g.count; ++i) product(&pool);
+  }, repeats);
+  return t;
+}
+
 }  // namespace
 
-std::vector<GemmTiming> time_gemms(const std::vector<GemmShape>& shapes, int repeats) {
+std::vector<GemmTiming> time_gemms(const std::vector<GemmShape>& shapes, ThreadPool& pool, int repeats) {
   std::vector<GemmTiming> out;
-  for (const GemmShape& g : shapes) out.push_back({g, call_ms(g, repeats)});
+  for (const GemmShape& g : shapes) out.push_back(time_one(g, pool, repeats));
   return out;
 }
 

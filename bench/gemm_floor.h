@@ -1,14 +1,17 @@
 // The GEMM floor of a compiled step: the sgemm calls its library steps make (matrix products,
 // and the im2col GEMMs of convolutions and their gradients), each timed alone through
-// cblas_sgemm on exactly its shape. The sum is the time the step could not go below without
+// sgemm on exactly its shape, through OpenBLAS's own threads and split over towerjit's pool,
+// the faster of the two. The sum is the time the step could not go below without
 // a faster GEMM.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "jit/kir/kernel_ir.h"
+#include "runtime/thread_pool.h"
 
 namespace towerjit::bench {
 
@@ -26,12 +29,13 @@ std::vector<GemmShape> gemm_shapes(const kir::Program& program, int64_t batch);
 
 struct GemmTiming {
   GemmShape shape;
-  double call_ms = 0;  // median time of one call
-  double total_ms() const { return call_ms * shape.count; }
+  double openblas_ms = 0;  // the step's `count` calls through OpenBLAS's own threads
+  double split_ms = 0;     // the same calls the way towerjit makes them (runtime/cpu/gemm.h)
+  double total_ms() const { return std::min(openblas_ms, split_ms); }
 };
 
-// Times each shape with cblas_sgemm (median of `repeats` samples, each a batch of calls long
-// enough to time), on random operands.
-std::vector<GemmTiming> time_gemms(const std::vector<GemmShape>& shapes, int repeats = 9);
+// Times each shape both ways (median of `repeats` samples, each enough calls to time), on
+// random operands; the floor takes the faster.
+std::vector<GemmTiming> time_gemms(const std::vector<GemmShape>& shapes, ThreadPool& pool, int repeats = 9);
 
 }  // namespace towerjit::bench

@@ -34,6 +34,8 @@ Blas load() {
     b.core = core_name ? core_name() : "reference";
     using Threads = int (*)();
     if (auto threads = reinterpret_cast<Threads>(::dlsym(handle, "openblas_get_num_threads"))) b.threads = threads();
+    b.set_threads = reinterpret_cast<void (*)(int)>(::dlsym(handle, "openblas_set_num_threads"));
+    if (b.set_threads) b.set_threads(1);
     return b;
   }
   user_check(false, std::source_location::current())

@@ -1,7 +1,8 @@
 // OpenBLAS's sgemm, loaded at first use rather than linked. Debian's OpenBLAS picks its kernels
 // by CPU model when it loads, and on CPUs it does not know (new Xeons, some VMs) falls back to
 // its slowest SSE3 ("Prescott") kernels — 2-8x slower here. Loading it ourselves lets us name
-// the kernels from the CPU's features first (OPENBLAS_CORETYPE), unless the user already has.
+// the kernels from the CPU's features first (OPENBLAS_CORETYPE), unless the user already has,
+// and keep it to one thread: the pool and the towers own the cores.
 #pragma once
 
 #include <string>
@@ -14,9 +15,13 @@ struct Blas {
                          const float* a, int lda, const float* b, int ldb, float beta, float* c,
                          int ldc);
   Sgemm sgemm = nullptr;
+  // openblas_set_num_threads, or null (another BLAS). towerjit sets 1 once it has loaded the
+  // library and splits products over its own threads (runtime/cpu/gemm.h); the benchmark
+  // raises it to time OpenBLAS's own threading.
+  void (*set_threads)(int) = nullptr;
   std::string library;  // the file loaded
   std::string core;     // the kernels OpenBLAS chose ("SkylakeX", "Haswell", ...)
-  int threads = 1;      // OpenBLAS's thread count
+  int threads = 1;      // OpenBLAS's thread count when it loaded (its own default)
 };
 
 // The process's BLAS, loaded once (thread-safe). Throws towerjit::Error naming the Debian

@@ -1,12 +1,10 @@
 #include "runtime/cpu/conv.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-#include "runtime/cpu/blas.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/direct_conv.h"
 
 namespace towerjit::cpujit {
@@ -111,8 +109,7 @@ void conv2d(const Attrs& at, const View& x, const View& w, const View& y, Thread
   float* cols = scratch(0, g.ckk() * cols_n);
   float* out = scratch(1, g.o * cols_n);
   build_columns(g, x.f(), cols, pool);
-  blas().sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.o, cols_n, g.ckk(), 1.0f, w.f(),
-               g.ckk(), cols, cols_n, 0.0f, out, cols_n);
+  sgemm(pool, false, false, g.o, cols_n, g.ckk(), w.f(), g.ckk(), cols, cols_n, 0.0f, out, cols_n);
   swap_outer(out, y.f(), g.o, g.n, g.spatial(), pool);  // [O, N, S] -> [N, O, S]
 }
 
@@ -123,8 +120,7 @@ void conv2d_grad_input(const Attrs& at, const View& dy, const View& w, const Vie
   float* dy_t = scratch(1, g.o * cols_n);
   float* cols = scratch(0, g.ckk() * cols_n);
   swap_outer(dy.f(), dy_t, g.n, g.o, g.spatial(), pool);  // [N, O, S] -> [O, N, S]
-  blas().sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, g.ckk(), cols_n, g.o, 1.0f, w.f(),
-               g.ckk(), dy_t, cols_n, 0.0f, cols, cols_n);
+  sgemm(pool, true, false, g.ckk(), cols_n, g.o, w.f(), g.ckk(), dy_t, cols_n, 0.0f, cols, cols_n);
   parallel(pool, g.n, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) col2im(g, cols, dx.f(), i);
   });
@@ -138,8 +134,7 @@ void conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, const Vi
   float* dy_t = scratch(1, g.o * cols_n);
   build_columns(g, x.f(), cols, pool);
   swap_outer(dy.f(), dy_t, g.n, g.o, g.spatial(), pool);
-  blas().sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.o, g.ckk(), cols_n, 1.0f, dy_t, cols_n,
-               cols, cols_n, 0.0f, dw.f(), g.ckk());
+  sgemm(pool, false, true, g.o, g.ckk(), cols_n, dy_t, cols_n, cols, cols_n, 0.0f, dw.f(), g.ckk());
 }
 
 }  // namespace towerjit::cpujit

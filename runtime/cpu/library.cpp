@@ -1,10 +1,8 @@
 #include "runtime/cpu/library.h"
 
-#include "runtime/cpu/blas.h"
 #include "runtime/cpu/conv.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/pool.h"
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <cstring>
@@ -16,13 +14,22 @@
 namespace towerjit::cpujit {
 namespace {
 
-// Row-major matrix product of the last two axes; leading axes broadcast numpy-style.
-void matmul(const kir::LibraryCall& c, const View& a, const View& b, const View& out) {
+// Row-major matrix product of the last two axes; leading axes broadcast numpy-style. A batch
+// of products is split over the pool by product when there are enough of them, else each
+// product is.
+void matmul(const kir::LibraryCall& c, const View& a, const View& b, const View& out, ThreadPool* pool) {
   const kir::MatMulGeometry g = kir::matmul_geometry(c, a.shape, b.shape, out.shape);
-  for (int64_t bi = 0; bi < g.batches; ++bi)
-    blas().sgemm(CblasRowMajor, c.transpose_a ? CblasTrans : CblasNoTrans,
-                 c.transpose_b ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f, a.f() + g.offset_a[bi], g.lda,
-                 b.f() + g.offset_b[bi], g.ldb, 0.0f, out.f() + bi * g.m * g.n, g.n);
+  auto product = [&](int64_t bi, ThreadPool* split) {
+    sgemm(split, c.transpose_a, c.transpose_b, g.m, g.n, g.k, a.f() + g.offset_a[bi], g.lda,
+          b.f() + g.offset_b[bi], g.ldb, 0.0f, out.f() + bi * g.m * g.n, g.n);
+  };
+  if (pool && g.batches >= pool->size()) {
+    pool->parallel_for(g.batches, [&](int64_t first, int64_t last) {
+      for (int64_t bi = first; bi < last; ++bi) product(bi, nullptr);
+    });
+  } else {
+    for (int64_t bi = 0; bi < g.batches; ++bi) product(bi, pool);
+  }
 }
 
 void one_hot(const Node& node, const View& labels, const View& out) {
@@ -76,7 +83,7 @@ void copy_box(const View& src, const View& dst, const std::vector<int64_t>& orig
 void run_library_call(const kir::LibraryCall& call, const Node& node,
                       const std::vector<View>& in, const View& out, ThreadPool* pool) {
   switch (call.op) {
-    case Op::MatMul: return matmul(call, in[0], in[1], out);
+    case Op::MatMul: return matmul(call, in[0], in[1], out, pool);
     case Op::Conv2D: return conv2d(call.attrs, in[0], in[1], out, pool);
     case Op::Conv2DGradInput: return conv2d_grad_input(call.attrs, in[0], in[1], out, pool);
     case Op::Conv2DGradFilter: return conv2d_grad_filter(call.attrs, in[0], in[1], out, pool);

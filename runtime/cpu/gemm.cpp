@@ -1,0 +1,67 @@
+#include "runtime/cpu/gemm.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+
+#include "runtime/cpu/blas.h"
+
+namespace towerjit::cpujit {
+namespace {
+
+// Below this many flops a product runs on the calling thread: waking the pool costs about
+// 12 us here, what a 2-core machine spends on a 64x64x256 product.
+constexpr double kSplitFlops = 4e6;
+// From this many flops on, OpenBLAS's own threads beat slices cut here (they share packed
+// panels; each slice packs its own): 1.8x on the transposed 256x512x512 products of an MLP's
+// backward pass, measured by the benchmark's floor (bench/gemm_floor.h). Below it, slices win
+// (1.5-2x on 784x64x64), since OpenBLAS's thread hand-off costs more than the product.
+constexpr double kOpenBlasThreadsFlops = 32e6;
+
+void call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+          int64_t ldb, float beta, float* c, int64_t ldc) {
+  blas().sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+               static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a, static_cast<int>(lda),
+               b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+}  // namespace
+
+void sgemm(ThreadPool* pool, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const int64_t pieces = pool ? pool->size() : 1;
+  const double flops = 2.0 * m * n * k;
+  const bool split_rows = m >= n;
+  const int64_t extent = split_rows ? m : n;
+  if (pieces == 1 || flops < kSplitFlops || extent < 2 * pieces) {
+    call(transpose_a, transpose_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  const Blas& lib = blas();
+  if (flops >= kOpenBlasThreadsFlops && lib.set_threads) {
+    // The pool's threads are idle meanwhile: the caller holds them for this step.
+    lib.set_threads(static_cast<int>(pieces));
+    call(transpose_a, transpose_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    lib.set_threads(1);
+    return;
+  }
+  // Slice boundaries on multiples of 16 (the kernels' register blocks) when every slice still
+  // gets some.
+  const int64_t grain = extent >= 16 * pieces ? 16 : 1;
+  const int64_t units = (extent + grain - 1) / grain;
+  pool->parallel_for(pieces, [&](int64_t first, int64_t last) {
+    for (int64_t p = first; p < last; ++p) {
+      const int64_t lo = std::min(extent, units * p / pieces * grain);
+      const int64_t hi = std::min(extent, units * (p + 1) / pieces * grain);
+      if (lo >= hi) continue;
+      if (split_rows)
+        call(transpose_a, transpose_b, hi - lo, n, k, transpose_a ? a + lo : a + lo * lda, lda, b, ldb, beta,
+             c + lo * ldc, ldc);
+      else
+        call(transpose_a, transpose_b, m, hi - lo, k, a, lda, transpose_b ? b + lo * ldb : b + lo, ldb, beta,
+             c + lo, ldc);
+    }
+  });
+}
+
+}  // namespace towerjit::cpujit

@@ -1,0 +1,23 @@
+// Row-major sgemm split over the thread pool. towerjit runs OpenBLAS on one thread
+// (runtime/cpu/blas.h) and splits products itself: OpenBLAS's own threads would otherwise
+// compete for the same cores with the pool's and with CPU towers (two towers on two cores
+// each calling a two-thread OpenBLAS ran the demo 2.5-3.5x slower).
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/thread_pool.h"
+
+namespace towerjit::cpujit {
+
+// C[m, n] = op(A)[m, k] * op(B)[k, n] + beta * C, op transposing when asked (A is then stored
+// [k, m], B [n, k]). Without a pool, or for a small product: one single-threaded call. With a
+// pool: a mid-sized product is cut along the larger of m and n into one slice per thread
+// (multiples of 16 where it allows), each slice a single-threaded call; a large one runs on
+// OpenBLAS's own threads, as many as the pool has, while the pool waits (the process-wide
+// setting goes back to one thread after the call, so a program with a pool should not run
+// concurrently with another program that has one).
+void sgemm(ThreadPool* pool, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+}  // namespace towerjit::cpujit
