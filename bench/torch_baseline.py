@@ -75,6 +75,9 @@ def main():
         print(json.dumps({"torch": None, "error": f"cannot import torch: {e}"}))
         return 0
     torch.set_num_threads(args.threads)
+    # towerjit computes with denormals flushed to zero (runtime/flush_denormals.h); so does
+    # PyTorch here, so that neither side pays for the slow path on tiny values.
+    torch.set_flush_denormal(True)
     for name in args.workload or list(WORKLOADS):
         r = measure(torch, name, args.steps, args.warmup)
         r.update(threads=args.threads, torch_version=torch.__version__)

@@ -1,5 +1,7 @@
 #include "runtime/thread_pool.h"
 
+#include "runtime/flush_denormals.h"
+
 #include <algorithm>
 
 namespace towerjit {
@@ -55,6 +57,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
 }
 
 void ThreadPool::work(int index) {
+  const FlushDenormals flush;  // the pool's threads only ever compute for towerjit
   uint64_t seen = 0;
   for (;;) {
     std::unique_lock lock(mutex_);

@@ -1,5 +1,6 @@
 // A fixed set of worker threads that split a loop's iterations between them. CPU towers and
-// the CPU backend's outer loops run on it.
+// the CPU backend's outer loops run on it. Its workers compute with denormals flushed to zero
+// (runtime/flush_denormals.h); the calling thread keeps its own mode.
 #pragma once
 
 #include <condition_variable>

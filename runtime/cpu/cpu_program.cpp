@@ -8,6 +8,7 @@
 #include "jit/dump.h"
 #include "jit/knobs.h"
 #include "jit/passes/pipeline.h"
+#include "runtime/flush_denormals.h"
 #include "runtime/bind_feeds.h"
 #include "runtime/cpu/library.h"
 
@@ -95,6 +96,7 @@ void CpuProgram::run_kernel(int index, const std::vector<void*>& base, int64_t b
 
 std::vector<HostTensor> CpuProgram::run(const HostFeeds& feeds, HostVariables& variables,
                                         uint64_t step) {
+  const FlushDenormals flush;
   const int64_t batch = bind_batch(feeds);
   std::vector<void*> base = bind_buffers(feeds, variables, batch);
   if (step_times) step_times->resize(program_.steps.size(), 0.0);

@@ -30,7 +30,8 @@ class CpuProgram {
              const std::vector<Tensor>& update_ops, ThreadPool* pool = nullptr);
 
   // Runs one step. Inputs are checked by name, shape and dtype; variables are read, and
-  // written by the update ops. `step` keys random numbers (dropout masks).
+  // written by the update ops. `step` keys random numbers (dropout masks). Denormal floats are
+  // flushed to zero while it runs (runtime/flush_denormals.h).
   std::vector<HostTensor> run(const HostFeeds& feeds, HostVariables& variables, uint64_t step = 0);
 
   const kir::Program& program() const { return program_; }
