@@ -1,16 +1,18 @@
 // towerjit_bench: the CPU backend's training step against PyTorch's, on this machine, in one
 // run (issue 3, "Speed"). One JSON line per workload on stdout; progress on stderr.
 //
-//   build/bench/towerjit_bench [--steps 50] [--warmup 10] [--workload cnn]... [--no-torch]
+//   build/bench/towerjit_bench [--steps 50] [--warmup 10] [--rounds 3] [--workload cnn]... [--no-torch]
 //
 // For each workload: compile cold (a fresh TOWERJIT_CACHE_DIR) and warm (the same program
-// again: a cache hit); run warm-up steps, then timed steps on fixed random data (the same
-// batch every step); the median step. The GEMM floor times each sgemm of the step alone on
+// again: a cache hit); run warm-up steps, then rounds of PyTorch's settings and our timed
+// steps in turn, on fixed random data (the same batch every step); each side's figure is the
+// median over rounds of a round's median step. The GEMM floor times each sgemm of the step alone on
 // its shape. A profiled pass (CpuProgram::step_times) says where the step's time goes.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -38,6 +40,7 @@ constexpr int kThreads = 2;  // the machine's cores
 
 struct Options {
   int steps = 50, warmup = 10, profile_steps = 20;
+  int rounds = 3;  // PyTorch then ours, this many times in turn
   std::vector<std::string> workloads;
   bool torch = true;
 };
@@ -53,10 +56,11 @@ Options parse(int argc, char** argv) {
     if (a == "--steps") o.steps = std::stoi(value());
     else if (a == "--warmup") o.warmup = std::stoi(value());
     else if (a == "--profile-steps") o.profile_steps = std::stoi(value());
+    else if (a == "--rounds") o.rounds = std::max(1, std::stoi(value()));
     else if (a == "--workload") o.workloads.push_back(value());
     else if (a == "--no-torch") o.torch = false;
     else throw tj::Error("towerjit_bench: unknown argument " + a +
-                         "; use --steps N, --warmup N, --profile-steps N, --workload NAME, --no-torch");
+                         "; use --steps N, --warmup N, --profile-steps N, --rounds N, --workload NAME, --no-torch");
   }
   if (o.workloads.empty()) o.workloads = bench::workload_names();
   return o;
@@ -130,7 +134,12 @@ json profile(tj::CpuProgram& program, const tj::HostFeeds& feeds, tj::HostVariab
           {"by_kind_ms", kinds}, {"top_steps", top}};
 }
 
-json run_workload(const std::string& name, const Options& o, tj::ThreadPool& pool) {
+// Compiles and times one workload. The timed steps come in o.rounds rounds of o.steps, each
+// after a call of before_round(round) (which times PyTorch), so that both sides sample the
+// same stretches of this noisy machine; step_ms is the median over rounds of each round's
+// median.
+json run_workload(const std::string& name, const Options& o, tj::ThreadPool& pool,
+                  const std::function<void(int)>& before_round) {
   bench::TrainStep step = bench::build_train_step(name);
   const tj::HostFeeds feeds = bench::random_feeds(step, 42);
   tj::HostVariables vars = bench::initial_variables(step, 1);
@@ -146,13 +155,19 @@ json run_workload(const std::string& name, const Options& o, tj::ThreadPool& poo
 
   std::vector<float> losses;
   for (int i = 0; i < o.warmup; ++i) losses.push_back(program.run(feeds, vars, i)[0].f32[0]);
-  std::vector<double> times;
-  for (int i = 0; i < o.steps; ++i) {
-    t0 = Clock::now();
-    losses.push_back(program.run(feeds, vars, o.warmup + i)[0].f32[0]);
-    times.push_back(ms_since(t0));
+  std::vector<double> times, round_ms;
+  for (int r = 0; r < o.rounds; ++r) {
+    before_round(r);
+    std::vector<double> round;
+    for (int i = 0; i < o.steps; ++i) {
+      t0 = Clock::now();
+      losses.push_back(program.run(feeds, vars, o.warmup + r * o.steps + i)[0].f32[0]);
+      round.push_back(ms_since(t0));
+    }
+    round_ms.push_back(median(round));
+    times.insert(times.end(), round.begin(), round.end());
   }
-  const double step_ms = median(times);
+  const double step_ms = median(round_ms);
 
   const auto gemms = bench::time_gemms(bench::gemm_shapes(program.program(), step.batch), pool);
   double floor_ms = 0, flops = 0;
@@ -174,6 +189,10 @@ json run_workload(const std::string& name, const Options& o, tj::ThreadPool& poo
   j["step_ms_min"] = round3(*std::min_element(times.begin(), times.end()));
   j["step_ms_max"] = round3(*std::max_element(times.begin(), times.end()));
   j["steps"] = o.steps;
+  j["rounds"] = o.rounds;
+  json rounds = json::array();
+  for (double ms : round_ms) rounds.push_back(round3(ms));
+  j["round_step_ms"] = rounds;
   j["gemm_floor_ms"] = round3(floor_ms);
   j["gemm_gflop"] = round3(flops / 1e9);
   j["step_over_floor"] = round3(step_ms / floor_ms);
@@ -215,25 +234,33 @@ int main(int argc, char** argv) try {
       bench::torch_settings(user_core ? user_core->c_str() : nullptr, tj::cpujit::blas().core);
   tj::ThreadPool pool(kThreads);
   for (const std::string& name : o.workloads) {
-    // PyTorch right before ours, workload by workload, so both see the same machine load.
-    bench::TorchResults torch;
-    if (python) {
-      std::cerr << "towerjit_bench: " << name << ": PyTorch (" << *python << ", " << settings.size() << " settings)...\n";
-      torch = bench::run_torch(*python, TOWERJIT_BENCH_DIR "/torch_baseline.py", settings, {name}, o.steps,
-                               o.warmup);
-      if (torch.empty()) torch_missing = "the baseline script produced no figures (see stderr)";
-    }
-    std::cerr << "towerjit_bench: " << name << ": towerjit...\n";
-    json j = run_workload(name, o, pool);
+    // PyTorch and ours in turn, round by round, so both see the same machine load.
+    std::map<std::string, std::vector<double>> torch_rounds;  // setting -> each round's step ms
+    auto torch_round = [&](int round) {
+      if (!python) return;
+      std::cerr << "towerjit_bench: " << name << ": round " << round + 1 << ": PyTorch (" << *python << ", "
+                << settings.size() << " settings)...\n";
+      const bench::TorchResults torch = bench::run_torch(*python, TOWERJIT_BENCH_DIR "/torch_baseline.py",
+                                                         settings, {name}, o.steps, o.warmup);
+      for (const auto& [setting, per] : torch)
+        if (per.count(name)) torch_rounds[setting].push_back(per.at(name).step_ms);
+      std::cerr << "towerjit_bench: " << name << ": round " << round + 1 << ": towerjit...\n";
+    };
+    json j = run_workload(name, o, pool, torch_round);
+    if (python && torch_rounds.empty()) torch_missing = "the baseline script produced no figures (see stderr)";
+    const double batch = j["batch"].get<double>();
     json all = json::object();
+    std::map<std::string, double> torch_ms;  // setting -> median over rounds
     std::string best[2];  // the best setting as installed, and with our kernels
     for (const bench::TorchSetting& setting : settings) {
-      auto per = torch.find(setting.name);
-      if (per == torch.end() || !per->second.count(name)) continue;
-      const bench::TorchResult& r = per->second.at(name);
-      all[setting.name] = {{"samples_per_s", round3(r.samples_per_s)}, {"step_ms", round3(r.step_ms)}};
+      auto it = torch_rounds.find(setting.name);
+      if (it == torch_rounds.end()) continue;
+      const double ms = torch_ms[setting.name] = median(it->second);
+      json per_round = json::array();
+      for (double r : it->second) per_round.push_back(round3(r));
+      all[setting.name] = {{"samples_per_s", round3(batch / ms * 1e3)}, {"step_ms", round3(ms)}, {"round_step_ms", per_round}};
       std::string& b = best[setting.same_kernels];
-      if (b.empty() || r.samples_per_s > torch[b][name].samples_per_s) b = setting.name;
+      if (b.empty() || ms < torch_ms[b]) b = setting.name;
     }
     const double ours = j["samples_per_s"].get<double>();
     if (best[0].empty()) {
@@ -242,13 +269,13 @@ int main(int argc, char** argv) try {
       j["ratio"] = nullptr;
       j["torch_unavailable"] = torch_missing.empty() ? "no figure for this workload" : torch_missing;
     } else {
-      const double t = torch[best[0]][name].samples_per_s;
+      const double t = batch / torch_ms[best[0]] * 1e3;
       j["torch_samples_per_s"] = round3(t);
       j["torch_config"] = best[0];
       j["ratio"] = round3(ours / t);
     }
     if (!best[1].empty()) {
-      const double t = torch[best[1]][name].samples_per_s;
+      const double t = batch / torch_ms[best[1]] * 1e3;
       j["torch_same_kernels"] = {{"samples_per_s", round3(t)}, {"config", best[1]}, {"ratio", round3(ours / t)}};
     }
     j["torch_all"] = all;
