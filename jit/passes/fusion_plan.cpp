@@ -78,6 +78,19 @@ class Planner {
 
   const Graph& g_;
   FusionLimits limits_;
+  // Given a buffer by a fusion limit: its kernel ends there, so it never rides along in its
+  // consumer's kernel (multi-output fusion would put the body back).
+  std::vector<bool> limited_;
+  // Sethi-Ullman register need of n's body given its operands' needs (a buffered operand is a
+  // load: 1).
+  int registers(int n, const std::vector<int>& regs) const {
+    std::vector<int> need;
+    for (int in : g_.node(n).inputs) need.push_back(p_.buffered[in] || p_.folded[in] ? 1 : regs[in]);
+    std::sort(need.rbegin(), need.rend());
+    int most = 1;
+    for (size_t i = 0; i < need.size(); ++i) most = std::max(most, need[i] + static_cast<int>(i));
+    return most;
+  }
   FusionPlan p_;
   std::vector<int> uses_;
   std::vector<std::vector<int>> consumers_;
@@ -171,7 +184,8 @@ void Planner::decide_buffers(const std::vector<int>& fetches) {
       }
     }
   }
-  std::vector<int> size(g_.size(), 1), depth(g_.size(), 1);
+  std::vector<int> size(g_.size(), 1), depth(g_.size(), 1), regs(g_.size(), 1);
+  limited_.assign(g_.size(), false);
   std::vector<std::set<int>> reads(g_.size());  // the buffers an inlined node's body loads
   auto reads_of = [&](int n) {
     std::set<int> r;
@@ -192,14 +206,23 @@ void Planner::decide_buffers(const std::vector<int>& fetches) {
         if (!p_.buffered[in] && !p_.folded[in] && (widest < 0 || reads[in].size() > reads[widest].size()))
           widest = in;
       if (widest < 0) break;
-      p_.buffered[widest] = true, size[widest] = 1, depth[widest] = 1;
+      p_.buffered[widest] = true, limited_[widest] = true, size[widest] = 1, depth[widest] = 1;
       reads[n] = reads_of(n);
     }
+    // Too much register pressure: the inlined input that needs the most gets a buffer.
+    while (registers(n, regs) > limits_.max_registers) {
+      int neediest = -1;
+      for (int in : g_.node(n).inputs)
+        if (!p_.buffered[in] && !p_.folded[in] && (neediest < 0 || regs[in] > regs[neediest])) neediest = in;
+      if (neediest < 0) break;
+      p_.buffered[neediest] = true, limited_[neediest] = true, size[neediest] = 1, depth[neediest] = 1;
+    }
+    regs[n] = registers(n, regs);
     for (int in : g_.node(n).inputs)
       if (!p_.buffered[in]) size[n] += size[in], depth[n] = std::max(depth[n], depth[in] + 1);
     const bool too_big = size[n] > limits_.max_exprs || depth[n] > limits_.max_depth;
     if (too_big && !p_.buffered[n] && !p_.folded[n] && g_.node(n).op != Op::Assign)
-      p_.buffered[n] = true, size[n] = 1, depth[n] = 1;
+      p_.buffered[n] = true, limited_[n] = true, size[n] = 1, depth[n] = 1;
   }
 }
 
@@ -224,7 +247,8 @@ void Planner::choose_hosts() {
   // node runs at its root's position, and every other consumer must run after that.
   for (int n = g_.size() - 1; n >= 0; --n) {
     const Node& p = g_.node(n);
-    if (!p_.needed[n] || !p_.buffered[n] || p_.folded[n] || consumers_[n].empty() || !elementwise(n))
+    if (!p_.needed[n] || !p_.buffered[n] || p_.folded[n] || limited_[n] || consumers_[n].empty() ||
+        !elementwise(n))
       continue;
     const int c = consumers_[n].front();
     if (!p_.buffered[c]) continue;

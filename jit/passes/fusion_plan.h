@@ -18,6 +18,12 @@ struct FusionLimits {
   // the base pointers its loop keeps live; past this, inlined producers get buffers of their
   // own. At least 3 (a select's operands).
   int max_reads = 32;
+  // Values a kernel body keeps live at once, estimated by Sethi-Ullman numbering of its
+  // expression tree (a load or constant needs 1; a node needs the most of r_i + i over its
+  // operands' needs sorted largest first): the vector registers the loop needs before it
+  // spills (16 with AVX2, 32 with AVX-512; more on a GPU). Past this, the inlined input that
+  // needs the most gets a buffer. At least 3.
+  int max_registers = 24;
 };
 
 struct FusionPlan {

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "jit/passes/fusion_plan.h"
+#include "jit/passes/lower.h"
 #include "jit/passes/pipeline.h"
 #include "jit_check.h"
 #include "towerjit.h"
@@ -509,4 +510,32 @@ TEST_CASE("a kernel reads at most FusionLimits::max_reads buffers, and past that
   }
   tj::reference::Variables vars;
   require_close(run_both(g, {sum}, feeds, vars), 1e-5, "a sum of 40 inputs");
+}
+
+TEST_CASE("register pressure past FusionLimits::max_registers gives the neediest input a buffer",
+          "[cpu][jit][fusion]") {
+  // A balanced tree of 8 sums: ((x0+x1)+(x2+x3)) + ((x4+x5)+(x6+x7)) needs 4 registers
+  // (Sethi-Ullman), a chain of the same adds only 2.
+  tj::Graph g;
+  tj::GraphScope use(g);
+  std::vector<Tensor> level;
+  tj::reference::Feeds feeds;
+  for (int i = 0; i < 8; ++i) {
+    level.push_back(tj::input("x" + std::to_string(i), {kBatch, 3}));
+    feeds["x" + std::to_string(i)] = random_array({5, 3}, 200 + i);
+  }
+  while (level.size() > 1) {
+    std::vector<Tensor> next;
+    for (size_t i = 0; i < level.size(); i += 2) next.push_back(level[i] + level[i + 1]);
+    level = next;
+  }
+  auto kernels = [&](int max_registers) {
+    tj::FusionLimits limits;
+    limits.max_registers = max_registers;
+    return tj::lower_to_kernels(g, {level[0].id()}, {}, limits).kernels.size();
+  };
+  CHECK(kernels(4) == 1);
+  CHECK(kernels(3) == 2);  // one half of the tree computed into a buffer first
+  tj::reference::Variables vars;
+  require_close(run_both(g, {level[0]}, feeds, vars), 1e-5, "a balanced sum of 8 inputs");
 }
