@@ -59,7 +59,14 @@ std::string dump_index_json(const Graph& g, const kir::Program& p, const std::st
           if (e.kind == kir::Expr::Kind::load) read.insert(body->accesses[e.access].buffer);
       }
       step = {{"kind", "kernel"}, {"name", k.name}, {"space", k.space.str()}, {"ops", ops_of(g, k.nodes)}};
-      if (k.reduce != Op::Constant) step["reduce"] = op_name(k.reduce);
+      if (k.reduce != Op::Constant) {
+        // A kernel of sibling reductions (a cross-entropy's log-sum-exp and its label sum)
+        // names each, in output order; "reduce" keeps the first.
+        json reductions = json::array();
+        for (int r = 0; r < k.reductions(); ++r) reductions.push_back(op_name(k.outputs[r].reduce));
+        step["reduce"] = op_name(k.reduce);
+        step["reductions"] = reductions;
+      }
       if (!k.parts.empty()) {
         json parts = json::array();
         for (const kir::Kernel& part : k.parts) parts.push_back({{"name", part.name}, {"space", part.space.str()}});
