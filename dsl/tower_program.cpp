@@ -1,6 +1,7 @@
 #include "dsl/tower_program.h"
 
 #include "dsl/autodiff.h"
+#include "dsl/collectives.h"
 #include "dsl/error.h"
 #include "dsl/graph.h"
 #include "dsl/ops.h"
@@ -37,15 +38,14 @@ TowerProgram build_tower_program(Graph& graph, Tensor loss, const Optimizer& opt
   p.tower_fetches.insert(p.tower_fetches.end(), grads.begin(), grads.end());
   for (const auto& u : p.model_updates) p.tower_fetches.push_back(u.value);
 
-  std::vector<Tensor> gradient_inputs;
-  for (const Tensor& v : p.variables) {
-    p.gradient_inputs.push_back("tower_gradient/" + v.node().attrs.name);
-    gradient_inputs.push_back(input(p.gradient_inputs.back(), v.shape(), DType::f32, loc));
+  for (size_t i = 0; i < p.variables.size(); ++i) {
+    p.gradient_inputs.push_back("tower_gradient/" + p.variables[i].node().attrs.name);
+    p.collectives.push_back(all_reduce(grads[i], p.gradient_inputs.back(), loc));
   }
   // Built before the apply so that the schedule reads the global step before its increment;
   // CSE then shares these nodes with the apply's own.
   p.learning_rate = optimizer.learning_rate.at(global_step(loc), loc);
-  p.apply_updates = optimizer.apply(gradient_inputs, p.variables, loc);
+  p.apply_updates = optimizer.apply(p.collectives, p.variables, loc);
   if (ema) {
     const std::vector<Tensor> shadows = ema->apply(p.variables, loc);
     p.apply_updates.insert(p.apply_updates.end(), shadows.begin(), shadows.end());

@@ -1,9 +1,11 @@
-// The graphs a tower strategy runs, built from a model's loss by graph transformations: what
-// every tower computes on its slice (the loss, the gradients, the model's own update values)
-// and what is applied once the gradients are reduced (the optimiser's and the EMA's update
-// ops, fed the reduced gradients as inputs). The reduction between them (an in-process
-// all-reduce for CPU towers) is the runtime's; runtime/towers/tower_trainer.h compiles and
-// runs these, examples/dump_cuda writes their CUDA.
+// The graph a tower strategy runs, built from a model's loss by graph transformations: what
+// every tower computes on its slice (the loss, the gradients, the model's own update values),
+// a collective on every gradient (dsl/collectives.h: all_reduce, keyed
+// "tower_gradient/<variable>"), and what is applied to the collectives' results (the
+// optimiser's and the EMA's update ops). The runtime cuts the graph at the collectives
+// (jit/passes/cut_collectives.h) and maps each to an implementation (an in-process all-reduce
+// for CPU towers); runtime/towers/tower_trainer.h compiles and runs the two sides,
+// examples/dump_cuda writes their CUDA.
 #pragma once
 
 #include <optional>
@@ -29,8 +31,11 @@ struct TowerProgram {
   // then each model update's value.
   std::vector<Tensor> tower_fetches;
   std::vector<ModelUpdate> model_updates;
-  // The apply side: an input per variable, "tower_gradient/<variable>", fed the reduced
-  // gradient; the update ops (optimiser, then EMA); the learning rate the apply uses.
+  // The collectives: an all_reduce of each gradient (in `variables`' order), keyed
+  // "tower_gradient/<variable>" (`gradient_inputs`: the names the cut apply side reads them
+  // under); the update ops (optimiser, then EMA), which read the collectives; the learning
+  // rate the apply uses.
+  std::vector<Tensor> collectives;
   std::vector<std::string> gradient_inputs;
   std::vector<Tensor> apply_updates;
   Tensor learning_rate;

@@ -15,6 +15,7 @@
 #include "jit/cuda/cuda_dump.h"
 #include "jit/cuda/cuda_emitter.h"
 #include "jit/cuda/nvrtc_compiler.h"
+#include "jit/passes/cut_collectives.h"
 #include "jit/passes/pipeline.h"
 #include "towerjit.h"
 
@@ -70,9 +71,9 @@ Module make_module(const tj::Graph& graph, const std::string& name, std::string 
 }
 
 // One tower, sync: the whole step (forward, backward, apply) as one program. Several towers,
-// or async: the tower step each tower runs on its slice, and the apply the reduced gradients
-// feed, as runtime/towers/tower_trainer.h runs them; the reduction between them is the
-// runtime's (described in <model>_towers.txt).
+// or async: the tower step each tower runs on its slice, and the apply the collectives' results
+// feed (the graph cut at its all_reduce nodes), as runtime/towers/tower_trainer.h runs them;
+// the collectives themselves are the runtime's (listed in <model>_towers.txt).
 std::vector<Module> build_modules(const Options& o, tj::Graph& graph, tj::Tensor loss, std::string& plan) {
   const bool one_program = o.towers == 1 && o.strategy == "sync";
   if (one_program) {
@@ -93,22 +94,32 @@ std::vector<Module> build_modules(const Options& o, tj::Graph& graph, tj::Tensor
   for (auto n : slices) text << " " << n;
   text << ".\n1. Every tower runs " << o.model << "_tower_step on its slice: the loss and the gradient of "
        << program.variables.size() << " variables.\n";
+  text << "   The graph's collectives (all_reduce nodes, where the runtime cuts it):\n";
+  for (const tj::Collective& c : tj::collectives_of(graph)) {
+    const tj::Node& n = graph.node(c.node);
+    text << "     %" << c.node << " all_reduce(%" << c.value << ") \"" << c.key << "\" : f32" << n.shape.str()
+         << ", " << n.shape.elements(256) * 4 << " bytes  @ " << tj::format_location(n.loc) << "\n";
+  }
   if (o.strategy == "async") {
     text << "2. Each tower, as soon as it is done, feeds its gradient times " << weights[0]
-         << " (1/N) to " << o.model << "_apply, one apply at a time, with no barrier.\n";
+         << " (1/N) to " << o.model << "_apply as the collectives' values, one apply at a time, "
+         << "with no barrier.\n";
   } else {
-    text << "2. The runtime all-reduces the gradients, g = sum_i w_i g_i with w =";
+    text << "2. The runtime maps each collective to an all-reduce, g = sum_i w_i g_i with w =";
     for (double w : weights) text << " " << w;
     text << " (n_i / B), in tower order.\n3. " << o.model << "_apply runs on every device's copy "
-         << "(replicated) with g fed as its tower_gradient/* inputs.\n";
+         << "(replicated) with g fed as the input the collective's key names.\n";
   }
   plan = text.str();
   std::vector<Module> modules;
   modules.push_back(make_module(graph, o.model + "_tower_step", "on every tower, on its slice",
                                 tj::node_ids(graph, program.tower_fetches), {}));
-  modules.push_back(make_module(graph, o.model + "_apply",
+  // The apply side: the graph cut at its collectives, which it reads as inputs.
+  tj::Rewritten apply_side = tj::cut_at_collectives(graph);
+  modules.push_back(make_module(apply_side.graph, o.model + "_apply",
                                 o.strategy == "async" ? "after each tower's step" : "once per step per replica",
-                                {program.learning_rate.id()}, tj::node_ids(graph, program.apply_updates)));
+                                tj::remap_ids({program.learning_rate.id()}, apply_side.remap),
+                                tj::remap_ids(tj::node_ids(graph, program.apply_updates), apply_side.remap)));
   return modules;
 }
 

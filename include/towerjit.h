@@ -2,6 +2,7 @@
 #pragma once
 
 #include "dsl/autodiff.h"
+#include "dsl/collectives.h"
 #include "dsl/devices.h"
 #include "dsl/ema.h"
 #include "dsl/error.h"

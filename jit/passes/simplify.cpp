@@ -75,6 +75,9 @@ Rewritten simplify(const Graph& graph) {
       return out.add(std::move(c));
     }
     if (const int id = identity_of(n, out); id >= 0) return id;
+    // A program runs on one device, where a collective over the towers is its input (the tower
+    // runtime cuts the graph at collectives before compiling: jit/passes/cut_collectives.h).
+    if (n.op == Op::AllReduce) return n.inputs[0];
     // reshape(reshape(x)) is one reshape; transpose(transpose(x)) one transpose.
     if (n.op == Op::Reshape && out.node(n.inputs[0]).op == Op::Reshape)
       n.inputs[0] = out.node(n.inputs[0]).inputs[0];

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "dsl/error.h"
+#include "jit/passes/cut_collectives.h"
 #include "jit/reference/interpreter.h"
 #include "runtime/report/trace.h"
 
@@ -49,14 +50,16 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
     for (int t = 0; t < towers_.size(); ++t)
       predict_programs_.push_back(std::make_unique<CpuProgram>(graph, std::vector<Tensor>{options.logits}));
   }
-  // The apply program, one per replica: the update ops fed the reduced gradients; it fetches
-  // the learning rate the apply used.
+  // The apply program, one per replica: the graph cut at the collectives, whose results it
+  // reads as inputs (fed by all_reduce() below); it fetches the learning rate the apply used.
   const bool replicated =
       !is_async(towers_.reduction()) && towers_.sync_variant() == SyncVariant::replicated;
   const int replicas = replicated ? towers_.size() : 1;
+  Rewritten apply_side = cut_at_collectives(graph);
+  const std::vector<Tensor> apply_fetches = remap_tensors(apply_side, {program.learning_rate});
+  const std::vector<Tensor> apply_updates = remap_tensors(apply_side, program.apply_updates);
   for (int r = 0; r < replicas; ++r)
-    apply_programs_.push_back(std::make_unique<CpuProgram>(
-        graph, std::vector<Tensor>{program.learning_rate}, program.apply_updates));
+    apply_programs_.push_back(std::make_unique<CpuProgram>(apply_side.graph, apply_fetches, apply_updates));
 
   ema_shadows_ = ema_names(graph);
   HostVariables initial;

@@ -1,0 +1,33 @@
+// The tower runtime's cut at collectives (dsl/collectives.h): a copy of the graph in which
+// every all_reduce node is an input named by its key, with the collective's shape and dtype.
+// What comes after the collectives (the optimiser's apply) then compiles as a program of its
+// own, fed the combined values by the runtime; what comes before (the loss and gradients) is
+// compiled from the original graph, where nothing the towers fetch reads a collective.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dsl/tensor.h"
+#include "jit/passes/rewrite.h"
+
+namespace towerjit {
+
+// One all_reduce node of a graph: its key, its id, and the id of the value it combines.
+struct Collective {
+  std::string key;
+  int node = -1;
+  int value = -1;
+};
+
+// The graph's collectives in node order.
+std::vector<Collective> collectives_of(const Graph& graph);
+
+// The copy with collectives as inputs; `remap` takes the old ids to the copy's. Errors
+// (towerjit::Error): an input of the graph already has a collective's key as its name.
+Rewritten cut_at_collectives(const Graph& graph);
+
+// `tensors` of the original graph as the same nodes of the cut copy.
+std::vector<Tensor> remap_tensors(Rewritten& cut, const std::vector<Tensor>& tensors);
+
+}  // namespace towerjit
