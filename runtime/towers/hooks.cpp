@@ -41,7 +41,8 @@ void LogHook::after_epoch(TowerTrainer&, const StepEvent& e) {
 
 EvalHook::EvalHook(const data::Dataset& test, report::Progress& progress, report::MetricsWriter* metrics,
                    bool ema_weights)
-    : test_(test), progress_(progress), metrics_(metrics), ema_weights_(ema_weights) {}
+    : test_(test), test_images_{{"image", test.images}}, progress_(progress), metrics_(metrics),
+      ema_weights_(ema_weights) {}
 
 void EvalHook::after_epoch(TowerTrainer& trainer, const StepEvent& e) { evaluate(trainer, e); }
 
@@ -50,7 +51,7 @@ void EvalHook::end(TowerTrainer& trainer, const StepEvent& last) {
 }
 
 void EvalHook::evaluate(TowerTrainer& trainer, const StepEvent& e) {
-  last_ = trainer.evaluate({{"image", test_.images}}, test_.labels, ema_weights_);
+  last_ = trainer.evaluate(test_images_, test_.labels, ema_weights_);
   evaluated_at_ = e.step;
   progress_.line(format("epoch %lld, step %lld: test accuracy %.4f, test loss %.4f%s",
                         static_cast<long long>(e.epoch + 1), static_cast<long long>(e.step),
