@@ -1,5 +1,7 @@
 #include "runtime/cpu/pool.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <limits>
 
@@ -36,31 +38,102 @@ bool all_inside(const Window& g) {
   return g.ph == 0 && g.pw == 0 && (g.oh - 1) * g.sh + g.kh <= g.h && (g.ow - 1) * g.sw + g.kw <= g.w;
 }
 
+// The 2x2 / stride 2 pool over 8 windows of a pair of rows at once (AVX2): the rows' even and
+// odd columns are the windows' left and right cells.
+#define TOWERJIT_AVX2 __attribute__((target("avx2,fma")))
+
+// [x0..x15] -> evens [x0 x2 .. x14] and odds [x1 x3 .. x15].
+TOWERJIT_AVX2 inline void deinterleave(const float* p, __m256& even, __m256& odd) {
+  const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
+  even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
+  odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
+}
+
+// The inverse: evens and odds back into 16 consecutive floats at p.
+TOWERJIT_AVX2 inline void interleave(__m256 even, __m256 odd, float* p) {
+  const __m256 lo = _mm256_unpacklo_ps(even, odd), hi = _mm256_unpackhi_ps(even, odd);
+  _mm256_storeu_ps(p, _mm256_permute2f128_ps(lo, hi, 0x20));
+  _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
+// One output row; returns the windows done (a multiple of 8), the caller finishes the rest.
+// std::max(a, b) is _mm256_max_ps(b, a), NaN and signed zeros included.
+TOWERJIT_AVX2 int64_t max2x2_row_avx2(const float* r0, const float* r1, float* out, int64_t ow) {
+  int64_t ox = 0;
+  for (; ox + 8 <= ow; ox += 8) {
+    __m256 a0, a1, b0, b1;
+    deinterleave(r0 + 2 * ox, a0, a1);
+    deinterleave(r1 + 2 * ox, b0, b1);
+    _mm256_storeu_ps(out + ox, _mm256_max_ps(_mm256_max_ps(b1, b0), _mm256_max_ps(a1, a0)));
+  }
+  return ox;
+}
+
+// The gradient's row pair: dy at each window's first maximum in row-major order (the cells
+// taken in turn, a later one winning only when strictly greater, as the reference), zero
+// elsewhere; every cell is written.
+TOWERJIT_AVX2 int64_t max2x2_grad_row_avx2(const float* r0, const float* r1, const float* dy, float* g0,
+                                           float* g1, int64_t ow) {
+  int64_t ox = 0;
+  const __m256 zero = _mm256_setzero_ps();
+  for (; ox + 8 <= ow; ox += 8) {
+    __m256 c0, c1, c2, c3;
+    deinterleave(r0 + 2 * ox, c0, c1);
+    deinterleave(r1 + 2 * ox, c2, c3);
+    const __m256 m1 = _mm256_cmp_ps(c1, c0, _CMP_GT_OQ);
+    __m256 best = _mm256_blendv_ps(c0, c1, m1);
+    const __m256 m2 = _mm256_cmp_ps(c2, best, _CMP_GT_OQ);
+    best = _mm256_blendv_ps(best, c2, m2);
+    const __m256 m3 = _mm256_cmp_ps(c3, best, _CMP_GT_OQ);
+    const __m256 d = _mm256_loadu_ps(dy + ox);
+    const __m256 at3 = m3, at2 = _mm256_andnot_ps(m3, m2);
+    const __m256 at1 = _mm256_andnot_ps(_mm256_or_ps(m2, m3), m1);
+    const __m256 at0 = _mm256_andnot_ps(_mm256_or_ps(_mm256_or_ps(m1, m2), m3), _mm256_castsi256_ps(_mm256_set1_epi32(-1)));
+    interleave(_mm256_blendv_ps(zero, d, at0), _mm256_blendv_ps(zero, d, at1), g0 + 2 * ox);
+    interleave(_mm256_blendv_ps(zero, d, at2), _mm256_blendv_ps(zero, d, at3), g1 + 2 * ox);
+  }
+  return ox;
+}
+
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+
 void max_plane_inside(const Window& g, const float* x, const float* dy, float* out, bool grad) {
   if (!grad && g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2) {
     // The usual 2x2 / stride 2 pool: two rows in, one row out, no index bookkeeping.
     for (int64_t oy = 0; oy < g.oh; ++oy) {
       const float* r0 = x + 2 * oy * g.w;
       const float* r1 = r0 + g.w;
-      for (int64_t ox = 0; ox < g.ow; ++ox)
-        out[oy * g.ow + ox] = std::max(std::max(r0[2 * ox], r0[2 * ox + 1]),
-                                       std::max(r1[2 * ox], r1[2 * ox + 1]));
+      float* o = out + oy * g.ow;
+      for (int64_t ox = cpu_has_avx2() ? max2x2_row_avx2(r0, r1, o, g.ow) : 0; ox < g.ow; ++ox)
+        o[ox] = std::max(std::max(r0[2 * ox], r0[2 * ox + 1]), std::max(r1[2 * ox], r1[2 * ox + 1]));
+    }
+    return;
+  }
+  if (grad && g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2) {
+    // Every cell of a window is written, so only what an odd size leaves outside every window
+    // (a last row or column) needs zeroing.
+    if (g.h != 2 * g.oh || g.w != 2 * g.ow) std::fill(out, out + g.h * g.w, 0.0f);
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+      const float* r0 = x + 2 * oy * g.w;
+      const float* r1 = r0 + g.w;
+      float* g0 = out + 2 * oy * g.w;
+      float* g1 = g0 + g.w;
+      const float* d = dy + oy * g.ow;
+      for (int64_t ox = cpu_has_avx2() ? max2x2_grad_row_avx2(r0, r1, d, g0, g1, g.ow) : 0; ox < g.ow; ++ox) {
+        const float cell[4] = {r0[2 * ox], r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]};
+        int best = 0;  // the first maximum in row-major order, as the reference
+        for (int j = 1; j < 4; ++j)
+          if (cell[j] > cell[best]) best = j;
+        float* at[4] = {g0 + 2 * ox, g0 + 2 * ox + 1, g1 + 2 * ox, g1 + 2 * ox + 1};
+        for (int j = 0; j < 4; ++j) *at[j] = j == best ? d[ox] : 0.0f;
+      }
     }
     return;
   }
   if (grad) std::fill(out, out + g.h * g.w, 0.0f);
-  if (grad && g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2) {
-    for (int64_t oy = 0; oy < g.oh; ++oy)
-      for (int64_t ox = 0; ox < g.ow; ++ox) {
-        const int64_t at = 2 * oy * g.w + 2 * ox;
-        const int64_t cell[4] = {at, at + 1, at + g.w, at + g.w + 1};
-        int best = 0;  // the first maximum in row-major order, as the reference
-        for (int j = 1; j < 4; ++j)
-          if (x[cell[j]] > x[cell[best]]) best = j;
-        out[cell[best]] = dy[oy * g.ow + ox];
-      }
-    return;
-  }
   for (int64_t oy = 0; oy < g.oh; ++oy)
     for (int64_t ox = 0; ox < g.ow; ++ox) {
       const float* corner = x + oy * g.sh * g.w + ox * g.sw;

@@ -1,5 +1,6 @@
 // Every op through the CPU JIT equals the reference interpreter (relative error <= 1e-5 of
 // max(1, |value|), in f32), at odd sizes and with the batch bound at run time.
+#include <cmath>
 #include <functional>
 
 #include "jit_check.h"
@@ -114,6 +115,32 @@ TEST_CASE("convolution: direct and im2col paths match the reference at odd geome
       }
     }
   ::unsetenv("TOWERJIT_DIRECT_CONV");
+}
+
+// The 2x2 / stride 2 max pool runs 8 windows at a time (AVX2) and the rest one by one: widths
+// 38 (19 windows: 8 + 8 + 3) and 37 (a column outside every window), and values drawn from
+// {0, 1, 2} so that windows tie and the first maximum in row-major order must win.
+TEST_CASE("2x2 max pool: the vector and scalar paths, ties and odd sizes match the reference", "[cpu][jit]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto even = tj::input("even", {kBatch, 3, 6, 38});
+  auto odd = tj::input("odd", {kBatch, 2, 7, 37});
+  auto pe = tj::max_pool2d(even), po = tj::max_pool2d(odd);
+  auto loss = tj::sum(pe * pe) + tj::sum(po * po * po);
+  auto grads = tj::grad(loss, {even, odd});
+  auto ties = [](tj::Shape shape, uint32_t seed) {
+    tj::reference::Array a = random_array(shape, seed, 0, 3);
+    for (double& v : a.data) v = std::floor(v);
+    return a;
+  };
+  tj::ThreadPool threads(2);
+  for (int64_t batch : {1, 3}) {
+    tj::reference::Variables vars;
+    auto r = run_both(g, {pe, po, grads[0], grads[1]},
+                      {{"even", ties({batch, 3, 6, 38}, 11)}, {"odd", random_array({batch, 2, 7, 37}, 12)}},
+                      vars, false, &threads);
+    require_close(r, 1e-6, "2x2 max pool at batch " + std::to_string(batch));
+  }
 }
 
 TEST_CASE("random_uniform draws the reference's numbers, fresh each step", "[cpu][jit]") {
