@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "examples/models.h"
+#include "runtime/cuda/driver_api.h"
 #include "runtime/data/batch_pipeline.h"
 #include "runtime/report/svg_plot.h"
 #include "runtime/report/trace.h"
@@ -25,7 +26,7 @@ namespace {
 
 struct Flags {
   std::string model = "mlp";
-  std::string towers = "cpu:0,cpu:1";
+  std::string towers;  // empty: every GPU present, else two CPU towers
   std::string strategy = "sync";
   std::string optimizer = "adam";
   std::string data = tj::data::kFashionMnistDir;
@@ -49,8 +50,17 @@ tj::Optimizer make_optimizer(const Flags& f) {
   return tj::adam(f.lr);
 }
 
+// Without --towers: a tower on every GPU the machine has, else two CPU towers.
+std::string default_towers() {
+  const int gpus = tj::cuda::cuda_device_count();
+  if (gpus == 0) return "cpu:0,cpu:1";
+  std::string spec;
+  for (int i = 0; i < gpus; ++i) spec += (i ? ",gpu:" : "gpu:") + std::to_string(i);
+  return spec;
+}
+
 tj::Towers make_towers(const Flags& f) {
-  auto towers = tj::Towers(tj::parse_devices(f.towers));
+  auto towers = tj::Towers(tj::parse_devices(f.towers.empty() ? default_towers() : f.towers));
   if (f.strategy == "async") return towers.reduce(tj::AsyncApply{});
   if (f.strategy == "sync-ps") return towers.variant(tj::SyncVariant::parameter_server);
   return towers;
@@ -128,11 +138,11 @@ int train(const Flags& f) {
 
 int main(int argc, char** argv) {
   Flags f;
-  CLI::App app{"Train a model on Fashion-MNIST over CPU towers"};
+  CLI::App app{"Train a model on Fashion-MNIST over towers (CPU or GPU)"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
   app.add_option("--model", f.model, "mlp (784-H-H-10) or cnn (2x conv3x3+ReLU+maxpool, dense 128, dense 10)")
       ->check(CLI::IsMember({"mlp", "cnn"}));
-  app.add_option("--towers", f.towers, "devices, e.g. cpu:0,cpu:1 (GPU towers are not built yet)");
+  app.add_option("--towers", f.towers, "devices, e.g. cpu:0,cpu:1 or gpu:0,gpu:1 (default: every GPU present, else cpu:0,cpu:1)");
   app.add_option("--strategy", f.strategy, "sync (weighted average, replicated), sync-ps (parameter server) or async")
       ->check(CLI::IsMember({"sync", "sync-ps", "async"}));
   app.add_option("--optimizer", f.optimizer, "adam, momentum (0.9) or sgd")

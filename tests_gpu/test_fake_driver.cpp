@@ -170,3 +170,31 @@ TEST_CASE("fake driver: library calls launch the library kernels, one_hot with i
   CHECK(std::count(launched.begin(), launched.end(), "tj_max_pool2d") == 1);
   CHECK(std::count(launched.begin(), launched.end(), "tj_pad") == 1);
 }
+
+TEST_CASE("fake driver: GPU towers, two sharing gpu:0 and one beside a CPU tower, run their steps",
+          "[.fake_driver]") {
+  // The plumbing of TowerTrainer with GPU towers: each tower's program compiles for gpu:0 and
+  // runs on its own stream from its own thread, the fetched gradients come down, the CPU
+  // all-reduces and applies. Kernels do not run here, so the values are not checked (the gpu
+  // test "GPU towers train as CPU towers do" does that).
+  const Fake fake;
+  for (const tj::Towers& towers : {tj::Towers{tj::gpu(0), tj::gpu(0)}, tj::Towers{tj::cpu(0), tj::gpu(0)}}) {
+    tj::Graph g;
+    tj::GraphScope use(g);
+    // No matrix product: cuBLAS does not start on the fake driver.
+    auto x = tj::input("x", {kBatch, 3});
+    auto labels = tj::input("labels", {kBatch}, tj::DType::i32);
+    auto logits = x * tj::variable("w", {3}) + tj::variable("b", {3});
+    auto loss = tj::mean(tj::softmax_cross_entropy(logits, labels));
+    tj::TowerTrainer trainer(g, loss, towers, tj::momentum(0.1, 0.9), {.logits = logits});
+    tj::HostTensor labels_in({9}, tj::DType::i32);
+    for (int i = 0; i < 9; ++i) labels_in.i32[i] = i % 3;
+    fake.reset();
+    const auto result = trainer.step({{"x", values({9, 3}, 0)}, {"labels", labels_in}});
+    CHECK(result.slices == std::vector<int64_t>{4, 5});
+    const int gpu_towers = towers.devices()[0].kind == tj::DeviceKind::gpu ? 2 : 1;
+    CHECK(fake.launches() > 0);
+    CHECK(fake.launches() % gpu_towers == 0);  // each GPU tower launches the same kernels
+    CHECK(trainer.predict({{"x", values({9, 3}, 0)}}).shape == tj::Shape{9, 3});
+  }
+}

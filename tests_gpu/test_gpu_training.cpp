@@ -134,3 +134,26 @@ TEST_CASE("GPU: two towers sharing one GPU on their own streams compute what eac
   CHECK(same_bits(shared0, alone0));
   CHECK(same_bits(shared1, alone1));
 }
+
+TEST_CASE("GPU: GPU towers train as CPU towers do (sync average, 20 steps, uneven split)", "[gpu]") {
+  // Two towers sharing gpu:0 against two CPU towers: the same slices (7 + 8 of 15), the same
+  // host all-reduce and apply; only the towers' forward and backward run on the GPU.
+  auto train = [](tj::Towers towers) {
+    tj::Graph g;
+    tj::GraphScope use(g);
+    auto image = tj::input("image", {kBatch, 784});
+    auto label = tj::input("label", {kBatch}, tj::DType::i32);
+    auto logits = tj::dense(tj::relu(tj::dense(image, 32, "fc1")), 10, "fc2");
+    auto loss = tj::mean(tj::softmax_cross_entropy(logits, label));
+    tj::TowerTrainer trainer(g, loss, std::move(towers), tj::momentum(0.05, 0.9));
+    std::vector<double> losses;
+    for (int k = 0; k < 20; ++k) losses.push_back(trainer.step(batch_feeds(15, 500 + k)).loss);
+    return std::make_pair(losses, trainer.variables());
+  };
+  const auto [gpu_losses, gpu_vars] = train(tj::Towers{tj::gpu(0), tj::gpu(0)});
+  const auto [cpu_losses, cpu_vars] = train(tj::Towers{tj::cpu(0), tj::cpu(1)});
+  for (size_t k = 0; k < cpu_losses.size(); ++k) CHECK(gpu_losses[k] == Approx(cpu_losses[k]).epsilon(1e-4));
+  for (const auto& [name, t] : cpu_vars)
+    for (int64_t i = 0; i < t.size(); ++i)
+      CHECK(gpu_vars.at(name).f32[i] == Approx(t.f32[i]).epsilon(1e-4).margin(1e-5));
+}

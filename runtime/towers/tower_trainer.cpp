@@ -34,21 +34,17 @@ constexpr int kApplyRow = 1001;
 TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optimizer& optimizer,
                            TowerTrainerOptions options, Loc loc)
     : towers_(std::move(towers)), has_ema_(options.ema.has_value()), threads_(towers_.size()) {
-  for (const Device& d : towers_.devices())
-    user_check(d.kind == DeviceKind::cpu, loc)
-        << "tower on " << d.str() << ": GPU towers need the CUDA runtime's tower support, which "
-        << "is not built yet; use cpu:N towers";
   const TowerProgram program = build_tower_program(graph, loss, optimizer, options.ema, loc);
   model_updates_ = program.model_updates;
   gradient_inputs_ = program.gradient_inputs;
   // The towers' program: the loss and every gradient, for any slice size.
   for (int t = 0; t < towers_.size(); ++t)
-    tower_programs_.push_back(std::make_unique<CpuProgram>(graph, program.tower_fetches));
+    tower_programs_.push_back(DeviceProgram::compile(graph, program.tower_fetches, towers_.devices()[t], loc));
   if (options.logits.valid()) {
     user_check(&options.logits.graph() == &graph, loc)
         << "TowerTrainerOptions::logits belongs to another graph; pass the model's output tensor";
     for (int t = 0; t < towers_.size(); ++t)
-      predict_programs_.push_back(std::make_unique<CpuProgram>(graph, std::vector<Tensor>{options.logits}));
+      predict_programs_.push_back(DeviceProgram::compile(graph, {options.logits}, towers_.devices()[t], loc));
   }
   // The apply program, one per replica: the graph cut at the collectives, whose results it
   // reads as inputs (fed by all_reduce() below); it fetches the learning rate the apply used.

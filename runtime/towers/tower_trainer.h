@@ -11,7 +11,10 @@
 //     apply is one critical section, so no apply is torn or lost, but towers read whatever
 //     the variables hold when they start.
 // The batch is symbolic in the programs, so uneven slices (7 and 8 of 15) share one compiled
-// program. GPU towers need the CUDA runtime's tower support, which is not built yet.
+// program. A GPU tower (gpu(i)) runs its program on that GPU (CudaProgram, on a stream of its
+// own, so several towers may share a GPU); the variables stay in host memory, uploaded to the
+// towers every step, and the all-reduce and the apply run on the CPU: the seed's placement of
+// the variables on the CPU. NCCL between GPUs and variables kept on the GPUs are not built.
 #pragma once
 
 #include <atomic>
@@ -26,6 +29,7 @@
 #include "dsl/tower_program.h"
 #include "dsl/towers.h"
 #include "runtime/cpu/cpu_program.h"
+#include "runtime/device_program.h"
 #include "runtime/report/trace.h"
 #include "runtime/thread_pool.h"
 
@@ -48,7 +52,7 @@ class TowerTrainer {
   // optimiser's apply to the graph and compiles them. The model's own update ops (batch
   // norm's moving averages) run in every tower on its slice; sync towers then write their
   // slice-weighted average (a moving mean follows the whole batch's mean), async towers each
-  // write their own. Errors (towerjit::Error): GPU towers, a trainable variable the loss does
+  // write their own. Errors (towerjit::Error): a GPU the machine does not have, a trainable variable the loss does
   // not depend on, a `logits` tensor of another graph.
   TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optimizer& optimizer,
                TowerTrainerOptions options = {}, Loc loc = Loc::current());
@@ -126,9 +130,9 @@ class TowerTrainer {
   bool has_ema_ = false;
   std::map<std::string, std::string> ema_shadows_;  // variable -> its EMA shadow
   std::vector<std::string> gradient_inputs_;
-  std::vector<std::unique_ptr<CpuProgram>> tower_programs_;    // one per tower: run() is not reentrant
+  std::vector<std::unique_ptr<DeviceProgram>> tower_programs_;    // one per tower: run() is not reentrant
   std::vector<std::unique_ptr<CpuProgram>> apply_programs_;    // one per replica
-  std::vector<std::unique_ptr<CpuProgram>> predict_programs_;  // one per tower, when logits are given
+  std::vector<std::unique_ptr<DeviceProgram>> predict_programs_;  // one per tower, when logits are given
   std::vector<HostVariables> replicas_;  // one copy, or one per tower (replicated sync)
   ThreadPool threads_;
   std::mutex apply_mutex_;

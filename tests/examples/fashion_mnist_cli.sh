@@ -54,6 +54,10 @@ missing_data)
   expect_error "--data $work/none" "data directory \"$work/none\" does not exist" "dataset-fashion-mnist" ;;
 unknown_device)
   expect_error "--towers cpu:0,tpu:1" "unknown device \"tpu:1\"" ;;
+gpu_without_a_device)
+  # Where the machine has an NVIDIA driver, GPU towers run: nothing to check here.
+  if ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then exit 0; fi
+  expect_error "--towers gpu:0 --steps 1" "no CUDA device" "examples/fashion_mnist.cpp" ;;
 more_towers_than_examples)
   expect_error "--towers cpu:0,cpu:1,cpu:2 --batch 2" "more towers than examples in a batch" ;;
 unwritable_metrics)
