@@ -6,15 +6,15 @@
 #include <source_location>
 
 #include "dsl/error.h"
+#include "runtime/cpu/cpu_features.h"
 
 namespace towerjit::cpujit {
 namespace {
 
 // The OpenBLAS kernels for this CPU's widest vector unit.
 const char* core_for_this_cpu() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return "SkylakeX";
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+  if (has_avx512f() && __builtin_cpu_supports("avx512bw")) return "SkylakeX";
+  if (has_avx2_fma()) return "Haswell";
   return nullptr;  // let OpenBLAS decide
 }
 

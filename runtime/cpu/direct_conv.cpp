@@ -8,11 +8,8 @@
 
 #include "jit/knobs.h"
 #include "runtime/cpu/conv.h"
+#include "runtime/cpu/cpu_features.h"
 
-// The kernels are compiled for AVX2 + FMA or AVX-512 whatever the build's target, and only
-// called after the CPU has said it has them.
-#define TOWERJIT_AVX2 __attribute__((target("avx2,fma")))
-#define TOWERJIT_AVX512 __attribute__((target("avx512f")))
 
 namespace towerjit::cpujit {
 namespace {
@@ -46,7 +43,7 @@ float* scratch(int slot, int64_t floats) {
 
 // out[j * ld_out + i] = in[i * ld_in + j] for i < rows, j < cols: 8x8 tiles through registers
 // (the layout changes between NCHW and the kernels' channels-last blocks), scalar at the edges.
-TOWERJIT_AVX2 void transpose(const float* in, int64_t rows, int64_t cols, int64_t ld_in, float* out,
+TOWERJIT_TARGET_AVX2 void transpose(const float* in, int64_t rows, int64_t cols, int64_t ld_in, float* out,
                              int64_t ld_out) {
   int64_t i = 0;
   for (; i + 8 <= rows; i += 8) {
@@ -160,11 +157,11 @@ std::vector<float> pack_weights(const Conv& g, const float* w, bool flip) {
       }                                                                                          \
   }
 
-TOWERJIT_AVX512 inline __m512 broadcast512(const float* p) { return _mm512_set1_ps(*p); }
+TOWERJIT_TARGET_AVX512 inline __m512 broadcast512(const float* p) { return _mm512_set1_ps(*p); }
 
-TOWERJIT_KERNELS(forward_avx2, filter_avx2, TOWERJIT_AVX2, __m256, 8, _mm256_setzero_ps, _mm256_loadu_ps,
+TOWERJIT_KERNELS(forward_avx2, filter_avx2, TOWERJIT_TARGET_AVX2, __m256, 8, _mm256_setzero_ps, _mm256_loadu_ps,
                  _mm256_storeu_ps, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_add_ps)
-TOWERJIT_KERNELS(forward_avx512, filter_avx512, TOWERJIT_AVX512, __m512, 16, _mm512_setzero_ps,
+TOWERJIT_KERNELS(forward_avx512, filter_avx512, TOWERJIT_TARGET_AVX512, __m512, 16, _mm512_setzero_ps,
                  _mm512_loadu_ps, _mm512_storeu_ps, broadcast512, _mm512_fmadd_ps, _mm512_add_ps)
 
 using ForwardBlock = void (*)(const Conv&, const float*, const float*, float*);
@@ -193,14 +190,12 @@ Kernels avx512_kernels(std::integer_sequence<int, R...>) {
 // no half block idles), else AVX2 + FMA (blocks of 16); TOWERJIT_DIRECT_CONV can hold them to
 // AVX2 or turn them off.
 const Kernels* kernels_for(int64_t o) {
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
   static const Kernels k2 = avx2_kernels<2>(std::make_integer_sequence<int, 6>());
   static const Kernels k512 = avx512_kernels<2>(std::make_integer_sequence<int, 12>());
   static const Kernels k512_narrow = avx512_kernels<1>(std::make_integer_sequence<int, 24>());
   const knobs::DirectConv mode = knobs::direct_conv();
-  if (mode == knobs::DirectConv::off || !avx2) return nullptr;
-  if (mode == knobs::DirectConv::widest && avx512) return o > 16 ? &k512 : &k512_narrow;
+  if (mode == knobs::DirectConv::off || !has_avx2_fma()) return nullptr;
+  if (mode == knobs::DirectConv::widest && has_avx512f()) return o > 16 ? &k512 : &k512_narrow;
   return &k2;
 }
 

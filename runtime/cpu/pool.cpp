@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "runtime/cpu/conv.h"
+#include "runtime/cpu/cpu_features.h"
 
 namespace towerjit::cpujit {
 namespace {
@@ -40,17 +41,16 @@ bool all_inside(const Window& g) {
 
 // The 2x2 / stride 2 pool over 8 windows of a pair of rows at once (AVX2): the rows' even and
 // odd columns are the windows' left and right cells.
-#define TOWERJIT_AVX2 __attribute__((target("avx2,fma")))
 
 // [x0..x15] -> evens [x0 x2 .. x14] and odds [x1 x3 .. x15].
-TOWERJIT_AVX2 inline void deinterleave(const float* p, __m256& even, __m256& odd) {
+TOWERJIT_TARGET_AVX2 inline void deinterleave(const float* p, __m256& even, __m256& odd) {
   const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
   even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
   odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
 }
 
 // The inverse: evens and odds back into 16 consecutive floats at p.
-TOWERJIT_AVX2 inline void interleave(__m256 even, __m256 odd, float* p) {
+TOWERJIT_TARGET_AVX2 inline void interleave(__m256 even, __m256 odd, float* p) {
   const __m256 lo = _mm256_unpacklo_ps(even, odd), hi = _mm256_unpackhi_ps(even, odd);
   _mm256_storeu_ps(p, _mm256_permute2f128_ps(lo, hi, 0x20));
   _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
@@ -58,7 +58,7 @@ TOWERJIT_AVX2 inline void interleave(__m256 even, __m256 odd, float* p) {
 
 // One output row; returns the windows done (a multiple of 8), the caller finishes the rest.
 // std::max(a, b) is _mm256_max_ps(b, a), NaN and signed zeros included.
-TOWERJIT_AVX2 int64_t max2x2_row_avx2(const float* r0, const float* r1, float* out, int64_t ow) {
+TOWERJIT_TARGET_AVX2 int64_t max2x2_row_avx2(const float* r0, const float* r1, float* out, int64_t ow) {
   int64_t ox = 0;
   for (; ox + 8 <= ow; ox += 8) {
     __m256 a0, a1, b0, b1;
@@ -72,7 +72,7 @@ TOWERJIT_AVX2 int64_t max2x2_row_avx2(const float* r0, const float* r1, float* o
 // The gradient's row pair: dy at each window's first maximum in row-major order (the cells
 // taken in turn, a later one winning only when strictly greater, as the reference), zero
 // elsewhere; every cell is written.
-TOWERJIT_AVX2 int64_t max2x2_grad_row_avx2(const float* r0, const float* r1, const float* dy, float* g0,
+TOWERJIT_TARGET_AVX2 int64_t max2x2_grad_row_avx2(const float* r0, const float* r1, const float* dy, float* g0,
                                            float* g1, int64_t ow) {
   int64_t ox = 0;
   const __m256 zero = _mm256_setzero_ps();
@@ -95,11 +95,6 @@ TOWERJIT_AVX2 int64_t max2x2_grad_row_avx2(const float* r0, const float* r1, con
   return ox;
 }
 
-bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-}
-
 void max_plane_inside(const Window& g, const float* x, const float* dy, float* out, bool grad) {
   if (!grad && g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2) {
     // The usual 2x2 / stride 2 pool: two rows in, one row out, no index bookkeeping.
@@ -107,7 +102,7 @@ void max_plane_inside(const Window& g, const float* x, const float* dy, float* o
       const float* r0 = x + 2 * oy * g.w;
       const float* r1 = r0 + g.w;
       float* o = out + oy * g.ow;
-      for (int64_t ox = cpu_has_avx2() ? max2x2_row_avx2(r0, r1, o, g.ow) : 0; ox < g.ow; ++ox)
+      for (int64_t ox = has_avx2_fma() ? max2x2_row_avx2(r0, r1, o, g.ow) : 0; ox < g.ow; ++ox)
         o[ox] = std::max(std::max(r0[2 * ox], r0[2 * ox + 1]), std::max(r1[2 * ox], r1[2 * ox + 1]));
     }
     return;
@@ -122,7 +117,7 @@ void max_plane_inside(const Window& g, const float* x, const float* dy, float* o
       float* g0 = out + 2 * oy * g.w;
       float* g1 = g0 + g.w;
       const float* d = dy + oy * g.ow;
-      for (int64_t ox = cpu_has_avx2() ? max2x2_grad_row_avx2(r0, r1, d, g0, g1, g.ow) : 0; ox < g.ow; ++ox) {
+      for (int64_t ox = has_avx2_fma() ? max2x2_grad_row_avx2(r0, r1, d, g0, g1, g.ow) : 0; ox < g.ow; ++ox) {
         const float cell[4] = {r0[2 * ox], r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]};
         int best = 0;  // the first maximum in row-major order, as the reference
         for (int j = 1; j < 4; ++j)
