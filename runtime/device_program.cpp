@@ -8,7 +8,8 @@ namespace {
 
 class OnCpu : public DeviceProgram {
  public:
-  OnCpu(const Graph& graph, const std::vector<Tensor>& fetches) : program_(graph, fetches) {}
+  OnCpu(const Graph& graph, const std::vector<Tensor>& fetches, ThreadPool* pool)
+      : program_(graph, fetches, /*run_update_ops=*/false, pool) {}
   std::vector<HostTensor> run(const HostFeeds& feeds, HostVariables& variables, uint64_t step) override {
     return program_.run(feeds, variables, step);
   }
@@ -32,9 +33,9 @@ class OnGpu : public DeviceProgram {
 }  // namespace
 
 std::unique_ptr<DeviceProgram> DeviceProgram::compile(const Graph& graph, const std::vector<Tensor>& fetches,
-                                                      const Device& device, Loc loc) {
+                                                      const Device& device, ThreadPool* pool, Loc loc) {
   if (device.kind == DeviceKind::gpu) return std::make_unique<OnGpu>(graph, fetches, device, loc);
-  return std::make_unique<OnCpu>(graph, fetches);
+  return std::make_unique<OnCpu>(graph, fetches, pool);
 }
 
 }  // namespace towerjit

@@ -10,6 +10,7 @@
 #include "dsl/devices.h"
 #include "dsl/tensor.h"
 #include "runtime/host_tensor.h"
+#include "runtime/thread_pool.h"
 
 namespace towerjit {
 
@@ -20,11 +21,12 @@ class DeviceProgram {
   // copies the variables up, and those its update ops write back down).
   virtual std::vector<HostTensor> run(const HostFeeds& feeds, HostVariables& variables, uint64_t step = 0) = 0;
 
-  // Compiles what `fetches` need for `device` (no update ops). A CPU program runs on the
-  // calling thread. Errors (towerjit::Error at `loc`): a GPU the machine does not have
-  // ("no CUDA device ...").
+  // Compiles what `fetches` need for `device` (no update ops). A CPU program splits its work
+  // over `pool` (none: the calling thread). Errors (towerjit::Error at `loc`): a GPU the
+  // machine does not have ("no CUDA device ...").
   static std::unique_ptr<DeviceProgram> compile(const Graph& graph, const std::vector<Tensor>& fetches,
-                                                const Device& device, Loc loc = Loc::current());
+                                                const Device& device, ThreadPool* pool = nullptr,
+                                                Loc loc = Loc::current());
 };
 
 }  // namespace towerjit

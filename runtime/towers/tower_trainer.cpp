@@ -38,13 +38,24 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   model_updates_ = program.model_updates;
   gradient_inputs_ = program.gradient_inputs;
   // The towers' program: the loss and every gradient, for any slice size.
+  // The cores are shared out among the CPU towers (GPU towers' threads mostly wait).
+  int cpu_towers = 0;
+  for (const Device& d : towers_.devices()) cpu_towers += d.kind == DeviceKind::cpu;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int per_tower = cpu_towers > 0 ? std::max(1, cores / cpu_towers) : 1;
+  for (int t = 0; t < towers_.size(); ++t) {
+    const bool own_pool = towers_.devices()[t].kind == DeviceKind::cpu && per_tower > 1;
+    tower_pools_.push_back(own_pool ? std::make_unique<ThreadPool>(per_tower) : nullptr);
+  }
   for (int t = 0; t < towers_.size(); ++t)
-    tower_programs_.push_back(DeviceProgram::compile(graph, program.tower_fetches, towers_.devices()[t], loc));
+    tower_programs_.push_back(
+        DeviceProgram::compile(graph, program.tower_fetches, towers_.devices()[t], tower_pools_[t].get(), loc));
   if (options.logits.valid()) {
     user_check(&options.logits.graph() == &graph, loc)
         << "TowerTrainerOptions::logits belongs to another graph; pass the model's output tensor";
     for (int t = 0; t < towers_.size(); ++t)
-      predict_programs_.push_back(DeviceProgram::compile(graph, {options.logits}, towers_.devices()[t], loc));
+      predict_programs_.push_back(
+          DeviceProgram::compile(graph, {options.logits}, towers_.devices()[t], tower_pools_[t].get(), loc));
   }
   // The apply program, one per replica: the graph cut at the collectives, whose results it
   // reads as inputs (fed by all_reduce() below); it fetches the learning rate the apply used.

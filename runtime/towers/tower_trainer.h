@@ -130,6 +130,9 @@ class TowerTrainer {
   bool has_ema_ = false;
   std::map<std::string, std::string> ema_shadows_;  // variable -> its EMA shadow
   std::vector<std::string> gradient_inputs_;
+  // A CPU tower's own threads for its loops and products when the machine has more cores than
+  // CPU towers (one tower on 2 cores: a pool of 2); none when each tower has one core.
+  std::vector<std::unique_ptr<ThreadPool>> tower_pools_;
   std::vector<std::unique_ptr<DeviceProgram>> tower_programs_;    // one per tower: run() is not reentrant
   std::vector<std::unique_ptr<CpuProgram>> apply_programs_;    // one per replica
   std::vector<std::unique_ptr<DeviceProgram>> predict_programs_;  // one per tower, when logits are given
