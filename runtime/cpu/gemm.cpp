@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <mutex>
 
 #include "runtime/cpu/blas.h"
 
@@ -38,12 +39,18 @@ void sgemm(ThreadPool* pool, bool transpose_a, bool transpose_b, int64_t m, int6
     return;
   }
   const Blas& lib = blas();
+  // OpenBLAS's thread count is process-wide: one product at a time may raise it. Another
+  // program's product (a second CPU tower with a pool of its own) meanwhile takes the slices.
+  static std::mutex openblas_threads;
   if (flops >= kOpenBlasThreadsFlops && lib.set_threads) {
-    // The pool's threads are idle meanwhile: the caller holds them for this step.
-    lib.set_threads(static_cast<int>(pieces));
-    call(transpose_a, transpose_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
-    lib.set_threads(1);
-    return;
+    std::unique_lock<std::mutex> mine(openblas_threads, std::try_to_lock);
+    if (mine.owns_lock()) {
+      // The pool's threads are idle meanwhile: the caller holds them for this step.
+      lib.set_threads(static_cast<int>(pieces));
+      call(transpose_a, transpose_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+      lib.set_threads(1);
+      return;
+    }
   }
   // Slice boundaries on multiples of 16 (the kernels' register blocks) when every slice still
   // gets some.

@@ -14,9 +14,9 @@ namespace towerjit::cpujit {
 // [k, m], B [n, k]). Without a pool, or for a small product: one single-threaded call. With a
 // pool: a mid-sized product is cut along the larger of m and n into one slice per thread
 // (multiples of 16 where it allows), each slice a single-threaded call; a large one runs on
-// OpenBLAS's own threads, as many as the pool has, while the pool waits (the process-wide
-// setting goes back to one thread after the call, so a program with a pool should not run
-// concurrently with another program that has one).
+// OpenBLAS's own threads, as many as the pool has, while the pool waits (OpenBLAS's setting is
+// process-wide, so one such product runs at a time; a concurrent one, from another tower's
+// pool, is cut into slices instead).
 void sgemm(ThreadPool* pool, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
