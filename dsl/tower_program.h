@@ -37,6 +37,9 @@ struct TowerProgram {
   // rate the apply uses.
   std::vector<Tensor> collectives;
   std::vector<std::string> gradient_inputs;
+  // The scalar input the runtime's cut multiplies every collective's result by on the apply
+  // side (jit/passes/cut_collectives.h), fed the strategy's factor after the collective.
+  static constexpr const char* gradient_scale = "tower_gradient_scale";
   std::vector<Tensor> apply_updates;
   Tensor learning_rate;
 

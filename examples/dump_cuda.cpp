@@ -101,21 +101,22 @@ std::vector<Module> build_modules(const Options& o, tj::Graph& graph, tj::Tensor
          << ", " << n.shape.elements(256) * 4 << " bytes  @ " << tj::format_location(n.loc) << "\n";
   }
   if (o.strategy == "async") {
-    text << "2. Each tower, as soon as it is done, feeds its gradient times " << weights[0]
-         << " (1/N) to " << o.model << "_apply as the collectives' values, one apply at a time, "
-         << "with no barrier.\n";
+    text << "2. Each tower, as soon as it is done, feeds its gradient to " << o.model
+         << "_apply as the collectives' values, with " << tj::TowerProgram::gradient_scale << " = " << weights[0]
+         << " (1/N, multiplied in the apply's kernels), one apply at a time, with no barrier.\n";
   } else {
     text << "2. The runtime maps each collective to an all-reduce, g = sum_i w_i g_i with w =";
     for (double w : weights) text << " " << w;
     text << " (n_i / B), in tower order.\n3. " << o.model << "_apply runs on every device's copy "
-         << "(replicated) with g fed as the input the collective's key names.\n";
+         << "(replicated) with g fed as the input the collective's key names and "
+         << tj::TowerProgram::gradient_scale << " = 1.\n";
   }
   plan = text.str();
   std::vector<Module> modules;
   modules.push_back(make_module(graph, o.model + "_tower_step", "on every tower, on its slice",
                                 tj::node_ids(graph, program.tower_fetches), {}));
   // The apply side: the graph cut at its collectives, which it reads as inputs.
-  tj::Rewritten apply_side = tj::cut_at_collectives(graph);
+  tj::Rewritten apply_side = tj::cut_at_collectives(graph, tj::TowerProgram::gradient_scale);
   modules.push_back(make_module(apply_side.graph, o.model + "_apply",
                                 o.strategy == "async" ? "after each tower's step" : "once per step per replica",
                                 tj::remap_ids({program.learning_rate.id()}, apply_side.remap),

@@ -11,15 +11,32 @@ std::vector<Collective> collectives_of(const Graph& graph) {
   return out;
 }
 
-Rewritten cut_at_collectives(const Graph& graph) {
+Rewritten cut_at_collectives(const Graph& graph, const std::string& scale) {
+  int scale_input = -1;  // created at the first collective
   return rewrite_graph(graph, [&](Node n, Graph& out) {
     if (n.op != Op::AllReduce) return out.add(std::move(n));
-    user_check(!out.find_input(n.attrs.name), n.loc)
-        << "the collective \"" << n.attrs.name << "\" has the name of an input of the graph; "
-        << "rename that input (the apply side reads the collective's result under this name)";
-    n.op = Op::Input;  // keeps the key (attrs.name), shape, dtype, location and scope
-    n.inputs.clear();
-    return out.add(std::move(n));
+    for (const std::string& name : {n.attrs.name, scale})
+      user_check(name.empty() || !out.find_input(name) || out.find_input(name) == scale_input, n.loc)
+          << "the collective \"" << n.attrs.name << "\" needs an input named \"" << name << "\" for the "
+          << "apply side, and the graph already has one; rename that input";
+    Node input = n;  // keeps the key (attrs.name), shape, dtype, location and scope
+    input.op = Op::Input;
+    input.inputs.clear();
+    const int value = out.add(std::move(input));
+    if (scale.empty()) return value;
+    if (scale_input < 0) {
+      Node s = n;
+      s.op = Op::Input;
+      s.inputs.clear();
+      s.shape = Shape{};
+      s.attrs.name = scale;
+      scale_input = out.add(std::move(s));
+    }
+    Node times = n;
+    times.op = Op::Mul;
+    times.inputs = {value, scale_input};
+    times.attrs = {};
+    return out.add(std::move(times));
   });
 }
 

@@ -23,9 +23,13 @@ struct Collective {
 // The graph's collectives in node order.
 std::vector<Collective> collectives_of(const Graph& graph);
 
-// The copy with collectives as inputs; `remap` takes the old ids to the copy's. Errors
-// (towerjit::Error): an input of the graph already has a collective's key as its name.
-Rewritten cut_at_collectives(const Graph& graph);
+// The copy with collectives as inputs; `remap` takes the old ids to the copy's. With a
+// `scale` name, each collective is its input times one scalar f32 input of that name, which
+// the runtime feeds the factor its strategy applies after the collective (an async tower's
+// 1/N; 1 after a sync all-reduce, whose weights are in the sum): the multiply then fuses into
+// the apply's kernels instead of being a pass of its own. Errors (towerjit::Error): an input
+// of the graph already has a collective's key (or the scale's name) as its name.
+Rewritten cut_at_collectives(const Graph& graph, const std::string& scale = "");
 
 // `tensors` of the original graph as the same nodes of the cut copy.
 std::vector<Tensor> remap_tensors(Rewritten& cut, const std::vector<Tensor>& tensors);

@@ -25,6 +25,12 @@ HostTensor to_host(const reference::Array& a) {
 // Random numbers (dropout) are keyed by step * kMaxTowers + tower.
 constexpr uint64_t kMaxTowers = 1024;
 
+HostTensor scalar(double v) {
+  HostTensor t(Shape{});
+  t.f32[0] = static_cast<float>(v);
+  return t;
+}
+
 // Trace rows: towers 0..N-1, then the reduction, then each replica's apply.
 constexpr int kReduceRow = 1000;
 constexpr int kApplyRow = 1001;
@@ -62,7 +68,7 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   const bool replicated =
       !is_async(towers_.reduction()) && towers_.sync_variant() == SyncVariant::replicated;
   const int replicas = replicated ? towers_.size() : 1;
-  Rewritten apply_side = cut_at_collectives(graph);
+  Rewritten apply_side = cut_at_collectives(graph, TowerProgram::gradient_scale);
   const std::vector<Tensor> apply_fetches = remap_tensors(apply_side, {program.learning_rate});
   const std::vector<Tensor> apply_updates = remap_tensors(apply_side, program.apply_updates);
   for (int r = 0; r < replicas; ++r)
@@ -120,6 +126,7 @@ HostFeeds TowerTrainer::all_reduce(const std::vector<std::vector<HostTensor>>& o
   });
   HostFeeds feeds;
   for (size_t v = 0; v < gradient_inputs_.size(); ++v) feeds[gradient_inputs_[v]] = std::move(reduced[v]);
+  feeds[TowerProgram::gradient_scale] = scalar(1.0);  // the weights are in the sum
   return feeds;
 }
 
@@ -139,13 +146,12 @@ report::Trace::Span TowerTrainer::traced(std::string_view name, std::string_view
 }
 
 // One async tower's gradients times its scale (1/N or 1).
-HostFeeds TowerTrainer::scaled_gradients(const std::vector<HostTensor>& outputs, double weight) const {
+// An async tower's own gradients as the apply's feeds, moved out of its outputs, with the
+// strategy's factor (1/N with scale_gradient) as the scale the apply multiplies them by.
+HostFeeds TowerTrainer::own_gradients(std::vector<HostTensor>& outputs, double weight) const {
   HostFeeds feeds;
-  for (size_t v = 0; v < gradient_inputs_.size(); ++v) {
-    HostTensor g = outputs[v + 1];
-    for (float& x : g.f32) x = static_cast<float>(weight * x);
-    feeds[gradient_inputs_[v]] = std::move(g);
-  }
+  for (size_t v = 0; v < gradient_inputs_.size(); ++v) feeds[gradient_inputs_[v]] = std::move(outputs[v + 1]);
+  feeds[TowerProgram::gradient_scale] = scalar(weight);
   return feeds;
 }
 
@@ -197,7 +203,7 @@ TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, Loc loc) {
       outputs[t] = tower_programs_[t]->run(feeds[t], variables_of(t), step_key * kMaxTowers + t);
       compute.end();
       if (async) {
-        const HostFeeds gradients = scaled_gradients(outputs[t], weights[t]);
+        const HostFeeds gradients = own_gradients(outputs[t], weights[t]);
         std::lock_guard lock(apply_mutex_);
         report::Trace::Span span = traced("apply", "apply", static_cast<int>(t));
         result.learning_rate = apply(gradients, 0);
@@ -263,7 +269,7 @@ TowerTrainer::AsyncReport TowerTrainer::run_async(
         outputs[t] = tower_programs_[t]->run(batch_for(t, s), replicas_[0],
                                              static_cast<uint64_t>(read_at) * kMaxTowers + t);
         compute.end();
-        const HostFeeds gradients = scaled_gradients(outputs[t], weights[t]);
+        const HostFeeds gradients = own_gradients(outputs[t], weights[t]);
         std::lock_guard lock(apply_mutex_);
         report::Trace::Span span = traced("apply", "apply", t);
         const int64_t staleness = applies_ - read_at;

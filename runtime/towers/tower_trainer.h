@@ -113,7 +113,7 @@ class TowerTrainer {
                                      Loc loc) const;
   HostFeeds all_reduce(const std::vector<std::vector<HostTensor>>& outputs,
                        const std::vector<double>& weights);
-  HostFeeds scaled_gradients(const std::vector<HostTensor>& outputs, double weight) const;
+  HostFeeds own_gradients(std::vector<HostTensor>& outputs, double weight) const;
   double apply(const HostFeeds& gradients, int replica);
   HostTensor predict_with(const HostFeeds& inputs, HostVariables& values, Loc loc);
   HostVariables ema_weights_of(const HostVariables& values) const;

@@ -107,6 +107,20 @@ TEST_CASE("cutting at collectives leaves inputs named by their keys", "[towers][
   apply.run(grads, vars);
   const std::string w = p.variables[0].node().attrs.name;
   CHECK(vars.at(w).f32[0] == Approx(before.at(w).f32[0] - 0.1f));  // SGD: w - lr * 1
+
+  // With a scale, the apply multiplies every collective by one scalar input, in its kernels.
+  tj::Rewritten scaled = tj::cut_at_collectives(g, "scale");
+  REQUIRE(scaled.graph.find_input("scale"));
+  CHECK(scaled.graph.node(*scaled.graph.find_input("scale")).shape == tj::Shape{});
+  tj::CpuProgram scaled_apply(scaled.graph, std::vector<tj::Tensor>{}, tj::remap_tensors(scaled, p.apply_updates));
+  tj::HostTensor half(tj::Shape{});
+  half.f32[0] = 0.5f;
+  grads["scale"] = half;
+  tj::HostVariables again = before;
+  scaled_apply.run(grads, again);
+  CHECK(again.at(w).f32[0] == Approx(before.at(w).f32[0] - 0.05f));  // w - lr * 0.5 * 1
+  // No pass of its own: as many kernels as the apply without the scale.
+  CHECK(scaled_apply.program().kernels.size() == apply.program().kernels.size());
 }
 
 TEST_CASE("on one device the whole tower graph is one training step, equal to one tower", "[towers][collectives]") {
@@ -149,7 +163,8 @@ TEST_CASE("all_reduce rejects an empty or repeated key and integer values", "[to
   CHECK_THROWS_WITH(tj::all_reduce(x * 2, "g"), Catch::Contains("the key \"g\" is already used") &&
                                                     Catch::Contains("test_collectives.cpp"));
   CHECK_THROWS_WITH(tj::all_reduce(i, "labels"), Catch::Contains("the value is i32"));
-  // A collective whose key is already an input's name cannot be cut.
+  // A collective whose key (or the scale) is already an input's name cannot be cut.
+  CHECK_THROWS_WITH(tj::cut_at_collectives(g, "x"), Catch::Contains("needs an input named \"x\""));
   tj::all_reduce(x + 1, "x");
-  CHECK_THROWS_WITH(tj::cut_at_collectives(g), Catch::Contains("has the name of an input"));
+  CHECK_THROWS_WITH(tj::cut_at_collectives(g), Catch::Contains("needs an input named \"x\""));
 }
