@@ -1,6 +1,7 @@
-// Convolutions on the CPU: the whole batch's im2col columns feed one large sgemm (OpenBLAS is
-// far faster on one big product than on one per image), with the column building and the
-// layout shuffles split over the thread pool.
+// Convolutions on the CPU: the direct kernels (direct_conv.h) where they apply, else the
+// whole batch's im2col columns feed one large sgemm (OpenBLAS is far faster on one big product
+// than on one per image), with the column building and the layout shuffles split over the
+// thread pool.
 #pragma once
 
 #include "dsl/node.h"

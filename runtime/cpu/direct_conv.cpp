@@ -10,7 +10,6 @@
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/cpu_features.h"
 
-
 namespace towerjit::cpujit {
 namespace {
 

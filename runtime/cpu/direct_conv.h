@@ -1,9 +1,10 @@
-// Direct convolutions on the CPU (AVX2 + FMA): no im2col columns. The batched im2col of conv.cpp
-// spends most of a small-channel convolution writing and reading its columns (14 MB for a
-// 16-channel 14x14 layer at batch 128) and reordering between NCHW and the GEMM's layout; here
-// each image is packed once into a padded channels-last copy that stays in cache, and a
-// register-blocked kernel (6 pixels x 16 output channels of accumulators) reads it in place.
-// Images are split over the thread pool.
+// Direct convolutions on the CPU (AVX-512, or AVX2 + FMA): no im2col columns. The batched
+// im2col of conv.cpp spends most of a small-channel convolution writing and reading its
+// columns (14 MB for a 16-channel 14x14 layer at batch 128) and reordering between NCHW and the
+// GEMM's layout; here each image is packed once into a padded channels-last copy that stays in
+// cache, and a register-blocked kernel (AVX2: 6 pixels x 16 output channels of accumulators;
+// AVX-512: 12 x 32, or 24 x 16 for narrow layers) reads it in place. Images are split over
+// the thread pool.
 //
 // Each function returns false, having done nothing, when the CPU lacks AVX2/FMA, the
 // TOWERJIT_DIRECT_CONV knob is off, or the geometry is one it does not cover (the input

@@ -1,6 +1,7 @@
 // The CPU's library routines: what the kernel IR leaves to hand-written code rather than
-// generated loops. Matrix products and convolutions go to OpenBLAS's sgemm (convolutions by
-// im2col, conv.h); pools (pool.h), one-hot, argmax, pad and concat are plain loops.
+// generated loops. Matrix products go to OpenBLAS's sgemm, split over the pool (gemm.h);
+// convolutions to the direct kernels or im2col + sgemm (conv.h); pools (pool.h), one-hot,
+// argmax, pad and concat are plain loops.
 #pragma once
 
 #include <vector>
