@@ -143,6 +143,33 @@ TEST_CASE("2x2 max pool: the vector and scalar paths, ties and odd sizes match t
   }
 }
 
+// Matrix products with a pool go three ways (runtime/cpu/gemm.h): under 4 MFLOP one call, up
+// to 32 MFLOP slices over the threads (by rows when the output is taller, by columns when it is
+// wider), above that OpenBLAS's own threads. Every way and every transpose against the reference.
+TEST_CASE("matrix products split over the pool match the reference in every transpose", "[cpu][jit]") {
+  struct Size { int64_t m, n, k; };
+  const Size sizes[] = {{33, 17, 9},       // one call
+                        {301, 97, 203},    // slices by rows (12 MFLOP)
+                        {37, 509, 211},    // slices by columns (8 MFLOP)
+                        {401, 303, 299}};  // OpenBLAS's threads (73 MFLOP)
+  tj::ThreadPool threads(2);
+  for (const Size& z : sizes)
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      tj::Graph g;
+      tj::GraphScope use(g);
+      auto a = tj::input("a", ta ? tj::Shape{z.k, z.m} : tj::Shape{z.m, z.k});
+      auto b = tj::input("b", tb ? tj::Shape{z.n, z.k} : tj::Shape{z.k, z.n});
+      auto c = tj::matmul(ta ? tj::transpose(a) : a, tb ? tj::transpose(b) : b);
+      tj::reference::Variables vars;
+      auto r = run_both(g, {c},
+                        {{"a", random_array(a.shape(), 21)}, {"b", random_array(b.shape(), 22)}}, vars,
+                        false, &threads);
+      require_close(r, 1e-5, "matmul " + std::to_string(z.m) + "x" + std::to_string(z.n) + "x" +
+                                 std::to_string(z.k) + (ta ? " A^T" : "") + (tb ? " B^T" : ""));
+    }
+}
+
 TEST_CASE("random_uniform draws the reference's numbers, fresh each step", "[cpu][jit]") {
   tj::Graph g;
   tj::GraphScope use(g);
