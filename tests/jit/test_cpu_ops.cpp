@@ -2,6 +2,9 @@
 // max(1, |value|), in f32), at odd sizes and with the batch bound at run time.
 #include <cmath>
 #include <functional>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 #include "jit_check.h"
 #include "op_cases.h"
@@ -169,6 +172,27 @@ TEST_CASE("matrix products split over the pool match the reference in every tran
                                  std::to_string(z.k) + (ta ? " A^T" : "") + (tb ? " B^T" : ""));
     }
 }
+
+#if defined(__x86_64__)
+// Denormal floats are flushed to zero while a program runs (runtime/flush_denormals.h), and the
+// caller's floating-point mode is what it was afterwards.
+TEST_CASE("a run flushes denormals to zero and restores the caller's mode", "[cpu][jit]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 3});
+  auto y = x * 3.0f;
+  tj::CpuProgram program(g, {y});
+  tj::HostTensor in(tj::Shape{1, 3});
+  in.f32 = {1e-40f, 2.0f, -3e-39f};  // two denormals and a normal number
+  tj::HostVariables none;
+  const unsigned before = _mm_getcsr();
+  const auto out = program.run({{"x", in}}, none);
+  CHECK(_mm_getcsr() == before);
+  CHECK(out[0].f32[0] == 0.0f);
+  CHECK(out[0].f32[1] == 6.0f);
+  CHECK(out[0].f32[2] == 0.0f);
+}
+#endif
 
 TEST_CASE("random_uniform draws the reference's numbers, fresh each step", "[cpu][jit]") {
   tj::Graph g;
