@@ -37,6 +37,7 @@ struct Flags {
   int64_t steps = 0;  // stop early after this many steps (0: whole epochs)
   int64_t log_every = 10;
   int64_t checkpoint_every = 0;
+  int64_t eval_every = 0;  // 0: after each epoch only
   double lr = 0.001;
   double ema = 0;     // 0: no moving averages
   uint64_t seed = 1;
@@ -116,7 +117,7 @@ int train(const Flags& f) {
               f.resume ? (", resumed at step " + std::to_string(start_step)).c_str() : "");
   tj::report::Progress progress(total);
   tj::LogHook log(progress, metrics ? &*metrics : nullptr, f.log_every);
-  tj::EvalHook eval(test_set, progress, metrics ? &*metrics : nullptr, f.ema > 0);
+  tj::EvalHook eval(test_set, progress, metrics ? &*metrics : nullptr, f.ema > 0, f.eval_every);
   std::optional<tj::CheckpointHook> save;
   if (!f.checkpoint.empty()) save.emplace(f.checkpoint, metadata, f.checkpoint_every, 3, tj::Loc::current());
   std::vector<tj::Hook*> hooks = {&log, &eval};
@@ -158,6 +159,13 @@ int main(int argc, char** argv) {
   app.add_option("--dump", f.dump, "write every compiled kernel's LLVM IR and an index here");
   app.add_option("--checkpoint", f.checkpoint, "write checkpoints to this directory after every epoch");
   app.add_option("--checkpoint-every", f.checkpoint_every, "also checkpoint every N steps");
+  app.add_option("--eval-every", f.eval_every, "also evaluate on the test set every N steps")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return v.find('-') == std::string::npos ? std::string()
+                                                    : "must be 0 (after each epoch only) or a number of steps";
+          },
+          "N >= 0"));
   app.add_flag("--resume", f.resume, "continue from the latest checkpoint in --checkpoint");
   app.add_option("--metrics", f.metrics, "write JSON lines of step and evaluation metrics (and SVG plots next to it)");
   app.add_option("--log-every", f.log_every, "log every N steps to the metrics file");

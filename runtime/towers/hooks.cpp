@@ -40,11 +40,17 @@ void LogHook::after_epoch(TowerTrainer&, const StepEvent& e) {
 }
 
 EvalHook::EvalHook(const data::Dataset& test, report::Progress& progress, report::MetricsWriter* metrics,
-                   bool ema_weights)
+                   bool ema_weights, int64_t every)
     : test_(test), test_images_{{"image", test.images}}, progress_(progress), metrics_(metrics),
-      ema_weights_(ema_weights) {}
+      ema_weights_(ema_weights), every_(every) {}
 
-void EvalHook::after_epoch(TowerTrainer& trainer, const StepEvent& e) { evaluate(trainer, e); }
+void EvalHook::after_step(TowerTrainer& trainer, const StepEvent& e) {
+  if (every_ > 0 && e.step % every_ == 0) evaluate(trainer, e);
+}
+
+void EvalHook::after_epoch(TowerTrainer& trainer, const StepEvent& e) {
+  if (e.step != evaluated_at_) evaluate(trainer, e);
+}
 
 void EvalHook::end(TowerTrainer& trainer, const StepEvent& last) {
   if (last.step != evaluated_at_ && last.step > 0) evaluate(trainer, last);

@@ -30,13 +30,15 @@ class LogHook : public Hook {
   int64_t examples_ = 0;
 };
 
-// After each epoch (and at the end, when training stops mid-epoch): the test set's accuracy
-// and loss through trainer.evaluate(), printed and logged; with `ema_weights`, with the EMA
-// shadows instead of the trained variables.
+// After each epoch, every `every` steps (0: only after epochs) and at the end when training
+// stops elsewhere: the test set's accuracy and loss through trainer.evaluate(), printed and
+// logged, once per step at most; with `ema_weights`, with the EMA shadows instead of the
+// trained variables.
 class EvalHook : public Hook {
  public:
   EvalHook(const data::Dataset& test, report::Progress& progress, report::MetricsWriter* metrics,
-           bool ema_weights = false);
+           bool ema_weights = false, int64_t every = 0);
+  void after_step(TowerTrainer& trainer, const StepEvent& e) override;
   void after_epoch(TowerTrainer& trainer, const StepEvent& e) override;
   void end(TowerTrainer& trainer, const StepEvent& last) override;
   const TowerTrainer::Evaluation& last() const { return last_; }
@@ -48,6 +50,7 @@ class EvalHook : public Hook {
   report::Progress& progress_;
   report::MetricsWriter* metrics_;
   bool ema_weights_;
+  int64_t every_;
   int64_t evaluated_at_ = -1;  // the step of the last evaluation
   TowerTrainer::Evaluation last_;
 };

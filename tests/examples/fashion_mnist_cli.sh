@@ -43,6 +43,11 @@ one_and_two_towers_same_curve)
     awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * (a > 1 ? a : 1)) }' ||
       fail "step $step: loss $a on one tower, $b on two"
   done ;;
+eval_every)
+  # Evaluations every 10 steps and at the end (24), each step once.
+  "$bin" $small --eval-every 10 --metrics "$work/e.jsonl" >/dev/null || fail "run"
+  steps=$(grep '"kind":"eval"' "$work/e.jsonl" | sed 's/.*"step":\([0-9]*\).*/\1/' | tr '\n' ' ')
+  [ "$steps" = "10 20 24 " ] || fail "evaluations at steps $steps, expected 10 20 24" ;;
 plots_and_trace)
   "$bin" $small --metrics "$work/run.jsonl" --trace "$work/trace.json" --strategy async >/dev/null || fail "run"
   grep -q '"kind":"eval"' "$work/run.jsonl" || fail "no evaluation in the metrics"
