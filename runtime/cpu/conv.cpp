@@ -4,33 +4,17 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/cpu/gemm.h"
+#include "runtime/cpu/conv_geometry.h"
 #include "runtime/cpu/direct_conv.h"
+#include "runtime/cpu/gemm.h"
 
 namespace towerjit::cpujit {
 namespace {
 
-struct Geometry {
-  int64_t n, c, h, w, o, kh, kw, oh, ow;
-  int sh, sw, ph, pw;
-  int64_t ckk() const { return c * kh * kw; }
-  int64_t spatial() const { return oh * ow; }
-};
-
-Geometry geometry(const Attrs& at, const Shape& x, const Shape& w, const Shape& y) {
-  return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3],
-          at.stride[0], at.stride[1], at.pad[0], at.pad[1]};
-}
-
-// Scratch memory reused across calls on a thread: a training step convolves many times.
-float* scratch(int slot, int64_t floats) {
-  thread_local std::vector<float> buffers[2];
-  if (static_cast<int64_t>(buffers[slot].size()) < floats) buffers[slot].resize(floats);
-  return buffers[slot].data();
-}
+using Geometry = ConvGeometry;
 
 // The output columns [x0, x1) whose input column ox*s - p + k lies inside [0, w).
-void valid_range(int64_t out, int64_t in, int s, int p, int64_t k, int64_t& x0, int64_t& x1) {
+void valid_range(int64_t out, int64_t in, int64_t s, int64_t p, int64_t k, int64_t& x0, int64_t& x1) {
   x0 = std::clamp<int64_t>((p - k + s - 1) / s, 0, out);
   x1 = std::clamp<int64_t>((in + p - k + s - 1) / s, x0, out);
 }
@@ -104,10 +88,10 @@ void parallel(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int
 
 void conv2d(const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool) {
   if (direct_conv2d(at, x, w, y, pool)) return;
-  const Geometry g = geometry(at, x.shape, w.shape, y.shape);
+  const Geometry g = conv_geometry(at, x.shape, w.shape, y.shape);
   const int64_t cols_n = g.n * g.spatial();
-  float* cols = scratch(0, g.ckk() * cols_n);
-  float* out = scratch(1, g.o * cols_n);
+  float* cols = conv_scratch(0, g.ckk() * cols_n);
+  float* out = conv_scratch(1, g.o * cols_n);
   build_columns(g, x.f(), cols, pool);
   sgemm(pool, false, false, g.o, cols_n, g.ckk(), w.f(), g.ckk(), cols, cols_n, 0.0f, out, cols_n);
   swap_outer(out, y.f(), g.o, g.n, g.spatial(), pool);  // [O, N, S] -> [N, O, S]
@@ -115,10 +99,10 @@ void conv2d(const Attrs& at, const View& x, const View& w, const View& y, Thread
 
 void conv2d_grad_input(const Attrs& at, const View& dy, const View& w, const View& dx, ThreadPool* pool) {
   if (direct_conv2d_grad_input(at, dy, w, dx, pool)) return;
-  const Geometry g = geometry(at, dx.shape, w.shape, dy.shape);
+  const Geometry g = conv_geometry(at, dx.shape, w.shape, dy.shape);
   const int64_t cols_n = g.n * g.spatial();
-  float* dy_t = scratch(1, g.o * cols_n);
-  float* cols = scratch(0, g.ckk() * cols_n);
+  float* dy_t = conv_scratch(1, g.o * cols_n);
+  float* cols = conv_scratch(0, g.ckk() * cols_n);
   swap_outer(dy.f(), dy_t, g.n, g.o, g.spatial(), pool);  // [N, O, S] -> [O, N, S]
   sgemm(pool, true, false, g.ckk(), cols_n, g.o, w.f(), g.ckk(), dy_t, cols_n, 0.0f, cols, cols_n);
   parallel(pool, g.n, [&](int64_t begin, int64_t end) {
@@ -128,10 +112,10 @@ void conv2d_grad_input(const Attrs& at, const View& dy, const View& w, const Vie
 
 void conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, const View& dw, ThreadPool* pool) {
   if (direct_conv2d_grad_filter(at, x, dy, dw, pool)) return;
-  const Geometry g = geometry(at, x.shape, dw.shape, dy.shape);
+  const Geometry g = conv_geometry(at, x.shape, dw.shape, dy.shape);
   const int64_t cols_n = g.n * g.spatial();
-  float* cols = scratch(0, g.ckk() * cols_n);
-  float* dy_t = scratch(1, g.o * cols_n);
+  float* cols = conv_scratch(0, g.ckk() * cols_n);
+  float* dy_t = conv_scratch(1, g.o * cols_n);
   build_columns(g, x.f(), cols, pool);
   swap_outer(dy.f(), dy_t, g.n, g.o, g.spatial(), pool);
   sgemm(pool, false, true, g.o, g.ckk(), cols_n, dy_t, cols_n, cols, cols_n, 0.0f, dw.f(), g.ckk());

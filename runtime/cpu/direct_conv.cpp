@@ -8,37 +8,19 @@
 
 #include "jit/knobs.h"
 #include "runtime/cpu/conv.h"
+#include "runtime/cpu/conv_geometry.h"
 #include "runtime/cpu/cpu_features.h"
 
 namespace towerjit::cpujit {
 namespace {
 
-// One convolution as the forward kernel sees it: `c` input channels of h x w, `o` output
-// channels of oh x ow, a kh x kw window at stride (sh, sw) over the input padded by (ph, pw).
-// Output channels go in blocks of `lanes`: two vectors, 16 with AVX2, 32 with AVX-512.
-struct Conv {
-  int64_t n, c, h, w, o, kh, kw, oh, ow;
-  int64_t sh, sw, ph, pw;
+// One convolution as the kernels see it: its sizes, with the output channels in blocks of
+// `lanes` (two vectors: 16 with AVX2, 32 with AVX-512).
+struct Conv : ConvGeometry {
   int64_t lanes = 16;
-  int64_t hp() const { return h + 2 * ph; }
-  int64_t wp() const { return w + 2 * pw; }
   int64_t blocks() const { return (o + lanes - 1) / lanes; }
   int64_t opad() const { return blocks() * lanes; }
-  int64_t spatial() const { return oh * ow; }
-  int64_t taps() const { return kh * kw * c; }
 };
-
-Conv conv_of(const Attrs& at, const Shape& x, const Shape& w, const Shape& y) {
-  return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3],
-          at.stride[0], at.stride[1], at.pad[0], at.pad[1]};
-}
-
-// Per-thread scratch, kept across calls: a training step convolves many times.
-float* scratch(int slot, int64_t floats) {
-  thread_local std::vector<float> buffers[2];
-  if (static_cast<int64_t>(buffers[slot].size()) < floats) buffers[slot].resize(floats);
-  return buffers[slot].data();
-}
 
 // out[j * ld_out + i] = in[i * ld_in + j] for i < rows, j < cols: 8x8 tiles through registers
 // (the layout changes between NCHW and the kernels' channels-last blocks), scalar at the edges.
@@ -86,7 +68,7 @@ void pack_image(const Conv& g, const float* image, float* xp) {
 // rotated by 180 degrees with O and C swapped (w[c, o, KH-1-ky, KW-1-kx]): the input
 // gradient's filter.
 std::vector<float> pack_weights(const Conv& g, const float* w, bool flip) {
-  std::vector<float> wp(g.blocks() * g.taps() * g.lanes, 0.0f);
+  std::vector<float> wp(g.blocks() * g.ckk() * g.lanes, 0.0f);
   for (int64_t o = 0; o < g.o; ++o)
     for (int64_t ci = 0; ci < g.c; ++ci)
       for (int64_t ky = 0; ky < g.kh; ++ky)
@@ -208,7 +190,7 @@ int64_t even_block(int64_t n, int64_t most) {
 // One image: xp packed, y_image [O, OH*OW]. `out` is [OH*OW][opad] scratch.
 void forward_image(const Conv& g, const Kernels& k, const float* xp, const float* wp, float* out,
                    float* y_image) {
-  const int64_t wp_row = g.wp() * g.c, filter = g.taps() * g.lanes, step = even_block(g.ow, k.most);
+  const int64_t wp_row = g.wp() * g.c, filter = g.ckk() * g.lanes, step = even_block(g.ow, k.most);
   for (int64_t oy = 0; oy < g.oh; ++oy)
     for (int64_t ox = 0; ox < g.ow; ox += step) {
       const int64_t r = std::min(step, g.ow - ox);
@@ -222,8 +204,8 @@ void forward_image(const Conv& g, const Kernels& k, const float* xp, const float
 void forward(const Conv& g, const Kernels& k, const float* x, const std::vector<float>& wp, float* y,
              ThreadPool* pool) {
   parallel(pool, g.n, [&](int64_t begin, int64_t end) {
-    float* xp = scratch(0, g.hp() * g.wp() * g.c);
-    float* out = scratch(1, g.spatial() * g.opad());
+    float* xp = conv_scratch(0, g.hp() * g.wp() * g.c);
+    float* out = conv_scratch(1, g.spatial() * g.opad());
     for (int64_t i = begin; i < end; ++i) {
       pack_image(g, x + i * g.c * g.h * g.w, xp);
       forward_image(g, k, xp, wp.data(), out, y + i * g.o * g.spatial());
@@ -234,10 +216,10 @@ void forward(const Conv& g, const Kernels& k, const float* x, const std::vector<
 }  // namespace
 
 bool direct_conv2d(const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool) {
-  Conv g = conv_of(at, x.shape, w.shape, y.shape);
-  const Kernels* k = kernels_for(g.o);
+  const ConvGeometry geometry = conv_geometry(at, x.shape, w.shape, y.shape);
+  const Kernels* k = kernels_for(geometry.o);
   if (!k) return false;
-  g.lanes = k->lanes;
+  const Conv g{geometry, k->lanes};
   forward(g, *k, x.f(), pack_weights(g, w.f(), false), y.f(), pool);
   return true;
 }
@@ -245,21 +227,21 @@ bool direct_conv2d(const Attrs& at, const View& x, const View& w, const View& y,
 // At stride 1 the input gradient is a convolution of dy, padded by (k - 1 - p), with the
 // filter rotated by 180 degrees and its channel axes swapped.
 bool direct_conv2d_grad_input(const Attrs& at, const View& dy, const View& w, const View& dx, ThreadPool* pool) {
-  const Conv f = conv_of(at, dx.shape, w.shape, dy.shape);
+  const ConvGeometry f = conv_geometry(at, dx.shape, w.shape, dy.shape);
   const Kernels* k = kernels_for(f.c);
   if (!k || f.sh != 1 || f.sw != 1 || f.ph > f.kh - 1 || f.pw > f.kw - 1) return false;
-  const Conv g{f.n, f.o, f.oh, f.ow, f.c, f.kh, f.kw, f.h, f.w, 1, 1, f.kh - 1 - f.ph, f.kw - 1 - f.pw, k->lanes};
+  const Conv g{{f.n, f.o, f.oh, f.ow, f.c, f.kh, f.kw, f.h, f.w, 1, 1, f.kh - 1 - f.ph, f.kw - 1 - f.pw}, k->lanes};
   if (g.hp() - g.kh + 1 != g.oh || g.wp() - g.kw + 1 != g.ow) return false;
   forward(g, *k, dy.f(), pack_weights(g, w.f(), true), dx.f(), pool);
   return true;
 }
 
 bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, const View& dw, ThreadPool* pool) {
-  Conv g = conv_of(at, x.shape, dw.shape, dy.shape);
-  const Kernels* k = kernels_for(g.o);
+  const ConvGeometry geometry = conv_geometry(at, x.shape, dw.shape, dy.shape);
+  const Kernels* k = kernels_for(geometry.o);
   if (!k) return false;
-  g.lanes = k->lanes;
-  const int64_t taps = g.taps(), s = g.spatial(), step = even_block(taps, k->most);
+  const Conv g{geometry, k->lanes};
+  const int64_t taps = g.ckk(), s = g.spatial(), step = even_block(taps, k->most);
   std::vector<int64_t> offsets;  // tap (ky, kx, ci) -> its element in a window of the packed image
   for (int64_t ky = 0; ky < g.kh; ++ky)
     for (int64_t kx = 0; kx < g.kw; ++kx)
@@ -268,8 +250,8 @@ bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, c
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(g.n, pool ? pool->size() : 1));
   std::vector<std::vector<float>> partial(chunks, std::vector<float>(taps * g.opad(), 0.0f));
   parallel(pool, chunks, [&](int64_t first, int64_t last) {
-    float* xp = scratch(0, g.hp() * g.wp() * g.c);
-    float* dyt = scratch(1, s * g.opad());
+    float* xp = conv_scratch(0, g.hp() * g.wp() * g.c);
+    float* dyt = conv_scratch(1, s * g.opad());
     for (int64_t chunk = first; chunk < last; ++chunk)
       for (int64_t i = chunk * g.n / chunks; i < (chunk + 1) * g.n / chunks; ++i) {
         pack_image(g, x.f() + i * g.c * g.h * g.w, xp);
