@@ -1,7 +1,7 @@
 // The feeds of a compiled program checked against its inputs — every input fed, with its
-// declared dtype and shape — and the batch size they bind B to. Shared by CpuProgram and
-// CudaProgram; `Feeds` maps input names to anything with `dtype` and `shape` (host or device
-// tensors).
+// declared dtype and shape — and the batch size they bind B to; and a host variable checked
+// against its buffer. Shared by CpuProgram and CudaProgram; `Feeds` maps input names to
+// anything with `dtype` and `shape` (host or device tensors).
 #pragma once
 
 #include <string>
@@ -9,6 +9,7 @@
 #include "dsl/error.h"
 #include "dsl/graph.h"
 #include "jit/kir/kernel_ir.h"
+#include "runtime/host_tensor.h"
 
 namespace towerjit {
 
@@ -37,6 +38,18 @@ int64_t bind_feeds(const kir::Program& program, const Graph& graph, const Feeds&
         << "; feed a tensor of the declared shape and dtype";
   }
   return batch < 0 ? 1 : batch;
+}
+
+// The value of variable buffer `b` in `variables`. Errors (at the variable's DSL file:line): no
+// value, or one of another shape or dtype.
+inline HostTensor& bind_variable(const kir::Buffer& b, const Graph& graph, HostVariables& variables) {
+  auto it = variables.find(b.name);
+  user_check(it != variables.end() && it->second.shape == b.shape && it->second.dtype == b.dtype,
+             graph.node(b.nodes[0]).loc)
+      << "variable \"" << b.name << "\" " << dtype_name(b.dtype) << b.shape.str()
+      << (it == variables.end() ? " has no value" : " holds " + it->second.shape.str())
+      << "; initialise it before running the program";
+  return it->second;
 }
 
 }  // namespace towerjit

@@ -64,13 +64,7 @@ std::vector<void*> CpuProgram::bind_buffers(const HostFeeds& feeds, HostVariable
     } else if (b.kind == kir::Buffer::Kind::input) {
       base[i] = const_cast<void*>(feeds.at(b.name).data());
     } else if (b.kind == kir::Buffer::Kind::variable) {
-      auto it = variables.find(b.name);
-      user_check(it != variables.end() && it->second.shape == b.shape && it->second.dtype == b.dtype,
-                 graph_.node(b.nodes[0]).loc)
-          << "variable \"" << b.name << "\" " << dtype_name(b.dtype) << b.shape.str()
-          << (it == variables.end() ? " has no value" : " holds " + it->second.shape.str())
-          << "; initialise it before running the program";
-      base[i] = it->second.data();
+      base[i] = bind_variable(b, graph_, variables).data();
     } else if (plan.offset[i] >= 0) {
       base[i] = arena_.data() + plan.offset[i];
     }

@@ -292,15 +292,10 @@ std::vector<HostTensor> CudaProgram::run(const HostFeeds& feeds, HostVariables& 
   std::vector<Transfer> uploads = stage_feeds(feeds), downloads;
   for (const kir::Buffer& b : program_.buffers) {
     if (b.kind != kir::Buffer::Kind::variable || b.alias_of >= 0) continue;
-    auto it = variables.find(b.name);
-    user_check(it != variables.end() && it->second.shape == b.shape && it->second.dtype == b.dtype,
-               graph_.node(b.nodes[0]).loc)
-        << "variable \"" << b.name << "\" " << dtype_name(b.dtype) << b.shape.str()
-        << (it == variables.end() ? " has no value" : " holds " + it->second.shape.str())
-        << "; initialise it before running the program";
+    HostTensor& value = bind_variable(b, graph_, variables);
     DeviceTensor& d = host_variables_[b.name];
     if (!(d.shape == b.shape) || d.dtype != b.dtype || !d.buffer) d = empty_device_tensor(*device_, b.shape, b.dtype);
-    uploads.push_back({it->second.data(), d.ptr(), d.bytes()});
+    uploads.push_back({value.data(), d.ptr(), d.bytes()});
   }
   for (const std::string& name : written_names_)
     downloads.push_back({variables.at(name).data(), host_variables_.at(name).ptr(), host_variables_.at(name).bytes()});
