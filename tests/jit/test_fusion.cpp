@@ -41,6 +41,16 @@ std::string ir(const tj::Graph& g, const std::vector<Tensor>& fetches) { return 
 // The golden text starts after the raw string's first newline.
 std::string golden(const char* text) { return std::string(text).substr(1); }
 
+// Inputs "x0", "x1", ... of [B, 3] in the current graph, each fed 5 random examples.
+std::vector<Tensor> fed_inputs(int n, tj::reference::Feeds& feeds, uint32_t seed) {
+  std::vector<Tensor> xs;
+  for (int i = 0; i < n; ++i) {
+    xs.push_back(tj::input("x" + std::to_string(i), {kBatch, 3}));
+    feeds["x" + std::to_string(i)] = random_array({5, 3}, seed + i);
+  }
+  return xs;
+}
+
 int count_steps(const tj::kir::Program& p, tj::kir::Step::Kind kind) {
   return static_cast<int>(std::count_if(p.steps.begin(), p.steps.end(),
                                         [&](const tj::kir::Step& s) { return s.kind == kind; }));
@@ -492,12 +502,8 @@ TEST_CASE("a kernel reads at most FusionLimits::max_reads buffers, and past that
   // x0 + x1 + ... + x39, left to right: one chain of 39 adds that would read 40 inputs.
   tj::Graph g;
   tj::GraphScope use(g);
-  std::vector<Tensor> xs;
   tj::reference::Feeds feeds;
-  for (int i = 0; i < 40; ++i) {
-    xs.push_back(tj::input("x" + std::to_string(i), {kBatch, 3}));
-    feeds["x" + std::to_string(i)] = random_array({5, 3}, 100 + i);
-  }
+  const std::vector<Tensor> xs = fed_inputs(40, feeds, 100);
   Tensor sum = xs[0];
   for (int i = 1; i < 40; ++i) sum = sum + xs[i];
   const tj::kir::Program p = lower(g, {sum});
@@ -518,12 +524,8 @@ TEST_CASE("register pressure past FusionLimits::max_registers gives the neediest
   // (Sethi-Ullman), a chain of the same adds only 2.
   tj::Graph g;
   tj::GraphScope use(g);
-  std::vector<Tensor> level;
   tj::reference::Feeds feeds;
-  for (int i = 0; i < 8; ++i) {
-    level.push_back(tj::input("x" + std::to_string(i), {kBatch, 3}));
-    feeds["x" + std::to_string(i)] = random_array({5, 3}, 200 + i);
-  }
+  std::vector<Tensor> level = fed_inputs(8, feeds, 200);
   while (level.size() > 1) {
     std::vector<Tensor> next;
     for (size_t i = 0; i < level.size(); i += 2) next.push_back(level[i] + level[i + 1]);

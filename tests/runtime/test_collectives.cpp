@@ -2,38 +2,19 @@
 // tower runtime cuts the graph there, and on one device a collective is its input, so the
 // whole graph (forward, backward, collectives, apply) runs as one program equal to one tower.
 #include <catch2/catch.hpp>
-#include <random>
 
 #include "jit/passes/cut_collectives.h"
 #include "jit/reference/interpreter.h"
 #include "runtime/towers/tower_trainer.h"
 #include "towerjit.h"
+#include "tower_test_model.h"
 
 namespace tj = towerjit;
 using tj::kBatch;
+using tj::testing::batch_of;
+using tj::testing::small_mlp_loss;
 
 namespace {
-
-struct Model {
-  tj::Tensor loss;
-};
-
-Model mlp(tj::Graph& g) {
-  tj::GraphScope use(g);
-  auto x = tj::input("x", {kBatch, 5});
-  auto labels = tj::input("labels", {kBatch}, tj::DType::i32);
-  auto logits = tj::dense(tj::relu(tj::dense(x, 4, "fc1")), 3, "fc2");
-  return {tj::mean(tj::softmax_cross_entropy(logits, labels))};
-}
-
-tj::HostFeeds batch_of(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  tj::HostTensor x({n, 5}), labels({n}, tj::DType::i32);
-  for (float& v : x.f32) v = u(rng);
-  for (int64_t i = 0; i < n; ++i) labels.i32[i] = static_cast<int32_t>(rng() % 3);
-  return {{"x", x}, {"labels", labels}};
-}
 
 // Whether `from` reads `target`, directly or through other nodes.
 bool reads(const tj::Graph& g, int from, int target) {
@@ -54,8 +35,8 @@ bool reads(const tj::Graph& g, int from, int target) {
 
 TEST_CASE("the tower program has an all_reduce on every gradient, and the apply reads them", "[towers][collectives]") {
   tj::Graph g;
-  const Model m = mlp(g);
-  const tj::TowerProgram p = tj::build_tower_program(g, m.loss, tj::momentum(0.1, 0.9));
+  const tj::Tensor loss = small_mlp_loss(g);
+  const tj::TowerProgram p = tj::build_tower_program(g, loss, tj::momentum(0.1, 0.9));
   REQUIRE(p.collectives.size() == p.variables.size());
   REQUIRE(tj::collectives_of(g).size() == p.variables.size());
   for (size_t v = 0; v < p.variables.size(); ++v) {
@@ -78,8 +59,8 @@ TEST_CASE("the tower program has an all_reduce on every gradient, and the apply 
 
 TEST_CASE("cutting at collectives leaves inputs named by their keys", "[towers][collectives]") {
   tj::Graph g;
-  const Model m = mlp(g);
-  const tj::TowerProgram p = tj::build_tower_program(g, m.loss, tj::sgd(0.1));
+  const tj::Tensor loss = small_mlp_loss(g);
+  const tj::TowerProgram p = tj::build_tower_program(g, loss, tj::sgd(0.1));
   tj::Rewritten cut = tj::cut_at_collectives(g);
   for (const tj::Node& n : cut.graph.nodes()) CHECK(n.op != tj::Op::AllReduce);
   for (size_t v = 0; v < p.collectives.size(); ++v) {
@@ -126,13 +107,13 @@ TEST_CASE("cutting at collectives leaves inputs named by their keys", "[towers][
 TEST_CASE("on one device the whole tower graph is one training step, equal to one tower", "[towers][collectives]") {
   // The trainer with one tower (collectives run by the runtime) ...
   tj::Graph g1;
-  const Model m1 = mlp(g1);
-  tj::TowerTrainer trainer(g1, m1.loss, tj::Towers({tj::cpu(0)}), tj::momentum(0.1, 0.9));
+  const tj::Tensor loss1 = small_mlp_loss(g1);
+  tj::TowerTrainer trainer(g1, loss1, tj::Towers({tj::cpu(0)}), tj::momentum(0.1, 0.9));
   // ... and one program of the whole graph, where each collective is its input.
   tj::Graph g2;
-  const Model m2 = mlp(g2);
-  const tj::TowerProgram p = tj::build_tower_program(g2, m2.loss, tj::momentum(0.1, 0.9));
-  tj::CpuProgram whole(g2, std::vector<tj::Tensor>{m2.loss}, p.apply_updates);
+  const tj::Tensor loss2 = small_mlp_loss(g2);
+  const tj::TowerProgram p = tj::build_tower_program(g2, loss2, tj::momentum(0.1, 0.9));
+  tj::CpuProgram whole(g2, std::vector<tj::Tensor>{loss2}, p.apply_updates);
   tj::HostVariables vars = trainer.variables();
   for (int step = 0; step < 5; ++step) {
     const tj::HostFeeds batch = batch_of(9, 40 + step);

@@ -8,10 +8,13 @@
 
 #include "runtime/cuda/driver_api.h"
 #include "runtime/towers/tower_trainer.h"
+#include "tower_test_model.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;
 using tj::kBatch;
+using tj::testing::batch_of;
+using tj::testing::small_mlp_loss;
 
 namespace {
 
@@ -23,22 +26,9 @@ struct Run {
 
 Run mlp_run(tj::Towers towers, const tj::Optimizer& opt) {
   Run r;
-  tj::GraphScope use(*r.graph);
-  auto x = tj::input("x", {kBatch, 5});
-  auto labels = tj::input("labels", {kBatch}, tj::DType::i32);
-  auto logits = tj::dense(tj::relu(tj::dense(x, 4, "fc1")), 3, "fc2");
-  auto loss = tj::mean(tj::softmax_cross_entropy(logits, labels));
+  const tj::Tensor loss = small_mlp_loss(*r.graph);
   r.trainer = std::make_unique<tj::TowerTrainer>(*r.graph, loss, std::move(towers), opt);
   return r;
-}
-
-tj::HostFeeds batch_of(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  tj::HostTensor x({n, 5}), labels({n}, tj::DType::i32);
-  for (float& v : x.f32) v = u(rng);
-  for (int64_t i = 0; i < n; ++i) labels.i32[i] = static_cast<int32_t>(rng() % 3);
-  return {{"x", x}, {"labels", labels}};
 }
 
 double largest_relative_difference(const tj::HostVariables& a, const tj::HostVariables& b) {
