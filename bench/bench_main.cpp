@@ -228,10 +228,8 @@ int main(int argc, char** argv) try {
   else python = bench::find_torch_python(&torch_missing);
 
   // Read before towerjit loads OpenBLAS, which sets OPENBLAS_CORETYPE in this process.
-  const char* env_core = std::getenv("OPENBLAS_CORETYPE");
-  const std::optional<std::string> user_core = env_core ? std::optional<std::string>(env_core) : std::nullopt;
-  const std::vector<bench::TorchSetting> settings =
-      bench::torch_settings(user_core ? user_core->c_str() : nullptr, tj::cpujit::blas().core);
+  const char* user_core = std::getenv("OPENBLAS_CORETYPE");  // null: unset
+  const std::vector<bench::TorchSetting> settings = bench::torch_settings(user_core, tj::cpujit::blas().core);
   tj::ThreadPool pool(kThreads);
   for (const std::string& name : o.workloads) {
     // PyTorch and ours in turn, round by round, so both see the same machine load.

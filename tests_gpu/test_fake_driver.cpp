@@ -192,9 +192,9 @@ TEST_CASE("fake driver: GPU towers, two sharing gpu:0 and one beside a CPU tower
     fake.reset();
     const auto result = trainer.step({{"x", values({9, 3}, 0)}, {"labels", labels_in}});
     CHECK(result.slices == std::vector<int64_t>{4, 5});
-    const int gpu_towers = towers.devices()[0].kind == tj::DeviceKind::gpu ? 2 : 1;
     CHECK(fake.launches() > 0);
-    CHECK(fake.launches() % gpu_towers == 0);  // each GPU tower launches the same kernels
+    if (towers.devices()[0].kind == tj::DeviceKind::gpu)
+      CHECK(fake.launches() % 2 == 0);  // the two GPU towers launch the same kernels
     CHECK(trainer.predict({{"x", values({9, 3}, 0)}}).shape == tj::Shape{9, 3});
   }
 }
