@@ -40,6 +40,7 @@ struct LossCurve : tj::Hook {
   void after_step(tj::TowerTrainer&, const tj::StepEvent& e) override {
     series.points.emplace_back(static_cast<double>(e.step), e.loss);
   }
+  bool uses_trainer_at(const tj::StepEvent&) const override { return false; }
 };
 
 struct Outcome {

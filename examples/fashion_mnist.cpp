@@ -126,6 +126,12 @@ int train(const Flags& f) {
   tj::fit(trainer, pipeline, {.epochs = f.epochs, .max_steps = f.steps, .hooks = hooks});
   progress.finish();
   std::printf("test accuracy %.4f, test loss %.4f\n", eval.last().accuracy, eval.last().loss);
+  if (f.strategy == "async") {
+    const auto staleness = trainer.async_report();
+    std::printf("async: %lld applies, staleness mean %.2f, max %lld; largest lead of a tower %lld\n",
+                static_cast<long long>(staleness.applies), staleness.mean_staleness,
+                static_cast<long long>(staleness.max_staleness), static_cast<long long>(staleness.max_lead));
+  }
   if (save) std::printf("checkpoint: %s\n", save->last_path().c_str());
   if (metrics) {
     for (const auto& path : tj::report::write_metrics_plots(metrics->path())) std::printf("plot: %s\n", path.c_str());

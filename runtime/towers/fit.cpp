@@ -2,55 +2,165 @@
 
 #include <chrono>
 #include <cmath>
+#include <deque>
 
 #include "dsl/error.h"
+#include "runtime/towers/async_towers.h"
 
 namespace towerjit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The order of events both loops share: which batch is next, when to stop, and what happens
+// once a batch is trained (the NaN check, then the hooks).
+class Loop {
+ public:
+  Loop(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOptions& options, Loc loc)
+      : trainer_(trainer), pipeline_(pipeline), options_(options), loc_(loc),
+        per_epoch_(pipeline.batches_per_epoch()) {
+    last_.next = pipeline_.position();
+    last_.step = step_of(last_.next);
+    for (Hook* h : options_.hooks) h->begin(trainer_, last_.next);
+    previous_ = Clock::now();
+  }
+
+  bool done() const {
+    const data::PipelinePosition p = pipeline_.position();
+    return p.epoch >= options_.epochs || (options_.max_steps > 0 && step_of(p) >= options_.max_steps);
+  }
+
+  // The next batch, and the event it will give (all but its loss, rate and time).
+  std::pair<data::Batch, StepEvent> next() {
+    data::Batch batch = pipeline_.next();
+    StepEvent e;
+    e.next = pipeline_.position();
+    e.step = step_of(e.next);
+    e.epoch = batch.epoch;
+    e.batch_in_epoch = batch.index;
+    e.batches_per_epoch = batch.batches_in_epoch;
+    e.examples = batch.size();
+    return {std::move(batch), e};
+  }
+
+  // Whether a hook will use the trainer once batch `e` is trained.
+  bool hooks_use_trainer(const StepEvent& e) const {
+    for (const Hook* h : options_.hooks)
+      if (h->uses_trainer_at(e)) return true;
+    return false;
+  }
+
+  // Batch `e` is trained (loss, rate and seconds filled in): the NaN check, then the hooks.
+  void trained(StepEvent e) {
+    const auto finish = Clock::now();
+    e.samples_per_s = e.examples / std::max(1e-9, std::chrono::duration<double>(finish - previous_).count());
+    user_check(std::isfinite(e.loss), loc_)
+        << "the loss is " << (std::isnan(e.loss) ? "NaN" : e.loss > 0 ? "+inf" : "-inf")
+        << " at step " << e.step << " (epoch " << e.epoch + 1 << ", batch " << e.batch_in_epoch + 1
+        << " of " << e.batches_per_epoch << "); training stopped "
+        << "and the last checkpoint written before it is kept; lower the learning rate or clip "
+        << "the gradients (Optimizer::with_clip_by_global_norm)";
+    last_ = e;
+    for (Hook* h : options_.hooks) h->after_step(trainer_, e);
+    if (e.batch_in_epoch + 1 == e.batches_per_epoch)
+      for (Hook* h : options_.hooks) h->after_epoch(trainer_, e);
+    previous_ = Clock::now();  // the hooks' time (an evaluation) is not the next step's
+  }
+
+  StepEvent end() {
+    for (Hook* h : options_.hooks) h->end(trainer_, last_);
+    return last_;
+  }
+
+ private:
+  int64_t step_of(const data::PipelinePosition& p) const { return p.epoch * per_epoch_ + p.batch; }
+
+  TowerTrainer& trainer_;
+  data::BatchPipeline& pipeline_;
+  const FitOptions& options_;
+  Loc loc_;
+  const int64_t per_epoch_;
+  StepEvent last_;
+  Clock::time_point previous_;
+};
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// One step() per batch: every tower waits for the others (sync), or async towers each apply
+// as soon as they are done but the next batch starts when all are.
+void fit_stepwise(TowerTrainer& trainer, Loop& loop, Loc loc) {
+  while (!loop.done()) {
+    auto [batch, event] = loop.next();
+    const auto start = Clock::now();
+    const TowerTrainer::StepResult result = trainer.step(batch.feeds, loc);
+    event.seconds = seconds_since(start);
+    event.loss = result.loss;
+    event.learning_rate = result.learning_rate;
+    loop.trained(event);
+  }
+}
+
+// Async towers running free: each tower takes its slice of batch after batch from its own
+// queue, up to AsyncTowers::window() batches ahead of the slowest, while this thread reads the
+// pipeline and reports each batch once every tower has applied its slice. A step whose hooks
+// use the trainer (an evaluation, a checkpoint) is a quiet point: no later batch is handed
+// out until those hooks return, so they see exactly the applies of the batches before.
+void fit_free(TowerTrainer& trainer, Loop& loop, Loc loc) {
+  struct InFlight {
+    StepEvent event;
+    std::vector<double> weights;  // n_i / B: the batch's loss is the slices' weighted sum
+    Clock::time_point submitted;
+    int towers_left = 0;
+    bool quiet = false;
+  };
+  AsyncTowers towers(trainer);
+  const int n = trainer.towers().size();
+  const int64_t window = AsyncTowers::window(trainer.towers().reduction());
+  std::deque<InFlight> in_flight;
+  while (true) {
+    const bool can_submit = !loop.done() && static_cast<int64_t>(in_flight.size()) < window &&
+                            (in_flight.empty() || !in_flight.back().quiet);
+    if (can_submit) {
+      auto [batch, event] = loop.next();
+      const std::vector<int64_t> slices = trainer.towers().slices(event.examples, loc);
+      InFlight f{.event = event, .submitted = Clock::now(), .towers_left = n,
+                 .quiet = loop.hooks_use_trainer(event)};
+      std::vector<HostFeeds> feeds = trainer.slice_batch(batch.feeds, slices, loc);
+      for (int t = 0; t < n; ++t) {
+        f.weights.push_back(static_cast<double>(slices[t]) / event.examples);
+        towers.submit(t, std::move(feeds[t]), event.step);
+      }
+      in_flight.push_back(std::move(f));
+      continue;
+    }
+    if (in_flight.empty()) return;
+    const AsyncTowers::Done d = towers.next_done();
+    InFlight& f = in_flight[d.tag - in_flight.front().event.step];
+    f.event.loss += f.weights[d.tower] * d.loss;
+    f.event.learning_rate = d.learning_rate;  // the batch's last apply
+    --f.towers_left;
+    // Batches are reported in order, each once all its slices are applied.
+    while (!in_flight.empty() && in_flight.front().towers_left == 0) {
+      InFlight ready = std::move(in_flight.front());
+      in_flight.pop_front();
+      ready.event.seconds = seconds_since(ready.submitted);
+      loop.trained(ready.event);
+    }
+  }
+}
+
+}  // namespace
 
 StepEvent fit(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOptions& options, Loc loc) {
   user_check(options.epochs >= 1, loc) << "fit: epochs " << options.epochs << " must be at least 1";
   user_check(options.max_steps >= 0, loc)
       << "fit: max_steps " << options.max_steps << " must be 0 (no limit) or positive";
-  using Clock = std::chrono::steady_clock;
-  const int64_t per_epoch = pipeline.batches_per_epoch();
-  auto step_of = [&](const data::PipelinePosition& p) { return p.epoch * per_epoch + p.batch; };
-  auto done = [&](const data::PipelinePosition& p) {
-    return p.epoch >= options.epochs || (options.max_steps > 0 && step_of(p) >= options.max_steps);
-  };
-
-  StepEvent event;
-  event.next = pipeline.position();
-  event.step = step_of(event.next);
-  for (Hook* h : options.hooks) h->begin(trainer, event.next);
-  auto previous = Clock::now();
-  while (!done(pipeline.position())) {
-    const data::Batch batch = pipeline.next();
-    const auto start = Clock::now();
-    const TowerTrainer::StepResult result = trainer.step(batch.feeds, loc);
-    const auto finish = Clock::now();
-    event.next = pipeline.position();
-    event.step = step_of(event.next);
-    event.epoch = batch.epoch;
-    event.batch_in_epoch = batch.index;
-    event.batches_per_epoch = batch.batches_in_epoch;
-    event.examples = batch.size();
-    event.loss = result.loss;
-    event.learning_rate = result.learning_rate;
-    event.seconds = std::chrono::duration<double>(finish - start).count();
-    const double since_previous = std::chrono::duration<double>(finish - previous).count();
-    event.samples_per_s = event.examples / std::max(1e-9, since_previous);
-    user_check(std::isfinite(result.loss), loc)
-        << "the loss is " << (std::isnan(result.loss) ? "NaN" : result.loss > 0 ? "+inf" : "-inf")
-        << " at step " << event.step << " (epoch " << batch.epoch + 1 << ", batch " << batch.index + 1 << " of " << batch.batches_in_epoch << "); training stopped "
-        << "and the last checkpoint written before it is kept; lower the learning rate or clip "
-        << "the gradients (Optimizer::with_clip_by_global_norm)";
-    for (Hook* h : options.hooks) h->after_step(trainer, event);
-    if (batch.index + 1 == batch.batches_in_epoch)
-      for (Hook* h : options.hooks) h->after_epoch(trainer, event);
-    previous = Clock::now();  // the hooks' time (an evaluation) is not the next step's
-  }
-  for (Hook* h : options.hooks) h->end(trainer, event);
-  return event;
+  Loop loop(trainer, pipeline, options, loc);
+  if (is_async(trainer.towers().reduction()) && trainer.towers().size() > 1) fit_free(trainer, loop, loc);
+  else fit_stepwise(trainer, loop, loc);
+  return loop.end();
 }
 
 }  // namespace towerjit

@@ -6,6 +6,14 @@
 //
 // The step number counts batches since the start of training (resumed runs included), so it is
 // the pipeline's position: epoch * batches_per_epoch + batch.
+//
+// Sync towers, and a single async tower, train one batch per trainer.step(). Several async
+// towers run free (the seed's asynchronous trainer): each works through its own slices of the
+// batches and applies after each, up to AsyncTowers::window() batches (or the staleness bound)
+// ahead of the slowest, with no barrier per batch. Their hooks still see every batch once, in
+// order, after all its slices are applied; a step whose hooks use the trainer (see
+// Hook::uses_trainer_at) stops the towers there, so an evaluation or a checkpoint sees the
+// applies of exactly the batches before it and the pipeline's position matches.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +32,8 @@ struct StepEvent {
   int64_t examples = 0;    // in this batch
   double loss = 0;         // the batch's mean loss
   double learning_rate = 0;
-  double seconds = 0;      // wall time of the step (the trainer only, not the pipeline's wait)
+  double seconds = 0;      // wall time of the step (the trainer only, not the pipeline's wait;
+                           // free-running towers: from handing the batch out to its last apply)
   double samples_per_s = 0;  // examples over the wall time since the previous step's hooks
                              // returned: the wait for the batch and the step
   data::PipelinePosition next;  // where the pipeline stands after this batch: a checkpoint's position
@@ -39,6 +48,11 @@ class Hook {
   virtual void after_epoch(TowerTrainer&, const StepEvent&) {}
   // After the last step, also when training stops early (max_steps); not after an error.
   virtual void end(TowerTrainer&, const StepEvent& last) {}
+  // Whether after_step / after_epoch for `upcoming` (all known but its loss, rate and time)
+  // will use the trainer: evaluate, save or read its variables. Free-running async towers
+  // (below) stop before the next batch until such a step's hooks return; otherwise they run on
+  // while the hooks run. A hook that cannot tell answers true, the safe default.
+  virtual bool uses_trainer_at(const StepEvent& upcoming) const { return true; }
 };
 
 struct FitOptions {

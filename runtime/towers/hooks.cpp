@@ -10,6 +10,8 @@
 namespace towerjit {
 namespace {
 
+bool epoch_ends(const StepEvent& e) { return e.batch_in_epoch + 1 == e.batches_per_epoch; }
+
 std::string format(const char* fmt, auto... args) {
   char text[256];
   std::snprintf(text, sizeof text, fmt, args...);
@@ -56,6 +58,10 @@ void EvalHook::end(TowerTrainer& trainer, const StepEvent& last) {
   if (last.step != evaluated_at_ && last.step > 0) evaluate(trainer, last);
 }
 
+bool EvalHook::uses_trainer_at(const StepEvent& e) const {
+  return epoch_ends(e) || (every_ > 0 && e.step % every_ == 0);
+}
+
 void EvalHook::evaluate(TowerTrainer& trainer, const StepEvent& e) {
   last_ = trainer.evaluate(test_images_, test_.labels, ema_weights_);
   evaluated_at_ = e.step;
@@ -91,6 +97,10 @@ void CheckpointHook::after_epoch(TowerTrainer& trainer, const StepEvent& e) { sa
 
 void CheckpointHook::end(TowerTrainer& trainer, const StepEvent& last) {
   if (last.step != saved_at_ && last.step > 0) save(trainer, last);
+}
+
+bool CheckpointHook::uses_trainer_at(const StepEvent& e) const {
+  return epoch_ends(e) || (every_ > 0 && e.step % every_ == 0);
 }
 
 void CheckpointHook::save(TowerTrainer& trainer, const StepEvent& e) {

@@ -21,6 +21,7 @@ class LogHook : public Hook {
   LogHook(report::Progress& progress, report::MetricsWriter* metrics, int64_t every = 10);
   void after_step(TowerTrainer&, const StepEvent& e) override;
   void after_epoch(TowerTrainer&, const StepEvent& e) override;
+  bool uses_trainer_at(const StepEvent&) const override { return false; }
 
  private:
   report::Progress& progress_;
@@ -41,6 +42,7 @@ class EvalHook : public Hook {
   void after_step(TowerTrainer& trainer, const StepEvent& e) override;
   void after_epoch(TowerTrainer& trainer, const StepEvent& e) override;
   void end(TowerTrainer& trainer, const StepEvent& last) override;
+  bool uses_trainer_at(const StepEvent& upcoming) const override;
   const TowerTrainer::Evaluation& last() const { return last_; }
 
  private:
@@ -68,6 +70,7 @@ class CheckpointHook : public Hook {
   void after_step(TowerTrainer& trainer, const StepEvent& e) override;
   void after_epoch(TowerTrainer& trainer, const StepEvent& e) override;
   void end(TowerTrainer& trainer, const StepEvent& last) override;
+  bool uses_trainer_at(const StepEvent& upcoming) const override;
   const std::string& last_path() const { return last_path_; }
 
  private:

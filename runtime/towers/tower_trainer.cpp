@@ -1,7 +1,6 @@
 #include "runtime/towers/tower_trainer.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
 #include <thread>
 
@@ -9,6 +8,7 @@
 #include "jit/passes/cut_collectives.h"
 #include "jit/reference/interpreter.h"
 #include "runtime/report/trace.h"
+#include "runtime/towers/async_towers.h"
 
 namespace towerjit {
 namespace {
@@ -194,47 +194,71 @@ TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, Loc loc) {
   std::vector<std::vector<HostTensor>> outputs(n);
   const bool async = is_async(towers_.reduction());
   const uint64_t step_key = static_cast<uint64_t>(applies_);
+  std::vector<OwnApply> own(async ? n : 0);
   // One tower per thread; an async tower applies as soon as its gradient is ready.
   threads_.parallel_for(n, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
+      if (async) {
+        own[t] = compute_and_apply(static_cast<int>(t), feeds[t], weights[t]);
+        continue;
+      }
       // Dropout masks differ between towers and steps (and repeat on a resumed run).
       report::Trace::Span compute = traced("forward+backward", "compute", static_cast<int>(t));
       compute.arg("examples", result.slices[t]);
       outputs[t] = tower_programs_[t]->run(feeds[t], variables_of(t), step_key * kMaxTowers + t);
-      compute.end();
-      if (async) {
-        const HostFeeds gradients = own_gradients(outputs[t], weights[t]);
-        std::lock_guard lock(apply_mutex_);
-        report::Trace::Span span = traced("apply", "apply", static_cast<int>(t));
-        result.learning_rate = apply(gradients, 0);
-        ++applies_;
-        write_model_updates(outputs, {1.0}, {static_cast<int>(t)}, replicas_[0]);
-      }
     }
   });
-  if (!async) {
-    report::Trace::Span reduce = traced("all-reduce", "communication", kReduceRow);
-    const HostFeeds gradients = all_reduce(outputs, weights);
-    reduce.end();
-    std::vector<int> all(n);
-    for (int t = 0; t < n; ++t) all[t] = t;
-    std::vector<double> by_slice(n);
-    for (int t = 0; t < n; ++t) by_slice[t] = static_cast<double>(result.slices[t]) / examples;
-    // Every replica applies the same reduced gradient (replicated), or the one copy does.
-    const int replicas = static_cast<int>(replicas_.size());
-    std::vector<double> rates(replicas);
-    threads_.parallel_for(replicas, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        report::Trace::Span span = traced("apply", "apply", kApplyRow + static_cast<int>(r));
-        rates[r] = apply(gradients, static_cast<int>(r));
-        write_model_updates(outputs, by_slice, all, replicas_[r]);
-      }
-    });
-    result.learning_rate = rates[0];
-    ++applies_;
+  if (async) {
+    const auto last = std::max_element(own.begin(), own.end(),
+                                       [](const OwnApply& a, const OwnApply& b) { return a.applied_at < b.applied_at; });
+    result.learning_rate = last->learning_rate;
+    for (int t = 0; t < n; ++t) result.loss += static_cast<double>(result.slices[t]) / examples * own[t].loss;
+    return result;
   }
+  report::Trace::Span reduce = traced("all-reduce", "communication", kReduceRow);
+  const HostFeeds gradients = all_reduce(outputs, weights);
+  reduce.end();
+  std::vector<int> all(n);
+  for (int t = 0; t < n; ++t) all[t] = t;
+  std::vector<double> by_slice(n);
+  for (int t = 0; t < n; ++t) by_slice[t] = static_cast<double>(result.slices[t]) / examples;
+  // Every replica applies the same reduced gradient (replicated), or the one copy does.
+  const int replicas = static_cast<int>(replicas_.size());
+  std::vector<double> rates(replicas);
+  threads_.parallel_for(replicas, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      report::Trace::Span span = traced("apply", "apply", kApplyRow + static_cast<int>(r));
+      rates[r] = apply(gradients, static_cast<int>(r));
+      write_model_updates(outputs, by_slice, all, replicas_[r]);
+    }
+  });
+  result.learning_rate = rates[0];
+  ++applies_;
   for (int t = 0; t < n; ++t)
     result.loss += static_cast<double>(result.slices[t]) / examples * outputs[t][0].f32[0];
+  return result;
+}
+
+TowerTrainer::OwnApply TowerTrainer::compute_and_apply(int tower, const HostFeeds& feeds, double scale) {
+  const int64_t read_at = applies_;
+  std::vector<std::vector<HostTensor>> outputs(towers_.size());
+  report::Trace::Span compute = traced("forward+backward", "compute", tower);
+  compute.arg("examples", feeds.begin()->second.shape[0]);
+  // Dropout masks differ between towers and applies.
+  outputs[tower] = tower_programs_[tower]->run(feeds, replicas_[0], static_cast<uint64_t>(read_at) * kMaxTowers + tower);
+  compute.end();
+  const HostFeeds gradients = own_gradients(outputs[tower], scale);
+  std::lock_guard lock(apply_mutex_);
+  OwnApply result{.loss = outputs[tower][0].f32[0], .staleness = applies_ - read_at, .applied_at = applies_};
+  report::Trace::Span span = traced("apply", "apply", tower);
+  span.arg("staleness", result.staleness);
+  if (trace_) trace_->counter("staleness", static_cast<double>(result.staleness));
+  ++async_so_far_.applies;
+  async_so_far_.max_staleness = std::max(async_so_far_.max_staleness, result.staleness);
+  staleness_sum_ += result.staleness;
+  result.learning_rate = apply(gradients, 0);
+  ++applies_;
+  write_model_updates(outputs, {1.0}, {tower}, replicas_[0]);
   return result;
 }
 
@@ -243,60 +267,23 @@ TowerTrainer::AsyncReport TowerTrainer::run_async(
   user_check(is_async(towers_.reduction()), loc)
       << "run_async: the towers are declared " << to_string(towers_.reduction())
       << "; declare them with .reduce(AsyncApply{}) to run them free";
-  const auto bound = std::get<AsyncApply>(towers_.reduction()).max_staleness;
+  AsyncTowers engine(*this);
   const int n = towers_.size();
-  // The scale of an async apply does not depend on slice sizes (1/N or 1).
-  const std::vector<double> weights = reduction_weights(std::vector<int64_t>(n, 1), towers_.reduction(), loc);
-  std::vector<int64_t> done(n, 0);
-  std::condition_variable turn;
-  AsyncReport report;
-  int64_t staleness_sum = 0;
-  std::exception_ptr failure;
-  auto slowest = [&] { return *std::min_element(done.begin(), done.end()); };
-  auto tower = [&](int t) {
-    try {
-      for (int s = 0; s < steps_per_tower; ++s) {
-        int64_t read_at;
-        {
-          std::unique_lock lock(apply_mutex_);
-          // A tower more than k applies ahead of the slowest waits for it.
-          if (bound) turn.wait(lock, [&] { return done[t] - slowest() <= *bound || failure; });
-          if (failure) return;
-          read_at = applies_;
-        }
-        std::vector<std::vector<HostTensor>> outputs(n);
-        report::Trace::Span compute = traced("forward+backward", "compute", t);
-        outputs[t] = tower_programs_[t]->run(batch_for(t, s), replicas_[0],
-                                             static_cast<uint64_t>(read_at) * kMaxTowers + t);
-        compute.end();
-        const HostFeeds gradients = own_gradients(outputs[t], weights[t]);
-        std::lock_guard lock(apply_mutex_);
-        report::Trace::Span span = traced("apply", "apply", t);
-        const int64_t staleness = applies_ - read_at;
-        report.max_staleness = std::max(report.max_staleness, staleness);
-        report.max_lead = std::max(report.max_lead, done[t] - slowest());
-        staleness_sum += staleness;
-        span.arg("staleness", staleness);
-        if (trace_) trace_->counter("staleness", static_cast<double>(staleness));
-        apply(gradients, 0);
-        ++applies_;
-        write_model_updates(outputs, {1.0}, {t}, replicas_[0]);
-        ++done[t];
-        turn.notify_all();
-      }
-    } catch (...) {
-      std::lock_guard lock(apply_mutex_);
-      if (!failure) failure = std::current_exception();
-      turn.notify_all();
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int t = 0; t < n; ++t) threads.emplace_back(tower, t);
-  for (auto& th : threads) th.join();
-  if (failure) std::rethrow_exception(failure);
-  report.applies = static_cast<int64_t>(n) * steps_per_tower;
-  report.mean_staleness = report.applies ? static_cast<double>(staleness_sum) / report.applies : 0;
-  return report;
+  // Steps are queued as the towers take them, at most `window` per tower ahead.
+  const int64_t window = AsyncTowers::window(towers_.reduction());
+  for (int s = 0; s < steps_per_tower; ++s) {
+    for (int t = 0; t < n; ++t) engine.submit(t, batch_for(t, s), s);
+    while (engine.outstanding() > window * n) engine.next_done();
+  }
+  while (engine.outstanding() > 0) engine.next_done();
+  return engine.report();
+}
+
+TowerTrainer::AsyncReport TowerTrainer::async_report() const {
+  std::lock_guard lock(apply_mutex_);
+  AsyncReport r = async_so_far_;
+  r.mean_staleness = r.applies ? static_cast<double>(staleness_sum_) / r.applies : 0;
+  return r;
 }
 
 void TowerTrainer::restore(const HostVariables& values, int64_t applies, Loc loc) {

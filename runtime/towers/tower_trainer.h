@@ -68,8 +68,8 @@ class TowerTrainer {
   StepResult step(const HostFeeds& batch, Loc loc = Loc::current());
 
   // Async towers running free: each tower takes `steps_per_tower` steps on its own batches
-  // (batch_for(tower, step) gives tower `tower`'s slice for its step `step`), applying after
-  // each, with no barrier. With AsyncApply::max_staleness = k, a tower that has applied more
+  // (batch_for(tower, step) gives tower `tower`'s slice for its step `step`; called on this
+  // thread, a few steps ahead of the towers), applying after each, with no barrier. With AsyncApply::max_staleness = k, a tower that has applied more
   // than k times more than the slowest tower waits for it. Errors: a sync strategy.
   struct AsyncReport {
     int64_t applies = 0;
@@ -77,6 +77,9 @@ class TowerTrainer {
     int64_t max_staleness = 0;  // the most applies by others between a tower's read and its apply
     double mean_staleness = 0;
   };
+  // The same over every async apply since the trainer was built (step(), fit(), run_async());
+  // max_lead counts free-running towers only (step() has a barrier per batch).
+  AsyncReport async_report() const;
   AsyncReport run_async(int steps_per_tower, const std::function<HostFeeds(int tower, int step)>& batch_for,
                         Loc loc = Loc::current());
 
@@ -104,16 +107,28 @@ class TowerTrainer {
   void restore(const HostVariables& values, int64_t applies, Loc loc = Loc::current());
 
   const Towers& towers() const { return towers_; }
+  // `batch` cut into consecutive slices of `slices` examples (every input alike). Errors: a
+  // scalar input.
+  std::vector<HostFeeds> slice_batch(const HostFeeds& batch, const std::vector<int64_t>& slices,
+                                     Loc loc = Loc::current()) const;
   int64_t applies() const { return applies_; }  // optimiser applies so far
   // Spans for each tower's compute, the reduction and the applies go to `trace` (null: off).
   void set_trace(report::Trace* trace);
 
  private:
-  std::vector<HostFeeds> slice_batch(const HostFeeds& batch, const std::vector<int64_t>& slices,
-                                     Loc loc) const;
   HostFeeds all_reduce(const std::vector<std::vector<HostTensor>>& outputs,
                        const std::vector<double>& weights);
   HostFeeds own_gradients(std::vector<HostTensor>& outputs, double weight) const;
+  // An async tower's step: its gradients on `feeds` from the shared variables as they are now,
+  // then its own apply (gradients times `scale`) under the apply lock.
+  struct OwnApply {
+    double loss = 0;
+    double learning_rate = 0;
+    int64_t staleness = 0;   // applies by other towers between its read and its apply
+    int64_t applied_at = 0;  // the apply count before this apply
+  };
+  OwnApply compute_and_apply(int tower, const HostFeeds& feeds, double scale);
+  friend class AsyncTowers;
   double apply(const HostFeeds& gradients, int replica);
   HostTensor predict_with(const HostFeeds& inputs, HostVariables& values, Loc loc);
   HostVariables ema_weights_of(const HostVariables& values) const;
@@ -138,8 +153,10 @@ class TowerTrainer {
   std::vector<std::unique_ptr<DeviceProgram>> predict_programs_;  // one per tower, when logits are given
   std::vector<HostVariables> replicas_;  // one copy, or one per tower (replicated sync)
   ThreadPool threads_;
-  std::mutex apply_mutex_;
+  mutable std::mutex apply_mutex_;
   std::atomic<int64_t> applies_ = 0;
+  AsyncReport async_so_far_;   // under apply_mutex_; the mean is computed by async_report()
+  int64_t staleness_sum_ = 0;
   report::Trace* trace_ = nullptr;
 };
 

@@ -2,11 +2,13 @@
 // rate it reports, restore, and fit() with hooks, a NaN stop and a bitwise resume through a
 // checkpoint file.
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <random>
+#include <thread>
 #include <unistd.h>
 
 #include "runtime/checkpoint/checkpoint.h"
@@ -68,6 +70,8 @@ struct Recorder : tj::Hook {
   std::vector<tj::StepEvent> steps;
   std::vector<int64_t> epochs_ended;
   int begins = 0, ends = 0;
+  bool uses_trainer = true;  // false: free-running async towers need not stop for it
+  bool uses_trainer_at(const tj::StepEvent&) const override { return uses_trainer; }
   void begin(tj::TowerTrainer&, const tj::data::PipelinePosition&) override { ++begins; }
   void after_step(tj::TowerTrainer&, const tj::StepEvent& e) override { steps.push_back(e); }
   void after_epoch(tj::TowerTrainer&, const tj::StepEvent& e) override { epochs_ended.push_back(e.epoch); }
@@ -221,4 +225,131 @@ TEST_CASE("a run resumed from a checkpoint file continues bitwise like one never
   CHECK(resumed.trainer->applies() == whole.trainer->applies());
   CHECK(bitwise_equal(resumed.trainer->variables(), whole.trainer->variables()));
   std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+// loss = mean over the batch of image . w: its gradient, the batch mean of the images, does
+// not depend on w, so whatever order async towers apply in, w ends at the sum of the steps.
+struct LinearModel {
+  std::unique_ptr<tj::Graph> graph = std::make_unique<tj::Graph>();
+  std::unique_ptr<tj::TowerTrainer> trainer;
+};
+
+LinearModel linear_model(tj::Towers towers, double lr) {
+  LinearModel m;
+  tj::GraphScope use(*m.graph);
+  auto image = tj::input("image", {kBatch, 784});
+  auto w = tj::variable("w", {784, 1}, {.init = tj::init::zeros()});
+  m.trainer = std::make_unique<tj::TowerTrainer>(*m.graph, tj::mean(tj::matmul(image, w)), std::move(towers), tj::sgd(lr));
+  return m;
+}
+
+// w after every batch of an unshuffled epoch: tower t applies -lr * (1/N) * its slice's mean.
+std::vector<double> linear_model_weights(const tj::data::Dataset& d, const tj::Towers& towers, int64_t batch,
+                                         double lr, int epochs) {
+  std::vector<double> w(784, 0.0);
+  const int64_t n = d.images.shape[0];
+  for (int e = 0; e < epochs; ++e)
+    for (int64_t first = 0; first < n; first += batch) {
+      int64_t row = first;
+      for (int64_t slice : towers.slices(std::min(batch, n - first))) {
+        for (int j = 0; j < 784; ++j) {
+          double mean = 0;
+          for (int64_t r = row; r < row + slice; ++r) mean += d.images.f32[r * 784 + j];
+          w[j] -= lr / towers.size() * mean / slice;
+        }
+        row += slice;
+      }
+    }
+  return w;
+}
+
+// In its first after_step, waits (20 s at most) until the towers have applied `target` times:
+// only towers that go on past a batch while its hooks run get there.
+struct WaitForTowers : tj::Hook {
+  int64_t target = 0;
+  bool reached = false;
+  void after_step(tj::TowerTrainer& trainer, const tj::StepEvent& e) override {
+    if (e.step != 1) return;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (trainer.applies() < target && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    reached = trainer.applies() >= target;
+  }
+  bool uses_trainer_at(const tj::StepEvent&) const override { return false; }
+};
+
+// At every third step and each epoch's end the hook uses the trainer: it records the applies
+// it sees there.
+struct QuietProbe : tj::Hook {
+  std::vector<std::pair<int64_t, int64_t>> seen;  // (step, applies)
+  bool uses_trainer_at(const tj::StepEvent& e) const override {
+    return e.step % 3 == 0 || e.batch_in_epoch + 1 == e.batches_per_epoch;
+  }
+  void after_step(tj::TowerTrainer& trainer, const tj::StepEvent& e) override {
+    if (uses_trainer_at(e)) seen.emplace_back(e.step, trainer.applies());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("fit runs several async towers free, and reports every batch once, in order", "[towers][runtime]") {
+  const auto data = random_dataset(160, 11);
+  const auto towers = cpu_towers(3).reduce(tj::AsyncApply{});
+  LinearModel m = linear_model(towers, 0.1);
+  tj::data::BatchPipeline pipeline(data, {.batch = 16, .shuffle = false});  // 10 batches: 5 + 5 + 6
+  WaitForTowers wait;
+  wait.target = 3 * 4;  // the towers' applies of four batches, while step 1's hooks run
+  Recorder r;
+  r.uses_trainer = false;
+  const auto last = tj::fit(*m.trainer, pipeline, {.epochs = 2, .hooks = {&wait, &r}});
+  CHECK(wait.reached);
+  REQUIRE(r.steps.size() == 20);
+  for (int64_t i = 0; i < 20; ++i) {
+    CHECK(r.steps[i].step == i + 1);
+    CHECK(r.steps[i].examples == 16);
+    CHECK(std::isfinite(r.steps[i].loss));
+  }
+  CHECK(r.epochs_ended == std::vector<int64_t>{0, 1});
+  CHECK(r.ends == 1);
+  CHECK(last.next == tj::data::PipelinePosition{2, 0});
+  // Every slice applied once, none lost.
+  CHECK(m.trainer->applies() == 60);
+  CHECK(m.trainer->async_report().applies == 60);
+  const std::vector<double> expected = linear_model_weights(data, towers, 16, 0.1, 2);
+  for (int j = 0; j < 784; ++j) CHECK(m.trainer->variables().at("w").f32[j] == Approx(expected[j]).epsilon(1e-4).margin(1e-6));
+}
+
+TEST_CASE("free-running towers stop where a hook uses the trainer, and keep the staleness bound", "[towers][runtime]") {
+  const auto data = random_dataset(70, 12);
+  for (std::optional<int64_t> bound : {std::optional<int64_t>(), std::optional<int64_t>(0), std::optional<int64_t>(1)}) {
+    const auto towers = cpu_towers(3).reduce(tj::AsyncApply{.max_staleness = bound});
+    LinearModel m = linear_model(towers, 0.05);
+    tj::data::BatchPipeline pipeline(data, {.batch = 9, .shuffle = false});  // 8 batches, the last of 7
+    QuietProbe probe;
+    tj::fit(*m.trainer, pipeline, {.epochs = 2, .hooks = {&probe}});
+    INFO("bound " << (bound ? std::to_string(*bound) : "none"));
+    // Steps 3, 6, 8 (epoch end), 9, 12, 15, 16: exactly the applies of the batches before.
+    REQUIRE(probe.seen.size() == 7);
+    for (const auto& [step, applies] : probe.seen) CHECK(applies == 3 * step);
+    const auto report = m.trainer->async_report();
+    CHECK(report.applies == 48);
+    if (bound) CHECK(report.max_lead <= *bound);
+    const std::vector<double> expected = linear_model_weights(data, towers, 9, 0.05, 2);
+    for (int j = 0; j < 784; ++j) CHECK(m.trainer->variables().at("w").f32[j] == Approx(expected[j]).epsilon(1e-4).margin(1e-6));
+  }
+}
+
+TEST_CASE("free-running towers stop on a non-finite loss with no hook seeing it", "[towers][runtime]") {
+  const auto data = random_dataset(40, 9);
+  Model m = make_model(cpu_towers(2).reduce(tj::AsyncApply{}), tj::sgd(1e30));
+  tj::data::BatchPipeline pipeline(data, {.batch = 10, .shuffle = false});
+  Recorder r;
+  r.uses_trainer = false;
+  CHECK_THROWS_WITH(tj::fit(*m.trainer, pipeline, {.epochs = 1, .hooks = {&r}}),
+                    Catch::Contains("the loss is") && Catch::Contains("training stopped"));
+  for (const auto& e : r.steps) CHECK(std::isfinite(e.loss));
+  CHECK(r.steps.size() < 4);
+  CHECK(r.ends == 0);
 }

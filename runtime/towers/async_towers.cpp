@@ -1,0 +1,111 @@
+#include "runtime/towers/async_towers.h"
+
+#include <algorithm>
+#include <variant>
+
+namespace towerjit {
+namespace {
+
+std::vector<double> async_scales(const Towers& towers) {
+  // The scale of an async apply does not depend on slice sizes (1/N or 1).
+  return reduction_weights(std::vector<int64_t>(towers.size(), 1), towers.reduction());
+}
+
+}  // namespace
+
+AsyncTowers::AsyncTowers(TowerTrainer& trainer)
+    : trainer_(trainer),
+      bound_(std::get<AsyncApply>(trainer.towers().reduction()).max_staleness),
+      scales_(async_scales(trainer.towers())),
+      queues_(trainer.towers().size()),
+      completed_(trainer.towers().size(), 0) {
+  for (int t = 0; t < trainer.towers().size(); ++t) threads_.emplace_back(&AsyncTowers::run, this, t);
+}
+
+AsyncTowers::~AsyncTowers() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  work_.notify_all();
+  for (std::thread& t : threads_) t.join();
+  std::lock_guard lock(trainer_.apply_mutex_);
+  trainer_.async_so_far_.max_lead = std::max(trainer_.async_so_far_.max_lead, report_.max_lead);
+}
+
+int64_t AsyncTowers::window(const Reduction& reduction) {
+  const auto bound = std::get<AsyncApply>(reduction).max_staleness;
+  return std::max<int64_t>(8, bound ? *bound + 2 : 0);
+}
+
+void AsyncTowers::submit(int tower, HostFeeds feeds, int64_t tag) {
+  {
+    std::lock_guard lock(mutex_);
+    queues_[tower].emplace_back(tag, std::move(feeds));
+    ++outstanding_;
+  }
+  work_.notify_all();
+}
+
+AsyncTowers::Done AsyncTowers::next_done() {
+  std::unique_lock lock(mutex_);
+  finished_.wait(lock, [&] { return !done_.empty() || failure_; });
+  if (failure_) std::rethrow_exception(failure_);
+  Done d = done_.front();
+  done_.pop_front();
+  --outstanding_;
+  return d;
+}
+
+int64_t AsyncTowers::outstanding() const {
+  std::lock_guard lock(mutex_);
+  return outstanding_;
+}
+
+TowerTrainer::AsyncReport AsyncTowers::report() const {
+  std::lock_guard lock(mutex_);
+  TowerTrainer::AsyncReport r = report_;
+  r.mean_staleness = r.applies ? static_cast<double>(staleness_sum_) / r.applies : 0;
+  return r;
+}
+
+int64_t AsyncTowers::slowest() const { return *std::min_element(completed_.begin(), completed_.end()); }
+
+void AsyncTowers::run(int tower) {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    // Work to do, and (with a bound k) no more than k pieces ahead of the slowest tower.
+    work_.wait(lock, [&] {
+      return stopping_ || failure_ ||
+             (!queues_[tower].empty() && (!bound_ || completed_[tower] - slowest() <= *bound_));
+    });
+    if (stopping_ || failure_) return;
+    auto [tag, feeds] = std::move(queues_[tower].front());
+    queues_[tower].pop_front();
+    lock.unlock();
+    Done done{.tower = tower, .tag = tag};
+    try {
+      const TowerTrainer::OwnApply applied = trainer_.compute_and_apply(tower, feeds, scales_[tower]);
+      done.loss = applied.loss;
+      done.learning_rate = applied.learning_rate;
+      done.staleness = applied.staleness;
+    } catch (...) {
+      lock.lock();
+      if (!failure_) failure_ = std::current_exception();
+      work_.notify_all();
+      finished_.notify_all();
+      return;
+    }
+    lock.lock();
+    report_.max_lead = std::max(report_.max_lead, completed_[tower] - slowest());
+    report_.max_staleness = std::max(report_.max_staleness, done.staleness);
+    staleness_sum_ += done.staleness;
+    ++report_.applies;
+    ++completed_[tower];
+    done_.push_back(done);
+    work_.notify_all();  // a tower waiting on this one's lead may go on
+    finished_.notify_all();
+  }
+}
+
+}  // namespace towerjit
