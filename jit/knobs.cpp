@@ -33,6 +33,7 @@ static bool switched_on(const char* name) {
 
 bool cache_enabled() { return switched_on("TOWERJIT_CACHE"); }
 bool group_kernels_enabled() { return switched_on("TOWERJIT_GROUP_KERNELS"); }
+bool pin_towers() { return switched_on("TOWERJIT_PIN_TOWERS"); }
 DirectConv direct_conv() {
   if (!switched_on("TOWERJIT_DIRECT_CONV")) return DirectConv::off;
   return lower(read("TOWERJIT_DIRECT_CONV").value_or("")) == "avx2" ? DirectConv::avx2 : DirectConv::widest;

@@ -27,6 +27,11 @@ bool group_kernels_enabled();
 enum class DirectConv { widest, avx2, off };
 DirectConv direct_conv();
 
+// TOWERJIT_PIN_TOWERS: "off" (also "0", "false", "no") leaves CPU towers' threads free to run
+// on any core; by default each CPU tower's threads are pinned to a group of cores of its own
+// (runtime/cpu_affinity.h). Default: on.
+bool pin_towers();
+
 // TOWERJIT_CACHE_DIR: puts the compile cache in this directory instead of the default
 // (tests point it at a fresh temporary directory). Unset or empty: not set.
 std::optional<std::string> cache_dir_override();

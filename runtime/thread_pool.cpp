@@ -1,14 +1,16 @@
 #include "runtime/thread_pool.h"
 
+#include "runtime/cpu_affinity.h"
 #include "runtime/flush_denormals.h"
 
 #include <algorithm>
 
 namespace towerjit {
 
-ThreadPool::ThreadPool(int threads) {
+ThreadPool::ThreadPool(int threads, std::vector<std::vector<int>> pins) {
   if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
+  pins.resize(threads);
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i, pin = std::move(pins[i])] { work(i, pin); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -56,8 +58,9 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   if (error_) std::rethrow_exception(error_);
 }
 
-void ThreadPool::work(int index) {
+void ThreadPool::work(int index, std::vector<int> pin) {
   const FlushDenormals flush;  // the pool's threads only ever compute for towerjit
+  pin_current_thread(pin);
   uint64_t seen = 0;
   for (;;) {
     std::unique_lock lock(mutex_);

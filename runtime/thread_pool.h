@@ -14,8 +14,10 @@ namespace towerjit {
 
 class ThreadPool {
  public:
-  // `threads` workers including the caller; 0 means one per hardware thread.
-  explicit ThreadPool(int threads = 0);
+  // `threads` workers including the caller; 0 means one per hardware thread. Worker i (1 ..
+  // threads-1; 0 is the caller, whose thread the pool leaves alone) runs on the cores
+  // `pins[i]` when given and not empty (runtime/cpu_affinity.h).
+  explicit ThreadPool(int threads = 0, std::vector<std::vector<int>> pins = {});
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -28,7 +30,7 @@ class ThreadPool {
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& body);
 
  private:
-  void work(int index);
+  void work(int index, std::vector<int> pin);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;

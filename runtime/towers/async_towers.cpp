@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <variant>
 
+#include "runtime/cpu_affinity.h"
+
 namespace towerjit {
 namespace {
 
@@ -72,6 +74,7 @@ TowerTrainer::AsyncReport AsyncTowers::report() const {
 int64_t AsyncTowers::slowest() const { return *std::min_element(completed_.begin(), completed_.end()); }
 
 void AsyncTowers::run(int tower) {
+  if (trainer_.pinned_) pin_current_thread(trainer_.tower_cores_[tower]);
   std::unique_lock lock(mutex_);
   while (true) {
     // Work to do, and (with a bound k) no more than k pieces ahead of the slowest tower.

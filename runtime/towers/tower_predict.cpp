@@ -55,9 +55,7 @@ HostTensor TowerTrainer::predict_with(const HostFeeds& inputs, HostVariables& va
   const std::vector<HostFeeds> feeds = slice_batch(inputs, slices, loc);
   std::vector<HostTensor> parts(slices.size());
   // Variables are only read here, so every tower may share one copy.
-  threads_.parallel_for(used, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) parts[t] = std::move(predict_programs_[t]->run(feeds[t], values)[0]);
-  });
+  on_tower_threads(used, [&](int t) { parts[t] = std::move(predict_programs_[t]->run(feeds[t], values)[0]); });
   Shape shape = parts[0].shape;
   shape[0] = examples;
   HostTensor all(shape);

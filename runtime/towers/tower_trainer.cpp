@@ -5,8 +5,10 @@
 #include <thread>
 
 #include "dsl/error.h"
+#include "jit/knobs.h"
 #include "jit/passes/cut_collectives.h"
 #include "jit/reference/interpreter.h"
+#include "runtime/cpu_affinity.h"
 #include "runtime/report/trace.h"
 #include "runtime/towers/async_towers.h"
 
@@ -31,6 +33,18 @@ HostTensor scalar(double v) {
   return t;
 }
 
+// Each CPU tower's cores: disjoint groups of the process's cores (runtime/cpu_affinity.h);
+// none for GPU towers, whose threads mostly wait.
+std::vector<std::vector<int>> cores_of_towers(const Towers& towers) {
+  int cpu_towers = 0;
+  for (const Device& d : towers.devices()) cpu_towers += d.kind == DeviceKind::cpu;
+  const std::vector<std::vector<int>> groups = tower_cores(cpu_towers, allowed_cores());
+  std::vector<std::vector<int>> out(towers.size());
+  for (int t = 0, k = 0; t < towers.size(); ++t)
+    if (towers.devices()[t].kind == DeviceKind::cpu) out[t] = groups[k++];
+  return out;
+}
+
 // Trace rows: towers 0..N-1, then the reduction, then each replica's apply.
 constexpr int kReduceRow = 1000;
 constexpr int kApplyRow = 1001;
@@ -39,19 +53,20 @@ constexpr int kApplyRow = 1001;
 
 TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optimizer& optimizer,
                            TowerTrainerOptions options, Loc loc)
-    : towers_(std::move(towers)), has_ema_(options.ema.has_value()), threads_(towers_.size()) {
+    : towers_(std::move(towers)),
+      has_ema_(options.ema.has_value()),
+      tower_cores_(cores_of_towers(towers_)),
+      pinned_(knobs::pin_towers()),
+      threads_(towers_.size(), pinned_ ? tower_cores_ : std::vector<std::vector<int>>{}) {
   const TowerProgram program = build_tower_program(graph, loss, optimizer, options.ema, loc);
   model_updates_ = program.model_updates;
   gradient_inputs_ = program.gradient_inputs;
   // The towers' program: the loss and every gradient, for any slice size.
-  // The cores are shared out among the CPU towers (GPU towers' threads mostly wait).
-  int cpu_towers = 0;
-  for (const Device& d : towers_.devices()) cpu_towers += d.kind == DeviceKind::cpu;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int per_tower = cpu_towers > 0 ? std::max(1, cores / cpu_towers) : 1;
+  // A CPU tower with several cores of its own splits its loops and products over them.
   for (int t = 0; t < towers_.size(); ++t) {
-    const bool own_pool = towers_.devices()[t].kind == DeviceKind::cpu && per_tower > 1;
-    tower_pools_.push_back(own_pool ? std::make_unique<ThreadPool>(per_tower) : nullptr);
+    const int cores = static_cast<int>(tower_cores_[t].size());
+    std::vector<std::vector<int>> pins(pinned_ ? cores : 0, tower_cores_[t]);
+    tower_pools_.push_back(cores > 1 ? std::make_unique<ThreadPool>(cores, std::move(pins)) : nullptr);
   }
   for (int t = 0; t < towers_.size(); ++t)
     tower_programs_.push_back(
@@ -195,18 +210,16 @@ TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, Loc loc) {
   const bool async = is_async(towers_.reduction());
   const uint64_t step_key = static_cast<uint64_t>(applies_);
   std::vector<OwnApply> own(async ? n : 0);
-  // One tower per thread; an async tower applies as soon as its gradient is ready.
-  threads_.parallel_for(n, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      if (async) {
-        own[t] = compute_and_apply(static_cast<int>(t), feeds[t], weights[t]);
-        continue;
-      }
-      // Dropout masks differ between towers and steps (and repeat on a resumed run).
-      report::Trace::Span compute = traced("forward+backward", "compute", static_cast<int>(t));
-      compute.arg("examples", result.slices[t]);
-      outputs[t] = tower_programs_[t]->run(feeds[t], variables_of(t), step_key * kMaxTowers + t);
+  // An async tower applies as soon as its gradient is ready.
+  on_tower_threads(n, [&](int t) {
+    if (async) {
+      own[t] = compute_and_apply(t, feeds[t], weights[t]);
+      return;
     }
+    // Dropout masks differ between towers and steps (and repeat on a resumed run).
+    report::Trace::Span compute = traced("forward+backward", "compute", t);
+    compute.arg("examples", result.slices[t]);
+    outputs[t] = tower_programs_[t]->run(feeds[t], variables_of(t), step_key * kMaxTowers + t);
   });
   if (async) {
     const auto last = std::max_element(own.begin(), own.end(),
@@ -225,18 +238,25 @@ TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, Loc loc) {
   // Every replica applies the same reduced gradient (replicated), or the one copy does.
   const int replicas = static_cast<int>(replicas_.size());
   std::vector<double> rates(replicas);
-  threads_.parallel_for(replicas, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      report::Trace::Span span = traced("apply", "apply", kApplyRow + static_cast<int>(r));
-      rates[r] = apply(gradients, static_cast<int>(r));
-      write_model_updates(outputs, by_slice, all, replicas_[r]);
-    }
+  on_tower_threads(replicas, [&](int r) {
+    report::Trace::Span span = traced("apply", "apply", kApplyRow + r);
+    rates[r] = apply(gradients, r);
+    write_model_updates(outputs, by_slice, all, replicas_[r]);
   });
   result.learning_rate = rates[0];
   ++applies_;
   for (int t = 0; t < n; ++t)
     result.loss += static_cast<double>(result.slices[t]) / examples * outputs[t][0].f32[0];
   return result;
+}
+
+// Tower t's work on its thread (thread t of threads_, pinned to the tower's cores); the
+// caller's thread runs tower 0's, pinned to tower 0's cores meanwhile.
+void TowerTrainer::on_tower_threads(int count, const std::function<void(int)>& body) {
+  const ScopedPin pin(pinned_ ? tower_cores_[0] : std::vector<int>{});
+  threads_.parallel_for(threads_.size(), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < std::min<int64_t>(end, count); ++t) body(static_cast<int>(t));
+  });
 }
 
 TowerTrainer::OwnApply TowerTrainer::compute_and_apply(int tower, const HostFeeds& feeds, double scale) {

@@ -1,6 +1,7 @@
 // Training over CPU towers: each tower runs the same compiled forward and backward program on
-// its slice of the batch, on a thread of its own; then the strategy decides how the gradients
-// reach the variables.
+// its slice of the batch, on a thread of its own pinned to cores of its own (the process's
+// cores shared out among the CPU towers; a tower with several splits its loops and products
+// over them); then the strategy decides how the gradients reach the variables.
 //   sync (SyncAverage, SyncPerTowerMean, SyncSum): the towers' gradients are combined with
 //     reduction_weights() by an in-process all-reduce in a fixed tower order (bitwise
 //     reproducible), then
@@ -107,6 +108,10 @@ class TowerTrainer {
   void restore(const HostVariables& values, int64_t applies, Loc loc = Loc::current());
 
   const Towers& towers() const { return towers_; }
+  // The cores CPU tower `tower`'s threads run on, pinned unless TOWERJIT_PIN_TOWERS=off (a
+  // group of the process's cores of its own while there are as many cores as CPU towers);
+  // empty for a GPU tower.
+  const std::vector<int>& cores_of(int tower) const { return tower_cores_.at(tower); }
   // `batch` cut into consecutive slices of `slices` examples (every input alike). Errors: a
   // scalar input.
   std::vector<HostFeeds> slice_batch(const HostFeeds& batch, const std::vector<int64_t>& slices,
@@ -136,6 +141,7 @@ class TowerTrainer {
                            const std::vector<double>& weights, const std::vector<int>& towers,
                            HostVariables& target);
   report::Trace::Span traced(std::string_view name, std::string_view category, int row);
+  void on_tower_threads(int count, const std::function<void(int)>& body);
   bool replicated() const { return replicas_.size() > 1; }
   HostVariables& variables_of(int tower) { return replicas_[replicated() ? tower : 0]; }
 
@@ -145,6 +151,10 @@ class TowerTrainer {
   bool has_ema_ = false;
   std::map<std::string, std::string> ema_shadows_;  // variable -> its EMA shadow
   std::vector<std::string> gradient_inputs_;
+  // Each CPU tower's cores (empty for GPU towers), and whether its threads are pinned to them
+  // (TOWERJIT_PIN_TOWERS).
+  std::vector<std::vector<int>> tower_cores_;
+  bool pinned_ = true;
   // A CPU tower's own threads for its loops and products when the machine has more cores than
   // CPU towers (one tower on 2 cores: a pool of 2); none when each tower has one core.
   std::vector<std::unique_ptr<ThreadPool>> tower_pools_;
