@@ -32,6 +32,12 @@ DirectConv direct_conv();
 // (runtime/cpu_affinity.h). Default: on.
 bool pin_towers();
 
+// TOWERJIT_GPU_VARIABLES: "on" (also "1", "true", "yes") keeps the variables of sync towers that
+// are all GPUs on the GPUs, reduces and applies there (runtime/towers/gpu_resident_sync.h).
+// Default: off — the variables live in host memory and the CPU reduces and applies — until
+// the path has been measured on GPUs.
+bool gpu_variables();
+
 // TOWERJIT_CACHE_DIR: puts the compile cache in this directory instead of the default
 // (tests point it at a fresh temporary directory). Unset or empty: not set.
 std::optional<std::string> cache_dir_override();

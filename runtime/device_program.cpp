@@ -1,5 +1,6 @@
 #include "runtime/device_program.h"
 
+#include <type_traits>
 #include <utility>
 
 #include "runtime/cpu/cpu_program.h"
@@ -16,6 +17,10 @@ class On : public DeviceProgram {
   explicit On(Args&&... args) : program_(std::forward<Args>(args)...) {}
   std::vector<HostTensor> run(const HostFeeds& feeds, HostVariables& variables, uint64_t step) override {
     return program_.run(feeds, variables, step);
+  }
+  CudaProgram* cuda() override {
+    if constexpr (std::is_same_v<Program, CudaProgram>) return &program_;
+    return nullptr;
   }
 
  private:

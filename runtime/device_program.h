@@ -14,12 +14,16 @@
 
 namespace towerjit {
 
+class CudaProgram;
+
 class DeviceProgram {
  public:
   virtual ~DeviceProgram() = default;
   // As CpuProgram::run and CudaProgram::run with host feeds and host variables (a GPU program
   // copies the variables up, and those its update ops write back down).
   virtual std::vector<HostTensor> run(const HostFeeds& feeds, HostVariables& variables, uint64_t step = 0) = 0;
+  // The CUDA program underneath, for runtimes that keep tensors on the GPU; null on a CPU.
+  virtual CudaProgram* cuda() { return nullptr; }
 
   // Compiles what `fetches` need for `device` (no update ops). A CPU program splits its work
   // over `pool` (none: the calling thread). Errors (towerjit::Error at `loc`): a GPU the

@@ -198,3 +198,46 @@ TEST_CASE("fake driver: GPU towers, two sharing gpu:0 and one beside a CPU tower
     CHECK(trainer.predict({{"x", values({9, 3}, 0)}}).shape == tj::Shape{9, 3});
   }
 }
+
+TEST_CASE("fake driver: sync GPU towers keeping the variables on the GPU reduce and apply there",
+          "[.fake_driver]") {
+  // TOWERJIT_GPU_VARIABLES=on: two towers share gpu:0, so the step is the towers' programs,
+  // the in-device reduce program and the apply program, all launched on the GPU, with the
+  // variables never crossing to the host until asked for. Kernels do not run here, so the
+  // GPU's copy keeps what was uploaded: restore() then variables() must give it back through
+  // the device (the gpu test "...variables kept on the GPU..." checks the numbers).
+  const Fake fake;
+  tj::HostTensor labels_in({9}, tj::DType::i32);
+  for (int i = 0; i < 9; ++i) labels_in.i32[i] = i % 3;
+  const tj::HostFeeds batch{{"x", values({9, 3}, 0)}, {"labels", labels_in}};
+  auto launches_per_step = [&](bool on_gpu) {
+    tj::Graph g;  // a trainer adds its gradients and apply to the graph: one each
+    tj::GraphScope use(g);
+    auto x = tj::input("x", {kBatch, 3});
+    auto labels = tj::input("labels", {kBatch}, tj::DType::i32);
+    auto logits = x * tj::variable("w", {3}) + tj::variable("b", {3});
+    auto loss = tj::mean(tj::softmax_cross_entropy(logits, labels));
+    ::setenv("TOWERJIT_GPU_VARIABLES", on_gpu ? "on" : "off", 1);
+    tj::TowerTrainer trainer(g, loss, tj::Towers{tj::gpu(0), tj::gpu(0)}, tj::momentum(0.1, 0.9), {.logits = logits});
+    ::unsetenv("TOWERJIT_GPU_VARIABLES");
+    fake.reset();
+    const auto result = trainer.step(batch);
+    CHECK(result.slices == std::vector<int64_t>{4, 5});
+    CHECK(trainer.applies() == 1);
+    const int launched = fake.launches();
+    if (on_gpu) {
+      tj::HostVariables moved = trainer.variables();
+      for (auto& [name, t] : moved)
+        for (float& v : t.f32) v = 0.25f;
+      trainer.restore(moved, 1);
+      trainer.step(batch);
+      for (const auto& [name, t] : trainer.variables())
+        for (float v : t.f32) CHECK(v == 0.25f);  // uploaded, kept on the GPU, downloaded
+      CHECK(trainer.predict({{"x", values({9, 3}, 0)}}).shape == tj::Shape{9, 3});
+    }
+    return launched;
+  };
+  const int on_host = launches_per_step(false), on_gpu = launches_per_step(true);
+  INFO("launches per step: variables on the host " << on_host << ", on the GPU " << on_gpu);
+  CHECK(on_gpu > on_host);  // the reduction and the apply run on the GPU
+}

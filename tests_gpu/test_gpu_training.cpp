@@ -2,6 +2,7 @@
 // ops) equals the CPU backend's after 20 steps; weights kept on the device give the same
 // bits as weights copied in and out every step; a run is bitwise reproducible; and two
 // towers sharing one GPU, each on its own stream and thread, compute what each computes alone.
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -136,8 +137,10 @@ TEST_CASE("GPU: two towers sharing one GPU on their own streams compute what eac
 }
 
 TEST_CASE("GPU: GPU towers train as CPU towers do (sync average, 20 steps, uneven split)", "[gpu]") {
-  // Two towers sharing gpu:0 against two CPU towers: the same slices (7 + 8 of 15), the same
-  // host all-reduce and apply; only the towers' forward and backward run on the GPU.
+  // Two towers sharing gpu:0 against two CPU towers: the same slices (7 + 8 of 15). With the
+  // variables on the host, the same host all-reduce and apply, only the towers' forward and
+  // backward on the GPU; with TOWERJIT_GPU_VARIABLES=on, the in-device reduction and the apply
+  // on the GPU too, the variables staying there.
   auto train = [](tj::Towers towers) {
     tj::Graph g;
     tj::GraphScope use(g);
@@ -150,10 +153,15 @@ TEST_CASE("GPU: GPU towers train as CPU towers do (sync average, 20 steps, uneve
     for (int k = 0; k < 20; ++k) losses.push_back(trainer.step(batch_feeds(15, 500 + k)).loss);
     return std::make_pair(losses, trainer.variables());
   };
-  const auto [gpu_losses, gpu_vars] = train(tj::Towers{tj::gpu(0), tj::gpu(0)});
   const auto [cpu_losses, cpu_vars] = train(tj::Towers{tj::cpu(0), tj::cpu(1)});
-  for (size_t k = 0; k < cpu_losses.size(); ++k) CHECK(gpu_losses[k] == Approx(cpu_losses[k]).epsilon(1e-4));
-  for (const auto& [name, t] : cpu_vars)
-    for (int64_t i = 0; i < t.size(); ++i)
-      CHECK(gpu_vars.at(name).f32[i] == Approx(t.f32[i]).epsilon(1e-4).margin(1e-5));
+  for (const char* variables_on_gpu : {"off", "on"}) {
+    ::setenv("TOWERJIT_GPU_VARIABLES", variables_on_gpu, 1);
+    const auto [gpu_losses, gpu_vars] = train(tj::Towers{tj::gpu(0), tj::gpu(0)});
+    ::unsetenv("TOWERJIT_GPU_VARIABLES");
+    INFO("TOWERJIT_GPU_VARIABLES=" << variables_on_gpu);
+    for (size_t k = 0; k < cpu_losses.size(); ++k) CHECK(gpu_losses[k] == Approx(cpu_losses[k]).epsilon(1e-4));
+    for (const auto& [name, t] : cpu_vars)
+      for (int64_t i = 0; i < t.size(); ++i)
+        CHECK(gpu_vars.at(name).f32[i] == Approx(t.f32[i]).epsilon(1e-4).margin(1e-5));
+  }
 }

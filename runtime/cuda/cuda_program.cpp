@@ -217,7 +217,8 @@ void CudaProgram::queue_steps(const std::vector<CUdeviceptr>& base, int64_t batc
 
 std::vector<HostTensor> CudaProgram::execute(const DeviceFeeds& feeds, DeviceVariables& variables, int64_t batch,
                                              uint64_t step, const std::vector<Transfer>& uploads,
-                                             const std::vector<Transfer>& downloads, Loc loc) {
+                                             const std::vector<Transfer>& downloads, Loc loc,
+                                             std::vector<DeviceTensor>* device_fetches) {
   const cuda::DriverApi& api = cuda::require_driver(loc);
   device_->make_current();
   prepare(batch);
@@ -226,8 +227,16 @@ std::vector<HostTensor> CudaProgram::execute(const DeviceFeeds& feeds, DeviceVar
   // Everything that crosses to or from the host goes through one page-locked block, laid out
   // now (so it never grows while copies are queued): uploads, then on the way back the
   // fetches, the caller's downloads and the one-hot slots.
+  // The fetches come back to the host, or (device_fetches) into device tensors of their own,
+  // which outlive the arena's next run.
   std::vector<HostTensor> out;
-  for (int f : program_.fetches) out.emplace_back(program_.buffers[f].shape.bind(batch), program_.buffers[f].dtype);
+  if (device_fetches) {
+    device_fetches->clear();
+    for (int f : program_.fetches)
+      device_fetches->push_back(empty_device_tensor(*device_, program_.buffers[f].shape.bind(batch), program_.buffers[f].dtype));
+  } else {
+    for (int f : program_.fetches) out.emplace_back(program_.buffers[f].shape.bind(batch), program_.buffers[f].dtype);
+  }
   std::vector<uint64_t> slots(one_hot_calls_.size());
   std::vector<Transfer> back;  // host = the final destination; device = the source
   for (size_t i = 0; i < out.size(); ++i)
@@ -249,6 +258,12 @@ std::vector<HostTensor> CudaProgram::execute(const DeviceFeeds& feeds, DeviceVar
       at += align64(t.bytes);
     }
     queue_steps(base, batch, step, loc);
+    if (device_fetches)
+      for (size_t i = 0; i < device_fetches->size(); ++i) {
+        DeviceTensor& d = (*device_fetches)[i];
+        cuda::check_cuda(api.MemcpyDtoDAsync(d.ptr(), base[program_.fetches[i]], d.bytes(), stream_->handle()),
+                         "cuMemcpyDtoDAsync", "", loc);
+      }
     for (const Transfer& t : back) {
       cuda::check_cuda(api.MemcpyDtoHAsync(staging + at, t.device, t.bytes, stream_->handle()), "cuMemcpyDtoHAsync",
                        "", loc);
@@ -313,6 +328,24 @@ std::vector<HostTensor> CudaProgram::run(const DeviceFeeds& feeds, DeviceVariabl
   cuda::require_driver(loc);
   const int64_t batch = bind_batch(feeds, loc);
   return execute(feeds, variables, batch, step, {}, {}, loc);
+}
+
+std::vector<DeviceTensor> CudaProgram::run_to_device(const HostFeeds& feeds, DeviceVariables& variables,
+                                                     uint64_t step, Loc loc) {
+  cuda::require_driver(loc);
+  const int64_t batch = bind_batch(feeds, loc);
+  std::vector<DeviceTensor> fetched;
+  execute(host_feeds_, variables, batch, step, stage_feeds(feeds), {}, loc, &fetched);
+  return fetched;
+}
+
+std::vector<DeviceTensor> CudaProgram::run_to_device(const DeviceFeeds& feeds, DeviceVariables& variables,
+                                                     uint64_t step, Loc loc) {
+  cuda::require_driver(loc);
+  const int64_t batch = bind_batch(feeds, loc);
+  std::vector<DeviceTensor> fetched;
+  execute(feeds, variables, batch, step, {}, {}, loc, &fetched);
+  return fetched;
 }
 
 int64_t CudaProgram::peak_bytes(int64_t batch) const { return plan_buffers(program_, batch).arena_bytes; }

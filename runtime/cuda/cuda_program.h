@@ -54,6 +54,12 @@ class CudaProgram {
                               Loc loc = Loc::current());
   std::vector<HostTensor> run(const DeviceFeeds& feeds, DeviceVariables& variables, uint64_t step = 0,
                               Loc loc = Loc::current());
+  // The same, with the fetches left on this program's device, each in a tensor of its own (the
+  // tower runtime reduces gradients there without a trip through the host).
+  std::vector<DeviceTensor> run_to_device(const HostFeeds& feeds, DeviceVariables& variables, uint64_t step = 0,
+                                          Loc loc = Loc::current());
+  std::vector<DeviceTensor> run_to_device(const DeviceFeeds& feeds, DeviceVariables& variables, uint64_t step = 0,
+                                          Loc loc = Loc::current());
 
   const kir::Program& program() const { return program_; }
   const cuda::CudaModule& module() const { return module_; }  // the .cu text and launch shapes
@@ -81,10 +87,11 @@ class CudaProgram {
   int64_t bind_batch(const Feeds& feeds, Loc loc) const;
   std::vector<CUdeviceptr> bind_buffers(const DeviceFeeds& feeds, DeviceVariables& variables, int64_t batch);
   // Queues `uploads`, the steps, the fetches' and `downloads`' copies back, waits, and
-  // returns the fetches.
+  // returns the fetches (or, with `device_fetches`, copies them into new device tensors there).
   std::vector<HostTensor> execute(const DeviceFeeds& feeds, DeviceVariables& variables, int64_t batch,
                                   uint64_t step, const std::vector<Transfer>& uploads,
-                                  const std::vector<Transfer>& downloads, Loc loc);
+                                  const std::vector<Transfer>& downloads, Loc loc,
+                                  std::vector<DeviceTensor>* device_fetches = nullptr);
   void prepare(int64_t batch);
   void queue_steps(const std::vector<CUdeviceptr>& base, int64_t batch, uint64_t step, Loc loc);
   void run_kernel(int index, const std::vector<CUdeviceptr>& base, int64_t batch, uint64_t step);

@@ -11,6 +11,7 @@
 #include "runtime/cpu_affinity.h"
 #include "runtime/report/trace.h"
 #include "runtime/towers/async_towers.h"
+#include "runtime/towers/gpu_resident_sync.h"
 
 namespace towerjit {
 namespace {
@@ -80,19 +81,58 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   }
   // The apply program, one per replica: the graph cut at the collectives, whose results it
   // reads as inputs (fed by all_reduce() below); it fetches the learning rate the apply used.
+  // Sync towers that are all GPUs keep the variables there when asked (TOWERJIT_GPU_VARIABLES):
+  // one copy per GPU, the reduction and the apply on the GPUs; the host copy is a cache.
+  bool all_gpus = true;
+  for (const Device& d : towers_.devices()) all_gpus = all_gpus && d.kind == DeviceKind::gpu;
+  const bool on_gpus = all_gpus && !is_async(towers_.reduction()) && knobs::gpu_variables();
   const bool replicated =
-      !is_async(towers_.reduction()) && towers_.sync_variant() == SyncVariant::replicated;
+      !is_async(towers_.reduction()) && towers_.sync_variant() == SyncVariant::replicated && !on_gpus;
   const int replicas = replicated ? towers_.size() : 1;
   Rewritten apply_side = cut_at_collectives(graph, TowerProgram::gradient_scale);
   const std::vector<Tensor> apply_fetches = remap_tensors(apply_side, {program.learning_rate});
   const std::vector<Tensor> apply_updates = remap_tensors(apply_side, program.apply_updates);
-  for (int r = 0; r < replicas; ++r)
+  for (int r = 0; r < replicas && !on_gpus; ++r)
     apply_programs_.push_back(std::make_unique<CpuProgram>(apply_side.graph, apply_fetches, apply_updates));
 
   ema_shadows_ = ema_names(graph);
   HostVariables initial;
   for (auto& [name, value] : reference::initialize_variables(graph, options.seed)) initial[name] = to_host(value);
   replicas_.assign(replicas, initial);
+  if (on_gpus) {
+    GpuResidentSync::Setup setup{.apply_graph = &apply_side.graph, .apply_fetches = apply_fetches,
+                                 .apply_updates = apply_updates, .gradient_inputs = gradient_inputs_,
+                                 .gradient_scale = TowerProgram::gradient_scale};
+    for (auto& p : tower_programs_) setup.towers.push_back(p->cuda());
+    for (const auto& u : model_updates_) setup.model_update_variables.push_back(u.variable);
+    on_gpus_ = std::make_unique<GpuResidentSync>(setup, initial, loc);
+  }
+}
+
+HostVariables& TowerTrainer::variables() {
+  if (on_gpus_ && host_stale_) {
+    on_gpus_->download(replicas_[0]);
+    host_stale_ = false;
+  }
+  return replicas_[0];
+}
+
+// A sync step with the variables on the GPUs (runtime/towers/gpu_resident_sync.h).
+TowerTrainer::StepResult TowerTrainer::step_on_gpus(const std::vector<HostFeeds>& feeds, StepResult result,
+                                                    const std::vector<double>& weights, int64_t examples) {
+  std::vector<double> by_slice;
+  for (int64_t s : result.slices) by_slice.push_back(static_cast<double>(s) / examples);
+  const uint64_t step_key = static_cast<uint64_t>(applies_);
+  report::Trace::Span span = traced("step on the GPUs", "compute", kReduceRow);
+  const GpuResidentSync::Result r = on_gpus_->step(
+      feeds, weights, by_slice, [&](int t) { return step_key * kMaxTowers + t; },
+      [&](int count, const std::function<void(int)>& body) { on_tower_threads(count, body); });
+  span.end();
+  host_stale_ = true;
+  ++applies_;
+  result.learning_rate = r.learning_rate;
+  for (size_t t = 0; t < r.losses.size(); ++t) result.loss += by_slice[t] * r.losses[t];
+  return result;
 }
 
 TowerTrainer::~TowerTrainer() = default;
@@ -205,6 +245,7 @@ TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, Loc loc) {
   result.slices = towers_.slices(examples, loc);
   const std::vector<double> weights = towers_.weights(examples, loc);
   const std::vector<HostFeeds> feeds = slice_batch(batch, result.slices, loc);
+  if (on_gpus_) return step_on_gpus(feeds, std::move(result), weights, examples);
   const int n = towers_.size();
   std::vector<std::vector<HostTensor>> outputs(n);
   const bool async = is_async(towers_.reduction());
@@ -318,6 +359,8 @@ void TowerTrainer::restore(const HostVariables& values, int64_t applies, Loc loc
     user_check(variables().count(name) == 1, loc)
         << "restore: \"" << name << "\" is not a variable of the model";
   for (HostVariables& replica : replicas_) replica = values;
+  if (on_gpus_) on_gpus_->upload(values);
+  host_stale_ = false;
   applies_ = applies;
 }
 

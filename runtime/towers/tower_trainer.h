@@ -36,6 +36,8 @@
 
 namespace towerjit {
 
+class GpuResidentSync;
+
 
 struct TowerTrainerOptions {
   uint64_t seed = 1;  // initial variable values
@@ -102,7 +104,9 @@ class TowerTrainer {
 
   // The trained values of every variable (model, optimiser slots, EMA shadows, global step):
   // what a checkpoint stores. With replicated sync towers, tower 0's copy (all are equal).
-  HostVariables& variables() { return replicas_[0]; }
+  // With the variables on the GPUs (TOWERJIT_GPU_VARIABLES), the first GPU's copy, fetched
+  // when it has changed since the last call.
+  HostVariables& variables();
   // Replaces every variable's value (e.g. from a checkpoint) and the apply count. Errors: a
   // variable missing from `values` or with another shape or dtype, an extra variable.
   void restore(const HostVariables& values, int64_t applies, Loc loc = Loc::current());
@@ -142,6 +146,8 @@ class TowerTrainer {
                            HostVariables& target);
   report::Trace::Span traced(std::string_view name, std::string_view category, int row);
   void on_tower_threads(int count, const std::function<void(int)>& body);
+  StepResult step_on_gpus(const std::vector<HostFeeds>& feeds, StepResult result, const std::vector<double>& weights,
+                          int64_t examples);
   bool replicated() const { return replicas_.size() > 1; }
   HostVariables& variables_of(int tower) { return replicas_[replicated() ? tower : 0]; }
 
@@ -162,6 +168,8 @@ class TowerTrainer {
   std::vector<std::unique_ptr<CpuProgram>> apply_programs_;    // one per replica
   std::vector<std::unique_ptr<DeviceProgram>> predict_programs_;  // one per tower, when logits are given
   std::vector<HostVariables> replicas_;  // one copy, or one per tower (replicated sync)
+  std::unique_ptr<GpuResidentSync> on_gpus_;  // sync GPU towers keeping the variables there
+  bool host_stale_ = false;  // replicas_[0] lags the GPUs' copies
   ThreadPool threads_;
   mutable std::mutex apply_mutex_;
   std::atomic<int64_t> applies_ = 0;
