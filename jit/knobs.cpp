@@ -34,6 +34,7 @@ static bool switched_on(const char* name) {
 bool cache_enabled() { return switched_on("TOWERJIT_CACHE"); }
 bool group_kernels_enabled() { return switched_on("TOWERJIT_GROUP_KERNELS"); }
 bool pin_towers() { return switched_on("TOWERJIT_PIN_TOWERS"); }
+bool nccl_enabled() { return switched_on("TOWERJIT_NCCL"); }
 bool gpu_variables() {
   const std::string v = lower(read("TOWERJIT_GPU_VARIABLES").value_or(""));
   return v == "on" || v == "1" || v == "true" || v == "yes";

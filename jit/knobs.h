@@ -38,6 +38,11 @@ bool pin_towers();
 // the path has been measured on GPUs.
 bool gpu_variables();
 
+// TOWERJIT_NCCL: "off" (also "0", "false", "no") sums the GPUs' gradients with copies to the
+// first GPU instead of NCCL's all-reduce (variables on the GPUs, several GPUs). Default: on
+// where NCCL loads.
+bool nccl_enabled();
+
 // TOWERJIT_CACHE_DIR: puts the compile cache in this directory instead of the default
 // (tests point it at a fresh temporary directory). Unset or empty: not set.
 std::optional<std::string> cache_dir_override();

@@ -1,12 +1,16 @@
 // Compile-time checks that the hand-written declarations of the driver API
-// (runtime/cuda/driver_api.h) and cuBLAS (runtime/cuda/cublas.h) match the CUDA toolkit's
-// headers: every entry point's parameters, the versioned symbol each name maps to
+// (runtime/cuda/driver_api.h), cuBLAS (runtime/cuda/cublas.h) and NCCL (runtime/cuda/nccl.h,
+// where nccl.h is installed) match the toolkit's headers: every entry point's parameters, the versioned symbol each name maps to
 // (cuMemAlloc -> cuMemAlloc_v2), and the enum values towerjit passes. Built wherever the
 // toolkit's headers are found (tests_gpu/CMakeLists.txt), GPU or not: the build is the test.
 #if defined(TOWERJIT_HAVE_CUDA_HEADERS)
 
 #include <cublas_v2.h>
 #include <cuda.h>
+#if __has_include(<nccl.h>)
+#include <nccl.h>
+#define TOWERJIT_HAVE_NCCL_HEADER 1
+#endif
 
 #include <string_view>
 #include <tuple>
@@ -14,6 +18,7 @@
 
 #include "runtime/cuda/cublas.h"
 #include "runtime/cuda/driver_api.h"
+#include "runtime/cuda/nccl.h"
 
 namespace {
 
@@ -44,6 +49,15 @@ constexpr bool same_params = std::is_same_v<typename Params<Ours>::type, typenam
 TOWERJIT_CUDA_DRIVER_FUNCTIONS(TOWERJIT_CHECK)
 TOWERJIT_CUBLAS_FUNCTIONS(TOWERJIT_CHECK)
 #undef TOWERJIT_CHECK
+#if defined(TOWERJIT_HAVE_NCCL_HEADER)
+#define TOWERJIT_CHECK_NCCL(member, symbol, signature) \
+  static_assert(same_params<signature, decltype(&::symbol)>, #symbol ": parameters differ from NCCL's");
+TOWERJIT_NCCL_FUNCTIONS(TOWERJIT_CHECK_NCCL)
+#undef TOWERJIT_CHECK_NCCL
+static_assert(std::is_same_v<ncclComm_t, ::ncclComm_t>);
+static_assert(sizeof(ncclResult_t) == sizeof(towerjit::cuda::NcclResult));
+static_assert(kNcclFloat32 == ncclFloat32 && kNcclSum == ncclSum);
+#endif
 
 static_assert(same_params<decltype(towerjit::cuda::DriverApi::EventElapsedTime), decltype(&::cuEventElapsedTime_v2)>);
 static_assert(std::is_same_v<CUdeviceptr, ::CUdeviceptr_v2>);

@@ -9,8 +9,11 @@
 #include <dlfcn.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <string>
 
 #include "runtime/cuda/cuda_program.h"
+#include "runtime/cuda/nccl.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;
@@ -240,4 +243,88 @@ TEST_CASE("fake driver: sync GPU towers keeping the variables on the GPU reduce 
   const int on_host = launches_per_step(false), on_gpu = launches_per_step(true);
   INFO("launches per step: variables on the host " << on_host << ", on the GPU " << on_gpu);
   CHECK(on_gpu > on_host);  // the reduction and the apply run on the GPU
+}
+
+namespace {
+
+// The fake NCCL's log (fake_driver/fake_nccl.cpp), through its tjnccl_* functions.
+struct FakeNccl {
+  void* handle = ::dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
+  template <typename F>
+  F fn(const char* name) const {
+    void* p = handle ? ::dlsym(handle, name) : nullptr;
+    if (!p) throw std::runtime_error(std::string("not the fake NCCL: no ") + name);
+    return reinterpret_cast<F>(p);
+  }
+  void reset() const { fn<void (*)()>("tjnccl_reset")(); }
+  int calls() const { return fn<int (*)()>("tjnccl_calls")(); }
+  int groups() const { return fn<int (*)()>("tjnccl_groups")(); }
+  long long elements() const { return fn<long long (*)()>("tjnccl_elements")(); }
+};
+
+}  // namespace
+
+TEST_CASE("fake driver, two GPUs: NCCL sums each GPU's buffers in place, in one group", "[.fake_two_gpus]") {
+  REQUIRE(cu::cuda_device_count() == 2);
+  REQUIRE(cu::nccl_available());
+  cu::DeviceContext& d0 = cu::device(0);
+  cu::DeviceContext& d1 = cu::device(1);
+  const FakeNccl nccl;  // loaded by nccl_available() above
+  cu::Stream s0(d0), s1(d1);
+  tj::DeviceTensor a0 = tj::to_device(values({7}, 1), d0, s0), b0 = tj::to_device(values({2, 3}, 10), d0, s0);
+  tj::DeviceTensor a1 = tj::to_device(values({7}, 100), d1, s1), b1 = tj::to_device(values({2, 3}, -10), d1, s1);
+  cu::NcclCommunicators comms({&d0, &d1});
+  CHECK(comms.size() == 2);
+  nccl.reset();
+  comms.all_reduce_sum({{{a0.ptr(), 7}, {b0.ptr(), 6}}, {{a1.ptr(), 7}, {b1.ptr(), 6}}}, {&s0, &s1}, "a test");
+  CHECK(nccl.calls() == 4);
+  CHECK(nccl.groups() == 1);
+  for (const tj::DeviceTensor* a : {&a0, &a1}) {
+    const tj::HostTensor h = tj::to_host(*a, s0);
+    for (int i = 0; i < 7; ++i) CHECK(h.f32[i] == 101.0f + 2.0f * i);
+  }
+  for (const tj::DeviceTensor* b : {&b0, &b1}) {
+    const tj::HostTensor h = tj::to_host(*b, s0);
+    for (int i = 0; i < 6; ++i) CHECK(h.f32[i] == 2.0f * i);
+  }
+}
+
+TEST_CASE("fake driver, two GPUs: sync towers with the variables on the GPUs all-reduce through NCCL",
+          "[.fake_two_gpus]") {
+  // TOWERJIT_GPU_VARIABLES=on over gpu:0 and gpu:1: the GPUs' gradient sums go through one
+  // grouped NCCL all-reduce per step (w [3] and b [3]: two tensors on each of two ranks), or,
+  // with TOWERJIT_NCCL=off, through copies to gpu:0 and back, with no NCCL call.
+  const FakeNccl nccl;
+  tj::HostTensor labels_in({9}, tj::DType::i32);
+  for (int i = 0; i < 9; ++i) labels_in.i32[i] = i % 3;
+  const tj::HostFeeds batch{{"x", values({9, 3}, 0)}, {"labels", labels_in}};
+  for (const char* use_nccl : {"on", "off"}) {
+    tj::Graph g;
+    tj::GraphScope use(g);
+    auto x = tj::input("x", {kBatch, 3});
+    auto labels = tj::input("labels", {kBatch}, tj::DType::i32);
+    auto logits = x * tj::variable("w", {3}) + tj::variable("b", {3});
+    auto loss = tj::mean(tj::softmax_cross_entropy(logits, labels));
+    ::setenv("TOWERJIT_GPU_VARIABLES", "on", 1);
+    ::setenv("TOWERJIT_NCCL", use_nccl, 1);
+    tj::TowerTrainer trainer(g, loss, tj::Towers{tj::gpu(0), tj::gpu(1)}, tj::adam(0.01));
+    ::unsetenv("TOWERJIT_GPU_VARIABLES");
+    ::unsetenv("TOWERJIT_NCCL");
+    nccl.reset();
+    for (int k = 0; k < 3; ++k) CHECK(trainer.step(batch).slices == std::vector<int64_t>{4, 5});
+    INFO("TOWERJIT_NCCL=" << use_nccl);
+    const bool on = std::string(use_nccl) == "on";
+    CHECK(nccl.groups() == (on ? 3 : 0));
+    CHECK(nccl.calls() == (on ? 3 * 2 * 2 : 0));
+    CHECK(nccl.elements() == (on ? 3 * 2 * 6 : 0));
+    // Restored values make the round trip through both GPUs' copies.
+    tj::HostVariables moved = trainer.variables();
+    for (auto& [name, t] : moved)
+      for (float& v : t.f32) v = 0.5f;
+    trainer.restore(moved, 3);
+    trainer.step(batch);
+    for (const auto& [name, t] : trainer.variables())
+      for (float v : t.f32) CHECK(v == 0.5f);
+    CHECK(trainer.applies() == 4);
+  }
 }

@@ -4,6 +4,7 @@
 
 #include "dsl/error.h"
 #include "dsl/ops.h"
+#include "jit/knobs.h"
 
 namespace towerjit {
 namespace {
@@ -83,7 +84,11 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
     gpu->variables = to_device(initial, *gpu->context, *gpu->copies);
     gpu->apply_feeds[setup_.gradient_scale] = to_device(scalar(1.0), *gpu->context, *gpu->copies);
   }
-  if (gpus_.size() > 1) {
+  if (gpus_.size() > 1 && knobs::nccl_enabled() && cuda::nccl_available()) {
+    std::vector<cuda::DeviceContext*> contexts;
+    for (auto& gpu : gpus_) contexts.push_back(gpu->context);
+    nccl_ = std::make_unique<cuda::NcclCommunicators>(contexts, loc);
+  } else if (gpus_.size() > 1) {
     Gpu& first = *gpus_[0];
     combine_ = weighted_sum(static_cast<int>(gpus_.size()), shapes, gradients, towerjit::gpu(first.context->ordinal()), loc);
     for (size_t g = 0; g < gpus_.size(); ++g) {  // every GPU's sum counts once
@@ -124,8 +129,21 @@ void GpuResidentSync::step_reduce(Gpu& gpu, std::vector<std::vector<DeviceTensor
   gpu.reduced = gpu.reduce->run_to_device(gpu.reduce_feeds, none, 0, loc_);
 }
 
-// Several GPUs: every GPU's sums are copied to the first, added there in GPU order, and the
-// total is copied back to each.
+// Several GPUs with NCCL: every GPU's sums are all-reduced in place, one grouped call.
+void GpuResidentSync::all_reduce_gpus() {
+  std::vector<std::vector<std::pair<CUdeviceptr, size_t>>> buffers;
+  std::vector<const cuda::Stream*> streams;
+  for (auto& gpu : gpus_) {
+    buffers.emplace_back();
+    for (const DeviceTensor& t : gpu->reduced) buffers.back().emplace_back(t.ptr(), static_cast<size_t>(t.size()));
+    streams.push_back(gpu->copies.get());
+  }
+  nccl_->all_reduce_sum(buffers, streams, "the towers' gradients", loc_);
+  for (auto& gpu : gpus_) gpu->copies->synchronize("the all-reduce between the GPUs", loc_);
+}
+
+// Several GPUs without NCCL: every GPU's sums are copied to the first, added there in GPU
+// order, and the total is copied back to each.
 void GpuResidentSync::combine_gpus() {
   Gpu& first = *gpus_[0];
   DeviceFeeds& feeds = combine_feeds_;
@@ -182,7 +200,8 @@ GpuResidentSync::Result GpuResidentSync::step(const std::vector<HostFeeds>& slic
     result.losses[t] = to_host(outputs[t][0], program.stream()).f32[0];
   });
   for (auto& gpu : gpus_) step_reduce(*gpu, outputs, weights, update_weights);
-  if (combine_) combine_gpus();
+  if (nccl_) all_reduce_gpus();
+  else if (combine_) combine_gpus();
   for (auto& gpu : gpus_) apply(*gpu, result);
   return result;
 }

@@ -5,8 +5,9 @@
 //      model's own updates, batch norm's moving means) stay on the GPU;
 //   2. on each GPU a reduce program compiled by towerjit (one fused pass) forms Σ w_i · g_i
 //      over the towers on it — the in-device reduction for towers sharing a GPU;
-//   3. with several GPUs the per-GPU sums meet on the first GPU, are added there in GPU order
-//      and copied back (device-to-device copies; NCCL is not used yet);
+//   3. with several GPUs, an NCCL all-reduce of the per-GPU sums (one communicator per GPU,
+//      one grouped call); without NCCL (or with TOWERJIT_NCCL=off) the sums meet on the first
+//      GPU, are added there in GPU order and copied back;
 //   4. every GPU applies the optimiser to its copy; the model updates replace their variables.
 // Only each tower's loss and the learning rate cross to the host; the host copy of the
 // variables is refreshed when asked for (download()).
@@ -21,6 +22,7 @@
 #include "dsl/tensor.h"
 #include "runtime/cuda/cuda_program.h"
 #include "runtime/cuda/device_tensor.h"
+#include "runtime/cuda/nccl.h"
 
 namespace towerjit {
 
@@ -60,13 +62,15 @@ class GpuResidentSync {
   struct Gpu;  // one GPU's variables, reduce and apply programs
   void step_reduce(Gpu& gpu, std::vector<std::vector<DeviceTensor>>& outputs,
                       const std::vector<double>& weights, const std::vector<double>& update_weights);
+  void all_reduce_gpus();
   void combine_gpus();
   void apply(Gpu& gpu, Result& result);
 
   Setup setup_;
   std::vector<int> gpu_of_tower_;  // index into gpus_
   std::vector<std::unique_ptr<Gpu>> gpus_;
-  std::unique_ptr<CudaProgram> combine_;  // on the first GPU: the sum of every GPU's reduced tensors
+  std::unique_ptr<cuda::NcclCommunicators> nccl_;  // several GPUs, NCCL present
+  std::unique_ptr<CudaProgram> combine_;  // else, on the first GPU: the sum of every GPU's reduced tensors
   DeviceFeeds combine_feeds_;             // its weights (all 1), and each step's sums
   Loc loc_;
 };

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "runtime/cuda/cublas.h"
+#include "runtime/cuda/nccl.h"
 #include "runtime/cuda/cuda_program.h"
 #include "runtime/cuda/library.h"
 #include "towerjit.h"
@@ -96,6 +97,20 @@ TEST_CASE("cuBLAS loads at run time where the CUDA toolkit is installed, GPU or 
   CHECK_THAT(api.library, Catch::Contains("libcublas.so"));
   CHECK(api.Sgemm != nullptr);
   CHECK(api.SgemmStridedBatched != nullptr);
+}
+
+TEST_CASE("NCCL loads at run time where it is installed, GPU or not", "[cuda][runtime]") {
+  if (!cu::nccl_available()) {
+    WARN("skipped: " << cu::nccl_unavailable_reason());
+    CHECK_THROWS_WITH(cu::require_nccl(), Catch::Contains("NCCL not found (tried libnccl.so.2") &&
+                                              Catch::Contains("LD_LIBRARY_PATH"));
+    return;
+  }
+  const cu::NcclApi& api = cu::require_nccl();
+  CHECK_THAT(api.library, Catch::Contains("libnccl.so.2"));
+  CHECK(api.version >= 20000);  // 2.x: NCCL_VERSION_CODE is major * 10000 + minor * 100 + patch
+  CHECK(cu::nccl_unavailable_reason().empty());
+  CHECK(api.AllReduce != nullptr);
 }
 
 TEST_CASE("a one-hot label out of range on the GPU reads as the CPU backend's error", "[cuda][runtime]") {

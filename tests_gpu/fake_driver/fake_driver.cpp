@@ -1,10 +1,11 @@
 // A stand-in for the NVIDIA driver (built as libcuda.so.1 in its own directory, loaded only by
 // the ctest entry that points LD_LIBRARY_PATH at it), so the CUDA runtime's host side runs on
-// machines without a GPU: one device ("towerjit fake GPU", sm_90, 4 SMs); device memory is
-// host memory; copies and memsets happen at once; streams and events do nothing; modules are
-// kept as given and kernels are looked up in them by name; launches run nothing but are
-// logged (kernel, grid, block and, where the test said how many, the 8-byte parameters) for
-// the test to read through the tjfake_* functions.
+// machines without a GPU: one device ("towerjit fake GPU", sm_90, 4 SMs; TJFAKE_DEVICES=N, read
+// when the driver is loaded, for N of them); device memory is host memory; copies and memsets
+// happen at once; streams and events do nothing; modules are kept as given and kernels are
+// looked up in them by name; launches run nothing but are logged (kernel, grid, block and,
+// where the test said how many, the 8-byte parameters) for the test to read through the
+// tjfake_* functions.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -52,6 +53,12 @@ size_t image_size(const char* image) {
 
 constexpr int kNotFound = 500, kInvalidDevice = 101;
 
+// TJFAKE_DEVICES=N gives N identical devices.
+int device_count() {
+  const char* n = std::getenv("TJFAKE_DEVICES");
+  return n && std::atoi(n) > 0 ? std::atoi(n) : 1;
+}
+
 }  // namespace
 
 extern "C" {
@@ -63,8 +70,8 @@ int cuGetExportTable(const void** table, const void*) { *table = nullptr; return
 int cuDriverGetVersion(int* v) { *v = 13000; return 0; }
 int cuGetErrorName(int r, const char** s) { *s = r == 0 ? "CUDA_SUCCESS" : "CUDA_ERROR_FAKE"; return 0; }
 int cuGetErrorString(int r, const char** s) { *s = r == 0 ? "no error" : "an error of the fake driver"; return 0; }
-int cuDeviceGet(int* d, int ordinal) { if (ordinal != 0) return kInvalidDevice; *d = 0; return 0; }
-int cuDeviceGetCount(int* c) { *c = 1; return 0; }
+int cuDeviceGet(int* d, int ordinal) { if (ordinal < 0 || ordinal >= device_count()) return kInvalidDevice; *d = ordinal; return 0; }
+int cuDeviceGetCount(int* c) { *c = device_count(); return 0; }
 int cuDeviceGetName(char* name, int len, int) { std::snprintf(name, len, "towerjit fake GPU"); return 0; }
 int cuDeviceGetAttribute(int* v, int attribute, int) {
   *v = attribute == 75 ? 9 : attribute == 76 ? 0 : attribute == 16 ? 4 : 0;
@@ -72,7 +79,7 @@ int cuDeviceGetAttribute(int* v, int attribute, int) {
 }
 int cuDeviceTotalMem_v2(size_t* bytes, int) { *bytes = size_t{1} << 30; return 0; }
 int cuDeviceCanAccessPeer(int* can, int, int) { *can = 0; return 0; }
-int cuDevicePrimaryCtxRetain(void** ctx, int) { *ctx = reinterpret_cast<void*>(0x1000); return 0; }
+int cuDevicePrimaryCtxRetain(void** ctx, int d) { *ctx = reinterpret_cast<void*>(0x1000 + 0x10 * d); return 0; }
 int cuCtxSetCurrent(void*) { return 0; }
 int cuCtxSynchronize() { return 0; }
 int cuCtxEnablePeerAccess(void*, unsigned) { return 0; }

@@ -1,0 +1,118 @@
+#include "runtime/cuda/nccl.h"
+
+#include <dlfcn.h>
+
+#include "dsl/error.h"
+#include "jit/knobs.h"
+
+namespace towerjit::cuda {
+namespace {
+
+struct Loaded {
+  NcclApi api;
+  bool ok = false;
+  std::string tried;
+};
+
+Loaded load() {
+  Loaded l;
+  std::vector<std::string> names = {"libnccl.so.2"};
+  std::vector<std::string> dirs;
+  if (auto home = knobs::cuda_home()) dirs.push_back(*home + "/lib64/");
+  dirs.insert(dirs.end(), {"/usr/local/cuda/lib64/", "/usr/local/cuda/lib/"});
+  for (const auto& d : dirs) names.push_back(d + "libnccl.so.2");
+  void* handle = nullptr;
+  for (const auto& name : names) {
+    l.tried += (l.tried.empty() ? "" : ", ") + name;
+    if ((handle = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL))) {
+      l.api.library = name;
+      break;
+    }
+  }
+  if (!handle) return l;
+  std::string missing;
+  auto bind = [&](auto& fn, const char* symbol) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(handle, symbol));
+    if (!fn && missing.empty()) missing = symbol;
+  };
+#define TOWERJIT_NCCL_BIND(member, symbol, signature) bind(l.api.member, #symbol);
+  TOWERJIT_NCCL_FUNCTIONS(TOWERJIT_NCCL_BIND)
+#undef TOWERJIT_NCCL_BIND
+  if (!missing.empty()) {
+    l.tried += " (" + l.api.library + " lacks " + missing + ")";
+    return l;
+  }
+  if (l.api.GetVersion(&l.api.version) != 0) {
+    l.tried += " (" + l.api.library + ": ncclGetVersion failed)";
+    return l;
+  }
+  l.ok = true;
+  return l;
+}
+
+const Loaded& nccl() {
+  static const Loaded l = load();
+  return l;
+}
+
+void check_nccl(NcclResult r, const char* call, const std::string& context, std::source_location loc) {
+  if (r == 0) return;
+  const char* text = nccl().api.GetErrorString ? nccl().api.GetErrorString(r) : nullptr;
+  user_check(false, loc) << "NCCL call " << call << " failed: " << (text ? text : "ncclResult_t " + std::to_string(r))
+                         << context;
+}
+
+}  // namespace
+
+bool nccl_available() { return nccl().ok; }
+
+std::string nccl_unavailable_reason() { return nccl().ok ? "" : "NCCL not found (tried " + nccl().tried + ")"; }
+
+const NcclApi& require_nccl(std::source_location loc) {
+  user_check(nccl().ok, loc) << nccl_unavailable_reason()
+                             << "; reducing between GPUs needs NCCL's libnccl.so.2: install it, set CUDA_HOME "
+                                "to the toolkit that holds it, or add its directory to LD_LIBRARY_PATH";
+  return nccl().api;
+}
+
+NcclCommunicators::NcclCommunicators(const std::vector<DeviceContext*>& devices, std::source_location loc)
+    : comms_(devices.size(), nullptr), devices_(devices) {
+  const NcclApi& api = require_nccl(loc);
+  std::vector<int> ordinals;
+  for (DeviceContext* d : devices) ordinals.push_back(d->ordinal());
+  check_nccl(api.CommInitAll(comms_.data(), static_cast<int>(ordinals.size()), ordinals.data()), "ncclCommInitAll",
+             " for " + std::to_string(ordinals.size()) + " GPUs", loc);
+}
+
+NcclCommunicators::~NcclCommunicators() {
+  for (ncclComm_t c : comms_)
+    if (c) nccl().api.CommDestroy(c);
+}
+
+void NcclCommunicators::all_reduce_sum(const std::vector<std::vector<std::pair<CUdeviceptr, size_t>>>& buffers,
+                                       const std::vector<const Stream*>& streams, const std::string& what,
+                                       std::source_location loc) const {
+  const NcclApi& api = require_nccl(loc);
+  internal_check(buffers.size() == comms_.size() && streams.size() == comms_.size())
+      << "all_reduce_sum: one list of buffers and one stream per rank";
+  check_nccl(api.GroupStart(), "ncclGroupStart", "", loc);
+  NcclResult failed = 0;
+  const char* failed_call = nullptr;
+  for (size_t r = 0; r < comms_.size() && !failed; ++r) {
+    internal_check(buffers[r].size() == buffers[0].size()) << "all_reduce_sum: ranks list different buffers";
+    devices_[r]->make_current();
+    for (const auto& [ptr, elements] : buffers[r]) {
+      auto* p = reinterpret_cast<void*>(ptr);
+      if ((failed = api.AllReduce(p, p, elements, kNcclFloat32, kNcclSum, comms_[r], streams[r]->handle()))) {
+        failed_call = "ncclAllReduce";
+        break;
+      }
+    }
+  }
+  // The group is closed whatever happened inside it, so NCCL is left usable.
+  const NcclResult ended = api.GroupEnd();
+  if (failed) check_nccl(failed, failed_call, " for " + what, loc);
+  check_nccl(ended, "ncclGroupEnd", " for " + what, loc);
+}
+
+}  // namespace towerjit::cuda
