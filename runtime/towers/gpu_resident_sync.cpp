@@ -1,5 +1,6 @@
 #include "runtime/towers/gpu_resident_sync.h"
 
+#include <cstring>
 #include <map>
 
 #include "dsl/error.h"
@@ -68,6 +69,10 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
     }
     gpu_of_tower_.push_back(by_ordinal[ordinal]);
     gpus_[by_ordinal[ordinal]]->towers.push_back(static_cast<int>(gpu_of_tower_.size()) - 1);
+  }
+  for (CudaProgram* tower : setup_.towers) {
+    loss_staging_.push_back(std::make_unique<cuda::PinnedBuffer>(tower->device().context()));
+    loss_staging_.back()->reserve(64, loc);
   }
   // The reduced tensors' shapes: each gradient's variable's, then each updated variable's.
   std::vector<Shape> shapes;
@@ -197,7 +202,17 @@ GpuResidentSync::Result GpuResidentSync::step(const std::vector<HostFeeds>& slic
   on_towers(n, [&](int t) {
     CudaProgram& program = *setup_.towers[t];
     outputs[t] = program.run_to_device(slices[t], gpus_[gpu_of_tower_[t]]->variables, key(t), loc_);
-    result.losses[t] = to_host(outputs[t][0], program.stream()).f32[0];
+    // The loss through the tower's own page-locked word (allocating one per step would cost
+    // more than the copy).
+    const DeviceTensor& loss = outputs[t][0];
+    program.device().make_current();
+    cuda::check_cuda(cuda::require_driver().MemcpyDtoHAsync(loss_staging_[t]->data(), loss.ptr(), 4,
+                                                            program.stream().handle()),
+                     "cuMemcpyDtoHAsync", " (a tower's loss)", loc_);
+    program.stream().synchronize("a tower's loss", loc_);
+    float value;
+    std::memcpy(&value, loss_staging_[t]->data(), 4);
+    result.losses[t] = value;
   });
   for (auto& gpu : gpus_) step_reduce(*gpu, outputs, weights, update_weights);
   if (nccl_) all_reduce_gpus();

@@ -68,6 +68,7 @@ class GpuResidentSync {
 
   Setup setup_;
   std::vector<int> gpu_of_tower_;  // index into gpus_
+  std::vector<std::unique_ptr<cuda::PinnedBuffer>> loss_staging_;  // per tower
   std::vector<std::unique_ptr<Gpu>> gpus_;
   std::unique_ptr<cuda::NcclCommunicators> nccl_;  // several GPUs, NCCL present
   std::unique_ptr<CudaProgram> combine_;  // else, on the first GPU: the sum of every GPU's reduced tensors
