@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 
 #include "dsl/error.h"
 #include "jit/knobs.h"
@@ -79,8 +78,6 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
       predict_programs_.push_back(
           DeviceProgram::compile(graph, {options.logits}, towers_.devices()[t], tower_pools_[t].get(), loc));
   }
-  // The apply program, one per replica: the graph cut at the collectives, whose results it
-  // reads as inputs (fed by all_reduce() below); it fetches the learning rate the apply used.
   // Sync towers that are all GPUs keep the variables there when asked (TOWERJIT_GPU_VARIABLES):
   // one copy per GPU, the reduction and the apply on the GPUs; the host copy is a cache.
   bool all_gpus = true;
@@ -89,6 +86,8 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   const bool replicated =
       !is_async(towers_.reduction()) && towers_.sync_variant() == SyncVariant::replicated && !on_gpus;
   const int replicas = replicated ? towers_.size() : 1;
+  // The apply program, one per replica: the graph cut at the collectives, whose results it
+  // reads as inputs (fed by all_reduce() below); it fetches the learning rate the apply used.
   Rewritten apply_side = cut_at_collectives(graph, TowerProgram::gradient_scale);
   const std::vector<Tensor> apply_fetches = remap_tensors(apply_side, {program.learning_rate});
   const std::vector<Tensor> apply_updates = remap_tensors(apply_side, program.apply_updates);
@@ -200,7 +199,6 @@ report::Trace::Span TowerTrainer::traced(std::string_view name, std::string_view
   return trace_ ? trace_->span(name, category, row) : report::Trace::Span{};
 }
 
-// One async tower's gradients times its scale (1/N or 1).
 // An async tower's own gradients as the apply's feeds, moved out of its outputs, with the
 // strategy's factor (1/N with scale_gradient) as the scale the apply multiplies them by.
 HostFeeds TowerTrainer::own_gradients(std::vector<HostTensor>& outputs, double weight) const {

@@ -15,7 +15,9 @@
 // program. A GPU tower (gpu(i)) runs its program on that GPU (CudaProgram, on a stream of its
 // own, so several towers may share a GPU); the variables stay in host memory, uploaded to the
 // towers every step, and the all-reduce and the apply run on the CPU: the seed's placement of
-// the variables on the CPU. NCCL between GPUs and variables kept on the GPUs are not built.
+// the variables on the CPU. Sync towers that are all GPUs may instead keep the variables on
+// the GPUs, reducing (NCCL between GPUs) and applying there: TOWERJIT_GPU_VARIABLES=on,
+// runtime/towers/gpu_resident_sync.h.
 #pragma once
 
 #include <atomic>
@@ -72,8 +74,9 @@ class TowerTrainer {
 
   // Async towers running free: each tower takes `steps_per_tower` steps on its own batches
   // (batch_for(tower, step) gives tower `tower`'s slice for its step `step`; called on this
-  // thread, a few steps ahead of the towers), applying after each, with no barrier. With AsyncApply::max_staleness = k, a tower that has applied more
-  // than k times more than the slowest tower waits for it. Errors: a sync strategy.
+  // thread, a few steps ahead of the towers), applying after each, with no barrier. With
+  // AsyncApply::max_staleness = k, a tower that has applied more than k times more than the
+  // slowest tower waits for it. Errors: a sync strategy.
   struct AsyncReport {
     int64_t applies = 0;
     int64_t max_lead = 0;       // the most applies a tower was ahead of the slowest when applying
