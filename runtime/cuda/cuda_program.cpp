@@ -90,6 +90,22 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
       for (const auto& o : body->outputs) note_written(body->accesses[o.access].buffer);
   for (const kir::LibraryCall& c : program_.calls) note_written(c.output);
   for (const kir::Copy& c : program_.copies) note_written(c.to);
+  // The step after which each fetch holds its value: the last one writing its buffer (-1: none
+  // does, an input or a variable read as it is).
+  std::vector<int> last_writer(program_.buffers.size(), -1);
+  for (size_t i = 0; i < program_.steps.size(); ++i) {
+    const kir::Step& st = program_.steps[i];
+    auto wrote = [&](int b) { last_writer[root_of(program_, b)] = static_cast<int>(i); };
+    if (st.kind == kir::Step::Kind::kernel) {
+      for (const kir::Kernel* body : program_.kernels[st.index].bodies())
+        for (const auto& o : body->outputs) wrote(body->accesses[o.access].buffer);
+    } else if (st.kind == kir::Step::Kind::library) {
+      wrote(program_.calls[st.index].output);
+    } else {
+      wrote(program_.copies[st.index].to);
+    }
+  }
+  for (int f : program_.fetches) fetch_done_after_.push_back(last_writer[root_of(program_, f)]);
   if (knobs::debug_level() >= 1)
     std::fprintf(stderr, "towerjit: %s on %s: %zu kernels, %zu library calls, %zu copies; compiled in %.1f ms%s\n",
                  name_.c_str(), device_->str().c_str(), program_.kernels.size(), program_.calls.size(),
@@ -193,7 +209,9 @@ void CudaProgram::run_call(int index, const std::vector<CUdeviceptr>& base, int6
   cuda::run_library_call(c, graph_.node(c.node), in, out, env);
 }
 
-void CudaProgram::queue_steps(const std::vector<CUdeviceptr>& base, int64_t batch, uint64_t step, Loc loc) {
+void CudaProgram::queue_steps(const std::vector<CUdeviceptr>& base, int64_t batch, uint64_t step,
+                              const std::function<void(int)>& after_step, Loc loc) {
+  after_step(-1);
   if (step_times) {
     step_times->resize(program_.steps.size(), 0.0);
     while (timing_.size() < program_.steps.size() + 1) timing_.push_back(std::make_unique<cuda::Event>(*device_));
@@ -212,44 +230,51 @@ void CudaProgram::queue_steps(const std::vector<CUdeviceptr>& base, int64_t batc
                        "cuMemcpyDtoDAsync", "", loc);
     }
     if (step_times) timing_[i + 1]->record(*stream_);
+    after_step(static_cast<int>(i));
   }
 }
 
-std::vector<HostTensor> CudaProgram::execute(const DeviceFeeds& feeds, DeviceVariables& variables, int64_t batch,
-                                             uint64_t step, const std::vector<Transfer>& uploads,
-                                             const std::vector<Transfer>& downloads, Loc loc,
-                                             std::vector<DeviceTensor>* device_fetches) {
+void CudaProgram::queue_run(const DeviceFeeds& feeds, DeviceVariables& variables, int64_t batch, uint64_t step,
+                            const std::vector<Transfer>& uploads, const std::vector<Transfer>& downloads,
+                            std::vector<HostTensor>* host_fetches, std::vector<DeviceTensor>* device_fetches,
+                            const std::vector<const cuda::Event*>& wait, const std::vector<cuda::Event*>& ready,
+                            Loc loc) {
   const cuda::DriverApi& api = cuda::require_driver(loc);
+  internal_check(!queued_) << name_ << ": a run queued before the previous one finished";
   device_->make_current();
   prepare(batch);
   const std::vector<CUdeviceptr> base = bind_buffers(feeds, variables, batch);
-
-  // Everything that crosses to or from the host goes through one page-locked block, laid out
-  // now (so it never grows while copies are queued): uploads, then on the way back the
-  // fetches, the caller's downloads and the one-hot slots.
-  // The fetches come back to the host, or (device_fetches) into device tensors of their own,
-  // which outlive the arena's next run.
-  std::vector<HostTensor> out;
+  // The fetches come back to the host (host_fetches) or stay on the device in new tensors,
+  // which outlive the arena's next run (device_fetches); then the caller's downloads and the
+  // one-hot error slots come back.
+  std::vector<Transfer> back;  // host = the final destination; device = the source
+  if (host_fetches) {
+    host_fetches->clear();
+    for (int f : program_.fetches) {
+      host_fetches->emplace_back(program_.buffers[f].shape.bind(batch), program_.buffers[f].dtype);
+      back.push_back({host_fetches->back().data(), base[f], static_cast<size_t>(host_fetches->back().size()) * 4});
+    }
+  }
   if (device_fetches) {
     device_fetches->clear();
     for (int f : program_.fetches)
       device_fetches->push_back(empty_device_tensor(*device_, program_.buffers[f].shape.bind(batch), program_.buffers[f].dtype));
-  } else {
-    for (int f : program_.fetches) out.emplace_back(program_.buffers[f].shape.bind(batch), program_.buffers[f].dtype);
   }
-  std::vector<uint64_t> slots(one_hot_calls_.size());
-  std::vector<Transfer> back;  // host = the final destination; device = the source
-  for (size_t i = 0; i < out.size(); ++i)
-    back.push_back({out[i].data(), base[program_.fetches[i]], static_cast<size_t>(out[i].size()) * 4});
   back.insert(back.end(), downloads.begin(), downloads.end());
-  for (size_t i = 0; i < slots.size(); ++i) back.push_back({&slots[i], error_slots_.ptr() + 8 * i, 8});
+  slots_.assign(one_hot_calls_.size(), 0);
+  for (size_t i = 0; i < slots_.size(); ++i) back.push_back({&slots_[i], error_slots_.ptr() + 8 * i, 8});
+
+  // Everything that crosses to or from the host goes through one page-locked block, laid out
+  // now (so it never grows while copies are queued): uploads, then the copies back.
   size_t total = 64;
   for (const Transfer& t : uploads) total += align64(t.bytes);
   for (const Transfer& t : back) total += align64(t.bytes);
   char* staging = staging_->reserve(total, loc);
-
-  std::vector<size_t> offsets;  // of each `back` entry in staging
+  back_ = std::move(back);
+  back_offsets_.clear();
+  queued_ = true;
   try {
+    for (const cuda::Event* e : wait) stream_->wait(*e);
     size_t at = 0;
     for (const Transfer& t : uploads) {
       std::memcpy(staging + at, t.host, t.bytes);
@@ -257,35 +282,54 @@ std::vector<HostTensor> CudaProgram::execute(const DeviceFeeds& feeds, DeviceVar
                        "", loc);
       at += align64(t.bytes);
     }
-    queue_steps(base, batch, step, loc);
-    if (device_fetches)
-      for (size_t i = 0; i < device_fetches->size(); ++i) {
-        DeviceTensor& d = (*device_fetches)[i];
-        cuda::check_cuda(api.MemcpyDtoDAsync(d.ptr(), base[program_.fetches[i]], d.bytes(), stream_->handle()),
+    // A fetch kept on the device is copied out as soon as the step that finishes it has run,
+    // so a stream waiting on ready[j] starts on it while later steps run.
+    auto after_step = [&](int done) {
+      if (!device_fetches) return;
+      for (size_t j = 0; j < device_fetches->size(); ++j) {
+        if (fetch_done_after_[j] != done) continue;
+        DeviceTensor& d = (*device_fetches)[j];
+        cuda::check_cuda(api.MemcpyDtoDAsync(d.ptr(), base[program_.fetches[j]], d.bytes(), stream_->handle()),
                          "cuMemcpyDtoDAsync", "", loc);
+        if (j < ready.size() && ready[j]) ready[j]->record(*stream_);
       }
-    for (const Transfer& t : back) {
+    };
+    queue_steps(base, batch, step, after_step, loc);
+    for (const Transfer& t : back_) {
       cuda::check_cuda(api.MemcpyDtoHAsync(staging + at, t.device, t.bytes, stream_->handle()), "cuMemcpyDtoHAsync",
                        "", loc);
-      offsets.push_back(at);
+      back_offsets_.push_back(at);
       at += align64(t.bytes);
     }
   } catch (...) {  // copies from staging may be in flight: let them land before the next run
+    queued_ = false;
     try {
       stream_->synchronize();
     } catch (...) {
     }
     throw;
   }
+}
+
+void CudaProgram::finish_run(Loc loc) {
+  if (!queued_) return;
+  queued_ = false;
   stream_->synchronize(name_ + " on " + device_->str() +
                            " (a kernel failed: rerun with CUDA_LAUNCH_BLOCKING=1 to have the error name it)",
                        loc);
-
-  for (size_t i = 0; i < back.size(); ++i) std::memcpy(back[i].host, staging + offsets[i], back[i].bytes);
-  for (size_t i = 0; i < slots.size(); ++i)
-    cuda::check_one_hot_slot(graph_.node(program_.calls[one_hot_calls_[i]].node), slots[i]);
+  for (size_t i = 0; i < back_.size(); ++i) std::memcpy(back_[i].host, staging_->data() + back_offsets_[i], back_[i].bytes);
+  for (size_t i = 0; i < slots_.size(); ++i)
+    cuda::check_one_hot_slot(graph_.node(program_.calls[one_hot_calls_[i]].node), slots_[i]);
   if (step_times)
     for (size_t i = 0; i < program_.steps.size(); ++i) (*step_times)[i] += timing_[i]->elapsed_ms(*timing_[i + 1]);
+}
+
+std::vector<HostTensor> CudaProgram::execute(const DeviceFeeds& feeds, DeviceVariables& variables, int64_t batch,
+                                             uint64_t step, const std::vector<Transfer>& uploads,
+                                             const std::vector<Transfer>& downloads, Loc loc) {
+  std::vector<HostTensor> out;
+  queue_run(feeds, variables, batch, step, uploads, downloads, &out, nullptr, {}, {}, loc);
+  finish_run(loc);
   return out;
 }
 
@@ -330,21 +374,37 @@ std::vector<HostTensor> CudaProgram::run(const DeviceFeeds& feeds, DeviceVariabl
   return execute(feeds, variables, batch, step, {}, {}, loc);
 }
 
-std::vector<DeviceTensor> CudaProgram::run_to_device(const HostFeeds& feeds, DeviceVariables& variables,
-                                                     uint64_t step, Loc loc) {
+std::vector<DeviceTensor> CudaProgram::queue_to_device(const HostFeeds& feeds, DeviceVariables& variables,
+                                                       uint64_t step, const std::vector<const cuda::Event*>& wait,
+                                                       const std::vector<cuda::Event*>& ready, Loc loc) {
   cuda::require_driver(loc);
   const int64_t batch = bind_batch(feeds, loc);
   std::vector<DeviceTensor> fetched;
-  execute(host_feeds_, variables, batch, step, stage_feeds(feeds), {}, loc, &fetched);
+  queue_run(host_feeds_, variables, batch, step, stage_feeds(feeds), {}, nullptr, &fetched, wait, ready, loc);
+  return fetched;
+}
+
+std::vector<DeviceTensor> CudaProgram::queue_to_device(const DeviceFeeds& feeds, DeviceVariables& variables,
+                                                       uint64_t step, const std::vector<const cuda::Event*>& wait,
+                                                       const std::vector<cuda::Event*>& ready, Loc loc) {
+  cuda::require_driver(loc);
+  const int64_t batch = bind_batch(feeds, loc);
+  std::vector<DeviceTensor> fetched;
+  queue_run(feeds, variables, batch, step, {}, {}, nullptr, &fetched, wait, ready, loc);
+  return fetched;
+}
+
+std::vector<DeviceTensor> CudaProgram::run_to_device(const HostFeeds& feeds, DeviceVariables& variables,
+                                                     uint64_t step, Loc loc) {
+  std::vector<DeviceTensor> fetched = queue_to_device(feeds, variables, step, {}, {}, loc);
+  finish_run(loc);
   return fetched;
 }
 
 std::vector<DeviceTensor> CudaProgram::run_to_device(const DeviceFeeds& feeds, DeviceVariables& variables,
                                                      uint64_t step, Loc loc) {
-  cuda::require_driver(loc);
-  const int64_t batch = bind_batch(feeds, loc);
-  std::vector<DeviceTensor> fetched;
-  execute(feeds, variables, batch, step, {}, {}, loc, &fetched);
+  std::vector<DeviceTensor> fetched = queue_to_device(feeds, variables, step, {}, {}, loc);
+  finish_run(loc);
   return fetched;
 }
 

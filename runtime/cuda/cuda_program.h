@@ -12,6 +12,7 @@
 //   for (...) loss = step.run(feeds, vars, k)[0];                    // weights stay on the GPU
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <source_location>
 #include <string>
@@ -60,6 +61,19 @@ class CudaProgram {
                                           Loc loc = Loc::current());
   std::vector<DeviceTensor> run_to_device(const DeviceFeeds& feeds, DeviceVariables& variables, uint64_t step = 0,
                                           Loc loc = Loc::current());
+  // The same without waiting: the run waits on the device for `wait` (events recorded on other
+  // streams or devices) and queues each fetch's copy right after the step that finishes it,
+  // recording ready[j] (where given and not null) after fetch j's copy, so other streams can
+  // start on a fetch while the later steps run. finish() waits for the run and raises what it
+  // raised; the feeds and variables must stay untouched until then, and the next run must not
+  // be queued before it.
+  std::vector<DeviceTensor> queue_to_device(const HostFeeds& feeds, DeviceVariables& variables, uint64_t step,
+                                            const std::vector<const cuda::Event*>& wait,
+                                            const std::vector<cuda::Event*>& ready, Loc loc = Loc::current());
+  std::vector<DeviceTensor> queue_to_device(const DeviceFeeds& feeds, DeviceVariables& variables, uint64_t step,
+                                            const std::vector<const cuda::Event*>& wait,
+                                            const std::vector<cuda::Event*>& ready, Loc loc = Loc::current());
+  void finish(Loc loc = Loc::current()) { finish_run(loc); }
 
   const kir::Program& program() const { return program_; }
   const cuda::CudaModule& module() const { return module_; }  // the .cu text and launch shapes
@@ -86,14 +100,22 @@ class CudaProgram {
   template <typename Feeds>
   int64_t bind_batch(const Feeds& feeds, Loc loc) const;
   std::vector<CUdeviceptr> bind_buffers(const DeviceFeeds& feeds, DeviceVariables& variables, int64_t batch);
-  // Queues `uploads`, the steps, the fetches' and `downloads`' copies back, waits, and
-  // returns the fetches (or, with `device_fetches`, copies them into new device tensors there).
+  // queue_run() then finish_run(): the fetches on the host.
   std::vector<HostTensor> execute(const DeviceFeeds& feeds, DeviceVariables& variables, int64_t batch,
                                   uint64_t step, const std::vector<Transfer>& uploads,
-                                  const std::vector<Transfer>& downloads, Loc loc,
-                                  std::vector<DeviceTensor>* device_fetches = nullptr);
+                                  const std::vector<Transfer>& downloads, Loc loc);
+  // Queues `uploads`, every step, the fetches' copies (into host_fetches through staging, or
+  // into device_fetches right after the step finishing each, see queue_to_device) and
+  // `downloads`' copies back; returns without waiting. finish_run() waits and delivers.
+  void queue_run(const DeviceFeeds& feeds, DeviceVariables& variables, int64_t batch, uint64_t step,
+                 const std::vector<Transfer>& uploads, const std::vector<Transfer>& downloads,
+                 std::vector<HostTensor>* host_fetches, std::vector<DeviceTensor>* device_fetches,
+                 const std::vector<const cuda::Event*>& wait, const std::vector<cuda::Event*>& ready, Loc loc);
+  void finish_run(Loc loc);
   void prepare(int64_t batch);
-  void queue_steps(const std::vector<CUdeviceptr>& base, int64_t batch, uint64_t step, Loc loc);
+  // Queues every step; after_step(i) runs once step i is queued (and after_step(-1) first).
+  void queue_steps(const std::vector<CUdeviceptr>& base, int64_t batch, uint64_t step,
+                   const std::function<void(int)>& after_step, Loc loc);
   void run_kernel(int index, const std::vector<CUdeviceptr>& base, int64_t batch, uint64_t step);
   void run_call(int index, const std::vector<CUdeviceptr>& base, int64_t batch);
   std::vector<Transfer> stage_feeds(const HostFeeds& feeds);
@@ -110,6 +132,7 @@ class CudaProgram {
   std::vector<std::string> kernel_what_;   // per kernel: its name and DSL ops, for errors
   std::vector<int> written_;               // variable buffers some step writes
   std::vector<std::string> written_names_;
+  std::vector<int> fetch_done_after_;      // per fetch: the step that finishes it (-1: none writes it)
   std::vector<int> one_hot_calls_;         // calls that need an error slot, in slot order
   std::string name_;                       // the module's name, "step_<hash>"
 
@@ -124,6 +147,11 @@ class CudaProgram {
   std::vector<std::unique_ptr<cuda::Event>> timing_;  // step_times: one before each step, one after the last
   DeviceFeeds host_feeds_;        // device copies of host feeds
   DeviceVariables host_variables_;  // device copies of host variables
+  // The run queued and not yet finished: what comes back through staging, and where.
+  bool queued_ = false;
+  std::vector<Transfer> back_;
+  std::vector<size_t> back_offsets_;
+  std::vector<uint64_t> slots_;    // one-hot error slots
 };
 
 }  // namespace towerjit
