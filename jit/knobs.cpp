@@ -35,6 +35,13 @@ bool cache_enabled() { return switched_on("TOWERJIT_CACHE"); }
 bool group_kernels_enabled() { return switched_on("TOWERJIT_GROUP_KERNELS"); }
 bool pin_towers() { return switched_on("TOWERJIT_PIN_TOWERS"); }
 bool nccl_enabled() { return switched_on("TOWERJIT_NCCL"); }
+double bucket_mb() {
+  const auto v = read("TOWERJIT_BUCKET_MB");
+  if (!v) return 25;
+  char* end = nullptr;
+  const double mb = std::strtod(v->c_str(), &end);
+  return end && *end == '\0' && mb >= 0 ? mb : 25;
+}
 bool gpu_variables() {
   const std::string v = lower(read("TOWERJIT_GPU_VARIABLES").value_or(""));
   return v == "on" || v == "1" || v == "true" || v == "yes";

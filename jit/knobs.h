@@ -43,6 +43,11 @@ bool gpu_variables();
 // where NCCL loads.
 bool nccl_enabled();
 
+// TOWERJIT_BUCKET_MB: the size of the gradient buckets reduced between GPUs while the backward
+// pass goes on (variables on the GPUs); the first bucket is 1 MB or this, the smaller, as in
+// PyTorch DDP. 0 puts every gradient in a bucket of its own. Default: 25.
+double bucket_mb();
+
 // TOWERJIT_CACHE_DIR: puts the compile cache in this directory instead of the default
 // (tests point it at a fresh temporary directory). Unset or empty: not set.
 std::optional<std::string> cache_dir_override();

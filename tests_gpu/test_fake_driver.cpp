@@ -292,39 +292,45 @@ TEST_CASE("fake driver, two GPUs: NCCL sums each GPU's buffers in place, in one 
 TEST_CASE("fake driver, two GPUs: sync towers with the variables on the GPUs all-reduce through NCCL",
           "[.fake_two_gpus]") {
   // TOWERJIT_GPU_VARIABLES=on over gpu:0 and gpu:1: the GPUs' gradient sums go through one
-  // grouped NCCL all-reduce per step (w [3] and b [3]: two tensors on each of two ranks), or,
-  // with TOWERJIT_NCCL=off, through copies to gpu:0 and back, with no NCCL call.
+  // grouped NCCL all-reduce per bucket (w [3] and b [3]: two tensors on each of two ranks, one
+  // bucket, or two with TOWERJIT_BUCKET_MB=0), or, with TOWERJIT_NCCL=off, through copies to
+  // gpu:0 and back, with no NCCL call.
   const FakeNccl nccl;
   tj::HostTensor labels_in({9}, tj::DType::i32);
   for (int i = 0; i < 9; ++i) labels_in.i32[i] = i % 3;
   const tj::HostFeeds batch{{"x", values({9, 3}, 0)}, {"labels", labels_in}};
   for (const char* use_nccl : {"on", "off"}) {
-    tj::Graph g;
-    tj::GraphScope use(g);
-    auto x = tj::input("x", {kBatch, 3});
-    auto labels = tj::input("labels", {kBatch}, tj::DType::i32);
-    auto logits = x * tj::variable("w", {3}) + tj::variable("b", {3});
-    auto loss = tj::mean(tj::softmax_cross_entropy(logits, labels));
-    ::setenv("TOWERJIT_GPU_VARIABLES", "on", 1);
-    ::setenv("TOWERJIT_NCCL", use_nccl, 1);
-    tj::TowerTrainer trainer(g, loss, tj::Towers{tj::gpu(0), tj::gpu(1)}, tj::adam(0.01));
-    ::unsetenv("TOWERJIT_GPU_VARIABLES");
-    ::unsetenv("TOWERJIT_NCCL");
-    nccl.reset();
-    for (int k = 0; k < 3; ++k) CHECK(trainer.step(batch).slices == std::vector<int64_t>{4, 5});
-    INFO("TOWERJIT_NCCL=" << use_nccl);
-    const bool on = std::string(use_nccl) == "on";
-    CHECK(nccl.groups() == (on ? 3 : 0));
-    CHECK(nccl.calls() == (on ? 3 * 2 * 2 : 0));
-    CHECK(nccl.elements() == (on ? 3 * 2 * 6 : 0));
-    // Restored values make the round trip through both GPUs' copies.
-    tj::HostVariables moved = trainer.variables();
-    for (auto& [name, t] : moved)
-      for (float& v : t.f32) v = 0.5f;
-    trainer.restore(moved, 3);
-    trainer.step(batch);
-    for (const auto& [name, t] : trainer.variables())
-      for (float v : t.f32) CHECK(v == 0.5f);
-    CHECK(trainer.applies() == 4);
+    for (const char* bucket_mb : {"25", "0"}) {
+      tj::Graph g;
+      tj::GraphScope use(g);
+      auto x = tj::input("x", {kBatch, 3});
+      auto labels = tj::input("labels", {kBatch}, tj::DType::i32);
+      auto logits = x * tj::variable("w", {3}) + tj::variable("b", {3});
+      auto loss = tj::mean(tj::softmax_cross_entropy(logits, labels));
+      ::setenv("TOWERJIT_GPU_VARIABLES", "on", 1);
+      ::setenv("TOWERJIT_NCCL", use_nccl, 1);
+      ::setenv("TOWERJIT_BUCKET_MB", bucket_mb, 1);
+      tj::TowerTrainer trainer(g, loss, tj::Towers{tj::gpu(0), tj::gpu(1)}, tj::adam(0.01));
+      ::unsetenv("TOWERJIT_GPU_VARIABLES");
+      ::unsetenv("TOWERJIT_NCCL");
+      ::unsetenv("TOWERJIT_BUCKET_MB");
+      nccl.reset();
+      for (int k = 0; k < 3; ++k) CHECK(trainer.step(batch).slices == std::vector<int64_t>{4, 5});
+      INFO("TOWERJIT_NCCL=" << use_nccl << ", TOWERJIT_BUCKET_MB=" << bucket_mb);
+      const bool on = std::string(use_nccl) == "on";
+      const int buckets = std::string(bucket_mb) == "0" ? 2 : 1;
+      CHECK(nccl.groups() == (on ? 3 * buckets : 0));
+      CHECK(nccl.calls() == (on ? 3 * 2 * 2 : 0));
+      CHECK(nccl.elements() == (on ? 3 * 2 * 6 : 0));
+      // Restored values make the round trip through both GPUs' copies.
+      tj::HostVariables moved = trainer.variables();
+      for (auto& [name, t] : moved)
+        for (float& v : t.f32) v = 0.5f;
+      trainer.restore(moved, 3);
+      trainer.step(batch);
+      for (const auto& [name, t] : trainer.variables())
+        for (float v : t.f32) CHECK(v == 0.5f);
+      CHECK(trainer.applies() == 4);
+    }
   }
 }

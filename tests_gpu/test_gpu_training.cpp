@@ -7,6 +7,7 @@
 #include <functional>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "gpu_check.h"
 #include "towerjit.h"
@@ -139,8 +140,8 @@ TEST_CASE("GPU: two towers sharing one GPU on their own streams compute what eac
 TEST_CASE("GPU: GPU towers train as CPU towers do (sync average, 20 steps, uneven split)", "[gpu]") {
   // Two towers sharing gpu:0 against two CPU towers: the same slices (7 + 8 of 15). With the
   // variables on the host, the same host all-reduce and apply, only the towers' forward and
-  // backward on the GPU; with TOWERJIT_GPU_VARIABLES=on, the in-device reduction and the apply
-  // on the GPU too, the variables staying there.
+  // backward on the GPU; with TOWERJIT_GPU_VARIABLES=on, the in-device reduction (per gradient
+  // bucket) and the apply on the GPU too, the variables staying there.
   auto train = [](tj::Towers towers) {
     tj::Graph g;
     tj::GraphScope use(g);
@@ -154,11 +155,15 @@ TEST_CASE("GPU: GPU towers train as CPU towers do (sync average, 20 steps, uneve
     return std::make_pair(losses, trainer.variables());
   };
   const auto [cpu_losses, cpu_vars] = train(tj::Towers{tj::cpu(0), tj::cpu(1)});
-  for (const char* variables_on_gpu : {"off", "on"}) {
+  // Variables on the host; on the GPU in one bucket; on the GPU with every gradient a bucket of
+  // its own, reduced while the backward pass goes on.
+  for (const auto& [variables_on_gpu, bucket_mb] : {std::pair{"off", "25"}, std::pair{"on", "25"}, std::pair{"on", "0"}}) {
     ::setenv("TOWERJIT_GPU_VARIABLES", variables_on_gpu, 1);
+    ::setenv("TOWERJIT_BUCKET_MB", bucket_mb, 1);
     const auto [gpu_losses, gpu_vars] = train(tj::Towers{tj::gpu(0), tj::gpu(0)});
     ::unsetenv("TOWERJIT_GPU_VARIABLES");
-    INFO("TOWERJIT_GPU_VARIABLES=" << variables_on_gpu);
+    ::unsetenv("TOWERJIT_BUCKET_MB");
+    INFO("TOWERJIT_GPU_VARIABLES=" << variables_on_gpu << ", TOWERJIT_BUCKET_MB=" << bucket_mb);
     for (size_t k = 0; k < cpu_losses.size(); ++k) CHECK(gpu_losses[k] == Approx(cpu_losses[k]).epsilon(1e-4));
     for (const auto& [name, t] : cpu_vars)
       for (int64_t i = 0; i < t.size(); ++i)

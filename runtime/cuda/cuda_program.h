@@ -74,6 +74,9 @@ class CudaProgram {
                                             const std::vector<const cuda::Event*>& wait,
                                             const std::vector<cuda::Event*>& ready, Loc loc = Loc::current());
   void finish(Loc loc = Loc::current()) { finish_run(loc); }
+  // The index of the step after which fetch j holds its value (-1: no step writes it): the
+  // order the fetches finish in.
+  int fetch_ready_after(size_t j) const { return fetch_done_after_.at(j); }
 
   const kir::Program& program() const { return program_; }
   const cuda::CudaModule& module() const { return module_; }  // the .cu text and launch shapes

@@ -1,11 +1,13 @@
 #include "runtime/towers/gpu_resident_sync.h"
 
 #include <cstring>
+#include <exception>
 #include <map>
 
 #include "dsl/error.h"
 #include "dsl/ops.h"
 #include "jit/knobs.h"
+#include "runtime/towers/gradient_buckets.h"
 
 namespace towerjit {
 namespace {
@@ -16,14 +18,14 @@ HostTensor scalar(double v) {
   return t;
 }
 
-std::string part(int set, size_t j) { return "s" + std::to_string(set) + "/" + std::to_string(j); }
+std::string part(int set, size_t k) { return "s" + std::to_string(set) + "/" + std::to_string(k); }
 std::string gradient_weight(int set) { return "w" + std::to_string(set); }
 std::string update_weight(int set) { return "m" + std::to_string(set); }
 
-// A program on `device` forming, for every j, Σ_i weight_i · s<i>/<j> over `sets` sets of
-// tensors of `shapes`: the first `gradients` weighted by the scalar input w<i>, the rest (the
-// model's updates) by m<i>. towerjit fuses it into a few elementwise kernels.
-std::unique_ptr<CudaProgram> weighted_sum(int sets, const std::vector<Shape>& shapes, size_t gradients,
+// A program on `device` forming, for every k, Σ_i weight_i · s<i>/<k> over `sets` sets of
+// tensors of `shapes`: gradients weighted by the scalar input w<i>, the model's updates
+// (`is_update[k]`) by m<i>. towerjit fuses it into a few elementwise kernels.
+std::unique_ptr<CudaProgram> weighted_sum(int sets, const std::vector<Shape>& shapes, const std::vector<bool>& is_update,
                                           const Device& device, Loc loc) {
   Graph g;
   GraphScope use(g);
@@ -32,15 +34,22 @@ std::unique_ptr<CudaProgram> weighted_sum(int sets, const std::vector<Shape>& sh
     w.push_back(input(gradient_weight(i), Shape{}));
     m.push_back(input(update_weight(i), Shape{}));
   }
-  for (size_t j = 0; j < shapes.size(); ++j) {
+  for (size_t k = 0; k < shapes.size(); ++k) {
     Tensor sum;
     for (int i = 0; i < sets; ++i) {
-      const Tensor term = input(part(i, j), shapes[j]) * (j < gradients ? w[i] : m[i]);
+      const Tensor term = input(part(i, k), shapes[k]) * (is_update[k] ? m[i] : w[i]);
       sum = i == 0 ? term : sum + term;
     }
     sums.push_back(sum);
   }
   return std::make_unique<CudaProgram>(g, sums, /*run_update_ops=*/false, device, loc);
+}
+
+template <typename T>
+std::vector<T> pick(const std::vector<T>& all, const std::vector<int>& which) {
+  std::vector<T> out;
+  for (int i : which) out.push_back(all[i]);
+  return out;
 }
 
 }  // namespace
@@ -49,12 +58,13 @@ struct GpuResidentSync::Gpu {
   cuda::DeviceContext* context = nullptr;
   std::vector<int> towers;  // the towers on this GPU, in tower order
   DeviceVariables variables;
-  std::unique_ptr<CudaProgram> reduce, apply;
+  std::vector<std::unique_ptr<CudaProgram>> reduce;  // per bucket: the towers' weighted sum
+  std::vector<DeviceFeeds> reduce_feeds;  // per bucket: w<i>, m<i> (kept), and each step's tower outputs
+  std::vector<double> uploaded;           // the weights now in reduce_feeds
+  std::unique_ptr<CudaProgram> apply;
   std::unique_ptr<cuda::Stream> copies;
-  DeviceFeeds reduce_feeds;       // w<i>, m<i> (kept), and each step's tower outputs
-  std::vector<double> uploaded;   // the values now in `weights`
-  DeviceFeeds apply_feeds;        // the scale (1), then the reduced gradients each step
-  std::vector<DeviceTensor> reduced;
+  DeviceFeeds apply_feeds;                // the scale (1), then the reduced gradients each step
+  std::vector<DeviceTensor> reduced;      // per tensor (gradients, then model updates)
 };
 
 GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initial, Loc loc)
@@ -69,25 +79,52 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
     }
     gpu_of_tower_.push_back(by_ordinal[ordinal]);
     gpus_[by_ordinal[ordinal]]->towers.push_back(static_cast<int>(gpu_of_tower_.size()) - 1);
-  }
-  for (CudaProgram* tower : setup_.towers) {
     loss_staging_.push_back(std::make_unique<cuda::PinnedBuffer>(tower->device().context()));
     loss_staging_.back()->reserve(64, loc);
   }
-  // The reduced tensors' shapes: each gradient's variable's, then each updated variable's.
+  // The reduced tensors (the towers' fetches after the loss): each gradient's variable's shape,
+  // then each updated variable's; bucketed in the order the towers' programs finish them.
   std::vector<Shape> shapes;
+  std::vector<bool> is_update;
   const std::string prefix = "tower_gradient/";
-  for (const std::string& name : setup_.gradient_inputs) shapes.push_back(initial.at(name.substr(prefix.size())).shape);
-  for (const std::string& name : setup_.model_update_variables) shapes.push_back(initial.at(name).shape);
-  const size_t gradients = setup_.gradient_inputs.size();
+  for (const std::string& name : setup_.gradient_inputs) {
+    shapes.push_back(initial.at(name.substr(prefix.size())).shape);
+    is_update.push_back(false);
+  }
+  for (const std::string& name : setup_.model_update_variables) {
+    shapes.push_back(initial.at(name).shape);
+    is_update.push_back(true);
+  }
+  std::vector<int> ready;
+  std::vector<int64_t> bytes;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    ready.push_back(setup_.towers[0]->fetch_ready_after(k + 1));
+    bytes.push_back(shapes[k].elements(0) * 4);
+  }
+  const auto cap = static_cast<int64_t>(knobs::bucket_mb() * (1 << 20));
+  buckets_ = plan_buckets(ready, bytes, cap, std::min<int64_t>(cap, 1 << 20));
+  // Each tower records bucket b's event after the copy of the bucket's last tensor to finish.
+  for (size_t t = 0; t < setup_.towers.size(); ++t) {
+    ready_.emplace_back();
+    record_after_.emplace_back(shapes.size() + 1, nullptr);
+    for (const std::vector<int>& bucket : buckets_) {
+      ready_[t].push_back(std::make_unique<cuda::Event>(setup_.towers[t]->device(), /*timing=*/false));
+      record_after_[t][bucket.back() + 1] = ready_[t].back().get();
+    }
+  }
   for (auto& gpu : gpus_) {
     const Device device = towerjit::gpu(gpu->context->ordinal());
     gpu->copies = std::make_unique<cuda::Stream>(*gpu->context);
-    gpu->reduce = weighted_sum(static_cast<int>(gpu->towers.size()), shapes, gradients, device, loc);
+    const int sets = static_cast<int>(gpu->towers.size());
+    for (const std::vector<int>& bucket : buckets_) {
+      gpu->reduce.push_back(weighted_sum(sets, pick(shapes, bucket), pick(is_update, bucket), device, loc));
+      gpu->reduce_feeds.emplace_back();
+    }
     gpu->apply = std::make_unique<CudaProgram>(*setup_.apply_graph, setup_.apply_fetches, setup_.apply_updates,
                                                device, loc);
     gpu->variables = to_device(initial, *gpu->context, *gpu->copies);
     gpu->apply_feeds[setup_.gradient_scale] = to_device(scalar(1.0), *gpu->context, *gpu->copies);
+    gpu->reduced.resize(shapes.size());
   }
   if (gpus_.size() > 1 && knobs::nccl_enabled() && cuda::nccl_available()) {
     std::vector<cuda::DeviceContext*> contexts;
@@ -95,7 +132,7 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
     nccl_ = std::make_unique<cuda::NcclCommunicators>(contexts, loc);
   } else if (gpus_.size() > 1) {
     Gpu& first = *gpus_[0];
-    combine_ = weighted_sum(static_cast<int>(gpus_.size()), shapes, gradients, towerjit::gpu(first.context->ordinal()), loc);
+    combine_ = weighted_sum(static_cast<int>(gpus_.size()), shapes, is_update, towerjit::gpu(first.context->ordinal()), loc);
     for (size_t g = 0; g < gpus_.size(); ++g) {  // every GPU's sum counts once
       combine_feeds_[gradient_weight(static_cast<int>(g))] = to_device(scalar(1.0), *first.context, *first.copies);
       combine_feeds_[update_weight(static_cast<int>(g))] = to_device(scalar(1.0), *first.context, *first.copies);
@@ -113,38 +150,46 @@ void GpuResidentSync::upload(const HostVariables& values) {
   for (auto& gpu : gpus_) gpu->variables = to_device(values, *gpu->context, *gpu->copies);
 }
 
-// The towers' outputs on `gpu` (loss first) summed with their weights into gpu.reduced.
-void GpuResidentSync::step_reduce(Gpu& gpu, std::vector<std::vector<DeviceTensor>>& outputs,
-                                     const std::vector<double>& weights, const std::vector<double>& update_weights) {
+// The reduce programs' weights on `gpu`, uploaded when they change (only with the slice sizes).
+void GpuResidentSync::set_weights(Gpu& gpu, const std::vector<double>& weights, const std::vector<double>& update_weights) {
   std::vector<double> wanted;
   for (int t : gpu.towers) wanted.insert(wanted.end(), {weights[t], update_weights[t]});
-  if (wanted != gpu.uploaded) {  // the weights change only with the slice sizes
+  if (wanted == gpu.uploaded) return;
+  for (DeviceFeeds& feeds : gpu.reduce_feeds)
     for (size_t i = 0; i < gpu.towers.size(); ++i) {
       const int set = static_cast<int>(i);
-      gpu.reduce_feeds[gradient_weight(set)] = to_device(scalar(wanted[2 * i]), *gpu.context, *gpu.copies);
-      gpu.reduce_feeds[update_weight(set)] = to_device(scalar(wanted[2 * i + 1]), *gpu.context, *gpu.copies);
+      feeds[gradient_weight(set)] = to_device(scalar(wanted[2 * i]), *gpu.context, *gpu.copies);
+      feeds[update_weight(set)] = to_device(scalar(wanted[2 * i + 1]), *gpu.context, *gpu.copies);
     }
-    gpu.uploaded = wanted;
-  }
-  for (size_t i = 0; i < gpu.towers.size(); ++i) {
-    std::vector<DeviceTensor>& out = outputs[gpu.towers[i]];
-    for (size_t j = 1; j < out.size(); ++j) gpu.reduce_feeds[part(static_cast<int>(i), j - 1)] = std::move(out[j]);
-  }
-  DeviceVariables none;
-  gpu.reduced = gpu.reduce->run_to_device(gpu.reduce_feeds, none, 0, loc_);
+  gpu.uploaded = wanted;
 }
 
-// Several GPUs with NCCL: every GPU's sums are all-reduced in place, one grouped call.
-void GpuResidentSync::all_reduce_gpus() {
+// Bucket b on `gpu`: its towers' tensors summed with their weights once the towers' events say
+// the bucket is ready, queued on the bucket's reduce stream; then, with NCCL, the bucket's
+// all-reduce between the GPUs on the same streams. Nothing is waited for.
+void GpuResidentSync::queue_bucket(size_t b, std::vector<std::vector<DeviceTensor>>& outputs) {
+  const std::vector<int>& bucket = buckets_[b];
+  for (auto& gpu : gpus_) {
+    std::vector<const cuda::Event*> wait;
+    for (size_t i = 0; i < gpu->towers.size(); ++i) {
+      const int t = gpu->towers[i];
+      wait.push_back(ready_[t][b].get());
+      for (size_t k = 0; k < bucket.size(); ++k)
+        gpu->reduce_feeds[b][part(static_cast<int>(i), k)] = std::move(outputs[t][bucket[k] + 1]);
+    }
+    DeviceVariables none;
+    std::vector<DeviceTensor> sums = gpu->reduce[b]->queue_to_device(gpu->reduce_feeds[b], none, 0, wait, {}, loc_);
+    for (size_t k = 0; k < bucket.size(); ++k) gpu->reduced[bucket[k]] = std::move(sums[k]);
+  }
+  if (!nccl_) return;
   std::vector<std::vector<std::pair<CUdeviceptr, size_t>>> buffers;
   std::vector<const cuda::Stream*> streams;
   for (auto& gpu : gpus_) {
     buffers.emplace_back();
-    for (const DeviceTensor& t : gpu->reduced) buffers.back().emplace_back(t.ptr(), static_cast<size_t>(t.size()));
-    streams.push_back(gpu->copies.get());
+    for (int k : bucket) buffers.back().emplace_back(gpu->reduced[k].ptr(), static_cast<size_t>(gpu->reduced[k].size()));
+    streams.push_back(&gpu->reduce[b]->stream());
   }
-  nccl_->all_reduce_sum(buffers, streams, "the towers' gradients", loc_);
-  for (auto& gpu : gpus_) gpu->copies->synchronize("the all-reduce between the GPUs", loc_);
+  nccl_->all_reduce_sum(buffers, streams, "gradient bucket " + std::to_string(b + 1) + " of " + std::to_string(buckets_.size()), loc_);
 }
 
 // Several GPUs without NCCL: every GPU's sums are copied to the first, added there in GPU
@@ -188,7 +233,37 @@ void GpuResidentSync::apply(Gpu& gpu, Result& result) {
   if (&gpu == gpus_[0].get()) result.learning_rate = fetched[0].f32[0];
   for (size_t u = 0; u < setup_.model_update_variables.size(); ++u)
     gpu.variables[setup_.model_update_variables[u]] = std::move(gpu.reduced[gradients + u]);
-  gpu.reduced.clear();
+}
+
+// Waits for every queued tower and reduce program, all of them even when one fails (a program
+// left queued could not run again); raises the first failure.
+void GpuResidentSync::finish_all() {
+  std::exception_ptr failure;
+  auto finish = [&](CudaProgram& p) {
+    try {
+      p.finish(loc_);
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
+    }
+  };
+  for (CudaProgram* tower : setup_.towers) finish(*tower);
+  for (auto& gpu : gpus_)
+    for (auto& program : gpu->reduce) finish(*program);
+  if (failure) std::rethrow_exception(failure);
+}
+
+// Tower t's loss (its first fetch) through its own page-locked word: allocating one per step
+// would cost more than the copy.
+double GpuResidentSync::loss_of(int t, const DeviceTensor& loss) {
+  CudaProgram& program = *setup_.towers[t];
+  program.device().make_current();
+  cuda::check_cuda(cuda::require_driver().MemcpyDtoHAsync(loss_staging_[t]->data(), loss.ptr(), 4,
+                                                          program.stream().handle()),
+                   "cuMemcpyDtoHAsync", " (a tower's loss)", loc_);
+  program.stream().synchronize("a tower's loss", loc_);
+  float value;
+  std::memcpy(&value, loss_staging_[t]->data(), 4);
+  return value;
 }
 
 GpuResidentSync::Result GpuResidentSync::step(const std::vector<HostFeeds>& slices, const std::vector<double>& weights,
@@ -198,25 +273,27 @@ GpuResidentSync::Result GpuResidentSync::step(const std::vector<HostFeeds>& slic
   const int n = static_cast<int>(setup_.towers.size());
   Result result;
   result.losses.resize(n);
+  for (auto& gpu : gpus_) set_weights(*gpu, weights, update_weights);
+  // Every tower's forward and backward queued on its stream, each bucket's event recorded as
+  // its last gradient is copied out; then each bucket's reduction queued behind its events,
+  // so it runs while the towers' backward passes go on.
   std::vector<std::vector<DeviceTensor>> outputs(n);
-  on_towers(n, [&](int t) {
-    CudaProgram& program = *setup_.towers[t];
-    outputs[t] = program.run_to_device(slices[t], gpus_[gpu_of_tower_[t]]->variables, key(t), loc_);
-    // The loss through the tower's own page-locked word (allocating one per step would cost
-    // more than the copy).
-    const DeviceTensor& loss = outputs[t][0];
-    program.device().make_current();
-    cuda::check_cuda(cuda::require_driver().MemcpyDtoHAsync(loss_staging_[t]->data(), loss.ptr(), 4,
-                                                            program.stream().handle()),
-                     "cuMemcpyDtoHAsync", " (a tower's loss)", loc_);
-    program.stream().synchronize("a tower's loss", loc_);
-    float value;
-    std::memcpy(&value, loss_staging_[t]->data(), 4);
-    result.losses[t] = value;
-  });
-  for (auto& gpu : gpus_) step_reduce(*gpu, outputs, weights, update_weights);
-  if (nccl_) all_reduce_gpus();
-  else if (combine_) combine_gpus();
+  try {
+    on_towers(n, [&](int t) {
+      outputs[t] = setup_.towers[t]->queue_to_device(slices[t], gpus_[gpu_of_tower_[t]]->variables, key(t), {},
+                                                     record_after_[t], loc_);
+    });
+    for (size_t b = 0; b < buckets_.size(); ++b) queue_bucket(b, outputs);
+  } catch (...) {
+    try {
+      finish_all();
+    } catch (...) {
+    }
+    throw;
+  }
+  finish_all();
+  for (int t = 0; t < n; ++t) result.losses[t] = loss_of(t, outputs[t][0]);
+  if (combine_) combine_gpus();
   for (auto& gpu : gpus_) apply(*gpu, result);
   return result;
 }

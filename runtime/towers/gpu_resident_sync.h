@@ -1,14 +1,19 @@
 // Sync towers that are all GPUs, with the variables kept on the GPUs (TOWERJIT_GPU_VARIABLES=on):
 // one copy of every variable (weights, optimiser slots, EMA shadows) per GPU, shared by the
 // towers on that GPU. A step:
-//   1. each tower runs forward and backward from its GPU's copy; its gradients (and the
-//      model's own updates, batch norm's moving means) stay on the GPU;
-//   2. on each GPU a reduce program compiled by towerjit (one fused pass) forms Σ w_i · g_i
-//      over the towers on it — the in-device reduction for towers sharing a GPU;
-//   3. with several GPUs, an NCCL all-reduce of the per-GPU sums (one communicator per GPU,
-//      one grouped call); without NCCL (or with TOWERJIT_NCCL=off) the sums meet on the first
-//      GPU, are added there in GPU order and copied back;
-//   4. every GPU applies the optimiser to its copy; the model updates replace their variables.
+//   1. each tower's forward and backward is queued on its stream from its GPU's copy; its
+//      gradients (and the model's own updates, batch norm's moving means) stay on the GPU,
+//      each copied out as soon as the step finishing it has run;
+//   2. the gradients are cut into buckets in the order the backward pass finishes them
+//      (runtime/towers/gradient_buckets.h, TOWERJIT_BUCKET_MB, 25 MB as PyTorch DDP); as soon
+//      as a bucket is ready on a GPU's towers, a reduce program compiled by towerjit (one fused
+//      pass) forms Σ w_i · g_i over them on a stream of its own — the in-device reduction for
+//      towers sharing a GPU — while the backward passes go on;
+//   3. with several GPUs, each bucket is then all-reduced between the GPUs by NCCL on the same
+//      stream (one communicator per GPU, grouped calls); without NCCL (or TOWERJIT_NCCL=off)
+//      the sums meet on the first GPU once all are done, are added there in GPU order and
+//      copied back;
+//   4. every GPU applies the optimiser to its copy; the model's updates replace their variables.
 // Only each tower's loss and the learning rate cross to the host; the host copy of the
 // variables is refreshed when asked for (download()).
 #pragma once
@@ -60,15 +65,19 @@ class GpuResidentSync {
 
  private:
   struct Gpu;  // one GPU's variables, reduce and apply programs
-  void step_reduce(Gpu& gpu, std::vector<std::vector<DeviceTensor>>& outputs,
-                      const std::vector<double>& weights, const std::vector<double>& update_weights);
-  void all_reduce_gpus();
+  void set_weights(Gpu& gpu, const std::vector<double>& weights, const std::vector<double>& update_weights);
+  void queue_bucket(size_t b, std::vector<std::vector<DeviceTensor>>& outputs);
+  void finish_all();
+  double loss_of(int t, const DeviceTensor& loss);
   void combine_gpus();
   void apply(Gpu& gpu, Result& result);
 
   Setup setup_;
   std::vector<int> gpu_of_tower_;  // index into gpus_
   std::vector<std::unique_ptr<cuda::PinnedBuffer>> loss_staging_;  // per tower
+  std::vector<std::vector<int>> buckets_;  // reduced tensors (gradients, then model updates) per bucket
+  std::vector<std::vector<std::unique_ptr<cuda::Event>>> ready_;  // per tower, per bucket
+  std::vector<std::vector<cuda::Event*>> record_after_;  // per tower, per fetch: the bucket event it completes
   std::vector<std::unique_ptr<Gpu>> gpus_;
   std::unique_ptr<cuda::NcclCommunicators> nccl_;  // several GPUs, NCCL present
   std::unique_ptr<CudaProgram> combine_;  // else, on the first GPU: the sum of every GPU's reduced tensors
