@@ -22,15 +22,21 @@ using tj::kBatch;
 
 namespace {
 
-// The fake driver's log, through its tjfake_* functions.
-struct Fake {
-  void* handle = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+// A stand-in library already loaded by the runtime, and its log functions.
+struct StandIn {
+  const char* library;
+  void* handle = ::dlopen(library, RTLD_NOW | RTLD_NOLOAD);
   template <typename F>
   F fn(const char* name) const {
     void* p = handle ? ::dlsym(handle, name) : nullptr;
-    if (!p) throw std::runtime_error(std::string("not the fake driver: no ") + name);
+    if (!p) throw std::runtime_error(std::string("not the stand-in ") + library + ": no " + name);
     return reinterpret_cast<F>(p);
   }
+};
+
+// The fake driver's log, through its tjfake_* functions.
+struct Fake : StandIn {
+  Fake() : StandIn{"libcuda.so.1"} {}
   void reset() const { fn<void (*)()>("tjfake_reset")(); }
   void expect_params(const std::string& kernel, int n) const {
     fn<void (*)(const char*, int)>("tjfake_set_param_count")(kernel.c_str(), n);
@@ -248,14 +254,8 @@ TEST_CASE("fake driver: sync GPU towers keeping the variables on the GPU reduce 
 namespace {
 
 // The fake NCCL's log (fake_driver/fake_nccl.cpp), through its tjnccl_* functions.
-struct FakeNccl {
-  void* handle = ::dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
-  template <typename F>
-  F fn(const char* name) const {
-    void* p = handle ? ::dlsym(handle, name) : nullptr;
-    if (!p) throw std::runtime_error(std::string("not the fake NCCL: no ") + name);
-    return reinterpret_cast<F>(p);
-  }
+struct FakeNccl : StandIn {
+  FakeNccl() : StandIn{"libnccl.so.2"} {}
   void reset() const { fn<void (*)()>("tjnccl_reset")(); }
   int calls() const { return fn<int (*)()>("tjnccl_calls")(); }
   int groups() const { return fn<int (*)()>("tjnccl_groups")(); }

@@ -1,13 +1,11 @@
 #include "runtime/cuda/cublas.h"
 
-#include <dlfcn.h>
-
 #include <limits>
 #include <type_traits>
 #include <vector>
 
 #include "dsl/error.h"
-#include "jit/knobs.h"
+#include "runtime/cuda/toolkit_library.h"
 
 namespace towerjit::cuda {
 namespace {
@@ -20,28 +18,14 @@ struct Loaded {
 
 Loaded load() {
   Loaded l;
-  std::vector<std::string> names = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
-  std::vector<std::string> dirs;
-  if (auto home = knobs::cuda_home()) dirs.push_back(*home + "/lib64/");
-  dirs.push_back("/usr/local/cuda/lib64/");
-  for (const auto& d : dirs)
-    for (const char* f : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) names.push_back(d + f);
-  void* handle = nullptr;
-  for (const auto& name : names) {
-    l.tried += (l.tried.empty() ? "" : ", ") + name;
-    // libcublas finds its libcublasLt next to itself (its RUNPATH is $ORIGIN).
-    if ((handle = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL))) {
-      l.api.library = name;
-      break;
-    }
-  }
-  if (!handle) return l;
+  // libcublas finds its libcublasLt next to itself (its RUNPATH is $ORIGIN).
+  const ToolkitLibrary lib = open_toolkit_library({"libcublas.so.13", "libcublas.so.12", "libcublas.so"},
+                                                  {"/usr/local/cuda/lib64/"});
+  l.tried = lib.tried;
+  if (!lib.handle) return l;
+  l.api.library = lib.name;
   std::string missing;
-  auto bind = [&](auto& fn, const char* symbol) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(handle, symbol));
-    if (!fn && missing.empty()) missing = symbol;
-  };
-#define TOWERJIT_CUBLAS_BIND(member, name, symbol, signature) bind(l.api.member, #symbol);
+#define TOWERJIT_CUBLAS_BIND(member, name, symbol, signature) bind_symbol(lib.handle, l.api.member, #symbol, missing);
   TOWERJIT_CUBLAS_FUNCTIONS(TOWERJIT_CUBLAS_BIND)
 #undef TOWERJIT_CUBLAS_BIND
   if (!missing.empty()) {

@@ -394,18 +394,22 @@ std::vector<DeviceTensor> CudaProgram::queue_to_device(const DeviceFeeds& feeds,
   return fetched;
 }
 
-std::vector<DeviceTensor> CudaProgram::run_to_device(const HostFeeds& feeds, DeviceVariables& variables,
-                                                     uint64_t step, Loc loc) {
+template <typename Feeds>
+std::vector<DeviceTensor> CudaProgram::run_fetching_to_device(const Feeds& feeds, DeviceVariables& variables,
+                                                              uint64_t step, Loc loc) {
   std::vector<DeviceTensor> fetched = queue_to_device(feeds, variables, step, {}, {}, loc);
   finish_run(loc);
   return fetched;
 }
 
+std::vector<DeviceTensor> CudaProgram::run_to_device(const HostFeeds& feeds, DeviceVariables& variables,
+                                                     uint64_t step, Loc loc) {
+  return run_fetching_to_device(feeds, variables, step, loc);
+}
+
 std::vector<DeviceTensor> CudaProgram::run_to_device(const DeviceFeeds& feeds, DeviceVariables& variables,
                                                      uint64_t step, Loc loc) {
-  std::vector<DeviceTensor> fetched = queue_to_device(feeds, variables, step, {}, {}, loc);
-  finish_run(loc);
-  return fetched;
+  return run_fetching_to_device(feeds, variables, step, loc);
 }
 
 int64_t CudaProgram::peak_bytes(int64_t batch) const { return plan_buffers(program_, batch).arena_bytes; }

@@ -103,6 +103,9 @@ class CudaProgram {
   template <typename Feeds>
   int64_t bind_batch(const Feeds& feeds, Loc loc) const;
   std::vector<CUdeviceptr> bind_buffers(const DeviceFeeds& feeds, DeviceVariables& variables, int64_t batch);
+  template <typename Feeds>
+  std::vector<DeviceTensor> run_fetching_to_device(const Feeds& feeds, DeviceVariables& variables, uint64_t step,
+                                                   Loc loc);
   // queue_run() then finish_run(): the fetches on the host.
   std::vector<HostTensor> execute(const DeviceFeeds& feeds, DeviceVariables& variables, int64_t batch,
                                   uint64_t step, const std::vector<Transfer>& uploads,

@@ -1,9 +1,7 @@
 #include "runtime/cuda/nccl.h"
 
-#include <dlfcn.h>
-
 #include "dsl/error.h"
-#include "jit/knobs.h"
+#include "runtime/cuda/toolkit_library.h"
 
 namespace towerjit::cuda {
 namespace {
@@ -16,26 +14,12 @@ struct Loaded {
 
 Loaded load() {
   Loaded l;
-  std::vector<std::string> names = {"libnccl.so.2"};
-  std::vector<std::string> dirs;
-  if (auto home = knobs::cuda_home()) dirs.push_back(*home + "/lib64/");
-  dirs.insert(dirs.end(), {"/usr/local/cuda/lib64/", "/usr/local/cuda/lib/"});
-  for (const auto& d : dirs) names.push_back(d + "libnccl.so.2");
-  void* handle = nullptr;
-  for (const auto& name : names) {
-    l.tried += (l.tried.empty() ? "" : ", ") + name;
-    if ((handle = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL))) {
-      l.api.library = name;
-      break;
-    }
-  }
-  if (!handle) return l;
+  const ToolkitLibrary lib = open_toolkit_library({"libnccl.so.2"}, {"/usr/local/cuda/lib64/", "/usr/local/cuda/lib/"});
+  l.tried = lib.tried;
+  if (!lib.handle) return l;
+  l.api.library = lib.name;
   std::string missing;
-  auto bind = [&](auto& fn, const char* symbol) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(handle, symbol));
-    if (!fn && missing.empty()) missing = symbol;
-  };
-#define TOWERJIT_NCCL_BIND(member, symbol, signature) bind(l.api.member, #symbol);
+#define TOWERJIT_NCCL_BIND(member, symbol, signature) bind_symbol(lib.handle, l.api.member, #symbol, missing);
   TOWERJIT_NCCL_FUNCTIONS(TOWERJIT_NCCL_BIND)
 #undef TOWERJIT_NCCL_BIND
   if (!missing.empty()) {
