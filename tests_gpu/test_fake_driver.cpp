@@ -10,7 +10,10 @@
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/cuda/cuda_program.h"
 #include "runtime/cuda/nccl.h"
@@ -54,6 +57,51 @@ tj::HostTensor values(tj::Shape shape, float from) {
   tj::HostTensor t(shape);
   for (size_t i = 0; i < t.f32.size(); ++i) t.f32[i] = from + static_cast<float>(i);
   return t;
+}
+
+// The tower tests' model, logits = x * w + b over 3 classes (no matrix product: cuBLAS does
+// not start on the fake driver), and a trainer for it built while `env` is set (knobs are read
+// when a trainer is built).
+struct TinyTraining {
+  tj::Graph graph;
+  tj::Tensor logits, loss;
+  std::unique_ptr<tj::TowerTrainer> trainer;
+};
+
+std::unique_ptr<TinyTraining> tiny_training(const tj::Towers& towers, const tj::Optimizer& optimizer,
+                                            const std::vector<std::pair<const char*, const char*>>& env = {}) {
+  auto m = std::make_unique<TinyTraining>();
+  tj::GraphScope use(m->graph);
+  auto x = tj::input("x", {kBatch, 3});
+  auto labels = tj::input("labels", {kBatch}, tj::DType::i32);
+  m->logits = x * tj::variable("w", {3}) + tj::variable("b", {3});
+  m->loss = tj::mean(tj::softmax_cross_entropy(m->logits, labels));
+  for (const auto& [name, value] : env) ::setenv(name, value, 1);
+  m->trainer = std::make_unique<tj::TowerTrainer>(m->graph, m->loss, towers, optimizer,
+                                                  tj::TowerTrainerOptions{.logits = m->logits});
+  for (const auto& [name, value] : env) ::unsetenv(name);
+  return m;
+}
+
+// Nine examples for it: x counting up, labels cycling over the classes.
+tj::HostFeeds tiny_batch() {
+  tj::HostTensor labels({9}, tj::DType::i32);
+  for (int i = 0; i < 9; ++i) labels.i32[i] = i % 3;
+  return {{"x", values({9, 3}, 0)}, {"labels", labels}};
+}
+
+// Kernels do not run here, so variables kept on the GPUs keep what was uploaded: restored
+// values, then a step, must come back unchanged through the GPUs' copies.
+void check_round_trip_through_gpus(tj::TowerTrainer& trainer) {
+  tj::HostVariables moved = trainer.variables();
+  for (auto& [name, t] : moved)
+    for (float& v : t.f32) v = 0.25f;
+  const int64_t applies = trainer.applies();
+  trainer.restore(moved, applies);
+  trainer.step(tiny_batch());
+  for (const auto& [name, t] : trainer.variables())
+    for (float v : t.f32) CHECK(v == 0.25f);
+  CHECK(trainer.applies() == applies + 1);
 }
 
 }  // namespace
@@ -188,23 +236,14 @@ TEST_CASE("fake driver: GPU towers, two sharing gpu:0 and one beside a CPU tower
   // test "GPU towers train as CPU towers do" does that).
   const Fake fake;
   for (const tj::Towers& towers : {tj::Towers{tj::gpu(0), tj::gpu(0)}, tj::Towers{tj::cpu(0), tj::gpu(0)}}) {
-    tj::Graph g;
-    tj::GraphScope use(g);
-    // No matrix product: cuBLAS does not start on the fake driver.
-    auto x = tj::input("x", {kBatch, 3});
-    auto labels = tj::input("labels", {kBatch}, tj::DType::i32);
-    auto logits = x * tj::variable("w", {3}) + tj::variable("b", {3});
-    auto loss = tj::mean(tj::softmax_cross_entropy(logits, labels));
-    tj::TowerTrainer trainer(g, loss, towers, tj::momentum(0.1, 0.9), {.logits = logits});
-    tj::HostTensor labels_in({9}, tj::DType::i32);
-    for (int i = 0; i < 9; ++i) labels_in.i32[i] = i % 3;
+    auto m = tiny_training(towers, tj::momentum(0.1, 0.9));
     fake.reset();
-    const auto result = trainer.step({{"x", values({9, 3}, 0)}, {"labels", labels_in}});
+    const auto result = m->trainer->step(tiny_batch());
     CHECK(result.slices == std::vector<int64_t>{4, 5});
     CHECK(fake.launches() > 0);
     if (towers.devices()[0].kind == tj::DeviceKind::gpu)
       CHECK(fake.launches() % 2 == 0);  // the two GPU towers launch the same kernels
-    CHECK(trainer.predict({{"x", values({9, 3}, 0)}}).shape == tj::Shape{9, 3});
+    CHECK(m->trainer->predict({{"x", values({9, 3}, 0)}}).shape == tj::Shape{9, 3});
   }
 }
 
@@ -216,33 +255,16 @@ TEST_CASE("fake driver: sync GPU towers keeping the variables on the GPU reduce 
   // GPU's copy keeps what was uploaded: restore() then variables() must give it back through
   // the device (the gpu test "...variables kept on the GPU..." checks the numbers).
   const Fake fake;
-  tj::HostTensor labels_in({9}, tj::DType::i32);
-  for (int i = 0; i < 9; ++i) labels_in.i32[i] = i % 3;
-  const tj::HostFeeds batch{{"x", values({9, 3}, 0)}, {"labels", labels_in}};
   auto launches_per_step = [&](bool on_gpu) {
-    tj::Graph g;  // a trainer adds its gradients and apply to the graph: one each
-    tj::GraphScope use(g);
-    auto x = tj::input("x", {kBatch, 3});
-    auto labels = tj::input("labels", {kBatch}, tj::DType::i32);
-    auto logits = x * tj::variable("w", {3}) + tj::variable("b", {3});
-    auto loss = tj::mean(tj::softmax_cross_entropy(logits, labels));
-    ::setenv("TOWERJIT_GPU_VARIABLES", on_gpu ? "on" : "off", 1);
-    tj::TowerTrainer trainer(g, loss, tj::Towers{tj::gpu(0), tj::gpu(0)}, tj::momentum(0.1, 0.9), {.logits = logits});
-    ::unsetenv("TOWERJIT_GPU_VARIABLES");
+    auto m = tiny_training(tj::Towers{tj::gpu(0), tj::gpu(0)}, tj::momentum(0.1, 0.9),
+                           {{"TOWERJIT_GPU_VARIABLES", on_gpu ? "on" : "off"}});
     fake.reset();
-    const auto result = trainer.step(batch);
-    CHECK(result.slices == std::vector<int64_t>{4, 5});
-    CHECK(trainer.applies() == 1);
+    CHECK(m->trainer->step(tiny_batch()).slices == std::vector<int64_t>{4, 5});
+    CHECK(m->trainer->applies() == 1);
     const int launched = fake.launches();
     if (on_gpu) {
-      tj::HostVariables moved = trainer.variables();
-      for (auto& [name, t] : moved)
-        for (float& v : t.f32) v = 0.25f;
-      trainer.restore(moved, 1);
-      trainer.step(batch);
-      for (const auto& [name, t] : trainer.variables())
-        for (float v : t.f32) CHECK(v == 0.25f);  // uploaded, kept on the GPU, downloaded
-      CHECK(trainer.predict({{"x", values({9, 3}, 0)}}).shape == tj::Shape{9, 3});
+      check_round_trip_through_gpus(*m->trainer);
+      CHECK(m->trainer->predict({{"x", values({9, 3}, 0)}}).shape == tj::Shape{9, 3});
     }
     return launched;
   };
@@ -296,41 +318,19 @@ TEST_CASE("fake driver, two GPUs: sync towers with the variables on the GPUs all
   // bucket, or two with TOWERJIT_BUCKET_MB=0), or, with TOWERJIT_NCCL=off, through copies to
   // gpu:0 and back, with no NCCL call.
   const FakeNccl nccl;
-  tj::HostTensor labels_in({9}, tj::DType::i32);
-  for (int i = 0; i < 9; ++i) labels_in.i32[i] = i % 3;
-  const tj::HostFeeds batch{{"x", values({9, 3}, 0)}, {"labels", labels_in}};
   for (const char* use_nccl : {"on", "off"}) {
     for (const char* bucket_mb : {"25", "0"}) {
-      tj::Graph g;
-      tj::GraphScope use(g);
-      auto x = tj::input("x", {kBatch, 3});
-      auto labels = tj::input("labels", {kBatch}, tj::DType::i32);
-      auto logits = x * tj::variable("w", {3}) + tj::variable("b", {3});
-      auto loss = tj::mean(tj::softmax_cross_entropy(logits, labels));
-      ::setenv("TOWERJIT_GPU_VARIABLES", "on", 1);
-      ::setenv("TOWERJIT_NCCL", use_nccl, 1);
-      ::setenv("TOWERJIT_BUCKET_MB", bucket_mb, 1);
-      tj::TowerTrainer trainer(g, loss, tj::Towers{tj::gpu(0), tj::gpu(1)}, tj::adam(0.01));
-      ::unsetenv("TOWERJIT_GPU_VARIABLES");
-      ::unsetenv("TOWERJIT_NCCL");
-      ::unsetenv("TOWERJIT_BUCKET_MB");
+      auto m = tiny_training(tj::Towers{tj::gpu(0), tj::gpu(1)}, tj::adam(0.01),
+                             {{"TOWERJIT_GPU_VARIABLES", "on"}, {"TOWERJIT_NCCL", use_nccl}, {"TOWERJIT_BUCKET_MB", bucket_mb}});
       nccl.reset();
-      for (int k = 0; k < 3; ++k) CHECK(trainer.step(batch).slices == std::vector<int64_t>{4, 5});
+      for (int k = 0; k < 3; ++k) CHECK(m->trainer->step(tiny_batch()).slices == std::vector<int64_t>{4, 5});
       INFO("TOWERJIT_NCCL=" << use_nccl << ", TOWERJIT_BUCKET_MB=" << bucket_mb);
       const bool on = std::string(use_nccl) == "on";
       const int buckets = std::string(bucket_mb) == "0" ? 2 : 1;
       CHECK(nccl.groups() == (on ? 3 * buckets : 0));
       CHECK(nccl.calls() == (on ? 3 * 2 * 2 : 0));
       CHECK(nccl.elements() == (on ? 3 * 2 * 6 : 0));
-      // Restored values make the round trip through both GPUs' copies.
-      tj::HostVariables moved = trainer.variables();
-      for (auto& [name, t] : moved)
-        for (float& v : t.f32) v = 0.5f;
-      trainer.restore(moved, 3);
-      trainer.step(batch);
-      for (const auto& [name, t] : trainer.variables())
-        for (float v : t.f32) CHECK(v == 0.5f);
-      CHECK(trainer.applies() == 4);
+      check_round_trip_through_gpus(*m->trainer);
     }
   }
 }
