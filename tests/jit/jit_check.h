@@ -41,17 +41,18 @@ struct JitRun {
 };
 
 // Runs `fetches` both ways; with `updates`, also runs the update ops and compares variables.
+// `step` keys random numbers.
 inline JitRun run_both(const Graph& g, const std::vector<Tensor>& fetches,
                        const reference::Feeds& feeds, reference::Variables& variables,
-                       bool updates = false, ThreadPool* pool = nullptr) {
+                       bool updates = false, ThreadPool* pool = nullptr, uint64_t step = 0) {
   JitRun r;
   HostFeeds hf;
   for (const auto& [name, a] : feeds) hf[name] = to_host(a);
   HostVariables hv;
   for (const auto& [name, a] : variables) hv[name] = to_host(a);
   r.program = std::make_unique<CpuProgram>(g, fetches, updates, pool);
-  for (const auto& t : r.program->run(hf, hv)) r.jit.push_back(to_array(t));
-  r.ref = reference::run(g, fetches, feeds, variables, {.step = 0, .run_update_ops = updates});
+  for (const auto& t : r.program->run(hf, hv, step)) r.jit.push_back(to_array(t));
+  r.ref = reference::run(g, fetches, feeds, variables, {.step = step, .run_update_ops = updates});
   if (updates)
     for (const auto& [name, a] : variables) {
       r.jit.push_back(to_array(hv.at(name)));

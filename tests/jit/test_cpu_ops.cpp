@@ -7,6 +7,7 @@
 #endif
 
 #include "jit_check.h"
+#include "graph_cases.h"
 #include "op_cases.h"
 #include "towerjit.h"
 
@@ -30,6 +31,14 @@ void check_case(const Case& c, int64_t batch) {
   require_close(r, 1e-5, std::string(c.name) + " at batch " + std::to_string(batch));
 }
 
+// The CPU JIT as graph_cases.h runs it, splitting its work over `pool` when given.
+cases::Runner on_cpu(tj::ThreadPool* pool = nullptr) {
+  return [pool](const tj::Graph& g, const std::vector<Tensor>& fetches, const tj::reference::Feeds& feeds,
+                tj::reference::Variables& vars, bool updates, uint64_t step) {
+    return run_both(g, fetches, feeds, vars, updates, pool, step);
+  };
+}
+
 }  // namespace
 
 TEST_CASE("every elementwise, reduction and layout op matches the reference", "[cpu][jit]") {
@@ -38,45 +47,13 @@ TEST_CASE("every elementwise, reduction and layout op matches the reference", "[
 }
 
 TEST_CASE("integer labels: one_hot and cross entropy match the reference", "[cpu][jit]") {
-  tj::Graph g;
-  tj::GraphScope use(g);
-  auto logits = tj::input("logits", {kBatch, 10});
-  auto labels = tj::input("labels", {kBatch}, tj::DType::i32);
-  auto loss = tj::mean(tj::softmax_cross_entropy(logits, labels));
-  for (int64_t batch : {1, 7, 127}) {
-    tj::reference::Array l({batch}, tj::DType::i32);
-    for (int64_t i = 0; i < batch; ++i) l[i] = (i * 7) % 10;
-    tj::reference::Variables vars;
-    auto r = run_both(g, {loss, tj::one_hot(labels, 10)}, {{"logits", random_array({batch, 10}, 3, -4, 4)}, {"labels", l}}, vars);
-    require_close(r, 1e-5, "cross entropy at batch " + std::to_string(batch));
-  }
+  cases::cross_entropy_and_one_hot(on_cpu(), "");
 }
 
 TEST_CASE("convolution and pools match the reference", "[cpu][jit]") {
-  tj::Graph g;
-  tj::GraphScope use(g);
-  auto x = tj::input("x", {kBatch, 3, 7, 9});
-  auto w = tj::input("w", {5, 3, 3, 3});
-  auto conv = tj::conv2d(x, w, {.stride = 2, .pad = 1});
-  auto maxp = tj::max_pool2d(x, {.kernel = 3, .stride = 2, .pad = 1});
-  auto avgp = tj::avg_pool2d(x, {.kernel = 2});
-  // The 2x2 / stride 2 max pool has its own path: an odd size (7x9) leaves a row and a column
-  // outside every window, an even one (6x8) none.
-  auto even = tj::input("even", {kBatch, 2, 6, 8});
-  auto max2 = tj::max_pool2d(x), max2_even = tj::max_pool2d(even);
-  auto loss = tj::sum(conv * conv) + tj::sum(maxp * maxp) + tj::sum(avgp * avgp * avgp) +
-              tj::sum(max2 * max2) + tj::sum(max2_even * max2_even);
-  auto grads = tj::grad(loss, {x, w, even});
+  cases::convolutions_and_pools(on_cpu(), "");
   tj::ThreadPool threads(2);  // the batched im2col and the pools split over threads too
-  for (tj::ThreadPool* pool : {static_cast<tj::ThreadPool*>(nullptr), &threads})
-    for (int64_t batch : {1, 2, 5}) {
-      tj::reference::Variables vars;
-      auto r = run_both(g, {conv, maxp, avgp, max2, max2_even, grads[0], grads[1], grads[2]},
-                        {{"x", random_array({batch, 3, 7, 9}, 4)}, {"w", random_array({5, 3, 3, 3}, 5)},
-                         {"even", random_array({batch, 2, 6, 8}, 6)}},
-                        vars, false, pool);
-      require_close(r, 1e-5, "conv/pool at batch " + std::to_string(batch));
-    }
+  cases::convolutions_and_pools(on_cpu(&threads), " over 2 threads");
 }
 
 // Every CPU convolution path (the direct AVX-512 and AVX2 kernels and im2col + sgemm, chosen
@@ -195,49 +172,15 @@ TEST_CASE("a run flushes denormals to zero and restores the caller's mode", "[cp
 #endif
 
 TEST_CASE("random_uniform draws the reference's numbers, fresh each step", "[cpu][jit]") {
-  tj::Graph g;
-  tj::GraphScope use(g);
-  auto x = tj::input("x", {kBatch, 7});
-  auto u = tj::random_uniform_like(x, 42);
-  tj::reference::Variables vars;
-  auto r = run_both(g, {u}, {{"x", random_array({5, 7}, 6)}}, vars);
-  require_close(r, 1e-7, "random_uniform");
+  cases::random_uniform_steps(on_cpu(), "");
 }
 
 TEST_CASE("update ops write the variables after every read of the old values", "[cpu][jit]") {
-  tj::Graph g;
-  tj::GraphScope use(g);
-  auto x = tj::input("x", {kBatch, 4});
-  auto y = tj::batch_norm(x, /*training=*/true, "bn", {.axis = 1});
-  auto loss = tj::sum(y * y);
-  tj::reference::Variables vars = tj::reference::initialize_variables(g, 3);
-  auto r = run_both(g, {loss, y}, {{"x", random_array({9, 4}, 7)}}, vars, /*updates=*/true);
-  require_close(r, 1e-5, "batch_norm with moving-average updates");
+  cases::batch_norm_updates(on_cpu(), "");
 }
 
 TEST_CASE("an SGD momentum step updates weights and momenta in place, as the reference does", "[cpu][jit]") {
-  tj::Graph g;
-  tj::GraphScope use(g);
-  auto x = tj::input("x", {kBatch, 6});
-  auto labels = tj::input("labels", {kBatch}, tj::DType::i32);
-  auto logits = tj::dense(tj::relu(tj::dense(x, 5, "fc1")), 3, "fc2");
-  auto loss = tj::mean(tj::softmax_cross_entropy(logits, labels));
-  auto vars = tj::trainable_variables();
-  auto grads = tj::grad(loss, vars);
-  for (size_t i = 0; i < vars.size(); ++i) {
-    const std::string name = vars[i].node().attrs.name + "/momentum";
-    auto m = tj::variable(name, vars[i].shape(), {.init = tj::init::zeros(), .trainable = false});
-    auto m_next = 0.9 * m + grads[i];
-    tj::assign(m, m_next);
-    tj::assign(vars[i], vars[i] - 0.05 * m_next);
-  }
-  tj::reference::Array l({7}, tj::DType::i32);
-  for (int i = 0; i < 7; ++i) l[i] = i % 3;
-  auto vars_ref = tj::reference::initialize_variables(g, 11);
-  // The fetched weight is its value before the step, on both sides.
-  auto r = run_both(g, {loss, vars[0]}, {{"x", random_array({7, 6}, 8)}, {"labels", l}}, vars_ref,
-                    /*updates=*/true);
-  require_close(r, 1e-5, "momentum step");
+  const JitRun r = cases::momentum_step(on_cpu(), "");
   // Every update wrote its variable directly; the one copy is the fetched weight's snapshot.
   CHECK(r.program->program().copies.size() == 1);
 }

@@ -1,0 +1,111 @@
+// Graphs every backend must run as the reference interpreter does, beyond the one-op table of
+// op_cases.h: integer labels, convolutions and pools with their gradients, random numbers at
+// two steps, update ops, a momentum step writing its variables in place. Each case builds its
+// graphs, runs them on the backend the test passes (the CPU JIT in tests/jit/test_cpu_ops.cpp,
+// a GPU in tests_gpu/test_gpu_ops.cpp) and compares; `where` names the backend in messages.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "jit_check.h"
+#include "towerjit.h"
+
+namespace towerjit::testing::cases {
+
+// Runs `fetches` on a backend and through the reference, with the update ops when `updates`,
+// random numbers keyed by `step`.
+using Runner = std::function<JitRun(const Graph&, const std::vector<Tensor>&, const reference::Feeds&,
+                                    reference::Variables&, bool updates, uint64_t step)>;
+
+inline void cross_entropy_and_one_hot(const Runner& run, const std::string& where) {
+  Graph g;
+  GraphScope use(g);
+  auto logits = input("logits", {kBatch, 10});
+  auto labels = input("labels", {kBatch}, DType::i32);
+  auto loss = mean(softmax_cross_entropy(logits, labels));
+  for (int64_t batch : {1, 7, 127}) {
+    reference::Array l({batch}, DType::i32);
+    for (int64_t i = 0; i < batch; ++i) l[i] = (i * 7) % 10;
+    reference::Variables vars;
+    auto r = run(g, {loss, one_hot(labels, 10)}, {{"logits", random_array({batch, 10}, 3, -4, 4)}, {"labels", l}},
+                 vars, false, 0);
+    require_close(r, 1e-5, "cross entropy at batch " + std::to_string(batch) + where);
+  }
+}
+
+inline void convolutions_and_pools(const Runner& run, const std::string& where) {
+  Graph g;
+  GraphScope use(g);
+  auto x = input("x", {kBatch, 3, 7, 9});
+  auto w = input("w", {5, 3, 3, 3});
+  auto conv = conv2d(x, w, {.stride = 2, .pad = 1});
+  auto maxp = max_pool2d(x, {.kernel = 3, .stride = 2, .pad = 1});
+  auto avgp = avg_pool2d(x, {.kernel = 2});
+  // The 2x2 / stride 2 max pool has its own paths: an odd size (7x9) leaves a row and a column
+  // outside every window, an even one (6x8) none.
+  auto even = input("even", {kBatch, 2, 6, 8});
+  auto max2 = max_pool2d(x), max2_even = max_pool2d(even);
+  auto loss = sum(conv * conv) + sum(maxp * maxp) + sum(avgp * avgp * avgp) + sum(max2 * max2) +
+              sum(max2_even * max2_even);
+  auto grads = grad(loss, {x, w, even});
+  for (int64_t batch : {1, 2, 5}) {
+    reference::Variables vars;
+    auto r = run(g, {conv, maxp, avgp, max2, max2_even, grads[0], grads[1], grads[2]},
+                 {{"x", random_array({batch, 3, 7, 9}, 4)}, {"w", random_array({5, 3, 3, 3}, 5)},
+                  {"even", random_array({batch, 2, 6, 8}, 6)}},
+                 vars, false, 0);
+    require_close(r, 1e-5, "conv/pool at batch " + std::to_string(batch) + where);
+  }
+}
+
+inline void random_uniform_steps(const Runner& run, const std::string& where) {
+  Graph g;
+  GraphScope use(g);
+  auto x = input("x", {kBatch, 7});
+  auto u = random_uniform_like(x, 42);
+  for (uint64_t step : {0ull, 3ull}) {
+    reference::Variables vars;
+    auto r = run(g, {u}, {{"x", random_array({5, 7}, 6)}}, vars, false, step);
+    require_close(r, 1e-7, "random_uniform at step " + std::to_string(step) + where);
+  }
+}
+
+inline void batch_norm_updates(const Runner& run, const std::string& where) {
+  Graph g;
+  GraphScope use(g);
+  auto x = input("x", {kBatch, 4});
+  auto y = batch_norm(x, /*training=*/true, "bn", {.axis = 1});
+  auto loss = sum(y * y);
+  reference::Variables vars = reference::initialize_variables(g, 3);
+  auto r = run(g, {loss, y}, {{"x", random_array({9, 4}, 7)}}, vars, /*updates=*/true, 0);
+  require_close(r, 1e-5, "batch_norm with moving-average updates" + where);
+}
+
+// SGD with momentum written as update ops, fetching a weight too (its value before the step).
+// Returns the run, for backend-specific checks of the program.
+inline JitRun momentum_step(const Runner& run, const std::string& where) {
+  Graph g;
+  GraphScope use(g);
+  auto x = input("x", {kBatch, 6});
+  auto labels = input("labels", {kBatch}, DType::i32);
+  auto logits = dense(relu(dense(x, 5, "fc1")), 3, "fc2");
+  auto loss = mean(softmax_cross_entropy(logits, labels));
+  auto vars = trainable_variables();
+  auto grads = grad(loss, vars);
+  for (size_t i = 0; i < vars.size(); ++i) {
+    const std::string name = vars[i].node().attrs.name + "/momentum";
+    auto m = variable(name, vars[i].shape(), {.init = init::zeros(), .trainable = false});
+    auto m_next = 0.9 * m + grads[i];
+    assign(m, m_next);
+    assign(vars[i], vars[i] - 0.05 * m_next);
+  }
+  reference::Array l({7}, DType::i32);
+  for (int i = 0; i < 7; ++i) l[i] = i % 3;
+  auto values = reference::initialize_variables(g, 11);
+  auto r = run(g, {loss, vars[0]}, {{"x", random_array({7, 6}, 8)}, {"labels", l}}, values, /*updates=*/true, 0);
+  require_close(r, 1e-5, "momentum step" + where);
+  return r;
+}
+
+}  // namespace towerjit::testing::cases
