@@ -15,19 +15,6 @@ using namespace tj::testing;
 
 namespace {
 
-void check_case(const Case& c, int64_t batch) {
-  tj::Graph g;
-  tj::GraphScope use(g);
-  auto x = tj::input("x", {kBatch, 7});
-  auto y = c.y_batched ? tj::input("y", {kBatch, 7}) : tj::input("y", {7});
-  auto out = c.build(x, y);
-  tj::reference::Feeds feeds{{"x", random_array({batch, 7}, 1, c.lo, c.hi)},
-                             {"y", random_array(c.y_batched ? tj::Shape{batch, 7} : tj::Shape{7}, 2, c.lo, c.hi)}};
-  tj::reference::Variables vars;
-  auto r = run_gpu_and_reference(g, {out}, feeds, vars);
-  require_close(r, 1e-5, std::string(c.name) + " at batch " + std::to_string(batch) + " (GPU)");
-}
-
 // A GPU as tests/jit/graph_cases.h runs it.
 cases::Runner on_gpu() {
   return [](const tj::Graph& g, const std::vector<Tensor>& fetches, const tj::reference::Feeds& feeds,
@@ -40,14 +27,14 @@ cases::Runner on_gpu() {
 
 TEST_CASE("GPU: every elementwise, reduction and layout op matches the reference", "[gpu]") {
   for (const Case& c : op_cases())
-    for (int64_t batch : {1, 7, 127}) check_case(c, batch);
+    for (int64_t batch : {1, 7, 127}) cases::one_op(on_gpu(), c, batch, " (GPU)");
 }
 
 TEST_CASE("GPU: large batches take the vector and multi-block paths and match the reference", "[gpu]") {
   // 4099 rows: grid-stride loops that wrap, float4 paths, block-per-row reductions.
   for (const char* name : {"add broadcast", "sum batch keepdims", "mean batch", "softmax", "matmul transposed"})
     for (const Case& c : op_cases())
-      if (std::string(c.name) == name) check_case(c, 4099);
+      if (std::string(c.name) == name) cases::one_op(on_gpu(), c, 4099, " (GPU)");
 }
 
 TEST_CASE("GPU: integer labels, one_hot and cross entropy match the reference", "[gpu]") {

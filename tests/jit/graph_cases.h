@@ -1,5 +1,5 @@
-// Graphs every backend must run as the reference interpreter does, beyond the one-op table of
-// op_cases.h: integer labels, convolutions and pools with their gradients, random numbers at
+// Graphs every backend must run as the reference interpreter does: the one-op table of
+// op_cases.h, integer labels, convolutions and pools with their gradients, random numbers at
 // two steps, update ops, a momentum step writing its variables in place. Each case builds its
 // graphs, runs them on the backend the test passes (the CPU JIT in tests/jit/test_cpu_ops.cpp,
 // a GPU in tests_gpu/test_gpu_ops.cpp) and compares; `where` names the backend in messages.
@@ -9,6 +9,7 @@
 #include <string>
 
 #include "jit_check.h"
+#include "op_cases.h"
 #include "towerjit.h"
 
 namespace towerjit::testing::cases {
@@ -17,6 +18,19 @@ namespace towerjit::testing::cases {
 // random numbers keyed by `step`.
 using Runner = std::function<JitRun(const Graph&, const std::vector<Tensor>&, const reference::Feeds&,
                                     reference::Variables&, bool updates, uint64_t step)>;
+
+// One row of op_cases.h's table at `batch` examples.
+inline void one_op(const Runner& run, const Case& c, int64_t batch, const std::string& where) {
+  Graph g;
+  GraphScope use(g);
+  auto x = input("x", {kBatch, 7});
+  auto y = c.y_batched ? input("y", {kBatch, 7}) : input("y", {7});
+  auto out = c.build(x, y);
+  reference::Feeds feeds{{"x", random_array({batch, 7}, 1, c.lo, c.hi)},
+                         {"y", random_array(c.y_batched ? Shape{batch, 7} : Shape{7}, 2, c.lo, c.hi)}};
+  reference::Variables vars;
+  require_close(run(g, {out}, feeds, vars, false, 0), 1e-5, std::string(c.name) + " at batch " + std::to_string(batch) + where);
+}
 
 inline void cross_entropy_and_one_hot(const Runner& run, const std::string& where) {
   Graph g;

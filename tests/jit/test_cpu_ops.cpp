@@ -18,19 +18,6 @@ using namespace tj::testing;
 
 namespace {
 
-void check_case(const Case& c, int64_t batch) {
-  tj::Graph g;
-  tj::GraphScope use(g);
-  auto x = tj::input("x", {kBatch, 7});
-  auto y = c.y_batched ? tj::input("y", {kBatch, 7}) : tj::input("y", {7});
-  auto out = c.build(x, y);
-  tj::reference::Feeds feeds{{"x", random_array({batch, 7}, 1, c.lo, c.hi)},
-                             {"y", random_array(c.y_batched ? tj::Shape{batch, 7} : tj::Shape{7}, 2, c.lo, c.hi)}};
-  tj::reference::Variables vars;
-  auto r = run_both(g, {out}, feeds, vars);
-  require_close(r, 1e-5, std::string(c.name) + " at batch " + std::to_string(batch));
-}
-
 // The CPU JIT as graph_cases.h runs it, splitting its work over `pool` when given.
 cases::Runner on_cpu(tj::ThreadPool* pool = nullptr) {
   return [pool](const tj::Graph& g, const std::vector<Tensor>& fetches, const tj::reference::Feeds& feeds,
@@ -43,7 +30,7 @@ cases::Runner on_cpu(tj::ThreadPool* pool = nullptr) {
 
 TEST_CASE("every elementwise, reduction and layout op matches the reference", "[cpu][jit]") {
   for (const Case& c : op_cases())
-    for (int64_t batch : {1, 7, 127}) check_case(c, batch);
+    for (int64_t batch : {1, 7, 127}) cases::one_op(on_cpu(), c, batch, "");
 }
 
 TEST_CASE("integer labels: one_hot and cross entropy match the reference", "[cpu][jit]") {
