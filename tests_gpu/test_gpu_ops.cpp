@@ -65,6 +65,10 @@ TEST_CASE("GPU: random_uniform draws the reference's numbers, fresh each step", 
   cases::random_uniform_steps(on_gpu(), " (GPU)");
 }
 
+TEST_CASE("GPU: relu keeps a NaN, and its gradient there is 0", "[gpu]") {
+  cases::relu_keeps_nan(on_gpu(), " (GPU)");
+}
+
 TEST_CASE("GPU: update ops write the variables after every read of the old values", "[gpu]") {
   cases::batch_norm_updates(on_gpu(), " (GPU)");
 }

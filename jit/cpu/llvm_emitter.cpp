@@ -120,9 +120,9 @@ std::string KernelEmitter::unary(const Expr& e, const std::string& x) {
       out_ << "  " << b << " = " << (f ? "uitofp i1 " : "zext i1 ") << lt << " to " << ty(e.dtype) << "\n";
       return line(std::string(f ? "fsub float " : "sub i32 ") + a + ", " + b);
     }
-    case Op::Relu: {
+    case Op::Relu: {  // NaN stays NaN (as PyTorch's): "unordered or greater" keeps x
       const std::string c = tmp();
-      out_ << "  " << c << " = fcmp ogt float " << x << ", 0.0\n";
+      out_ << "  " << c << " = fcmp ugt float " << x << ", 0.0\n";
       return line("select i1 " + c + ", float " + x + ", float 0.0");
     }
     case Op::Sigmoid: {

@@ -160,7 +160,7 @@ std::string KernelWriter::unary(const Expr& e, const std::string& x) const {
     case Op::Sign:
       return f ? "(" + x + " > 0.0f ? 1.0f : 0.0f) - (" + x + " < 0.0f ? 1.0f : 0.0f)"
                : "(" + x + " > 0) - (" + x + " < 0)";
-    case Op::Relu: return x + " > 0.0f ? " + x + " : 0.0f";
+    case Op::Relu: return "!(" + x + " <= 0.0f) ? " + x + " : 0.0f";  // NaN stays NaN
     case Op::Sigmoid: return "1.0f / (1.0f + expf(-" + x + "))";
     case Op::Tanh: return "tanhf(" + x + ")";
     case Op::Erf: return "erff(" + x + ")";

@@ -21,7 +21,7 @@ double unary_value(Op op, double x) {
     case Op::Rsqrt: return 1.0 / std::sqrt(x);
     case Op::Abs: return std::fabs(x);
     case Op::Sign: return x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0;
-    case Op::Relu: return x > 0 ? x : 0.0;
+    case Op::Relu: return x > 0 || std::isnan(x) ? x : 0.0;  // NaN stays NaN, as in PyTorch
     case Op::Sigmoid: return 1.0 / (1.0 + std::exp(-x));
     case Op::Tanh: return std::tanh(x);
     case Op::Erf: return std::erf(x);

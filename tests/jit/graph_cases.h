@@ -1,10 +1,12 @@
 // Graphs every backend must run as the reference interpreter does: the one-op table of
 // op_cases.h, integer labels, convolutions and pools with their gradients, random numbers at
-// two steps, update ops, a momentum step writing its variables in place. Each case builds its
-// graphs, runs them on the backend the test passes (the CPU JIT in tests/jit/test_cpu_ops.cpp,
-// a GPU in tests_gpu/test_gpu_ops.cpp) and compares; `where` names the backend in messages.
+// two steps, update ops, NaN through relu, a momentum step writing its variables in place.
+// Each case builds its graphs, runs them on the backend the test passes (the CPU JIT in
+// tests/jit/test_cpu_ops.cpp, a GPU in tests_gpu/test_gpu_ops.cpp) and compares; `where`
+// names the backend in messages.
 #pragma once
 
+#include <cmath>
 #include <functional>
 #include <string>
 
@@ -94,6 +96,34 @@ inline void batch_norm_updates(const Runner& run, const std::string& where) {
   reference::Variables vars = reference::initialize_variables(g, 3);
   auto r = run(g, {loss, y}, {{"x", random_array({9, 4}, 7)}}, vars, /*updates=*/true, 0);
   require_close(r, 1e-5, "batch_norm with moving-average updates" + where);
+}
+
+// A NaN reaching relu stays NaN, as in PyTorch, so a damaged input shows in the loss; its
+// gradient there is 0, as PyTorch's (the mask is y > 0).
+inline void relu_keeps_nan(const Runner& run, const std::string& where) {
+  Graph g;
+  GraphScope use(g);
+  auto x = input("x", {kBatch, 3});
+  auto y = relu(x);
+  auto loss = mean(y);
+  auto dx = grad(loss, {x})[0];
+  reference::Array xs({2, 3});
+  xs.data = {std::nan(""), -1, 2, 0.5, std::nan(""), -3};
+  reference::Variables vars;
+  const JitRun r = run(g, {y, loss, dx}, {{"x", xs}}, vars, false, 0);
+  for (const auto* side : {&r.jit, &r.ref}) {
+    INFO((side == &r.jit ? "backend" : "reference") << where);
+    const auto& out = *side;
+    CHECK(std::isnan(out[0][0]));
+    CHECK(out[0][1] == 0);
+    CHECK(out[0][2] == 2);
+    CHECK(out[0][3] == 0.5);
+    CHECK(std::isnan(out[0][4]));
+    CHECK(out[0][5] == 0);
+    CHECK(std::isnan(out[1][0]));  // the loss
+    CHECK(out[2][0] == 0);          // the gradient at a NaN
+    CHECK(out[2][2] == Approx(1.0 / 6));
+  }
 }
 
 // SGD with momentum written as update ops, fetching a weight too (its value before the step).

@@ -162,6 +162,10 @@ TEST_CASE("random_uniform draws the reference's numbers, fresh each step", "[cpu
   cases::random_uniform_steps(on_cpu(), "");
 }
 
+TEST_CASE("relu keeps a NaN, and its gradient there is 0", "[cpu][jit]") {
+  cases::relu_keeps_nan(on_cpu(), "");
+}
+
 TEST_CASE("update ops write the variables after every read of the old values", "[cpu][jit]") {
   cases::batch_norm_updates(on_cpu(), "");
 }
