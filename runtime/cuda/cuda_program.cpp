@@ -79,25 +79,20 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
   if (needs_blas) blas_ = std::make_unique<cuda::Cublas>(*device_, *stream_, loc);
   if (needs_library) device_->library_module();  // compile and load now: errors here, not mid-run
   if (!one_hot_calls_.empty()) error_slots_ = device_->allocate(8 * one_hot_calls_.size(), loc);
-  // The variables some step writes: their values go back to the host after a host run.
-  auto note_written = [&](int b) {
-    b = root_of(program_, b);
-    if (program_.buffers[b].kind == kir::Buffer::Kind::variable && std::find(written_.begin(), written_.end(), b) == written_.end())
-      written_.push_back(b), written_names_.push_back(program_.buffers[b].name);
-  };
-  for (const kir::Kernel& k : program_.kernels)
-    for (const kir::Kernel* body : k.bodies())  // a group kernel: each of its parts
-      for (const auto& o : body->outputs) note_written(body->accesses[o.access].buffer);
-  for (const kir::LibraryCall& c : program_.calls) note_written(c.output);
-  for (const kir::Copy& c : program_.copies) note_written(c.to);
-  // The step after which each fetch holds its value: the last one writing its buffer (-1: none
-  // does, an input or a variable read as it is).
+  // One walk over the steps' writes finds the variables some step writes (their values go
+  // back to the host after a host run) and the step after which each fetch holds its value:
+  // the last one writing its buffer (-1: none does, an input or a variable read as it is).
   std::vector<int> last_writer(program_.buffers.size(), -1);
   for (size_t i = 0; i < program_.steps.size(); ++i) {
+    auto wrote = [&](int b) {
+      b = root_of(program_, b);
+      last_writer[b] = static_cast<int>(i);
+      if (program_.buffers[b].kind == kir::Buffer::Kind::variable && std::find(written_.begin(), written_.end(), b) == written_.end())
+        written_.push_back(b), written_names_.push_back(program_.buffers[b].name);
+    };
     const kir::Step& st = program_.steps[i];
-    auto wrote = [&](int b) { last_writer[root_of(program_, b)] = static_cast<int>(i); };
     if (st.kind == kir::Step::Kind::kernel) {
-      for (const kir::Kernel* body : program_.kernels[st.index].bodies())
+      for (const kir::Kernel* body : program_.kernels[st.index].bodies())  // a group kernel: each of its parts
         for (const auto& o : body->outputs) wrote(body->accesses[o.access].buffer);
     } else if (st.kind == kir::Step::Kind::library) {
       wrote(program_.calls[st.index].output);

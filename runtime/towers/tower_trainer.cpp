@@ -293,6 +293,7 @@ TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, Loc loc) {
 // caller's thread runs tower 0's, pinned to tower 0's cores meanwhile.
 void TowerTrainer::on_tower_threads(int count, const std::function<void(int)>& body) {
   const ScopedPin pin(pinned_ ? tower_cores_[0] : std::vector<int>{});
+  if (count == 1) return body(0);  // one apply (parameter server), one chunk: no pool wake-up
   threads_.parallel_for(threads_.size(), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < std::min<int64_t>(end, count); ++t) body(static_cast<int>(t));
   });
