@@ -66,5 +66,19 @@ Array eval_max_pool2d(const EvalArgs& a);
 Array eval_max_pool2d_grad(const EvalArgs& a);
 Array eval_avg_pool2d(const EvalArgs& a);
 Array eval_avg_pool2d_grad(const EvalArgs& a);
+// The error bound of a max pool's gradient (see error_bounds.cpp), beside the routing it bounds.
+Array max_pool2d_grad_bound(const EvalArgs& a, const Array& x_bound, const Array& dy_bound);
+
+// --- error_bounds.cpp -----------------------------------------------------------------------
+// A bound on how far a float32 backend's value of node `a` may lie from `value`, the exact value
+// just evaluated, given the bounds of its inputs (in input order).
+Array error_bound(const EvalArgs& a, const std::vector<const Array*>& input_bounds, const Array& value);
+// The bound on the relative rounding error of an n-term float32 sum or dot product in any
+// order, relative to the sum of its terms' magnitudes: Higham's gamma_n = n u / (1 - n u),
+// u = 2^-24, or where smaller its probabilistic counterpart (error_bounds.cpp).
+double rounding_gamma(double n);
+// What rounding to float32 does to each element: inputs, variables and constants held in double
+// reach a float32 backend rounded.
+Array float_rounding_bound(const Array& value);
 
 }  // namespace towerjit::reference

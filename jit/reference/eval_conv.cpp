@@ -1,5 +1,6 @@
 // Convolutions and pools over NCHW, with their gradients. Each forward op and its gradients
 // walk the same index relation (conv_taps, pool_window), so they are adjoint by construction.
+#include <cmath>
 #include <limits>
 
 #include "dsl/error.h"
@@ -141,6 +142,29 @@ Array eval_max_pool2d_grad(const EvalArgs& a) {
                  if (best >= 0) dx[best] += dy[yi];
                });
   return dx;
+}
+
+// dy goes to the window's first maximum. Where another position of the window lies within the
+// errors of that maximum, a backend may route dy there instead: every such candidate may be
+// off by |dy| (plus dy's own error). Overlapping windows add their dy into one dx, which rounds.
+Array max_pool2d_grad_bound(const EvalArgs& a, const Array& x_bound, const Array& dy_bound) {
+  const Array &x = a.in(0), &dy = a.in(1);
+  const PoolGeometry g = pool_geometry(x.shape, dy.shape, a.node.attrs);
+  const double overlap = double((g.kh + g.sh - 1) / g.sh) * double((g.kw + g.sw - 1) / g.sw);
+  const double sum_rounding = overlap > 1 ? rounding_gamma(overlap) : 0;
+  Array out = a.result();
+  pool_windows(g, [&](int64_t yi, const std::vector<int64_t>& inside) {
+    const int64_t best = first_max(x, inside);
+    if (best < 0) return;
+    const double moved = std::fabs(dy[yi]) + dy_bound[yi];
+    bool routed = true;
+    for (int64_t at : inside) {
+      const double room = x_bound[best] + x_bound[at];
+      if (at != best && room > 0 && x[best] - x[at] <= room) routed = false, out[at] += moved;
+    }
+    out[best] += (routed ? dy_bound[yi] : moved) + sum_rounding * std::fabs(dy[yi]);
+  });
+  return out;
 }
 
 Array eval_avg_pool2d(const EvalArgs& a) {

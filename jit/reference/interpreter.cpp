@@ -207,6 +207,20 @@ void write_updates(const Graph& graph, const std::vector<bool>& needed,
   }
 }
 
+// The bound of every variable's value after the run: an assigned one's is its new value's, any
+// other's what rounding to float32 does to it.
+Variables variable_bounds(const Graph& graph, const std::vector<bool>& needed, bool updates,
+                          const Variables& variables, const std::vector<Array>& bounds) {
+  Variables out;
+  for (const auto& [name, value] : variables) out[name] = float_rounding_bound(value);
+  for (int id = 0; updates && id < graph.size(); ++id) {
+    const Node& node = graph.node(id);
+    if (needed[id] && node.op == Op::Assign)
+      out.at(graph.node(node.inputs.at(0)).attrs.name).data = bounds[id].data;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<Array> run(const Graph& graph, const std::vector<Tensor>& fetches, const Feeds& feeds,
@@ -225,7 +239,7 @@ std::vector<Array> run(const Graph& graph, const std::vector<Tensor>& fetches, c
   const std::optional<int64_t> batch = bind_batch(graph, needed, feeds);
   check_variables(graph, needed, variables);
 
-  std::vector<Array> values(graph.size());
+  std::vector<Array> values(graph.size()), bounds(options.bounds ? graph.size() : 0);
   for (int id = 0; id < graph.size(); ++id) {
     if (!needed[id]) continue;
     check_batch_known(graph, id, batch);
@@ -238,10 +252,20 @@ std::vector<Array> run(const Graph& graph, const std::vector<Tensor>& fetches, c
                    values[id].size() == args.shape.elements(0))
         << graph.node_str(id) << " evaluated to " << fed(values[id]) << " with "
         << values[id].size() << " elements";
+    if (options.bounds) {
+      std::vector<const Array*> input_bounds;
+      for (int in : node.inputs) input_bounds.push_back(&bounds[in]);
+      bounds[id] = error_bound(args, input_bounds, values[id]);
+    }
   }
 
   std::vector<Array> out;
   for (const Tensor& t : fetches) out.push_back(values[t.id()]);
+  if (options.bounds) {
+    options.bounds->fetches.clear();
+    for (const Tensor& t : fetches) options.bounds->fetches.push_back(bounds[t.id()]);
+    options.bounds->variables = variable_bounds(graph, needed, options.run_update_ops, variables, bounds);
+  }
   if (options.run_update_ops) write_updates(graph, needed, values, variables);
   return out;
 }

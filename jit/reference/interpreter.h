@@ -18,9 +18,18 @@ using Variables = std::map<std::string, Array>;  // variable name -> value
 // Initial values of every variable of `graph`, from their initialisers and `seed`.
 Variables initialize_variables(const Graph& graph, uint64_t seed);
 
+// How far a float32 backend's results may lie from the interpreter's exact ones, element by
+// element (jit/reference/error_bounds.cpp: each op's rounding and what it makes of its inputs'
+// errors). The oracle's tolerance: tests compare every backend against these.
+struct ErrorBounds {
+  std::vector<Array> fetches;  // one per fetch
+  Variables variables;         // one per variable passed in, after the update ops when they ran
+};
+
 struct RunOptions {
   uint64_t step = 0;           // keys random_uniform, so dropout masks change per step
   bool run_update_ops = false; // evaluate the graph's update ops and write them to the variables
+  ErrorBounds* bounds = nullptr;  // when set, filled with the results' error bounds
 };
 
 // Evaluates `fetches`. The batch size is read from the fed inputs whose shape holds B. Errors

@@ -31,7 +31,7 @@ inline void one_op(const Runner& run, const Case& c, int64_t batch, const std::s
   reference::Feeds feeds{{"x", random_array({batch, 7}, 1, c.lo, c.hi)},
                          {"y", random_array(c.y_batched ? Shape{batch, 7} : Shape{7}, 2, c.lo, c.hi)}};
   reference::Variables vars;
-  require_close(run(g, {out}, feeds, vars, false, 0), 1e-5, std::string(c.name) + " at batch " + std::to_string(batch) + where);
+  require_close(run(g, {out}, feeds, vars, false, 0), std::string(c.name) + " at batch " + std::to_string(batch) + where);
 }
 
 inline void cross_entropy_and_one_hot(const Runner& run, const std::string& where) {
@@ -46,7 +46,7 @@ inline void cross_entropy_and_one_hot(const Runner& run, const std::string& wher
     reference::Variables vars;
     auto r = run(g, {loss, one_hot(labels, 10)}, {{"logits", random_array({batch, 10}, 3, -4, 4)}, {"labels", l}},
                  vars, false, 0);
-    require_close(r, 1e-5, "cross entropy at batch " + std::to_string(batch) + where);
+    require_close(r, "cross entropy at batch " + std::to_string(batch) + where);
   }
 }
 
@@ -71,7 +71,7 @@ inline void convolutions_and_pools(const Runner& run, const std::string& where) 
                  {{"x", random_array({batch, 3, 7, 9}, 4)}, {"w", random_array({5, 3, 3, 3}, 5)},
                   {"even", random_array({batch, 2, 6, 8}, 6)}},
                  vars, false, 0);
-    require_close(r, 1e-5, "conv/pool at batch " + std::to_string(batch) + where);
+    require_close(r, "conv/pool at batch " + std::to_string(batch) + where);
   }
 }
 
@@ -83,7 +83,7 @@ inline void random_uniform_steps(const Runner& run, const std::string& where) {
   for (uint64_t step : {0ull, 3ull}) {
     reference::Variables vars;
     auto r = run(g, {u}, {{"x", random_array({5, 7}, 6)}}, vars, false, step);
-    require_close(r, 1e-7, "random_uniform at step " + std::to_string(step) + where);
+    require_close(r, "random_uniform at step " + std::to_string(step) + where);
   }
 }
 
@@ -95,7 +95,7 @@ inline void batch_norm_updates(const Runner& run, const std::string& where) {
   auto loss = sum(y * y);
   reference::Variables vars = reference::initialize_variables(g, 3);
   auto r = run(g, {loss, y}, {{"x", random_array({9, 4}, 7)}}, vars, /*updates=*/true, 0);
-  require_close(r, 1e-5, "batch_norm with moving-average updates" + where);
+  require_close(r, "batch_norm with moving-average updates" + where);
 }
 
 // A NaN reaching relu stays NaN, as in PyTorch, so a damaged input shows in the loss; its
@@ -148,7 +148,7 @@ inline JitRun momentum_step(const Runner& run, const std::string& where) {
   for (int i = 0; i < 7; ++i) l[i] = i % 3;
   auto values = reference::initialize_variables(g, 11);
   auto r = run(g, {loss, vars[0]}, {{"x", random_array({7, 6}, 8)}, {"labels", l}}, values, /*updates=*/true, 0);
-  require_close(r, 1e-5, "momentum step" + where);
+  require_close(r, "momentum step" + where);
   return r;
 }
 

@@ -6,6 +6,7 @@
 #include <random>
 #include <sstream>
 
+#include "error_bound_check.h"
 #include "jit/reference/interpreter.h"
 #include "runtime/cpu/cpu_program.h"
 
@@ -36,9 +37,25 @@ inline reference::Array random_array(Shape shape, uint32_t seed, double lo = -1,
 }
 
 struct JitRun {
-  std::vector<reference::Array> jit, ref;
+  std::vector<reference::Array> jit, ref, bound;  // bound: how far jit may lie from ref
   std::unique_ptr<CpuProgram> program;
 };
+
+// The reference's results and their error bounds into `r`: the fetches, then with `updates`
+// every variable after the update ops.
+inline void reference_side(JitRun& r, const Graph& g, const std::vector<Tensor>& fetches,
+                           const reference::Feeds& feeds, reference::Variables& variables,
+                           bool updates, uint64_t step) {
+  reference::ErrorBounds bounds;
+  r.ref = reference::run(g, fetches, feeds, variables,
+                         {.step = step, .run_update_ops = updates, .bounds = &bounds});
+  r.bound = bounds.fetches;
+  if (updates)
+    for (const auto& [name, a] : variables) {
+      r.ref.push_back(a);
+      r.bound.push_back(bounds.variables.at(name));
+    }
+}
 
 // Runs `fetches` both ways; with `updates`, also runs the update ops and compares variables.
 // `step` keys random numbers.
@@ -52,49 +69,25 @@ inline JitRun run_both(const Graph& g, const std::vector<Tensor>& fetches,
   for (const auto& [name, a] : variables) hv[name] = to_host(a);
   r.program = std::make_unique<CpuProgram>(g, fetches, updates, pool);
   for (const auto& t : r.program->run(hf, hv, step)) r.jit.push_back(to_array(t));
-  r.ref = reference::run(g, fetches, feeds, variables, {.step = step, .run_update_ops = updates});
+  reference_side(r, g, fetches, feeds, variables, updates, step);
   if (updates)
-    for (const auto& [name, a] : variables) {
-      r.jit.push_back(to_array(hv.at(name)));
-      r.ref.push_back(a);
-    }
+    for (const auto& [name, a] : variables) r.jit.push_back(to_array(hv.at(name)));
   return r;
 }
 
-// Largest |jit - ref| / max(1, |ref|) over all outputs, and where it is.
-inline void require_close(const JitRun& r, double rtol, const std::string& what) {
+// Every output of the backend within its error bound of the reference's.
+inline void require_close(const JitRun& r, const std::string& what) {
   REQUIRE(r.jit.size() == r.ref.size());
-  for (size_t o = 0; o < r.jit.size(); ++o) {
-    INFO(what << ": output " << o);
-    REQUIRE(r.jit[o].shape == r.ref[o].shape);
-    double worst = 0;
-    int64_t at = -1;
-    for (int64_t i = 0; i < r.ref[o].size(); ++i) {
-      const double err = std::abs(r.jit[o][i] - r.ref[o][i]) / std::max(1.0, std::abs(r.ref[o][i]));
-      if (!(err <= worst)) worst = err, at = i;
-    }
-    INFO("shape " << r.ref[o].shape.str() << ", largest relative error " << worst << " at " << at
-                  << " (jit " << (at >= 0 ? r.jit[o][at] : 0) << ", reference "
-                  << (at >= 0 ? r.ref[o][at] : 0) << "), tolerance " << rtol);
-    CHECK(worst <= rtol);
-  }
+  REQUIRE(r.bound.size() == r.ref.size());
+  for (size_t o = 0; o < r.jit.size(); ++o)
+    check_within_bounds(r.jit[o], r.ref[o], r.bound[o], what + ": output " + std::to_string(o));
 }
 
-// Runs `fetches` through the CPU JIT and requires them within `rtol` of `expected` (what the
-// reference interpreter computed for the same feeds and variables).
+// Runs `fetches` through the CPU JIT and the reference and requires them within the bounds.
 inline void require_jit_matches(const Graph& g, const std::vector<Tensor>& fetches,
-                                const reference::Feeds& feeds, const reference::Variables& variables,
-                                const std::vector<reference::Array>& expected, double rtol,
+                                const reference::Feeds& feeds, reference::Variables variables,
                                 const std::string& what) {
-  HostFeeds hf;
-  for (const auto& [name, a] : feeds) hf[name] = to_host(a);
-  HostVariables hv;
-  for (const auto& [name, a] : variables) hv[name] = to_host(a);
-  JitRun r;
-  r.program = std::make_unique<CpuProgram>(g, fetches);
-  for (const auto& t : r.program->run(hf, hv)) r.jit.push_back(to_array(t));
-  r.ref = expected;
-  require_close(r, rtol, what + " (CPU JIT)");
+  require_close(run_both(g, fetches, feeds, variables), what + " (CPU JIT)");
 }
 
 }  // namespace towerjit::testing

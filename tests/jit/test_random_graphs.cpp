@@ -1,6 +1,6 @@
 // Property tests: random DAGs of elementwise ops, broadcasts, reductions and layout ops, run
-// through the CPU JIT and the reference interpreter. Tolerance: relative error <= 1e-5 of
-// max(1, |reference|), in f32. Case k is drawn from std::mt19937(k), so every run sees the same
+// through the CPU JIT and the reference interpreter, every element within its float32 error
+// bound (tests/jit/error_bound_check.h). Case k is drawn from std::mt19937(k), so every run sees the same
 // graphs; ten cases share one Graph and one CpuProgram to keep compiling cheap. A failing case is
 // shrunk greedily (fewer fetches, ops replaced by their inputs or by fresh inputs) and the
 // smallest failing case is printed with its graph and kernel IR.
