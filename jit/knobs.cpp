@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "dsl/error.h"
+
 namespace towerjit::knobs {
 namespace {
 
@@ -46,9 +48,23 @@ bool gpu_variables() {
   const std::string v = lower(read("TOWERJIT_GPU_VARIABLES").value_or(""));
   return v == "on" || v == "1" || v == "true" || v == "yes";
 }
-DirectConv direct_conv() {
-  if (!switched_on("TOWERJIT_DIRECT_CONV")) return DirectConv::off;
-  return lower(read("TOWERJIT_DIRECT_CONV").value_or("")) == "avx2" ? DirectConv::avx2 : DirectConv::widest;
+bool direct_conv() {
+  const std::string v = lower(read("TOWERJIT_DIRECT_CONV").value_or("on"));
+  const bool on = switched_on("TOWERJIT_DIRECT_CONV");
+  if (on && !(v == "on" || v == "1" || v == "true" || v == "yes"))
+    throw Error("towerjit: TOWERJIT_DIRECT_CONV=" + v + " is not a switch: set on or off (to hold "
+                "the direct kernels to AVX2, set TOWERJIT_CPU_ISA=avx2)");
+  return on;
+}
+std::optional<CpuIsa> cpu_isa_cap() {
+  const auto v = read("TOWERJIT_CPU_ISA");
+  if (!v) return std::nullopt;
+  const std::string level = lower(*v);
+  if (level == "avx512") return CpuIsa::avx512;
+  if (level == "avx2") return CpuIsa::avx2;
+  if (level == "baseline") return CpuIsa::baseline;
+  throw Error("towerjit: TOWERJIT_CPU_ISA=" + *v + " is not a level: set avx512, avx2 or baseline, "
+              "or unset it for the widest this CPU has");
 }
 
 std::optional<std::string> cache_dir_override() { return read("TOWERJIT_CACHE_DIR"); }

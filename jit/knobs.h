@@ -20,12 +20,19 @@ bool cache_enabled();
 // into one kernel; for measuring what grouping buys. Default: on.
 bool group_kernels_enabled();
 
-// TOWERJIT_DIRECT_CONV: which CPU convolution kernels run (runtime/cpu/direct_conv.h). Default:
-// the direct kernels of the widest vector unit the CPU has (AVX-512, else AVX2 + FMA); "avx2":
-// the AVX2 ones even where AVX-512 is present; "off" (also "0", "false", "no"): im2col + sgemm.
-// For measuring and testing each.
-enum class DirectConv { widest, avx2, off };
-DirectConv direct_conv();
+// TOWERJIT_DIRECT_CONV: "off" (also "0", "false", "no") runs every CPU convolution through
+// im2col + sgemm instead of the direct kernels (runtime/cpu/direct_conv.h), which are those of
+// the widest vector unit TOWERJIT_CPU_ISA allows. For measuring and testing each. Default: on.
+// Any other value than an on or off word is an error.
+bool direct_conv();
+
+// TOWERJIT_CPU_ISA: the widest x86 vector level towerjit's CPU code may use: "avx512" (AVX-512
+// F and BW), "avx2" (AVX2 + FMA, x86-64-v3), "baseline" (SSE2, x86-64). It caps the LLVM target
+// of the JIT'd kernels, the direct convolutions, the 2x2 pools and the OpenBLAS core type
+// (jit/cpu/cpu_isa.h). Unset: the widest this CPU has. Another value is an error; a level the
+// CPU lacks is an error when towerjit first needs the level (cpujit::cpu_isa()).
+enum class CpuIsa { baseline, avx2, avx512 };
+std::optional<CpuIsa> cpu_isa_cap();
 
 // TOWERJIT_PIN_TOWERS: "off" (also "0", "false", "no") leaves CPU towers' threads free to run
 // on any core; by default each CPU tower's threads are pinned to a group of cores of its own

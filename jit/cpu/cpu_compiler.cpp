@@ -230,8 +230,7 @@ std::shared_ptr<CompiledModule> compile(const std::string& ll_text, const std::s
   auto cache = CompileCache::from_knobs();
   std::string key, object;
   if (cache) {
-    static const std::string target = host_target_description();
-    key = make_cache_key({ll_text, target, llvm_version(), kCodegenFlags});
+    key = make_cache_key({ll_text, target_description(), llvm_version(), kCodegenFlags});
     auto hit = cache->load(key);
     local.cache_hit = hit.status == CompileCache::Status::hit;
     local.cache_damaged = hit.status == CompileCache::Status::damaged;

@@ -56,8 +56,9 @@ struct CompileStats {
 std::shared_ptr<CompiledModule> compile(const std::string& ll_text, const std::string& module_name,
                                         CompileStats* stats = nullptr);
 
-// Triple + CPU name + CPU features of this machine; part of the cache key.
-std::string host_target_description();
+// Triple + CPU name + CPU features of the target the kernels are compiled for (this machine,
+// or the generic CPU of the level TOWERJIT_CPU_ISA caps it to); part of the cache key.
+std::string target_description();
 
 // Makes `name` resolve to `address` in every module compiled afterwards (runtime helpers
 // that live in a static library or an executable not built with -rdynamic, which the

@@ -25,15 +25,26 @@
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/TargetParser/Host.h>
 
+#include "jit/cpu/cpu_isa.h"
+
 namespace towerjit::cpujit {
 namespace {
 
-// The host machine as JITTargetMachineBuilder sees it (real CPU name and features, not a
-// generic x86-64), with the settings kCodegenFlags names. LLJIT is built from the same
-// builder, so objects we generate match what it links.
-llvm::Expected<llvm::orc::JITTargetMachineBuilder> host_builder() {
+// The LLVM CPU name for a level below this CPU's widest: the generic x86-64 levels, so an
+// AVX-512 machine compiles the kernels an AVX2-only or SSE2-only machine would.
+const char* generic_cpu(CpuIsa level) { return level == CpuIsa::avx2 ? "x86-64-v3" : "x86-64"; }
+
+// The machine as JITTargetMachineBuilder sees it (real CPU name and features, not a generic
+// x86-64) or, where TOWERJIT_CPU_ISA caps it below, the generic CPU of that level; with the
+// settings kCodegenFlags names. LLJIT links these objects with the host's own builder, which
+// is fine: only the code inside the objects depends on the target.
+llvm::Expected<llvm::orc::JITTargetMachineBuilder> target_builder() {
   auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
   if (!jtmb) return jtmb.takeError();
+  if (const CpuIsa level = cpu_isa(); level < widest_isa()) {
+    jtmb = llvm::orc::JITTargetMachineBuilder(jtmb->getTargetTriple());
+    jtmb->setCPU(generic_cpu(level));
+  }
   jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
   // PIC + small code model: JITLink reaches externals (libm, OpenBLAS) through GOT/PLT
   // stubs it builds, so they may live anywhere in the address space.
@@ -76,7 +87,10 @@ void initialize_native_target() {
   });
 }
 
-std::string host_target_description() {
+std::string target_description() {
+  const std::string triple = llvm::sys::getProcessTriple();
+  if (const CpuIsa level = cpu_isa(); level < widest_isa())
+    return triple + ";cpu=" + generic_cpu(level) + ";features=";
   // Sorted so the description (and so the cache key) does not depend on hash-map order.
   std::vector<std::string> features;
   for (const auto& feature : llvm::sys::getHostCPUFeatures()) {
@@ -85,8 +99,7 @@ std::string host_target_description() {
     features.push_back(std::move(entry));
   }
   std::sort(features.begin(), features.end());
-  std::string out = llvm::sys::getProcessTriple() + ";cpu=" + llvm::sys::getHostCPUName().str() +
-                    ";features=";
+  std::string out = triple + ";cpu=" + llvm::sys::getHostCPUName().str() + ";features=";
   for (std::size_t i = 0; i < features.size(); ++i) out += (i ? "," : "") + features[i];
   return out;
 }
@@ -111,7 +124,7 @@ ObjectCode compile_ir_to_object(const std::string& ll_text, const std::string& m
   llvm::raw_string_ostream verify_os(verify_message);
   if (llvm::verifyModule(*module, &verify_os)) return {{}, "verify: " + verify_os.str()};
 
-  auto jtmb = host_builder();
+  auto jtmb = target_builder();
   if (!jtmb) return {{}, "target: " + to_string(jtmb.takeError())};
   auto tm = jtmb->createTargetMachine();
   if (!tm) return {{}, "target: " + to_string(tm.takeError())};

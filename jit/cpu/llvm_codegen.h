@@ -17,9 +17,10 @@ inline constexpr std::string_view kCodegenFlags =
 // Initialises LLVM's native target, asm printer and asm parser; idempotent, thread-safe.
 void initialize_native_target();
 
-// Triple, CPU name and sorted feature list of this machine, e.g.
-// "x86_64-pc-linux-gnu;cpu=znver3;features=+adx,+aes,+avx,+avx2,...".
-std::string host_target_description();
+// Triple, CPU name and sorted feature list of what the kernels are compiled for: this machine,
+// e.g. "x86_64-pc-linux-gnu;cpu=znver3;features=+adx,+aes,+avx,+avx2,...", or the generic CPU
+// of the level TOWERJIT_CPU_ISA caps it to ("...;cpu=x86-64-v3;features=").
+std::string target_description();
 
 // LLVM's version, e.g. "19.1.7".
 std::string llvm_version();
@@ -30,7 +31,7 @@ struct ObjectCode {
 };
 
 // Parses and verifies `ll_text`, sets the host triple and data layout (overriding any in the
-// text), runs default<O3> for the host CPU and emits an object file. Thread-safe: each call
+// text), runs default<O3> for the target CPU (target_description()) and emits an object file. Thread-safe: each call
 // uses its own LLVMContext and TargetMachine.
 ObjectCode compile_ir_to_object(const std::string& ll_text, const std::string& module_name);
 

@@ -11,17 +11,11 @@
 namespace towerjit::cpujit {
 namespace {
 
-// The OpenBLAS kernels for this CPU's widest vector unit.
-const char* core_for_this_cpu() {
-  if (has_avx512f() && __builtin_cpu_supports("avx512bw")) return "SkylakeX";
-  if (has_avx2_fma()) return "Haswell";
-  return nullptr;  // let OpenBLAS decide
-}
-
 Blas load() {
-  // OPENBLAS_CORETYPE is OpenBLAS's own knob, read when the library loads; a user's value wins.
+  // OPENBLAS_CORETYPE is OpenBLAS's own knob, read when the library loads (so once per
+  // process, whatever TOWERJIT_CPU_ISA says later); a user's value wins.
   if (!std::getenv("OPENBLAS_CORETYPE"))
-    if (const char* core = core_for_this_cpu()) ::setenv("OPENBLAS_CORETYPE", core, 0);
+    ::setenv("OPENBLAS_CORETYPE", openblas_core(cpu_isa()), 0);
   Blas b;
   for (const char* name : {"libopenblas.so.0", "libopenblas.so", "libcblas.so.3", "libblas.so.3"}) {
     void* handle = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
@@ -29,6 +23,7 @@ Blas load() {
     b.sgemm = reinterpret_cast<Blas::Sgemm>(::dlsym(handle, "cblas_sgemm"));
     if (!b.sgemm) continue;
     b.library = name;
+    b.handle = handle;
     using CoreName = char* (*)();
     auto core_name = reinterpret_cast<CoreName>(::dlsym(handle, "openblas_get_corename"));
     b.core = core_name ? core_name() : "reference";

@@ -19,6 +19,7 @@ struct Blas {
   // library and splits products over its own threads (runtime/cpu/gemm.h); the benchmark
   // raises it to time OpenBLAS's own threading.
   void (*set_threads)(int) = nullptr;
+  void* handle = nullptr;  // dlopen's handle of the library, for other symbols
   std::string library;  // the file loaded
   std::string core;     // the kernels OpenBLAS chose ("SkylakeX", "Haswell", ...)
   int threads = 1;      // OpenBLAS's thread count when it loaded (its own default)

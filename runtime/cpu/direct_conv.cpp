@@ -168,16 +168,19 @@ Kernels avx512_kernels(std::integer_sequence<int, R...>) {
 
 // The kernels for a convolution with `o` output channels, or null for the im2col path: the
 // AVX-512 ones where the CPU has them (blocks of 32 channels, or 16 for 16 or fewer, so that
-// no half block idles), else AVX2 + FMA (blocks of 16); TOWERJIT_DIRECT_CONV can hold them to
-// AVX2 or turn them off.
+// no half block idles), else AVX2 + FMA (blocks of 16), as cpu_isa() allows;
+// TOWERJIT_DIRECT_CONV=off turns them off.
 const Kernels* kernels_for(int64_t o) {
   static const Kernels k2 = avx2_kernels<2>(std::make_integer_sequence<int, 6>());
   static const Kernels k512 = avx512_kernels<2>(std::make_integer_sequence<int, 12>());
   static const Kernels k512_narrow = avx512_kernels<1>(std::make_integer_sequence<int, 24>());
-  const knobs::DirectConv mode = knobs::direct_conv();
-  if (mode == knobs::DirectConv::off || !has_avx2_fma()) return nullptr;
-  if (mode == knobs::DirectConv::widest && has_avx512f()) return o > 16 ? &k512 : &k512_narrow;
-  return &k2;
+  if (!knobs::direct_conv()) return nullptr;
+  switch (cpu_isa()) {
+    case CpuIsa::avx512: return o > 16 ? &k512 : &k512_narrow;
+    case CpuIsa::avx2: return &k2;
+    case CpuIsa::baseline: return nullptr;
+  }
+  return nullptr;
 }
 
 // Items per block when n items are cut into the fewest blocks of at most `most`, evened out

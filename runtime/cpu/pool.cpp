@@ -95,14 +95,15 @@ TOWERJIT_TARGET_AVX2 int64_t max2x2_grad_row_avx2(const float* r0, const float* 
   return ox;
 }
 
-void max_plane_inside(const Window& g, const float* x, const float* dy, float* out, bool grad) {
+// `avx2`: the 2x2 rows may run 8 windows at a time.
+void max_plane_inside(const Window& g, const float* x, const float* dy, float* out, bool grad, bool avx2) {
   if (!grad && g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2) {
     // The usual 2x2 / stride 2 pool: two rows in, one row out, no index bookkeeping.
     for (int64_t oy = 0; oy < g.oh; ++oy) {
       const float* r0 = x + 2 * oy * g.w;
       const float* r1 = r0 + g.w;
       float* o = out + oy * g.ow;
-      for (int64_t ox = has_avx2_fma() ? max2x2_row_avx2(r0, r1, o, g.ow) : 0; ox < g.ow; ++ox)
+      for (int64_t ox = avx2 ? max2x2_row_avx2(r0, r1, o, g.ow) : 0; ox < g.ow; ++ox)
         o[ox] = std::max(std::max(r0[2 * ox], r0[2 * ox + 1]), std::max(r1[2 * ox], r1[2 * ox + 1]));
     }
     return;
@@ -117,7 +118,7 @@ void max_plane_inside(const Window& g, const float* x, const float* dy, float* o
       float* g0 = out + 2 * oy * g.w;
       float* g1 = g0 + g.w;
       const float* d = dy + oy * g.ow;
-      for (int64_t ox = has_avx2_fma() ? max2x2_grad_row_avx2(r0, r1, d, g0, g1, g.ow) : 0; ox < g.ow; ++ox) {
+      for (int64_t ox = avx2 ? max2x2_grad_row_avx2(r0, r1, d, g0, g1, g.ow) : 0; ox < g.ow; ++ox) {
         const float cell[4] = {r0[2 * ox], r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]};
         int best = 0;  // the first maximum in row-major order, as the reference
         for (int j = 1; j < 4; ++j)
@@ -141,9 +142,9 @@ void max_plane_inside(const Window& g, const float* x, const float* dy, float* o
     }
 }
 
-void pool_plane(Op op, const Window& g, const float* x, const float* dy, float* out) {
+void pool_plane(Op op, const Window& g, const float* x, const float* dy, float* out, bool avx2) {
   if ((op == Op::MaxPool2D || op == Op::MaxPool2DGrad) && all_inside(g))
-    return max_plane_inside(g, x, dy, out, op == Op::MaxPool2DGrad);
+    return max_plane_inside(g, x, dy, out, op == Op::MaxPool2DGrad, avx2);
   const float inv = 1.0f / static_cast<float>(g.kh * g.kw);
   if (op == Op::MaxPool2DGrad || op == Op::AvgPool2DGrad) std::fill(out, out + g.h * g.w, 0.0f);
   for (int64_t oy = 0; oy < g.oh; ++oy)
@@ -178,12 +179,13 @@ void pool2d(Op op, const Attrs& at, const std::vector<View>& in, const View& out
   const Window g{xs[2], xs[3], ys[2], ys[3], at.kernel[0], at.kernel[1],
                  at.stride[0], at.stride[1], at.pad[0], at.pad[1]};
   const int64_t planes = xs[0] * xs[1], in_plane = g.h * g.w, out_plane = g.oh * g.ow;
+  const bool avx2 = isa_allows(CpuIsa::avx2);  // asked once: it reads the environment
   parallel(pool, planes, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const float* x = op == Op::AvgPool2DGrad ? nullptr : in[0].f() + p * in_plane;
       const float* dy = grad ? in.back().f() + p * out_plane : nullptr;
       float* o = out.f() + p * (grad ? in_plane : out_plane);
-      pool_plane(op, g, x, dy, o);
+      pool_plane(op, g, x, dy, o, avx2);
     }
   });
 }

@@ -78,7 +78,7 @@ TEST_CASE("gradients of softmax, log_softmax and cross-entropy match finite diff
   check_op("l2_loss", {{Shape{3, 4}}}, [](const Xs& x) { return l2_loss(x[0]); });
 }
 
-TEST_CASE("gradients of conv2d match finite differences", "[grad]") {
+TEST_CASE("gradients of conv2d match finite differences", "[grad][isa]") {
   check_op("conv2d stride 2 pad 1", {{Shape{2, 3, 7, 7}}, {Shape{4, 3, 3, 3}}},
            [](const Xs& x) { return conv2d(x[0], x[1], {.stride = 2, .pad = 1}); });
   check_op("conv2d [B,2,5,6] 2x3 filter", {{Shape{kBatch, 2, 5, 6}}, {Shape{3, 2, 2, 3}}},
@@ -88,7 +88,7 @@ TEST_CASE("gradients of conv2d match finite differences", "[grad]") {
            [](const Xs& x) { return conv2d(x[0], x[1], {.stride = 3, .pad = 2}); });
 }
 
-TEST_CASE("gradients of max and average pooling match finite differences", "[grad]") {
+TEST_CASE("gradients of max and average pooling match finite differences", "[grad][isa]") {
   using Pool = Tensor (*)(Tensor, Pool2DOptions, Loc);
   const std::pair<const char*, Pool> pools[] = {{"max_pool2d", max_pool2d},
                                                 {"avg_pool2d", avg_pool2d}};

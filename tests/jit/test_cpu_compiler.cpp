@@ -1,15 +1,19 @@
 // The CPU compiler turns LLVM IR text into callable native code: results, external symbols,
 // coexisting modules, and the errors a broken module gives.
 #include <catch2/catch.hpp>
-#include <cblas.h>
+#include <dlfcn.h>
 
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "dsl/error.h"
 #include "jit/cpu/cpu_compiler.h"
+#include "jit/cpu/cpu_isa.h"
+#include "runtime/cpu/blas.h"
 #include "tests/jit/cpu_test_env.h"
 
 namespace cpujit = towerjit::cpujit;
@@ -51,8 +55,14 @@ TEST_CASE("cpu compiler: saxpy runs correctly at n = 1, 7, 127", "[cpu]") {
   CHECK(module->name() == "saxpy_test");
 }
 
-TEST_CASE("cpu compiler: calls to libm and OpenBLAS resolve against the process", "[cpu]") {
+// The test binary does not link OpenBLAS (it would load before main, with its core type chosen
+// before TOWERJIT_CPU_ISA could say): the BLAS towerjit loads is made visible to kernels.
+TEST_CASE("cpu compiler: calls to libm and OpenBLAS resolve", "[cpu]") {
   CacheSandbox sandbox;
+  using Sdot = float (*)(int, const float*, int, const float*, int);
+  auto sdot = reinterpret_cast<Sdot>(::dlsym(cpujit::blas().handle, "cblas_sdot"));
+  REQUIRE(sdot != nullptr);
+  cpujit::define_host_symbol("cblas_sdot", reinterpret_cast<void*>(sdot));
   auto module = cpujit::compile(R"(
 declare float @expf(float)
 declare float @cblas_sdot(i32, ptr, i32, ptr, i32)
@@ -74,7 +84,7 @@ define float @dot(ptr %x, ptr %y, i32 %n) {
   auto dot = reinterpret_cast<float (*)(const float*, const float*, int)>(module->lookup("dot"));
   std::vector<float> x(33), y(33);
   for (int i = 0; i < 33; ++i) x[i] = 0.25f * i, y[i] = 1.0f - 0.5f * i;
-  CHECK(dot(x.data(), y.data(), 33) == cblas_sdot(33, x.data(), 1, y.data(), 1));
+  CHECK(dot(x.data(), y.data(), 33) == sdot(33, x.data(), 1, y.data(), 1));
 }
 
 TEST_CASE("cpu compiler: define_host_symbol reaches helpers the process does not export",
@@ -191,9 +201,55 @@ TEST_CASE("cpu compiler: TOWERJIT_DUMP receives every module's IR", "[cpu]") {
 }
 
 TEST_CASE("cpu compiler: host target description names triple, CPU and features", "[cpu]") {
-  std::string target = cpujit::host_target_description();
+  std::string target = cpujit::target_description();
   CHECK_THAT(target, Catch::Contains(";cpu=") && Catch::Contains(";features=+"));
 #if defined(__x86_64__)
   CHECK_THAT(target, Catch::StartsWith("x86_64"));
 #endif
+}
+
+// TOWERJIT_CPU_ISA caps what the CPU code uses; ctest runs this at every level the CPU has.
+TEST_CASE("cpu compiler: the CPU level caps the LLVM target and the OpenBLAS core", "[cpu][isa]") {
+  const cpujit::CpuIsa level = cpujit::cpu_isa();
+  const std::string target = cpujit::target_description();
+  INFO("level " << cpujit::isa_name(level) << ", target " << target);
+  if (level < cpujit::widest_isa())
+    CHECK_THAT(target, Catch::Contains(level == cpujit::CpuIsa::avx2 ? ";cpu=x86-64-v3;" : ";cpu=x86-64;"));
+  else
+    CHECK_THAT(target, Catch::Contains(";features=+"));
+  // Compiled for that target, a kernel still runs and computes.
+  CacheSandbox sandbox;
+  auto module = cpujit::compile(kSaxpyIR, "saxpy_at_level");
+  auto saxpy = reinterpret_cast<SaxpyFn>(module->lookup("saxpy"));
+  std::vector<float> x(37, 2.0f), y(37, 1.0f);
+  saxpy(x.data(), y.data(), 3.0f, 37);
+  CHECK(y[0] == 7.0f);
+  CHECK(y[36] == 7.0f);
+  // OpenBLAS runs the core type of the level (unless the user chose one: theirs wins).
+  const std::string core = cpujit::blas().core;
+  const char* asked = std::getenv("OPENBLAS_CORETYPE");  // set by towerjit unless by the user
+  const char* want = level == cpujit::CpuIsa::avx512 ? "skylakex" : level == cpujit::CpuIsa::avx2 ? "haswell" : "prescott";
+  std::string lower_core;
+  for (char c : core) lower_core += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  INFO("OpenBLAS core " << core << ", OPENBLAS_CORETYPE " << (asked ? asked : "unset"));
+  if (asked && std::string(asked) == cpujit::openblas_core(level)) CHECK(lower_core == want);
+}
+
+TEST_CASE("cpu compiler: a CPU level the CPU lacks is an error naming its features", "[cpu]") {
+  using cpujit::CpuIsa;
+  CHECK(cpujit::checked_isa(CpuIsa::avx2, CpuIsa::avx512, "any") == CpuIsa::avx2);
+  CHECK(cpujit::checked_isa(CpuIsa::baseline, CpuIsa::baseline, "any") == CpuIsa::baseline);
+  CHECK_THROWS_WITH(cpujit::checked_isa(CpuIsa::avx512, CpuIsa::avx2, "AMD EPYC: sse2 avx2 fma"),
+                    Catch::Contains("TOWERJIT_CPU_ISA=avx512 asks for AVX-512") &&
+                        Catch::Contains("AMD EPYC: sse2 avx2 fma") &&
+                        Catch::Contains("set TOWERJIT_CPU_ISA=avx2 or baseline"));
+  CHECK_THROWS_WITH(cpujit::checked_isa(CpuIsa::avx2, CpuIsa::baseline, "old: sse2"),
+                    Catch::Contains("asks for AVX2 and FMA") && Catch::Contains("TOWERJIT_CPU_ISA=baseline"));
+  // A spelling the knob does not know, and the old TOWERJIT_DIRECT_CONV=avx2.
+  {
+    ScopedEnv bad("TOWERJIT_CPU_ISA", "avx3");
+    CHECK_THROWS_WITH(cpujit::cpu_isa(), Catch::Contains("avx512, avx2 or baseline"));
+  }
+  ScopedEnv old("TOWERJIT_DIRECT_CONV", "avx2");
+  CHECK_THROWS_WITH(towerjit::knobs::direct_conv(), Catch::Contains("TOWERJIT_CPU_ISA=avx2"));
 }

@@ -7,6 +7,8 @@
 #include <xmmintrin.h>
 #endif
 
+#include "cpu_test_env.h"
+#include "jit/cpu/cpu_isa.h"
 #include "jit_check.h"
 #include "graph_cases.h"
 #include "op_cases.h"
@@ -29,35 +31,41 @@ cases::Runner on_cpu(tj::ThreadPool* pool = nullptr) {
 
 }  // namespace
 
-TEST_CASE("every elementwise, reduction and layout op matches the reference", "[cpu][jit]") {
+TEST_CASE("every elementwise, reduction and layout op matches the reference", "[cpu][jit][isa]") {
   for (const Case& c : op_cases())
     for (int64_t batch : {1, 7, 127}) cases::one_op(on_cpu(), c, batch, "");
 }
 
-TEST_CASE("integer labels: one_hot and cross entropy match the reference", "[cpu][jit]") {
+TEST_CASE("integer labels: one_hot and cross entropy match the reference", "[cpu][jit][isa]") {
   cases::cross_entropy_and_one_hot(on_cpu(), "");
 }
 
-TEST_CASE("convolution and pools match the reference", "[cpu][jit]") {
+TEST_CASE("convolution and pools match the reference", "[cpu][jit][isa]") {
   cases::convolutions_and_pools(on_cpu(), "");
   tj::ThreadPool threads(2);  // the batched im2col and the pools split over threads too
   cases::convolutions_and_pools(on_cpu(&threads), " over 2 threads");
 }
 
-// Every CPU convolution path (the direct AVX-512 and AVX2 kernels and im2col + sgemm, chosen
-// by the TOWERJIT_DIRECT_CONV knob; AVX-512 only where the CPU has it) at geometries that leave partial blocks: channel counts that are
-// not multiples of 16, widths that are not multiples of 6, one channel, strides 1 and 2,
-// padding 0 to k-1, more than 16 input or output channels (the 32-lane AVX-512 blocks), and
-// the input gradient of a strided convolution (the direct path's fallback).
-TEST_CASE("convolution: direct and im2col paths match the reference at odd geometries", "[cpu][jit]") {
+// Every CPU convolution path (the direct AVX-512 and AVX2 kernels, chosen by TOWERJIT_CPU_ISA
+// among the levels this CPU has, and im2col + sgemm, TOWERJIT_DIRECT_CONV=off) at geometries
+// that leave partial blocks: channel counts that are not multiples of 16, widths that are not
+// multiples of 6, one channel, strides 1 and 2, padding 0 to k-1, more than 16 input or output
+// channels (the 32-lane AVX-512 blocks), and the input gradient of a strided convolution (the
+// direct path's fallback).
+TEST_CASE("convolution: direct and im2col paths match the reference at odd geometries", "[cpu][jit][isa]") {
   struct Geometry { int64_t c, h, w, o, k; int stride, pad; };
   const Geometry geometries[] = {{1, 7, 7, 7, 3, 1, 1},  {3, 5, 11, 17, 3, 1, 0}, {16, 9, 13, 33, 3, 1, 2},
                                  {2, 8, 6, 1, 5, 1, 2},  {5, 7, 9, 16, 1, 1, 0},  {4, 9, 7, 6, 3, 2, 1},
                                  {20, 6, 5, 3, 3, 1, 1},  {1, 28, 28, 16, 3, 1, 1}};
+  struct Path { const char* isa; const char* direct; };
+  std::vector<Path> paths{{nullptr, "off"}};
+  for (tj::knobs::CpuIsa level : {tj::knobs::CpuIsa::avx512, tj::knobs::CpuIsa::avx2})
+    if (level <= tj::cpujit::cpu_isa()) paths.push_back({tj::cpujit::isa_name(level), "on"});
   tj::ThreadPool threads(2);
   for (const Geometry& ge : geometries)
-    for (const char* direct : {"on", "avx2", "off"}) {
-      ::setenv("TOWERJIT_DIRECT_CONV", direct, 1);
+    for (const Path& path : paths) {
+      tj::test::ScopedEnv isa("TOWERJIT_CPU_ISA", path.isa ? std::optional<std::string>(path.isa) : std::nullopt);
+      tj::test::ScopedEnv direct("TOWERJIT_DIRECT_CONV", path.direct);
       tj::Graph g;
       tj::GraphScope use(g);
       auto x = tj::input("x", {kBatch, ge.c, ge.h, ge.w});
@@ -74,20 +82,19 @@ TEST_CASE("convolution: direct and im2col paths match the reference at odd geome
                            {"w", random_array({ge.o, ge.c, ge.k, ge.k}, 8)},
                            {"r", random_array({batch, ge.o, oh, ow}, 9)}},
                           vars, false, &threads);
-        require_close(r, std::string("conv (direct ") + direct + ") c=" + std::to_string(ge.c) +
+        require_close(r, std::string("conv (") + (path.isa ? path.isa : "im2col") + ") c=" + std::to_string(ge.c) +
                                    " h=" + std::to_string(ge.h) + " w=" + std::to_string(ge.w) +
                                    " o=" + std::to_string(ge.o) + " k=" + std::to_string(ge.k) +
                                    " stride=" + std::to_string(ge.stride) + " pad=" + std::to_string(ge.pad) +
                                    " batch=" + std::to_string(batch));
       }
     }
-  ::unsetenv("TOWERJIT_DIRECT_CONV");
 }
 
 // The 2x2 / stride 2 max pool runs 8 windows at a time (AVX2) and the rest one by one: widths
 // 38 (19 windows: 8 + 8 + 3) and 37 (a column outside every window), and values drawn from
 // {0, 1, 2} so that windows tie and the first maximum in row-major order must win.
-TEST_CASE("2x2 max pool: the vector and scalar paths, ties and odd sizes match the reference", "[cpu][jit]") {
+TEST_CASE("2x2 max pool: the vector and scalar paths, ties and odd sizes match the reference", "[cpu][jit][isa]") {
   tj::Graph g;
   tj::GraphScope use(g);
   auto even = tj::input("even", {kBatch, 3, 6, 38});
@@ -113,7 +120,7 @@ TEST_CASE("2x2 max pool: the vector and scalar paths, ties and odd sizes match t
 // Matrix products with a pool go three ways (runtime/cpu/gemm.h): under 4 MFLOP one call, up
 // to 32 MFLOP slices over the threads (by rows when the output is taller, by columns when it is
 // wider), above that OpenBLAS's own threads. Every way and every transpose against the reference.
-TEST_CASE("matrix products split over the pool match the reference in every transpose", "[cpu][jit]") {
+TEST_CASE("matrix products split over the pool match the reference in every transpose", "[cpu][jit][isa]") {
   struct Size { int64_t m, n, k; };
   const Size sizes[] = {{33, 17, 9},       // one call
                         {301, 97, 203},    // slices by rows (12 MFLOP)
@@ -170,7 +177,7 @@ TEST_CASE("update ops write the variables after every read of the old values", "
   cases::batch_norm_updates(on_cpu(), "");
 }
 
-TEST_CASE("an SGD momentum step updates weights and momenta in place, as the reference does", "[cpu][jit]") {
+TEST_CASE("an SGD momentum step updates weights and momenta in place, as the reference does", "[cpu][jit][isa]") {
   const JitRun r = cases::momentum_step(on_cpu(), "");
   // Every update wrote its variable directly; the one copy is the fetched weight's snapshot.
   CHECK(r.program->program().copies.size() == 1);

@@ -108,7 +108,7 @@ void report_smallest(const Dag& failing) {
 }  // namespace
 
 TEST_CASE("random elementwise, broadcast, reduction and layout DAGs match the reference",
-          "[cpu][jit][property]") {
+          "[cpu][jit][property][isa]") {
   tj::test::ScopedEnv no_cache("TOWERJIT_CACHE", "off");  // random kernels: don't fill the cache
   std::vector<int> failing;  // seeds
   for (int first = 0; first < kCases; first += kCasesPerProgram) {

@@ -45,7 +45,7 @@ Array float_matmul(const Array& a, const Array& b, int64_t m, int64_t k, int64_t
 
 }  // namespace
 
-TEST_CASE("float32 matrix products lie within their bounds in any order; a dropped term does not", "[reference][bounds]") {
+TEST_CASE("float32 matrix products lie within their bounds in any order, a dropped term does not", "[reference][bounds]") {
   const int64_t m = 13, k = 299, n = 11;
   tj::Graph g;
   tj::GraphScope use(g);
@@ -68,7 +68,7 @@ TEST_CASE("float32 matrix products lie within their bounds in any order; a dropp
   CHECK(bound_violation(dropped, exact.value, exact.bound));
 }
 
-TEST_CASE("a long float32 sum lies within its bound; one element counted twice does not", "[reference][bounds]") {
+TEST_CASE("a long float32 sum lies within its bound, one element counted twice does not", "[reference][bounds]") {
   // The probabilistic bound (about 10 sqrt(n) u of the magnitudes, rounding_gamma) is what
   // makes this catchable: the worst case, n u, is 3 here, six elements' worth.
   const int64_t count = 10007;

@@ -1,0 +1,76 @@
+#include "jit/cpu/cpu_isa.h"
+
+#include <fstream>
+
+#include "dsl/error.h"
+
+namespace towerjit::cpujit {
+
+const char* isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::avx512: return "avx512";
+    case CpuIsa::avx2: return "avx2";
+    case CpuIsa::baseline: return "baseline";
+  }
+  return "?";
+}
+
+const char* openblas_core(CpuIsa level) {
+  switch (level) {
+    case CpuIsa::avx512: return "SkylakeX";
+    case CpuIsa::avx2: return "Haswell";
+    case CpuIsa::baseline: return "Prescott";
+  }
+  return "Prescott";
+}
+
+CpuIsa widest_isa() {
+  static const CpuIsa widest = [] {
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return CpuIsa::avx512;
+    return avx2 ? CpuIsa::avx2 : CpuIsa::baseline;
+  }();
+  return widest;
+}
+
+std::string cpu_description() {
+  std::string model = "this CPU";
+  std::ifstream info("/proc/cpuinfo");
+  for (std::string line; std::getline(info, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      model = line.substr(line.find(':') + 2);
+      break;
+    }
+  std::string features;
+  auto add = [&](const char* name, bool has) {
+    if (has) features += std::string(features.empty() ? "" : " ") + name;
+  };
+  add("sse2", __builtin_cpu_supports("sse2"));
+  add("sse3", __builtin_cpu_supports("sse3"));
+  add("sse4.2", __builtin_cpu_supports("sse4.2"));
+  add("avx", __builtin_cpu_supports("avx"));
+  add("avx2", __builtin_cpu_supports("avx2"));
+  add("fma", __builtin_cpu_supports("fma"));
+  add("avx512f", __builtin_cpu_supports("avx512f"));
+  add("avx512bw", __builtin_cpu_supports("avx512bw"));
+  return model + ": " + features;
+}
+
+CpuIsa checked_isa(CpuIsa requested, CpuIsa widest, const std::string& cpu) {
+  if (requested <= widest) return requested;
+  std::string levels;
+  for (CpuIsa l : {CpuIsa::avx512, CpuIsa::avx2, CpuIsa::baseline})
+    if (l <= widest) levels += std::string(levels.empty() ? "" : " or ") + isa_name(l);
+  throw Error(std::string("towerjit: TOWERJIT_CPU_ISA=") + isa_name(requested) + " asks for " +
+              (requested == CpuIsa::avx512 ? "AVX-512 (avx512f and avx512bw)" : "AVX2 and FMA") +
+              ", which this CPU lacks (" + cpu + "); set TOWERJIT_CPU_ISA=" + levels +
+              ", or unset it for the widest this CPU has (" + isa_name(widest) + ")");
+}
+
+CpuIsa cpu_isa() {
+  const std::optional<CpuIsa> cap = knobs::cpu_isa_cap();
+  if (!cap) return widest_isa();
+  return *cap <= widest_isa() ? *cap : checked_isa(*cap, widest_isa(), cpu_description());
+}
+
+}  // namespace towerjit::cpujit
