@@ -19,11 +19,10 @@
 #include <string>
 #include <vector>
 
-#include <cblas.h>
-
 #include <nlohmann/json.hpp>
 
 #include "bench/gemm_floor.h"
+#include "jit/cpu/cpu_isa.h"
 #include "runtime/cpu/blas.h"
 #include "bench/torch_runner.h"
 #include "bench/train_step.h"
@@ -139,7 +138,7 @@ json profile(tj::CpuProgram& program, const tj::HostFeeds& feeds, tj::HostVariab
 // same stretches of this noisy machine; step_ms is the median over rounds of each round's
 // median.
 json run_workload(const std::string& name, const Options& o, tj::ThreadPool& pool,
-                  const std::function<void(int)>& before_round) {
+                  const bench::SgemmPeak& peak, const std::function<void(int)>& before_round) {
   bench::TrainStep step = bench::build_train_step(name);
   const tj::HostFeeds feeds = bench::random_feeds(step, 42);
   tj::HostVariables vars = bench::initial_variables(step, 1);
@@ -209,6 +208,19 @@ json run_workload(const std::string& name, const Options& o, tj::ThreadPool& poo
   j["openblas_threads"] = 1;  // towerjit's setting; the pool splits products (runtime/cpu/gemm.h)
   j["gemms"] = gemm_list;
   j["profile"] = profile(program, feeds, vars, step.batch, o.profile_steps);
+  // Each convolution op's rate in its profiled time, against the sgemm peak on as many threads.
+  std::map<std::string, double> conv_flops;
+  for (const auto& g : gemms)
+    if (g.shape.op != "matmul") conv_flops[g.shape.op] += g.shape.flops();
+  json conv = json::object();
+  for (const auto& [op, f] : conv_flops) {
+    const double ms = j["profile"]["by_kind_ms"].value(op, 0.0);
+    if (ms > 0) conv[op] = {{"ms", round3(ms)}, {"gflops", round3(f / (ms * 1e6))},
+                            {"of_sgemm_peak", round3(f / (ms * 1e6) / peak.pool)}};
+  }
+  if (!conv.empty()) j["convolutions"] = conv;
+  j["sgemm_peak_gflops"] = {{"one_thread", round3(peak.one_thread)}, {"pool", round3(peak.pool)}};
+  j["cpu_isa"] = tj::cpujit::isa_name(tj::cpujit::cpu_isa());
   return j;
 }
 
@@ -231,6 +243,7 @@ int main(int argc, char** argv) try {
   const char* user_core = std::getenv("OPENBLAS_CORETYPE");  // null: unset
   const std::vector<bench::TorchSetting> settings = bench::torch_settings(user_core, tj::cpujit::blas().core);
   tj::ThreadPool pool(kThreads);
+  const bench::SgemmPeak peak = bench::sgemm_peak(pool);
   for (const std::string& name : o.workloads) {
     // PyTorch and ours in turn, round by round, so both see the same machine load.
     std::map<std::string, std::vector<double>> torch_rounds;  // setting -> each round's step ms
@@ -244,7 +257,7 @@ int main(int argc, char** argv) try {
         if (per.count(name)) torch_rounds[setting].push_back(per.at(name).step_ms);
       std::cerr << "towerjit_bench: " << name << ": round " << round + 1 << ": towerjit...\n";
     };
-    json j = run_workload(name, o, pool, torch_round);
+    json j = run_workload(name, o, pool, peak, torch_round);
     if (python && torch_rounds.empty()) torch_missing = "the baseline script produced no figures (see stderr)";
     const double batch = j["batch"].get<double>();
     json all = json::object();

@@ -103,4 +103,20 @@ std::vector<GemmTiming> time_gemms(const std::vector<GemmShape>& shapes, ThreadP
   return out;
 }
 
+SgemmPeak sgemm_peak(ThreadPool& pool) {
+  const int64_t n = 1024;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  auto best_gflops = [&](ThreadPool* split) {
+    double best_ms = 1e30;
+    for (int r = 0; r < 6; ++r) {  // the first is a warm-up
+      const auto t0 = clock::now();
+      cpujit::sgemm(split, false, false, n, n, n, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+      const double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+      if (r > 0) best_ms = std::min(best_ms, ms);
+    }
+    return 2.0 * n * n * n / (best_ms * 1e6);
+  };
+  return {best_gflops(nullptr), best_gflops(&pool)};
+}
+
 }  // namespace towerjit::bench

@@ -38,4 +38,11 @@ struct GemmTiming {
 // random operands; the floor takes the faster.
 std::vector<GemmTiming> time_gemms(const std::vector<GemmShape>& shapes, ThreadPool& pool, int repeats = 9);
 
+// The machine's sgemm peak, GFLOP/s: a 1024^3 product through OpenBLAS on one thread, and
+// split over the pool's threads as towerjit splits products (the best of 5 samples each).
+struct SgemmPeak {
+  double one_thread = 0, pool = 0;
+};
+SgemmPeak sgemm_peak(ThreadPool& pool);
+
 }  // namespace towerjit::bench
