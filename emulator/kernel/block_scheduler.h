@@ -1,0 +1,42 @@
+// Runs a kernel's grid with CUDA's execution model on the host: every CUDA thread of a block is
+// a fiber; __syncthreads is a real barrier of the block (threads reaching different barriers is
+// an error); warp shuffles exchange values between the 32 lanes of a warp by CUDA's rules for
+// widths and out-of-range lanes; __shared__ memory belongs to the block and starts poisoned
+// (NaN). Blocks are independent and run one after another on the calling thread.
+#pragma once
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+#include "emulator/kernel/cuda_host_api.h"
+
+namespace towerjit::emulator {
+
+// A kernel misusing the execution model (a divergent barrier, a shuffle some lane of its mask
+// never reaches, a misaligned vector access, too much shared memory): says which kernel, block,
+// thread and source line.
+class Fault : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A compiled kernel's entry: calls the kernel with its parameters, given as the driver API
+// gives them (one pointer to each parameter's bytes).
+using KernelEntry = void (*)(void** params);
+
+struct LaunchShape {
+  dim3 grid, block;
+  std::size_t dynamic_shared_bytes = 0;
+};
+
+// The largest static __shared__ total of a block, as on the GPU without opt-in.
+inline constexpr std::size_t kStaticSharedLimit = 48 * 1024;
+
+// Runs every block of the grid to completion. Throws Fault.
+void run_grid(const std::string& kernel, KernelEntry entry, void** params, const LaunchShape& shape);
+
+// The table a compiled module's tj_emu_api points at.
+TjEmuApi* emulator_api();
+
+}  // namespace towerjit::emulator
