@@ -94,6 +94,31 @@ int debug_level() {
 namespace towerjit::knobs {
 
 std::optional<std::string> cuda_arch() { return read("TOWERJIT_CUDA_ARCH"); }
+bool cuda_emulated() {
+  const std::string v = lower(read("TOWERJIT_CUDA").value_or("driver"));
+  if (v == "emulator") return true;
+  if (v == "driver") return false;
+  throw Error("towerjit: TOWERJIT_CUDA=" + v + " is not a CUDA backend: set emulator (the emulated GPU) or "
+              "driver (NVIDIA's, the default)");
+}
+static int positive(const char* name, int fallback) {
+  const auto v = read(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(v->c_str(), &end, 10);
+  if (!end || *end != '\0' || n < 1 || n > 1 << 20)
+    throw Error(std::string("towerjit: ") + name + "=" + *v + " is not a positive whole number");
+  return static_cast<int>(n);
+}
+int emulated_gpus() { return positive("TOWERJIT_EMULATED_GPUS", 1); }
+int emulated_gpu_mb() { return positive("TOWERJIT_EMULATED_GPU_MB", 4096); }
+std::string emulator_library() {
+  if (auto v = read("TOWERJIT_EMULATOR_LIBRARY")) return *v;
+#ifdef TOWERJIT_BUILT_EMULATOR
+  if (std::filesystem::exists(TOWERJIT_BUILT_EMULATOR)) return TOWERJIT_BUILT_EMULATOR;
+#endif
+  return "libtowerjit_cuda_emulator.so";
+}
 std::optional<std::string> cuda_home() { return read("CUDA_HOME"); }
 
 }  // namespace towerjit::knobs

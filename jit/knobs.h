@@ -92,6 +92,22 @@ namespace towerjit::knobs {
 // device's own; a --arch flag overrides this. Unset: the device's, or sm_90 with no device.
 std::optional<std::string> cuda_arch();
 
+// TOWERJIT_CUDA: "emulator" loads the emulated GPU (emulator/: towerjit's CUDA C run on the
+// CPU with CUDA's execution model) in place of the NVIDIA driver, NVRTC's module loading,
+// cuBLAS and NCCL; "driver" or unset: NVIDIA's. Another value is an error.
+bool cuda_emulated();
+
+// TOWERJIT_EMULATED_GPUS: how many emulated GPUs there are (read once, when the emulator loads).
+// Default: 1.
+int emulated_gpus();
+
+// TOWERJIT_EMULATED_GPU_MB: each emulated GPU's memory, in MiB (read once). Default: 4096.
+int emulated_gpu_mb();
+
+// TOWERJIT_EMULATOR_LIBRARY: the emulator's library (libtowerjit_cuda_emulator.so). Default:
+// the one this build made, else the loader's search path.
+std::string emulator_library();
+
 // CUDA_HOME: a CUDA installation to look for NVRTC in ($CUDA_HOME/lib64) when the loader's
 // path does not have it; /usr/local/cuda is tried last. Unset or empty: not set.
 std::optional<std::string> cuda_home();

@@ -48,6 +48,7 @@ struct Block {
   std::vector<SharedSlot> slots;
   std::size_t static_used = 0, dynamic_bytes = 0;
   std::string fault;
+  int fault_code = Fault::kLaunchFailed;
 };
 
 thread_local Block* current_block = nullptr;
@@ -98,6 +99,7 @@ void api_fail(const char* what, const void* address, int line) {
   std::ostringstream m;
   m << what << " at " << address << " (line " << line << " of the module)";
   current_block->fault = m.str();
+  current_block->fault_code = Fault::kMisalignedAddress;
   yield(Thread::State::faulted, line);
 }
 
@@ -135,8 +137,8 @@ TjEmuApi the_api{api_self, api_syncthreads, api_shuffle, api_shared, api_dynamic
 
 // --- Resolving what the blocked threads wait for -------------------------------------------------
 
-[[noreturn]] void fault(const Block& b, const Thread& t, const std::string& what) {
-  throw Fault("emulated GPU: " + where(b, t) + ": " + what);
+[[noreturn]] void fault(const Block& b, const Thread& t, const std::string& what, int code = Fault::kLaunchFailed) {
+  throw Fault("emulated GPU: " + where(b, t) + ": " + what, code);
 }
 
 const char* state_name(const Thread& t) {
@@ -280,7 +282,7 @@ void run_block(Block& b, const dim3& block_idx, const LaunchShape& shape) {
       if (t.state != Thread::State::runnable) continue;
       current_thread = &t;
       Fiber::switch_to(b.scheduler, *t.fiber);
-      if (t.state == Thread::State::faulted) fault(b, t, b.fault);
+      if (t.state == Thread::State::faulted) fault(b, t, b.fault, b.fault_code);
     }
     for (const Thread& t : b.threads) live |= t.state != Thread::State::done;
     if (!live) return;

@@ -18,7 +18,17 @@ namespace towerjit::emulator {
 // thread and source line.
 class Fault : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  // `cuda_error`: the CUresult the emulated driver reports for it.
+  explicit Fault(const std::string& what, int cuda_error = kLaunchFailed)
+      : std::runtime_error(what), cuda_error_(cuda_error) {}
+  int cuda_error() const { return cuda_error_; }
+
+  static constexpr int kLaunchFailed = 719;       // CUDA_ERROR_LAUNCH_FAILED
+  static constexpr int kIllegalAddress = 700;     // CUDA_ERROR_ILLEGAL_ADDRESS
+  static constexpr int kMisalignedAddress = 716;  // CUDA_ERROR_MISALIGNED_ADDRESS
+
+ private:
+  int cuda_error_;
 };
 
 // A compiled kernel's entry: calls the kernel with its parameters, given as the driver API

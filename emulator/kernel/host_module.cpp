@@ -117,6 +117,11 @@ HostSource prepare_host_source(const std::string& cuda_source) {
     for (std::size_t i = 0; i < types.size(); ++i)
       entries += (i ? ", " : "") + std::string("*(") + types[i] + "*)p[" + std::to_string(i) + "]";
     entries += "); }\n";
+    // The parameters' sizes and which are pointers, for the driver to copy and check them.
+    entries += "extern \"C\" const int " + name + "__tj_params[] = {" + std::to_string(types.size());
+    for (const std::string& t : types)
+      entries += ", (int)sizeof(" + t + "), " + (t.find('*') != std::string::npos ? "1" : "0");
+    entries += "};\n";
     out.kernels.push_back(name);
   }
   out.text = text + entries;
@@ -160,8 +165,13 @@ std::shared_ptr<HostModule> HostModule::compile(const std::string& cuda_source, 
   auto** api = static_cast<TjEmuApi**>(::dlsym(module->handle_, "tj_emu_api"));
   if (!api) throw Fault("emulated GPU: module " + name + " has no tj_emu_api table");
   *api = emulator_api();
-  for (const std::string& k : module->kernels_)
-    module->entries_[k] = reinterpret_cast<KernelEntry>(::dlsym(module->handle_, (k + "__tj_entry").c_str()));
+  for (const std::string& k : module->kernels_) {
+    Kernel& kernel = module->entries_[k];
+    kernel.entry = reinterpret_cast<KernelEntry>(::dlsym(module->handle_, (k + "__tj_entry").c_str()));
+    const auto* params = static_cast<const int*>(::dlsym(module->handle_, (k + "__tj_params").c_str()));
+    if (!kernel.entry || !params) throw Fault("emulated GPU: module " + name + " lacks the entry of kernel " + k);
+    for (int i = 0; i < params[0]; ++i) kernel.params.push_back({params[1 + 2 * i], params[2 + 2 * i] != 0});
+  }
   return module;
 }
 
@@ -169,9 +179,14 @@ HostModule::~HostModule() {
   if (handle_) ::dlclose(handle_);
 }
 
-KernelEntry HostModule::entry(const std::string& kernel) const {
-  auto it = entries_.find(kernel);
-  return it == entries_.end() ? nullptr : it->second;
+const HostModule::Kernel* HostModule::kernel(const std::string& name) const {
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+KernelEntry HostModule::entry(const std::string& name) const {
+  const Kernel* k = kernel(name);
+  return k ? k->entry : nullptr;
 }
 
 }  // namespace towerjit::emulator

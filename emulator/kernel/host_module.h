@@ -34,8 +34,18 @@ class HostModule {
   static std::shared_ptr<HostModule> compile(const std::string& cuda_source, const std::string& name);
   ~HostModule();
 
-  // The launch entry of kernel `name`, or null when the module has none.
-  KernelEntry entry(const std::string& kernel) const;
+  struct Param {
+    int bytes;
+    bool pointer;
+  };
+  struct Kernel {
+    KernelEntry entry = nullptr;
+    std::vector<Param> params;
+  };
+  // Kernel `name` (its launch entry and parameters), or null when the module has none.
+  const Kernel* kernel(const std::string& name) const;
+  // Its launch entry, or null.
+  KernelEntry entry(const std::string& name) const;
   const std::vector<std::string>& kernels() const { return kernels_; }
   const std::string& name() const { return name_; }
   bool from_cache() const { return from_cache_; }
@@ -45,7 +55,7 @@ class HostModule {
   void* handle_ = nullptr;
   std::string name_;
   std::vector<std::string> kernels_;
-  std::map<std::string, KernelEntry> entries_;
+  std::map<std::string, Kernel> entries_;
   bool from_cache_ = false;
 };
 

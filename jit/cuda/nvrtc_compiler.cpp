@@ -48,12 +48,16 @@ bool bind(void* h, const char* name, F& fn) {
 
 Nvrtc load() {
   Nvrtc n;
+  // TOWERJIT_CUDA=emulator: the emulated GPU's NVRTC, which runs the real one and also makes
+  // the module images the emulated driver loads (emulator/driver/nvrtc.cpp).
   std::vector<std::string> names = {"libnvrtc.so.13", "libnvrtc.so"};
+  if (knobs::cuda_emulated()) names = {knobs::emulator_library()};
   std::vector<std::string> dirs;
   if (auto home = knobs::cuda_home()) dirs.push_back(*home + "/lib64/");
   dirs.push_back("/usr/local/cuda/lib64/");
   for (const auto& d : dirs)
-    for (const char* f : {"libnvrtc.so.13", "libnvrtc.so"}) names.push_back(d + f);
+    for (const char* f : {"libnvrtc.so.13", "libnvrtc.so"})
+      if (!knobs::cuda_emulated()) names.push_back(d + f);
   for (const auto& name : names) {
     n.tried += (n.tried.empty() ? "" : ", ") + name;
     if ((n.handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
@@ -205,7 +209,9 @@ CudaBinary compile_cuda(const std::string& source, const std::string& module_nam
   std::string flags;
   for (const auto& f : nvrtc_flags()) flags += f + " ";
   auto cache = cpujit::CompileCache::from_knobs();
-  const std::string key = cpujit::make_cache_key({"cuda", source, b.arch, version, flags});
+  // The emulated GPU's "cubin" is its own image, never to be loaded by a real driver.
+  const std::string key = cpujit::make_cache_key(
+      {knobs::cuda_emulated() ? "cuda-emulated" : "cuda", source, b.arch, version, flags});
   if (cache) {
     auto hit = cache->load(key);
     b.cache_hit = hit.status == cpujit::CompileCache::Status::hit && unpack(hit.payload, b);

@@ -1,5 +1,7 @@
 #include "runtime/cuda/driver_api.h"
 
+#include "jit/knobs.h"
+
 #include <dlfcn.h>
 
 #include <map>
@@ -79,16 +81,21 @@ Driver load() {
   Driver d;
   // Only the driver's own soname: the toolkit's stubs/libcuda.so is a link-time stand-in
   // that fails every call, and loading it by another name would only hide a missing driver.
-  void* handle = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  // TOWERJIT_CUDA=emulator loads the emulated GPU's library instead (emulator/).
+  const bool emulated = knobs::cuda_emulated();
+  const std::string library = emulated ? knobs::emulator_library() : "libcuda.so.1";
+  void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char* why = ::dlerror();
-    d.reason = std::string("the NVIDIA driver library libcuda.so.1 was not found (") + (why ? why : "dlopen failed") + ")";
+    d.reason = (emulated ? "the emulated GPU's library " + library + " (TOWERJIT_CUDA=emulator) was not found ("
+                         : std::string("the NVIDIA driver library libcuda.so.1 was not found (")) +
+               (why ? why : "dlopen failed") + ")";
     return d;
   }
-  d.api.library = "libcuda.so.1";
+  d.api.library = library;
   std::string missing;
   if (!bind_all(handle, d.api, missing)) {
-    d.reason = "libcuda.so.1 lacks " + missing + "; the driver is older than towerjit needs (CUDA 12 or newer)";
+    d.reason = library + " lacks " + missing + "; the driver is older than towerjit needs (CUDA 12 or newer)";
     d.api = DriverApi{};
     return d;
   }

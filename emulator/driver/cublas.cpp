@@ -1,0 +1,93 @@
+// The emulator's cuBLAS: the calls towerjit makes (runtime/cuda/cublas.h), computed on the host
+// by OpenBLAS on the handle's stream, in order with the stream's other work. Column-major, as
+// cuBLAS; alpha and beta are read when the call is made (host pointer mode).
+#include <dlfcn.h>
+
+#include "emulator/driver/emulated_devices.h"
+#include "emulator/kernel/block_scheduler.h"
+
+namespace {
+
+using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
+
+Sgemm openblas_sgemm() {
+  static const Sgemm f = [] {
+    for (const char* name : {"libopenblas.so.0", "libopenblas.so", "libcblas.so.3", "libblas.so.3"})
+      if (void* h = ::dlopen(name, RTLD_NOW | RTLD_LOCAL))
+        if (auto fn = reinterpret_cast<Sgemm>(::dlsym(h, "cblas_sgemm"))) return fn;
+    return Sgemm{nullptr};
+  }();
+  return f;
+}
+
+struct Handle {
+  CUstream stream = nullptr;
+};
+
+constexpr int kSuccess = 0, kNotInitialized = 1, kInvalidValue = 7;
+constexpr int kColMajor = 102, kNoTrans = 111, kTrans = 112;
+
+int cblas_op(int cublas_op) { return cublas_op == 0 ? kNoTrans : kTrans; }
+
+}  // namespace
+
+using namespace towerjit::emulator;
+
+extern "C" {
+
+int cublasCreate_v2(Handle** h) {
+  if (!openblas_sgemm()) return kNotInitialized;
+  *h = new Handle();
+  return kSuccess;
+}
+int cublasDestroy_v2(Handle* h) {
+  delete h;
+  return kSuccess;
+}
+int cublasGetVersion_v2(Handle*, int* v) {
+  *v = 130000;
+  return kSuccess;
+}
+int cublasSetStream_v2(Handle* h, CUstream s) {
+  h->stream = s;
+  return kSuccess;
+}
+int cublasSetMathMode(Handle*, int) { return kSuccess; }
+const char* cublasGetStatusName(int status) {
+  switch (status) {
+    case kSuccess: return "CUBLAS_STATUS_SUCCESS";
+    case kNotInitialized: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case kInvalidValue: return "CUBLAS_STATUS_INVALID_VALUE";
+    default: return "CUBLAS_STATUS_INTERNAL_ERROR";
+  }
+}
+
+int cublasSgemmStridedBatched(Handle* h, int ta, int tb, int m, int n, int k, const float* alpha, const float* a,
+                              int lda, long long stride_a, const float* b, int ldb, long long stride_b,
+                              const float* beta, float* c, int ldc, long long stride_c, int batches) {
+  if (m < 0 || n < 0 || k < 0 || batches < 0) return kInvalidValue;
+  // Each operand must lie in device memory: the bytes from its first to its last element.
+  auto inside = [](const float* p, long long rows, long long cols, long long ld) {
+    return rows == 0 || cols == 0 ||
+           device_range(reinterpret_cast<std::uintptr_t>(p), sizeof(float) * static_cast<std::size_t>((cols - 1) * ld + rows));
+  };
+  for (int i = 0; i < batches; ++i)
+    if (!inside(a + i * stride_a, ta == 0 ? m : k, ta == 0 ? k : m, lda) ||
+        !inside(b + i * stride_b, tb == 0 ? k : n, tb == 0 ? n : k, ldb) || !inside(c + i * stride_c, m, n, ldc))
+      return kInvalidValue;
+  const float al = *alpha, be = *beta;
+  stream_of(h->stream).enqueue([=] {
+    for (int i = 0; i < batches; ++i)
+      openblas_sgemm()(kColMajor, cblas_op(ta), cblas_op(tb), m, n, k, al, a + i * stride_a, lda, b + i * stride_b,
+                       ldb, be, c + i * stride_c, ldc);
+  });
+  finish_if_null(h->stream);
+  return kSuccess;
+}
+
+int cublasSgemm_v2(Handle* h, int ta, int tb, int m, int n, int k, const float* alpha, const float* a, int lda,
+                   const float* b, int ldb, const float* beta, float* c, int ldc) {
+  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
+}
+
+}  // extern "C"
