@@ -1,7 +1,7 @@
 // Graphs every backend must run as the reference interpreter does: the one-op table of
 // op_cases.h, integer labels, convolutions and pools with their gradients, random numbers at
-// two steps, update ops, NaN through relu, Adam's bias corrections, a momentum step writing
-// its variables in place.
+// two steps, update ops, NaN through relu, Adam's bias corrections, pow's gradient at 0, a
+// momentum step writing its variables in place.
 // Each case builds its graphs, runs them on the backend the test passes (the CPU JIT in
 // tests/jit/test_cpu_ops.cpp, a GPU in tests_gpu/test_gpu_ops.cpp) and compares; `where`
 // names the backend in messages.
@@ -165,6 +165,43 @@ inline void bias_corrections(const Runner& run, const std::string& where) {
                                                 << ts[at] << ": " << worst / u << " u");
       CHECK(worst <= 10 * u);
     }
+  }
+}
+
+// pow's gradients where a = 0 or b = 0 are PyTorch's (pow_backward_self: 0 where b = 0;
+// pow_backward_exponent: 0 where a = 0 and b >= 0), not 0 * inf = NaN or y log 0 = -inf.
+// Per element (a, b, upstream g) and the expected (d/da, d/db):
+//   (0, 0, 1.5): (0, 0)       (0, 2, -2): (0, 0)       (0, 0.5, 0.25): (inf, 0)
+//   (2, 0, 3): (0, 3 ln 2)    (0, -1, 2): (-inf, -inf: 2 * 0^-1 log 0, unmasked as b < 0)
+//   (3, 1.5, 1): (1.5 sqrt 3, 3^1.5 ln 3), an ordinary point.
+// The finite values are within 12 f32 roundings u: pow within 4 ulps (CUDA's bound; 8u), log
+// within 1 ulp (2u), two products.
+inline void pow_gradient_at_zero(const Runner& run, const std::string& where) {
+  Graph g;
+  GraphScope use(g);
+  auto a = input("a", {kBatch}), b = input("b", {kBatch}), up = input("g", {kBatch});
+  auto y = pow(a, b);
+  auto grads = grad(sum(y * up), {a, b});
+  reference::Array av({6}), bv({6}), gv({6});
+  av.data = {0, 0, 0, 2, 0, 3};
+  bv.data = {0, 2, 0.5, 0, -1, 1.5};
+  gv.data = {1.5, -2, 0.25, 3, 2, 1};
+  const double inf = INFINITY;
+  const std::vector<double> da = {0, 0, inf, 0, -inf, 1.5 * std::sqrt(3.0)};
+  const std::vector<double> db = {0, 0, 0, 3 * std::log(2.0), -inf, std::pow(3.0, 1.5) * std::log(3.0)};
+  reference::Variables vars;
+  const JitRun r = run(g, {grads[0], grads[1]}, {{"a", av}, {"b", bv}, {"g", gv}}, vars, false, 0);
+  const double tol = 12 * std::ldexp(1.0, -24);
+  for (const auto* side : {&r.jit, &r.ref}) {
+    const auto& out = *side;
+    for (int i = 0; i < 6; ++i)
+      for (int k = 0; k < 2; ++k) {
+        const double want = (k == 0 ? da : db)[i], got = out[k][i];
+        INFO((side == &r.jit ? "backend" : "reference") << where << ": d/d" << (k == 0 ? "a" : "b")
+             << " at a = " << av[i] << ", b = " << bv[i] << ": got " << got << ", want " << want);
+        if (std::isinf(want) || want == 0) CHECK(got == want);
+        else CHECK(std::abs(got - want) <= tol * std::abs(want));
+      }
   }
 }
 
