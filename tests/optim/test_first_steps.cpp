@@ -1,6 +1,7 @@
-// The first updates of Adam against PyTorch's closed form in long double, to the rounding each
-// backend makes (the CPU JIT in f32, the reference interpreter in double), not to a tolerance
-// that passes: PyTorch computes the bias corrections in double, and an f32 shortcut shows.
+// The first updates of Adam and Adagrad against PyTorch's closed forms in long double, to the
+// rounding each backend makes (the CPU JIT in f32, the reference interpreter in double), not
+// to a tolerance that passes: these are where PyTorch computes in double (Adam's bias
+// corrections, Adagrad's initial accumulator) and an f32 shortcut shows.
 //
 // The problem: loss = sum(w * g) with g fed, so the gradient is g exactly, and w starts at 0.
 // Each step is checked from the backend's own state before it (w, slots), so the bound is the
@@ -80,6 +81,32 @@ TEST_CASE("adam's first updates match PyTorch's double bias correction to f32 ro
                 << ", PyTorch's " << double(-d) << ", error " << double(err / std::abs(d))
                 << " relative, bound " << double(bound / std::abs(d)));
       CHECK(err <= bound);
+    }
+  });
+}
+
+// torch.optim.Adagrad starts its sum at initial_accumulator_value in the parameter's dtype:
+// in float64, 0.1 is the double 0.1. The reference interpreter (double) does the same; f32
+// storage rounds it once, to float(0.1).
+TEST_CASE("adagrad's initial accumulator keeps the user's precision", "[optim]") {
+  const double lr = 0.1, acc0 = 0.1, eps = 1e-10;
+  Problem p(tj::adagrad(lr, {.initial_accumulator = acc0}));
+  const tj::reference::Variables ref = tj::reference::initialize_variables(p.graph, 1);
+  for (double x : ref.at("w/adagrad_sum").data) CHECK(x == 0.1);
+  for (float x : tj::sample(tj::init::constant(acc0), {6}, 1, 2)) CHECK(x == 0.1f);
+  // One step from w = 0: w' = -lr g / (sqrt(sum + g^2) + eps), the sum starting at 0.1 in the
+  // reference and at float(0.1) on the JIT. Rounding in units u of the backend's roundoff:
+  // g^2 and the sum 2u, sqrt 2u, + eps 3u (eps rounded), g / denominator 4u, times lr 5u, lr
+  // rounded 6u. Started from 0.10000000149 the reference was off by up to 7.5e-9 (7e7 u).
+  each_step(p, 1, [&](int, double u, const State& before, const State& after, const char* what) {
+    for (size_t i = 0; i < kGrads.size(); ++i) {
+      const LD g = p.g(i), sum = u == std::ldexp(1.0, -24) ? double(float(acc0)) : acc0;
+      CHECK(before.at("w/adagrad_sum")[i] == sum);
+      const LD want = -lr * g / (std::sqrt(sum + g * g) + eps);
+      const LD got = after.at("w")[i];
+      INFO(what << ", element " << i << ": got " << double(got) << ", want " << double(want)
+                << ", relative error " << double(std::abs(got - want) / std::abs(want)));
+      CHECK(std::abs(got - want) <= 6 * u * std::abs(want));
     }
   });
 }
