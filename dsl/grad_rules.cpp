@@ -109,11 +109,27 @@ void binary_grad(const GradContext& c, Tensor& ga, Tensor& gb) {
       if (c.want[1]) gb = where(to_a, k(0), g, loc);
       return;
     }
-    case Op::Pow:
-      if (c.want[0]) ga = mul(mul(g, b, loc), pow(a, sub(b, k(1), loc), loc), loc);
+    case Op::Pow: {
+      // PyTorch's pow_backward_self / pow_backward_exponent, masks included: where b = 0 the
+      // base's gradient is 0 (not b a^(b-1) = 0 * inf at a = 0), and where a = 0 with b >= 0
+      // the exponent's is 0 (not y log a = 0 * -inf, or -inf at 0^0). A constant operand that
+      // can never need its mask (pow(x, 2), pow(2, x)) gets none, as PyTorch's scalar forms.
+      auto may_be = [](const Tensor& t, double v) {
+        return t.node().op != Op::Constant || t.node().attrs.value == v;
+      };
+      if (c.want[0]) {
+        ga = mul(g, mul(b, pow(a, sub(b, k(1), loc), loc), loc), loc);
+        if (may_be(b, 0)) ga = where(equal(b, k(0), loc), k(0), ga, loc);
+      }
       // log(a) is NaN for a < 0, so this side is built only when b needs a gradient.
-      if (c.want[1]) gb = mul(mul(g, y, loc), log(a, loc), loc);
+      if (c.want[1]) {
+        Tensor dyb = mul(y, log(a, loc), loc);
+        if (may_be(a, 0))
+          dyb = where(mul(equal(a, k(0), loc), greater_equal(b, k(0), loc), loc), k(0), dyb, loc);
+        gb = mul(g, dyb, loc);  // outside the mask, as PyTorch: a NaN g stays NaN
+      }
       return;
+    }
     default:
       internal_check(false) << "no binary gradient rule for " << op_name(c.node.op);
   }

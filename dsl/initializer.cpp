@@ -122,8 +122,8 @@ uint64_t stable_hash(const std::string& name) {
   return h;
 }
 
-std::vector<float> sample(const Initializer& init, const Shape& shape, uint64_t seed,
-                          uint64_t variable_key) {
+std::vector<double> initial_values(const Initializer& init, const Shape& shape, uint64_t seed,
+                                   uint64_t variable_key) {
   if (shape.has_batch())
     throw Error("towerjit: cannot initialise a variable of shape " + shape.str() +
                 " with " + init.str() + ": the batch dimension B is not a constant; "
@@ -133,7 +133,7 @@ std::vector<float> sample(const Initializer& init, const Shape& shape, uint64_t 
                 "variable's initial value; initialise the graph's variables together with "
                 "initialize_variables(graph, seed)");
   const uint64_t n = static_cast<uint64_t>(shape.static_elements());
-  std::vector<float> out(n);
+  std::vector<double> out(n);
   const Fans fans = compute_fans(shape);
   const uint64_t key = variable_key;
   for (uint64_t i = 0; i < n; ++i) {
@@ -160,9 +160,16 @@ std::vector<float> sample(const Initializer& init, const Shape& shape, uint64_t 
       }
       case Kind::copy: break;  // rejected above
     }
-    out[i] = static_cast<float>(v);
+    // A draw is an f32 number, the same on every backend; a constant keeps the user's value.
+    out[i] = init.kind == Kind::constant ? v : static_cast<float>(v);
   }
   return out;
+}
+
+std::vector<float> sample(const Initializer& init, const Shape& shape, uint64_t seed,
+                          uint64_t variable_key) {
+  const std::vector<double> values = initial_values(init, shape, seed, variable_key);
+  return std::vector<float>(values.begin(), values.end());  // rounds a constant, once
 }
 
 }  // namespace towerjit

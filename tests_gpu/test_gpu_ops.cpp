@@ -69,6 +69,14 @@ TEST_CASE("GPU: relu keeps a NaN, and its gradient there is 0", "[gpu]") {
   cases::relu_keeps_nan(on_gpu(), " (GPU)");
 }
 
+TEST_CASE("GPU: Adam's bias corrections 1 - beta^t are within 10 roundings of the exact value", "[gpu]") {
+  cases::bias_corrections(on_gpu(), " (GPU)");
+}
+
+TEST_CASE("GPU: pow's gradient where the base or the exponent is 0 is PyTorch's", "[gpu]") {
+  cases::pow_gradient_at_zero(on_gpu(), " (GPU)");
+}
+
 TEST_CASE("GPU: update ops write the variables after every read of the old values", "[gpu]") {
   cases::batch_norm_updates(on_gpu(), " (GPU)");
 }

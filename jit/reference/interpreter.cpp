@@ -22,11 +22,13 @@ Variables initialize_variables(const Graph& graph, uint64_t seed) {
       out[info.name] = source->second;
       continue;
     }
-    const std::vector<float> values = sample(info.init, info.shape, seed, stable_hash(info.name));
+    // In double: a constant keeps the user's value; f32 backends round it once (to_host).
+    std::vector<double> values =
+        initial_values(info.init, info.shape, seed, stable_hash(info.name));
     internal_check(static_cast<int64_t>(values.size()) == info.shape.elements(0))
-        << info.name << ": sample gave " << values.size() << " values for " << info.shape.str();
-    out[info.name] = Array(info.shape, std::vector<double>(values.begin(), values.end()),
-                           info.dtype);
+        << info.name << ": initial_values gave " << values.size() << " values for "
+        << info.shape.str();
+    out[info.name] = Array(info.shape, std::move(values), info.dtype);
   }
   return out;
 }

@@ -15,7 +15,8 @@ namespace towerjit::reference {
 using Feeds = std::map<std::string, Array>;      // input name -> value
 using Variables = std::map<std::string, Array>;  // variable name -> value
 
-// Initial values of every variable of `graph`, from their initialisers and `seed`.
+// Initial values of every variable of `graph`, from their initialisers and `seed`, in double
+// (initial_values: init::constant(0.1) is 0.1 here; an f32 backend rounds it once).
 Variables initialize_variables(const Graph& graph, uint64_t seed);
 
 // How far a float32 backend's results may lie from the interpreter's exact ones, element by

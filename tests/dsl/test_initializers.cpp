@@ -42,6 +42,20 @@ TEST_CASE("zeros and constant fill every element", "[dsl]") {
   CHECK(sample(init::zeros(), {}, kSeed, kKey).size() == 1);
 }
 
+TEST_CASE("initial values keep a constant's double and the draws f32 storage holds", "[dsl]") {
+  // 0.1 is not a float: the reference interpreter's start keeps it, f32 storage rounds once.
+  for (double x : initial_values(init::constant(0.1), {4}, kSeed, kKey)) CHECK(x == 0.1);
+  for (float x : sample(init::constant(0.1), {4}, kSeed, kKey)) CHECK(x == 0.1f);
+  // A draw is an f32 number in both, so every backend starts from the same weights.
+  for (const Initializer& init : {init::uniform(-1, 1), init::normal(0.5, 2), init::he_normal()}) {
+    const std::vector<double> exact = initial_values(init, {9, 4}, kSeed, kKey);
+    const std::vector<float> stored = sample(init, {9, 4}, kSeed, kKey);
+    INFO(init.str());
+    REQUIRE(exact.size() == stored.size());
+    for (size_t i = 0; i < exact.size(); ++i) CHECK(exact[i] == double(stored[i]));
+  }
+}
+
 TEST_CASE("uniform has the moments of U(low, high)", "[dsl]") {
   const auto m = moments(sample(init::uniform(-1, 3), {100000}, kSeed, kKey));
   CHECK(m.min >= -1.0);

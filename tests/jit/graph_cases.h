@@ -1,6 +1,7 @@
 // Graphs every backend must run as the reference interpreter does: the one-op table of
 // op_cases.h, integer labels, convolutions and pools with their gradients, random numbers at
-// two steps, update ops, NaN through relu, a momentum step writing its variables in place.
+// two steps, update ops, NaN through relu, Adam's bias corrections, pow's gradient at 0, a
+// momentum step writing its variables in place.
 // Each case builds its graphs, runs them on the backend the test passes (the CPU JIT in
 // tests/jit/test_cpu_ops.cpp, a GPU in tests_gpu/test_gpu_ops.cpp) and compares; `where`
 // names the backend in messages.
@@ -123,6 +124,84 @@ inline void relu_keeps_nan(const Runner& run, const std::string& where) {
     CHECK(std::isnan(out[1][0]));  // the loss
     CHECK(out[2][0] == 0);          // the gradient at a NaN
     CHECK(out[2][2] == Approx(1.0 / 6));
+  }
+}
+
+// Adam's bias corrections 1 - beta^t (detail::one_minus_power) for t = 1..3000 and a few large
+// t, against -expm1(t log beta) in long double (good to ~2^-62). Bound, in units u of the
+// side's unit roundoff (2^-24 on an f32 backend, 2^-53 in the reference): log(beta) rounded, u;
+// t * c, u, which 1 - e^x passes on undamped (its condition number is below 1 for x < 0); tanh
+// within 2 ulps (glibc, CUDA), 4u; exp within 2 ulps, 4u, of which e^x / (e^x + 1) <= 1/2
+// reaches the sum; the add and the multiply, u each: 10u in all. The plain 1 - pow(beta, t)
+// in f32 was off by up to 330u at beta 0.999 and 3600u at 0.9999.
+inline void bias_corrections(const Runner& run, const std::string& where) {
+  Graph g;
+  GraphScope use(g);
+  auto t = input("t", {kBatch});
+  const double betas[] = {0.0, 1e-3, 0.5, 0.9, 0.99, 0.999, 0.9999, 0.99999};
+  std::vector<Tensor> fetches;
+  for (double beta : betas) fetches.push_back(detail::one_minus_power(beta, t));
+  std::vector<double> ts;
+  for (int i = 1; i <= 3000; ++i) ts.push_back(i);
+  for (double big : {1e4, 3e4, 1e5, 1e6, 16777215.0}) ts.push_back(big);  // f32-exact counts
+  reference::Array tv({static_cast<int64_t>(ts.size())});
+  tv.data = ts;
+  reference::Variables vars;
+  const JitRun r = run(g, fetches, {{"t", tv}}, vars, false, 0);
+  for (const auto* side : {&r.jit, &r.ref}) {
+    const bool backend = side == &r.jit;
+    const double u = backend ? std::ldexp(1.0, -24) : std::ldexp(1.0, -53);
+    for (size_t k = 0; k < std::size(betas); ++k) {
+      const long double c = betas[k] >= 0.5 ? std::log1p(static_cast<long double>(betas[k]) - 1)
+                                            : std::log(static_cast<long double>(betas[k]));
+      double worst = 0;
+      size_t at = 0;
+      for (size_t i = 0; i < ts.size(); ++i) {
+        const long double exact = -std::expm1(static_cast<long double>(ts[i]) * c);
+        const double err = static_cast<double>(std::abs((*side)[k][i] - exact) / exact);
+        if (!(err <= worst)) worst = err, at = i;
+      }
+      INFO((backend ? "backend" : "reference") << where << ": 1 - " << betas[k] << "^t, worst at t = "
+                                                << ts[at] << ": " << worst / u << " u");
+      CHECK(worst <= 10 * u);
+    }
+  }
+}
+
+// pow's gradients where a = 0 or b = 0 are PyTorch's (pow_backward_self: 0 where b = 0;
+// pow_backward_exponent: 0 where a = 0 and b >= 0), not 0 * inf = NaN or y log 0 = -inf.
+// Per element (a, b, upstream g) and the expected (d/da, d/db):
+//   (0, 0, 1.5): (0, 0)       (0, 2, -2): (0, 0)       (0, 0.5, 0.25): (inf, 0)
+//   (2, 0, 3): (0, 3 ln 2)    (0, -1, 2): (-inf, -inf: 2 * 0^-1 log 0, unmasked as b < 0)
+//   (3, 1.5, 1): (1.5 sqrt 3, 3^1.5 ln 3), an ordinary point.
+// The finite values are within 12 f32 roundings u: pow within 4 ulps (CUDA's bound; 8u), log
+// within 1 ulp (2u), two products.
+inline void pow_gradient_at_zero(const Runner& run, const std::string& where) {
+  Graph g;
+  GraphScope use(g);
+  auto a = input("a", {kBatch}), b = input("b", {kBatch}), up = input("g", {kBatch});
+  auto y = pow(a, b);
+  auto grads = grad(sum(y * up), {a, b});
+  reference::Array av({6}), bv({6}), gv({6});
+  av.data = {0, 0, 0, 2, 0, 3};
+  bv.data = {0, 2, 0.5, 0, -1, 1.5};
+  gv.data = {1.5, -2, 0.25, 3, 2, 1};
+  const double inf = INFINITY;
+  const std::vector<double> da = {0, 0, inf, 0, -inf, 1.5 * std::sqrt(3.0)};
+  const std::vector<double> db = {0, 0, 0, 3 * std::log(2.0), -inf, std::pow(3.0, 1.5) * std::log(3.0)};
+  reference::Variables vars;
+  const JitRun r = run(g, {grads[0], grads[1]}, {{"a", av}, {"b", bv}, {"g", gv}}, vars, false, 0);
+  const double tol = 12 * std::ldexp(1.0, -24);
+  for (const auto* side : {&r.jit, &r.ref}) {
+    const auto& out = *side;
+    for (int i = 0; i < 6; ++i)
+      for (int k = 0; k < 2; ++k) {
+        const double want = (k == 0 ? da : db)[i], got = out[k][i];
+        INFO((side == &r.jit ? "backend" : "reference") << where << ": d/d" << (k == 0 ? "a" : "b")
+             << " at a = " << av[i] << ", b = " << bv[i] << ": got " << got << ", want " << want);
+        if (std::isinf(want) || want == 0) CHECK(got == want);
+        else CHECK(std::abs(got - want) <= tol * std::abs(want));
+      }
   }
 }
 

@@ -173,6 +173,14 @@ TEST_CASE("relu keeps a NaN, and its gradient there is 0", "[cpu][jit]") {
   cases::relu_keeps_nan(on_cpu(), "");
 }
 
+TEST_CASE("Adam's bias corrections 1 - beta^t are within 10 roundings of the exact value", "[cpu][jit]") {
+  cases::bias_corrections(on_cpu(), "");
+}
+
+TEST_CASE("pow's gradient where the base or the exponent is 0 is PyTorch's", "[cpu][jit]") {
+  cases::pow_gradient_at_zero(on_cpu(), "");
+}
+
 TEST_CASE("update ops write the variables after every read of the old values", "[cpu][jit]") {
   cases::batch_norm_updates(on_cpu(), "");
 }
