@@ -112,6 +112,16 @@ static int positive(const char* name, int fallback) {
 }
 int emulated_gpus() { return positive("TOWERJIT_EMULATED_GPUS", 1); }
 int emulated_gpu_mb() { return positive("TOWERJIT_EMULATED_GPU_MB", 4096); }
+std::optional<unsigned long long> emulator_random_schedule() {
+  const std::string v = lower(read("TOWERJIT_EMULATOR_SCHEDULE").value_or("fifo"));
+  if (v == "fifo") return std::nullopt;
+  char* end = nullptr;
+  const unsigned long long seed = v.rfind("random:", 0) == 0 ? std::strtoull(v.c_str() + 7, &end, 10) : 0;
+  if (!end || *end != '\0' || v.size() == 7)
+    throw Error("towerjit: TOWERJIT_EMULATOR_SCHEDULE=" + v + " is not a schedule: set random:SEED (a whole "
+                "number) or fifo");
+  return seed;
+}
 std::string emulator_library() {
   if (auto v = read("TOWERJIT_EMULATOR_LIBRARY")) return *v;
 #ifdef TOWERJIT_BUILT_EMULATOR

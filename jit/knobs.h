@@ -104,6 +104,12 @@ int emulated_gpus();
 // TOWERJIT_EMULATED_GPU_MB: each emulated GPU's memory, in MiB (read once). Default: 4096.
 int emulated_gpu_mb();
 
+// TOWERJIT_EMULATOR_SCHEDULE: "random:SEED" makes each emulated stream wait a random 0-2 ms
+// (drawn from SEED and the stream's number) before each piece of its work, so independent
+// streams run in other orders and a missing event wait shows; "fifo" or unset: no delays.
+// Read when a stream is created.
+std::optional<unsigned long long> emulator_random_schedule();
+
 // TOWERJIT_EMULATOR_LIBRARY: the emulator's library (libtowerjit_cuda_emulator.so). Default:
 // the one this build made, else the loader's search path.
 std::string emulator_library();

@@ -1,11 +1,14 @@
 // The `gpu` tests' main: where no CUDA device is present it says why and exits with 77, which
 // ctest reports as "Skipped" (SKIP_RETURN_CODE, tests_gpu/CMakeLists.txt), so a run without a
 // GPU shows every gpu test as skipped rather than passed. Listing the tests (what ctest's
-// discovery does at build time) needs no device.
+// discovery does at build time) needs no device. On the emulated GPU (TOWERJIT_CUDA=emulator)
+// the cases run on two devices unless TOWERJIT_EMULATED_GPUS says otherwise, so the two-GPU
+// paths (peer copies, NCCL) run everywhere.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "runtime/cuda/driver_api.h"
@@ -23,6 +26,8 @@ bool only_lists(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const char* backend = std::getenv("TOWERJIT_CUDA");
+  if (backend && std::string(backend) == "emulator") ::setenv("TOWERJIT_EMULATED_GPUS", "2", /*overwrite=*/0);
   if (!only_lists(argc, argv) && !towerjit::cuda::cuda_available()) {
     std::printf("SKIPPED: no CUDA device (%s); the gpu tests need an NVIDIA GPU and its driver\n",
                 towerjit::cuda::cuda_unavailable_reason().c_str());

@@ -22,18 +22,38 @@ std::string& last_message() {
 
 }  // namespace
 
+namespace {
+// The seed of a device's n-th stream under the random schedule.
+std::optional<unsigned long long> stream_delays(int device, int n) {
+  const auto seed = knobs::emulator_random_schedule();
+  if (!seed) return std::nullopt;
+  return *seed * 1000003ull + static_cast<unsigned long long>(device) * 1009ull + static_cast<unsigned long long>(n);
+}
+}  // namespace
+
 Device::Device(int index, std::size_t memory_bytes)
-    : index_(index), memory_(memory_bytes), null_stream_(std::make_unique<Stream>(errors_)) {}
+    : index_(index),
+      memory_bytes_(memory_bytes),
+      memory_(std::make_unique<DeviceMemory>(memory_bytes)),
+      errors_(std::make_unique<StickyError>()),
+      null_stream_(std::make_unique<Stream>(*errors_, stream_delays(index, 0))) {}
 
 Device::~Device() {
   for (Stream* s : streams_) delete s;
 }
 
 Stream& Device::create_stream() {
-  auto* s = new Stream(errors_);
   std::lock_guard lock(mutex_);
+  auto* s = new Stream(*errors_, stream_delays(index_, ++streams_made_));
   streams_.insert(s);
   return *s;
+}
+
+void Device::reset() {
+  synchronize_streams();
+  null_stream_->synchronize();
+  memory_ = std::make_unique<DeviceMemory>(memory_bytes_);
+  errors_->clear();
 }
 
 void Device::destroy_stream(Stream* s) {
@@ -91,10 +111,6 @@ Stream& stream_of(CUstream s) {
   Device& d = current_device();
   d.synchronize_streams();
   return d.null_stream();
-}
-
-void finish_if_null(CUstream s) {
-  if (!s) current_device().null_stream().synchronize();
 }
 
 PinnedHostMemory& pinned_memory() {

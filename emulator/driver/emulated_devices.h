@@ -33,8 +33,8 @@ class Device {
   ~Device();
 
   int index() const { return index_; }
-  DeviceMemory& memory() { return memory_; }
-  StickyError& errors() { return errors_; }
+  DeviceMemory& memory() { return *memory_; }
+  StickyError& errors() { return *errors_; }
   Stream& null_stream() { return *null_stream_; }
   Stream& create_stream();
   void destroy_stream(Stream* s);
@@ -43,11 +43,15 @@ class Device {
   void synchronize_streams();
   // False when peer access to `peer` was already enabled.
   bool enable_peer(int peer);
+  // cuDevicePrimaryCtxReset: waits for the work, frees every allocation, clears the error.
+  void reset();
 
  private:
   int index_;
-  DeviceMemory memory_;
-  StickyError errors_;
+  std::size_t memory_bytes_;
+  std::unique_ptr<DeviceMemory> memory_;
+  std::unique_ptr<StickyError> errors_;
+  int streams_made_ = 0;  // numbers the streams for the random schedule
   std::unique_ptr<Stream> null_stream_;
   std::mutex mutex_;
   std::set<Stream*> streams_;
@@ -62,10 +66,10 @@ Device& device_owning(Stream& s);
 Device& current_device();
 void set_current_device(int index);
 // The stream a handle names: stream 0 is the current device's null stream, whose work first
-// waits for the device's other streams (CUDA's legacy default stream); finish_if_null waits
-// for work queued on it, which is synchronous with the host.
+// waits (on the host) for the device's other streams. Of CUDA's legacy default stream this
+// leaves out that a blocking stream's later work waits for the null stream's: towerjit creates
+// only non-blocking streams, which CUDA does not order against the null stream either.
 Stream& stream_of(CUstream s);
-void finish_if_null(CUstream s);
 PinnedHostMemory& pinned_memory();
 // Whether [address, address + bytes) lies in one allocation of any emulated device.
 bool device_range(std::uintptr_t address, std::size_t bytes);

@@ -14,6 +14,12 @@ void StickyError::set(int code, const std::string& message) {
   std::fprintf(stderr, "towerjit: %s\n", message.c_str());
 }
 
+void StickyError::clear() {
+  std::lock_guard lock(mutex_);
+  code_ = 0;
+  message_.clear();
+}
+
 int StickyError::code() const {
   std::lock_guard lock(mutex_);
   return code_;
@@ -24,7 +30,10 @@ std::string StickyError::message() const {
   return message_;
 }
 
-Stream::Stream(StickyError& errors) : errors_(errors), worker_([this] { run(); }) {}
+Stream::Stream(StickyError& errors, std::optional<unsigned long long> random_delays) : errors_(errors) {
+  if (random_delays) delays_.emplace(*random_delays);
+  worker_ = std::thread([this] { run(); });
+}
 
 Stream::~Stream() {
   {
@@ -63,6 +72,7 @@ void Stream::run() {
     std::function<void()> work = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
+    if (delays_) std::this_thread::sleep_for(std::chrono::microseconds((*delays_)() % 2000));
     try {
       work();
     } catch (const Fault& f) {

@@ -11,6 +11,8 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
+#include <random>
 #include <string>
 #include <thread>
 
@@ -20,6 +22,7 @@ namespace towerjit::emulator {
 class StickyError {
  public:
   void set(int code, const std::string& message);
+  void clear();
   int code() const;
   std::string message() const;
 
@@ -31,7 +34,9 @@ class StickyError {
 
 class Stream {
  public:
-  explicit Stream(StickyError& errors);
+  // `random_delays`: a seed for TOWERJIT_EMULATOR_SCHEDULE=random (a random 0-2 ms before each
+  // piece of work), or none.
+  Stream(StickyError& errors, std::optional<unsigned long long> random_delays);
   ~Stream();  // finishes the queued work first
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
@@ -53,6 +58,7 @@ class Stream {
   std::deque<std::function<void()>> queue_;
   std::uint64_t queued_ = 0, finished_ = 0;
   bool stopping_ = false;
+  std::optional<std::mt19937_64> delays_;
   std::thread worker_;
 };
 

@@ -60,6 +60,21 @@ same_curve_at_every_cpu_level)
         fail "step $step: loss $a at the widest level, $b at $level"
     done
   done ;;
+gpu_towers_on_the_emulator_same_curve)
+  # Two emulated GPUs (TOWERJIT_CUDA=emulator) train as two CPU towers do, within 1e-4 relative
+  # at every one of 40 steps: the variables on the host, on the GPUs, and one bucket per gradient.
+  run="--steps 40 --batch 64 --optimizer momentum --lr 0.05 --seed 7 --log-every 1"
+  "$bin" $run --towers cpu:0,cpu:1 --metrics "$work/cpu.jsonl" >/dev/null || fail "CPU towers"
+  for variant in "TOWERJIT_GPU_VARIABLES=off" "TOWERJIT_GPU_VARIABLES=on" "TOWERJIT_GPU_VARIABLES=on TOWERJIT_BUCKET_MB=0"; do
+    env $variant TOWERJIT_CUDA=emulator TOWERJIT_EMULATED_GPUS=2 "$bin" $run --towers gpu:0,gpu:1 \
+      --metrics "$work/gpu.jsonl" >/dev/null 2>"$work/err" || { cat "$work/err"; fail "GPU towers, $variant"; }
+    for step in $(seq 1 40); do
+      a=$(loss_at "$work/cpu.jsonl" $step); b=$(loss_at "$work/gpu.jsonl" $step)
+      awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b != "" && d <= 1e-4 * (a < 0 ? -a : a)) }' ||
+        fail "step $step, $variant: loss $a on CPU towers, $b on emulated GPUs"
+    done
+    rm -f "$work/gpu.jsonl"
+  done ;;
 eval_every)
   # Evaluations every 10 steps and at the end (24), each step once.
   "$bin" $small --eval-every 10 --metrics "$work/e.jsonl" >/dev/null || fail "run"
