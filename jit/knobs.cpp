@@ -37,6 +37,7 @@ bool cache_enabled() { return switched_on("TOWERJIT_CACHE"); }
 bool group_kernels_enabled() { return switched_on("TOWERJIT_GROUP_KERNELS"); }
 bool pin_towers() { return switched_on("TOWERJIT_PIN_TOWERS"); }
 bool nccl_enabled() { return switched_on("TOWERJIT_NCCL"); }
+bool cuda_caching() { return switched_on("TOWERJIT_CUDA_CACHING"); }
 double bucket_mb() {
   const auto v = read("TOWERJIT_BUCKET_MB");
   if (!v) return 25;

@@ -45,6 +45,13 @@ bool pin_towers();
 // the path has been measured on GPUs.
 bool gpu_variables();
 
+// TOWERJIT_CUDA_CACHING: "off" (also "0", "false", "no") makes the CUDA allocator ask the driver
+// for exactly the bytes each buffer needs and give them back when it is freed, instead of
+// keeping blocks of rounded sizes for reuse (as PYTORCH_NO_CUDA_MEMORY_CACHING=1), so a write
+// past a buffer reaches the end of its allocation, where the emulated GPU's guard zones see it.
+// Slower; for debugging. Default: on.
+bool cuda_caching();
+
 // TOWERJIT_NCCL: "off" (also "0", "false", "no") sums the GPUs' gradients with copies to the
 // first GPU instead of NCCL's all-reduce (variables on the GPUs, several GPUs). Default: on
 // where NCCL loads.

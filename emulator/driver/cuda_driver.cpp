@@ -158,9 +158,14 @@ int cuMemAlloc_v2(CUdeviceptr* p, std::size_t bytes) {
   return kSuccess;
 }
 
+// As CUDA's, the free waits for the device's work first, so no queued kernel reads freed memory.
 int cuMemFree_v2(CUdeviceptr p) {
   for (auto& d : devices())
-    if (d->memory().free(p)) return kSuccess;
+    if (d->memory().contains(p, 0)) {
+      d->synchronize_streams();
+      d->null_stream().synchronize();
+      return d->memory().free(p) ? kSuccess : kInvalidValue;
+    }
   return kInvalidValue;
 }
 

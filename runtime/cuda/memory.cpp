@@ -1,5 +1,7 @@
 #include "runtime/cuda/memory.h"
 
+#include "jit/knobs.h"
+
 #include <algorithm>
 #include <sstream>
 
@@ -55,7 +57,7 @@ DeviceAllocator::~DeviceAllocator() {
 DeviceBuffer DeviceAllocator::allocate(size_t bytes, std::source_location loc) {
   DeviceBuffer b;
   if (bytes == 0) return b;
-  const size_t cls = size_class(bytes);
+  const size_t cls = knobs::cuda_caching() ? size_class(bytes) : bytes;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = free_.find(cls);
   if (it != free_.end() && !it->second.empty()) {
@@ -92,6 +94,13 @@ DeviceBuffer DeviceAllocator::allocate(size_t bytes, std::source_location loc) {
 
 void DeviceAllocator::give_back(CUdeviceptr ptr, size_t capacity) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!knobs::cuda_caching()) {  // TOWERJIT_CUDA_CACHING=off: straight back to the driver
+    const DriverApi& api = require_driver();
+    api.CtxSetCurrent(context_);
+    api.MemFree(ptr);
+    stats_.in_use -= capacity;
+    return;
+  }
   free_[capacity].push_back(ptr);
   stats_.in_use -= capacity;
   stats_.cached += capacity;

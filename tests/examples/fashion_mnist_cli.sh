@@ -62,10 +62,12 @@ same_curve_at_every_cpu_level)
   done ;;
 gpu_towers_on_the_emulator_same_curve)
   # Two emulated GPUs (TOWERJIT_CUDA=emulator) train as two CPU towers do, within 1e-4 relative
-  # at every one of 40 steps: the variables on the host, on the GPUs, and one bucket per gradient.
+  # at every one of 40 steps: the variables on the host, on the GPUs, one bucket per gradient,
+  # and every buffer its own exact allocation (so the guard zones see a write past any of them).
   run="--steps 40 --batch 64 --optimizer momentum --lr 0.05 --seed 7 --log-every 1"
   "$bin" $run --towers cpu:0,cpu:1 --metrics "$work/cpu.jsonl" >/dev/null || fail "CPU towers"
-  for variant in "TOWERJIT_GPU_VARIABLES=off" "TOWERJIT_GPU_VARIABLES=on" "TOWERJIT_GPU_VARIABLES=on TOWERJIT_BUCKET_MB=0"; do
+  for variant in "TOWERJIT_GPU_VARIABLES=off" "TOWERJIT_GPU_VARIABLES=on" "TOWERJIT_GPU_VARIABLES=on TOWERJIT_BUCKET_MB=0" \
+                 "TOWERJIT_GPU_VARIABLES=on TOWERJIT_CUDA_CACHING=off"; do
     env $variant TOWERJIT_CUDA=emulator TOWERJIT_EMULATED_GPUS=2 "$bin" $run --towers gpu:0,gpu:1 \
       --metrics "$work/gpu.jsonl" >/dev/null 2>"$work/err" || { cat "$work/err"; fail "GPU towers, $variant"; }
     for step in $(seq 1 40); do
