@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <regex>
 #include <sstream>
 
@@ -134,9 +135,15 @@ std::shared_ptr<HostModule> HostModule::compile(const std::string& cuda_source, 
   module->name_ = name;
   module->kernels_ = source.kernels;
 
-  auto cache = cpujit::CompileCache::from_knobs();
   const std::string key = cpujit::make_cache_key(
       {source.text, kCudaHostHeader, kCudaHostApiHeader, compiler_version(), kHostFlags, "emulator-host-module"});
+  // A module already loaded in this process is shared (NVRTC's stand-in compiles a module to
+  // report errors, the driver's cuModuleLoadData loads it again).
+  static std::mutex loaded_mutex;
+  static std::map<std::string, std::weak_ptr<HostModule>> loaded;
+  std::lock_guard loaded_lock(loaded_mutex);
+  if (auto same = loaded[key].lock()) return same;
+  auto cache = cpujit::CompileCache::from_knobs();
   std::string object;
   if (cache) {
     auto hit = cache->load(key);
@@ -172,6 +179,7 @@ std::shared_ptr<HostModule> HostModule::compile(const std::string& cuda_source, 
     if (!kernel.entry || !params) throw Fault("emulated GPU: module " + name + " lacks the entry of kernel " + k);
     for (int i = 0; i < params[0]; ++i) kernel.params.push_back({params[1 + 2 * i], params[2 + 2 * i] != 0});
   }
+  loaded[key] = module;
   return module;
 }
 
