@@ -21,4 +21,8 @@ ErrorBuilder::~ErrorBuilder() noexcept(false) {
 }
 
 }  // namespace detail
+std::string count_of(long long n, const std::string& noun, const std::string& plural) {
+  return std::to_string(n) + " " + (n == 1 ? noun : plural.empty() ? noun + "s" : plural);
+}
+
 }  // namespace towerjit

@@ -22,6 +22,10 @@ class Error : public std::runtime_error {
 // "examples/mlp.cpp:42", shortened to the path below the build's source root when possible.
 std::string format_location(const std::source_location& loc);
 
+// "1 example", "7 examples": a count and its noun, for messages; `plural` where it is not the
+// noun and an s ("batches").
+std::string count_of(long long n, const std::string& noun, const std::string& plural = "");
+
 namespace detail {
 
 // Collects a message with operator<< and throws it when destroyed (after the full

@@ -162,6 +162,11 @@ Tensor softmax_cross_entropy(Tensor logits, Tensor labels, Loc loc) {
   dims.pop_back();
   const Shape index_shape(dims);
   const bool indices = labels.dtype() == DType::i32;
+  user_check(indices || labels.shape() != index_shape, loc)
+      << "softmax_cross_entropy: labels " << labels.describe() << " have the shape of class indices for logits "
+      << logits.describe() << in_scope(g) << " but are " << dtype_name(labels.dtype())
+      << "; declare the label input DType::i32 (input(\"label\", {kBatch}, DType::i32)) or cast the labels with "
+      << "cast(labels, DType::i32); f32 labels are probabilities of shape " << logits.shape().str();
   const Shape& want = indices ? index_shape : logits.shape();
   user_check(labels.shape() == want, loc)
       << "softmax_cross_entropy: labels " << labels.describe() << " do not fit logits "

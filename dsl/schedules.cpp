@@ -48,8 +48,18 @@ void check_positive(double v, const char* what, const char* schedule, Loc loc) {
 
 }  // namespace
 
+namespace {
+// torch.optim's rule: a learning rate is finite and not negative.
+double checked_rate(double value, const char* what, Loc loc) {
+  user_check(std::isfinite(value) && value >= 0, loc)
+      << what << " " << value << " must be finite and >= 0 (a negative rate climbs the loss instead of descending "
+      << "it); use e.g. 0.001 for Adam or 0.05 for momentum";
+  return value;
+}
+}  // namespace
+
 Schedule::Schedule(double value, Loc loc)
-    : description_(fmt(value)),
+    : description_(fmt(checked_rate(value, "learning rate", loc))),
       build_([value, loc](Tensor step) { return constant(value, {}, DType::f32, loc); }) {}
 
 Schedule::Schedule(std::string description, Build build)
@@ -68,6 +78,7 @@ Schedule constant_schedule(double value, Loc loc) { return Schedule(value, loc);
 
 Schedule exponential_decay(double lr0, double decay_steps, double rate, bool staircase,
                            Loc loc) {
+  checked_rate(lr0, "exponential_decay: the initial learning rate", loc);
   check_positive(decay_steps, "decay_steps", "exponential_decay", loc);
   check_positive(rate, "rate", "exponential_decay", loc);
   std::string text = "exponential_decay(lr0=" + fmt(lr0) + ", decay_steps=" + fmt(decay_steps) +

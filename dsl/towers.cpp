@@ -55,12 +55,12 @@ std::vector<int64_t> split_batch(int64_t batch, int towers, Split policy, Loc lo
   user_check(towers >= 1, loc) << "split_batch: " << towers << " towers for a batch of "
                                << batch << "; a strategy needs at least one tower, "
                                << "e.g. Towers{cpu(0)}";
-  user_check(batch >= 1, loc) << "split_batch: a batch of " << batch << " examples over "
-                              << towers << " towers; a batch needs at least one example";
+  user_check(batch >= 1, loc) << "split_batch: a batch of " << count_of(batch, "example") << " over "
+                              << count_of(towers, "tower") << "; a batch needs at least one example";
   user_check(towers <= batch, loc)
-      << "more towers than examples in a batch: " << towers << " towers for a batch of "
-      << batch << " examples would leave " << towers - batch << " of them with 0 examples; "
-      << "use a batch of at least " << towers << " examples or at most " << batch << " towers";
+      << "more towers than examples in a batch: " << count_of(towers, "tower") << " for a batch of "
+      << count_of(batch, "example") << " would leave " << towers - batch << " of them with 0 examples; "
+      << "use a batch of at least " << count_of(towers, "example") << " or at most " << count_of(batch, "tower");
   const int64_t n = towers;
   std::vector<int64_t> out(static_cast<size_t>(n));
   if (policy == Split::remainder_last) {

@@ -23,15 +23,18 @@ constexpr int kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2, kInvalidDevice 
               kInvalidContext = 201, kInvalidHandle = 400, kNotFound = 500, kNotReady = 600,
               kPeerAlreadyEnabled = 704;
 
-struct Module {
-  std::shared_ptr<HostModule> host;
-  int device;
-};
+struct Module;
 
 struct Function {
   Module* module;
   std::string name;
   const HostModule::Kernel* kernel;
+};
+
+struct Module {
+  std::shared_ptr<HostModule> host;
+  int device;
+  std::map<std::string, std::unique_ptr<Function>> functions;  // handed out by cuModuleGetFunction
 };
 
 Device* device_of_context(CUcontext c) {
@@ -47,7 +50,7 @@ int sticky(CUstream s) {
 }
 
 int report(int code, const std::string& what) {
-  set_last_message(what);
+  set_last_message(code, what);
   return code;
 }
 
@@ -283,7 +286,8 @@ int cuModuleLoadData(CUmodule* m, const void* image) {
     return report(kInvalidImage, "emulated GPU: cuModuleLoadData was given an image its NVRTC did not make "
                                  "(a real cubin or PTX); compile with TOWERJIT_CUDA=emulator set");
   try {
-    *m = reinterpret_cast<CUmodule>(new Module{HostModule::compile(parsed->source, parsed->name), current_device().index()});
+    *m = reinterpret_cast<CUmodule>(
+        new Module{HostModule::compile(parsed->source, parsed->name), current_device().index(), {}});
   } catch (const Fault& f) {
     return report(kInvalidImage, f.what());
   }
@@ -299,7 +303,9 @@ int cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
   auto* module = reinterpret_cast<Module*>(m);
   const HostModule::Kernel* k = module->host->kernel(name);
   if (!k) return kNotFound;
-  *f = reinterpret_cast<CUfunction>(new Function{module, name, k});  // lives as long as the process
+  auto& function = module->functions[name];
+  if (!function) function = std::make_unique<Function>(Function{module, name, k});
+  *f = reinterpret_cast<CUfunction>(function.get());
   return kSuccess;
 }
 

@@ -15,10 +15,12 @@ std::mutex& message_mutex() {
   static std::mutex m;
   return m;
 }
+// The last refusal reported with a message (report() in cuda_driver.cpp), and its code.
 std::string& last_message() {
   static std::string m;
   return m;
 }
+int last_code = 0;
 
 }  // namespace
 
@@ -180,7 +182,7 @@ const char* error_text(int code) {
       text = d->errors().message();
       return text.c_str();
     }
-  if (!last_message().empty()) {
+  if (code == last_code && !last_message().empty()) {
     thread_local std::string text;
     text = last_message();
     return text.c_str();
@@ -188,8 +190,9 @@ const char* error_text(int code) {
   return error_name(code);
 }
 
-void set_last_message(const std::string& message) {
+void set_last_message(int code, const std::string& message) {
   std::lock_guard lock(message_mutex());
+  last_code = code;
   last_message() = message;
 }
 

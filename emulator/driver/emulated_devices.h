@@ -89,7 +89,7 @@ int device_attribute(int attribute);
 // the last fault's message (kernel, block, thread, line).
 const char* error_name(int code);
 const char* error_text(int code);
-void set_last_message(const std::string& message);
+void set_last_message(int code, const std::string& message);
 std::string bad_range(const char* call, std::uintptr_t address, std::size_t bytes);
 std::string to_hex(std::uintptr_t v);
 

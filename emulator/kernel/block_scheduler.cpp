@@ -62,11 +62,6 @@ std::string where(const Block& b, const Thread& t) {
   return "kernel " + *b.kernel + ", block " + dims(t.info.blockIdx) + ", thread " + dims(t.info.threadIdx);
 }
 
-int linear(const Thread& t) {
-  const TjEmuThread& i = t.info;
-  return static_cast<int>((i.threadIdx.z * i.blockDim.y + i.threadIdx.y) * i.blockDim.x + i.threadIdx.x);
-}
-
 // Back to the scheduler; returns when the scheduler resumes this thread.
 void yield(Thread::State state, int line) {
   Thread& t = *current_thread;

@@ -79,8 +79,8 @@ BatchPipeline::BatchPipeline(const Dataset& data, PipelineOptions options, Pipel
       << dtype_name(data.labels.dtype) << data.labels.shape.str()
       << " do not belong together; images must be f32 [N, features] and labels i32 [N]";
   user_check(o.batch <= data.size(), loc)
-      << "batch size " << o.batch << " is larger than the dataset (" << data.size()
-      << " examples); use a batch of at most " << data.size();
+      << "batch size " << o.batch << " is larger than the dataset (" << count_of(data.size(), "example")
+      << "); use a batch of at most " << data.size();
   user_check(o.min_batch >= 1 && o.min_batch <= o.batch, loc)
       << "min_batch " << o.min_batch << " must be between 1 and the batch size (" << o.batch
       << "); it drops a last partial batch smaller than it, e.g. one too small to split over the towers";
@@ -89,7 +89,7 @@ BatchPipeline::BatchPipeline(const Dataset& data, PipelineOptions options, Pipel
       << o.depth << ")";
   user_check(start.epoch >= 0 && start.batch >= 0 && start.batch < batches_per_epoch_, loc)
       << "cannot start at epoch " << start.epoch << ", batch " << start.batch << ": an epoch here has "
-      << batches_per_epoch_ << " batches (" << data.size() << " examples, batch " << o.batch
+      << count_of(batches_per_epoch_, "batch", "batches") << " (" << count_of(data.size(), "example") << ", batch " << o.batch
       << "); was the position saved with another batch size, dataset or drop_last?";
   next_ = claimed_ = start.epoch * batches_per_epoch_ + start.batch;
   try {

@@ -28,8 +28,8 @@ Dataset load_mnist_format(const std::string& split, const std::string& dir, Loc 
                                  "dataset-fashion-mnist installs one in " + std::string(kFashionMnistDir) + ")";
   user_check(std::filesystem::is_directory(dir), loc)
       << "data directory \"" << dir << "\" does not exist; " << hint;
-  Dataset d{read_idx(find_file(dir, prefix + "-images-idx3-ubyte"), hint),
-            read_idx(find_file(dir, prefix + "-labels-idx1-ubyte"), hint)};
+  Dataset d{read_idx(find_file(dir, prefix + "-images-idx3-ubyte"), hint, loc),
+            read_idx(find_file(dir, prefix + "-labels-idx1-ubyte"), hint, loc)};
   user_check(d.images.shape[0] == d.labels.size(), loc)
       << "\"" << dir << "\" has " << d.images.shape[0] << " " << split << " images but "
       << d.labels.size() << " labels; the files do not belong together";

@@ -37,24 +37,24 @@ uint32_t big_endian(const unsigned char* p) {
 
 }  // namespace
 
-HostTensor read_idx(const std::string& path, const std::string& hint) {
-  const auto here = std::source_location::current();
-  user_check(std::filesystem::exists(path), here)
+// Errors name `loc`: the line that asked for the data (the user's, through fashion_mnist()).
+HostTensor read_idx(const std::string& path, const std::string& hint, std::source_location loc) {
+  user_check(std::filesystem::exists(path), loc)
       << "data file \"" << path << "\" does not exist" << (hint.empty() ? "" : "; " + hint);
   const std::vector<unsigned char> bytes = read_all(path);
   user_check(bytes.size() >= 4 && bytes[0] == 0 && bytes[1] == 0 && bytes[2] == 0x08 &&
                  (bytes[3] == 1 || bytes[3] == 3),
-             here)
+             loc)
       << "\"" << path << "\" has a bad IDX magic number (expected 00 00 08 01 for labels or "
       << "00 00 08 03 for images); is it an MNIST-format file?";
   const int rank = bytes[3];
-  user_check(bytes.size() >= 4u + 4u * rank, here)
+  user_check(bytes.size() >= 4u + 4u * rank, loc)
       << "\"" << path << "\" ends inside its header (" << bytes.size() << " bytes); it is truncated";
   std::vector<int64_t> dims;
   int64_t count = 1;
   for (int i = 0; i < rank; ++i) dims.push_back(big_endian(&bytes[4 + 4 * i])), count *= dims.back();
   const size_t header = 4 + 4 * rank;
-  user_check(bytes.size() == header + count, here)
+  user_check(bytes.size() == header + count, loc)
       << "\"" << path << "\" holds " << bytes.size() - header << " data bytes but its header says "
       << count << " (" << dims[0] << " items); the file is truncated or damaged";
   if (rank == 1) {

@@ -236,8 +236,8 @@ TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, Loc loc) {
   const int64_t examples = batch.begin()->second.shape.rank() ? batch.begin()->second.shape[0] : 0;
   for (const auto& [name, t] : batch)
     user_check(t.shape.rank() > 0 && t.shape[0] == examples, loc)
-        << "step: input \"" << name << "\" has " << (t.shape.rank() ? t.shape[0] : 0)
-        << " examples but \"" << batch.begin()->first << "\" has " << examples
+        << "step: input \"" << name << "\" has " << count_of(t.shape.rank() ? t.shape[0] : 0, "example")
+        << " but \"" << batch.begin()->first << "\" has " << examples
         << "; feed every input the same batch";
   StepResult result;
   result.slices = towers_.slices(examples, loc);

@@ -99,6 +99,8 @@ gpu_without_a_device)
   expect_error "--towers gpu:0 --steps 1" "no CUDA device" "examples/fashion_mnist.cpp" ;;
 more_towers_than_examples)
   expect_error "--towers cpu:0,cpu:1,cpu:2 --batch 2" "more towers than examples in a batch" ;;
+negative_learning_rate)
+  expect_error "--lr -1" "learning rate -1 must be finite and >= 0" ;;
 unwritable_metrics)
   expect_error "--metrics $work/no/such/dir/m.jsonl" "cannot write the metrics file" "create it first" ;;
 unwritable_checkpoint)
