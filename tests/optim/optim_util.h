@@ -1,6 +1,6 @@
 // Shared by the optimiser tests: a small problem with a closed-form gradient, runs of N
-// training steps through the reference interpreter and the CPU JIT, and comparisons that
-// print the variable, element and error on failure.
+// training steps through the reference interpreter and the CPU JIT (each JIT step within its
+// error bounds), and comparisons that print the variable, element and error on failure.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/jit/jit_check.h"
 #include "towerjit.h"
 
 namespace optim_test {
@@ -94,6 +95,10 @@ inline void require_state(const State& actual, const State& expected, double rto
 
 // Runs `steps` training steps through the reference interpreter and the CPU JIT from the
 // graph's initial variables (seed 1); after step k calls check(k, reference_state, jit_state).
+// Every JIT step is also checked against the reference run from the JIT's own state before
+// it: each variable within the float32 error bound of that step (tests/jit/error_bound_check.h).
+// Over several steps the two states drift apart by more than one step's bound, so the
+// callers compare the reference's state with PyTorch's formulas, and the JIT's step by step.
 template <class Check>
 void run_steps(const tj::Graph& g, tj::Tensor loss, const tj::reference::Feeds& feeds, int steps,
                Check check) {
@@ -105,7 +110,14 @@ void run_steps(const tj::Graph& g, tj::Tensor loss, const tj::reference::Feeds& 
   tj::CpuProgram program(g, {loss}, /*run_update_ops=*/true);
   for (int k = 0; k < steps; ++k) {
     tj::reference::run(g, {loss}, feeds, ref, {.step = uint64_t(k), .run_update_ops = true});
+    tj::reference::Variables from_jit;
+    for (const auto& [name, t] : host) from_jit[name] = tj::testing::to_array(t);
+    tj::reference::ErrorBounds bounds;
+    tj::reference::run(g, {loss}, feeds, from_jit, {.step = uint64_t(k), .run_update_ops = true, .bounds = &bounds});
     program.run(host_feeds, host, k);
+    for (const auto& [name, want] : from_jit)
+      tj::testing::check_within_bounds(tj::testing::to_array(host.at(name)), want, bounds.variables.at(name),
+                                       "step " + std::to_string(k + 1) + ", variable \"" + name + "\" (CPU JIT)");
     check(k, to_state(ref), to_state(host));
   }
 }

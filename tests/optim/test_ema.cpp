@@ -7,8 +7,8 @@ namespace {
 using namespace optim_test;
 
 // Trains the quadratic with SGD (lr 0.1) and an EMA for `steps` steps and checks the shadows
-// against the formula run on the reference interpreter's own weights (1e-9) and the CPU JIT's
-// (1e-5) after every step.
+// against the formula run on the reference interpreter's own weights (1e-9) after every step;
+// every CPU JIT step within its error bounds (run_steps).
 void check_ema(double decay, bool num_updates, int steps) {
   Quadratic q;
   {
@@ -22,7 +22,7 @@ void check_ema(double decay, bool num_updates, int steps) {
   for (size_t i = 0; i < q.vars.size(); ++i)
     CHECK(initial.at(q.name(i) + "/ema") == initial.at(q.name(i)));
   State expected = initial;
-  run_steps(q.graph, q.loss, q.feeds, steps, [&](int k, const State& ref, const State& jit) {
+  run_steps(q.graph, q.loss, q.feeds, steps, [&](int k, const State& ref, const State&) {
     const double n = k + 1;  // the global step after this step's increment
     const double d = num_updates ? std::min(decay, (1 + n) / (10 + n)) : decay;
     for (size_t i = 0; i < q.vars.size(); ++i) {
@@ -37,7 +37,6 @@ void check_ema(double decay, bool num_updates, int steps) {
     const std::string at = "after step " + std::to_string(k + 1) + ", decay " +
                            std::to_string(d);
     require_state(ref, expected, 1e-9, 1e-6, at + " (reference interpreter)");
-    require_state(jit, expected, 1e-5, 1.0, at + " (CPU JIT)");
   });
 }
 

@@ -1,5 +1,6 @@
 // Each optimiser, a few steps on the quadratic of optim_util.h, against torch_reference.h:
-// the reference interpreter within 1e-9 relative, the CPU JIT (f32) within 1e-5.
+// the reference interpreter within 1e-9 relative; every CPU JIT step within its float32 error
+// bounds of the reference run from the JIT's own state (run_steps).
 #include "torch_reference.h"
 
 namespace {
@@ -23,12 +24,11 @@ void check_optimizer(const tj::Optimizer& opt, TorchConfig config, const std::st
     opt.apply(q.grads, q.vars);
   }
   State expected = to_state(tj::reference::initialize_variables(q.graph, 1));
-  run_steps(q.graph, q.loss, q.feeds, kSteps, [&](int k, const State& ref, const State& jit) {
+  run_steps(q.graph, q.loss, q.feeds, kSteps, [&](int k, const State& ref, const State&) {
     torch_step(config, q, expected);
     const std::string at = what + " after step " + std::to_string(k + 1);
     REQUIRE(ref.size() == expected.size());  // no slot the reference does not know
     require_state(ref, expected, 1e-9, 1e-6, at + " (reference interpreter)");
-    require_state(jit, expected, 1e-5, 1.0, at + " (CPU JIT)");
   });
 }
 
