@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <deque>
 
 #include "dsl/error.h"
@@ -11,6 +12,33 @@ namespace towerjit {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A batch whose inputs may have fed a loss: the batch of that step, and, with free-running
+// async towers, the later batches in flight, whose applies the step's slices may have seen.
+struct Suspect {
+  int64_t step;
+  const HostFeeds* feeds;
+};
+
+// Why a loss went NaN or infinite, as far as the batches can tell: the first input element that
+// is not finite, or, when every input is finite, the training itself.
+std::string cause_of_non_finite_loss(int64_t step, const std::vector<Suspect>& batches) {
+  for (const Suspect& b : batches)
+    for (const auto& [name, t] : *b.feeds) {
+      if (t.dtype != DType::f32) continue;
+      const int64_t row = t.shape.rank() > 0 && t.shape[0] > 0 ? static_cast<int64_t>(t.f32.size()) / t.shape[0] : 1;
+      for (size_t i = 0; i < t.f32.size(); ++i) {
+        if (std::isfinite(t.f32[i])) continue;
+        const std::string which = b.step == step ? "the batch's input" : "the input of step " + std::to_string(b.step) +
+                                                                             "'s batch (async towers had it in flight)";
+        return which + " \"" + name + "\" holds " + (std::isnan(t.f32[i]) ? "NaN" : "an infinity") + " at example " +
+               std::to_string(static_cast<int64_t>(i) / row) + " of the batch: the data is the cause, not the "
+               "learning rate; check the dataset and its transform";
+      }
+    }
+  return "every input of the batch is finite, so the training diverged: lower the learning rate or clip the "
+         "gradients (Optimizer::with_clip_by_global_norm)";
+}
 
 // The order of events both loops share: which batch is next, when to stop, and what happens
 // once a batch is trained (the NaN check, then the hooks).
@@ -50,16 +78,12 @@ class Loop {
     return false;
   }
 
-  // Batch `e` is trained (loss, rate and seconds filled in): the NaN check, then the hooks.
-  void trained(StepEvent e) {
+  // Batch `e` is trained, loss, rate and seconds filled in: the NaN check (naming a
+  // non-finite input of `suspects`, the batches that may have fed the loss), then the hooks.
+  void trained(StepEvent e, const std::vector<Suspect>& suspects) {
     const auto finish = Clock::now();
     e.samples_per_s = e.examples / std::max(1e-9, std::chrono::duration<double>(finish - previous_).count());
-    user_check(std::isfinite(e.loss), loc_)
-        << "the loss is " << (std::isnan(e.loss) ? "NaN" : e.loss > 0 ? "+inf" : "-inf")
-        << " at step " << e.step << " (epoch " << e.epoch + 1 << ", batch " << e.batch_in_epoch + 1
-        << " of " << e.batches_per_epoch << "); training stopped "
-        << "and the last checkpoint written before it is kept; lower the learning rate or clip "
-        << "the gradients (Optimizer::with_clip_by_global_norm)";
+    if (!std::isfinite(e.loss)) non_finite_loss(e, suspects);
     last_ = e;
     for (Hook* h : options_.hooks) h->after_step(trainer_, e);
     if (e.batch_in_epoch + 1 == e.batches_per_epoch)
@@ -70,6 +94,22 @@ class Loop {
   StepEvent end() {
     for (Hook* h : options_.hooks) h->end(trainer_, last_);
     return last_;
+  }
+
+  // The error for a loss that is NaN or infinite: where, what caused it (a non-finite input, or
+  // else the training itself), and what is kept.
+  [[noreturn]] void non_finite_loss(const StepEvent& e, const std::vector<Suspect>& suspects) const {
+    std::string kept;
+    for (const Hook* h : options_.hooks)
+      if (const std::string k = h->kept_state(); !k.empty()) kept = k;
+    user_check(false, loc_)
+        << "the loss is " << (std::isnan(e.loss) ? "NaN" : e.loss > 0 ? "+inf" : "-inf") << " at step " << e.step
+        << " (epoch " << e.epoch + 1 << ", batch " << e.batch_in_epoch + 1 << " of " << e.batches_per_epoch
+        << "); training stopped; "
+        << (kept.empty() ? "no checkpoint is kept (a CheckpointHook, or the examples' --checkpoint DIR, keeps one)"
+                         : kept + " is kept")
+        << "; " << cause_of_non_finite_loss(e.step, suspects);
+    std::abort();  // not reached: user_check threw
   }
 
  private:
@@ -98,7 +138,7 @@ void fit_stepwise(TowerTrainer& trainer, Loop& loop, Loc loc) {
     event.seconds = seconds_since(start);
     event.loss = result.loss;
     event.learning_rate = result.learning_rate;
-    loop.trained(event);
+    loop.trained(event, {{event.step, &batch.feeds}});
   }
 }
 
@@ -110,6 +150,7 @@ void fit_stepwise(TowerTrainer& trainer, Loop& loop, Loc loc) {
 void fit_free(TowerTrainer& trainer, Loop& loop, Loc loc) {
   struct InFlight {
     StepEvent event;
+    HostFeeds feeds;              // the whole batch, for the NaN check's message
     std::vector<double> weights;  // n_i / B: the batch's loss is the slices' weighted sum
     Clock::time_point submitted;
     int towers_left = 0;
@@ -132,6 +173,7 @@ void fit_free(TowerTrainer& trainer, Loop& loop, Loc loc) {
         f.weights.push_back(static_cast<double>(slices[t]) / event.examples);
         towers.submit(t, std::move(feeds[t]), event.step);
       }
+      f.feeds = std::move(batch.feeds);  // the slices are copies
       in_flight.push_back(std::move(f));
       continue;
     }
@@ -143,10 +185,12 @@ void fit_free(TowerTrainer& trainer, Loop& loop, Loc loc) {
     --f.towers_left;
     // Batches are reported in order, each once all its slices are applied.
     while (!in_flight.empty() && in_flight.front().towers_left == 0) {
-      InFlight ready = std::move(in_flight.front());
-      in_flight.pop_front();
+      std::vector<Suspect> suspects;
+      for (const InFlight& f : in_flight) suspects.push_back({f.event.step, &f.feeds});
+      InFlight& ready = in_flight.front();
       ready.event.seconds = seconds_since(ready.submitted);
-      loop.trained(ready.event);
+      loop.trained(ready.event, suspects);
+      in_flight.pop_front();
     }
   }
 }

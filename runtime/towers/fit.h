@@ -53,6 +53,9 @@ class Hook {
   // (below) stop before the next batch until such a step's hooks return; otherwise they run on
   // while the hooks run. A hook that cannot tell answers true, the safe default.
   virtual bool uses_trainer_at(const StepEvent& upcoming) const { return true; }
+  // What of the training this hook has kept so far, for the message of a run that stops
+  // ("the newest checkpoint, runs/ckpt-938.tjck"); empty: nothing.
+  virtual std::string kept_state() const { return ""; }
 };
 
 struct FitOptions {
@@ -63,9 +66,10 @@ struct FitOptions {
 
 // Trains until `options.epochs` epochs (counted from the first batch of training, so a resumed
 // run stops where an uninterrupted one would) or `max_steps` steps. Errors (towerjit::Error):
-// epochs < 1 or max_steps < 0; a loss that is NaN or infinite, naming the step and epoch —
-// raised before any hook sees that step, so no checkpoint holds its weights; whatever a
-// hook or the trainer raises.
+// epochs < 1 or max_steps < 0; a loss that is NaN or infinite, naming the step and epoch, the
+// batch's first non-finite input if there is one (else the training diverged), and what the
+// hooks have kept — raised before any hook sees that step, so no checkpoint holds its
+// weights; whatever a hook or the trainer raises.
 StepEvent fit(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOptions& options,
               Loc loc = Loc::current());
 

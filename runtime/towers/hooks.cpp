@@ -99,6 +99,10 @@ void CheckpointHook::end(TowerTrainer& trainer, const StepEvent& last) {
   if (last.step != saved_at_ && last.step > 0) save(trainer, last);
 }
 
+std::string CheckpointHook::kept_state() const {
+  return last_path_.empty() ? "what " + dir_ + " held before this run" : "the newest checkpoint, " + last_path_ + ",";
+}
+
 bool CheckpointHook::uses_trainer_at(const StepEvent& e) const {
   return epoch_ends(e) || (every_ > 0 && e.step % every_ == 0);
 }

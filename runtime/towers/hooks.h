@@ -71,6 +71,7 @@ class CheckpointHook : public Hook {
   void after_epoch(TowerTrainer& trainer, const StepEvent& e) override;
   void end(TowerTrainer& trainer, const StepEvent& last) override;
   bool uses_trainer_at(const StepEvent& upcoming) const override;
+  std::string kept_state() const override;
   const std::string& last_path() const { return last_path_; }
 
  private:

@@ -191,11 +191,29 @@ TEST_CASE("fit stops on a non-finite loss, naming the step, before any hook sees
   Model m = make_model(cpu_towers(2), tj::sgd(1e30));  // the first update blows the weights up
   tj::data::BatchPipeline pipeline(data, {.batch = 10, .shuffle = false});
   Recorder r;
+  // No hook keeps anything, and every input is finite: the training diverged.
   CHECK_THROWS_WITH(tj::fit(*m.trainer, pipeline, {.epochs = 1, .hooks = {&r}}),
                     Catch::Contains("the loss is NaN at step 2 (epoch 1, batch 2 of 4); training stopped") &&
-                        Catch::Contains("last checkpoint"));
+                        Catch::Contains("no checkpoint is kept") &&
+                        Catch::Contains("every input of the batch is finite, so the training diverged: lower the learning rate"));
   CHECK(r.steps.size() == 1);
   CHECK(r.ends == 0);
+}
+
+TEST_CASE("a non-finite loss caused by the data names the input and the example, not the learning rate", "[towers][runtime]") {
+  auto data = random_dataset(40, 9);
+  data.images.f32[13 * 784 + 5] = std::nanf("");  // example 13: batch 2, its example 3
+  for (bool async : {false, true}) {
+    Model m = make_model(async ? cpu_towers(2).reduce(tj::AsyncApply{}) : cpu_towers(2), tj::sgd(0.01));
+    tj::data::BatchPipeline pipeline(data, {.batch = 10, .shuffle = false});
+    INFO((async ? "async" : "sync") << " towers");
+    // Free-running async towers may see the NaN apply of batch 2 in a slice of batch 1 first.
+    CHECK_THROWS_WITH(tj::fit(*m.trainer, pipeline, {.epochs = 1}),
+                      Catch::Contains(async ? "the loss is NaN at step" : "the loss is NaN at step 2") &&
+                          Catch::Contains(async ? "\"image\" holds NaN at example 3 of the batch"
+                                                : "the batch's input \"image\" holds NaN at example 3 of the batch") &&
+                          Catch::Contains("the data is the cause, not the learning rate"));
+  }
 }
 
 TEST_CASE("a run resumed from a checkpoint file continues bitwise like one never stopped", "[towers][runtime]") {
