@@ -7,6 +7,7 @@
 
 #include "dsl/error.h"
 #include "runtime/towers/async_towers.h"
+#include "runtime/towers/non_finite_inputs.h"
 
 namespace towerjit {
 namespace {
@@ -24,18 +25,9 @@ struct Suspect {
 // is not finite, or, when every input is finite, the training itself.
 std::string cause_of_non_finite_loss(int64_t step, const std::vector<Suspect>& batches) {
   for (const Suspect& b : batches)
-    for (const auto& [name, t] : *b.feeds) {
-      if (t.dtype != DType::f32) continue;
-      const int64_t row = t.shape.rank() > 0 && t.shape[0] > 0 ? static_cast<int64_t>(t.f32.size()) / t.shape[0] : 1;
-      for (size_t i = 0; i < t.f32.size(); ++i) {
-        if (std::isfinite(t.f32[i])) continue;
-        const std::string which = b.step == step ? "the batch's input" : "the input of step " + std::to_string(b.step) +
-                                                                             "'s batch (async towers had it in flight)";
-        return which + " \"" + name + "\" holds " + (std::isnan(t.f32[i]) ? "NaN" : "an infinity") + " at example " +
-               std::to_string(static_cast<int64_t>(i) / row) + " of the batch: the data is the cause, not the "
-               "learning rate; check the dataset and its transform";
-      }
-    }
+    if (const std::string bad = first_non_finite_input(*b.feeds); !bad.empty())
+      return (b.step == step ? "the batch's " : "step " + std::to_string(b.step) + "'s batch (async towers had it in flight): ") +
+             bad + " of the batch: the data is the cause, not the learning rate; check the dataset and its transform";
   return "every input of the batch is finite, so the training diverged: lower the learning rate or clip the "
          "gradients (Optimizer::with_clip_by_global_norm)";
 }
@@ -134,7 +126,7 @@ void fit_stepwise(TowerTrainer& trainer, Loop& loop, Loc loc) {
   while (!loop.done()) {
     auto [batch, event] = loop.next();
     const auto start = Clock::now();
-    const TowerTrainer::StepResult result = trainer.step(batch.feeds, loc);
+    const TowerTrainer::StepResult result = trainer.step(batch.feeds, {.check_loss = false}, loc);
     event.seconds = seconds_since(start);
     event.loss = result.loss;
     event.learning_rate = result.learning_rate;

@@ -1,6 +1,8 @@
 #include "runtime/towers/tower_trainer.h"
 
+
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "dsl/error.h"
@@ -11,6 +13,7 @@
 #include "runtime/report/trace.h"
 #include "runtime/towers/async_towers.h"
 #include "runtime/towers/gpu_resident_sync.h"
+#include "runtime/towers/non_finite_inputs.h"
 
 namespace towerjit {
 namespace {
@@ -231,7 +234,23 @@ void TowerTrainer::write_model_updates(const std::vector<std::vector<HostTensor>
   }
 }
 
-TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, Loc loc) {
+TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, Loc loc) { return step(batch, {}, loc); }
+
+TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, StepOptions options, Loc loc) {
+  StepResult result = train_step(batch, loc);
+  if (options.check_loss && !std::isfinite(result.loss)) {
+    const std::string bad = first_non_finite_input(batch);
+    user_check(false, loc) << "step: the loss is " << (std::isnan(result.loss) ? "NaN" : "infinite") << " at apply "
+                           << applies_ << "; the variables now hold this step's update; "
+                           << (bad.empty() ? "every input of the batch is finite, so the training diverged: lower the "
+                                             "learning rate or clip the gradients"
+                                           : "the batch's " + bad + ": the data is the cause")
+                           << " (step(batch, {.check_loss = false}) returns such a loss instead)";
+  }
+  return result;
+}
+
+TowerTrainer::StepResult TowerTrainer::train_step(const HostFeeds& batch, Loc loc) {
   user_check(!batch.empty(), loc) << "step: no inputs fed; feed the model's inputs with the batch";
   const int64_t examples = batch.begin()->second.shape.rank() ? batch.begin()->second.shape[0] : 0;
   for (const auto& [name, t] : batch)

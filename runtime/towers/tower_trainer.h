@@ -68,9 +68,16 @@ class TowerTrainer {
     double learning_rate = 0;  // the rate the (last) apply of this step used
     std::vector<int64_t> slices;
   };
+  struct StepOptions {
+    // A loss that is NaN or infinite is an error (naming the batch's first non-finite input,
+    // if any); false: it is returned, as fit() takes it, to say more.
+    bool check_loss = true;
+  };
   // One training step on a batch (every input fed with the whole batch). Errors: inputs that
-  // disagree on the batch size, more towers than examples.
+  // disagree on the batch size, more towers than examples, a loss that is not finite (the
+  // variables then hold the step's update).
   StepResult step(const HostFeeds& batch, Loc loc = Loc::current());
+  StepResult step(const HostFeeds& batch, StepOptions options, Loc loc = Loc::current());
 
   // Async towers running free: each tower takes `steps_per_tower` steps on its own batches
   // (batch_for(tower, step) gives tower `tower`'s slice for its step `step`; called on this
@@ -149,6 +156,7 @@ class TowerTrainer {
                            HostVariables& target);
   report::Trace::Span traced(std::string_view name, std::string_view category, int row);
   void on_tower_threads(int count, const std::function<void(int)>& body);
+  StepResult train_step(const HostFeeds& batch, Loc loc);  // step() without the loss check
   StepResult step_on_gpus(const std::vector<HostFeeds>& feeds, StepResult result, const std::vector<double>& weights,
                           int64_t examples);
   bool replicated() const { return replicas_.size() > 1; }

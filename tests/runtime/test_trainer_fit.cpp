@@ -371,3 +371,15 @@ TEST_CASE("free-running towers stop on a non-finite loss with no hook seeing it"
   CHECK(r.steps.size() < 4);
   CHECK(r.ends == 0);
 }
+
+TEST_CASE("step() raises on a non-finite loss, naming a non-finite input, unless asked not to", "[towers][runtime]") {
+  auto data = random_dataset(10, 9);
+  data.images.f32[4 * 784 + 100] = std::nanf("");  // relu keeps a NaN (an infinity may end in its zeros)
+  Model m = make_model(cpu_towers(2), tj::sgd(0.01));
+  tj::data::BatchPipeline pipeline(data, {.batch = 10, .shuffle = false});
+  const tj::HostFeeds batch = pipeline.next().feeds;
+  CHECK_THROWS_WITH(m.trainer->step(batch), Catch::Contains("step: the loss is NaN") &&
+                                                Catch::Contains("the batch's input \"image\" holds NaN at example 4") &&
+                                                Catch::Contains("test_trainer_fit.cpp"));
+  CHECK(std::isnan(m.trainer->step(batch, {.check_loss = false}).loss));
+}
