@@ -10,7 +10,9 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
+#include <sstream>
 
 #include "examples/models.h"
 #include "runtime/cuda/driver_api.h"
@@ -67,6 +69,14 @@ tj::Towers make_towers(const Flags& f) {
   return towers;
 }
 
+// Where checkpoints go: --checkpoint's directory, or the directory of the checkpoint file it
+// names (resumed from, and saved beside).
+std::string checkpoint_dir(const Flags& f) {
+  if (!std::filesystem::is_regular_file(f.checkpoint)) return f.checkpoint;
+  const std::filesystem::path parent = std::filesystem::path(f.checkpoint).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
 // What must agree between a checkpoint and the run resuming it.
 std::map<std::string, std::string> run_metadata(const Flags& f, const tj::Towers& towers) {
   const std::string hidden = std::to_string(f.hidden);
@@ -74,7 +84,8 @@ std::map<std::string, std::string> run_metadata(const Flags& f, const tj::Towers
                                      : "CNN conv16-pool-conv32-pool-dense128-dense10"},
           {"towers", towers.str()}, {"optimizer", make_optimizer(f).str()},
           {"batch", std::to_string(f.batch)}, {"seed", std::to_string(f.seed)},
-          {"drop_last", f.drop_last ? "true" : "false"}};
+          {"drop_last", f.drop_last ? "true" : "false"},
+          {"ema", f.ema > 0 ? [&] { std::ostringstream o; o << "--ema " << f.ema; return o.str(); }() : "off (no --ema)"}};
 }
 
 int train(const Flags& f) {
@@ -119,7 +130,7 @@ int train(const Flags& f) {
   tj::LogHook log(progress, metrics ? &*metrics : nullptr, f.log_every);
   tj::EvalHook eval(test_set, progress, metrics ? &*metrics : nullptr, f.ema > 0, f.eval_every);
   std::optional<tj::CheckpointHook> save;
-  if (!f.checkpoint.empty()) save.emplace(f.checkpoint, metadata, f.checkpoint_every, 3, tj::Loc::current());
+  if (!f.checkpoint.empty()) save.emplace(checkpoint_dir(f), metadata, f.checkpoint_every, 3, tj::Loc::current());
   std::vector<tj::Hook*> hooks = {&log, &eval};
   if (save) hooks.push_back(&*save);
 
@@ -163,7 +174,8 @@ int main(int argc, char** argv) {
   app.add_option("--ema", f.ema, "keep moving averages of the weights with this decay (e.g. 0.999) and evaluate with them");
   app.add_option("--data", f.data, "a directory in MNIST's layout");
   app.add_option("--dump", f.dump, "write every compiled kernel's LLVM IR and an index here");
-  app.add_option("--checkpoint", f.checkpoint, "write checkpoints to this directory after every epoch");
+  app.add_option("--checkpoint", f.checkpoint,
+                 "write checkpoints to this directory after every epoch (with --resume: a directory or a checkpoint file)");
   app.add_option("--checkpoint-every", f.checkpoint_every, "also checkpoint every N steps");
   app.add_option("--eval-every", f.eval_every, "also evaluate on the test set every N steps")
       ->check(CLI::Validator(
@@ -172,7 +184,8 @@ int main(int argc, char** argv) {
                                                     : "must be 0 (after each epoch only) or a number of steps";
           },
           "N >= 0"));
-  app.add_flag("--resume", f.resume, "continue from the latest checkpoint in --checkpoint");
+  app.add_flag("--resume", f.resume,
+               "continue from --checkpoint: a file, or a directory's newest checkpoint (an older one if it is damaged)");
   app.add_option("--metrics", f.metrics, "write JSON lines of step and evaluation metrics (and SVG plots next to it)");
   app.add_option("--log-every", f.log_every, "log every N steps to the metrics file");
   app.add_option("--trace", f.trace, "write a Chrome/Perfetto trace of the towers' work");
@@ -180,6 +193,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (f.resume && f.checkpoint.empty()) {
     std::fprintf(stderr, "fashion_mnist: --resume needs --checkpoint DIR (the directory to resume from)\n");
+    return 2;
+  }
+  if (!f.resume && std::filesystem::is_regular_file(f.checkpoint)) {
+    std::fprintf(stderr, "fashion_mnist: --checkpoint %s is a file; add --resume to continue from it, or name a "
+                         "directory to write checkpoints to\n", f.checkpoint.c_str());
     return 2;
   }
   try {

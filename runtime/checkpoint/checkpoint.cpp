@@ -1,6 +1,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -104,7 +105,24 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& c, int kee
 
 Checkpoint load_checkpoint(const std::string& path, Loc loc) {
   const std::string file = resolve(path, loc);
-  return decode_checkpoint(read_file(file, loc), file, loc);
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return decode_checkpoint(read_file(file, loc), file, loc);
+  // A directory: its newest checkpoint, or, if that one is damaged, the newest older one it
+  // keeps that loads, with a warning (nothing is lost that an older checkpoint still holds).
+  std::string first_error;
+  for (const std::string& name : read_latest(path)) {
+    const std::string candidate = (fs::path(path) / name).string();
+    try {
+      Checkpoint c = decode_checkpoint(read_file(candidate, loc), candidate, loc);
+      if (!first_error.empty())
+        std::fprintf(stderr, "towerjit: warning: %s; resuming from the older %s instead\n", first_error.c_str(),
+                     candidate.c_str());
+      return c;
+    } catch (const Error& e) {
+      if (first_error.empty()) first_error = e.what();
+    }
+  }
+  throw Error(first_error + (read_latest(path).size() > 1 ? "; no older checkpoint in the directory loads either" : ""));
 }
 
 void check_matches(const Checkpoint& c, const HostVariables& model, Loc loc) {

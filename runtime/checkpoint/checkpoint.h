@@ -38,9 +38,11 @@ struct Checkpoint {
 std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep = 3,
                             Loc loc = Loc::current());
 
-// Reads a checkpoint file, or the one a directory's `latest` names. Errors name the file and
-// the problem: missing (or a directory without `latest`), not a towerjit checkpoint (magic),
-// an unsupported format version, truncated, damaged (checksum mismatch).
+// Reads a checkpoint file, or the one a directory's `latest` names; when that one is damaged,
+// the newest older one `latest` lists that loads, with a warning on stderr naming both.
+// Errors name the file and the problem: missing (or a directory without `latest`), not a
+// towerjit checkpoint (magic), an unsupported format version, truncated, damaged (checksum
+// mismatch) — for a directory, when no checkpoint it lists loads.
 Checkpoint load_checkpoint(const std::string& path, Loc loc = Loc::current());
 
 // Checks that a checkpoint's variables are exactly the model's: the same names, shapes and

@@ -111,6 +111,24 @@ nan_loss_keeps_last_checkpoint)
     "the loss is NaN at step 2" "the newest checkpoint, $work/c/ckpt-1.tjck, is kept" "the training diverged"
   [ -f "$work/c/ckpt-1.tjck" ] && [ ! -f "$work/c/ckpt-2.tjck" ] || fail "checkpoint 1 should be the last one"
   head -n 1 "$work/c/latest" | grep -q "ckpt-1.tjck" || fail "latest should name checkpoint 1" ;;
+resume_past_a_damaged_checkpoint)
+  # The newest checkpoint damaged: --resume warns and continues from the newest older one.
+  "$bin" $small --steps 4 --checkpoint-every 1 --checkpoint "$work/f" >/dev/null || fail "run"
+  printf 'X' | dd of="$work/f/ckpt-4.tjck" bs=1 seek=100 conv=notrunc 2>/dev/null
+  "$bin" $small --steps 6 --checkpoint "$work/f" --resume >"$work/out" 2>"$work/err" || { cat "$work/err"; fail "resume"; }
+  grep -q "ckpt-4.tjck" "$work/err" && grep -q "resuming from the older $work/f/ckpt-3.tjck" "$work/err" ||
+    { cat "$work/err"; fail "no warning naming the damaged and the older checkpoint"; }
+  grep -q "resumed at step 3" "$work/out" || fail "did not resume at step 3" ;;
+resume_from_a_checkpoint_file)
+  "$bin" $small --steps 4 --checkpoint-every 2 --checkpoint "$work/g" >/dev/null || fail "run"
+  "$bin" $small --steps 6 --checkpoint "$work/g/ckpt-2.tjck" --resume >"$work/out" 2>"$work/err" ||
+    { cat "$work/err"; fail "resume from a file"; }
+  grep -q "resumed at step 2" "$work/out" || fail "did not resume at step 2"
+  [ -f "$work/g/ckpt-6.tjck" ] || fail "the resumed run should save beside the file"
+  expect_error "$small --checkpoint $work/g/ckpt-2.tjck" "is a file; add --resume" ;;
+resume_without_the_ema_flag)
+  "$bin" $small --steps 2 --ema 0.99 --checkpoint "$work/h" >/dev/null || fail "run"
+  expect_error "$small --steps 4 --checkpoint $work/h --resume" "ema = \"--ema 0.99\"" "this run has ema = \"off (no --ema)\"" ;;
 damaged_checkpoint)
   "$bin" $small --steps 2 --checkpoint "$work/d" >/dev/null || fail "run"
   printf 'X' | dd of="$work/d/ckpt-2.tjck" bs=1 seek=100 conv=notrunc 2>/dev/null
