@@ -46,7 +46,7 @@ struct Block {
   std::vector<Thread> threads;
   std::vector<char> shared;  // static slots from the front, then the dynamic part
   std::vector<SharedSlot> slots;
-  std::size_t static_used = 0, dynamic_bytes = 0;
+  std::size_t static_used = 0;
   std::string fault;
   int fault_code = Fault::kLaunchFailed;
 };
@@ -297,7 +297,6 @@ void run_grid(const std::string& kernel, KernelEntry entry, void** params, const
   b.kernel = &kernel;
   b.entry = entry;
   b.params = params;
-  b.dynamic_bytes = shape.dynamic_shared_bytes;
   b.shared.resize(kStaticSharedLimit + shape.dynamic_shared_bytes);
   Block* outer_block = current_block;
   Thread* outer_thread = current_thread;
