@@ -33,7 +33,6 @@ struct Function {
 
 struct Module {
   std::shared_ptr<HostModule> host;
-  int device;
   std::map<std::string, std::unique_ptr<Function>> functions;  // handed out by cuModuleGetFunction
 };
 
@@ -287,7 +286,7 @@ int cuModuleLoadData(CUmodule* m, const void* image) {
                                  "(a real cubin or PTX); compile with TOWERJIT_CUDA=emulator set");
   try {
     *m = reinterpret_cast<CUmodule>(
-        new Module{HostModule::compile(parsed->source, parsed->name), current_device().index(), {}});
+        new Module{HostModule::compile(parsed->source, parsed->name), {}});
   } catch (const Fault& f) {
     return report(kInvalidImage, f.what());
   }

@@ -6,23 +6,19 @@
 
 namespace towerjit::cpujit {
 
-const char* isa_name(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::avx512: return "avx512";
-    case CpuIsa::avx2: return "avx2";
-    case CpuIsa::baseline: return "baseline";
-  }
-  return "?";
-}
+namespace {
+// Each level's name (the knob's spelling) and OpenBLAS core type, indexed by CpuIsa.
+struct Level {
+  const char* name;
+  const char* openblas_core;
+};
+constexpr Level kLevels[] = {{"baseline", "Prescott"}, {"avx2", "Haswell"}, {"avx512", "SkylakeX"}};
+static_assert(static_cast<int>(CpuIsa::baseline) == 0 && static_cast<int>(CpuIsa::avx512) == 2);
+}  // namespace
 
-const char* openblas_core(CpuIsa level) {
-  switch (level) {
-    case CpuIsa::avx512: return "SkylakeX";
-    case CpuIsa::avx2: return "Haswell";
-    case CpuIsa::baseline: return "Prescott";
-  }
-  return "Prescott";
-}
+const char* isa_name(CpuIsa isa) { return kLevels[static_cast<int>(isa)].name; }
+
+const char* openblas_core(CpuIsa level) { return kLevels[static_cast<int>(level)].openblas_core; }
 
 CpuIsa widest_isa() {
   static const CpuIsa widest = [] {

@@ -200,9 +200,10 @@ TEST_CASE("cpu compiler: TOWERJIT_DUMP receives every module's IR", "[cpu]") {
   CHECK(std::filesystem::exists(std::filesystem::path(dump.path()) / "dumped_saxpy.ll"));
 }
 
-TEST_CASE("cpu compiler: host target description names triple, CPU and features", "[cpu]") {
+TEST_CASE("cpu compiler: the target description names the triple and the CPU", "[cpu]") {
+  // Its features: the level test below (a capped level names a generic CPU and no features).
   std::string target = cpujit::target_description();
-  CHECK_THAT(target, Catch::Contains(";cpu=") && Catch::Contains(";features=+"));
+  CHECK_THAT(target, Catch::Contains(";cpu=") && Catch::Contains(";features="));
 #if defined(__x86_64__)
   CHECK_THAT(target, Catch::StartsWith("x86_64"));
 #endif
