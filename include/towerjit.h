@@ -9,6 +9,7 @@
 #include "dsl/layers.h"
 #include "dsl/ops.h"
 #include "dsl/optimizers.h"
+#include "dsl/phase.h"
 #include "dsl/schedules.h"
 #include "dsl/state.h"
 #include "dsl/towers.h"

@@ -8,6 +8,7 @@
 #include "dsl/error.h"
 #include "jit/knobs.h"
 #include "jit/passes/cut_collectives.h"
+#include "jit/passes/select_phase.h"
 #include "jit/reference/interpreter.h"
 #include "runtime/cpu_affinity.h"
 #include "runtime/report/trace.h"
@@ -77,9 +78,12 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   if (options.logits.valid()) {
     user_check(&options.logits.graph() == &graph, loc)
         << "TowerTrainerOptions::logits belongs to another graph; pass the model's output tensor";
+    // In inference: batch norm on its moving statistics, no dropout (dsl/phase.h).
+    Rewritten inference = select_phase(graph, Phase::inference);
+    const std::vector<Tensor> logits = remap_tensors(inference, {options.logits});
     for (int t = 0; t < towers_.size(); ++t)
       predict_programs_.push_back(
-          DeviceProgram::compile(graph, {options.logits}, towers_.devices()[t], tower_pools_[t].get(), loc));
+          DeviceProgram::compile(inference.graph, logits, towers_.devices()[t], tower_pools_[t].get(), loc));
   }
   // Sync towers that are all GPUs keep the variables there when asked (TOWERJIT_GPU_VARIABLES):
   // one copy per GPU, the reduction and the apply on the GPUs; the host copy is a cache.

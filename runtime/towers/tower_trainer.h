@@ -46,7 +46,8 @@ struct TowerTrainerOptions {
   // Shadows of the trainable variables, updated after every apply (TF's semantics, dsl/ema.h);
   // predict()/evaluate() can then use them.
   std::optional<ExponentialMovingAverage> ema = std::nullopt;
-  // The model's output, for predict() and evaluate() (a [B, classes] f32 tensor).
+  // The model's output, for predict() and evaluate() (a [B, classes] f32 tensor). They run
+  // the model in inference (dsl/phase.h): batch norm on its moving statistics, no dropout.
   Tensor logits = {};
 };
 
