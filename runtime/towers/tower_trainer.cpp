@@ -13,6 +13,7 @@
 #include "runtime/cpu_affinity.h"
 #include "runtime/report/trace.h"
 #include "runtime/towers/async_towers.h"
+#include "runtime/cuda/cuda_program.h"
 #include "runtime/towers/gpu_resident_sync.h"
 #include "runtime/towers/non_finite_inputs.h"
 
@@ -74,7 +75,8 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   }
   for (int t = 0; t < towers_.size(); ++t)
     tower_programs_.push_back(
-        DeviceProgram::compile(graph, program.tower_fetches, towers_.devices()[t], tower_pools_[t].get(), loc));
+        DeviceProgram::compile(graph, program.tower_fetches, towers_.devices()[t], tower_pools_[t].get(),
+                               "tower_step", loc));
   if (options.logits.valid()) {
     user_check(&options.logits.graph() == &graph, loc)
         << "TowerTrainerOptions::logits belongs to another graph; pass the model's output tensor";
@@ -83,7 +85,7 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
     const std::vector<Tensor> logits = remap_tensors(inference, {options.logits});
     for (int t = 0; t < towers_.size(); ++t)
       predict_programs_.push_back(
-          DeviceProgram::compile(inference.graph, logits, towers_.devices()[t], tower_pools_[t].get(), loc));
+          DeviceProgram::compile(inference.graph, logits, towers_.devices()[t], tower_pools_[t].get(), "predict", loc));
   }
   // Sync towers that are all GPUs keep the variables there when asked (TOWERJIT_GPU_VARIABLES):
   // one copy per GPU, the reduction and the apply on the GPUs; the host copy is a cache.
@@ -99,7 +101,8 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   const std::vector<Tensor> apply_fetches = remap_tensors(apply_side, {program.learning_rate});
   const std::vector<Tensor> apply_updates = remap_tensors(apply_side, program.apply_updates);
   for (int r = 0; r < replicas && !on_gpus; ++r)
-    apply_programs_.push_back(std::make_unique<CpuProgram>(apply_side.graph, apply_fetches, apply_updates));
+    apply_programs_.push_back(
+        std::make_unique<CpuProgram>(apply_side.graph, apply_fetches, apply_updates, nullptr, "apply"));
 
   ema_shadows_ = ema_names(graph);
   HostVariables initial;
@@ -189,6 +192,27 @@ HostFeeds TowerTrainer::all_reduce(const std::vector<std::vector<HostTensor>>& o
   for (size_t v = 0; v < gradient_inputs_.size(); ++v) feeds[gradient_inputs_[v]] = std::move(reduced[v]);
   feeds[TowerProgram::gradient_scale] = scalar(1.0);  // the weights are in the sum
   return feeds;
+}
+
+std::vector<TowerTrainer::ProgramView> TowerTrainer::programs() const {
+  std::vector<ProgramView> out;
+  auto add = [&](const std::string& name, std::string runs, const Graph& g, const kir::Program& p) {
+    for (const ProgramView& v : out)
+      if (v.name == name) return;
+    out.push_back({name, std::move(runs), &g, &p});
+  };
+  for (const auto& t : tower_programs_)
+    add(t->name(), "every tower, on its slice of each batch: the loss and the gradients", t->lowered_graph(), t->program());
+  const std::string apply_runs = is_async(towers_.reduction()) ? "after each tower's step, on its own gradients"
+                                                               : "once per step per copy of the variables, on the reduced gradients";
+  for (const auto& a : apply_programs_) add(a->name(), apply_runs, a->lowered_graph(), a->program());
+  if (on_gpus_)
+    for (const CudaProgram* p : on_gpus_->programs())
+      add(p->name(), p->name() == "apply" ? apply_runs : "on each GPU, summing its towers' or the GPUs' values",
+          p->lowered_graph(), p->program());
+  for (const auto& p : predict_programs_)
+    add(p->name(), "predict() and evaluate(), on every tower's slice, in inference", p->lowered_graph(), p->program());
+  return out;
 }
 
 void TowerTrainer::set_trace(report::Trace* trace) {

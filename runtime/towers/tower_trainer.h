@@ -123,6 +123,16 @@ class TowerTrainer {
   void restore(const HostVariables& values, int64_t applies, Loc loc = Loc::current());
 
   const Towers& towers() const { return towers_; }
+  // Each program the trainer compiled, once (the towers' copies of one are alike): the tower
+  // step, the apply, predict, and with the variables on the GPUs the reductions. Their CUDA:
+  // dump_cuda (runtime/towers/dump_programs.h).
+  struct ProgramView {
+    std::string name;  // its dump stem: "tower_step", "apply", "predict", "reduce", ...
+    std::string runs;  // when it runs, in words
+    const Graph* graph = nullptr;  // the optimised graph `program` refers to
+    const kir::Program* program = nullptr;
+  };
+  std::vector<ProgramView> programs() const;
   // The cores CPU tower `tower`'s threads run on, pinned unless TOWERJIT_PIN_TOWERS=off (a
   // group of the process's cores of its own while there are as many cores as CPU towers);
   // empty for a GPU tower.
