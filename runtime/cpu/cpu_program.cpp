@@ -45,7 +45,7 @@ CpuProgram::CpuProgram(const Graph& graph, const std::vector<int>& ids,
   if (knobs::debug_level() >= 1)
     std::fprintf(stderr, "towerjit: %s: %zu kernels, %zu library calls, %zu copies; compiled in %.1f ms%s\n",
                  module.c_str(), program_.kernels.size(), program_.calls.size(), program_.copies.size(),
-                 stats_.compile_ms, stats_.cache_hit ? " (cache hit)" : "");
+                 stats_.compile_ms, stats_.shared ? " (shared with an identical program)" : stats_.cache_hit ? " (cache hit)" : "");
 }
 
 int64_t CpuProgram::bind_batch(const HostFeeds& feeds) const {

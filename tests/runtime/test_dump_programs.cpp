@@ -90,7 +90,7 @@ TEST_CASE("TOWERJIT_DUMP on CPU towers writes the LLVM IR, the CUDA and the inde
   }
 }
 
-TEST_CASE("dump_cuda of a graph writes its CUDA under the name given; an unwritable directory is an error", "[dump]") {
+TEST_CASE("dump_cuda of a graph writes its CUDA under the name given, and an unwritable directory is an error", "[dump]") {
   tj::Graph g;
   tj::GraphScope use(g);
   auto x = tj::input("x", {kBatch, 7});
