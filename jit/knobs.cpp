@@ -57,6 +57,14 @@ bool direct_conv() {
                 "the direct kernels to AVX2, set TOWERJIT_CPU_ISA=avx2)");
   return on;
 }
+bool check_numerics() {
+  const auto v = read("TOWERJIT_CHECK_NUMERICS");
+  if (!v) return false;
+  const std::string s = lower(*v);
+  if (s == "on" || s == "1" || s == "true" || s == "yes") return true;
+  if (s == "off" || s == "0" || s == "false" || s == "no") return false;
+  throw Error("towerjit: TOWERJIT_CHECK_NUMERICS=" + *v + " is not a switch: set on or off");
+}
 std::optional<CpuIsa> cpu_isa_cap() {
   const auto v = read("TOWERJIT_CPU_ISA");
   if (!v) return std::nullopt;

@@ -39,6 +39,11 @@ std::optional<CpuIsa> cpu_isa_cap();
 // (runtime/cpu_affinity.h). Default: on.
 bool pin_towers();
 
+// TOWERJIT_CHECK_NUMERICS: "on" makes every CPU program check each step's output for NaN and
+// infinities and stop at the first, naming the op (runtime/cpu/numerics_check.h), like
+// tf.debugging.check_numerics. Default: off. A value neither on nor off is an error.
+bool check_numerics();
+
 // TOWERJIT_GPU_VARIABLES: "on" (also "1", "true", "yes") keeps the variables of sync towers that
 // are all GPUs on the GPUs, reduces and applies there (runtime/towers/gpu_resident_sync.h).
 // Default: off — the variables live in host memory and the CPU reduces and applies — until
