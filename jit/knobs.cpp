@@ -1,5 +1,7 @@
 #include "jit/knobs.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -132,11 +134,17 @@ std::optional<unsigned long long> emulator_random_schedule() {
   return seed;
 }
 std::string emulator_library() {
+  static constexpr const char* kName = "libtowerjit_cuda_emulator.so";
   if (auto v = read("TOWERJIT_EMULATOR_LIBRARY")) return *v;
-#ifdef TOWERJIT_BUILT_EMULATOR
-  if (std::filesystem::exists(TOWERJIT_BUILT_EMULATOR)) return TOWERJIT_BUILT_EMULATOR;
-#endif
-  return "libtowerjit_cuda_emulator.so";
+  // Beside the library this function is in (libtowerjit_jit.so): build/lib/ in a build,
+  // <prefix>/lib/ in an install, wherever the prefix was moved to.
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&emulator_library), &info) && info.dli_fname) {
+    const auto beside = std::filesystem::path(info.dli_fname).parent_path() / kName;
+    std::error_code ec;
+    if (std::filesystem::exists(beside, ec)) return beside.string();
+  }
+  return kName;
 }
 std::optional<std::string> cuda_home() { return read("CUDA_HOME"); }
 

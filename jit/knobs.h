@@ -123,7 +123,8 @@ int emulated_gpu_mb();
 std::optional<unsigned long long> emulator_random_schedule();
 
 // TOWERJIT_EMULATOR_LIBRARY: the emulator's library (libtowerjit_cuda_emulator.so). Default:
-// the one this build made, else the loader's search path.
+// the one beside libtowerjit_jit.so (the build's lib/ folder, or an install's), else the
+// loader's search path.
 std::string emulator_library();
 
 // CUDA_HOME: a CUDA installation to look for NVRTC in ($CUDA_HOME/lib64) when the loader's
