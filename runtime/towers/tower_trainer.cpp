@@ -298,14 +298,25 @@ TowerTrainer::StepResult TowerTrainer::train_step(const HostFeeds& batch, Loc lo
   std::vector<OwnApply> own(async ? n : 0);
   // An async tower applies as soon as its gradient is ready.
   on_tower_threads(n, [&](int t) {
-    if (async) {
-      own[t] = compute_and_apply(t, feeds[t], weights[t]);
-      return;
+    // A tower's program sees its slice only: an error naming an example (an out-of-range
+    // label) counts from the slice's start, which the batch's numbering needs added.
+    int64_t first = 0;
+    for (int i = 0; i < t; ++i) first += result.slices[i];
+    try {
+      if (async) {
+        own[t] = compute_and_apply(t, feeds[t], weights[t]);
+        return;
+      }
+      // Dropout masks differ between towers and steps (and repeat on a resumed run).
+      report::Trace::Span compute = traced("forward+backward", "compute", t);
+      compute.arg("examples", result.slices[t]);
+      outputs[t] = tower_programs_[t]->run(feeds[t], variables_of(t), step_key * kMaxTowers + t);
+    } catch (const Error& e) {
+      if (t == 0) throw;
+      throw Error(std::string(e.what()) + " [tower " + std::to_string(t) + " (" + towers_.devices()[t].str() +
+                  ") ran examples " + std::to_string(first) + " to " + std::to_string(first + result.slices[t] - 1) +
+                  " of the batch: add " + std::to_string(first) + " to an index above for its place in the batch]");
     }
-    // Dropout masks differ between towers and steps (and repeat on a resumed run).
-    report::Trace::Span compute = traced("forward+backward", "compute", t);
-    compute.arg("examples", result.slices[t]);
-    outputs[t] = tower_programs_[t]->run(feeds[t], variables_of(t), step_key * kMaxTowers + t);
   });
   if (async) {
     const auto last = std::max_element(own.begin(), own.end(),
