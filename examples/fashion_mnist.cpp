@@ -8,6 +8,7 @@
 // same compiled step on their slices, and combine their gradients (sync) or apply them one by
 // one (async). fit() drives the loop; hooks log, evaluate and checkpoint.
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -46,12 +47,27 @@ struct Flags {
   bool resume = false;
   bool drop_last = false;
   bool check_numerics = false;
+  std::string lr_schedule = "constant";
+  int64_t warmup_steps = 0;
+  int64_t decay_steps = 0;  // 0: the whole run (set by train() from the data once loaded)
 };
 
+// --lr under --lr-schedule, over f.decay_steps (counted in the optimiser's applies, as the
+// global step is), after --warmup-steps of linear warm-up.
+tj::Schedule make_schedule(const Flags& f) {
+  const double steps = static_cast<double>(std::max<int64_t>(f.decay_steps, 1));
+  tj::Schedule s = f.lr;
+  if (f.lr_schedule == "cosine") s = tj::cosine_decay(f.lr, steps);
+  if (f.lr_schedule == "exponential") s = tj::exponential_decay(f.lr, steps, 0.01);  // to 1% at the end
+  if (f.lr_schedule == "piecewise")  // a tenth at half the run, a hundredth at three quarters
+    s = tj::piecewise_constant({std::floor(steps / 2), std::floor(steps * 3 / 4)}, {f.lr, f.lr / 10, f.lr / 100});
+  return f.warmup_steps > 0 ? tj::linear_warmup(s, static_cast<double>(f.warmup_steps)) : s;
+}
+
 tj::Optimizer make_optimizer(const Flags& f) {
-  if (f.optimizer == "sgd") return tj::sgd(f.lr);
-  if (f.optimizer == "momentum") return tj::momentum(f.lr, 0.9);
-  return tj::adam(f.lr);
+  if (f.optimizer == "sgd") return tj::sgd(make_schedule(f));
+  if (f.optimizer == "momentum") return tj::momentum(make_schedule(f), 0.9);
+  return tj::adam(make_schedule(f));
 }
 
 // Without --towers: a tower on every GPU the machine has, else two CPU towers.
@@ -91,11 +107,18 @@ std::map<std::string, std::string> run_metadata(const Flags& f, const tj::Towers
           {"ema", f.ema > 0 ? [&] { std::ostringstream o; o << "--ema " << f.ema; return o.str(); }() : "off (no --ema)"}};
 }
 
-int train(const Flags& f) {
+int train(Flags f) {
   if (!f.dump.empty()) setenv("TOWERJIT_DUMP", f.dump.c_str(), 1);  // every program compiled below
   if (f.check_numerics) setenv("TOWERJIT_CHECK_NUMERICS", "on", 1);
   const auto train_set = tj::data::load_mnist_format("train", f.data);
   const auto test_set = tj::data::load_mnist_format("test", f.data);
+  if (f.decay_steps == 0) {  // the whole run's applies: steps, times the towers when each applies
+    const int64_t towers = make_towers(f).size();
+    const int64_t per_epoch = tj::data::batches_per_epoch(
+        train_set.size(), {.batch = f.batch, .drop_last = f.drop_last, .min_batch = towers});
+    const int64_t steps = f.steps > 0 ? std::min(f.steps, f.epochs * per_epoch) : f.epochs * per_epoch;
+    f.decay_steps = steps * (f.strategy == "async" ? towers : 1);
+  }
   // Opened before training, so a bad path fails now rather than after an epoch.
   tj::report::Trace trace(f.trace);
 
@@ -173,7 +196,14 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"sync", "sync-ps", "async"}));
   app.add_option("--optimizer", f.optimizer, "adam, momentum (0.9) or sgd")
       ->check(CLI::IsMember({"momentum", "sgd", "adam"}));
-  app.add_option("--lr", f.lr, "learning rate");
+  app.add_option("--lr", f.lr, "learning rate (the peak, under a schedule)");
+  app.add_option("--lr-schedule", f.lr_schedule,
+                 "constant, cosine (to 0), exponential (to 1%) or piecewise (/10 at half the run, /100 at 3/4)")
+      ->check(CLI::IsMember({"constant", "cosine", "exponential", "piecewise"}));
+  app.add_option("--warmup-steps", f.warmup_steps, "raise the rate linearly over the first N applies")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--decay-steps", f.decay_steps, "the schedule's length in applies (default: the whole run)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--batch", f.batch, "examples per step, split over the towers");
   app.add_option("--epochs", f.epochs, "passes over the training set");
   app.add_option("--steps", f.steps, "stop after this many steps");

@@ -45,6 +45,17 @@ async_checkpoints_named_by_step)
   grep -q "resumed at step 6" "$work/out" || fail "the resumed run does not say step 6: $(cat "$work/out")"
   # 12 applies before the resume, 8 after: the checkpoint's metadata holds the count as text.
   LC_ALL=C grep -aq 'optimizer_applies........20' "$work/c/ckpt-10.tjck" || fail "ckpt-10 does not record 20 applies" ;;
+lr_schedule_cosine_with_warmup)
+  # --lr-schedule cosine --warmup-steps 5 over a 20-step run: step s (apply k = s - 1) logs
+  # 0.001 * 0.5 * (1 + cos(pi k / 20)) * min(1, (k + 1) / 5).
+  "$bin" $small --steps 20 --lr-schedule cosine --warmup-steps 5 --metrics "$work/m.jsonl" >/dev/null || fail "run"
+  for step in 1 3 5 6 10 20; do
+    lr=$(grep "\"kind\":\"step\",\"step\":$step," "$work/m.jsonl" | sed 's/.*"lr":\([^,]*\),.*/\1/')
+    awk -v lr="$lr" -v s="$step" 'BEGIN { k = s - 1; w = (k + 1) / 5; if (w > 1) w = 1;
+      want = 0.001 * 0.5 * (1 + cos(3.141592653589793 * k / 20)) * w; d = lr - want; if (d < 0) d = -d;
+      exit !(lr != "" && d <= 1e-6 * want + 1e-12) }' || fail "step $step: lr $lr"
+  done
+  expect_error "--lr-schedule linear" "--lr-schedule" ;;
 check_numerics_names_the_op)
   # A learning rate that blows the MLP up: --check-numerics names the first op to overflow.
   expect_error "--steps 30 --batch 64 --hidden 32 --optimizer sgd --lr 1e6 --check-numerics" \
