@@ -50,6 +50,8 @@ struct Flags {
   std::string lr_schedule = "constant";
   int64_t warmup_steps = 0;
   int64_t decay_steps = 0;  // 0: the whole run (set by train() from the data once loaded)
+  int accumulate = 1;       // micro-batches of --batch per apply
+  int64_t step_batch() const { return batch * accumulate; }
 };
 
 // --lr under --lr-schedule, over f.decay_steps (counted in the optimiser's applies, as the
@@ -102,7 +104,8 @@ std::map<std::string, std::string> run_metadata(const Flags& f, const tj::Towers
                                                : "ResNet conv16-block16-pool-conv32-block32-pool-dropout-dense10 (BN)";
   return {{"model", model},
           {"towers", towers.str()}, {"optimizer", make_optimizer(f).str()},
-          {"batch", std::to_string(f.batch)}, {"seed", std::to_string(f.seed)},
+          {"batch", std::to_string(f.batch) + (f.accumulate > 1 ? " x " + std::to_string(f.accumulate) + " accumulated" : "")},
+          {"seed", std::to_string(f.seed)},
           {"drop_last", f.drop_last ? "true" : "false"},
           {"ema", f.ema > 0 ? [&] { std::ostringstream o; o << "--ema " << f.ema; return o.str(); }() : "off (no --ema)"}};
 }
@@ -115,7 +118,7 @@ int train(Flags f) {
   if (f.decay_steps == 0) {  // the whole run's applies: steps, times the towers when each applies
     const int64_t towers = make_towers(f).size();
     const int64_t per_epoch = tj::data::batches_per_epoch(
-        train_set.size(), {.batch = f.batch, .drop_last = f.drop_last, .min_batch = towers});
+        train_set.size(), {.batch = f.step_batch(), .drop_last = f.drop_last, .min_batch = towers * f.accumulate});
     const int64_t steps = f.steps > 0 ? std::min(f.steps, f.epochs * per_epoch) : f.epochs * per_epoch;
     f.decay_steps = steps * (f.strategy == "async" ? towers : 1);
   }
@@ -141,8 +144,8 @@ int train(Flags f) {
   const auto metadata = run_metadata(f, towers);
   tj::data::PipelinePosition start;
   if (f.resume) start = tj::resume_from(trainer, f.checkpoint, metadata);
-  tj::data::BatchPipeline pipeline(train_set, {.batch = f.batch, .seed = f.seed, .drop_last = f.drop_last,
-                                               .min_batch = towers.size()}, start);
+  tj::data::BatchPipeline pipeline(train_set, {.batch = f.step_batch(), .seed = f.seed, .drop_last = f.drop_last,
+                                               .min_batch = towers.size() * f.accumulate}, start);
   const int64_t per_epoch = pipeline.batches_per_epoch();
   const int64_t start_step = start.epoch * per_epoch + start.batch;
   const int64_t total = f.steps > 0 ? std::min(f.steps, f.epochs * per_epoch) : f.epochs * per_epoch;
@@ -151,9 +154,9 @@ int train(Flags f) {
   if (!f.metrics.empty() && f.resume) metrics.emplace(f.metrics, start_step, tj::Loc::current());
   if (!f.metrics.empty() && !f.resume) metrics.emplace(f.metrics, tj::Loc::current());
 
-  std::printf("towerjit: %s on %s, %s, %s, batch %lld, %lld epoch(s)%s\n", metadata.at("model").c_str(),
+  std::printf("towerjit: %s on %s, %s, %s, batch %s, %lld epoch(s)%s\n", metadata.at("model").c_str(),
               towers.str().c_str(), f.strategy.c_str(), make_optimizer(f).str().c_str(),
-              static_cast<long long>(f.batch), static_cast<long long>(f.epochs),
+              metadata.at("batch").c_str(), static_cast<long long>(f.epochs),
               f.resume ? (", resumed at step " + std::to_string(start_step)).c_str() : "");
   tj::report::Progress progress(total);
   tj::LogHook log(progress, metrics ? &*metrics : nullptr, f.log_every);
@@ -163,7 +166,7 @@ int train(Flags f) {
   std::vector<tj::Hook*> hooks = {&log, &eval};
   if (save) hooks.push_back(&*save);
 
-  tj::fit(trainer, pipeline, {.epochs = f.epochs, .max_steps = f.steps, .hooks = hooks});
+  tj::fit(trainer, pipeline, {.epochs = f.epochs, .max_steps = f.steps, .hooks = hooks, .accumulate = f.accumulate});
   progress.finish();
   std::printf("test accuracy %.4f, test loss %.4f\n", eval.last().accuracy, eval.last().loss);
   if (f.strategy == "async") {
@@ -205,6 +208,9 @@ int main(int argc, char** argv) {
   app.add_option("--decay-steps", f.decay_steps, "the schedule's length in applies (default: the whole run)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--batch", f.batch, "examples per step, split over the towers");
+  app.add_option("--accumulate", f.accumulate,
+                 "apply once per N batches of --batch (gradient accumulation: one step on N x --batch examples)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--epochs", f.epochs, "passes over the training set");
   app.add_option("--steps", f.steps, "stop after this many steps");
   app.add_option("--seed", f.seed, "initial weights and the shuffle");

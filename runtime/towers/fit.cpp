@@ -122,11 +122,11 @@ double seconds_since(Clock::time_point start) {
 
 // One step() per batch: every tower waits for the others (sync), or async towers each apply
 // as soon as they are done but the next batch starts when all are.
-void fit_stepwise(TowerTrainer& trainer, Loop& loop, Loc loc) {
+void fit_stepwise(TowerTrainer& trainer, Loop& loop, int accumulate, Loc loc) {
   while (!loop.done()) {
     auto [batch, event] = loop.next();
     const auto start = Clock::now();
-    const TowerTrainer::StepResult result = trainer.step(batch.feeds, {.check_loss = false}, loc);
+    const TowerTrainer::StepResult result = trainer.step(batch.feeds, {.check_loss = false, .accumulate = accumulate}, loc);
     event.seconds = seconds_since(start);
     event.loss = result.loss;
     event.learning_rate = result.learning_rate;
@@ -194,8 +194,10 @@ StepEvent fit(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOpt
   user_check(options.max_steps >= 0, loc)
       << "fit: max_steps " << options.max_steps << " must be 0 (no limit) or positive";
   Loop loop(trainer, pipeline, options, loc);
+  user_check(options.accumulate == 1 || !is_async(trainer.towers().reduction()), loc)
+      << "fit: accumulate " << options.accumulate << " needs sync towers; async towers apply each gradient as it comes";
   if (is_async(trainer.towers().reduction()) && trainer.towers().size() > 1) fit_free(trainer, loop, loc);
-  else fit_stepwise(trainer, loop, loc);
+  else fit_stepwise(trainer, loop, options.accumulate, loc);
   return loop.end();
 }
 

@@ -62,6 +62,7 @@ struct FitOptions {
   int64_t epochs = 1;     // train until the pipeline reaches the start of this epoch
   int64_t max_steps = 0;  // > 0: also stop once the step number reaches it
   std::vector<Hook*> hooks;
+  int accumulate = 1;     // micro-batches per apply (TowerTrainer::StepOptions::accumulate)
 };
 
 // Trains until `options.epochs` epochs (counted from the first batch of training, so a resumed

@@ -265,7 +265,9 @@ void TowerTrainer::write_model_updates(const std::vector<std::vector<HostTensor>
 TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, Loc loc) { return step(batch, {}, loc); }
 
 TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, StepOptions options, Loc loc) {
-  StepResult result = train_step(batch, loc);
+  user_check(options.accumulate >= 1, loc) << "step: accumulate " << options.accumulate
+                                            << " must be at least 1 (1: one apply per batch, as without it)";
+  StepResult result = train_step(batch, options.accumulate, loc);
   if (options.check_loss && !std::isfinite(result.loss)) {
     const std::string bad = first_non_finite_input(batch);
     user_check(false, loc) << "step: the loss is " << (std::isnan(result.loss) ? "NaN" : "infinite") << " at apply "
@@ -278,7 +280,7 @@ TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, StepOptions 
   return result;
 }
 
-TowerTrainer::StepResult TowerTrainer::train_step(const HostFeeds& batch, Loc loc) {
+TowerTrainer::StepResult TowerTrainer::train_step(const HostFeeds& batch, int accumulate, Loc loc) {
   user_check(!batch.empty(), loc) << "step: no inputs fed; feed the model's inputs with the batch";
   const int64_t examples = batch.begin()->second.shape.rank() ? batch.begin()->second.shape[0] : 0;
   for (const auto& [name, t] : batch)
@@ -286,6 +288,7 @@ TowerTrainer::StepResult TowerTrainer::train_step(const HostFeeds& batch, Loc lo
         << "step: input \"" << name << "\" has " << count_of(t.shape.rank() ? t.shape[0] : 0, "example")
         << " but \"" << batch.begin()->first << "\" has " << examples
         << "; feed every input the same batch";
+  if (accumulate > 1) return accumulated_step(batch, examples, accumulate, loc);
   StepResult result;
   result.slices = towers_.slices(examples, loc);
   const std::vector<double> weights = towers_.weights(examples, loc);
@@ -325,13 +328,20 @@ TowerTrainer::StepResult TowerTrainer::train_step(const HostFeeds& batch, Loc lo
     for (int t = 0; t < n; ++t) result.loss += static_cast<double>(result.slices[t]) / examples * own[t].loss;
     return result;
   }
+  std::vector<double> by_slice(n);
+  for (int t = 0; t < n; ++t) by_slice[t] = static_cast<double>(result.slices[t]) / examples;
+  reduce_and_apply(outputs, weights, by_slice, result);
+  return result;
+}
+
+void TowerTrainer::reduce_and_apply(const std::vector<std::vector<HostTensor>>& outputs,
+                                    const std::vector<double>& weights, const std::vector<double>& by_slice,
+                                    StepResult& result) {
   report::Trace::Span reduce = traced("all-reduce", "communication", kReduceRow);
   const HostFeeds gradients = all_reduce(outputs, weights);
   reduce.end();
-  std::vector<int> all(n);
-  for (int t = 0; t < n; ++t) all[t] = t;
-  std::vector<double> by_slice(n);
-  for (int t = 0; t < n; ++t) by_slice[t] = static_cast<double>(result.slices[t]) / examples;
+  std::vector<int> all(outputs.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
   // Every replica applies the same reduced gradient (replicated), or the one copy does.
   const int replicas = static_cast<int>(replicas_.size());
   std::vector<double> rates(replicas);
@@ -342,8 +352,48 @@ TowerTrainer::StepResult TowerTrainer::train_step(const HostFeeds& batch, Loc lo
   });
   result.learning_rate = rates[0];
   ++applies_;
-  for (int t = 0; t < n; ++t)
-    result.loss += static_cast<double>(result.slices[t]) / examples * outputs[t][0].f32[0];
+  for (size_t i = 0; i < outputs.size(); ++i) result.loss += by_slice[i] * outputs[i][0].f32[0];
+}
+
+// Each micro-batch is split over the towers and run as a step's slices are; every (micro-batch,
+// tower) pair then counts as one tower of a step on the whole batch, weighted by its examples.
+TowerTrainer::StepResult TowerTrainer::accumulated_step(const HostFeeds& batch, int64_t examples, int micro,
+                                                        Loc loc) {
+  user_check(std::holds_alternative<SyncAverage>(towers_.reduction()) && !on_gpus_, loc)
+      << "step: accumulating over " << micro << " micro-batches needs SyncAverage towers with the variables in "
+      << "host memory (it weighs every example alike, as a step on the whole batch does); async towers apply "
+      << "every gradient as it comes and the per-tower reductions weigh towers, not examples (use accumulate = "
+      << "1), and with TOWERJIT_GPU_VARIABLES=on the GPUs reduce each step";
+  user_check(examples >= micro * static_cast<int64_t>(towers_.size()), loc)
+      << "step: " << count_of(examples, "example") << " cannot make " << micro << " micro-batches for "
+      << count_of(towers_.size(), "tower") << "; feed at least " << micro * towers_.size() << " examples";
+  const int n = towers_.size();
+  const std::vector<int64_t> parts = split_batch(examples, micro, Split::balanced, loc);
+  const uint64_t step_key = static_cast<uint64_t>(applies_);
+  std::vector<std::vector<HostTensor>> outputs;
+  std::vector<double> weights;
+  StepResult result;
+  result.slices.assign(n, 0);
+  int64_t start = 0;
+  for (int m = 0; m < micro; ++m) {
+    HostFeeds part;
+    for (const auto& [name, t] : batch) part[name] = rows_of(t, start, parts[m]);
+    start += parts[m];
+    const std::vector<int64_t> slices = towers_.slices(parts[m], loc);
+    const std::vector<HostFeeds> feeds = slice_batch(part, slices, loc);
+    std::vector<std::vector<HostTensor>> out(n);
+    on_tower_threads(n, [&](int t) {
+      // Masks differ between micro-batches too (micro-batch 0 keys as a plain step does).
+      const uint64_t key = (static_cast<uint64_t>(m) << 40) + step_key * kMaxTowers + t;
+      out[t] = tower_programs_[t]->run(feeds[t], variables_of(t), key);
+    });
+    for (int t = 0; t < n; ++t) {
+      outputs.push_back(std::move(out[t]));
+      weights.push_back(static_cast<double>(slices[t]) / examples);
+      result.slices[t] += slices[t];
+    }
+  }
+  reduce_and_apply(outputs, weights, weights, result);
   return result;
 }
 

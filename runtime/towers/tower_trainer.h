@@ -73,6 +73,10 @@ class TowerTrainer {
     // A loss that is NaN or infinite is an error (naming the batch's first non-finite input,
     // if any); false: it is returned, as fit() takes it, to say more.
     bool check_loss = true;
+    // Gradient accumulation: the batch is cut into this many micro-batches, run one after the
+    // other (each split over the towers), and their gradients combined into one apply: exactly
+    // a step on the whole batch, in a micro-batch's memory. SyncAverage towers only.
+    int accumulate = 1;
   };
   // One training step on a batch (every input fed with the whole batch). Errors: inputs that
   // disagree on the batch size, more towers than examples, a loss that is not finite (the
@@ -167,7 +171,12 @@ class TowerTrainer {
                            HostVariables& target);
   report::Trace::Span traced(std::string_view name, std::string_view category, int row);
   void on_tower_threads(int count, const std::function<void(int)>& body);
-  StepResult train_step(const HostFeeds& batch, Loc loc);  // step() without the loss check
+  StepResult train_step(const HostFeeds& batch, int accumulate, Loc loc);  // step() without the loss check
+  StepResult accumulated_step(const HostFeeds& batch, int64_t examples, int micro, Loc loc);
+  // The sync reduction of the towers' `outputs` (gradients weighted by `weights`, the model's
+  // updates and the loss by `by_slice`), then the apply on every replica.
+  void reduce_and_apply(const std::vector<std::vector<HostTensor>>& outputs, const std::vector<double>& weights,
+                        const std::vector<double>& by_slice, StepResult& result);
   StepResult step_on_gpus(const std::vector<HostFeeds>& feeds, StepResult result, const std::vector<double>& weights,
                           int64_t examples);
   bool replicated() const { return replicas_.size() > 1; }

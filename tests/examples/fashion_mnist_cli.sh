@@ -56,6 +56,16 @@ lr_schedule_cosine_with_warmup)
       exit !(lr != "" && d <= 1e-6 * want + 1e-12) }' || fail "step $step: lr $lr"
   done
   expect_error "--lr-schedule linear" "--lr-schedule" ;;
+accumulate_is_the_larger_batch)
+  # --batch 16 --accumulate 4 applies once per 64 examples, as --batch 64 does: the same curve.
+  "$bin" $small --steps 8 --batch 64 --metrics "$work/big.jsonl" >/dev/null || fail "batch 64"
+  "$bin" $small --steps 8 --batch 16 --accumulate 4 --metrics "$work/acc.jsonl" >"$work/out" || fail "accumulated"
+  grep -q "batch 16 x 4 accumulated" "$work/out" || fail "the header does not say the accumulation"
+  for step in 1 4 8; do
+    a=$(loss_at "$work/big.jsonl" $step); b=$(loss_at "$work/acc.jsonl" $step)
+    awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-5 * (a > 1 ? a : 1)) }' ||
+      fail "step $step: loss $a with batch 64, $b accumulated"
+  done ;;
 check_numerics_names_the_op)
   # A learning rate that blows the MLP up: --check-numerics names the first op to overflow.
   expect_error "--steps 30 --batch 64 --hidden 32 --optimizer sgd --lr 1e6 --check-numerics" \

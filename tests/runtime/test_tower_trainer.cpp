@@ -279,3 +279,33 @@ TEST_CASE("an out-of-range label on a later tower says where its slice starts in
   CHECK_THROWS_WITH(r.trainer->step(batch), Catch::Contains("label 5 at flat index 3 is out of range [0, 3)") &&
                                                 Catch::Contains("tower 1 (cpu:1) ran examples 7 to 14 of the batch: add 7"));
 }
+
+TEST_CASE("accumulating 3 micro-batches is one step on the whole batch", "[towers][runtime]") {
+  // 2 towers, batch 31: micro-batches of 11, 10, 10, each split 5/6 or 5/5, against one step
+  // split 15/16. Adam makes any gradient difference visible in the variables. (Batch norm
+  // would differ: it normalises each micro-batch by its own statistics, as in PyTorch.)
+  Run whole = mlp_run(cpu_towers(2), tj::adam(0.01));
+  Run accumulated = mlp_run(cpu_towers(2), tj::adam(0.01));
+  for (int s = 0; s < 5; ++s) {
+    const tj::HostFeeds batch = batch_of(31, 40 + s);
+    const auto a = whole.trainer->step(batch);
+    const auto b = accumulated.trainer->step(batch, {.accumulate = 3});
+    INFO("step " << s);
+    // The same sums in another grouping: float roundings of each example's terms (the loss is
+    // a mean of about 1, its terms' roundings some 1e-7 each).
+    CHECK(b.loss == Approx(a.loss).epsilon(1e-5));
+    CHECK(b.slices == std::vector<int64_t>{15, 16});
+  }
+  CHECK(accumulated.trainer->applies() == 5);
+  CHECK(largest_relative_difference(whole.trainer->variables(), accumulated.trainer->variables()) < 1e-5);
+}
+
+TEST_CASE("accumulation needs sync-average towers and enough examples", "[towers][runtime][errors]") {
+  Run async = mlp_run(cpu_towers(2).reduce(tj::AsyncApply{}), tj::sgd(0.1));
+  CHECK_THROWS_WITH(async.trainer->step(batch_of(16, 1), {.accumulate = 2}),
+                    Catch::Contains("accumulating over 2 micro-batches needs SyncAverage towers"));
+  Run sync = mlp_run(cpu_towers(2), tj::sgd(0.1));
+  CHECK_THROWS_WITH(sync.trainer->step(batch_of(5, 1), {.accumulate = 3}),
+                    Catch::Contains("5 examples cannot make 3 micro-batches for 2 towers; feed at least 6"));
+  CHECK_THROWS_WITH(sync.trainer->step(batch_of(5, 1), {.accumulate = 0}), Catch::Contains("accumulate 0 must be at least 1"));
+}
