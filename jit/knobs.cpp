@@ -27,46 +27,39 @@ std::string lower(std::string s) {
 
 }  // namespace
 
-// "off", "0", "false", "no" (any case) turn a default-on switch off.
-static bool switched_on(const char* name) {
-  auto value = read(name);
-  if (!value) return true;
-  std::string v = lower(*value);
-  return !(v == "off" || v == "0" || v == "false" || v == "no");
+// A switch: "on", "1", "true", "yes" or "off", "0", "false", "no" (any case); unset or empty:
+// `fallback`. Anything else is an error naming the knob, never a silent default.
+static bool switch_knob(const char* name, bool fallback, const char* what_on = nullptr) {
+  const auto value = read(name);
+  if (!value) return fallback;
+  const std::string v = lower(*value);
+  if (v == "on" || v == "1" || v == "true" || v == "yes") return true;
+  if (v == "off" || v == "0" || v == "false" || v == "no") return false;
+  throw Error(std::string("towerjit: ") + name + "=" + *value + " is not a switch: set on or off" +
+              (what_on ? std::string(" (") + what_on + ")" : ""));
 }
 
-bool cache_enabled() { return switched_on("TOWERJIT_CACHE"); }
-bool group_kernels_enabled() { return switched_on("TOWERJIT_GROUP_KERNELS"); }
-bool pin_towers() { return switched_on("TOWERJIT_PIN_TOWERS"); }
-bool nccl_enabled() { return switched_on("TOWERJIT_NCCL"); }
-bool cuda_caching() { return switched_on("TOWERJIT_CUDA_CACHING"); }
+bool cache_enabled() { return switch_knob("TOWERJIT_CACHE", true); }
+bool group_kernels_enabled() { return switch_knob("TOWERJIT_GROUP_KERNELS", true); }
+bool pin_towers() { return switch_knob("TOWERJIT_PIN_TOWERS", true); }
+bool nccl_enabled() { return switch_knob("TOWERJIT_NCCL", true); }
+bool cuda_caching() { return switch_knob("TOWERJIT_CUDA_CACHING", true); }
 double bucket_mb() {
   const auto v = read("TOWERJIT_BUCKET_MB");
   if (!v) return 25;
   char* end = nullptr;
   const double mb = std::strtod(v->c_str(), &end);
-  return end && *end == '\0' && mb >= 0 ? mb : 25;
+  if (!end || *end != '\0' || !(mb >= 0) || mb > 1e6)
+    throw Error("towerjit: TOWERJIT_BUCKET_MB=" + *v + " is not a size in MB: set a number from 0 (a bucket per "
+                "gradient) up, e.g. 25 (the default)");
+  return mb;
 }
-bool gpu_variables() {
-  const std::string v = lower(read("TOWERJIT_GPU_VARIABLES").value_or(""));
-  return v == "on" || v == "1" || v == "true" || v == "yes";
-}
+bool gpu_variables() { return switch_knob("TOWERJIT_GPU_VARIABLES", false); }
 bool direct_conv() {
-  const std::string v = lower(read("TOWERJIT_DIRECT_CONV").value_or("on"));
-  const bool on = switched_on("TOWERJIT_DIRECT_CONV");
-  if (on && !(v == "on" || v == "1" || v == "true" || v == "yes"))
-    throw Error("towerjit: TOWERJIT_DIRECT_CONV=" + v + " is not a switch: set on or off (to hold "
-                "the direct kernels to AVX2, set TOWERJIT_CPU_ISA=avx2)");
-  return on;
+  return switch_knob("TOWERJIT_DIRECT_CONV", true,
+                     "to hold the direct kernels to AVX2, set TOWERJIT_CPU_ISA=avx2");
 }
-bool check_numerics() {
-  const auto v = read("TOWERJIT_CHECK_NUMERICS");
-  if (!v) return false;
-  const std::string s = lower(*v);
-  if (s == "on" || s == "1" || s == "true" || s == "yes") return true;
-  if (s == "off" || s == "0" || s == "false" || s == "no") return false;
-  throw Error("towerjit: TOWERJIT_CHECK_NUMERICS=" + *v + " is not a switch: set on or off");
-}
+bool check_numerics() { return switch_knob("TOWERJIT_CHECK_NUMERICS", false); }
 std::optional<CpuIsa> cpu_isa_cap() {
   const auto v = read("TOWERJIT_CPU_ISA");
   if (!v) return std::nullopt;
@@ -96,8 +89,11 @@ std::string cache_dir() {
 namespace towerjit::knobs {
 
 int debug_level() {
-  const char* v = std::getenv("TOWERJIT_DEBUG");
-  return v && *v ? std::atoi(v) : 0;
+  const auto v = read("TOWERJIT_DEBUG");
+  if (!v) return 0;
+  if (v->size() == 1 && (*v)[0] >= '0' && (*v)[0] <= '3') return (*v)[0] - '0';
+  throw Error("towerjit: TOWERJIT_DEBUG=" + *v + " is not a level: set 0 (quiet), 1 (a line per compiled program), "
+              "2 (the graph after each pass) or 3 (the kernel IR too)");
 }
 
 }  // namespace towerjit::knobs
