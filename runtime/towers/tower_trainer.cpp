@@ -11,9 +11,9 @@
 #include "jit/passes/select_phase.h"
 #include "jit/reference/interpreter.h"
 #include "runtime/cpu_affinity.h"
+#include "runtime/cuda/cuda_program.h"
 #include "runtime/report/trace.h"
 #include "runtime/towers/async_towers.h"
-#include "runtime/cuda/cuda_program.h"
 #include "runtime/towers/gpu_resident_sync.h"
 #include "runtime/towers/non_finite_inputs.h"
 
