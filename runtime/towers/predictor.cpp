@@ -12,14 +12,11 @@ std::string describe(const HostTensor& t) { return std::string(dtype_name(t.dtyp
 
 }  // namespace
 
-HostVariables load_variables(const std::string& path, const std::vector<std::string>& names,
-                             const std::vector<HostTensor>& shapes, bool ema_weights, Loc loc) {
+HostVariables load_variables(const std::string& path, const HostVariables& like, bool ema_weights, Loc loc) {
   const Checkpoint checkpoint = load_checkpoint(path, loc);
   HostVariables out;
   bool any_shadow = false;
-  for (size_t i = 0; i < names.size(); ++i) {
-    const std::string& name = names[i];
-    const HostTensor& want = shapes.at(i);
+  for (const auto& [name, want] : like) {
     std::string source = name;
     if (ema_weights && checkpoint.variables.count(ema_name(name))) source = ema_name(name), any_shadow = true;
     const auto it = checkpoint.variables.find(source);
@@ -33,7 +30,7 @@ HostVariables load_variables(const std::string& path, const std::vector<std::str
         << "; build the model with the sizes it was trained with";
     out[name] = it->second;
   }
-  user_check(!ema_weights || any_shadow || names.empty(), loc)
+  user_check(!ema_weights || any_shadow || like.empty(), loc)
       << "checkpoint \"" << path << "\" holds no moving averages (\"<variable>/ema\") of the model's variables; "
       << "load it without ema_weights, or train with TowerTrainerOptions{.ema = ...}";
   return out;
@@ -63,10 +60,7 @@ Predictor::Predictor(const Graph& graph, Tensor logits, const std::string& check
 Predictor::~Predictor() = default;
 
 void Predictor::load(const std::string& checkpoint, Loc loc) {
-  std::vector<std::string> names;
-  std::vector<HostTensor> shapes;
-  for (const auto& [name, t] : needed_) names.push_back(name), shapes.push_back(t);
-  values_ = load_variables(checkpoint, names, shapes, options_.ema_weights, loc);
+  values_ = load_variables(checkpoint, needed_, options_.ema_weights, loc);
   loaded_ = true;
 }
 

@@ -33,13 +33,14 @@ struct PredictorOptions {
   int threads = 0;     // a CPU program's threads (0: every core the process may use)
 };
 
-// The values of `names` (with `shapes`) from the checkpoint `path` (a file, or a directory's
-// newest), with their EMA shadows in their place when `ema_weights`. Errors (towerjit::Error
-// at `loc`): the checkpoint's own (missing, damaged, ...); a variable it lacks or holds with
+// The values of the variables named in `like` (checked against its shapes and dtypes; its
+// values are not read) from the checkpoint `path` (a file, or a directory's newest), with
+// their EMA shadows in their place when `ema_weights`: e.g. load_variables(path,
+// predictor.needed()) or load_variables(path, trainer.variables()). Errors (towerjit::Error at
+// `loc`): the checkpoint's own (missing, damaged, ...); a variable it lacks or holds with
 // another shape or dtype, naming the variable and the file; EMA weights asked of a checkpoint
-// that holds no shadow of any of them.
-HostVariables load_variables(const std::string& path, const std::vector<std::string>& names,
-                             const std::vector<HostTensor>& shapes, bool ema_weights = false,
+// that holds no shadow of any of them. Variables of the checkpoint not in `like` are ignored.
+HostVariables load_variables(const std::string& path, const HostVariables& like, bool ema_weights = false,
                              Loc loc = Loc::current());
 
 class Predictor {

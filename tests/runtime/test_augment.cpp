@@ -111,7 +111,7 @@ TEST_CASE("augmentation is a pure function of (seed, epoch, batch index)", "[dat
   CHECK(resumed.next().feeds.at("image").f32 == seventh);
 }
 
-TEST_CASE("augmentation takes [n, C, H, W] images from their shape and names bad geometry", "[data][augment]") {
+TEST_CASE("augmentation takes NCHW images from their shape and names bad geometry", "[data][augment]") {
   // [n, C, H, W]: the same pixels as the flat layout.
   tj::HostTensor flat = images(4, 3, 5, 5), nchw = flat;
   nchw.shape = tj::Shape{4, 3, 5, 5};

@@ -157,3 +157,35 @@ TEST_CASE("CheckpointHook's best checkpoint needs the EvalHook listed before it"
                         Contains("test_hooks_conveniences.cpp:" + std::to_string(line)));
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("a resumed run competes with the best checkpoint its earlier part kept", "[hooks][checkpoint]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("towerjit-best-resume-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const auto train = two_classes(64, 6), test = two_classes(100, 7);
+  std::FILE* out = std::tmpfile();
+  tj::report::Progress progress(0, out, false);
+  Model first;
+  tj::EvalHook eval(test, progress, nullptr, false, 2);
+  tj::CheckpointHook save(dir.string(), {});
+  save.keep_best(eval, tj::BestBy::test_loss);
+  tj::data::BatchPipeline batches(train, {.batch = 16});
+  const tj::StepEvent last = tj::fit(*first.trainer, batches, {.epochs = 1, .max_steps = 4, .hooks = {&eval, &save}});
+  REQUIRE(save.best_step() > 0);
+  // A hook of a run resumed at step 4 starts from the kept value; one of a fresh run does not.
+  tj::EvalHook eval2(test, progress, nullptr, false, 2);
+  tj::CheckpointHook resumed(dir.string(), {}), fresh(dir.string(), {});
+  resumed.keep_best(eval2, tj::BestBy::test_loss);
+  fresh.keep_best(eval2, tj::BestBy::test_loss);
+  resumed.begin(*first.trainer, last.next);
+  fresh.begin(*first.trainer, {});
+  CHECK(resumed.best_value() == save.best_value());
+  CHECK(resumed.best_step() == save.best_step());
+  CHECK(fresh.best_step() == -1);
+  // Kept by another metric: the resumed run starts over.
+  tj::CheckpointHook by_accuracy(dir.string(), {});
+  by_accuracy.keep_best(eval2, tj::BestBy::test_accuracy);
+  by_accuracy.begin(*first.trainer, last.next);
+  CHECK(by_accuracy.best_step() == -1);
+  std::fclose(out);
+  std::filesystem::remove_all(dir);
+}

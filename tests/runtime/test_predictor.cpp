@@ -66,6 +66,9 @@ TEST_CASE("a predictor loaded from a checkpoint predicts bitwise what the traine
   CHECK(bitwise_equal(predictor.predict(images), trained));
   tj::Predictor with_ema(graph, logits, dir.string(), {.ema_weights = true});  // a directory: its newest
   CHECK(bitwise_equal(with_ema.predict(images), trained_ema));
+  const tj::HostVariables loaded = tj::load_variables(path, predictor.needed(), /*ema_weights=*/true);
+  CHECK(loaded.size() == predictor.needed().size());
+  CHECK(bitwise_equal(loaded.at("fc1/kernel"), with_ema.values().at("fc1/kernel")));
   CHECK_FALSE(bitwise_equal(trained, trained_ema));
 
   // A model of other sizes, or of other names, is named with the variable and the file.
