@@ -17,6 +17,7 @@
 
 #include "examples/models.h"
 #include "runtime/cuda/driver_api.h"
+#include "runtime/data/augment.h"
 #include "runtime/data/batch_pipeline.h"
 #include "runtime/report/svg_plot.h"
 #include "runtime/report/trace.h"
@@ -34,6 +35,7 @@ struct Flags {
   std::string optimizer = "adam";
   std::string data = tj::data::kFashionMnistDir;
   std::string dump, checkpoint, metrics, trace;
+  std::string keep_best;  // "accuracy" or "loss": also keep best.tjck by that test metric
   int64_t epochs = 3;
   int64_t batch = 128;
   int64_t hidden = 256;
@@ -52,6 +54,7 @@ struct Flags {
   int64_t decay_steps = 0;  // 0: the whole run (set by train() from the data once loaded)
   int accumulate = 1;       // micro-batches of --batch per apply
   int64_t step_batch() const { return batch * accumulate; }
+  bool augment = false;  // random crop (pad 2) and horizontal flip of the training images
 };
 
 // --lr under --lr-schedule, over f.decay_steps (counted in the optimiser's applies, as the
@@ -107,6 +110,7 @@ std::map<std::string, std::string> run_metadata(const Flags& f, const tj::Towers
           {"batch", std::to_string(f.batch) + (f.accumulate > 1 ? " x " + std::to_string(f.accumulate) + " accumulated" : "")},
           {"seed", std::to_string(f.seed)},
           {"drop_last", f.drop_last ? "true" : "false"},
+          {"augment", f.augment ? "crop pad 2, flip" : "off"},
           {"ema", f.ema > 0 ? [&] { std::ostringstream o; o << "--ema " << f.ema; return o.str(); }() : "off (no --ema)"}};
 }
 
@@ -144,8 +148,13 @@ int train(Flags f) {
   const auto metadata = run_metadata(f, towers);
   tj::data::PipelinePosition start;
   if (f.resume) start = tj::resume_from(trainer, f.checkpoint, metadata);
-  tj::data::BatchPipeline pipeline(train_set, {.batch = f.step_batch(), .seed = f.seed, .drop_last = f.drop_last,
-                                               .min_batch = towers.size() * f.accumulate}, start);
+  tj::data::BatchPipeline pipeline(
+      train_set, {.batch = f.step_batch(), .seed = f.seed, .drop_last = f.drop_last,
+                  .min_batch = towers.size() * f.accumulate,
+                  .transform = f.augment ? tj::data::augment({.crop_pad = 2, .flip = true, .height = 28, .width = 28,
+                                                              .seed = f.seed})
+                                         : nullptr},
+      start);
   const int64_t per_epoch = pipeline.batches_per_epoch();
   const int64_t start_step = start.epoch * per_epoch + start.batch;
   const int64_t total = f.steps > 0 ? std::min(f.steps, f.epochs * per_epoch) : f.epochs * per_epoch;
@@ -163,7 +172,9 @@ int train(Flags f) {
   tj::EvalHook eval(test_set, progress, metrics ? &*metrics : nullptr, f.ema > 0, f.eval_every);
   std::optional<tj::CheckpointHook> save;
   if (!f.checkpoint.empty()) save.emplace(checkpoint_dir(f), metadata, f.checkpoint_every, 3, tj::Loc::current());
-  std::vector<tj::Hook*> hooks = {&log, &eval};
+  if (save && !f.keep_best.empty())
+    save->keep_best(eval, f.keep_best == "loss" ? tj::BestBy::test_loss : tj::BestBy::test_accuracy);
+  std::vector<tj::Hook*> hooks = {&log, &eval};  // eval before save: the best checkpoint reads its result
   if (save) hooks.push_back(&*save);
 
   tj::fit(trainer, pipeline, {.epochs = f.epochs, .max_steps = f.steps, .hooks = hooks, .accumulate = f.accumulate});
@@ -176,6 +187,9 @@ int train(Flags f) {
                 static_cast<long long>(staleness.max_staleness), static_cast<long long>(staleness.max_lead));
   }
   if (save) std::printf("checkpoint: %s\n", save->last_path().c_str());
+  if (save && !save->best_path().empty())
+    std::printf("best checkpoint: %s (test %s %.4f at step %lld)\n", save->best_path().c_str(), f.keep_best.c_str(),
+                save->best_value(), static_cast<long long>(save->best_step()));
   if (metrics) {
     for (const auto& path : tj::report::write_metrics_plots(metrics->path())) std::printf("plot: %s\n", path.c_str());
   }
@@ -231,7 +245,12 @@ int main(int argc, char** argv) {
   app.add_flag("--resume", f.resume,
                "continue from --checkpoint: a file, or a directory's newest checkpoint (an older one if it is damaged)");
   app.add_option("--metrics", f.metrics, "write JSON lines of step and evaluation metrics (and SVG plots next to it)");
-  app.add_option("--log-every", f.log_every, "log every N steps to the metrics file");
+  app.add_option("--log-every", f.log_every,
+                 "log every N steps to the metrics file (and, when the output is not a terminal, as a plain line)");
+  app.add_flag("--augment", f.augment, "augment the training images: random crop (zero padding 2) and horizontal flip");
+  app.add_option("--keep-best", f.keep_best,
+                 "with --checkpoint, also keep best.tjck: the checkpoint of the best test accuracy or loss")
+      ->check(CLI::IsMember({"accuracy", "loss"}));
   app.add_option("--trace", f.trace, "write a Chrome/Perfetto trace of the towers' work");
   app.add_flag("--drop-last", f.drop_last, "drop each epoch's last partial batch");
   app.add_flag("--check-numerics", f.check_numerics,
@@ -239,6 +258,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (f.resume && f.checkpoint.empty()) {
     std::fprintf(stderr, "fashion_mnist: --resume needs --checkpoint DIR (the directory to resume from)\n");
+    return 2;
+  }
+  if (!f.keep_best.empty() && f.checkpoint.empty()) {
+    std::fprintf(stderr, "fashion_mnist: --keep-best needs --checkpoint DIR (where best.tjck goes)\n");
     return 2;
   }
   if (!f.resume && std::filesystem::is_regular_file(f.checkpoint)) {

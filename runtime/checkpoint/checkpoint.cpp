@@ -103,6 +103,11 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& c, int kee
   return path;
 }
 
+void write_checkpoint(const std::string& path, const Checkpoint& c, Loc loc) {
+  user_check(c.step >= 0, loc) << "cannot save a checkpoint at step " << c.step << ": steps start at 0";
+  write_file_atomically(path, encode_checkpoint(c, loc), loc);
+}
+
 Checkpoint load_checkpoint(const std::string& path, Loc loc) {
   const std::string file = resolve(path, loc);
   std::error_code ec;

@@ -38,6 +38,11 @@ struct Checkpoint {
 std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep = 3,
                             Loc loc = Loc::current());
 
+// Writes `checkpoint` to the file `path` atomically (as save_checkpoint writes its files), with
+// no `latest` and no rotation: for a checkpoint kept by another rule, such as the best one.
+// Errors as save_checkpoint's.
+void write_checkpoint(const std::string& path, const Checkpoint& checkpoint, Loc loc = Loc::current());
+
 // Reads a checkpoint file, or the one a directory's `latest` names; when that one is damaged,
 // the newest older one `latest` lists that loads, with a warning on stderr naming both.
 // Errors name the file and the problem: missing (or a directory without `latest`), not a

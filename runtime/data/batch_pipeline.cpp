@@ -66,21 +66,21 @@ int64_t batches_per_epoch(int64_t size, const PipelineOptions& o) {
 }
 
 BatchPipeline::BatchPipeline(const Dataset& data, PipelineOptions options, PipelinePosition start, Loc loc)
-    : data_(data), options_(std::move(options)), batches_per_epoch_(data::batches_per_epoch(data.size(), options_)) {
+    : BatchPipeline(view_of(data, loc), std::move(options), start, loc) {}
+
+BatchPipeline::BatchPipeline(const TensorDataset& data, PipelineOptions options, PipelinePosition start, Loc loc)
+    : BatchPipeline(view_of(data), std::move(options), start, loc) {}
+
+BatchPipeline::BatchPipeline(DatasetView data, PipelineOptions options, PipelinePosition start, Loc loc)
+    : data_(std::move(data)), options_(std::move(options)),
+      batches_per_epoch_(data::batches_per_epoch(data_.size(), options_)) {
   const PipelineOptions& o = options_;
   user_check(o.batch >= 1, loc) << "batch size " << o.batch << " is not positive; use a batch of at least 1";
-  user_check(data.size() > 0, loc) << "the dataset is empty: there is nothing to make batches of; check the data "
-                                      "directory and split";
-  user_check(data.images.shape.rank() == 2 && data.images.dtype == DType::f32 &&
-                 data.images.shape[0] == data.size() && data.labels.dtype == DType::i32 &&
-                 data.labels.shape.rank() == 1,
-             loc)
-      << "the dataset's images " << dtype_name(data.images.dtype) << data.images.shape.str() << " and labels "
-      << dtype_name(data.labels.dtype) << data.labels.shape.str()
-      << " do not belong together; images must be f32 [N, features] and labels i32 [N]";
-  user_check(o.batch <= data.size(), loc)
-      << "batch size " << o.batch << " is larger than the dataset (" << count_of(data.size(), "example")
-      << "); use a batch of at most " << data.size();
+  user_check(data_.size() > 0, loc) << "the dataset is empty: there is nothing to make batches of; check the data "
+                                       "directory and split";
+  user_check(o.batch <= data_.size(), loc)
+      << "batch size " << o.batch << " is larger than the dataset (" << count_of(data_.size(), "example")
+      << "); use a batch of at most " << data_.size();
   user_check(o.min_batch >= 1 && o.min_batch <= o.batch, loc)
       << "min_batch " << o.min_batch << " must be between 1 and the batch size (" << o.batch
       << "); it drops a last partial batch smaller than it, e.g. one too small to split over the towers";
@@ -89,7 +89,7 @@ BatchPipeline::BatchPipeline(const Dataset& data, PipelineOptions options, Pipel
       << o.depth << ")";
   user_check(start.epoch >= 0 && start.batch >= 0 && start.batch < batches_per_epoch_, loc)
       << "cannot start at epoch " << start.epoch << ", batch " << start.batch << ": an epoch here has "
-      << count_of(batches_per_epoch_, "batch", "batches") << " (" << count_of(data.size(), "example") << ", batch " << o.batch
+      << count_of(batches_per_epoch_, "batch", "batches") << " (" << count_of(data_.size(), "example") << ", batch " << o.batch
       << "); was the position saved with another batch size, dataset or drop_last?";
   next_ = claimed_ = start.epoch * batches_per_epoch_ + start.batch;
   try {
@@ -168,7 +168,7 @@ Batch BatchPipeline::make(int64_t sequence, int64_t consumer_epoch) {
   const int64_t begin = b.index * options_.batch;
   const int64_t end = std::min(begin + options_.batch, data_.size());
   const std::vector<int64_t> rows(order->begin() + begin, order->begin() + end);
-  gather_batch(data_, rows, b.feeds["image"], b.feeds["label"]);
+  b.feeds = gather_rows(data_, rows);
   if (options_.transform) options_.transform(b);
   return b;
 }

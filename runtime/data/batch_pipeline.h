@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/data/fashion_mnist.h"
+#include "runtime/data/tensor_dataset.h"
 #include "runtime/host_tensor.h"
 
 namespace towerjit {
@@ -53,8 +54,11 @@ struct Batch {
   int64_t epoch = 0;             // 0-based
   int64_t index = 0;             // within the epoch, 0-based
   int64_t batches_in_epoch = 0;  // index + 1 == batches_in_epoch: the epoch's last batch
-  HostFeeds feeds;               // "image" f32 [n, features], "label" i32 [n]
-  int64_t size() const { return feeds.at("label").size(); }
+  HostFeeds feeds;               // the dataset's arrays by name ("image" f32 [n, features], "label" i32 [n], ...)
+  // The examples in the batch: the first dimension its arrays share.
+  int64_t size() const {
+    return feeds.empty() || feeds.begin()->second.shape.rank() == 0 ? 0 : feeds.begin()->second.shape[0];
+  }
 };
 
 class BatchPipeline {
@@ -68,6 +72,11 @@ class BatchPipeline {
                 Loc loc = Loc::current());
   // A temporary dataset would be gone before the workers read it.
   BatchPipeline(Dataset&&, PipelineOptions, PipelinePosition = {}, Loc = Loc::current()) = delete;
+  // The same over every array of a dataset of your own (tensor_dataset.h), each batch feeding
+  // them under their names.
+  BatchPipeline(const TensorDataset& data, PipelineOptions options, PipelinePosition start = {},
+                Loc loc = Loc::current());
+  BatchPipeline(TensorDataset&&, PipelineOptions, PipelinePosition = {}, Loc = Loc::current()) = delete;
   // Stops and joins the workers promptly, even when they wait on a full queue.
   ~BatchPipeline();
   BatchPipeline(const BatchPipeline&) = delete;
@@ -88,12 +97,13 @@ class BatchPipeline {
     Batch batch;
     std::exception_ptr error;
   };
+  BatchPipeline(DatasetView data, PipelineOptions options, PipelinePosition start, Loc loc);
   void work();
   void stop();
   Batch make(int64_t sequence, int64_t consumer_epoch);
   std::shared_ptr<const std::vector<int64_t>> order_for(int64_t epoch, int64_t consumer_epoch);
 
-  const Dataset& data_;
+  const DatasetView data_;  // the arrays, not owned
   const PipelineOptions options_;
   const int64_t batches_per_epoch_;
 

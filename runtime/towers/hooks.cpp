@@ -1,6 +1,7 @@
 #include "runtime/towers/hooks.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +30,12 @@ void LogHook::after_step(TowerTrainer&, const StepEvent& e) {
   examples_ += e.examples;
   seconds_ += e.examples / e.samples_per_s;
   progress_.update(e.epoch + 1, e.step, e.loss, e.samples_per_s);
+  // Without a terminal there is no bar: a plain line now and then, so a log shows progress
+  // before the epoch ends.
+  if (!progress_.interactive() && e.step % every_ == 0)
+    progress_.line(format("step %lld, epoch %lld: loss %.4f, %.0f samples/s, lr %.4g",
+                          static_cast<long long>(e.step), static_cast<long long>(e.epoch + 1), e.loss,
+                          e.samples_per_s, e.learning_rate));
   if (metrics_ && e.step % every_ == 0)
     metrics_->log_step({.step = e.step, .epoch = e.epoch + 1, .loss = e.loss, .lr = e.learning_rate,
                         .samples_per_s = e.samples_per_s});
@@ -44,8 +51,19 @@ void LogHook::after_epoch(TowerTrainer&, const StepEvent& e) {
 
 EvalHook::EvalHook(const data::Dataset& test, report::Progress& progress, report::MetricsWriter* metrics,
                    bool ema_weights, int64_t every)
-    : test_(test), test_images_{{"image", test.images}}, progress_(progress), metrics_(metrics),
+    : test_inputs_{{"image", test.images}}, test_labels_(test.labels), progress_(progress), metrics_(metrics),
       ema_weights_(ema_weights), every_(every) {}
+
+EvalHook::EvalHook(const data::TensorDataset& test, report::Progress& progress, report::MetricsWriter* metrics,
+                   bool ema_weights, int64_t every, Loc loc)
+    : test_inputs_(test.inputs()), test_labels_(test.labels(loc)), progress_(progress), metrics_(metrics),
+      ema_weights_(ema_weights), every_(every) {
+  user_check(test_labels_.dtype == DType::i32 && test_labels_.shape.rank() == 1, loc)
+      << "EvalHook: the label array \"" << test.label_name() << "\" is " << dtype_name(test_labels_.dtype)
+      << test_labels_.shape.str() << "; evaluation scores class indices, i32 [N]";
+  user_check(!test_inputs_.empty(), loc)
+      << "EvalHook: the dataset holds only its label array \"" << test.label_name() << "\"; add the model's inputs";
+}
 
 void EvalHook::after_step(TowerTrainer& trainer, const StepEvent& e) {
   if (every_ > 0 && e.step % every_ == 0) evaluate(trainer, e);
@@ -64,7 +82,7 @@ bool EvalHook::uses_trainer_at(const StepEvent& e) const {
 }
 
 void EvalHook::evaluate(TowerTrainer& trainer, const StepEvent& e) {
-  last_ = trainer.evaluate(test_images_, test_.labels, ema_weights_);
+  last_ = trainer.evaluate(test_inputs_, test_labels_, ema_weights_);
   evaluated_at_ = e.step;
   progress_.line(format("epoch %lld, step %lld: test accuracy %.4f, test loss %.4f%s",
                         static_cast<long long>(e.epoch + 1), static_cast<long long>(e.step),
@@ -78,7 +96,14 @@ CheckpointHook::CheckpointHook(std::string dir, std::map<std::string, std::strin
                                int64_t every, int keep, Loc loc)
     : dir_(std::move(dir)), metadata_(std::move(metadata)), every_(every), keep_(keep), loc_(loc) {}
 
-void CheckpointHook::begin(TowerTrainer&, const data::PipelinePosition&) {
+const char* best_by_name(BestBy metric) { return metric == BestBy::test_accuracy ? "test_accuracy" : "test_loss"; }
+
+void CheckpointHook::keep_best(const EvalHook& eval, BestBy metric) {
+  best_of_ = &eval;
+  best_by_ = metric;
+}
+
+void CheckpointHook::begin(TowerTrainer&, const data::PipelinePosition& start) {
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   const std::string probe = dir_ + "/.towerjit-write-probe";
@@ -88,16 +113,59 @@ void CheckpointHook::begin(TowerTrainer&, const data::PipelinePosition&) {
                                  << "; choose a checkpoint directory you can write";
   std::fclose(f);
   std::filesystem::remove(probe, ec);
+  // A resumed run competes with the best its earlier part kept; a fresh run starts over.
+  const std::string best = dir_ + "/best.tjck";
+  if (best_of_ && start != data::PipelinePosition{} && std::filesystem::exists(best, ec)) {
+    const Checkpoint kept = load_checkpoint(best, loc_);
+    const auto metric = kept.metadata.find("best_metric"), value = kept.metadata.find("best_value");
+    if (metric != kept.metadata.end() && metric->second == best_by_name(best_by_) && value != kept.metadata.end()) {
+      have_best_ = true;
+      best_value_ = std::stod(value->second);
+      const auto step = kept.metadata.find("best_step");
+      best_step_ = step == kept.metadata.end() ? -1 : std::stoll(step->second);
+    }
+  }
 }
 
 void CheckpointHook::after_step(TowerTrainer& trainer, const StepEvent& e) {
   if (every_ > 0 && e.step % every_ == 0) save(trainer, e);
+  consider_best(trainer, e);
 }
 
-void CheckpointHook::after_epoch(TowerTrainer& trainer, const StepEvent& e) { save(trainer, e); }
+void CheckpointHook::after_epoch(TowerTrainer& trainer, const StepEvent& e) {
+  // EvalHook evaluates after every epoch: if it has not yet, it runs after this hook.
+  user_check(!best_of_ || best_of_->evaluated_at() == e.step, loc_)
+      << "CheckpointHook keeps the best checkpoint by the EvalHook's " << best_by_name(best_by_)
+      << ", but runs before that EvalHook; list the EvalHook before the CheckpointHook in FitOptions::hooks";
+  save(trainer, e);
+  consider_best(trainer, e);
+}
 
 void CheckpointHook::end(TowerTrainer& trainer, const StepEvent& last) {
   if (last.step != saved_at_ && last.step > 0) save(trainer, last);
+  consider_best(trainer, last);
+}
+
+void CheckpointHook::consider_best(TowerTrainer& trainer, const StepEvent& e) {
+  if (!best_of_ || best_of_->evaluated_at() != e.step || best_considered_at_ == e.step) return;
+  best_considered_at_ = e.step;
+  const double value =
+      best_by_ == BestBy::test_accuracy ? best_of_->last().accuracy : best_of_->last().loss;
+  const bool better = best_by_ == BestBy::test_accuracy ? value > best_value_ : value < best_value_;
+  if (have_best_ && !better) return;  // (a NaN is never better)
+  if (!have_best_ && std::isnan(value)) return;
+  std::map<std::string, std::string> metadata = metadata_;
+  metadata["best_metric"] = best_by_name(best_by_);
+  metadata["best_value"] = format("%.17g", value);
+  metadata["best_step"] = std::to_string(e.step);
+  metadata["best_weights"] = best_of_->ema_weights() ? "ema" : "trained";
+  best_path_ = dir_ + "/best.tjck";
+  write_checkpoint(best_path_, {.step = trainer.applies(), .position = e.next, .variables = trainer.variables(),
+                                .metadata = std::move(metadata)},
+                   loc_);
+  have_best_ = true;
+  best_value_ = value;
+  best_step_ = e.step;
 }
 
 std::string CheckpointHook::kept_state() const {
@@ -105,7 +173,7 @@ std::string CheckpointHook::kept_state() const {
 }
 
 bool CheckpointHook::uses_trainer_at(const StepEvent& e) const {
-  return epoch_ends(e) || (every_ > 0 && e.step % every_ == 0);
+  return epoch_ends(e) || (every_ > 0 && e.step % every_ == 0) || (best_of_ && best_of_->uses_trainer_at(e));
 }
 
 namespace {

@@ -184,5 +184,33 @@ damaged_checkpoint)
 mismatched_checkpoint)
   "$bin" $small --steps 2 --checkpoint "$work/e" >/dev/null || fail "run"
   expect_error "--steps 24 --batch 64 --hidden 48 --checkpoint $work/e --resume" "model" "MLP 784-32-32-10" "MLP 784-48-48-10" ;;
+keep_best_checkpoint)
+  # --keep-best accuracy: best.tjck holds the evaluation with the highest test accuracy, with its
+  # value in the metadata, and survives the rotation of the regular checkpoints.
+  "$bin" $small --eval-every 6 --checkpoint-every 4 --checkpoint "$work/k" --keep-best accuracy \
+    --metrics "$work/k.jsonl" >"$work/out" || fail "run"
+  [ -f "$work/k/best.tjck" ] || fail "no best.tjck in $(ls "$work/k")"
+  [ "$(ls "$work/k" | grep -c '^ckpt-')" = 3 ] || fail "the rotation should keep 3 regular checkpoints: $(ls "$work/k")"
+  best=$(grep '"kind":"eval"' "$work/k.jsonl" | sed 's/.*"test_accuracy":\([^,]*\),.*/\1/' | sort -g | tail -1)
+  grep -q "best checkpoint: $work/k/best.tjck (test accuracy " "$work/out" || { cat "$work/out"; fail "no best line"; }
+  printed=$(sed -n 's/^best checkpoint: .*(test accuracy \([0-9.]*\) at step.*/\1/p' "$work/out")
+  awk -v a="$best" -v b="$printed" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-4) }' ||
+    fail "best.tjck has accuracy $printed, the best evaluation was $best"
+  grep -qa "best_metric" "$work/k/best.tjck" && grep -qa "test_accuracy" "$work/k/best.tjck" ||
+    fail "best.tjck's metadata does not name its metric"
+  expect_error "$small --keep-best loss" "--keep-best needs --checkpoint" ;;
+plain_log_lines)
+  # Output to a file, not a terminal: a plain line every --log-every steps, before the epoch ends.
+  "$bin" --steps 12 --batch 64 --hidden 32 --log-every 4 >"$work/log" 2>&1 || { cat "$work/log"; fail "run"; }
+  steps=$(sed -n 's/^step \([0-9]*\), epoch 1: loss [0-9.]*, [0-9]* samples\/s, lr 0.001$/\1/p' "$work/log" | tr '\n' ' ')
+  [ "$steps" = "4 8 12 " ] || { cat "$work/log"; fail "plain lines at steps \"$steps\", expected 4 8 12"; }
+  if grep -q "$(printf '\r')" "$work/log"; then fail "a progress bar was drawn into a file"; fi ;;
+augment)
+  # --augment trains on cropped and flipped images: other losses than without it, the same twice.
+  "$bin" $small --augment --metrics "$work/a1.jsonl" >/dev/null || fail "augmented run"
+  "$bin" $small --augment --metrics "$work/a2.jsonl" >/dev/null || fail "second augmented run"
+  "$bin" $small --metrics "$work/plain.jsonl" >/dev/null || fail "plain run"
+  [ "$(loss_at "$work/a1.jsonl" 24)" = "$(loss_at "$work/a2.jsonl" 24)" ] || fail "augmentation is not reproducible"
+  [ "$(loss_at "$work/a1.jsonl" 2)" != "$(loss_at "$work/plain.jsonl" 2)" ] || fail "--augment changed nothing" ;;
 *) fail "unknown case $case_name" ;;
 esac
