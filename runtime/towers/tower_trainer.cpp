@@ -195,23 +195,35 @@ HostFeeds TowerTrainer::all_reduce(const std::vector<std::vector<HostTensor>>& o
 }
 
 std::vector<TowerTrainer::ProgramView> TowerTrainer::programs() const {
+  // Named by role within this trainer: a program's dump stem may carry a suffix other trainers
+  // of the process caused (tower_step_2), and the towers' copies of one program are one.
   std::vector<ProgramView> out;
-  auto add = [&](const std::string& name, std::string runs, const Graph& g, const kir::Program& p) {
-    for (const ProgramView& v : out)
-      if (v.name == name) return;
-    out.push_back({name, std::move(runs), &g, &p});
+  std::vector<const kir::Program*> seen;
+  std::map<std::string, int> per_role;
+  auto add = [&](const std::string& stem, std::string runs, const Graph& g, const kir::Program& p) {
+    if (std::find(seen.begin(), seen.end(), &p) != seen.end()) return;
+    seen.push_back(&p);
+    std::string role = stem;
+    if (const size_t cut = stem.find_last_of('_'); cut != std::string::npos && cut + 1 < stem.size() &&
+        stem.find_first_not_of("0123456789", cut + 1) == std::string::npos)
+      role = stem.substr(0, cut);
+    const int n = ++per_role[role];
+    out.push_back({n == 1 ? role : role + "_" + std::to_string(n), std::move(runs), &g, &p});
   };
-  for (const auto& t : tower_programs_)
-    add(t->name(), "every tower, on its slice of each batch: the loss and the gradients", t->lowered_graph(), t->program());
+  const auto& first_tower = tower_programs_.front();
+  add(first_tower->name(), "every tower, on its slice of each batch: the loss and the gradients",
+      first_tower->lowered_graph(), first_tower->program());
   const std::string apply_runs = is_async(towers_.reduction()) ? "after each tower's step, on its own gradients"
                                                                : "once per step per copy of the variables, on the reduced gradients";
-  for (const auto& a : apply_programs_) add(a->name(), apply_runs, a->lowered_graph(), a->program());
+  if (!apply_programs_.empty())
+    add(apply_programs_[0]->name(), apply_runs, apply_programs_[0]->lowered_graph(), apply_programs_[0]->program());
   if (on_gpus_)
     for (const CudaProgram* p : on_gpus_->programs())
-      add(p->name(), p->name() == "apply" ? apply_runs : "on each GPU, summing its towers' or the GPUs' values",
+      add(p->name(), p->name().starts_with("apply") ? apply_runs : "on each GPU, summing its towers' or the GPUs' values",
           p->lowered_graph(), p->program());
-  for (const auto& p : predict_programs_)
-    add(p->name(), "predict() and evaluate(), on every tower's slice, in inference", p->lowered_graph(), p->program());
+  if (!predict_programs_.empty())
+    add(predict_programs_[0]->name(), "predict() and evaluate(), on every tower's slice, in inference",
+        predict_programs_[0]->lowered_graph(), predict_programs_[0]->program());
   return out;
 }
 

@@ -84,9 +84,17 @@ TEST_CASE("TOWERJIT_DUMP on CPU towers writes the LLVM IR, the CUDA and the inde
   ::setenv("TOWERJIT_DUMP", dir.str().c_str(), 1);
   const Model m = bn_dropout_model();
   ::unsetenv("TOWERJIT_DUMP");
+  // Other programs of these names compiled earlier in this process make the stems <name>_N.
+  auto written = [&](const std::string& program, const std::string& ext) {
+    for (const auto& f : fs::directory_iterator(dir.path)) {
+      const std::string name = f.path().filename().string();
+      if (name.starts_with(program) && name.ends_with(ext)) return true;
+    }
+    return false;
+  };
   for (const char* program : {"tower_step", "apply", "predict"}) {
     INFO(program);
-    for (const char* ext : {".ll", ".cu", ".index.json", ".kir"}) CHECK(fs::exists(dir.path / (std::string(program) + ext)));
+    for (const char* ext : {".ll", ".cu", ".index.json", ".kir"}) CHECK(written(program, ext));
   }
 }
 
