@@ -130,6 +130,21 @@ std::string emulator_library() {
 #endif
   return "libtowerjit_cuda_emulator.so";
 }
+bool mpi_enabled() { return switched_on("TOWERJIT_MPI"); }
+std::string mpi_library() {
+  if (auto v = read("TOWERJIT_MPI_LIBRARY")) return *v;
+#ifdef TOWERJIT_BUILT_MPI_PLUGIN
+  if (std::filesystem::exists(TOWERJIT_BUILT_MPI_PLUGIN)) return TOWERJIT_BUILT_MPI_PLUGIN;
+#endif
+  return "libtowerjit_mpi.so";
+}
+bool deterministic_layout() {
+  const std::string v = lower(read("TOWERJIT_DETERMINISTIC").value_or(""));
+  if (v.empty() || v == "off" || v == "0" || v == "false" || v == "no") return false;
+  if (v == "layout") return true;
+  throw Error("towerjit: TOWERJIT_DETERMINISTIC=" + v + " is not a mode; use \"layout\" (bitwise the same whatever "
+              "the split of the towers into processes) or \"off\"");
+}
 std::optional<std::string> cuda_home() { return read("CUDA_HOME"); }
 
 }  // namespace towerjit::knobs

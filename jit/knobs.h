@@ -62,6 +62,23 @@ bool nccl_enabled();
 // PyTorch DDP. 0 puts every gradient in a bucket of its own. Default: 25.
 double bucket_mb();
 
+// TOWERJIT_MPI: "off" (also "0", "false", "no") makes a process launched by mpirun or srun
+// run alone, as if started by hand, ignoring the launcher's environment. Default: on — a
+// process whose environment says a launcher started it joins that launch's world over MPI
+// (runtime/dist/world.h).
+bool mpi_enabled();
+
+// TOWERJIT_MPI_LIBRARY: the MPI transport plugin (libtowerjit_mpi.so). Default: the one this
+// build made, else the loader's search path.
+std::string mpi_library();
+
+// TOWERJIT_DETERMINISTIC: "layout" makes sync training give bitwise the same result whatever
+// the split of the towers into processes (1x4, 2x2, 4x1): every tower's gradients are gathered
+// and summed in global tower order, at P/2 times a ring all-reduce's traffic (docs/
+// distributed.md). "off" or unset: each process sums its towers, then the processes
+// all-reduce (bitwise reproducible for a fixed layout only). Another value is an error.
+bool deterministic_layout();
+
 // TOWERJIT_CACHE_DIR: puts the compile cache in this directory instead of the default
 // (tests point it at a fresh temporary directory). Unset or empty: not set.
 std::optional<std::string> cache_dir_override();

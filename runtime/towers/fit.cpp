@@ -59,7 +59,7 @@ class Loop {
     e.epoch = batch.epoch;
     e.batch_in_epoch = batch.index;
     e.batches_per_epoch = batch.batches_in_epoch;
-    e.examples = batch.size();
+    e.examples = batch.whole_size();
     return {std::move(batch), e};
   }
 
@@ -126,7 +126,8 @@ void fit_stepwise(TowerTrainer& trainer, Loop& loop, Loc loc) {
   while (!loop.done()) {
     auto [batch, event] = loop.next();
     const auto start = Clock::now();
-    const TowerTrainer::StepResult result = trainer.step(batch.feeds, {.check_loss = false}, loc);
+    const TowerTrainer::StepResult result =
+        trainer.step(batch.feeds, {.check_loss = false, .whole_batch = batch.whole}, loc);
     event.seconds = seconds_since(start);
     event.loss = result.loss;
     event.learning_rate = result.learning_rate;

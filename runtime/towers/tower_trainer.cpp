@@ -13,6 +13,7 @@
 #include "runtime/report/trace.h"
 #include "runtime/towers/async_towers.h"
 #include "runtime/towers/gpu_resident_sync.h"
+#include "runtime/towers/gradient_buckets.h"
 #include "runtime/towers/non_finite_inputs.h"
 
 namespace towerjit {
@@ -48,6 +49,21 @@ std::vector<std::vector<int>> cores_of_towers(const Towers& towers) {
   return out;
 }
 
+// What every rank of a world must agree on before training together: the model (its graph's
+// text, source lines included), the strategy but its devices, the optimiser and the options.
+std::map<std::string, std::string> trainer_settings(const Graph& graph, const Towers& towers,
+                                                    const Optimizer& optimizer, const TowerTrainerOptions& options) {
+  std::string ema = "off";
+  if (options.ema) ema = "decay " + std::to_string(options.ema->decay);
+  return {{"model (graph hash)", dist::text_hash(graph.str())},
+          {"strategy", "split=" + to_string(towers.split_policy()) + " reduce=" + to_string(towers.reduction()) +
+                           (is_async(towers.reduction()) ? "" : " variant=" + to_string(towers.sync_variant()))},
+          {"optimizer", optimizer.str()},
+          {"seed", std::to_string(options.seed)},
+          {"ema", ema},
+          {"TOWERJIT_DETERMINISTIC", knobs::deterministic_layout() ? "layout" : "off"}};
+}
+
 // Trace rows: towers 0..N-1, then the reduction, then each replica's apply.
 constexpr int kReduceRow = 1000;
 constexpr int kApplyRow = 1001;
@@ -57,10 +73,20 @@ constexpr int kApplyRow = 1001;
 TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optimizer& optimizer,
                            TowerTrainerOptions options, Loc loc)
     : towers_(std::move(towers)),
+      world_(&dist::world(loc)),
+      layout_(dist::world_layout(towers_.size(), loc)),
+      deterministic_layout_(knobs::deterministic_layout()),
       has_ema_(options.ema.has_value()),
       tower_cores_(cores_of_towers(towers_)),
       pinned_(knobs::pin_towers()),
       threads_(towers_.size(), pinned_ ? tower_cores_ : std::vector<std::vector<int>>{}) {
+  if (world_->size() > 1) {
+    // Every rank checks, before compiling anything, that the others build the same trainer.
+    dist::check_agreement(trainer_settings(graph, towers_, optimizer, options), loc);
+    user_check(!is_async(towers_.reduction()), loc)
+        << dist::rank_prefix() << "async towers across processes (" << world_->size()
+        << " processes) are not built yet; run async towers in one process, or use --strategy sync or sync-ps";
+  }
   const TowerProgram program = build_tower_program(graph, loss, optimizer, options.ema, loc);
   model_updates_ = program.model_updates;
   gradient_inputs_ = program.gradient_inputs;
@@ -86,6 +112,9 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   bool all_gpus = true;
   for (const Device& d : towers_.devices()) all_gpus = all_gpus && d.kind == DeviceKind::gpu;
   const bool on_gpus = all_gpus && !is_async(towers_.reduction()) && knobs::gpu_variables();
+  user_check(!on_gpus || world_->size() == 1, loc)
+      << dist::rank_prefix() << "TOWERJIT_GPU_VARIABLES=on across processes is not built yet; unset it: the GPU "
+      << "towers of each process then reduce on the host, and the processes over MPI";
   const bool replicated =
       !is_async(towers_.reduction()) && towers_.sync_variant() == SyncVariant::replicated && !on_gpus;
   const int replicas = replicated ? towers_.size() : 1;
@@ -155,36 +184,48 @@ std::vector<HostFeeds> TowerTrainer::slice_batch(const HostFeeds& batch,
 }
 
 // The in-process all-reduce: sum_i w_i g_i for every gradient, accumulated in double in tower
-// order (so a sync step is bitwise reproducible). The gradients' elements are cut into one
-// contiguous range per tower thread, which reduces its range for all towers.
+// order (so a sync step is bitwise reproducible).
 HostFeeds TowerTrainer::all_reduce(const std::vector<std::vector<HostTensor>>& outputs,
                                    const std::vector<double>& weights) {
-  const size_t n = outputs.size();
   std::vector<HostTensor> reduced;
-  std::vector<int64_t> starts = {0};  // each gradient's first element in the flat order
+  std::vector<int> which;
+  std::vector<float*> into;
+  for (size_t v = 0; v < gradient_inputs_.size(); ++v) reduced.emplace_back(outputs[0][v + 1].shape);
   for (size_t v = 0; v < gradient_inputs_.size(); ++v) {
-    reduced.emplace_back(outputs[0][v + 1].shape);
-    starts.push_back(starts.back() + reduced.back().size());
+    which.push_back(static_cast<int>(v));
+    into.push_back(reduced[v].f32.data());
   }
-  const int64_t total = starts.back();
-  threads_.parallel_for(threads_.size(), [&](int64_t first, int64_t last) {
-    const int64_t begin = total * first / threads_.size(), end = total * last / threads_.size();
-    size_t v = std::upper_bound(starts.begin(), starts.end(), begin) - starts.begin() - 1;
-    for (int64_t flat = begin; flat < end; ++v) {
-      const int64_t stop = std::min(end, starts[v + 1]);
-      float* out = reduced[v].f32.data();
-      for (int64_t k = flat - starts[v]; k < stop - starts[v]; ++k) {
-        double sum = 0;
-        for (size_t t = 0; t < n; ++t) sum += weights[t] * outputs[t][v + 1].f32[k];
-        out[k] = static_cast<float>(sum);
-      }
-      flat = stop;
-    }
-  });
+  reduce_gradients(outputs, weights, which, into);
   HostFeeds feeds;
   for (size_t v = 0; v < gradient_inputs_.size(); ++v) feeds[gradient_inputs_[v]] = std::move(reduced[v]);
   feeds[TowerProgram::gradient_scale] = scalar(1.0);  // the weights are in the sum
   return feeds;
+}
+
+// The gradients' elements are cut into one contiguous range per tower thread, which reduces its
+// range for all towers.
+void TowerTrainer::reduce_gradients(const std::vector<std::vector<HostTensor>>& outputs,
+                                    const std::vector<double>& weights, const std::vector<int>& which,
+                                    const std::vector<float*>& into) {
+  const size_t n = outputs.size();
+  std::vector<int64_t> starts = {0};  // each gradient's first element in the flat order
+  for (int v : which) starts.push_back(starts.back() + outputs[0][v + 1].size());
+  const int64_t total = starts.back();
+  threads_.parallel_for(threads_.size(), [&](int64_t first, int64_t last) {
+    const int64_t begin = total * first / threads_.size(), end = total * last / threads_.size();
+    size_t k = std::upper_bound(starts.begin(), starts.end(), begin) - starts.begin() - 1;
+    for (int64_t flat = begin; flat < end; ++k) {
+      const int64_t stop = std::min(end, starts[k + 1]);
+      const int v = which[k];
+      float* out = into[k];
+      for (int64_t e = flat - starts[k]; e < stop - starts[k]; ++e) {
+        double sum = 0;
+        for (size_t t = 0; t < n; ++t) sum += weights[t] * outputs[t][v + 1].f32[e];
+        out[e] = static_cast<float>(sum);
+      }
+      flat = stop;
+    }
+  });
 }
 
 void TowerTrainer::set_trace(report::Trace* trace) {
@@ -237,7 +278,7 @@ void TowerTrainer::write_model_updates(const std::vector<std::vector<HostTensor>
 TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, Loc loc) { return step(batch, {}, loc); }
 
 TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, StepOptions options, Loc loc) {
-  StepResult result = train_step(batch, loc);
+  StepResult result = train_step(batch, options.whole_batch, loc);
   if (options.check_loss && !std::isfinite(result.loss)) {
     const std::string bad = first_non_finite_input(batch);
     user_check(false, loc) << "step: the loss is " << (std::isnan(result.loss) ? "NaN" : "infinite") << " at apply "
@@ -250,20 +291,42 @@ TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, StepOptions 
   return result;
 }
 
-TowerTrainer::StepResult TowerTrainer::train_step(const HostFeeds& batch, Loc loc) {
+std::pair<int64_t, int64_t> TowerTrainer::own_rows(int64_t batch, Loc loc) const {
+  const std::vector<int64_t> slices = split_batch(batch, layout_.towers(), towers_.split_policy(), loc);
+  int64_t first = 0, count = 0;
+  for (int t = 0; t < layout_.first_tower; ++t) first += slices[t];
+  for (int t = 0; t < layout_.own(); ++t) count += slices[layout_.first_tower + t];
+  return {first, count};
+}
+
+TowerTrainer::StepResult TowerTrainer::train_step(const HostFeeds& batch, int64_t whole_batch, Loc loc) {
   user_check(!batch.empty(), loc) << "step: no inputs fed; feed the model's inputs with the batch";
-  const int64_t examples = batch.begin()->second.shape.rank() ? batch.begin()->second.shape[0] : 0;
+  const int64_t rows = batch.begin()->second.shape.rank() ? batch.begin()->second.shape[0] : 0;
   for (const auto& [name, t] : batch)
-    user_check(t.shape.rank() > 0 && t.shape[0] == examples, loc)
+    user_check(t.shape.rank() > 0 && t.shape[0] == rows, loc)
         << "step: input \"" << name << "\" has " << count_of(t.shape.rank() ? t.shape[0] : 0, "example")
-        << " but \"" << batch.begin()->first << "\" has " << examples
+        << " but \"" << batch.begin()->first << "\" has " << rows
         << "; feed every input the same batch";
+  // The world's split of the whole batch; this process trains its towers' slices.
+  const int64_t examples = whole_batch > 0 ? whole_batch : rows;
   StepResult result;
-  result.slices = towers_.slices(examples, loc);
-  const std::vector<double> weights = towers_.weights(examples, loc);
-  const std::vector<HostFeeds> feeds = slice_batch(batch, result.slices, loc);
+  result.slices = split_batch(examples, layout_.towers(), towers_.split_policy(), loc);
+  const std::vector<double> all_weights = reduction_weights(result.slices, towers_.reduction(), loc);
+  const int n = towers_.size(), first = layout_.first_tower;
+  const std::vector<int64_t> own_slices(result.slices.begin() + first, result.slices.begin() + first + n);
+  const std::vector<double> weights(all_weights.begin() + first, all_weights.begin() + first + n);
+  const auto [own_first, own_count] = own_rows(examples, loc);
+  if (whole_batch > 0) {
+    user_check(rows == own_count, loc)
+        << dist::rank_prefix() << "step: fed " << count_of(rows, "example") << " as this process's part of a batch of "
+        << examples << ", but its towers' slices hold " << own_count << " (rows " << own_first << " to "
+        << own_first + own_count - 1 << "); feed TowerTrainer::own_rows() of each batch";
+  }
+  std::vector<int64_t> cut = own_slices;
+  if (whole_batch == 0 && own_first > 0) cut.insert(cut.begin(), own_first);  // the other processes' rows
+  std::vector<HostFeeds> feeds = slice_batch(batch, cut, loc);
+  if (whole_batch == 0 && own_first > 0) feeds.erase(feeds.begin());
   if (on_gpus_) return step_on_gpus(feeds, std::move(result), weights, examples);
-  const int n = towers_.size();
   std::vector<std::vector<HostTensor>> outputs(n);
   const bool async = is_async(towers_.reduction());
   const uint64_t step_key = static_cast<uint64_t>(applies_);
@@ -274,38 +337,147 @@ TowerTrainer::StepResult TowerTrainer::train_step(const HostFeeds& batch, Loc lo
       own[t] = compute_and_apply(t, feeds[t], weights[t]);
       return;
     }
-    // Dropout masks differ between towers and steps (and repeat on a resumed run).
+    // Dropout masks differ between towers and steps (and repeat on a resumed run); keyed by the
+    // world's tower index, so a tower draws the same masks in whichever process it runs.
     report::Trace::Span compute = traced("forward+backward", "compute", t);
-    compute.arg("examples", result.slices[t]);
-    outputs[t] = tower_programs_[t]->run(feeds[t], variables_of(t), step_key * kMaxTowers + t);
+    compute.arg("examples", own_slices[t]);
+    outputs[t] = tower_programs_[t]->run(feeds[t], variables_of(t), step_key * kMaxTowers + first + t);
   });
   if (async) {
     const auto last = std::max_element(own.begin(), own.end(),
                                        [](const OwnApply& a, const OwnApply& b) { return a.applied_at < b.applied_at; });
     result.learning_rate = last->learning_rate;
-    for (int t = 0; t < n; ++t) result.loss += static_cast<double>(result.slices[t]) / examples * own[t].loss;
+    for (int t = 0; t < n; ++t) result.loss += static_cast<double>(own_slices[t]) / examples * own[t].loss;
     return result;
   }
   report::Trace::Span reduce = traced("all-reduce", "communication", kReduceRow);
-  const HostFeeds gradients = all_reduce(outputs, weights);
+  Reduced reduced = reduce_over_world(std::move(outputs), result.slices, all_weights, examples);
   reduce.end();
-  std::vector<int> all(n);
-  for (int t = 0; t < n; ++t) all[t] = t;
-  std::vector<double> by_slice(n);
-  for (int t = 0; t < n; ++t) by_slice[t] = static_cast<double>(result.slices[t]) / examples;
   // Every replica applies the same reduced gradient (replicated), or the one copy does.
   const int replicas = static_cast<int>(replicas_.size());
   std::vector<double> rates(replicas);
   on_tower_threads(replicas, [&](int r) {
     report::Trace::Span span = traced("apply", "apply", kApplyRow + r);
-    rates[r] = apply(gradients, r);
-    write_model_updates(outputs, by_slice, all, replicas_[r]);
+    rates[r] = apply(reduced.gradients, r);
+    for (size_t u = 0; u < model_updates_.size(); ++u)
+      replicas_[r].at(model_updates_[u].variable) = reduced.model_updates[u];
   });
   result.learning_rate = rates[0];
   ++applies_;
-  for (int t = 0; t < n; ++t)
-    result.loss += static_cast<double>(result.slices[t]) / examples * outputs[t][0].f32[0];
+  result.loss = reduced.loss;
   return result;
+}
+
+// Every tower's outputs in world tower order: this process's are packed (loss, gradients, model
+// updates; all f32), gathered from every rank, and unpacked in rank order.
+std::vector<std::vector<HostTensor>> TowerTrainer::gather_towers(const std::vector<std::vector<HostTensor>>& outputs) {
+  const std::vector<HostTensor>& shapes = outputs[0];
+  int64_t per_tower = 0;
+  for (const HostTensor& t : shapes) per_tower += t.size();
+  std::vector<char> mine(outputs.size() * per_tower * sizeof(float));
+  char* at = mine.data();
+  for (const auto& tower : outputs)
+    for (const HostTensor& t : tower) {
+      std::memcpy(at, t.f32.data(), t.size() * sizeof(float));
+      at += t.size() * sizeof(float);
+    }
+  const std::vector<std::vector<char>> all = world_->all_gather(mine);
+  std::vector<std::vector<HostTensor>> out;
+  for (const std::vector<char>& rank : all)
+    for (const char* from = rank.data(); from < rank.data() + rank.size();) {
+      std::vector<HostTensor>& tower = out.emplace_back();
+      for (const HostTensor& s : shapes) {
+        HostTensor& t = tower.emplace_back(s.shape, s.dtype);
+        std::memcpy(t.f32.data(), from, t.size() * sizeof(float));
+        from += t.size() * sizeof(float);
+      }
+    }
+  return out;
+}
+
+TowerTrainer::Reduced TowerTrainer::reduce_over_world(std::vector<std::vector<HostTensor>> outputs,
+                                                      const std::vector<int64_t>& slices,
+                                                      const std::vector<double>& weights, int64_t examples) {
+  const bool shared = world_->size() > 1;
+  if (shared && deterministic_layout_) outputs = gather_towers(outputs);
+  // The towers `outputs` holds: this process's, or (gathered) the world's.
+  const int first = static_cast<int>(outputs.size()) == layout_.towers() ? 0 : layout_.first_tower;
+  const size_t n = outputs.size();
+  std::vector<double> w(weights.begin() + first, weights.begin() + first + n), by_slice(n);
+  for (size_t t = 0; t < n; ++t) by_slice[t] = static_cast<double>(slices[first + t]) / examples;
+  Reduced r;
+  const size_t gradients = gradient_inputs_.size(), updates_at = 1 + gradients;
+  for (size_t u = 0; u < model_updates_.size(); ++u) {
+    HostTensor& value = r.model_updates.emplace_back(outputs[0][updates_at + u].shape);
+    for (int64_t k = 0; k < value.size(); ++k) {
+      double sum = 0;
+      for (size_t t = 0; t < n; ++t) sum += by_slice[t] * outputs[t][updates_at + u].f32[k];
+      value.f32[k] = static_cast<float>(sum);
+    }
+  }
+  for (size_t t = 0; t < n; ++t) r.loss += by_slice[t] * outputs[t][0].f32[0];
+  if (!shared || deterministic_layout_) {
+    r.gradients = all_reduce(outputs, w);
+    return r;
+  }
+  // Across processes: this process's sum of each bucket, then an all-reduce of it, started as
+  // soon as it is summed, so the next bucket is summed here while the last one travels. Every
+  // rank has the same buckets in the same order (they depend on the shapes alone).
+  if (buckets_.empty()) {
+    std::vector<int> ready(gradients);
+    std::vector<int64_t> bytes(gradients);
+    for (size_t v = 0; v < gradients; ++v) {
+      ready[v] = static_cast<int>(gradients - v);  // the backward pass finishes the last layers first
+      bytes[v] = outputs[0][v + 1].size() * static_cast<int64_t>(sizeof(float));
+    }
+    const int64_t cap = static_cast<int64_t>(knobs::bucket_mb() * (1 << 20));
+    buckets_ = plan_buckets(ready, bytes, cap, std::min<int64_t>(cap, 1 << 20));
+  }
+  std::vector<HostTensor> reduced(gradients);
+  for (size_t v = 0; v < gradients; ++v) reduced[v] = HostTensor(outputs[0][v + 1].shape);
+  dist::Transport::Ticket last = 0;
+  try {
+    // A bucket of one gradient is summed and sent in place; a larger one through a flat buffer.
+    std::vector<std::vector<float>> flat(buckets_.size());
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const std::vector<int>& bucket = buckets_[b];
+      std::vector<float*> into;
+      if (bucket.size() == 1) {
+        into.push_back(reduced[bucket[0]].f32.data());
+      } else {
+        int64_t total = 0;
+        for (int v : bucket) total += reduced[v].size();
+        flat[b].resize(total);
+        for (int64_t at = 0; int v : bucket) into.push_back(flat[b].data() + at), at += reduced[v].size();
+      }
+      reduce_gradients(outputs, w, bucket, into);
+      last = bucket.size() == 1 ? world_->start_all_reduce_sum(into[0], reduced[bucket[0]].size())
+                                : world_->start_all_reduce_sum(flat[b].data(), flat[b].size());
+    }
+    std::vector<float> updates;
+    for (const HostTensor& u : r.model_updates) updates.insert(updates.end(), u.f32.begin(), u.f32.end());
+    double loss = r.loss;
+    if (!updates.empty()) world_->start_all_reduce_sum(updates.data(), updates.size());
+    world_->all_reduce_sum(&loss, 1);  // collectives finish in order: every one started is done
+    world_->wait(last);
+    r.loss = loss;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const float* from = flat[b].data();
+      for (int v : buckets_[b])
+        if (!flat[b].empty()) std::memcpy(reduced[v].f32.data(), from, reduced[v].size() * sizeof(float)), from += reduced[v].size();
+    }
+    const float* from = updates.data();
+    for (HostTensor& u : r.model_updates) {
+      std::memcpy(u.f32.data(), from, u.size() * sizeof(float));
+      from += u.size();
+    }
+  } catch (const std::runtime_error& e) {
+    user_check(false, Loc::current()) << dist::rank_prefix() << "the all-reduce across processes failed at apply "
+                                      << applies_ << ": " << e.what();
+  }
+  for (size_t v = 0; v < gradients; ++v) r.gradients[gradient_inputs_[v]] = std::move(reduced[v]);
+  r.gradients[TowerProgram::gradient_scale] = scalar(1.0);
+  return r;
 }
 
 // Tower t's work on its thread (thread t of threads_, pinned to the tower's cores); the
