@@ -236,8 +236,9 @@ int main(int argc, char** argv) {
     return train(f);
   } catch (const tj::Error& e) {
     // Under mpirun: the message names this rank, then every rank stops (none waits for this one).
-    const std::string rank = tj::dist::rank_prefix();
-    std::fprintf(stderr, "%s%s\n", rank.empty() ? "" : ("towerjit: " + rank).c_str(), e.what());
+    const std::string rank = tj::dist::rank_prefix(), message = e.what();
+    const bool named = rank.empty() || message.rfind("towerjit: " + rank, 0) == 0;
+    std::fprintf(stderr, "%s%s\n", named ? "" : ("towerjit: " + rank).c_str(), message.c_str());
     tj::dist::abort_world_on_error(1);
     return 1;
   }

@@ -9,6 +9,8 @@
 #include <mutex>
 #include <numeric>
 #include <stdexcept>
+#include <thread>
+#include <chrono>
 
 #include "dsl/error.h"
 #include "jit/knobs.h"
@@ -162,7 +164,11 @@ void check_agreement(const std::map<std::string, std::string>& items, Loc loc) {
 void abort_world_on_error(int code) {
   std::fflush(stdout);
   std::fflush(stderr);
-  if (world_is_shared()) the_world->abort(code);
+  if (!world_is_shared()) return;
+  // Ranks that found the same error (a disagreement every rank sees) get a moment to print
+  // theirs before the abort ends them.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  the_world->abort(code);
 }
 
 }  // namespace towerjit::dist

@@ -1,0 +1,111 @@
+#!/bin/sh
+# examples/fashion_mnist over several processes under the real mpirun, on loopback: run by
+# ctest (label `mpi`) as
+#   mpi_cli.sh <path to fashion_mnist> <case>
+# Each case exits 0 when the run behaves as docs/distributed.md says, 77 (skipped) when mpirun
+# is missing, and prints why otherwise.
+set -u
+bin=$1
+case_name=$2
+command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (install openmpi-bin)"; exit 77; }
+work=$(mktemp -d "${TMPDIR:-/tmp}/towerjit-mpi.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# One machine, loopback TCP; the all-reduce algorithm pinned (ring) so a layout's runs repeat.
+mpi() {
+  np=$1; shift
+  mpirun --oversubscribe --allow-run-as-root -np "$np" --mca btl self,tcp --mca btl_tcp_if_include lo \
+    --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 4 "$@"
+}
+
+# Every step's loss in metrics file $1, one a line, exactly as written.
+losses() { grep '"kind":"step"' "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
+# Whether files $1 and $2 hold $3 losses each, within a relative $4 of each other.
+close() {
+  paste "$1" "$2" | awk -v n="$3" -v tol="$4" '
+    { d = $1 - $2; if (d < 0) d = -d; a = $1 < 0 ? -$1 : $1; if ($2 == "" || d > tol * a) bad++ }
+    END { exit !(NR == n && bad == 0) }'
+}
+
+small="--steps 40 --batch 64 --hidden 32 --log-every 1 --optimizer momentum --lr 0.05"
+case $case_name in
+two_processes_same_curve)
+  # 2 processes x 1 tower train as 1 process x 2 towers: 40 losses within 1e-6 relative, and
+  # bitwise the same under TOWERJIT_DETERMINISTIC=layout.
+  "$bin" $small --towers cpu:0,cpu:1 --metrics "$work/one.jsonl" >/dev/null 2>&1 || fail "one process"
+  mpi 2 "$bin" $small --towers cpu:0 --metrics "$work/two.jsonl" >"$work/out" 2>&1 || { cat "$work/out"; fail "two processes"; }
+  grep -q "2 processes over MPI" "$work/out" || { cat "$work/out"; fail "rank 0 does not say it runs over MPI"; }
+  [ "$(grep -c "^test accuracy" "$work/out")" = 1 ] || fail "every rank printed the result; only rank 0 should"
+  losses "$work/one.jsonl" >"$work/one"; losses "$work/two.jsonl" >"$work/two"
+  close "$work/one" "$work/two" 40 1e-6 || { paste "$work/one" "$work/two"; fail "the loss curves differ by more than 1e-6"; }
+  TOWERJIT_DETERMINISTIC=layout mpi 2 -x TOWERJIT_DETERMINISTIC "$bin" $small --towers cpu:0 \
+    --metrics "$work/layout.jsonl" >"$work/out" 2>&1 || { cat "$work/out"; fail "two processes, layout"; }
+  losses "$work/layout.jsonl" >"$work/layout"
+  cmp -s "$work/one" "$work/layout" || { paste "$work/one" "$work/layout"; fail "layout determinism: not bitwise"; } ;;
+layout_deterministic_any_split)
+  # 4 towers as 1x4, 2x2 and 4x1 over an uneven batch (63): bitwise the same curves.
+  run="--steps 20 --batch 63 --hidden 32 --log-every 1"
+  export TOWERJIT_DETERMINISTIC=layout
+  "$bin" $run --towers cpu:0,cpu:1,cpu:2,cpu:3 --metrics "$work/a.jsonl" >/dev/null 2>&1 || fail "1x4"
+  mpi 2 -x TOWERJIT_DETERMINISTIC "$bin" $run --towers cpu:0,cpu:1 --metrics "$work/b.jsonl" >"$work/out" 2>&1 || { cat "$work/out"; fail "2x2"; }
+  mpi 4 -x TOWERJIT_DETERMINISTIC "$bin" $run --towers cpu:0 --metrics "$work/c.jsonl" >"$work/out" 2>&1 || { cat "$work/out"; fail "4x1"; }
+  losses "$work/a.jsonl" >"$work/a"; losses "$work/b.jsonl" >"$work/b"; losses "$work/c.jsonl" >"$work/c"
+  [ "$(wc -l <"$work/a")" = 20 ] || fail "1x4 logged $(wc -l <"$work/a") steps, not 20"
+  cmp -s "$work/a" "$work/b" || { paste "$work/a" "$work/b"; fail "2x2 is not bitwise 1x4"; }
+  cmp -s "$work/a" "$work/c" || { paste "$work/a" "$work/c"; fail "4x1 is not bitwise 1x4"; } ;;
+three_processes_uneven_batch)
+  # 3 processes (not a power of two), batch 64 = 21 + 21 + 22, against 3 towers in one process;
+  # and a fixed layout repeats bitwise.
+  "$bin" $small --towers cpu:0,cpu:1,cpu:2 --metrics "$work/one.jsonl" >/dev/null 2>&1 || fail "one process"
+  mpi 3 "$bin" $small --towers cpu:0 --metrics "$work/a.jsonl" >"$work/out" 2>&1 || { cat "$work/out"; fail "three processes"; }
+  mpi 3 "$bin" $small --towers cpu:0 --metrics "$work/b.jsonl" >"$work/out" 2>&1 || { cat "$work/out"; fail "three processes, again"; }
+  losses "$work/one.jsonl" >"$work/one"; losses "$work/a.jsonl" >"$work/a"; losses "$work/b.jsonl" >"$work/b"
+  close "$work/one" "$work/a" 40 1e-6 || { paste "$work/one" "$work/a"; fail "3x1 and 1x3 differ by more than 1e-6"; }
+  cmp -s "$work/a" "$work/b" || { paste "$work/a" "$work/b"; fail "two runs of one layout are not bitwise the same"; } ;;
+sync_ps_across_processes)
+  # The parameter-server variant over 2 processes of 2 towers: as 4 towers in one process.
+  "$bin" $small --strategy sync-ps --towers cpu:0,cpu:1,cpu:2,cpu:3 --metrics "$work/one.jsonl" >/dev/null 2>&1 || fail "one process"
+  mpi 2 "$bin" $small --strategy sync-ps --towers cpu:0,cpu:1 --metrics "$work/two.jsonl" >"$work/out" 2>&1 || { cat "$work/out"; fail "two processes"; }
+  losses "$work/one.jsonl" >"$work/one"; losses "$work/two.jsonl" >"$work/two"
+  close "$work/one" "$work/two" 40 1e-6 || { paste "$work/one" "$work/two"; fail "sync-ps: the curves differ by more than 1e-6"; } ;;
+mismatched_flags)
+  # Ranks given different flags stop at start-up, each naming the setting and the ranks.
+  mpirun --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo \
+    -np 1 "$bin" $small --towers cpu:0 : -np 1 "$bin" $small --towers cpu:0 --batch 32 >"$work/out" 2>&1 &&
+    fail "mismatched ranks trained"
+  for text in "the ranks of this run disagree" "batch: \"64\" on rank 0, \"32\" on rank 1" "towerjit: rank 0 of 2: the ranks" \
+              "towerjit: rank 1 of 2: the ranks"; do
+    grep -qF "$text" "$work/out" || { cat "$work/out"; fail "no \"$text\" in the output"; }
+  done
+  # The same for another model (the graph's hash) with the same flags but --hidden.
+  mpirun --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo \
+    -np 1 "$bin" $small --towers cpu:0 : -np 1 "$bin" $small --towers cpu:0 --hidden 16 >"$work/out" 2>&1 &&
+    fail "ranks of different models trained"
+  grep -qF "model: \"MLP 784-32-32-10\" on rank 0, \"MLP 784-16-16-10\" on rank 1" "$work/out" || { cat "$work/out"; fail "the model's difference is not named"; } ;;
+raising_rank_stops_all)
+  # A rank that raises (here: no data) prints why, naming itself, and every rank stops at once.
+  start=$(date +%s)
+  mpirun --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo \
+    -np 1 "$bin" $small --towers cpu:0 : -np 1 "$bin" $small --towers cpu:0 --data "$work/none" >"$work/out" 2>&1 &&
+    fail "the run succeeded"
+  [ $(($(date +%s) - start)) -le 30 ] || fail "the other rank took more than 30 s to stop"
+  grep -q "towerjit: rank 1 of 2: .*$work/none" "$work/out" || { cat "$work/out"; fail "the error does not name rank 1 and the cause"; } ;;
+killed_rank_stops_all)
+  # kill -9 of one rank mid-run: mpirun ends the others within 30 s, naming the rank.
+  mpi 2 sh -c 'echo $$ >"$0/pid.$OMPI_COMM_WORLD_RANK"; exec "$@"' "$work" "$bin" --epochs 100000 --batch 64 \
+    --hidden 32 --towers cpu:0 >"$work/out" 2>&1 &
+  launcher=$!
+  for _ in $(seq 1 100); do [ -s "$work/pid.1" ] && grep -q "step" "$work/out" 2>/dev/null && break; sleep 0.2; done
+  [ -s "$work/pid.1" ] || { kill $launcher; fail "rank 1 did not start"; }
+  sleep 1
+  kill -9 "$(cat "$work/pid.1")"
+  killed=$(date +%s)
+  wait $launcher && fail "the run ended with status 0 after a rank was killed"
+  [ $(($(date +%s) - killed)) -le 30 ] || fail "the other rank took more than 30 s to stop"
+  grep -q "rank 1 .*signal 9" "$work/out" || { cat "$work/out"; fail "the message does not name rank 1"; } ;;
+async_across_processes_is_reported)
+  mpi 2 "$bin" $small --strategy async --towers cpu:0 >"$work/out" 2>&1 && fail "async across processes ran"
+  grep -qF "async towers across processes (2 processes) are not built yet" "$work/out" || { cat "$work/out"; fail "no clear error"; } ;;
+*) fail "unknown case $case_name" ;;
+esac
