@@ -132,7 +132,14 @@ int train(const Flags& f) {
   tj::TowerTrainer trainer(graph, loss, towers, make_optimizer(f), {.seed = f.seed, .ema = ema, .logits = logits});
   trainer.set_trace(&trace);
 
-  const auto metadata = run_metadata(f, towers);
+  // Under mpirun a checkpoint also records the world (and resumes over another one).
+  auto metadata = run_metadata(f, towers);
+  if (world.size() > 1) {
+    metadata["world"] = std::to_string(world.size()) + " processes, " +
+                        std::to_string(trainer.world_layout().towers()) + " towers";
+    metadata["towers"] = "rank 0: " + towers.str();
+    metadata["strategy"] = f.strategy;
+  }
   tj::data::PipelinePosition start;
   if (f.resume) start = tj::resume_from(trainer, f.checkpoint, metadata);
   // Each rank reads only its towers' rows of every batch (the same shuffle everywhere).

@@ -104,6 +104,26 @@ killed_rank_stops_all)
   wait $launcher && fail "the run ended with status 0 after a rank was killed"
   [ $(($(date +%s) - killed)) -le 30 ] || fail "the other rank took more than 30 s to stop"
   grep -q "rank 1 .*signal 9" "$work/out" || { cat "$work/out"; fail "the message does not name rank 1"; } ;;
+checkpoint_reshards)
+  # A checkpoint written at np=2 (by rank 0, recording the world) resumes at np=3: the curve
+  # continues as the uninterrupted np=2 run's (1e-6 relative; other layout, other sum order).
+  # Resuming another model is an error on every rank.
+  mpi 2 "$bin" $small --steps 20 --towers cpu:0 --metrics "$work/a.jsonl" >"$work/out" 2>&1 || { cat "$work/out"; fail "uninterrupted"; }
+  mpi 2 "$bin" $small --steps 10 --towers cpu:0 --checkpoint "$work/c" --metrics "$work/b.jsonl" >"$work/out" 2>&1 ||
+    { cat "$work/out"; fail "first half at np=2"; }
+  [ "$(ls "$work/c"/*.tjck)" = "$work/c/ckpt-10.tjck" ] || fail "expected one checkpoint, ckpt-10.tjck: $(ls "$work/c")"
+  grep -qa "2 processes, 2 towers" "$work/c/ckpt-10.tjck" || fail "the checkpoint does not record the world"
+  mpi 3 "$bin" $small --steps 20 --towers cpu:0 --checkpoint "$work/c" --resume --metrics "$work/b.jsonl" >"$work/out" 2>&1 ||
+    { cat "$work/out"; fail "resumed at np=3"; }
+  grep -q "resumed at step 10" "$work/out" || { cat "$work/out"; fail "the resumed run does not say where it resumed"; }
+  losses "$work/a.jsonl" >"$work/a"; losses "$work/b.jsonl" >"$work/b"
+  close "$work/a" "$work/b" 20 1e-6 || { paste "$work/a" "$work/b"; fail "the resumed curve does not continue"; }
+  mpi 2 "$bin" $small --steps 20 --hidden 48 --towers cpu:0 --checkpoint "$work/c" --resume >"$work/out" 2>&1 &&
+    fail "another model resumed"
+  for r in 0 1; do
+    grep -qF "towerjit: rank $r of 2: checkpoint $work/c was written by a run with model" "$work/out" ||
+      { cat "$work/out"; fail "rank $r does not report the mismatch"; }
+  done ;;
 async_across_processes_is_reported)
   mpi 2 "$bin" $small --strategy async --towers cpu:0 >"$work/out" 2>&1 && fail "async across processes ran"
   grep -qF "async towers across processes (2 processes) are not built yet" "$work/out" || { cat "$work/out"; fail "no clear error"; } ;;
