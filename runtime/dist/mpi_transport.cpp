@@ -114,6 +114,25 @@ class MpiTransport final : public Transport {
     blocking([&] { check(MPI_Barrier(comm_), "MPI_Barrier"); });
   }
 
+  void send(const std::vector<char>& bytes, int to, int tag) override {
+    payload_ += static_cast<int64_t>(bytes.size());
+    blocking([&] { check(MPI_Send(bytes.data(), as_int(bytes.size()), MPI_BYTE, to, tag, comm_), "MPI_Send"); });
+  }
+
+  int receive(std::vector<char>& bytes, int from, int tag) override {
+    int sender = 0;
+    blocking([&] {
+      MPI_Status status;
+      check(MPI_Probe(from == kAnySource ? MPI_ANY_SOURCE : from, tag, comm_, &status), "MPI_Probe");
+      int count = 0;
+      MPI_Get_count(&status, MPI_BYTE, &count);
+      bytes.resize(count);
+      sender = status.MPI_SOURCE;
+      check(MPI_Recv(bytes.data(), count, MPI_BYTE, sender, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
+    });
+    return sender;
+  }
+
   [[noreturn]] void abort(int code) override {
     std::fflush(stdout);
     std::fflush(stderr);

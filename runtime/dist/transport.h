@@ -43,6 +43,12 @@ class Transport {
   virtual void broadcast(std::vector<char>& data, int root) = 0;
   virtual void barrier() = 0;
 
+  // Point to point (the async parameter server): `bytes` to rank `to`, returning once sent;
+  // and the next message with `tag` from rank `from` (kAnySource: any rank), returning its sender.
+  static constexpr int kAnySource = -1;
+  virtual void send(const std::vector<char>& bytes, int to, int tag) = 0;
+  virtual int receive(std::vector<char>& bytes, int from, int tag) = 0;
+
   // Ends every process of the world with `code`, now: for a rank that raised, after it has
   // printed why, so no other rank waits for it in a collective.
   [[noreturn]] virtual void abort(int code) = 0;

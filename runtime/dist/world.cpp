@@ -33,6 +33,12 @@ class InProcessTransport final : public Transport {
   }
   void broadcast(std::vector<char>&, int) override {}
   void barrier() override {}
+  void send(const std::vector<char>&, int to, int) override {
+    throw std::runtime_error("send to rank " + std::to_string(to) + " in a world of one process");
+  }
+  int receive(std::vector<char>&, int from, int) override {
+    throw std::runtime_error("receive from rank " + std::to_string(from) + " in a world of one process");
+  }
   [[noreturn]] void abort(int code) override { std::exit(code); }
   int64_t payload_bytes() const override { return 0; }
 };

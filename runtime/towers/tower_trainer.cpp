@@ -74,7 +74,9 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
                            TowerTrainerOptions options, Loc loc)
     : towers_(std::move(towers)),
       world_(&dist::world(loc)),
-      layout_(dist::world_layout(towers_.size(), loc)),
+      // Async across processes: rank 0 serves the variables and runs no towers.
+      layout_(dist::world_layout(
+          is_async(towers_.reduction()) && world_->size() > 1 && world_->rank() == 0 ? 0 : towers_.size(), loc)),
       deterministic_layout_(knobs::deterministic_layout()),
       has_ema_(options.ema.has_value()),
       tower_cores_(cores_of_towers(towers_)),
@@ -83,13 +85,11 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   if (world_->size() > 1) {
     // Every rank checks, before compiling anything, that the others build the same trainer.
     dist::check_agreement(trainer_settings(graph, towers_, optimizer, options), loc);
-    user_check(!is_async(towers_.reduction()), loc)
-        << dist::rank_prefix() << "async towers across processes (" << world_->size()
-        << " processes) are not built yet; run async towers in one process, or use --strategy sync or sync-ps";
   }
   const TowerProgram program = build_tower_program(graph, loss, optimizer, options.ema, loc);
   model_updates_ = program.model_updates;
   gradient_inputs_ = program.gradient_inputs;
+  for (size_t v = 0; v < gradient_inputs_.size(); ++v) gradient_shapes_.push_back(program.gradient(v).shape());
   // The towers' program: the loss and every gradient, for any slice size.
   // A CPU tower with several cores of its own splits its loops and products over them.
   for (int t = 0; t < towers_.size(); ++t) {
@@ -300,6 +300,8 @@ std::pair<int64_t, int64_t> TowerTrainer::own_rows(int64_t batch, Loc loc) const
 }
 
 TowerTrainer::StepResult TowerTrainer::train_step(const HostFeeds& batch, int64_t whole_batch, Loc loc) {
+  user_check(!async_world(), loc) << dist::rank_prefix() << "step: async towers across processes train through "
+                                  << "fit(), which runs the parameter server on rank 0; call fit()";
   user_check(!batch.empty(), loc) << "step: no inputs fed; feed the model's inputs with the batch";
   const int64_t rows = batch.begin()->second.shape.rank() ? batch.begin()->second.shape[0] : 0;
   for (const auto& [name, t] : batch)
@@ -515,6 +517,8 @@ TowerTrainer::OwnApply TowerTrainer::compute_and_apply(int tower, const HostFeed
 
 TowerTrainer::AsyncReport TowerTrainer::run_async(
     int steps_per_tower, const std::function<HostFeeds(int, int)>& batch_for, Loc loc) {
+  user_check(!async_world(), loc) << dist::rank_prefix() << "run_async: async towers across processes train "
+                                  << "through fit(); call fit()";
   user_check(is_async(towers_.reduction()), loc)
       << "run_async: the towers are declared " << to_string(towers_.reduction())
       << "; declare them with .reduce(AsyncApply{}) to run them free";

@@ -132,6 +132,10 @@ class TowerTrainer {
   const Towers& towers() const { return towers_; }
   // Where this process's towers sit among the world's (one process: all of them).
   const dist::WorldLayout& world_layout() const { return layout_; }
+  // Async towers across processes: rank 0 is the parameter server (its towers stay idle), the
+  // other ranks' towers push to it (runtime/towers/async_world.h; fit() only).
+  bool parameter_server_rank() const { return async_world() && layout_.rank == 0; }
+  bool async_world() const { return is_async(towers_.reduction()) && layout_.towers_of_rank.size() > 1; }
   // The rows [first, first + count) of a batch of `batch` examples that this process's towers
   // train on: the world's split, this rank's towers' slices. Errors: more world towers than
   // examples.
@@ -179,6 +183,8 @@ class TowerTrainer {
   };
   OwnApply compute_and_apply(int tower, const HostFeeds& feeds, double scale);
   friend class AsyncTowers;
+  friend class AsyncServer;
+  friend class AsyncWorker;
   double apply(const HostFeeds& gradients, int replica);
   HostTensor predict_with(const HostFeeds& inputs, HostVariables& values, Loc loc);
   HostVariables ema_weights_of(const HostVariables& values) const;
@@ -203,6 +209,7 @@ class TowerTrainer {
   bool has_ema_ = false;
   std::map<std::string, std::string> ema_shadows_;  // variable -> its EMA shadow
   std::vector<std::string> gradient_inputs_;
+  std::vector<Shape> gradient_shapes_;
   // Each CPU tower's cores (empty for GPU towers), and whether its threads are pinned to them
   // (TOWERJIT_PIN_TOWERS).
   std::vector<std::vector<int>> tower_cores_;
