@@ -225,6 +225,30 @@ void GpuResidentSync::combine_gpus() {
   }
 }
 
+// A world of several processes: each bucket's sum over this process's GPUs (equal on every GPU
+// by now) comes to the host from the first GPU and is all-reduced between the processes, the
+// next bucket's copy overlapping the last one's transfer (one communication thread sends them
+// in bucket order, the same on every rank); the totals go back to every GPU.
+void GpuResidentSync::reduce_across_processes() {
+  Gpu& first = *gpus_[0];
+  std::vector<HostTensor> host(first.reduced.size());
+  dist::Transport::Ticket last = 0;
+  try {
+    for (const std::vector<int>& bucket : buckets_)
+      for (int j : bucket) {
+        host[j] = to_host(first.reduced[j], *first.copies);
+        last = setup_.world->start_all_reduce_sum(host[j].f32.data(), host[j].size());
+      }
+    setup_.world->wait(last);
+  } catch (const std::runtime_error& e) {
+    user_check(false, loc_) << "the all-reduce of the GPUs' gradients across processes failed: " << e.what();
+  }
+  for (auto& gpu : gpus_) {
+    for (size_t j = 0; j < host.size(); ++j) gpu->reduced[j] = to_device(host[j], *gpu->context, *gpu->copies);
+    gpu->copies->synchronize("copying the processes' gradient sums to " + gpu->context->str(), loc_);
+  }
+}
+
 // The optimiser's apply on `gpu`'s copy, then the model's updates written into it.
 void GpuResidentSync::apply(Gpu& gpu, Result& result) {
   const size_t gradients = setup_.gradient_inputs.size();
@@ -294,6 +318,7 @@ GpuResidentSync::Result GpuResidentSync::step(const std::vector<HostFeeds>& slic
   finish_all();
   for (int t = 0; t < n; ++t) result.losses[t] = loss_of(t, outputs[t][0]);
   if (combine_) combine_gpus();
+  if (setup_.world && setup_.world->size() > 1) reduce_across_processes();
   for (auto& gpu : gpus_) apply(*gpu, result);
   return result;
 }

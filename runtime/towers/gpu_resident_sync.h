@@ -13,7 +13,10 @@
 //      stream (one communicator per GPU, grouped calls); without NCCL (or TOWERJIT_NCCL=off)
 //      the sums meet on the first GPU once all are done, are added there in GPU order and
 //      copied back;
-//   4. every GPU applies the optimiser to its copy; the model's updates replace their variables.
+//   4. in a world of several processes (mpirun), each bucket's sum is then all-reduced between
+//      the processes over MPI (from the first GPU, through the host, back to every GPU): the
+//      hierarchical scheme, NCCL inside the process, MPI between (docs/distributed.md);
+//   5. every GPU applies the optimiser to its copy; the model's updates replace their variables.
 // Only each tower's loss and the learning rate cross to the host; the host copy of the
 // variables is refreshed when asked for (download()).
 #pragma once
@@ -28,6 +31,7 @@
 #include "runtime/cuda/cuda_program.h"
 #include "runtime/cuda/device_tensor.h"
 #include "runtime/cuda/nccl.h"
+#include "runtime/dist/transport.h"
 
 namespace towerjit {
 
@@ -41,6 +45,7 @@ class GpuResidentSync {
     std::vector<std::string> gradient_inputs;  // the apply's gradient inputs, in the towers' fetch order
     std::string gradient_scale;          // the apply's scale input (1 here: the weights are in the sum)
     std::vector<std::string> model_update_variables;  // in the towers' fetch order, after the gradients
+    dist::Transport* world = nullptr;  // the processes (null or one: this process alone)
   };
   // Compiles the reduce and apply programs for every GPU of `setup.towers` and copies
   // `initial` to each.
@@ -70,6 +75,7 @@ class GpuResidentSync {
   void finish_all();
   double loss_of(int t, const DeviceTensor& loss);
   void combine_gpus();
+  void reduce_across_processes();
   void apply(Gpu& gpu, Result& result);
 
   Setup setup_;

@@ -112,9 +112,9 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   bool all_gpus = true;
   for (const Device& d : towers_.devices()) all_gpus = all_gpus && d.kind == DeviceKind::gpu;
   const bool on_gpus = all_gpus && !is_async(towers_.reduction()) && knobs::gpu_variables();
-  user_check(!on_gpus || world_->size() == 1, loc)
-      << dist::rank_prefix() << "TOWERJIT_GPU_VARIABLES=on across processes is not built yet; unset it: the GPU "
-      << "towers of each process then reduce on the host, and the processes over MPI";
+  user_check(!on_gpus || !deterministic_layout_ || world_->size() == 1, loc)
+      << dist::rank_prefix() << "TOWERJIT_DETERMINISTIC=layout with the variables on the GPUs is not built; unset "
+      << "TOWERJIT_GPU_VARIABLES (the host path gathers every tower's gradients) or the determinism";
   const bool replicated =
       !is_async(towers_.reduction()) && towers_.sync_variant() == SyncVariant::replicated && !on_gpus;
   const int replicas = replicated ? towers_.size() : 1;
@@ -133,7 +133,7 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   if (on_gpus) {
     GpuResidentSync::Setup setup{.apply_graph = &apply_side.graph, .apply_fetches = apply_fetches,
                                  .apply_updates = apply_updates, .gradient_inputs = gradient_inputs_,
-                                 .gradient_scale = TowerProgram::gradient_scale};
+                                 .gradient_scale = TowerProgram::gradient_scale, .world = world_};
     for (auto& p : tower_programs_) setup.towers.push_back(p->cuda());
     for (const auto& u : model_updates_) setup.model_update_variables.push_back(u.variable);
     on_gpus_ = std::make_unique<GpuResidentSync>(setup, initial, loc);
@@ -151,18 +151,25 @@ HostVariables& TowerTrainer::variables() {
 // A sync step with the variables on the GPUs (runtime/towers/gpu_resident_sync.h).
 TowerTrainer::StepResult TowerTrainer::step_on_gpus(const std::vector<HostFeeds>& feeds, StepResult result,
                                                     const std::vector<double>& weights, int64_t examples) {
+  // This process's towers' share of the batch (result.slices are the world's).
   std::vector<double> by_slice;
-  for (int64_t s : result.slices) by_slice.push_back(static_cast<double>(s) / examples);
+  const int first = layout_.first_tower;
+  for (int t = 0; t < towers_.size(); ++t) by_slice.push_back(static_cast<double>(result.slices[first + t]) / examples);
   const uint64_t step_key = static_cast<uint64_t>(applies_);
   report::Trace::Span span = traced("step on the GPUs", "compute", kReduceRow);
   const GpuResidentSync::Result r = on_gpus_->step(
-      feeds, weights, by_slice, [&](int t) { return step_key * kMaxTowers + t; },
+      feeds, weights, by_slice, [&](int t) { return step_key * kMaxTowers + first + t; },
       [&](int count, const std::function<void(int)>& body) { on_tower_threads(count, body); });
   span.end();
   host_stale_ = true;
   ++applies_;
   result.learning_rate = r.learning_rate;
   for (size_t t = 0; t < r.losses.size(); ++t) result.loss += by_slice[t] * r.losses[t];
+  try {
+    world_->all_reduce_sum(&result.loss, 1);  // the other processes' towers' share
+  } catch (const std::runtime_error& e) {
+    user_check(false, Loc::current()) << dist::rank_prefix() << "the loss's all-reduce failed: " << e.what();
+  }
   return result;
 }
 
