@@ -116,9 +116,11 @@ gpu_towers_on_the_emulator)
   for variant in "TOWERJIT_GPU_VARIABLES=off TOWERJIT_BUCKET_MB=25" "TOWERJIT_GPU_VARIABLES=on TOWERJIT_BUCKET_MB=25" \
                  "TOWERJIT_GPU_VARIABLES=on TOWERJIT_BUCKET_MB=0"; do
     rm -f "$work/gpu.jsonl"
-    env $variant TOWERJIT_CUDA=emulator TOWERJIT_EMULATED_GPUS=2 mpi 2 -x TOWERJIT_CUDA -x TOWERJIT_EMULATED_GPUS \
-      -x TOWERJIT_GPU_VARIABLES -x TOWERJIT_BUCKET_MB "$bin" $run --towers gpu:0,gpu:1 --metrics "$work/gpu.jsonl" \
-      >"$work/out" 2>&1 || { cat "$work/out"; fail "GPU towers, $variant"; }
+    # shellcheck disable=SC2086  # $variant is split into its assignments on purpose
+    (export $variant TOWERJIT_CUDA=emulator TOWERJIT_EMULATED_GPUS=2
+     mpi 2 -x TOWERJIT_CUDA -x TOWERJIT_EMULATED_GPUS -x TOWERJIT_GPU_VARIABLES -x TOWERJIT_BUCKET_MB \
+       "$bin" $run --towers gpu:0,gpu:1 --metrics "$work/gpu.jsonl") >"$work/out" 2>&1 ||
+      { cat "$work/out"; fail "GPU towers, $variant"; }
     losses "$work/gpu.jsonl" >"$work/gpu"
     close "$work/cpu" "$work/gpu" 20 1e-5 || { paste "$work/cpu" "$work/gpu"; fail "$variant: the curves differ"; }
   done ;;
