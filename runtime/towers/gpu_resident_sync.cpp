@@ -226,27 +226,29 @@ void GpuResidentSync::combine_gpus() {
 }
 
 // A world of several processes: each bucket's sum over this process's GPUs (equal on every GPU
-// by now) comes to the host from the first GPU and is all-reduced between the processes, the
-// next bucket's copy overlapping the last one's transfer (one communication thread sends them
-// in bucket order, the same on every rank); the totals go back to every GPU.
+// by now) comes to the host from the first GPU and is all-reduced between the processes (one
+// communication thread sends the buckets in order, the same on every rank), and goes back to
+// every GPU as soon as its all-reduce is done: the copies down, the transfers and the copies up
+// of successive buckets overlap.
 void GpuResidentSync::reduce_across_processes() {
   Gpu& first = *gpus_[0];
   std::vector<HostTensor> host(first.reduced.size());
-  dist::Transport::Ticket last = 0;
+  std::vector<dist::Transport::Ticket> done(buckets_.size());
   try {
-    for (const std::vector<int>& bucket : buckets_)
-      for (int j : bucket) {
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      for (int j : buckets_[b]) {
         host[j] = to_host(first.reduced[j], *first.copies);
-        last = setup_.world->start_all_reduce_sum(host[j].f32.data(), host[j].size());
+        done[b] = setup_.world->start_all_reduce_sum(host[j].f32.data(), host[j].size());
       }
-    setup_.world->wait(last);
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      setup_.world->wait(done[b]);
+      for (auto& gpu : gpus_)
+        for (int j : buckets_[b]) gpu->reduced[j] = to_device(host[j], *gpu->context, *gpu->copies);
+    }
   } catch (const std::runtime_error& e) {
     user_check(false, loc_) << "the all-reduce of the GPUs' gradients across processes failed: " << e.what();
   }
-  for (auto& gpu : gpus_) {
-    for (size_t j = 0; j < host.size(); ++j) gpu->reduced[j] = to_device(host[j], *gpu->context, *gpu->copies);
-    gpu->copies->synchronize("copying the processes' gradient sums to " + gpu->context->str(), loc_);
-  }
+  for (auto& gpu : gpus_) gpu->copies->synchronize("copying the processes' gradient sums to " + gpu->context->str(), loc_);
 }
 
 // The optimiser's apply on `gpu`'s copy, then the model's updates written into it.
