@@ -225,25 +225,32 @@ void GpuResidentSync::combine_gpus() {
   }
 }
 
-// A world of several processes: each bucket's sum over this process's GPUs (equal on every GPU
-// by now) comes to the host from the first GPU and is all-reduced between the processes (one
-// communication thread sends the buckets in order, the same on every rank), and goes back to
-// every GPU as soon as its all-reduce is done: the copies down, the transfers and the copies up
-// of successive buckets overlap.
-void GpuResidentSync::reduce_across_processes() {
+// A world of several processes: bucket b's sum over this process's GPUs (equal on every GPU
+// once it is done) comes to the host from the first GPU and its all-reduce between the
+// processes starts (one communication thread sends the buckets in order, the same on every
+// rank). Called as soon as the bucket's reduction has run, while the backward passes go on.
+void GpuResidentSync::send_bucket(size_t b) {
   Gpu& first = *gpus_[0];
-  std::vector<HostTensor> host(first.reduced.size());
-  std::vector<dist::Transport::Ticket> done(buckets_.size());
+  if (!combine_) first.reduce[b]->stream().synchronize("a gradient bucket's reduction", loc_);
+  host_.resize(first.reduced.size());
+  across_.resize(buckets_.size());
   try {
-    for (size_t b = 0; b < buckets_.size(); ++b)
-      for (int j : buckets_[b]) {
-        host[j] = to_host(first.reduced[j], *first.copies);
-        done[b] = setup_.world->start_all_reduce_sum(host[j].f32.data(), host[j].size());
-      }
+    for (int j : buckets_[b]) {
+      host_[j] = to_host(first.reduced[j], *first.copies);
+      across_[b] = setup_.world->start_all_reduce_sum(host_[j].f32.data(), host_[j].size());
+    }
+  } catch (const std::runtime_error& e) {
+    user_check(false, loc_) << "the all-reduce of the GPUs' gradients across processes failed: " << e.what();
+  }
+}
+
+// Each bucket's total goes back to every GPU as soon as its all-reduce is done.
+void GpuResidentSync::receive_buckets() {
+  try {
     for (size_t b = 0; b < buckets_.size(); ++b) {
-      setup_.world->wait(done[b]);
+      setup_.world->wait(across_[b]);
       for (auto& gpu : gpus_)
-        for (int j : buckets_[b]) gpu->reduced[j] = to_device(host[j], *gpu->context, *gpu->copies);
+        for (int j : buckets_[b]) gpu->reduced[j] = to_device(host_[j], *gpu->context, *gpu->copies);
     }
   } catch (const std::runtime_error& e) {
     user_check(false, loc_) << "the all-reduce of the GPUs' gradients across processes failed: " << e.what();
@@ -310,6 +317,10 @@ GpuResidentSync::Result GpuResidentSync::step(const std::vector<HostFeeds>& slic
                                                      record_after_[t], loc_);
     });
     for (size_t b = 0; b < buckets_.size(); ++b) queue_bucket(b, outputs);
+    // Across processes, each bucket leaves as soon as its reduction on this process's GPUs has
+    // run (NCCL, or one GPU); when the GPUs' sums meet by copies, after they have.
+    if (across_processes() && !combine_)
+      for (size_t b = 0; b < buckets_.size(); ++b) send_bucket(b);
   } catch (...) {
     try {
       finish_all();
@@ -320,7 +331,9 @@ GpuResidentSync::Result GpuResidentSync::step(const std::vector<HostFeeds>& slic
   finish_all();
   for (int t = 0; t < n; ++t) result.losses[t] = loss_of(t, outputs[t][0]);
   if (combine_) combine_gpus();
-  if (setup_.world && setup_.world->size() > 1) reduce_across_processes();
+  if (across_processes() && combine_)
+    for (size_t b = 0; b < buckets_.size(); ++b) send_bucket(b);
+  if (across_processes()) receive_buckets();
   for (auto& gpu : gpus_) apply(*gpu, result);
   return result;
 }

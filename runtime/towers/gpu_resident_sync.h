@@ -14,8 +14,9 @@
 //      the sums meet on the first GPU once all are done, are added there in GPU order and
 //      copied back;
 //   4. in a world of several processes (mpirun), each bucket's sum is then all-reduced between
-//      the processes over MPI (from the first GPU, through the host, back to every GPU): the
-//      hierarchical scheme, NCCL inside the process, MPI between (docs/distributed.md);
+//      the processes over MPI (from the first GPU, through the host, back to every GPU), each
+//      starting as soon as its reduction on the GPUs has run, while the backward passes go on:
+//      the hierarchical scheme, NCCL inside the process, MPI between (docs/distributed.md);
 //   5. every GPU applies the optimiser to its copy; the model's updates replace their variables.
 // Only each tower's loss and the learning rate cross to the host; the host copy of the
 // variables is refreshed when asked for (download()).
@@ -75,7 +76,9 @@ class GpuResidentSync {
   void finish_all();
   double loss_of(int t, const DeviceTensor& loss);
   void combine_gpus();
-  void reduce_across_processes();
+  bool across_processes() const { return setup_.world && setup_.world->size() > 1; }
+  void send_bucket(size_t b);
+  void receive_buckets();
   void apply(Gpu& gpu, Result& result);
 
   Setup setup_;
@@ -88,6 +91,8 @@ class GpuResidentSync {
   std::unique_ptr<cuda::NcclCommunicators> nccl_;  // several GPUs, NCCL present
   std::unique_ptr<CudaProgram> combine_;  // else, on the first GPU: the sum of every GPU's reduced tensors
   DeviceFeeds combine_feeds_;             // its weights (all 1), and each step's sums
+  std::vector<HostTensor> host_;  // across processes: each reduced tensor on its way (MPI reads it)
+  std::vector<dist::Transport::Ticket> across_;  // per bucket: its all-reduce
   Loc loc_;
 };
 

@@ -123,7 +123,14 @@ gpu_towers_on_the_emulator)
       { cat "$work/out"; fail "GPU towers, $variant"; }
     losses "$work/gpu.jsonl" >"$work/gpu"
     close "$work/cpu" "$work/gpu" 20 1e-5 || { paste "$work/cpu" "$work/gpu"; fail "$variant: the curves differ"; }
-  done ;;
+  done
+  # One emulated GPU per process with two towers on it (no NCCL in the process).
+  rm -f "$work/gpu.jsonl"
+  (export TOWERJIT_GPU_VARIABLES=on TOWERJIT_CUDA=emulator
+   mpi 2 -x TOWERJIT_CUDA -x TOWERJIT_GPU_VARIABLES "$bin" $run --towers gpu:0,gpu:0 --metrics "$work/gpu.jsonl") \
+    >"$work/out" 2>&1 || { cat "$work/out"; fail "one GPU per process"; }
+  losses "$work/gpu.jsonl" >"$work/gpu"
+  close "$work/cpu" "$work/gpu" 20 1e-5 || { paste "$work/cpu" "$work/gpu"; fail "one GPU per process: the curves differ"; } ;;
 checkpoint_reshards)
   # A checkpoint written at np=2 (by rank 0, recording the world) resumes at np=3: the curve
   # continues as the uninterrupted np=2 run's (1e-6 relative; other layout, other sum order).
