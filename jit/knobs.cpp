@@ -138,6 +138,13 @@ std::string mpi_library() {
 #endif
   return "libtowerjit_mpi.so";
 }
+double mpi_start_timeout_s() {
+  const auto v = read("TOWERJIT_MPI_START_TIMEOUT");
+  if (!v) return 30;
+  char* end = nullptr;
+  const double s = std::strtod(v->c_str(), &end);
+  return end && *end == '\0' && s > 0 ? s : 30;
+}
 bool deterministic_layout() {
   const std::string v = lower(read("TOWERJIT_DETERMINISTIC").value_or(""));
   if (v.empty() || v == "off" || v == "0" || v == "false" || v == "no") return false;

@@ -72,6 +72,11 @@ bool mpi_enabled();
 // build made, else the loader's search path.
 std::string mpi_library();
 
+// TOWERJIT_MPI_START_TIMEOUT: seconds a launched process waits for MPI's start-up and a first
+// barrier over every rank before it stops with an error (a rank that never starts or cannot
+// reach the others). Default: 30.
+double mpi_start_timeout_s();
+
 // TOWERJIT_DETERMINISTIC: "layout" makes sync training give bitwise the same result whatever
 // the split of the towers into processes (1x4, 2x2, 4x1): every tower's gradients are gathered
 // and summed in global tower order, at P/2 times a ring all-reduce's traffic (docs/

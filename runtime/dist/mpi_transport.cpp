@@ -13,6 +13,8 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <chrono>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -38,9 +40,14 @@ std::string mpi_error(int code) {
 
 class MpiTransport final : public Transport {
  public:
-  MpiTransport() : thread_([this] { run(); }) {
+  // When MPI's start-up takes longer than `timeout_s`, returns with timed_out() set, the
+  // communication thread still stuck in it; the object must then be leaked, never destroyed.
+  explicit MpiTransport(double timeout_s) : thread_([this] { run(); }) {
     std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return started_; });
+    if (!changed_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return started_; })) {
+      timed_out_ = true;
+      return;
+    }
     if (!start_error_.empty()) {
       lock.unlock();
       thread_.join();
@@ -143,6 +150,7 @@ class MpiTransport final : public Transport {
   }
 
   int64_t payload_bytes() const override { return payload_; }
+  bool timed_out() const { return timed_out_; }
 
  private:
   static int as_int(size_t n) {
@@ -183,6 +191,12 @@ class MpiTransport final : public Transport {
         if (const size_t comma = library_.find(','); comma != std::string::npos) library_.resize(comma);
         while (!library_.empty() && (library_.back() == '\n' || library_.back() == '\0')) library_.pop_back();
       }
+    }
+    // Every rank has arrived and can be reached: a first barrier, within the start-up's time.
+    if (start_error_.empty())
+      if (const int code = MPI_Barrier(comm_); code != MPI_SUCCESS) start_error_ = "the first MPI_Barrier failed: " + mpi_error(code);
+    {
+      std::lock_guard lock(mutex_);
       started_ = true;
       changed_.notify_all();
       if (!start_error_.empty()) return;
@@ -224,6 +238,7 @@ class MpiTransport final : public Transport {
   std::string error_;        // the first failure; every later wait rethrows it
   std::string start_error_;
   bool started_ = false;
+  bool timed_out_ = false;
   bool stop_ = false;
   std::thread thread_;  // last: it starts once everything above exists
 };
@@ -231,9 +246,15 @@ class MpiTransport final : public Transport {
 }  // namespace
 }  // namespace towerjit::dist
 
-extern "C" towerjit::dist::Transport* towerjit_make_mpi_transport_v1(std::string* error) {
+extern "C" towerjit::dist::Transport* towerjit_make_mpi_transport_v1(double start_timeout_s, std::string* error) {
   try {
-    return new towerjit::dist::MpiTransport();
+    auto* transport = new towerjit::dist::MpiTransport(start_timeout_s);
+    if (!transport->timed_out()) return transport;
+    // Leaked on purpose: its thread is inside MPI's start-up and cannot be joined.
+    *error = "MPI's start-up (MPI_Init_thread and a first barrier over every rank) did not finish within " +
+             std::to_string(static_cast<int>(start_timeout_s)) +
+             " s: a rank has not started or cannot reach this one (TOWERJIT_MPI_START_TIMEOUT sets the limit)";
+    return nullptr;
   } catch (const std::exception& e) {
     *error = e.what();
     return nullptr;

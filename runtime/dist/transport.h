@@ -63,9 +63,10 @@ class Transport {
 };
 
 // The MPI plugin's one entry point (extern "C", so dlsym finds it): a transport over
-// MPI_COMM_WORLD, MPI initialised on a communication thread of its own. Null and `error` set
-// when MPI cannot start.
-using MakeTransport = Transport* (*)(std::string* error);
+// MPI_COMM_WORLD, MPI initialised on a communication thread of its own, then a first barrier,
+// so every rank is known to be reachable. Null and `error` set when MPI cannot start, or when
+// that start-up takes more than `start_timeout_s` seconds (a rank that never arrives).
+using MakeTransport = Transport* (*)(double start_timeout_s, std::string* error);
 inline constexpr const char* kMakeMpiTransport = "towerjit_make_mpi_transport_v1";
 
 }  // namespace towerjit::dist

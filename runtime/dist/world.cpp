@@ -51,6 +51,17 @@ bool has_env(const char* name) {
   return v != nullptr && *v != '\0';
 }
 
+// "rank 1 of 4: " from the launcher's environment, before MPI can say.
+std::string launched_rank() {
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (!rank) rank = std::getenv("PMIX_RANK");
+  if (!rank) rank = std::getenv("PMI_RANK");
+  if (!size) size = std::getenv("SLURM_NTASKS");
+  if (!rank) return "";
+  return std::string("rank ") + rank + (size ? std::string(" of ") + size : std::string()) + ": ";
+}
+
 std::unique_ptr<Transport> load_mpi(const Launch& launch, Loc loc) {
   const std::string path = knobs::mpi_library();
   // RTLD_GLOBAL: Open MPI's components, which it loads itself, resolve libmpi's symbols.
@@ -63,8 +74,9 @@ std::unique_ptr<Transport> load_mpi(const Launch& launch, Loc loc) {
   user_check(make != nullptr, loc) << "the MPI transport " << path << " has no " << kMakeMpiTransport
                                    << "; it belongs to another towerjit build";
   std::string error;
-  Transport* transport = make(&error);
-  user_check(transport != nullptr, loc) << "MPI could not start under " << launch.launcher << ": " << error;
+  Transport* transport = make(knobs::mpi_start_timeout_s(), &error);
+  user_check(transport != nullptr, loc) << launched_rank() << "MPI could not start under " << launch.launcher << ": "
+                                        << error;
   return std::unique_ptr<Transport>(transport);
 }
 

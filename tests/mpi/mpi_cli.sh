@@ -92,6 +92,16 @@ raising_rank_stops_all)
     fail "the run succeeded"
   [ $(($(date +%s) - start)) -le 30 ] || fail "the other rank took more than 30 s to stop"
   grep -q "towerjit: rank 1 of 2: .*$work/none" "$work/out" || { cat "$work/out"; fail "the error does not name rank 1 and the cause"; } ;;
+rank_that_never_arrives)
+  # A rank that does not start (here: it sleeps 25 s first): the others give up after
+  # TOWERJIT_MPI_START_TIMEOUT (3 s here, 30 by default), naming themselves and the cause.
+  start=$(date +%s)
+  TOWERJIT_MPI_START_TIMEOUT=3 mpirun --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo \
+    -x TOWERJIT_MPI_START_TIMEOUT -np 1 "$bin" $small --towers cpu:0 : -np 1 sh -c "sleep 25; exec $bin" \
+    >"$work/out" 2>&1 && fail "the run succeeded"
+  [ $(($(date +%s) - start)) -le 20 ] || fail "took $(($(date +%s) - start)) s to stop"
+  grep -q "towerjit: rank 0 of 2: MPI could not start under mpirun: .* did not finish within 3 s" "$work/out" ||
+    { cat "$work/out"; fail "the error does not name the rank and the cause"; } ;;
 killed_rank_stops_all)
   # kill -9 of one rank mid-run: mpirun ends the others within 30 s, naming the rank.
   mpi 2 sh -c 'echo $$ >"$0/pid.$OMPI_COMM_WORLD_RANK"; exec "$@"' "$work" "$bin" --epochs 100000 --batch 64 \
