@@ -176,5 +176,15 @@ async_across_processes)
     { cat "$work/out"; fail "async over 3 processes"; }
   grep -q "^async: 200 applies, staleness mean" "$work/out" || { cat "$work/out"; fail "expected 200 applies"; }
   awk '/^test accuracy/ { ok = $6 + 0 < 1.5 } END { exit !ok }' "$work/out" || { cat "$work/out"; fail "it did not train"; } ;;
+launcher_detection)
+  # Without a launcher a binary runs alone (tested everywhere else); a launcher's environment
+  # with TOWERJIT_MPI=off runs alone too; with a plugin that cannot load, the error says what to do.
+  OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 TOWERJIT_MPI=off "$bin" $small --steps 2 --towers cpu:0 >"$work/out" 2>&1 ||
+    { cat "$work/out"; fail "TOWERJIT_MPI=off under a launcher's environment"; }
+  grep -q "processes over MPI" "$work/out" && fail "TOWERJIT_MPI=off still joined a world"
+  OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 TOWERJIT_MPI_LIBRARY="$work/none.so" "$bin" $small --steps 2 \
+    --towers cpu:0 >"$work/out" 2>&1 && fail "ran without its MPI plugin"
+  grep -qF "this process was started by mpirun but the MPI transport $work/none.so cannot be loaded" "$work/out" ||
+    { cat "$work/out"; fail "no clear error for a missing plugin"; } ;;
 *) fail "unknown case $case_name" ;;
 esac
