@@ -45,6 +45,10 @@ double bucket_mb() {
   const double mb = std::strtod(v->c_str(), &end);
   return end && *end == '\0' && mb >= 0 ? mb : 25;
 }
+bool nccl_world() {
+  const std::string v = lower(read("TOWERJIT_NCCL_WORLD").value_or(""));
+  return v == "on" || v == "1" || v == "true" || v == "yes";
+}
 bool gpu_variables() {
   const std::string v = lower(read("TOWERJIT_GPU_VARIABLES").value_or(""));
   return v == "on" || v == "1" || v == "true" || v == "yes";

@@ -57,6 +57,13 @@ bool cuda_caching();
 // where NCCL loads.
 bool nccl_enabled();
 
+// TOWERJIT_NCCL_WORLD: "on" (also "1", "true", "yes") makes sync GPU towers with the variables on
+// the GPUs, over several processes, reduce through one NCCL communicator over every process's
+// GPUs (rank 0's ncclGetUniqueId broadcast over MPI, ncclCommInitRank), where every process's
+// NCCL can. Default: off — NCCL (or copies) inside each process, then MPI between them — until
+// measured on several GPUs.
+bool nccl_world();
+
 // TOWERJIT_BUCKET_MB: the size of the gradient buckets reduced between GPUs while the backward
 // pass goes on (variables on the GPUs); the first bucket is 1 MB or this, the smaller, as in
 // PyTorch DDP. 0 puts every gradient in a bucket of its own. Default: 25.

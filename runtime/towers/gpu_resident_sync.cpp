@@ -1,5 +1,6 @@
 #include "runtime/towers/gpu_resident_sync.h"
 
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -126,9 +127,12 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
     gpu->apply_feeds[setup_.gradient_scale] = to_device(scalar(1.0), *gpu->context, *gpu->copies);
     gpu->reduced.resize(shapes.size());
   }
-  if (gpus_.size() > 1 && knobs::nccl_enabled() && cuda::nccl_available()) {
-    std::vector<cuda::DeviceContext*> contexts;
-    for (auto& gpu : gpus_) contexts.push_back(gpu->context);
+  std::vector<cuda::DeviceContext*> contexts;
+  for (auto& gpu : gpus_) contexts.push_back(gpu->context);
+  if (across_processes() && knobs::nccl_world()) join_world_nccl(contexts);
+  if (nccl_) {
+    // One communicator over every process's GPUs: no MPI step.
+  } else if (gpus_.size() > 1 && knobs::nccl_enabled() && cuda::nccl_available()) {
     nccl_ = std::make_unique<cuda::NcclCommunicators>(contexts, loc);
   } else if (gpus_.size() > 1) {
     Gpu& first = *gpus_[0];
@@ -222,6 +226,46 @@ void GpuResidentSync::combine_gpus() {
       gpu.reduced[j] = std::move(to);
     }
     gpu.copies->synchronize("copying the gradient sum to " + gpu.context->str(), loc_);
+  }
+}
+
+// TOWERJIT_NCCL_WORLD=on: one NCCL communicator over every process's GPUs, when every process
+// can (its NCCL has ncclCommInitRank; the emulated NCCL has not): world rank 0 calls
+// ncclGetUniqueId, MPI broadcasts it, every process joins with ncclCommInitRank for each of its
+// GPUs. Otherwise (decided together, so no rank waits for a collective the others skip) the
+// hierarchical scheme stays: NCCL or copies in the process, then MPI.
+void GpuResidentSync::join_world_nccl(const std::vector<cuda::DeviceContext*>& contexts) {
+  dist::Transport& world = *setup_.world;
+  try {
+    double able = cuda::nccl_available() && cuda::nccl_world_available() && knobs::nccl_enabled() ? 1 : 0;
+    world.all_reduce_sum(&able, 1);
+    if (able < world.size()) {
+      if (world.rank() == 0)
+        std::fprintf(stderr, "towerjit: TOWERJIT_NCCL_WORLD=on, but %d of %d processes have no NCCL with "
+                             "ncclCommInitRank; reducing hierarchically (each process's GPUs, then MPI)\n",
+                     world.size() - static_cast<int>(able), world.size());
+      return;
+    }
+    std::vector<int> gpus(world.size());
+    const int own = static_cast<int>(contexts.size());
+    world.all_gather(&own, sizeof own, gpus.data());
+    int first = 0, total = 0;  // this process's first world GPU rank, and how many there are
+    for (int r = 0; r < world.size(); ++r) {
+      if (r < world.rank()) first += gpus[r];
+      total += gpus[r];
+    }
+    std::vector<char> id(sizeof(cuda::NcclUniqueId));
+    if (world.rank() == 0) {
+      const cuda::NcclUniqueId made = cuda::NcclCommunicators::make_unique_id(loc_);
+      std::memcpy(id.data(), &made, sizeof made);
+    }
+    world.broadcast(id, 0);
+    cuda::NcclUniqueId joined;
+    std::memcpy(&joined, id.data(), sizeof joined);
+    nccl_ = std::make_unique<cuda::NcclCommunicators>(contexts, joined, first, total, loc_);
+    nccl_world_ = true;
+  } catch (const std::runtime_error& e) {
+    user_check(false, loc_) << "setting up NCCL across processes failed: " << e.what();
   }
 }
 
@@ -319,7 +363,7 @@ GpuResidentSync::Result GpuResidentSync::step(const std::vector<HostFeeds>& slic
     for (size_t b = 0; b < buckets_.size(); ++b) queue_bucket(b, outputs);
     // Across processes, each bucket leaves as soon as its reduction on this process's GPUs has
     // run (NCCL, or one GPU); when the GPUs' sums meet by copies, after they have.
-    if (across_processes() && !combine_)
+    if (mpi_between_processes() && !combine_)
       for (size_t b = 0; b < buckets_.size(); ++b) send_bucket(b);
   } catch (...) {
     try {
@@ -331,9 +375,9 @@ GpuResidentSync::Result GpuResidentSync::step(const std::vector<HostFeeds>& slic
   finish_all();
   for (int t = 0; t < n; ++t) result.losses[t] = loss_of(t, outputs[t][0]);
   if (combine_) combine_gpus();
-  if (across_processes() && combine_)
+  if (mpi_between_processes() && combine_)
     for (size_t b = 0; b < buckets_.size(); ++b) send_bucket(b);
-  if (across_processes()) receive_buckets();
+  if (mpi_between_processes()) receive_buckets();
   for (auto& gpu : gpus_) apply(*gpu, result);
   return result;
 }

@@ -16,7 +16,9 @@
 //   4. in a world of several processes (mpirun), each bucket's sum is then all-reduced between
 //      the processes over MPI (from the first GPU, through the host, back to every GPU), each
 //      starting as soon as its reduction on the GPUs has run, while the backward passes go on:
-//      the hierarchical scheme, NCCL inside the process, MPI between (docs/distributed.md);
+//      the hierarchical scheme, NCCL inside the process, MPI between (docs/distributed.md); or,
+//      with TOWERJIT_NCCL_WORLD=on where every process's NCCL can, one NCCL communicator over
+//      every process's GPUs (bootstrapped over MPI), and no MPI step;
 //   5. every GPU applies the optimiser to its copy; the model's updates replace their variables.
 // Only each tower's loss and the learning rate cross to the host; the host copy of the
 // variables is refreshed when asked for (download()).
@@ -77,6 +79,8 @@ class GpuResidentSync {
   double loss_of(int t, const DeviceTensor& loss);
   void combine_gpus();
   bool across_processes() const { return setup_.world && setup_.world->size() > 1; }
+  bool mpi_between_processes() const { return across_processes() && !nccl_world_; }
+  void join_world_nccl(const std::vector<cuda::DeviceContext*>& contexts);
   void send_bucket(size_t b);
   void receive_buckets();
   void apply(Gpu& gpu, Result& result);
@@ -91,6 +95,7 @@ class GpuResidentSync {
   std::unique_ptr<cuda::NcclCommunicators> nccl_;  // several GPUs, NCCL present
   std::unique_ptr<CudaProgram> combine_;  // else, on the first GPU: the sum of every GPU's reduced tensors
   DeviceFeeds combine_feeds_;             // its weights (all 1), and each step's sums
+  bool nccl_world_ = false;  // nccl_ spans every process's GPUs (TOWERJIT_NCCL_WORLD)
   std::vector<HostTensor> host_;  // across processes: each reduced tensor on its way (MPI reads it)
   std::vector<dist::Transport::Ticket> across_;  // per bucket: its all-reduce
   Loc loc_;

@@ -49,8 +49,16 @@ std::vector<std::vector<int>> cores_of_towers(const Towers& towers) {
   return out;
 }
 
+// Whether sync towers keep the variables on the GPUs (all GPUs, TOWERJIT_GPU_VARIABLES).
+bool variables_on_gpus(const Towers& towers) {
+  bool all_gpus = true;
+  for (const Device& d : towers.devices()) all_gpus = all_gpus && d.kind == DeviceKind::gpu;
+  return all_gpus && !is_async(towers.reduction()) && knobs::gpu_variables();
+}
+
 // What every rank of a world must agree on before training together: the model (its graph's
-// text, source lines included), the strategy but its devices, the optimiser and the options.
+// text, source lines included), the strategy but its devices, the optimiser, the options, and
+// what decides the sequence of collectives (where the reduction runs, the buckets).
 std::map<std::string, std::string> trainer_settings(const Graph& graph, const Towers& towers,
                                                     const Optimizer& optimizer, const TowerTrainerOptions& options) {
   std::string ema = "off";
@@ -61,7 +69,11 @@ std::map<std::string, std::string> trainer_settings(const Graph& graph, const To
           {"optimizer", optimizer.str()},
           {"seed", std::to_string(options.seed)},
           {"ema", ema},
-          {"TOWERJIT_DETERMINISTIC", knobs::deterministic_layout() ? "layout" : "off"}};
+          {"TOWERJIT_DETERMINISTIC", knobs::deterministic_layout() ? "layout" : "off"},
+          {"the variables (TOWERJIT_GPU_VARIABLES and the towers' devices)",
+           variables_on_gpus(towers) ? "on the GPUs" : "on the host"},
+          {"TOWERJIT_BUCKET_MB", std::to_string(knobs::bucket_mb())},
+          {"TOWERJIT_NCCL_WORLD", knobs::nccl_world() ? "on" : "off"}};
 }
 
 // Trace rows: towers 0..N-1, then the reduction, then each replica's apply.
@@ -109,9 +121,7 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   }
   // Sync towers that are all GPUs keep the variables there when asked (TOWERJIT_GPU_VARIABLES):
   // one copy per GPU, the reduction and the apply on the GPUs; the host copy is a cache.
-  bool all_gpus = true;
-  for (const Device& d : towers_.devices()) all_gpus = all_gpus && d.kind == DeviceKind::gpu;
-  const bool on_gpus = all_gpus && !is_async(towers_.reduction()) && knobs::gpu_variables();
+  const bool on_gpus = variables_on_gpus(towers_);
   user_check(!on_gpus || !deterministic_layout_ || world_->size() == 1, loc)
       << dist::rank_prefix() << "TOWERJIT_DETERMINISTIC=layout with the variables on the GPUs is not built; unset "
       << "TOWERJIT_GPU_VARIABLES (the host path gathers every tower's gradients) or the determinism";

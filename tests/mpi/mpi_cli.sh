@@ -123,17 +123,29 @@ gpu_towers_on_the_emulator)
   run="--steps 20 --batch 64 --optimizer momentum --lr 0.05 --seed 7 --log-every 1 --hidden 32"
   "$bin" $run --towers cpu:0,cpu:1,cpu:2,cpu:3 --metrics "$work/cpu.jsonl" >/dev/null 2>&1 || fail "CPU towers"
   losses "$work/cpu.jsonl" >"$work/cpu"
+  # TOWERJIT_NCCL_WORLD=on: the emulated NCCL has no ncclCommInitRank, so the ranks agree to
+  # stay hierarchical, and say so.
   for variant in "TOWERJIT_GPU_VARIABLES=off TOWERJIT_BUCKET_MB=25" "TOWERJIT_GPU_VARIABLES=on TOWERJIT_BUCKET_MB=25" \
-                 "TOWERJIT_GPU_VARIABLES=on TOWERJIT_BUCKET_MB=0"; do
+                 "TOWERJIT_GPU_VARIABLES=on TOWERJIT_BUCKET_MB=0" "TOWERJIT_GPU_VARIABLES=on TOWERJIT_NCCL_WORLD=on"; do
     rm -f "$work/gpu.jsonl"
     # shellcheck disable=SC2086  # $variant is split into its assignments on purpose
     (export $variant TOWERJIT_CUDA=emulator TOWERJIT_EMULATED_GPUS=2
-     mpi 2 -x TOWERJIT_CUDA -x TOWERJIT_EMULATED_GPUS -x TOWERJIT_GPU_VARIABLES -x TOWERJIT_BUCKET_MB \
+     mpi 2 -x TOWERJIT_CUDA -x TOWERJIT_EMULATED_GPUS -x TOWERJIT_GPU_VARIABLES -x TOWERJIT_BUCKET_MB -x TOWERJIT_NCCL_WORLD \
        "$bin" $run --towers gpu:0,gpu:1 --metrics "$work/gpu.jsonl") >"$work/out" 2>&1 ||
       { cat "$work/out"; fail "GPU towers, $variant"; }
     losses "$work/gpu.jsonl" >"$work/gpu"
     close "$work/cpu" "$work/gpu" 20 1e-5 || { paste "$work/cpu" "$work/gpu"; fail "$variant: the curves differ"; }
+    case $variant in *NCCL_WORLD=on*)
+      grep -q "TOWERJIT_NCCL_WORLD=on, but 2 of 2 processes have no NCCL with ncclCommInitRank" "$work/out" ||
+        { cat "$work/out"; fail "no word of the hierarchical fallback"; } ;;
+    esac
   done
+  # Ranks that would reduce in different places (host, GPUs) are stopped at start-up.
+  mpirun --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo -x TOWERJIT_CUDA=emulator \
+    -np 1 "$bin" $run --towers gpu:0 : -np 1 -x TOWERJIT_GPU_VARIABLES=on "$bin" $run --towers gpu:0 >"$work/out" 2>&1 &&
+    fail "ranks with the variables in different places trained"
+  grep -qF "the variables (TOWERJIT_GPU_VARIABLES and the towers' devices): \"on the host\" on rank 0, \"on the GPUs\" on rank 1" \
+    "$work/out" || { cat "$work/out"; fail "the difference is not named"; }
   # One emulated GPU per process with two towers on it (no NCCL in the process).
   rm -f "$work/gpu.jsonl"
   (export TOWERJIT_GPU_VARIABLES=on TOWERJIT_CUDA=emulator
