@@ -42,7 +42,15 @@ std::string rank_failure(const std::exception& e) { return dist::rank_prefix() +
 }  // namespace
 
 AsyncServer::AsyncServer(TowerTrainer& trainer)
-    : trainer_(trainer), applied_of_tower_(trainer.layout_.towers(), 0) {}
+    : trainer_(trainer),
+      bound_(std::get<AsyncApply>(trainer.towers().reduction()).max_staleness),
+      applied_of_tower_(trainer.layout_.towers(), 0) {}
+
+bool AsyncServer::may_apply(const Push& push) const {
+  if (!bound_) return true;
+  const int64_t slowest = *std::min_element(applied_of_tower_.begin(), applied_of_tower_.end());
+  return applied_of_tower_.at(push.tower) - slowest <= *bound_;
+}
 
 AsyncServer::Push AsyncServer::receive() {
   Push p;
@@ -81,9 +89,10 @@ AsyncServer::Applied AsyncServer::apply(Push push) {
     ++t.async_so_far_.applies;
     t.async_so_far_.max_staleness = std::max(t.async_so_far_.max_staleness, a.staleness);
     t.staleness_sum_ += a.staleness;
-    ++applied_of_tower_.at(push.tower);
+    // The lead as the bound counts it: the tower's applies before this one over the slowest's.
     const int64_t slowest = *std::min_element(applied_of_tower_.begin(), applied_of_tower_.end());
-    t.async_so_far_.max_lead = std::max(t.async_so_far_.max_lead, applied_of_tower_[push.tower] - slowest);
+    t.async_so_far_.max_lead = std::max(t.async_so_far_.max_lead, applied_of_tower_.at(push.tower) - slowest);
+    ++applied_of_tower_[push.tower];
     a.learning_rate = t.apply(gradients, 0);
     ++t.applies_;
     for (const auto& u : t.model_updates_) {  // each tower writes its own new values

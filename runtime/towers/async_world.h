@@ -5,7 +5,9 @@
 // thread (the caller of AsyncServer::next) applies each push exactly once, in the order they
 // arrive, and sends the worker back the variables as they are then, which its towers read for
 // their next slice. Staleness is the applies by others between a push's read and its apply,
-// counted on the server over every worker's towers.
+// counted on the server over every worker's towers. With AsyncApply::max_staleness = k the
+// server holds back (receives, does not apply) a push of a tower more than k applies ahead of
+// the slowest tower, so the worker waits for its reply.
 //
 // fit() drives both sides (runtime/towers/fit.cpp): every rank reads the same sequence of
 // batches, a worker its towers' rows, the server none; the server reports each batch to the
@@ -15,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "runtime/towers/tower_trainer.h"
@@ -42,12 +45,16 @@ class AsyncServer {
   explicit AsyncServer(TowerTrainer& trainer);
   // The next push from any worker (blocks).
   Push receive();
+  // Whether `push` may be applied now under AsyncApply::max_staleness = k: its tower has
+  // applied at most k times more than the slowest tower (the slowest always may).
+  bool may_apply(const Push& push) const;
   // Applies `push` (once), then sends its worker the variables.
   Applied apply(Push push);
 
  private:
   TowerTrainer& trainer_;
-  std::vector<int64_t> applied_of_tower_;  // for the largest lead
+  std::optional<int64_t> bound_;
+  std::vector<int64_t> applied_of_tower_;  // for the bound and the largest lead
 };
 
 // A worker's side: its towers' slices of one batch, computed from the values it holds, pushed

@@ -204,7 +204,9 @@ void fit_async_worker(TowerTrainer& trainer, Loop& loop, Loc loc) {
 // The parameter server's side: applies every push as it comes, and reports each batch to the
 // hooks, in order, once every world tower's slice of it is applied. While a batch whose hooks
 // use the trainer is unfinished, pushes of later batches wait (received, not applied), so those
-// hooks see exactly the applies of the batches before it.
+// hooks see exactly the applies of the batches before it; so do pushes of a tower past the
+// staleness bound. The slowest tower's next push is always for the earliest unfinished batch
+// and always within the bound, so something can always be applied.
 void fit_async_server(TowerTrainer& trainer, Loop& loop, Loc loc) {
   struct Pending {
     StepEvent event;
@@ -235,9 +237,11 @@ void fit_async_server(TowerTrainer& trainer, Loop& loop, Loc loc) {
     return std::numeric_limits<int64_t>::max();
   };
   while (!(pending.empty() && loop.done())) {
+    // The first held push that may go now, else the next from the network (held in turn
+    // if it may not: a later batch than a quiet one, or a tower past the staleness bound).
     std::optional<AsyncServer::Push> push;
     for (auto it = held.begin(); it != held.end(); ++it)
-      if (it->step <= barrier()) {
+      if (it->step <= barrier() && server.may_apply(*it)) {
         push = std::move(*it);
         held.erase(it);
         break;
@@ -245,7 +249,7 @@ void fit_async_server(TowerTrainer& trainer, Loop& loop, Loc loc) {
     if (!push) {
       push = server.receive();
       create_through(push->step);
-      if (push->step > barrier()) {
+      if (push->step > barrier() || !server.may_apply(*push)) {
         held.push_back(std::move(*push));
         continue;
       }

@@ -1,11 +1,12 @@
 // Async towers across processes lose no update: run under mpirun (tests/mpi/mpi_cli.sh) as
-//   towerjit_mpi_async_check <towers per worker>
+//   towerjit_mpi_async_check <towers per worker> [max staleness]
 // Rank 0 serves the variables, the other ranks' towers push to it. The model's loss is the
 // batch mean of x . w, whose gradient does not depend on w, so whatever order the pushes
 // arrive in, w ends as the sum of every tower's scaled step; rank 0 checks it, the apply count,
 // the staleness report, and that a hook using the trainer sees exactly the applies of the
 // batches before it. Exit 0 on success; otherwise rank 0 prints the failures and exits 1.
 #include <cmath>
+#include <optional>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -28,7 +29,7 @@ struct QuietProbe : tj::Hook {
   bool uses_trainer_at(const tj::StepEvent& e) const override { return e.step % 3 == 0; }
 };
 
-int check(int towers_per_worker) {
+int check(int towers_per_worker, std::optional<int64_t> bound) {
   tj::dist::Transport& world = tj::dist::world();
   const int64_t n = 70, batch = 9;
   tj::data::Dataset data{tj::HostTensor({n, 784}), tj::HostTensor({n}, tj::DType::i32)};
@@ -44,7 +45,7 @@ int check(int towers_per_worker) {
   std::vector<tj::Device> devices;
   for (int i = 0; i < towers_per_worker; ++i) devices.push_back(tj::cpu(i));
   const double lr = 0.05;
-  tj::TowerTrainer trainer(graph, tj::mean(tj::matmul(image, w)), tj::Towers(devices).reduce(tj::AsyncApply{}),
+  tj::TowerTrainer trainer(graph, tj::mean(tj::matmul(image, w)), tj::Towers(devices).reduce(tj::AsyncApply{.max_staleness = bound}),
                            tj::sgd(lr));
   tj::data::BatchPipeline pipeline(data, {.batch = batch, .shuffle = false,
                                           .part = [&](int64_t rows) { return trainer.own_rows(rows); }});
@@ -87,10 +88,13 @@ int check(int towers_per_worker) {
     const double got = trainer.variables().at("w").f32[j];
     worst = std::max(worst, std::abs(got - expected[j]) / std::max(1e-6, std::abs(expected[j])));
   }
+  if (bound && report.max_lead > *bound)
+    fail("a tower led the slowest by " + std::to_string(report.max_lead) + " applies, past the bound " + std::to_string(*bound));
   if (worst > 1e-4) fail("w is off by a relative " + std::to_string(worst) + " (an update lost or applied twice)");
-  std::printf("%d workers, %d towers: %lld applies, staleness mean %.2f, max %lld; w within %.2g%s\n",
+  std::printf("%d workers, %d towers: %lld applies, staleness mean %.2f, max %lld, largest lead %lld; w within %.2g%s\n",
               world.size() - 1, towers, static_cast<long long>(report.applies), report.mean_staleness,
-              static_cast<long long>(report.max_staleness), worst, failures ? "" : "; ok");
+              static_cast<long long>(report.max_staleness), static_cast<long long>(report.max_lead), worst,
+              failures ? "" : "; ok");
   return failures ? 1 : 0;
 }
 
@@ -98,7 +102,8 @@ int check(int towers_per_worker) {
 
 int main(int argc, char** argv) {
   try {
-    const int code = check(argc > 1 ? std::stoi(argv[1]) : 1);
+    const int code = check(argc > 1 ? std::stoi(argv[1]) : 1,
+                           argc > 2 ? std::optional<int64_t>(std::stoll(argv[2])) : std::nullopt);
     if (code) tj::dist::abort_world_on_error(code);
     return code;
   } catch (const tj::Error& e) {

@@ -175,10 +175,11 @@ checkpoint_reshards)
   done ;;
 async_loses_no_update)
   # The parameter server on rank 0: 2 workers x 1 tower, 3 workers (not a power of two) x 1,
-  # and 2 workers x 2 towers; every push applied once (the linear model's w is exact).
-  for layout in "3 1" "4 1" "3 2"; do
+  # and 2 workers x 2 towers, then with staleness bounds 0 and 1; every push applied once (the
+  # linear model's w is exact), no tower past the bound.
+  for layout in "3 1" "4 1" "3 2" "4 1 0" "3 2 1"; do
     set -- $layout
-    mpi "$1" "$async_check" "$2" >"$work/out" 2>&1 || { cat "$work/out"; fail "$1 processes x $2 towers"; }
+    mpi "$1" "$async_check" "$2" ${3:-} >"$work/out" 2>&1 || { cat "$work/out"; fail "$1 processes x $2 towers ${3:+bound $3}"; }
     grep -q "; ok" "$work/out" || { cat "$work/out"; fail "$1 processes x $2 towers: no result"; }
   done ;;
 async_across_processes)
