@@ -15,11 +15,36 @@ import statistics
 import sys
 import time
 
-WORKLOADS = {"mlp-large": 256, "mlp-small": 64, "cnn": 128}
+WORKLOADS = {"mlp-large": 256, "mlp-small": 64, "cnn": 128, "resnet-bn": 128}
+
+
+def resnet(torch):
+    """examples/models.h's resnet: convolutions without bias, batch norm (towerjit's momentum
+    0.9 is PyTorch's 0.1, epsilon 1e-3), two residual blocks, dropout 0.25."""
+    nn = torch.nn
+
+    def conv_bn(c_in, c_out):
+        return [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out, eps=1e-3, momentum=0.1)]
+
+    class Block(nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.body = nn.Sequential(*conv_bn(width, width), nn.ReLU(), *conv_bn(width, width))
+
+        def forward(self, x):
+            return torch.relu(x + self.body(x))
+
+    return nn.Sequential(
+        nn.Unflatten(1, (1, 28, 28)),
+        *conv_bn(1, 16), nn.ReLU(), Block(16), nn.MaxPool2d(2),
+        *conv_bn(16, 32), nn.ReLU(), Block(32), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Dropout(0.25), nn.Linear(32 * 7 * 7, 10))
 
 
 def build(torch, name):
     nn = torch.nn
+    if name == "resnet-bn":
+        return resnet(torch), (WORKLOADS[name], 784)
     if name == "cnn":
         model = nn.Sequential(
             nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "dsl/autodiff.h"
+#include "examples/models.h"
 #include "dsl/error.h"
 #include "dsl/layers.h"
 #include "dsl/ops.h"
@@ -45,7 +46,7 @@ void sgd_momentum(const std::vector<Tensor>& weights, const std::vector<Tensor>&
 
 }  // namespace
 
-std::vector<std::string> workload_names() { return {"mlp-large", "mlp-small", "cnn"}; }
+std::vector<std::string> workload_names() { return {"mlp-large", "mlp-small", "cnn", "resnet-bn"}; }
 
 TrainStep build_train_step(const std::string& workload) {
   TrainStep s;
@@ -62,9 +63,14 @@ TrainStep build_train_step(const std::string& workload) {
     s.batch = 128;
     s.image = Shape{s.batch, 1, 28, 28};
     logits = cnn(input("image", {kBatch, 1, 28, 28}));
+  } else if (workload == "resnet-bn") {
+    // The example's ResNet: 8 convolutions, batch norm after each, dropout; some 70 kernels.
+    s.batch = 128;
+    s.image = Shape{s.batch, 784};
+    logits = examples::resnet(input("image", {kBatch, 784}));
   } else {
     throw Error("towerjit_bench: unknown workload \"" + workload +
-                "\"; choose one of mlp-large, mlp-small, cnn");
+                "\"; choose one of mlp-large, mlp-small, cnn, resnet-bn");
   }
   Tensor label = input("label", {kBatch}, DType::i32);
   s.loss = mean(softmax_cross_entropy(logits, label));

@@ -21,6 +21,8 @@ bool passes_gradient(const Graph& graph, const Node& node, int k) {
       return graph.node(node.inputs[k]).dtype == DType::f32;
     case Op::Select:
       return k != 0;  // the condition only picks
+    case Op::PhaseSelect:
+      return k == 0;  // a program is differentiated as it trains
     default:
       return true;
   }
@@ -200,6 +202,10 @@ bool backward_elementwise(const GradContext& c, std::vector<Tensor>& dx) {
       return true;
     default:
       break;
+  }
+  if (c.node.op == Op::PhaseSelect) {
+    dx[0] = c.dy;
+    return true;
   }
   if (c.node.op != Op::Select) return false;
   // The condition gets nothing; a and b get g where they were chosen.

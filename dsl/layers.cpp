@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "dsl/ops_internal.h"
+#include "dsl/phase.h"
 
 namespace towerjit {
 
@@ -125,10 +126,11 @@ void update_moving(Tensor moving, Tensor batch, double momentum, int64_t channel
   assign(moving, next, loc);
 }
 
-}  // namespace
+// How a layer that differs in inference is built: fixed to one phase, or both (dsl/phase.h).
+enum class Built { training, inference, by_phase };
 
-Tensor batch_norm(Tensor x, bool training, const std::string& name, BatchNormOptions options,
-                  Loc loc) {
+Tensor build_batch_norm(Tensor x, Built built, const std::string& name, const BatchNormOptions& options,
+                        Loc loc) {
   Graph& g = layer_graph(x, "batch_norm", name, loc);
   const auto axis = normalize_axis(options.axis, x.rank());
   user_check(axis.has_value(), loc)
@@ -146,10 +148,11 @@ Tensor batch_norm(Tensor x, bool training, const std::string& name, BatchNormOpt
   std::vector<int64_t> bdims(x.rank(), 1);
   bdims[*axis] = channels;
   const BatchNormVars v = batch_norm_variables(channels, Shape(bdims), loc);
-  if (!training) {
+  auto inference = [&] {
     Tensor inv = rsqrt(add(v.variance_b, Operand(options.epsilon, loc), loc), loc);
     return add(mul(mul(v.gamma, sub(x, v.mean_b, loc), loc), inv, loc), v.beta, loc);
-  }
+  };
+  if (built == Built::inference) return inference();
   std::vector<int> axes;
   for (int i = 0; i < x.rank(); ++i)
     if (i != *axis) axes.push_back(i);
@@ -167,17 +170,17 @@ Tensor batch_norm(Tensor x, bool training, const std::string& name, BatchNormOpt
   Tensor unbiased = mul(batch_var, div(n, n_minus_1, loc), loc);
   update_moving(v.moving_mean, batch_mean, options.momentum, channels, loc);
   update_moving(v.moving_variance, unbiased, options.momentum, channels, loc);
-  return y;
+  return built == Built::training ? y : by_phase(y, inference(), loc);
 }
 
-Tensor dropout(Tensor x, double rate, bool training, uint64_t seed, Loc loc) {
+Tensor build_dropout(Tensor x, double rate, Built built, uint64_t seed, Loc loc) {
   user_check(x.valid(), loc) << "dropout: the input is an empty tensor; build it with an op first";
   Graph& g = x.graph();
   user_check(rate >= 0 && rate < 1, loc)
       << "dropout: rate " << rate << " is outside [0, 1)" << in_scope(g)
       << "; rate is the fraction of elements zeroed, e.g. 0.1 (use rate 0 to disable)";
   detail::require_f32(x, "dropout", loc);
-  if (!training || rate == 0) return x;
+  if (built == Built::inference || rate == 0) return x;
   // The mask's seed: the user's seed, the scope path and how many random nodes this scope
   // already holds. Distinct layers differ; rebuilding the same model gives the same seeds.
   const std::string path = g.scope_path();
@@ -187,7 +190,27 @@ Tensor dropout(Tensor x, double rate, bool training, uint64_t seed, Loc loc) {
   const uint64_t key = stable_hash("dropout/" + std::to_string(seed) + "/" + path + "/" +
                                    std::to_string(occurrence));
   Tensor keep = greater_equal(random_uniform_like(x, key, loc), Operand(rate, loc), loc);
-  return mul(mul(x, keep, loc), Operand(1.0 / (1.0 - rate), loc), loc);
+  Tensor dropped = mul(mul(x, keep, loc), Operand(1.0 / (1.0 - rate), loc), loc);
+  return built == Built::training ? dropped : by_phase(dropped, x, loc);
+}
+
+}  // namespace
+
+Tensor batch_norm(Tensor x, const std::string& name, BatchNormOptions options, Loc loc) {
+  return build_batch_norm(x, Built::by_phase, name, options, loc);
+}
+
+Tensor batch_norm(Tensor x, bool training, const std::string& name, BatchNormOptions options,
+                  Loc loc) {
+  return build_batch_norm(x, training ? Built::training : Built::inference, name, options, loc);
+}
+
+Tensor dropout(Tensor x, double rate, DropoutOptions options, Loc loc) {
+  return build_dropout(x, rate, Built::by_phase, options.seed, loc);
+}
+
+Tensor dropout(Tensor x, double rate, bool training, uint64_t seed, Loc loc) {
+  return build_dropout(x, rate, training ? Built::training : Built::inference, seed, loc);
 }
 
 }  // namespace towerjit

@@ -28,6 +28,7 @@ struct Flags {
   std::string model = "mlp";
   std::string out = "async_vs_sync";
   std::string data = tj::data::kFashionMnistDir;
+  std::string dump;  // the CUDA of each run's programs, under <dump>/<run>
   int64_t steps = 300;
   int64_t batch = 128;
   double lr = 0.05;
@@ -49,7 +50,7 @@ struct Outcome {
   int64_t applies = 0;
 };
 
-Outcome train(const Flags& f, const tj::Towers& towers, const std::string& name,
+Outcome train(const Flags& f, const tj::Towers& towers, const std::string& name, const std::string& run,
               const tj::data::Dataset& train_set, const tj::data::Dataset& test_set) {
   tj::Graph graph;
   tj::GraphScope use(graph);
@@ -58,6 +59,7 @@ Outcome train(const Flags& f, const tj::Towers& towers, const std::string& name,
   auto logits = f.model == "cnn" ? examples::cnn(image) : examples::mlp(image);
   auto loss = tj::mean(tj::softmax_cross_entropy(logits, label));
   tj::TowerTrainer trainer(graph, loss, towers, tj::momentum(f.lr, 0.9), {.seed = f.seed, .logits = logits});
+  if (!f.dump.empty()) tj::dump_cuda(trainer, f.dump + "/" + run);
   tj::data::BatchPipeline pipeline(train_set, {.batch = f.batch, .seed = f.seed, .min_batch = towers.size()});
   LossCurve curve;
   curve.series.name = name;
@@ -85,13 +87,14 @@ int main(int argc, char** argv) {
   app.add_option("--seed", f.seed, "initial weights and the shuffle");
   app.add_option("--data", f.data, "a directory in MNIST's layout");
   app.add_option("--out", f.out, "directory for the plot");
+  app.add_option("--dump", f.dump, "write the CUDA C and PTX of each run's programs to DIR/sync and DIR/async");
   CLI11_PARSE(app, argc, argv);
   try {
     const auto train_set = tj::data::load_mnist_format("train", f.data);
     const auto test_set = tj::data::load_mnist_format("test", f.data);
     const auto towers = tj::Towers(tj::parse_devices(f.towers));
-    const Outcome sync = train(f, towers, "sync average", train_set, test_set);
-    const Outcome async = train(f, towers.reduce(tj::AsyncApply{}), "async apply (1/N)", train_set, test_set);
+    const Outcome sync = train(f, towers, "sync average", "sync", train_set, test_set);
+    const Outcome async = train(f, towers.reduce(tj::AsyncApply{}), "async apply (1/N)", "async", train_set, test_set);
     for (const auto* o : {&sync, &async})
       std::printf("%-18s %5lld applies in %5.1f s: final train loss %.4f, test accuracy %.4f, test loss %.4f\n",
                   o->curve.name.c_str(), static_cast<long long>(o->applies), o->seconds,

@@ -85,12 +85,13 @@ double gradient_check(tj::Graph& graph, tj::Tensor loss, const tj::data::Dataset
 
 int main(int argc, char** argv) {
   int64_t epochs = 1, steps = 0;
-  std::string towers_flag = "cpu:0,cpu:1", data_dir = tj::data::kFashionMnistDir;
+  std::string towers_flag = "cpu:0,cpu:1", data_dir = tj::data::kFashionMnistDir, dump_dir;
   CLI::App app{"A custom layer (layer norm) and loss (label smoothing) written in the DSL, trained on Fashion-MNIST"};
   app.add_option("--epochs", epochs, "passes over the training set");
   app.add_option("--steps", steps, "stop after this many steps");
   app.add_option("--towers", towers_flag, "devices, e.g. cpu:0,cpu:1");
   app.add_option("--data", data_dir, "a directory in MNIST's layout");
+  app.add_option("--dump", dump_dir, "write the CUDA C and PTX of every program the trainer compiled here");
   CLI11_PARSE(app, argc, argv);
   try {
     const auto train_set = tj::data::load_mnist_format("train", data_dir);
@@ -106,6 +107,8 @@ int main(int argc, char** argv) {
 
     tj::TowerTrainer trainer(graph, loss, tj::Towers(tj::parse_devices(towers_flag)), tj::adam(1e-3),
                              {.logits = logits});
+    if (!dump_dir.empty())
+      for (const std::string& path : tj::dump_cuda(trainer, dump_dir)) std::printf("wrote %s\n", path.c_str());
     tj::data::BatchPipeline pipeline(train_set, {.batch = 128, .min_batch = trainer.towers().size()});
     tj::report::Progress progress(steps > 0 ? steps : epochs * pipeline.batches_per_epoch());
     tj::LogHook log(progress, nullptr);

@@ -86,8 +86,10 @@ std::string checkpoint_dir(const Flags& f) {
 // What must agree between a checkpoint and the run resuming it.
 std::map<std::string, std::string> run_metadata(const Flags& f, const tj::Towers& towers) {
   const std::string hidden = std::to_string(f.hidden);
-  return {{"model", f.model == "mlp" ? "MLP 784-" + hidden + "-" + hidden + "-10"
-                                     : "CNN conv16-pool-conv32-pool-dense128-dense10"},
+  const std::string model = f.model == "mlp" ? "MLP 784-" + hidden + "-" + hidden + "-10"
+                            : f.model == "cnn" ? "CNN conv16-pool-conv32-pool-dense128-dense10"
+                                               : "ResNet conv16-block16-pool-conv32-block32-pool-dropout-dense10 (BN)";
+  return {{"model", model},
           {"towers", towers.str()}, {"optimizer", make_optimizer(f).str()},
           {"batch", std::to_string(f.batch)}, {"seed", std::to_string(f.seed)},
           {"drop_last", f.drop_last ? "true" : "false"},
@@ -121,7 +123,9 @@ int train(const Flags& f) {
   tj::GraphScope use(graph);
   auto image = tj::input("image", {tj::kBatch, 784});
   auto label = tj::input("label", {tj::kBatch}, tj::DType::i32);
-  auto logits = f.model == "cnn" ? examples::cnn(image) : examples::mlp(image, f.hidden);
+  auto logits = f.model == "cnn"      ? examples::cnn(image)
+                : f.model == "resnet" ? examples::resnet(image)
+                                      : examples::mlp(image, f.hidden);
   auto loss = tj::mean(tj::softmax_cross_entropy(logits, label));
 
   const tj::Towers towers = make_towers(f);
@@ -197,8 +201,10 @@ int main(int argc, char** argv) {
   Flags f;
   CLI::App app{"Train a model on Fashion-MNIST over towers (CPU or GPU)"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
-  app.add_option("--model", f.model, "mlp (784-H-H-10) or cnn (2x conv3x3+ReLU+maxpool, dense 128, dense 10)")
-      ->check(CLI::IsMember({"mlp", "cnn"}));
+  app.add_option("--model", f.model,
+                 "mlp (784-H-H-10), cnn (2x conv3x3+ReLU+maxpool, dense 128, dense 10) or resnet (2x conv+BN "
+                 "and a residual block, maxpool; dropout, dense 10)")
+      ->check(CLI::IsMember({"mlp", "cnn", "resnet"}));
   app.add_option("--towers", f.towers, "devices, e.g. cpu:0,cpu:1 or gpu:0,gpu:1 (default: every GPU present, else cpu:0,cpu:1)");
   app.add_option("--strategy", f.strategy, "sync (weighted average, replicated), sync-ps (parameter server) or async")
       ->check(CLI::IsMember({"sync", "sync-ps", "async"}));
@@ -212,7 +218,7 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", f.hidden, "units in each of the MLP's two hidden layers");
   app.add_option("--ema", f.ema, "keep moving averages of the weights with this decay (e.g. 0.999) and evaluate with them");
   app.add_option("--data", f.data, "a directory in MNIST's layout");
-  app.add_option("--dump", f.dump, "write every compiled kernel's LLVM IR and an index here");
+  app.add_option("--dump", f.dump, "write each compiled program's CUDA C, PTX, LLVM IR, kernel IR and index here (tower_step, apply, predict, ...)");
   app.add_option("--checkpoint", f.checkpoint,
                  "write checkpoints to this directory after every epoch (with --resume: a directory or a checkpoint file)");
   app.add_option("--checkpoint-every", f.checkpoint_every, "also checkpoint every N steps");

@@ -26,4 +26,29 @@ inline tj::Tensor cnn(tj::Tensor image) {
   return tj::dense(h, 10, "logits");
 }
 
+// conv3x3 without bias + batch norm + ReLU. Batch norm and dropout follow the program: the
+// trainer's steps train, its predict() and evaluate() infer (dsl/phase.h).
+inline tj::Tensor conv_bn_relu(tj::Tensor x, int64_t filters, const std::string& name) {
+  x = tj::conv2d(x, filters, 3, name, {.pad = 1, .use_bias = false});
+  return tj::relu(tj::batch_norm(x, name + "_bn"));
+}
+
+// x + conv_bn(conv_bn_relu(x)), then ReLU: a ResNet basic block at x's width.
+inline tj::Tensor residual_block(tj::Tensor x, int64_t filters, const std::string& name) {
+  auto y = conv_bn_relu(x, filters, name + "/a");
+  y = tj::conv2d(y, filters, 3, name + "/b", {.pad = 1, .use_bias = false});
+  y = tj::batch_norm(y, name + "/b_bn");
+  return tj::relu(x + y);
+}
+
+// A small ResNet: conv 16 + a residual block + maxpool2, conv 32 + a residual block + maxpool2,
+// dropout 0.25, dense 1568->10. Batch norm after every convolution.
+inline tj::Tensor resnet(tj::Tensor image) {
+  auto x = tj::reshape(image, {tj::kBatch, 1, 28, 28});
+  x = tj::max_pool2d(residual_block(conv_bn_relu(x, 16, "conv1"), 16, "block1"));
+  x = tj::max_pool2d(residual_block(conv_bn_relu(x, 32, "conv2"), 32, "block2"));
+  x = tj::dropout(tj::reshape(x, {tj::kBatch, 32 * 7 * 7}), 0.25);
+  return tj::dense(x, 10, "logits");
+}
+
 }  // namespace examples

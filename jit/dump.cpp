@@ -1,12 +1,12 @@
 #include "jit/dump.h"
 
-#include <filesystem>
-#include <fstream>
+#include <algorithm>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "dsl/error.h"
-#include "jit/knobs.h"
 
 namespace towerjit {
 namespace {
@@ -94,17 +94,16 @@ std::string dump_index_json(const Graph& g, const kir::Program& p, const std::st
   return json{{"module", module}, {"steps", steps}, {"buffers", buffers}}.dump(1);
 }
 
-std::string dump_program(const Graph& g, const kir::Program& p, const std::string& module) {
-  const auto dir = knobs::dump_dir();
-  if (!dir) return "";
-  std::error_code ec;
-  std::filesystem::create_directories(*dir, ec);
-  std::ofstream index(*dir + "/" + module + ".index.json"), text(*dir + "/" + module + ".kir");
-  user_check(index && text, std::source_location::current())
-      << "TOWERJIT_DUMP: cannot write to \"" << *dir << "\"; point it at a writable directory";
-  index << dump_index_json(g, p, module) << "\n";
-  text << kir::to_string(p);
-  return *dir;
+std::string dump_stem(const std::string& program, const std::string& content) {
+  static std::mutex mutex;
+  static std::map<std::string, std::vector<size_t>> named;  // name -> contents' hashes, in order
+  const size_t hash = std::hash<std::string>{}(content);
+  std::lock_guard lock(mutex);
+  std::vector<size_t>& seen = named[program];
+  auto it = std::find(seen.begin(), seen.end(), hash);
+  if (it == seen.end()) it = seen.insert(seen.end(), hash);
+  const auto index = it - seen.begin();
+  return index == 0 ? program : program + "_" + std::to_string(index + 1);
 }
 
 }  // namespace towerjit

@@ -16,8 +16,10 @@ namespace towerjit {
 std::string dump_index_json(const Graph& graph, const kir::Program& program,
                             const std::string& module);
 
-// Writes <dir>/<module>.index.json and <dir>/<module>.kir when TOWERJIT_DUMP is set; returns
-// the directory written to, or "" when dumps are off.
-std::string dump_program(const Graph& graph, const kir::Program& program, const std::string& module);
+// The name a compiled program's files go under: `program` ("tower_step", "apply", "predict"),
+// or "<program>_2", "_3", ... when other programs of that name, with other `content` (the
+// program's text), were named before in this process. The same content keeps its name, so the
+// towers' copies of one program share their files. Thread-safe.
+std::string dump_stem(const std::string& program, const std::string& content);
 
 }  // namespace towerjit

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <sched.h>
 #include <utility>
 
 #include <llvm/ExecutionEngine/Orc/Core.h>
@@ -147,25 +148,26 @@ namespace {
 
 using SymbolTable = std::unordered_map<std::string, void*>;
 
-// Adds the object to a fresh JITDylib and links it at once (looking up every symbol it
-// defines), so unresolved externals surface here, in compile(), with the module's name,
-// and lookup() afterwards is a plain map read.
-llvm::Expected<SymbolTable> link_object(JitSession& s, CompiledModule::JitHandle& handle,
-                                        const std::string& object,
-                                        const std::string& module_name) {
+// Adds the module's objects to a fresh JITDylib and links them at once (looking up every
+// symbol they define), so unresolved externals surface here, in compile(), with the module's
+// name, and lookup() afterwards is a plain map read.
+llvm::Expected<SymbolTable> link_objects(JitSession& s, CompiledModule::JitHandle& handle,
+                                         const std::vector<std::string>& objects,
+                                         const std::string& module_name) {
   auto& es = s.jit->getExecutionSession();
   auto dylib = s.jit->createJITDylib(safe_name(module_name) + "#" + std::to_string(s.next_id++));
   if (!dylib) return dylib.takeError();
   handle.dylib = &*dylib;
 
-  auto buffer = llvm::MemoryBuffer::getMemBufferCopy(object, module_name);
-  auto interface = orc::getObjectFileInterface(es, buffer->getMemBufferRef());
-  if (!interface) return interface.takeError();
-  if (auto err = s.jit->addObjectFile(*dylib, std::move(buffer))) return err;
-
   orc::SymbolLookupSet wanted;
-  for (const auto& [name, flags] : interface->SymbolFlags)
-    if (name != interface->InitSymbol) wanted.add(name);
+  for (const std::string& object : objects) {
+    auto buffer = llvm::MemoryBuffer::getMemBufferCopy(object, module_name);
+    auto interface = orc::getObjectFileInterface(es, buffer->getMemBufferRef());
+    if (!interface) return interface.takeError();
+    if (auto err = s.jit->addObjectFile(*dylib, std::move(buffer))) return err;
+    for (const auto& [name, flags] : interface->SymbolFlags)
+      if (name != interface->InitSymbol) wanted.add(name);
+  }
   auto found = es.lookup(
       orc::makeJITDylibSearchOrder(&*dylib, orc::JITDylibLookupFlags::MatchAllSymbols),
       wanted);
@@ -176,14 +178,14 @@ llvm::Expected<SymbolTable> link_object(JitSession& s, CompiledModule::JitHandle
   return table;
 }
 
-std::shared_ptr<CompiledModule> load(const std::string& object, const std::string& ll_text,
+std::shared_ptr<CompiledModule> load(const std::vector<std::string>& objects, const std::string& ll_text,
                                      const std::string& module_name) {
   auto s = session();
   auto handle = std::make_unique<CompiledModule::JitHandle>();
   handle->session = s;
   std::unique_lock lock(s->mutex);
   s->take_reported();  // drop anything left over from an unrelated failure
-  auto table = link_object(*s, *handle, object, module_name);
+  auto table = link_objects(*s, *handle, objects, module_name);
   std::string reported = s->take_reported();
   lock.unlock();
   if (!table) {  // handle's destructor removes the half-linked JITDylib
@@ -221,32 +223,87 @@ void* CompiledModule::lookup(const std::string& symbol) const {
   return nullptr;
 }
 
+namespace {
+
+// A cache payload of several objects: for each, its size as 8 little-endian bytes, then it.
+std::string pack(const std::vector<std::string>& objects) {
+  std::string out;
+  for (const std::string& o : objects) {
+    for (int b = 0; b < 8; ++b) out.push_back(static_cast<char>((o.size() >> (8 * b)) & 0xff));
+    out += o;
+  }
+  return out;
+}
+
+// The objects, or none when the payload is not pack()'s (then it is rebuilt).
+std::vector<std::string> unpack(const std::string& payload) {
+  std::vector<std::string> objects;
+  size_t at = 0;
+  while (at < payload.size()) {
+    if (payload.size() - at < 8) return {};
+    uint64_t size = 0;
+    for (int b = 0; b < 8; ++b) size |= uint64_t{static_cast<unsigned char>(payload[at + b])} << (8 * b);
+    at += 8;
+    if (size > payload.size() - at) return {};
+    objects.push_back(payload.substr(at, size));
+    at += size;
+  }
+  return objects;
+}
+
+// The cores this thread may run on: the compile's threads inherit them.
+int usable_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+// Modules alive in this process by cache key: towers compiling one program share its code.
+std::mutex alive_mutex;
+std::unordered_map<std::string, std::weak_ptr<CompiledModule>> alive;
+
+}  // namespace
+
 std::shared_ptr<CompiledModule> compile(const std::string& ll_text, const std::string& module_name,
                                         CompileStats* stats) {
   const auto start = std::chrono::steady_clock::now();
   CompileStats local;
   if (auto dump = knobs::dump_dir()) write_ll(*dump, ll_text, module_name);
-
+  auto finish = [&](std::shared_ptr<CompiledModule> module) {
+    local.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (stats) *stats = local;
+    return module;
+  };
+  const std::string key = make_cache_key({ll_text, target_description(), llvm_version(), kCodegenFlags});
+  {
+    std::lock_guard lock(alive_mutex);
+    if (auto it = alive.find(key); it != alive.end())
+      if (auto module = it->second.lock()) {
+        local.shared = true;
+        return finish(module);
+      }
+  }
   auto cache = CompileCache::from_knobs();
-  std::string key, object;
+  std::vector<std::string> objects;
   if (cache) {
-    key = make_cache_key({ll_text, target_description(), llvm_version(), kCodegenFlags});
     auto hit = cache->load(key);
-    local.cache_hit = hit.status == CompileCache::Status::hit;
     local.cache_damaged = hit.status == CompileCache::Status::damaged;
-    object = std::move(hit.payload);
+    if (hit.status == CompileCache::Status::hit) objects = unpack(hit.payload);
+    local.cache_hit = !objects.empty();
   }
   if (!local.cache_hit) {
-    ObjectCode code = compile_ir_to_object(ll_text, module_name);
+    ObjectCode code = compile_ir_to_objects(ll_text, module_name, usable_cores());
     if (!code.error.empty()) fail("cannot compile", ll_text, module_name, code.error);
-    object = std::move(code.object);
-    if (cache && !cache->store(key, object)) warn_once_cache_unwritable(cache->dir());
+    objects = std::move(code.objects);
+    if (cache && !cache->store(key, pack(objects))) warn_once_cache_unwritable(cache->dir());
   }
-  auto module = load(object, ll_text, module_name);
-  local.compile_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (stats) *stats = local;
-  return module;
+  auto module = load(objects, ll_text, module_name);
+  {
+    std::lock_guard lock(alive_mutex);
+    std::erase_if(alive, [](const auto& entry) { return entry.second.expired(); });
+    alive[key] = module;
+  }
+  return finish(module);
 }
 
 void define_host_symbol(const std::string& name, void* address) {

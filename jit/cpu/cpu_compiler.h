@@ -45,10 +45,13 @@ class CompiledModule {
 struct CompileStats {
   bool cache_hit = false;      // object came from the on-disk cache (no optimise/codegen)
   bool cache_damaged = false;  // a damaged cache entry was found and rebuilt
+  bool shared = false;         // the same module, compiled earlier in this process and alive, was reused
   double compile_ms = 0;       // wall time of compile(): cache + optimise + codegen + link
 };
 
-// Compiles and links `ll_text`. `module_name` names the module in errors and dumps (one
+// Compiles and links `ll_text`, split over this thread's cores (llvm_codegen.h), or returns the
+// module already compiled from the same text in this process while it lives (the towers'
+// copies of one program share their code). `module_name` names the module in errors and dumps (one
 // file-name-safe word is best, e.g. "step_fwd_3"). With TOWERJIT_DUMP set the text is
 // written to <dump>/<module_name>.ll. IR that fails to parse, verify or link is a towerjit
 // bug: throws towerjit::Error naming the module, the dumped .ll path and LLVM's message.

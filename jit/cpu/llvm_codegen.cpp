@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include <llvm/ADT/SmallVector.h>
@@ -16,6 +17,9 @@
 #include <llvm/IR/PassManager.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/AsmParser/Parser.h>
+#include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/Bitcode/BitcodeWriter.h>
+#include <llvm/Transforms/Utils/SplitModule.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/Error.h>
 #include <llvm/Support/MemoryBuffer.h>
@@ -106,40 +110,87 @@ std::string target_description() {
 
 std::string llvm_version() { return LLVM_VERSION_STRING; }
 
-ObjectCode compile_ir_to_object(const std::string& ll_text, const std::string& module_name) {
-  initialize_native_target();
-  llvm::LLVMContext context;
+namespace {
+
+// A module's parse and verification; the error in words, or null.
+std::unique_ptr<llvm::Module> parse(llvm::MemoryBufferRef text, llvm::LLVMContext& context, std::string& error) {
   llvm::SMDiagnostic diagnostic;
-  // Named like the dumped file, so "<module>.ll:47:22" in the message points into it.
-  std::string buffer_name = module_name + ".ll";
-  std::unique_ptr<llvm::Module> module = llvm::parseAssembly(
-      llvm::MemoryBufferRef(ll_text, buffer_name), diagnostic, context);
+  std::unique_ptr<llvm::Module> module = llvm::parseAssembly(text, diagnostic, context);
   if (!module) {
-    std::string message;
-    llvm::raw_string_ostream os(message);
+    llvm::raw_string_ostream os(error);
     diagnostic.print(nullptr, os, /*ShowColors=*/false);
-    return {{}, "parse: " + os.str()};
+    error = "parse: " + error;
+    return nullptr;
   }
   std::string verify_message;
   llvm::raw_string_ostream verify_os(verify_message);
-  if (llvm::verifyModule(*module, &verify_os)) return {{}, "verify: " + verify_os.str()};
+  if (llvm::verifyModule(*module, &verify_os)) {
+    error = "verify: " + verify_os.str();
+    return nullptr;
+  }
+  return module;
+}
 
+// Optimises `module` and emits it as one object file.
+ObjectCode optimise_and_emit(llvm::Module& module) {
   auto jtmb = target_builder();
   if (!jtmb) return {{}, "target: " + to_string(jtmb.takeError())};
   auto tm = jtmb->createTargetMachine();
   if (!tm) return {{}, "target: " + to_string(tm.takeError())};
-  module->setTargetTriple((*tm)->getTargetTriple().str());
-  module->setDataLayout((*tm)->createDataLayout());
-
-  optimise(*module, **tm);
-
+  module.setTargetTriple((*tm)->getTargetTriple().str());
+  module.setDataLayout((*tm)->createDataLayout());
+  optimise(module, **tm);
   llvm::SmallVector<char, 0> buffer;
   llvm::raw_svector_ostream out(buffer);
   llvm::legacy::PassManager codegen;  // code generation still runs on the legacy manager
   if ((*tm)->addPassesToEmitFile(codegen, out, nullptr, llvm::CodeGenFileType::ObjectFile))
     return {{}, "codegen: the target cannot emit object files"};
-  codegen.run(*module);
-  return {std::string(buffer.begin(), buffer.end()), {}};
+  codegen.run(module);
+  return {{std::string(buffer.begin(), buffer.end())}, {}};
+}
+
+}  // namespace
+
+ObjectCode compile_ir_to_objects(const std::string& ll_text, const std::string& module_name, int threads) {
+  initialize_native_target();
+  llvm::LLVMContext context;
+  std::string error;
+  // Named like the dumped file, so "<module>.ll:47:22" in the message points into it.
+  std::unique_ptr<llvm::Module> module = parse(llvm::MemoryBufferRef(ll_text, module_name + ".ll"), context, error);
+  if (!module) return {{}, error};
+  int functions = 0;
+  for (const llvm::Function& f : *module) functions += !f.isDeclaration();
+  const int parts = std::clamp(std::min(threads, functions / 4), 1, 16);  // a few kernels per part at least
+  if (parts == 1) return optimise_and_emit(*module);
+  // Each part leaves its context as bitcode and is read back into a context of its own, the
+  // unit LLVM lets one thread work in.
+  std::vector<std::string> bitcode;
+  llvm::SplitModule(*module, parts, [&](std::unique_ptr<llvm::Module> part) {
+    std::string bytes;
+    llvm::raw_string_ostream os(bytes);
+    llvm::WriteBitcodeToFile(*part, os);
+    os.flush();
+    bitcode.push_back(std::move(bytes));
+  });
+  std::vector<ObjectCode> done(bitcode.size());
+  std::vector<std::thread> workers;
+  for (size_t i = 0; i < bitcode.size(); ++i)
+    workers.emplace_back([&, i] {
+      llvm::LLVMContext own;
+      auto part = llvm::parseBitcodeFile(llvm::MemoryBufferRef(bitcode[i], module_name), own);
+      if (!part) {
+        done[i].error = "split: " + to_string(part.takeError());
+        return;
+      }
+      done[i] = optimise_and_emit(**part);
+    });
+  for (std::thread& w : workers) w.join();
+  ObjectCode all;
+  for (ObjectCode& d : done) {
+    if (!d.error.empty()) return {{}, d.error};
+    all.objects.push_back(std::move(d.objects.front()));
+  }
+  return all;
 }
 
 }  // namespace towerjit::cpujit

@@ -6,13 +6,14 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace towerjit::cpujit {
 
 // How modules are optimised and generated; part of the cache key, so change the string
 // whenever the settings below it in llvm_codegen.cpp change.
 inline constexpr std::string_view kCodegenFlags =
-    "opt=default<O3>+loop-vectorize+slp;codegen=Aggressive;reloc=pic;code-model=small";
+    "opt=default<O3>+loop-vectorize+slp;codegen=Aggressive;reloc=pic;code-model=small;split";
 
 // Initialises LLVM's native target, asm printer and asm parser; idempotent, thread-safe.
 void initialize_native_target();
@@ -26,13 +27,16 @@ std::string target_description();
 std::string llvm_version();
 
 struct ObjectCode {
-  std::string object;  // ELF/Mach-O object bytes when error is empty
-  std::string error;   // "<stage>: <LLVM's message>" when compilation failed
+  std::vector<std::string> objects;  // ELF object files, together defining the module, when error is empty
+  std::string error;                 // "<stage>: <LLVM's message>" when compilation failed
 };
 
 // Parses and verifies `ll_text`, sets the host triple and data layout (overriding any in the
-// text), runs default<O3> for the target CPU (target_description()) and emits an object file. Thread-safe: each call
-// uses its own LLVMContext and TargetMachine.
-ObjectCode compile_ir_to_object(const std::string& ll_text, const std::string& module_name);
+// text), runs default<O3> for the target CPU (target_description()) and emits object files:
+// the module split (llvm::SplitModule) into up to `threads` parts of whole functions, each
+// optimised and generated on a thread of its own, so a program of many kernels compiles in a
+// fraction of the time (kernels call no one but the host's helpers, so nothing inlines across
+// parts). Thread-safe: each part has its own LLVMContext and TargetMachine.
+ObjectCode compile_ir_to_objects(const std::string& ll_text, const std::string& module_name, int threads);
 
 }  // namespace towerjit::cpujit

@@ -1,12 +1,15 @@
 #include "jit/cuda/cuda_dump.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "dsl/error.h"
 #include "jit/cuda/kernel_writer.h"
+#include "jit/cuda/nvrtc_compiler.h"
 #include "jit/dump.h"
+#include "jit/passes/pipeline.h"
 
 namespace towerjit::cuda {
 namespace {
@@ -103,4 +106,28 @@ std::vector<std::string> write_cuda_dump(const std::string& dir, const Graph& g,
   return paths;
 }
 
+std::vector<std::string> dump_cuda_of(const std::string& dir, const Graph& g, const kir::Program& p,
+                                      const std::string& stem, const std::string& arch) {
+  const CudaModule module = emit_cuda_module(g, p, stem);
+  std::string ptx;
+  if (!p.kernels.empty() && nvrtc_available()) {
+    try {
+      ptx = compile_cuda(module.source, stem, resolve_arch(arch)).ptx;
+    } catch (const Error& e) {
+      std::fprintf(stderr, "towerjit: dump of \"%s\": no PTX, NVRTC failed: %s\n", stem.c_str(), e.what());
+    }
+  }
+  return write_cuda_dump(dir, g, p, module, stem, ptx);
+}
+
 }  // namespace towerjit::cuda
+
+namespace towerjit {
+
+std::vector<std::string> dump_cuda(const Graph& graph, const std::vector<Tensor>& fetches, const std::string& dir,
+                                   const std::string& name, const std::vector<Tensor>& update_ops) {
+  const LoweredProgram lowered = lower_graph(graph, node_ids(graph, fetches), node_ids(graph, update_ops));
+  return cuda::dump_cuda_of(dir, lowered.graph, lowered.program, name);
+}
+
+}  // namespace towerjit

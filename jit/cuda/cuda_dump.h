@@ -6,6 +6,7 @@
 #include <string>
 
 #include "dsl/graph.h"
+#include "dsl/tensor.h"
 #include "jit/cuda/cuda_emitter.h"
 #include "jit/kir/kernel_ir.h"
 
@@ -23,8 +24,27 @@ std::vector<std::string> write_cuda_dump(const std::string& dir, const Graph& gr
                                          const kir::Program& program, const CudaModule& module,
                                          const std::string& module_name, const std::string& ptx = "");
 
+// A program's files for reading its CUDA, emitted from its kernel IR whatever device runs it
+// (a CPU program's too): write_cuda_dump's files under `stem`, with the .ptx for `arch`
+// (resolve_arch) where NVRTC loads. An NVRTC failure leaves the .ptx out and is reported on
+// stderr: a dump never stops a program that runs without CUDA.
+std::vector<std::string> dump_cuda_of(const std::string& dir, const Graph& lowered_graph, const kir::Program& program,
+                                      const std::string& stem, const std::string& arch = "");
+
 // The CUDA routines a library call runs as: "cublasSgemmStridedBatched", "tj_im2col +
 // cublasSgemmStridedBatched", "tj_max_pool2d", ...
 std::string library_routine(const kir::LibraryCall& call);
 
 }  // namespace towerjit::cuda
+
+namespace towerjit {
+
+// The CUDA C (and the PTX, where NVRTC loads) of what `fetches` and `update_ops` of `graph`
+// need, as a GPU would run them, on any machine: <dir>/<name>.cu, .ptx, .index.json (each
+// kernel's DSL ops with the user's file:line, its launch shape, the bytes it moves) and .kir.
+// Returns the paths written. Errors (towerjit::Error): a directory that cannot be written.
+// TowerTrainer's programs: dump_cuda(trainer, dir) in runtime/towers/dump_programs.h.
+std::vector<std::string> dump_cuda(const Graph& graph, const std::vector<Tensor>& fetches, const std::string& dir,
+                                   const std::string& name = "program", const std::vector<Tensor>& update_ops = {});
+
+}  // namespace towerjit

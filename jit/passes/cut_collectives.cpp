@@ -40,10 +40,4 @@ Rewritten cut_at_collectives(const Graph& graph, const std::string& scale) {
   });
 }
 
-std::vector<Tensor> remap_tensors(Rewritten& cut, const std::vector<Tensor>& tensors) {
-  std::vector<Tensor> out;
-  for (const Tensor& t : tensors) out.emplace_back(&cut.graph, cut.remap.at(t.id()));
-  return out;
-}
-
 }  // namespace towerjit

@@ -31,7 +31,4 @@ std::vector<Collective> collectives_of(const Graph& graph);
 // of the graph already has a collective's key (or the scale's name) as its name.
 Rewritten cut_at_collectives(const Graph& graph, const std::string& scale = "");
 
-// `tensors` of the original graph as the same nodes of the cut copy.
-std::vector<Tensor> remap_tensors(Rewritten& cut, const std::vector<Tensor>& tensors);
-
 }  // namespace towerjit

@@ -25,4 +25,10 @@ std::vector<int> remap_ids(const std::vector<int>& ids, const std::vector<int>& 
   return out;
 }
 
+std::vector<Tensor> remap_tensors(Rewritten& rewritten, const std::vector<Tensor>& tensors) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : tensors) out.emplace_back(&rewritten.graph, rewritten.remap.at(t.id()));
+  return out;
+}
+
 }  // namespace towerjit

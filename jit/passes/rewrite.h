@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "dsl/graph.h"
+#include "dsl/tensor.h"
 
 namespace towerjit {
 
@@ -21,5 +22,7 @@ Rewritten rewrite_graph(const Graph& graph, const std::function<int(Node node, G
 
 // Old ids -> new ids.
 std::vector<int> remap_ids(const std::vector<int>& ids, const std::vector<int>& remap);
+// `tensors` of the original graph as the same nodes of the copy.
+std::vector<Tensor> remap_tensors(Rewritten& rewritten, const std::vector<Tensor>& tensors);
 
 }  // namespace towerjit

@@ -78,6 +78,8 @@ Rewritten simplify(const Graph& graph) {
     // A program runs on one device, where a collective over the towers is its input (the tower
     // runtime cuts the graph at collectives before compiling: jit/passes/cut_collectives.h).
     if (n.op == Op::AllReduce) return n.inputs[0];
+    // A graph not selected for inference (jit/passes/select_phase.h) trains.
+    if (n.op == Op::PhaseSelect) return n.inputs[0];
     // reshape(reshape(x)) is one reshape; transpose(transpose(x)) one transpose.
     if (n.op == Op::Reshape && out.node(n.inputs[0]).op == Op::Reshape)
       n.inputs[0] = out.node(n.inputs[0]).inputs[0];

@@ -290,7 +290,7 @@ Array error_bound(const EvalArgs& a, const std::vector<const Array*>& bounds, co
       return out;
     }
     case Op::Assign: return *bounds[1];
-    case Op::AllReduce: return *bounds[0];
+    case Op::AllReduce: case Op::PhaseSelect: return *bounds[0];
     default: break;
   }
   switch (op_kind(a.node.op)) {

@@ -164,6 +164,7 @@ Array evaluate(const EvalArgs& a, const Feeds& feeds, const Variables& variables
     case Op::Equal: case Op::NotEqual:
       return eval_binary(a);
     case Op::Select: return eval_select(a);
+    case Op::PhaseSelect: return a.in(0);  // the graph as built trains (dsl/phase.h)
     case Op::ReduceSum: case Op::ReduceMean: case Op::ReduceMax:
     case Op::ReduceLogSumExp: return eval_reduce(a);
     case Op::Count: return eval_count(a);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "dsl/error.h"
+#include "jit/cuda/cuda_dump.h"
 #include "jit/dump.h"
 #include "jit/knobs.h"
 #include "jit/passes/pipeline.h"
@@ -17,25 +18,26 @@ namespace towerjit {
 using KernelFn = void (*)(void**, int64_t, int64_t, int64_t, int64_t);
 
 CpuProgram::CpuProgram(const Graph& graph, std::vector<Tensor> fetches, bool run_update_ops,
-                       ThreadPool* pool)
+                       ThreadPool* pool, const std::string& name)
     : CpuProgram(graph, node_ids(graph, fetches), run_update_ops ? graph.update_ops : std::vector<int>{},
-                 pool) {}
+                 pool, name) {}
 
 CpuProgram::CpuProgram(const Graph& graph, const std::vector<Tensor>& fetches,
-                       const std::vector<Tensor>& update_ops, ThreadPool* pool)
-    : CpuProgram(graph, node_ids(graph, fetches), node_ids(graph, update_ops), pool) {}
+                       const std::vector<Tensor>& update_ops, ThreadPool* pool, const std::string& name)
+    : CpuProgram(graph, node_ids(graph, fetches), node_ids(graph, update_ops), pool, name) {}
 
 CpuProgram::CpuProgram(const Graph& graph, const std::vector<int>& ids,
-                       const std::vector<int>& update_ops, ThreadPool* pool)
+                       const std::vector<int>& update_ops, ThreadPool* pool, const std::string& name)
     : pool_(pool) {
   LoweredProgram lowered = lower_graph(graph, ids, update_ops);
   graph_ = std::move(lowered.graph);
   program_ = std::move(lowered.program);
   llvm_ir_ = cpujit::emit_llvm_module(program_, &emitted_);
   cpujit::register_kernel_helpers();
-  // Named after its text, so dumps of different programs sit side by side.
-  const std::string module = "step_" + std::to_string(std::hash<std::string>{}(llvm_ir_) % 1000000007);
-  dump_program(graph_, program_, module);
+  // Named after the kernel IR, which a GPU's copy of the program shares.
+  name_ = dump_stem(name, kir::to_string(program_));
+  const std::string& module = name_;
+  if (auto dir = knobs::dump_dir()) cuda::dump_cuda_of(*dir, graph_, program_, module);
   if (!program_.kernels.empty()) {
     module_ = cpujit::compile(llvm_ir_, module, &stats_);
     for (const auto& k : emitted_) functions_.push_back(reinterpret_cast<KernelFn>(module_->lookup(k.symbol)));
@@ -43,7 +45,7 @@ CpuProgram::CpuProgram(const Graph& graph, const std::vector<int>& ids,
   if (knobs::debug_level() >= 1)
     std::fprintf(stderr, "towerjit: %s: %zu kernels, %zu library calls, %zu copies; compiled in %.1f ms%s\n",
                  module.c_str(), program_.kernels.size(), program_.calls.size(), program_.copies.size(),
-                 stats_.compile_ms, stats_.cache_hit ? " (cache hit)" : "");
+                 stats_.compile_ms, stats_.shared ? " (shared with an identical program)" : stats_.cache_hit ? " (cache hit)" : "");
 }
 
 int64_t CpuProgram::bind_batch(const HostFeeds& feeds) const {

@@ -21,13 +21,16 @@ namespace towerjit {
 class CpuProgram {
  public:
   // Compiles what `fetches` (and, with `run_update_ops`, the graph's update ops) need. The
-  // program keeps its own optimised copy of the graph. `pool` splits loop kernels over threads (none: serial).
+  // program keeps its own optimised copy of the graph. `pool` splits loop kernels over threads
+  // (none: serial). `name` names its files under TOWERJIT_DUMP (jit/dump.h's dump_stem): the
+  // LLVM IR, the kernel IR, the index, and the CUDA C and PTX a GPU would run.
   CpuProgram(const Graph& graph, std::vector<Tensor> fetches, bool run_update_ops = false,
-             ThreadPool* pool = nullptr);
+             ThreadPool* pool = nullptr, const std::string& name = "program");
   // The same with an explicit list of update ops (Assign tensors) to run, e.g. only an
   // optimiser's apply.
   CpuProgram(const Graph& graph, const std::vector<Tensor>& fetches,
-             const std::vector<Tensor>& update_ops, ThreadPool* pool = nullptr);
+             const std::vector<Tensor>& update_ops, ThreadPool* pool = nullptr,
+             const std::string& name = "program");
 
   // Runs one step. Inputs are checked by name, shape and dtype; variables are read, and
   // written by the update ops. `step` keys random numbers (dropout masks). Denormal floats are
@@ -35,6 +38,8 @@ class CpuProgram {
   std::vector<HostTensor> run(const HostFeeds& feeds, HostVariables& variables, uint64_t step = 0);
 
   const kir::Program& program() const { return program_; }
+  const Graph& lowered_graph() const { return graph_; }  // the optimised copy program() refers to
+  const std::string& name() const { return name_; }      // its dump stem
   const std::string& llvm_ir() const { return llvm_ir_; }
   const cpujit::CompileStats& compile_stats() const { return stats_; }
   // Bytes of temporaries one run needs at this batch size (after buffer reuse).
@@ -46,13 +51,14 @@ class CpuProgram {
 
  private:
   CpuProgram(const Graph& graph, const std::vector<int>& fetches, const std::vector<int>& update_ops,
-             ThreadPool* pool);
+             ThreadPool* pool, const std::string& name);
   int64_t bind_batch(const HostFeeds& feeds) const;
   std::vector<void*> bind_buffers(const HostFeeds& feeds, HostVariables& variables, int64_t batch);
   void run_kernel(int index, const std::vector<void*>& base, int64_t batch, uint64_t step);
 
   Graph graph_;  // optimised copy; the program's node ids refer to it
   ThreadPool* pool_;
+  std::string name_;
   kir::Program program_;
   std::string llvm_ir_;
   std::vector<cpujit::EmittedKernel> emitted_;

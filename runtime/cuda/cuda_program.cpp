@@ -10,6 +10,7 @@
 
 #include "dsl/error.h"
 #include "jit/cuda/cuda_dump.h"
+#include "jit/dump.h"
 #include "jit/knobs.h"
 #include "jit/passes/pipeline.h"
 #include "runtime/bind_feeds.h"
@@ -38,25 +39,25 @@ size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 }  // namespace
 
 CudaProgram::CudaProgram(const Graph& graph, std::vector<Tensor> fetches, bool run_update_ops, Device device,
-                         Loc loc)
+                         const std::string& name, Loc loc)
     : CudaProgram(graph, node_ids(graph, fetches), run_update_ops ? graph.update_ops : std::vector<int>{}, device,
-                  loc) {}
+                  name, loc) {}
 
 CudaProgram::CudaProgram(const Graph& graph, const std::vector<Tensor>& fetches,
-                         const std::vector<Tensor>& update_ops, Device device, Loc loc)
-    : CudaProgram(graph, node_ids(graph, fetches), node_ids(graph, update_ops), device, loc) {}
+                         const std::vector<Tensor>& update_ops, Device device, const std::string& name, Loc loc)
+    : CudaProgram(graph, node_ids(graph, fetches), node_ids(graph, update_ops), device, name, loc) {}
 
 CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const std::vector<int>& update_ops,
-                         Device device, Loc loc) {
+                         Device device, const std::string& name, Loc loc) {
   user_check(device.kind == DeviceKind::gpu, loc)
       << "CudaProgram runs on a GPU, not on " << device.str() << "; use CpuProgram for CPU devices";
   device_ = &cuda::device(device.index, loc);  // "no CUDA device: ..." before any work
   LoweredProgram lowered = lower_graph(graph, ids, update_ops);
   graph_ = std::move(lowered.graph);
   program_ = std::move(lowered.program);
-  // Named after the program, so the module's text (and the compile cache's key) is the same
-  // for the same program on every run.
-  name_ = "step_" + std::to_string(std::hash<std::string>{}(kir::to_string(program_)) % 1000000007);
+  // The same program keeps its name on every run, so the module's text (and the compile
+  // cache's key) is the same.
+  name_ = dump_stem(name, kir::to_string(program_));
   module_ = cuda::emit_cuda_module(graph_, program_, name_);
   if (!program_.kernels.empty()) {
     binary_ = cuda::compile_cuda(module_.source, name_, cuda::resolve_arch("", device_->arch()));

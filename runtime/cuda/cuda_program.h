@@ -34,12 +34,13 @@ class CudaProgram {
  public:
   // Compiles what `fetches` (and, with `run_update_ops`, the graph's update ops) need for
   // `device` (a gpu(i)). Throws towerjit::Error naming `loc` when there is no such device
-  // ("no CUDA device: ..."), before any compiling.
+  // ("no CUDA device: ..."), before any compiling. `name` names the module and its files under
+  // TOWERJIT_DUMP (jit/dump.h's dump_stem), as CpuProgram's.
   CudaProgram(const Graph& graph, std::vector<Tensor> fetches, bool run_update_ops = false,
-              Device device = gpu(0), Loc loc = Loc::current());
+              Device device = gpu(0), const std::string& name = "program", Loc loc = Loc::current());
   // The same with an explicit list of update ops (Assign tensors) to run.
   CudaProgram(const Graph& graph, const std::vector<Tensor>& fetches, const std::vector<Tensor>& update_ops,
-              Device device = gpu(0), Loc loc = Loc::current());
+              Device device = gpu(0), const std::string& name = "program", Loc loc = Loc::current());
   ~CudaProgram();
   CudaProgram(const CudaProgram&) = delete;
   CudaProgram& operator=(const CudaProgram&) = delete;
@@ -79,6 +80,8 @@ class CudaProgram {
   int fetch_ready_after(size_t j) const { return fetch_done_after_.at(j); }
 
   const kir::Program& program() const { return program_; }
+  const Graph& lowered_graph() const { return graph_; }  // the optimised copy program() refers to
+  const std::string& name() const { return name_; }
   const cuda::CudaModule& module() const { return module_; }  // the .cu text and launch shapes
   const cuda::CudaBinary& binary() const { return binary_; }  // arch, PTX, compile time
   cuda::DeviceContext& device() const { return *device_; }
@@ -94,7 +97,7 @@ class CudaProgram {
 
  private:
   CudaProgram(const Graph& graph, const std::vector<int>& fetches, const std::vector<int>& update_ops,
-              Device device, Loc loc);
+              Device device, const std::string& name, Loc loc);
   struct Transfer {  // a copy between host memory and the device, staged through staging_
     void* host;
     CUdeviceptr device;
@@ -140,7 +143,7 @@ class CudaProgram {
   std::vector<std::string> written_names_;
   std::vector<int> fetch_done_after_;      // per fetch: the step that finishes it (-1: none writes it)
   std::vector<int> one_hot_calls_;         // calls that need an error slot, in slot order
-  std::string name_;                       // the module's name, "step_<hash>"
+  std::string name_;                       // the module's name, its dump stem: "tower_step"
 
   // Per-run state, kept between runs so a steady training loop allocates nothing.
   BufferPlan plan_;               // the temporaries' layout for planned_batch_

@@ -27,7 +27,7 @@ std::string update_weight(int set) { return "m" + std::to_string(set); }
 // tensors of `shapes`: gradients weighted by the scalar input w<i>, the model's updates
 // (`is_update[k]`) by m<i>. towerjit fuses it into a few elementwise kernels.
 std::unique_ptr<CudaProgram> weighted_sum(int sets, const std::vector<Shape>& shapes, const std::vector<bool>& is_update,
-                                          const Device& device, Loc loc) {
+                                          const Device& device, const std::string& name, Loc loc) {
   Graph g;
   GraphScope use(g);
   std::vector<Tensor> w, m, sums;
@@ -43,7 +43,7 @@ std::unique_ptr<CudaProgram> weighted_sum(int sets, const std::vector<Shape>& sh
     }
     sums.push_back(sum);
   }
-  return std::make_unique<CudaProgram>(g, sums, /*run_update_ops=*/false, device, loc);
+  return std::make_unique<CudaProgram>(g, sums, /*run_update_ops=*/false, device, name, loc);
 }
 
 template <typename T>
@@ -118,11 +118,12 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
     gpu->copies = std::make_unique<cuda::Stream>(*gpu->context);
     const int sets = static_cast<int>(gpu->towers.size());
     for (const std::vector<int>& bucket : buckets_) {
-      gpu->reduce.push_back(weighted_sum(sets, pick(shapes, bucket), pick(is_update, bucket), device, loc));
+      gpu->reduce.push_back(
+          weighted_sum(sets, pick(shapes, bucket), pick(is_update, bucket), device, "reduce", loc));
       gpu->reduce_feeds.emplace_back();
     }
     gpu->apply = std::make_unique<CudaProgram>(*setup_.apply_graph, setup_.apply_fetches, setup_.apply_updates,
-                                               device, loc);
+                                               device, "apply", loc);
     gpu->variables = to_device(initial, *gpu->context, *gpu->copies);
     gpu->apply_feeds[setup_.gradient_scale] = to_device(scalar(1.0), *gpu->context, *gpu->copies);
     gpu->reduced.resize(shapes.size());
@@ -136,7 +137,8 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
     nccl_ = std::make_unique<cuda::NcclCommunicators>(contexts, loc);
   } else if (gpus_.size() > 1) {
     Gpu& first = *gpus_[0];
-    combine_ = weighted_sum(static_cast<int>(gpus_.size()), shapes, is_update, towerjit::gpu(first.context->ordinal()), loc);
+    combine_ = weighted_sum(static_cast<int>(gpus_.size()), shapes, is_update, towerjit::gpu(first.context->ordinal()),
+                            "combine_gpus", loc);
     for (size_t g = 0; g < gpus_.size(); ++g) {  // every GPU's sum counts once
       combine_feeds_[gradient_weight(static_cast<int>(g))] = to_device(scalar(1.0), *first.context, *first.copies);
       combine_feeds_[update_weight(static_cast<int>(g))] = to_device(scalar(1.0), *first.context, *first.copies);
@@ -145,6 +147,14 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
 }
 
 GpuResidentSync::~GpuResidentSync() = default;
+
+std::vector<const CudaProgram*> GpuResidentSync::programs() const {
+  std::vector<const CudaProgram*> out;
+  for (const auto& r : gpus_.front()->reduce) out.push_back(r.get());
+  if (combine_) out.push_back(combine_.get());
+  out.push_back(gpus_.front()->apply.get());
+  return out;
+}
 
 void GpuResidentSync::download(HostVariables& values) const {
   values = to_host(gpus_[0]->variables, *gpus_[0]->copies);

@@ -70,6 +70,9 @@ class GpuResidentSync {
   void download(HostVariables& values) const;
   // Replaces every GPU's copy.
   void upload(const HostVariables& values);
+  // The first GPU's programs besides the towers': the buckets' reductions, the sum over GPUs
+  // (without NCCL), the apply.
+  std::vector<const CudaProgram*> programs() const;
 
  private:
   struct Gpu;  // one GPU's variables, reduce and apply programs

@@ -8,10 +8,12 @@
 #include "dsl/error.h"
 #include "jit/knobs.h"
 #include "jit/passes/cut_collectives.h"
+#include "jit/passes/select_phase.h"
 #include "jit/reference/interpreter.h"
 #include "runtime/cpu_affinity.h"
 #include "runtime/report/trace.h"
 #include "runtime/towers/async_towers.h"
+#include "runtime/cuda/cuda_program.h"
 #include "runtime/towers/gpu_resident_sync.h"
 #include "runtime/towers/non_finite_inputs.h"
 
@@ -110,13 +112,17 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   }
   for (int t = 0; t < towers_.size(); ++t)
     tower_programs_.push_back(
-        DeviceProgram::compile(graph, program.tower_fetches, towers_.devices()[t], tower_pools_[t].get(), loc));
+        DeviceProgram::compile(graph, program.tower_fetches, towers_.devices()[t], tower_pools_[t].get(),
+                               "tower_step", loc));
   if (options.logits.valid()) {
     user_check(&options.logits.graph() == &graph, loc)
         << "TowerTrainerOptions::logits belongs to another graph; pass the model's output tensor";
+    // In inference: batch norm on its moving statistics, no dropout (dsl/phase.h).
+    Rewritten inference = select_phase(graph, Phase::inference);
+    const std::vector<Tensor> logits = remap_tensors(inference, {options.logits});
     for (int t = 0; t < towers_.size(); ++t)
       predict_programs_.push_back(
-          DeviceProgram::compile(graph, {options.logits}, towers_.devices()[t], tower_pools_[t].get(), loc));
+          DeviceProgram::compile(inference.graph, logits, towers_.devices()[t], tower_pools_[t].get(), "predict", loc));
   }
   // Sync towers that are all GPUs keep the variables there when asked (TOWERJIT_GPU_VARIABLES):
   // one copy per GPU, the reduction and the apply on the GPUs; the host copy is a cache.
@@ -133,7 +139,8 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   const std::vector<Tensor> apply_fetches = remap_tensors(apply_side, {program.learning_rate});
   const std::vector<Tensor> apply_updates = remap_tensors(apply_side, program.apply_updates);
   for (int r = 0; r < replicas && !on_gpus; ++r)
-    apply_programs_.push_back(std::make_unique<CpuProgram>(apply_side.graph, apply_fetches, apply_updates));
+    apply_programs_.push_back(
+        std::make_unique<CpuProgram>(apply_side.graph, apply_fetches, apply_updates, nullptr, "apply"));
 
   ema_shadows_ = ema_names(graph);
   HostVariables initial;
@@ -196,6 +203,27 @@ std::vector<HostFeeds> TowerTrainer::slice_batch(const HostFeeds& batch,
       offset += slices[i];
     }
   }
+  return out;
+}
+
+std::vector<TowerTrainer::ProgramView> TowerTrainer::programs() const {
+  std::vector<ProgramView> out;
+  auto add = [&](const std::string& name, std::string runs, const Graph& g, const kir::Program& p) {
+    for (const ProgramView& v : out)
+      if (v.name == name) return;
+    out.push_back({name, std::move(runs), &g, &p});
+  };
+  for (const auto& t : tower_programs_)
+    add(t->name(), "every tower, on its slice of each batch: the loss and the gradients", t->lowered_graph(), t->program());
+  const std::string apply_runs = is_async(towers_.reduction()) ? "after each tower's step, on its own gradients"
+                                                               : "once per step per copy of the variables, on the reduced gradients";
+  for (const auto& a : apply_programs_) add(a->name(), apply_runs, a->lowered_graph(), a->program());
+  if (on_gpus_)
+    for (const CudaProgram* p : on_gpus_->programs())
+      add(p->name(), p->name() == "apply" ? apply_runs : "on each GPU, summing its towers' or the GPUs' values",
+          p->lowered_graph(), p->program());
+  for (const auto& p : predict_programs_)
+    add(p->name(), "predict() and evaluate(), on every tower's slice, in inference", p->lowered_graph(), p->program());
   return out;
 }
 

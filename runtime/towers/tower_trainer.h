@@ -50,7 +50,8 @@ struct TowerTrainerOptions {
   // Shadows of the trainable variables, updated after every apply (TF's semantics, dsl/ema.h);
   // predict()/evaluate() can then use them.
   std::optional<ExponentialMovingAverage> ema = std::nullopt;
-  // The model's output, for predict() and evaluate() (a [B, classes] f32 tensor).
+  // The model's output, for predict() and evaluate() (a [B, classes] f32 tensor). They run
+  // the model in inference (dsl/phase.h): batch norm on its moving statistics, no dropout.
   Tensor logits = {};
 };
 
@@ -140,6 +141,16 @@ class TowerTrainer {
   // train on: the world's split, this rank's towers' slices. Errors: more world towers than
   // examples.
   std::pair<int64_t, int64_t> own_rows(int64_t batch, Loc loc = Loc::current()) const;
+  // Each program the trainer compiled, once (the towers' copies of one are alike): the tower
+  // step, the apply, predict, and with the variables on the GPUs the reductions. Their CUDA:
+  // dump_cuda (runtime/towers/dump_programs.h).
+  struct ProgramView {
+    std::string name;  // its dump stem: "tower_step", "apply", "predict", "reduce", ...
+    std::string runs;  // when it runs, in words
+    const Graph* graph = nullptr;  // the optimised graph `program` refers to
+    const kir::Program* program = nullptr;
+  };
+  std::vector<ProgramView> programs() const;
   // The cores CPU tower `tower`'s threads run on, pinned unless TOWERJIT_PIN_TOWERS=off (a
   // group of the process's cores of its own while there are as many cores as CPU towers);
   // empty for a GPU tower.

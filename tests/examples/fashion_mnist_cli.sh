@@ -35,6 +35,19 @@ resume_is_bitwise)
   for step in 5 11 17 24; do
     [ "$(loss_at "$work/a.jsonl" $step)" = "$(loss_at "$work/b.jsonl" $step)" ] || fail "the loss of step $step differs"
   done ;;
+dump_writes_each_program_by_name)
+  # --dump on CPU towers: every program's CUDA C, LLVM IR, kernel IR and index, named after it.
+  "$bin" --model resnet --steps 2 --batch 16 --towers cpu:0,cpu:1 --dump "$work/d" >/dev/null || fail "the run"
+  for program in tower_step apply predict; do
+    for ext in cu ll kir index.json; do
+      [ -s "$work/d/$program.$ext" ] || fail "no $program.$ext in the dump: $(ls "$work/d")"
+    done
+  done
+  grep -q '__global__' "$work/d/tower_step.cu" || fail "tower_step.cu holds no kernel"
+  grep -q 'models.h:[0-9]*' "$work/d/tower_step.index.json" || fail "the index does not point at the model's lines"
+  if ls /usr/local/cuda/lib64/libnvrtc.so* >/dev/null 2>&1; then
+    grep -q '.entry' "$work/d/tower_step.ptx" || fail "NVRTC is here, but tower_step.ptx holds no entry"
+  fi ;;
 one_and_two_towers_same_curve)
   "$bin" $small --towers cpu:0 --metrics "$work/one.jsonl" >/dev/null || fail "one tower"
   "$bin" $small --towers cpu:0,cpu:1 --metrics "$work/two.jsonl" >/dev/null || fail "two towers"

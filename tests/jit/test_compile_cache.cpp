@@ -61,15 +61,28 @@ TEST_CASE("compile cache: miss then hit, the hit faster and running the same", "
   CacheSandbox sandbox;
   cpujit::CompileStats cold, warm;
   auto first = cpujit::compile(kSaxpyIR, "saxpy_cache", &cold);
+  CHECK(saxpy_works(*first));
+  first.reset();  // while it lived, a second compile would share it instead of reading the cache
   auto second = cpujit::compile(kSaxpyIR, "saxpy_cache", &warm);
   CHECK_FALSE(cold.cache_hit);
   CHECK(warm.cache_hit);
+  CHECK_FALSE(warm.shared);
   CHECK(warm.compile_ms < cold.compile_ms);
   CHECK(entries(sandbox.dir).size() == 1);
-  CHECK(saxpy_works(*first));
   CHECK(saxpy_works(*second));
   WARN("saxpy: cold compile " << cold.compile_ms << " ms, warm (cache hit) load "
                               << warm.compile_ms << " ms");
+}
+
+TEST_CASE("a module compiled again while the first lives is shared, not recompiled or read from the cache", "[cpu]") {
+  CacheSandbox sandbox;
+  cpujit::CompileStats first_stats, second_stats;
+  auto first = cpujit::compile(kSaxpyIR, "saxpy_shared", &first_stats);
+  auto second = cpujit::compile(kSaxpyIR, "saxpy_shared", &second_stats);
+  CHECK_FALSE(first_stats.shared);
+  CHECK(second_stats.shared);
+  CHECK(first.get() == second.get());
+  CHECK(saxpy_works(*second));
 }
 
 TEST_CASE("compile cache: a different kernel text is a different entry", "[cpu]") {
@@ -102,6 +115,7 @@ TEST_CASE("compile cache: a damaged entry is detected, rebuilt and still runs", 
     CHECK(stats.cache_damaged);
     CHECK(saxpy_works(*module));
     CHECK(read_file(files[0]) == good);  // rebuilt in place
+    module.reset();
 
     auto again = cpujit::compile(kSaxpyIR, "saxpy_damage", &stats);
     CHECK(stats.cache_hit);

@@ -13,6 +13,7 @@
 #include "dsl/error.h"
 #include "jit/cpu/cpu_compiler.h"
 #include "jit/cpu/cpu_isa.h"
+#include "jit/cpu/llvm_codegen.h"
 #include "runtime/cpu/blas.h"
 #include "tests/jit/cpu_test_env.h"
 
@@ -253,4 +254,25 @@ TEST_CASE("cpu compiler: a CPU level the CPU lacks is an error naming its featur
   }
   ScopedEnv old("TOWERJIT_DIRECT_CONV", "avx2");
   CHECK_THROWS_WITH(towerjit::knobs::direct_conv(), Catch::Contains("TOWERJIT_CPU_ISA=avx2"));
+}
+
+TEST_CASE("cpu compiler: a module of many kernels is split over threads and every kernel still links and runs", "[cpu]") {
+  // 23 functions, one calling libm and one a function in another part: each returns its index.
+  std::string ir = "declare double @sqrt(double)\n";
+  for (int i = 0; i < 23; ++i)
+    ir += "define i32 @f" + std::to_string(i) + "() {\n  ret i32 " + std::to_string(i) + "\n}\n";
+  ir += "define i32 @calls_f3() {\n  %v = call i32 @f3()\n  ret i32 %v\n}\n";
+  ir += "define double @root(double %x) {\n  %r = call double @sqrt(double %x)\n  ret double %r\n}\n";
+  const cpujit::ObjectCode split = cpujit::compile_ir_to_objects(ir, "many", 4);
+  REQUIRE(split.error.empty());
+  CHECK(split.objects.size() == 4);
+  CHECK(cpujit::compile_ir_to_objects(ir, "many", 1).objects.size() == 1);
+
+  auto module = cpujit::compile(ir, "many");
+  for (int i = 0; i < 23; ++i) {
+    auto* f = reinterpret_cast<int (*)()>(module->lookup("f" + std::to_string(i)));
+    CHECK(f() == i);
+  }
+  CHECK(reinterpret_cast<int (*)()>(module->lookup("calls_f3"))() == 3);
+  CHECK(reinterpret_cast<double (*)(double)>(module->lookup("root"))(2.25) == 1.5);
 }
