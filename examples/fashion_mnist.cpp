@@ -109,11 +109,11 @@ std::map<std::string, std::string> shared_flags(const Flags& f, std::map<std::st
 }
 
 int train(const Flags& f) {
-  if (!f.dump.empty()) setenv("TOWERJIT_DUMP", f.dump.c_str(), 1);  // every program compiled below
-  // Under mpirun every rank trains its towers; rank 0 alone prints, evaluates, logs metrics and
-  // writes checkpoints.
+  // Under mpirun every rank trains its towers; rank 0 alone prints, evaluates, logs metrics,
+  // dumps and writes checkpoints.
   tj::dist::Transport& world = tj::dist::world();
   const bool lead = world.rank() == 0;
+  if (lead && !f.dump.empty()) setenv("TOWERJIT_DUMP", f.dump.c_str(), 1);  // every program compiled below
   const auto train_set = tj::data::load_mnist_format("train", f.data);
   const auto test_set = tj::data::load_mnist_format("test", f.data);
   // Opened before training, so a bad path fails now rather than after an epoch.
