@@ -103,18 +103,23 @@ rank_that_never_arrives)
   grep -q "towerjit: rank 0 of 2: MPI could not start under mpirun: .* did not finish within 3 s" "$work/out" ||
     { cat "$work/out"; fail "the error does not name the rank and the cause"; } ;;
 killed_rank_stops_all)
-  # kill -9 of one rank mid-run: mpirun ends the others within 30 s, naming the rank.
+  # kill -9 of one rank mid-run: mpirun ends the others within 30 s, naming the rank; the last
+  # checkpoint rank 0 wrote (every 20 steps) is intact, and a run resumes from it.
   mpi 2 sh -c 'echo $$ >"$0/pid.$OMPI_COMM_WORLD_RANK"; exec "$@"' "$work" "$bin" --epochs 100000 --batch 64 \
-    --hidden 32 --towers cpu:0 >"$work/out" 2>&1 &
+    --hidden 32 --towers cpu:0 --checkpoint "$work/c" --checkpoint-every 20 >"$work/out" 2>&1 &
   launcher=$!
-  for _ in $(seq 1 100); do [ -s "$work/pid.1" ] && grep -q "step" "$work/out" 2>/dev/null && break; sleep 0.2; done
-  [ -s "$work/pid.1" ] || { kill $launcher; fail "rank 1 did not start"; }
+  for _ in $(seq 1 150); do [ -s "$work/pid.1" ] && [ -s "$work/c/latest" ] && break; sleep 0.2; done
+  [ -s "$work/pid.1" ] && [ -s "$work/c/latest" ] || { kill $launcher; fail "rank 1 did not start or no checkpoint was written"; }
   sleep 1
   kill -9 "$(cat "$work/pid.1")"
   killed=$(date +%s)
   wait $launcher && fail "the run ended with status 0 after a rank was killed"
   [ $(($(date +%s) - killed)) -le 30 ] || fail "the other rank took more than 30 s to stop"
-  grep -q "rank 1 .*signal 9" "$work/out" || { cat "$work/out"; fail "the message does not name rank 1"; } ;;
+  grep -q "rank 1 .*signal 9" "$work/out" || { cat "$work/out"; fail "the message does not name rank 1"; }
+  kept=$(head -n 1 "$work/c/latest" | sed 's/ckpt-\([0-9]*\)\.tjck/\1/')
+  mpi 2 "$bin" --steps $((kept + 2)) --batch 64 --hidden 32 --towers cpu:0 --checkpoint "$work/c" --resume \
+    >"$work/out" 2>&1 || { cat "$work/out"; fail "resuming from the kept checkpoint (step $kept)"; }
+  grep -q "resumed at step $kept" "$work/out" || { cat "$work/out"; fail "did not resume at step $kept"; } ;;
 gpu_towers_on_the_emulator)
   # 2 processes x 2 emulated GPUs (TOWERJIT_CUDA=emulator) train as 4 CPU towers in one process,
   # within 1e-5 relative at each of 12 steps: the variables on the host (each process reduces
