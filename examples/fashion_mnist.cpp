@@ -176,10 +176,15 @@ int train(const Flags& f) {
   if (lead) hooks = {&log, &eval};
   if (save) hooks.push_back(&*save);
 
-  tj::fit(trainer, pipeline, {.epochs = f.epochs, .max_steps = f.steps, .hooks = hooks});
+  const int64_t payload_before = world.payload_bytes();
+  const tj::StepEvent last = tj::fit(trainer, pipeline, {.epochs = f.epochs, .max_steps = f.steps, .hooks = hooks});
   if (!lead) return 0;
   progress.finish();
   std::printf("test accuracy %.4f, test loss %.4f\n", eval.last().accuracy, eval.last().loss);
+  if (world.size() > 1 && last.step > start_step)
+    std::printf("mpi: rank 0 handed %.0f bytes per step to collectives over %s\n",
+                static_cast<double>(world.payload_bytes() - payload_before) / static_cast<double>(last.step - start_step),
+                world.name().c_str());
   if (f.strategy == "async") {
     const auto staleness = trainer.async_report();
     std::printf("async: %lld applies, staleness mean %.2f, max %lld; largest lead of a tower %lld\n",
