@@ -46,6 +46,7 @@ struct Flags {
   uint64_t seed = 1;
   bool resume = false;
   bool drop_last = false;
+  bool check_numerics = false;
 };
 
 tj::Optimizer make_optimizer(const Flags& f) {
@@ -114,6 +115,7 @@ int train(const Flags& f) {
   tj::dist::Transport& world = tj::dist::world();
   const bool lead = world.rank() == 0;
   if (lead && !f.dump.empty()) setenv("TOWERJIT_DUMP", f.dump.c_str(), 1);  // every program compiled below
+  if (f.check_numerics) setenv("TOWERJIT_CHECK_NUMERICS", "on", 1);
   const auto train_set = tj::data::load_mnist_format("train", f.data);
   const auto test_set = tj::data::load_mnist_format("test", f.data);
   // Opened before training, so a bad path fails now rather than after an epoch.
@@ -240,6 +242,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-every", f.log_every, "log every N steps to the metrics file");
   app.add_option("--trace", f.trace, "write a Chrome/Perfetto trace of the towers' work");
   app.add_flag("--drop-last", f.drop_last, "drop each epoch's last partial batch");
+  app.add_flag("--check-numerics", f.check_numerics,
+               "stop at the first op whose output holds a NaN or an infinity, naming it (TOWERJIT_CHECK_NUMERICS=on)");
   CLI11_PARSE(app, argc, argv);
   if (f.resume && f.checkpoint.empty()) {
     std::fprintf(stderr, "fashion_mnist: --resume needs --checkpoint DIR (the directory to resume from)\n");

@@ -1,5 +1,7 @@
 #include "jit/knobs.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -60,6 +62,14 @@ bool direct_conv() {
     throw Error("towerjit: TOWERJIT_DIRECT_CONV=" + v + " is not a switch: set on or off (to hold "
                 "the direct kernels to AVX2, set TOWERJIT_CPU_ISA=avx2)");
   return on;
+}
+bool check_numerics() {
+  const auto v = read("TOWERJIT_CHECK_NUMERICS");
+  if (!v) return false;
+  const std::string s = lower(*v);
+  if (s == "on" || s == "1" || s == "true" || s == "yes") return true;
+  if (s == "off" || s == "0" || s == "false" || s == "no") return false;
+  throw Error("towerjit: TOWERJIT_CHECK_NUMERICS=" + *v + " is not a switch: set on or off");
 }
 std::optional<CpuIsa> cpu_isa_cap() {
   const auto v = read("TOWERJIT_CPU_ISA");
@@ -128,19 +138,30 @@ std::optional<unsigned long long> emulator_random_schedule() {
   return seed;
 }
 std::string emulator_library() {
+  static constexpr const char* kName = "libtowerjit_cuda_emulator.so";
   if (auto v = read("TOWERJIT_EMULATOR_LIBRARY")) return *v;
-#ifdef TOWERJIT_BUILT_EMULATOR
-  if (std::filesystem::exists(TOWERJIT_BUILT_EMULATOR)) return TOWERJIT_BUILT_EMULATOR;
-#endif
-  return "libtowerjit_cuda_emulator.so";
+  // Beside the library this function is in (libtowerjit_jit.so): build/lib/ in a build,
+  // <prefix>/lib/ in an install, wherever the prefix was moved to.
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&emulator_library), &info) && info.dli_fname) {
+    const auto beside = std::filesystem::path(info.dli_fname).parent_path() / kName;
+    std::error_code ec;
+    if (std::filesystem::exists(beside, ec)) return beside.string();
+  }
+  return kName;
 }
 bool mpi_enabled() { return switched_on("TOWERJIT_MPI"); }
 std::string mpi_library() {
+  static constexpr const char* kName = "libtowerjit_mpi.so";
   if (auto v = read("TOWERJIT_MPI_LIBRARY")) return *v;
-#ifdef TOWERJIT_BUILT_MPI_PLUGIN
-  if (std::filesystem::exists(TOWERJIT_BUILT_MPI_PLUGIN)) return TOWERJIT_BUILT_MPI_PLUGIN;
-#endif
-  return "libtowerjit_mpi.so";
+  // Beside libtowerjit_jit.so, as the emulator's library: build/lib/ or <prefix>/lib/.
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&mpi_library), &info) && info.dli_fname) {
+    const auto beside = std::filesystem::path(info.dli_fname).parent_path() / kName;
+    std::error_code ec;
+    if (std::filesystem::exists(beside, ec)) return beside.string();
+  }
+  return kName;
 }
 double mpi_start_timeout_s() {
   const auto v = read("TOWERJIT_MPI_START_TIMEOUT");

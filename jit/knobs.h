@@ -39,6 +39,11 @@ std::optional<CpuIsa> cpu_isa_cap();
 // (runtime/cpu_affinity.h). Default: on.
 bool pin_towers();
 
+// TOWERJIT_CHECK_NUMERICS: "on" makes every CPU program check each step's output for NaN and
+// infinities and stop at the first, naming the op (runtime/cpu/numerics_check.h), like
+// tf.debugging.check_numerics. Default: off. A value neither on nor off is an error.
+bool check_numerics();
+
 // TOWERJIT_GPU_VARIABLES: "on" (also "1", "true", "yes") keeps the variables of sync towers that
 // are all GPUs on the GPUs, reduces and applies there (runtime/towers/gpu_resident_sync.h).
 // Default: off — the variables live in host memory and the CPU reduces and applies — until
@@ -75,8 +80,8 @@ double bucket_mb();
 // (runtime/dist/world.h).
 bool mpi_enabled();
 
-// TOWERJIT_MPI_LIBRARY: the MPI transport plugin (libtowerjit_mpi.so). Default: the one this
-// build made, else the loader's search path.
+// TOWERJIT_MPI_LIBRARY: the MPI transport plugin (libtowerjit_mpi.so). Default: the one beside
+// libtowerjit_jit.so (the build's lib/ folder, or an install's), else the loader's search path.
 std::string mpi_library();
 
 // TOWERJIT_MPI_START_TIMEOUT: seconds a launched process waits for MPI's start-up and a first
@@ -147,7 +152,8 @@ int emulated_gpu_mb();
 std::optional<unsigned long long> emulator_random_schedule();
 
 // TOWERJIT_EMULATOR_LIBRARY: the emulator's library (libtowerjit_cuda_emulator.so). Default:
-// the one this build made, else the loader's search path.
+// the one beside libtowerjit_jit.so (the build's lib/ folder, or an install's), else the
+// loader's search path.
 std::string emulator_library();
 
 // CUDA_HOME: a CUDA installation to look for NVRTC in ($CUDA_HOME/lib64) when the loader's

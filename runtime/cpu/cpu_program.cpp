@@ -12,6 +12,7 @@
 #include "runtime/flush_denormals.h"
 #include "runtime/bind_feeds.h"
 #include "runtime/cpu/library.h"
+#include "runtime/cpu/numerics_check.h"
 
 namespace towerjit {
 
@@ -36,6 +37,7 @@ CpuProgram::CpuProgram(const Graph& graph, const std::vector<int>& ids,
   cpujit::register_kernel_helpers();
   // Named after the kernel IR, which a GPU's copy of the program shares.
   name_ = dump_stem(name, kir::to_string(program_));
+  check_numerics_ = knobs::check_numerics();
   const std::string& module = name_;
   if (auto dir = knobs::dump_dir()) cuda::dump_cuda_of(*dir, graph_, program_, module);
   if (!program_.kernels.empty()) {
@@ -113,6 +115,7 @@ std::vector<HostTensor> CpuProgram::run(const HostFeeds& feeds, HostVariables& v
     }
     if (step_times)
       (*step_times)[i] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (check_numerics_) check_step_numerics(graph_, program_, i, base, batch, feeds, variables, step);
   }
   std::vector<HostTensor> out;
   for (int f : program_.fetches) {

@@ -34,7 +34,8 @@ class CpuProgram {
 
   // Runs one step. Inputs are checked by name, shape and dtype; variables are read, and
   // written by the update ops. `step` keys random numbers (dropout masks). Denormal floats are
-  // flushed to zero while it runs (runtime/flush_denormals.h).
+  // flushed to zero while it runs (runtime/flush_denormals.h). With TOWERJIT_CHECK_NUMERICS on,
+  // the first op to produce a NaN or an infinity is an error (runtime/cpu/numerics_check.h).
   std::vector<HostTensor> run(const HostFeeds& feeds, HostVariables& variables, uint64_t step = 0);
 
   const kir::Program& program() const { return program_; }
@@ -59,6 +60,7 @@ class CpuProgram {
   Graph graph_;  // optimised copy; the program's node ids refer to it
   ThreadPool* pool_;
   std::string name_;
+  bool check_numerics_ = false;  // TOWERJIT_CHECK_NUMERICS, read when compiled
   kir::Program program_;
   std::string llvm_ir_;
   std::vector<cpujit::EmittedKernel> emitted_;

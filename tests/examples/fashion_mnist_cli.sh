@@ -35,6 +35,10 @@ resume_is_bitwise)
   for step in 5 11 17 24; do
     [ "$(loss_at "$work/a.jsonl" $step)" = "$(loss_at "$work/b.jsonl" $step)" ] || fail "the loss of step $step differs"
   done ;;
+check_numerics_names_the_op)
+  # A learning rate that blows the MLP up: --check-numerics names the first op to overflow.
+  expect_error "--steps 30 --batch 64 --hidden 32 --optimizer sgd --lr 1e6 --check-numerics" \
+    "TOWERJIT_CHECK_NUMERICS:" "models.h:" ;;
 dump_writes_each_program_by_name)
   # --dump on CPU towers: every program's CUDA C, LLVM IR, kernel IR and index, named after it.
   "$bin" --model resnet --steps 2 --batch 16 --towers cpu:0,cpu:1 --dump "$work/d" >/dev/null || fail "the run"
