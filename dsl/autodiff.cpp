@@ -59,6 +59,24 @@ std::vector<bool> nodes_on_path(const Graph& graph, int loss, const std::vector<
   return needed;
 }
 
+// While it lives, the nodes built name forward node `id` as what they differentiate, under TF's
+// "gradients/<its scope>" scope, so a dump or an error tells a block's backward kernels apart.
+class Differentiating {
+ public:
+  Differentiating(Graph& graph, int id) : graph_(graph) {
+    const std::string& scope = graph.node(id).scope;
+    graph.push_scope(scope.empty() ? "gradients" : "gradients/" + scope, Reuse::inherit);
+    graph.set_differentiating(id);
+  }
+  ~Differentiating() {
+    graph_.set_differentiating(-1);
+    graph_.pop_scope();
+  }
+
+ private:
+  Graph& graph_;
+};
+
 // Passes the complete gradient of node `id` on to its needed inputs, adding it to what they
 // have received so far.
 void propagate(Graph& graph, int id, std::vector<Tensor>& grads, const std::vector<bool>& needed,
@@ -73,6 +91,7 @@ void propagate(Graph& graph, int id, std::vector<Tensor>& grads, const std::vect
     any = any || c.want.back();
   }
   if (!any) return;  // a wrt that is a leaf, or whose inputs lead to no other wrt
+  const Differentiating differentiating(graph, id);
   const std::vector<Tensor> dx = backward(c);
   for (size_t k = 0; k < dx.size(); ++k) {
     if (!c.want[k]) continue;

@@ -13,6 +13,7 @@ thread_local Graph* current_graph = nullptr;
 int Graph::add(Node node) {
   for (int in : node.inputs) internal_check(in >= 0 && in < size()) << "bad input id " << in;
   if (node.scope.empty()) node.scope = scope_path();  // passes copying nodes keep theirs
+  if (node.grad_of < 0) node.grad_of = differentiating_;
   if (node.op == Op::Input) inputs_[node.attrs.name] = size();
   nodes_.push_back(std::move(node));
   return size() - 1;
@@ -129,6 +130,7 @@ std::string Graph::node_str(int id) const {
   out << " : " << dtype_name(n.dtype) << n.shape.str();
   out << "  @ " << format_location(n.loc);
   if (!n.scope.empty()) out << " in \"" << n.scope << "\"";
+  if (n.grad_of >= 0) out << ", gradient of %" << n.grad_of << " " << op_name(nodes_.at(n.grad_of).op);
   return out.str();
 }
 

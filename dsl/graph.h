@@ -35,8 +35,11 @@ class Graph {
   Graph(Graph&&) = default;
   Graph& operator=(Graph&&) = default;
 
-  // Appends a node and returns its id. A node without a scope gets the current scope path.
+  // Appends a node and returns its id. A node without a scope gets the current scope path,
+  // and one without grad_of the forward node being differentiated, if any.
   int add(Node node);
+  // The forward node whose gradient rule is building nodes now (autodiff), or -1.
+  void set_differentiating(int forward) { differentiating_ = forward; }
   const Node& node(int id) const { return nodes_.at(id); }
   const std::vector<Node>& nodes() const { return nodes_; }
   int size() const { return static_cast<int>(nodes_.size()); }
@@ -79,6 +82,7 @@ class Graph {
     Reuse reuse;
   };
   std::vector<ScopeFrame> scopes_;
+  int differentiating_ = -1;
 };
 
 // Makes `graph` the current graph for the lifetime of this object (nests).

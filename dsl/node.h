@@ -37,6 +37,9 @@ struct Node {
   Attrs attrs;
   std::source_location loc;
   std::string scope;  // the name scope it was built in ("tower1/fc2"), for errors and dumps
+  // A node autodiff built: the forward node whose gradient rule built it (its scope is then
+  // "gradients/<the forward node's scope>"); -1 for a forward node.
+  int grad_of = -1;
 };
 
 }  // namespace towerjit

@@ -278,6 +278,7 @@ void emit_header(std::ostream& out, const Graph& g, const kir::Kernel& k) {
     out << "//   %" << n << " " << op_name(node.op) << " " << dtype_name(node.dtype) << node.shape.str()
         << " at " << format_location(node.loc);
     if (!node.scope.empty()) out << " in \"" << node.scope << "\"";
+    if (node.grad_of >= 0) out << ", gradient of %" << node.grad_of << " " << op_name(g.node(node.grad_of).op);
     out << "\n";
   }
 }

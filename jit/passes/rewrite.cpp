@@ -8,6 +8,7 @@ Rewritten rewrite_graph(const Graph& graph, const std::function<int(Node node, G
   for (int id = 0; id < graph.size(); ++id) {
     Node node = graph.node(id);
     for (int& in : node.inputs) in = r.remap[in];
+    if (node.grad_of >= 0) node.grad_of = r.remap[node.grad_of];
     r.remap[id] = visit(std::move(node), r.graph);
   }
   for (VariableInfo v : graph.variables()) {

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -109,10 +110,18 @@ bool CheckpointHook::uses_trainer_at(const StepEvent& e) const {
   return epoch_ends(e) || (every_ > 0 && e.step % every_ == 0);
 }
 
+namespace {
+constexpr const char* kAppliesKey = "optimizer_applies";
+}  // namespace
+
 void CheckpointHook::save(TowerTrainer& trainer, const StepEvent& e) {
   if (e.step == saved_at_) return;
-  last_path_ = save_checkpoint(dir_, {.step = trainer.applies(), .position = e.next,
-                                      .variables = trainer.variables(), .metadata = metadata_},
+  // Named by the training step, as a sync run's are; async towers apply several times a step,
+  // so the apply count (the global step the optimiser reads) is kept beside it.
+  std::map<std::string, std::string> metadata = metadata_;
+  metadata[kAppliesKey] = std::to_string(trainer.applies());
+  last_path_ = save_checkpoint(dir_, {.step = e.step, .position = e.next, .variables = trainer.variables(),
+                                      .metadata = metadata},
                                keep_, loc_);
   saved_at_ = e.step;
 }
@@ -162,7 +171,16 @@ data::PipelinePosition resume_from(TowerTrainer& trainer, const std::string& pat
         << "or start a new checkpoint directory";
   }
   check_matches(checkpoint, trainer.variables(), loc);
-  trainer.restore(checkpoint.variables, checkpoint.step, loc);
+  // Checkpoints written before the apply count was recorded are sync ones: one apply a step.
+  int64_t applies = checkpoint.step;
+  if (const auto it = checkpoint.metadata.find(kAppliesKey); it != checkpoint.metadata.end()) {
+    char* end = nullptr;
+    applies = std::strtoll(it->second.c_str(), &end, 10);
+    user_check(!it->second.empty() && *end == '\0' && applies >= 0, loc)
+        << "checkpoint " << path << ": its " << kAppliesKey << " \"" << it->second
+        << "\" is not a count of applies; the file is damaged: resume from an earlier checkpoint";
+  }
+  trainer.restore(checkpoint.variables, applies, loc);
   return checkpoint.position;
 }
 

@@ -326,15 +326,27 @@ TowerTrainer::StepResult TowerTrainer::train_step(const HostFeeds& batch, int64_
   std::vector<OwnApply> own(async ? n : 0);
   // An async tower applies as soon as its gradient is ready.
   on_tower_threads(n, [&](int t) {
-    if (async) {
-      own[t] = compute_and_apply(t, feeds[t], weights[t]);
-      return;
+    // A tower's program sees its slice only: an error naming an example (an out-of-range
+    // label) counts from the slice's start, which the batch's numbering needs added (the whole
+    // batch's, over every process's rows).
+    int64_t row = own_first;
+    for (int i = 0; i < t; ++i) row += own_slices[i];
+    try {
+      if (async) {
+        own[t] = compute_and_apply(t, feeds[t], weights[t]);
+        return;
+      }
+      // Dropout masks differ between towers and steps (and repeat on a resumed run); keyed by the
+      // world's tower index, so a tower draws the same masks in whichever process it runs.
+      report::Trace::Span compute = traced("forward+backward", "compute", t);
+      compute.arg("examples", own_slices[t]);
+      outputs[t] = tower_programs_[t]->run(feeds[t], variables_of(t), step_key * kMaxTowers + first + t);
+    } catch (const Error& e) {
+      if (row == 0) throw;
+      throw Error(std::string(e.what()) + " [tower " + std::to_string(first + t) + " (" + towers_.devices()[t].str() +
+                  ") ran examples " + std::to_string(row) + " to " + std::to_string(row + own_slices[t] - 1) +
+                  " of the batch: add " + std::to_string(row) + " to an index above for its place in the batch]");
     }
-    // Dropout masks differ between towers and steps (and repeat on a resumed run); keyed by the
-    // world's tower index, so a tower draws the same masks in whichever process it runs.
-    report::Trace::Span compute = traced("forward+backward", "compute", t);
-    compute.arg("examples", own_slices[t]);
-    outputs[t] = tower_programs_[t]->run(feeds[t], variables_of(t), step_key * kMaxTowers + first + t);
   });
   if (async) {
     const auto last = std::max_element(own.begin(), own.end(),

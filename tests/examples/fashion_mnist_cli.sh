@@ -35,6 +35,16 @@ resume_is_bitwise)
   for step in 5 11 17 24; do
     [ "$(loss_at "$work/a.jsonl" $step)" = "$(loss_at "$work/b.jsonl" $step)" ] || fail "the loss of step $step differs"
   done ;;
+async_checkpoints_named_by_step)
+  # Two async towers apply twice a step; checkpoints are still named by the step, and a resume
+  # continues the applies' count (the optimiser's global step).
+  "$bin" $small --strategy async --steps 6 --checkpoint "$work/c" --checkpoint-every 3 >/dev/null || fail "first run"
+  [ -f "$work/c/ckpt-6.tjck" ] && [ -f "$work/c/ckpt-3.tjck" ] || fail "no ckpt-3/ckpt-6: $(ls "$work/c")"
+  [ ! -f "$work/c/ckpt-12.tjck" ] || fail "named by applies"
+  "$bin" $small --strategy async --steps 10 --checkpoint "$work/c" --resume >"$work/out" || fail "resumed run"
+  grep -q "resumed at step 6" "$work/out" || fail "the resumed run does not say step 6: $(cat "$work/out")"
+  # 12 applies before the resume, 8 after: the checkpoint's metadata holds the count as text.
+  LC_ALL=C grep -aq 'optimizer_applies........20' "$work/c/ckpt-10.tjck" || fail "ckpt-10 does not record 20 applies" ;;
 check_numerics_names_the_op)
   # A learning rate that blows the MLP up: --check-numerics names the first op to overflow.
   expect_error "--steps 30 --batch 64 --hidden 32 --optimizer sgd --lr 1e6 --check-numerics" \

@@ -105,3 +105,22 @@ TEST_CASE("dump_cuda of a graph writes its CUDA under the name given, and an unw
   CHECK_THROWS_WITH(tj::dump_cuda(g, {y}, (dir.path / "a_file" / "sub").string()),
                     Catch::Contains("cannot write") && Catch::Contains("a_file/sub"));
 }
+
+TEST_CASE("backward ops name the forward op they differentiate, under its gradients/ scope", "[dump][autodiff]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 4});
+  auto y = tj::dense(x, 3, "fc1");
+  auto loss = tj::mean(tj::relu(y));
+  const auto kernel = *g.find_variable("fc1/kernel");
+  const tj::Tensor dw = tj::grad(loss, {tj::Tensor(&g, kernel.node)})[0];
+  const tj::Node& n = dw.node();
+  REQUIRE(n.grad_of >= 0);
+  CHECK(n.scope == "gradients/fc1");
+  CHECK(g.node(n.grad_of).op == tj::Op::MatMul);
+  CHECK(g.node_str(dw.id()).find("gradient of %" + std::to_string(n.grad_of) + " matmul") != std::string::npos);
+  TempDir dir("grad");
+  tj::dump_cuda(g, {dw}, dir.str(), "backward");
+  CHECK(read(dir.path / "backward.index.json").find("\"gradient_of\"") != std::string::npos);
+  CHECK(read(dir.path / "backward.cu").find("gradient of %") != std::string::npos);
+}
