@@ -1,6 +1,7 @@
 # `cmake --install build --prefix <prefix>` installs what a program needs to use towerjit:
 #   lib/                      libtowerjit_{dsl,jit,runtime}.so, and the emulated GPU's
-#                             libtowerjit_cuda_emulator.so beside them (found there at run time)
+#                             libtowerjit_cuda_emulator.so and (with OpenMPI) libtowerjit_mpi.so
+#                             beside them (found there at run time)
 #   include/towerjit/         towerjit.h and the dsl/, jit/, runtime/ headers, laid out as in the
 #                             repository (the headers include each other by those paths)
 #   lib/cmake/towerjit/       the package: find_package(towerjit CONFIG) gives towerjit::towerjit
@@ -15,6 +16,10 @@ install(TARGETS towerjit towerjit_dsl towerjit_jit towerjit_runtime EXPORT tower
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 # Loaded with dlopen when TOWERJIT_CUDA=emulator, never linked: not part of the export.
 install(TARGETS towerjit_cuda_emulator LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# The MPI transport, where OpenMPI was found: loaded with dlopen under mpirun/srun, never linked.
+if(TARGET towerjit_mpi)
+  install(TARGETS towerjit_mpi LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 
 install(FILES ${PROJECT_SOURCE_DIR}/include/towerjit.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/towerjit)
 # Every header of the three libraries (the kernels' CUDA sources under jit/cuda/device/ are

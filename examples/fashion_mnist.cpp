@@ -19,6 +19,7 @@
 #include "runtime/cuda/driver_api.h"
 #include "runtime/data/augment.h"
 #include "runtime/data/batch_pipeline.h"
+#include "runtime/dist/world.h"
 #include "runtime/report/svg_plot.h"
 #include "runtime/report/trace.h"
 #include "runtime/towers/hooks.h"
@@ -75,9 +76,14 @@ tj::Optimizer make_optimizer(const Flags& f) {
   return tj::adam(make_schedule(f));
 }
 
-// Without --towers: a tower on every GPU the machine has, else two CPU towers.
+// Without --towers: a tower on every GPU the machine has, else two CPU towers. Under mpirun:
+// one tower per process, on the GPU of its local rank (as Horovod), else on the CPU.
 std::string default_towers() {
   const int gpus = tj::cuda::cuda_device_count();
+  if (tj::dist::world().size() > 1) {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    return gpus == 0 ? "cpu:0" : "gpu:" + std::to_string((local ? std::atoi(local) : 0) % gpus);
+  }
   if (gpus == 0) return "cpu:0,cpu:1";
   std::string spec;
   for (int i = 0; i < gpus; ++i) spec += (i ? ",gpu:" : "gpu:") + std::to_string(i);
@@ -114,8 +120,24 @@ std::map<std::string, std::string> run_metadata(const Flags& f, const tj::Towers
           {"ema", f.ema > 0 ? [&] { std::ostringstream o; o << "--ema " << f.ema; return o.str(); }() : "off (no --ema)"}};
 }
 
+// What every rank of an mpirun must agree on: the run's metadata but this rank's own towers,
+// and the flags that decide how long it trains.
+std::map<std::string, std::string> shared_flags(const Flags& f, std::map<std::string, std::string> metadata) {
+  metadata.erase("towers");
+  metadata["strategy"] = f.strategy;
+  metadata["epochs"] = std::to_string(f.epochs);
+  metadata["steps"] = std::to_string(f.steps);
+  metadata["data"] = f.data;
+  metadata["checkpoint"] = f.checkpoint + (f.resume ? " (resume)" : "");
+  return metadata;
+}
+
 int train(Flags f) {
-  if (!f.dump.empty()) setenv("TOWERJIT_DUMP", f.dump.c_str(), 1);  // every program compiled below
+  // Under mpirun every rank trains its towers; rank 0 alone prints, evaluates, logs metrics,
+  // dumps and writes checkpoints.
+  tj::dist::Transport& world = tj::dist::world();
+  const bool lead = world.rank() == 0;
+  if (lead && !f.dump.empty()) setenv("TOWERJIT_DUMP", f.dump.c_str(), 1);  // every program compiled below
   if (f.check_numerics) setenv("TOWERJIT_CHECK_NUMERICS", "on", 1);
   const auto train_set = tj::data::load_mnist_format("train", f.data);
   const auto test_set = tj::data::load_mnist_format("test", f.data);
@@ -127,7 +149,7 @@ int train(Flags f) {
     f.decay_steps = steps * (f.strategy == "async" ? towers : 1);
   }
   // Opened before training, so a bad path fails now rather than after an epoch.
-  tj::report::Trace trace(f.trace);
+  tj::report::Trace trace(lead ? f.trace : "");
 
   tj::Graph graph;
   tj::GraphScope use(graph);
@@ -139,31 +161,44 @@ int train(Flags f) {
   auto loss = tj::mean(tj::softmax_cross_entropy(logits, label));
 
   const tj::Towers towers = make_towers(f);
+  tj::dist::check_agreement(shared_flags(f, run_metadata(f, towers)));
   towers.slices(f.batch);  // more towers than examples in a batch: say so before compiling
   std::optional<tj::ExponentialMovingAverage> ema;
   if (f.ema > 0) ema = tj::ExponentialMovingAverage{.decay = f.ema};
   tj::TowerTrainer trainer(graph, loss, towers, make_optimizer(f), {.seed = f.seed, .ema = ema, .logits = logits});
   trainer.set_trace(&trace);
 
-  const auto metadata = run_metadata(f, towers);
+  // Under mpirun a checkpoint also records the world (and resumes over another one).
+  auto metadata = run_metadata(f, towers);
+  if (world.size() > 1) {
+    metadata["world"] = std::to_string(world.size()) + " processes, " +
+                        std::to_string(trainer.world_layout().towers()) + " towers";
+    metadata["towers"] = "rank 0: " + towers.str();
+    metadata["strategy"] = f.strategy;
+  }
   tj::data::PipelinePosition start;
   if (f.resume) start = tj::resume_from(trainer, f.checkpoint, metadata);
+  // Each rank reads only its towers' rows of every batch (the same shuffle everywhere).
+  const int world_towers = trainer.world_layout().towers();
   tj::data::BatchPipeline pipeline(
-      train_set, {.batch = f.step_batch(), .seed = f.seed, .drop_last = f.drop_last,
-                  .min_batch = towers.size() * f.accumulate,
-                  .transform = f.augment ? tj::data::augment({.crop_pad = 2, .flip = true, .height = 28, .width = 28,
-                                                              .seed = f.seed})
-                                         : nullptr},
+      train_set,
+      {.batch = f.step_batch(), .seed = f.seed, .drop_last = f.drop_last, .min_batch = world_towers * f.accumulate,
+       .transform = f.augment ? tj::data::augment({.crop_pad = 2, .flip = true, .height = 28, .width = 28,
+                                                   .seed = f.seed})
+                              : nullptr,
+       .part = world.size() > 1 ? std::function([&](int64_t n) { return trainer.own_rows(n); }) : nullptr},
       start);
   const int64_t per_epoch = pipeline.batches_per_epoch();
   const int64_t start_step = start.epoch * per_epoch + start.batch;
   const int64_t total = f.steps > 0 ? std::min(f.steps, f.epochs * per_epoch) : f.epochs * per_epoch;
   // A resumed run continues its metrics file from the checkpoint's step.
   std::optional<tj::report::MetricsWriter> metrics;
-  if (!f.metrics.empty() && f.resume) metrics.emplace(f.metrics, start_step, tj::Loc::current());
-  if (!f.metrics.empty() && !f.resume) metrics.emplace(f.metrics, tj::Loc::current());
+  if (lead && !f.metrics.empty() && f.resume) metrics.emplace(f.metrics, start_step, tj::Loc::current());
+  if (lead && !f.metrics.empty() && !f.resume) metrics.emplace(f.metrics, tj::Loc::current());
 
-  std::printf("towerjit: %s on %s, %s, %s, batch %s, %lld epoch(s)%s\n", metadata.at("model").c_str(),
+  if (world.size() > 1 && lead)
+    std::printf("towerjit: %d processes over %s, %d towers in all\n", world.size(), world.name().c_str(), world_towers);
+  if (lead) std::printf("towerjit: %s on %s, %s, %s, batch %s, %lld epoch(s)%s\n", metadata.at("model").c_str(),
               towers.str().c_str(), f.strategy.c_str(), make_optimizer(f).str().c_str(),
               metadata.at("batch").c_str(), static_cast<long long>(f.epochs),
               f.resume ? (", resumed at step " + std::to_string(start_step)).c_str() : "");
@@ -171,15 +206,23 @@ int train(Flags f) {
   tj::LogHook log(progress, metrics ? &*metrics : nullptr, f.log_every);
   tj::EvalHook eval(test_set, progress, metrics ? &*metrics : nullptr, f.ema > 0, f.eval_every);
   std::optional<tj::CheckpointHook> save;
-  if (!f.checkpoint.empty()) save.emplace(checkpoint_dir(f), metadata, f.checkpoint_every, 3, tj::Loc::current());
+  if (lead && !f.checkpoint.empty()) save.emplace(checkpoint_dir(f), metadata, f.checkpoint_every, 3, tj::Loc::current());
   if (save && !f.keep_best.empty())
     save->keep_best(eval, f.keep_best == "loss" ? tj::BestBy::test_loss : tj::BestBy::test_accuracy);
-  std::vector<tj::Hook*> hooks = {&log, &eval};  // eval before save: the best checkpoint reads its result
+  std::vector<tj::Hook*> hooks;
+  if (lead) hooks = {&log, &eval};  // eval before save: the best checkpoint reads its result
   if (save) hooks.push_back(&*save);
 
-  tj::fit(trainer, pipeline, {.epochs = f.epochs, .max_steps = f.steps, .hooks = hooks, .accumulate = f.accumulate});
+  const int64_t payload_before = world.payload_bytes();
+  const tj::StepEvent last = tj::fit(trainer, pipeline, {.epochs = f.epochs, .max_steps = f.steps, .hooks = hooks,
+                                                         .accumulate = f.accumulate});
+  if (!lead) return 0;
   progress.finish();
   std::printf("test accuracy %.4f, test loss %.4f\n", eval.last().accuracy, eval.last().loss);
+  if (world.size() > 1 && last.step > start_step)
+    std::printf("mpi: rank 0 handed %.0f bytes per step to collectives over %s\n",
+                static_cast<double>(world.payload_bytes() - payload_before) / static_cast<double>(last.step - start_step),
+                world.name().c_str());
   if (f.strategy == "async") {
     const auto staleness = trainer.async_report();
     std::printf("async: %lld applies, staleness mean %.2f, max %lld; largest lead of a tower %lld\n",
@@ -272,7 +315,11 @@ int main(int argc, char** argv) {
   try {
     return train(f);
   } catch (const tj::Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    // Under mpirun: the message names this rank, then every rank stops (none waits for this one).
+    const std::string rank = tj::dist::rank_prefix(), message = e.what();
+    const bool named = rank.empty() || message.rfind("towerjit: " + rank, 0) == 0;
+    std::fprintf(stderr, "%s%s\n", named ? "" : ("towerjit: " + rank).c_str(), message.c_str());
+    tj::dist::abort_world_on_error(1);
     return 1;
   }
 }

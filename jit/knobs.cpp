@@ -54,6 +54,7 @@ double bucket_mb() {
                 "gradient) up, e.g. 25 (the default)");
   return mb;
 }
+bool nccl_world() { return switch_knob("TOWERJIT_NCCL_WORLD", false); }
 bool gpu_variables() { return switch_knob("TOWERJIT_GPU_VARIABLES", false); }
 bool direct_conv() {
   return switch_knob("TOWERJIT_DIRECT_CONV", true,
@@ -141,6 +142,33 @@ std::string emulator_library() {
     if (std::filesystem::exists(beside, ec)) return beside.string();
   }
   return kName;
+}
+bool mpi_enabled() { return switch_knob("TOWERJIT_MPI", true); }
+std::string mpi_library() {
+  static constexpr const char* kName = "libtowerjit_mpi.so";
+  if (auto v = read("TOWERJIT_MPI_LIBRARY")) return *v;
+  // Beside libtowerjit_jit.so, as the emulator's library: build/lib/ or <prefix>/lib/.
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&mpi_library), &info) && info.dli_fname) {
+    const auto beside = std::filesystem::path(info.dli_fname).parent_path() / kName;
+    std::error_code ec;
+    if (std::filesystem::exists(beside, ec)) return beside.string();
+  }
+  return kName;
+}
+double mpi_start_timeout_s() {
+  const auto v = read("TOWERJIT_MPI_START_TIMEOUT");
+  if (!v) return 30;
+  char* end = nullptr;
+  const double s = std::strtod(v->c_str(), &end);
+  return end && *end == '\0' && s > 0 ? s : 30;
+}
+bool deterministic_layout() {
+  const std::string v = lower(read("TOWERJIT_DETERMINISTIC").value_or(""));
+  if (v.empty() || v == "off" || v == "0" || v == "false" || v == "no") return false;
+  if (v == "layout") return true;
+  throw Error("towerjit: TOWERJIT_DETERMINISTIC=" + v + " is not a mode; use \"layout\" (bitwise the same whatever "
+              "the split of the towers into processes) or \"off\"");
 }
 std::optional<std::string> cuda_home() { return read("CUDA_HOME"); }
 

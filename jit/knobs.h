@@ -62,10 +62,39 @@ bool cuda_caching();
 // where NCCL loads.
 bool nccl_enabled();
 
+// TOWERJIT_NCCL_WORLD: "on" (also "1", "true", "yes") makes sync GPU towers with the variables on
+// the GPUs, over several processes, reduce through one NCCL communicator over every process's
+// GPUs (rank 0's ncclGetUniqueId broadcast over MPI, ncclCommInitRank), where every process's
+// NCCL can. Default: off — NCCL (or copies) inside each process, then MPI between them — until
+// measured on several GPUs.
+bool nccl_world();
+
 // TOWERJIT_BUCKET_MB: the size of the gradient buckets reduced between GPUs while the backward
 // pass goes on (variables on the GPUs); the first bucket is 1 MB or this, the smaller, as in
 // PyTorch DDP. 0 puts every gradient in a bucket of its own. Default: 25.
 double bucket_mb();
+
+// TOWERJIT_MPI: "off" (also "0", "false", "no") makes a process launched by mpirun or srun
+// run alone, as if started by hand, ignoring the launcher's environment. Default: on — a
+// process whose environment says a launcher started it joins that launch's world over MPI
+// (runtime/dist/world.h).
+bool mpi_enabled();
+
+// TOWERJIT_MPI_LIBRARY: the MPI transport plugin (libtowerjit_mpi.so). Default: the one beside
+// libtowerjit_jit.so (the build's lib/ folder, or an install's), else the loader's search path.
+std::string mpi_library();
+
+// TOWERJIT_MPI_START_TIMEOUT: seconds a launched process waits for MPI's start-up and a first
+// barrier over every rank before it stops with an error (a rank that never starts or cannot
+// reach the others). Default: 30.
+double mpi_start_timeout_s();
+
+// TOWERJIT_DETERMINISTIC: "layout" makes sync training give bitwise the same result whatever
+// the split of the towers into processes (1x4, 2x2, 4x1): every tower's gradients are gathered
+// and summed in global tower order, at P/2 times a ring all-reduce's traffic (docs/
+// distributed.md). "off" or unset: each process sums its towers, then the processes
+// all-reduce (bitwise reproducible for a fixed layout only). Another value is an error.
+bool deterministic_layout();
 
 // TOWERJIT_CACHE_DIR: puts the compile cache in this directory instead of the default
 // (tests point it at a fresh temporary directory). Unset or empty: not set.

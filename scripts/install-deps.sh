@@ -8,6 +8,7 @@ packages=(
   llvm-19-dev libzstd-dev zlib1g-dev libedit-dev libxml2-dev libffi-dev
   libopenblas-dev librange-v3-dev catch2 libcli11-dev nlohmann-json3-dev libfmt-dev
   dataset-fashion-mnist
+  libopenmpi-dev openmpi-bin
 )
 # Only for `make bench` (scripts/install-deps.sh --bench): PyTorch, the baseline the benchmark
 # compares against. Large, so `make test` and `make demo` do not install it.

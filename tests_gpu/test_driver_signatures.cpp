@@ -57,6 +57,12 @@ TOWERJIT_NCCL_FUNCTIONS(TOWERJIT_CHECK_NCCL)
 static_assert(std::is_same_v<ncclComm_t, ::ncclComm_t>);
 static_assert(sizeof(ncclResult_t) == sizeof(towerjit::cuda::NcclResult));
 static_assert(kNcclFloat32 == ncclFloat32 && kNcclSum == ncclSum);
+// The world entry points pass our NcclUniqueId where NCCL has its own type of the same bytes.
+static_assert(sizeof(NcclUniqueId) == sizeof(::ncclUniqueId) && NCCL_UNIQUE_ID_BYTES == 128);
+static_assert(std::is_same_v<decltype(NcclApi::GetUniqueId), NcclResult (*)(NcclUniqueId*)> &&
+              same_params<NcclResult (*)(::ncclUniqueId*), decltype(&::ncclGetUniqueId)>);
+static_assert(std::is_same_v<decltype(NcclApi::CommInitRank), NcclResult (*)(ncclComm_t*, int, NcclUniqueId, int)> &&
+              same_params<NcclResult (*)(ncclComm_t*, int, ::ncclUniqueId, int), decltype(&::ncclCommInitRank)>);
 #endif
 
 static_assert(same_params<decltype(towerjit::cuda::DriverApi::EventElapsedTime), decltype(&::cuEventElapsedTime_v2)>);

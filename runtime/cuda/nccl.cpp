@@ -22,6 +22,10 @@ Loaded load() {
 #define TOWERJIT_NCCL_BIND(member, symbol, signature) bind_symbol(lib.handle, l.api.member, #symbol, missing);
   TOWERJIT_NCCL_FUNCTIONS(TOWERJIT_NCCL_BIND)
 #undef TOWERJIT_NCCL_BIND
+  std::string optional;  // absent in the emulator's NCCL: nccl_world_available() says so
+#define TOWERJIT_NCCL_BIND_OPTIONAL(member, symbol, signature) bind_symbol(lib.handle, l.api.member, #symbol, optional);
+  TOWERJIT_NCCL_WORLD_FUNCTIONS(TOWERJIT_NCCL_BIND_OPTIONAL)
+#undef TOWERJIT_NCCL_BIND_OPTIONAL
   if (!missing.empty()) {
     l.tried += " (" + l.api.library + " lacks " + missing + ")";
     return l;
@@ -50,6 +54,8 @@ void check_nccl(NcclResult r, const char* call, const std::string& context, std:
 
 bool nccl_available() { return nccl().ok; }
 
+bool nccl_world_available() { return nccl().ok && nccl().api.GetUniqueId && nccl().api.CommInitRank; }
+
 std::string nccl_unavailable_reason() { return nccl().ok ? "" : "NCCL not found (tried " + nccl().tried + ")"; }
 
 const NcclApi& require_nccl(std::source_location loc) {
@@ -66,6 +72,34 @@ NcclCommunicators::NcclCommunicators(const std::vector<DeviceContext*>& devices,
   for (DeviceContext* d : devices) ordinals.push_back(d->ordinal());
   check_nccl(api.CommInitAll(comms_.data(), static_cast<int>(ordinals.size()), ordinals.data()), "ncclCommInitAll",
              " for " + std::to_string(ordinals.size()) + " GPUs", loc);
+}
+
+NcclUniqueId NcclCommunicators::make_unique_id(std::source_location loc) {
+  const NcclApi& api = require_nccl(loc);
+  internal_check(api.GetUniqueId) << "make_unique_id without ncclGetUniqueId";
+  NcclUniqueId id{};
+  check_nccl(api.GetUniqueId(&id), "ncclGetUniqueId", "", loc);
+  return id;
+}
+
+NcclCommunicators::NcclCommunicators(const std::vector<DeviceContext*>& devices, const NcclUniqueId& id,
+                                     int first_rank, int world_ranks, std::source_location loc)
+    : comms_(devices.size(), nullptr), devices_(devices) {
+  const NcclApi& api = require_nccl(loc);
+  internal_check(api.CommInitRank) << "a world communicator without ncclCommInitRank";
+  // A process driving several GPUs joins for all of them inside one group, as NCCL requires.
+  check_nccl(api.GroupStart(), "ncclGroupStart", "", loc);
+  NcclResult failed = 0;
+  for (size_t i = 0; i < devices.size() && !failed; ++i) {
+    devices[i]->make_current();
+    failed = api.CommInitRank(&comms_[i], world_ranks, id, first_rank + static_cast<int>(i));
+  }
+  const NcclResult ended = api.GroupEnd();
+  const std::string what = " for ranks " + std::to_string(first_rank) + ".." +
+                           std::to_string(first_rank + static_cast<int>(devices.size()) - 1) + " of " +
+                           std::to_string(world_ranks);
+  if (failed) check_nccl(failed, "ncclCommInitRank", what, loc);
+  check_nccl(ended, "ncclGroupEnd", what, loc);
 }
 
 NcclCommunicators::~NcclCommunicators() {

@@ -34,12 +34,24 @@ using NcclResult = int;  // ncclResult_t; 0 is ncclSuccess
   X(GroupStart, ncclGroupStart, NcclResult (*)())                                               \
   X(GroupEnd, ncclGroupEnd, NcclResult (*)())
 
+// NCCL's ncclUniqueId (NCCL_UNIQUE_ID_BYTES = 128), passed by value to ncclCommInitRank.
+struct NcclUniqueId {
+  char internal[128];
+};
+
+// The entry points for one communicator over several processes, bound when present (the
+// emulated NCCL has none: its communicators live in one process).
+#define TOWERJIT_NCCL_WORLD_FUNCTIONS(X)                                                        \
+  X(GetUniqueId, ncclGetUniqueId, NcclResult (*)(NcclUniqueId*))                                \
+  X(CommInitRank, ncclCommInitRank, NcclResult (*)(ncclComm_t*, int, NcclUniqueId, int))
+
 inline constexpr int kNcclFloat32 = 7;  // ncclFloat32
 inline constexpr int kNcclSum = 0;      // ncclSum
 
 struct NcclApi {
 #define TOWERJIT_NCCL_MEMBER(member, symbol, signature) std::type_identity_t<signature> member = nullptr;
   TOWERJIT_NCCL_FUNCTIONS(TOWERJIT_NCCL_MEMBER)
+  TOWERJIT_NCCL_WORLD_FUNCTIONS(TOWERJIT_NCCL_MEMBER)
 #undef TOWERJIT_NCCL_MEMBER
   std::string library;  // the file loaded
   int version = 0;      // NCCL_VERSION_CODE: 22809 for 2.28.9
@@ -47,6 +59,9 @@ struct NcclApi {
 
 // True when NCCL could be loaded (loads it on the first call). Never throws.
 bool nccl_available();
+// True when NCCL is loaded and has ncclGetUniqueId and ncclCommInitRank (a communicator over
+// several processes). Never throws.
+bool nccl_world_available();
 // Why it could not ("" when it could): the files tried.
 std::string nccl_unavailable_reason();
 // The bound library; throws towerjit::Error "NCCL not found (tried ...)" when absent.
@@ -57,6 +72,12 @@ class NcclCommunicators {
  public:
   explicit NcclCommunicators(const std::vector<DeviceContext*>& devices,
                              std::source_location loc = std::source_location::current());
+  // One communicator over every process's GPUs: this process's `devices` are world ranks
+  // first_rank.. of `world_ranks`. `id` is rank 0's ncclGetUniqueId, the same on every process
+  // (make_unique_id() on world rank 0, then broadcast). Collective over the processes.
+  NcclCommunicators(const std::vector<DeviceContext*>& devices, const NcclUniqueId& id, int first_rank,
+                    int world_ranks, std::source_location loc = std::source_location::current());
+  static NcclUniqueId make_unique_id(std::source_location loc = std::source_location::current());
   ~NcclCommunicators();
   NcclCommunicators(const NcclCommunicators&) = delete;
   NcclCommunicators& operator=(const NcclCommunicators&) = delete;

@@ -167,7 +167,12 @@ Batch BatchPipeline::make(int64_t sequence, int64_t consumer_epoch) {
   const auto order = order_for(b.epoch, consumer_epoch);
   const int64_t begin = b.index * options_.batch;
   const int64_t end = std::min(begin + options_.batch, data_.size());
-  const std::vector<int64_t> rows(order->begin() + begin, order->begin() + end);
+  std::vector<int64_t> rows(order->begin() + begin, order->begin() + end);
+  if (options_.part) {  // this process's rows of the batch only
+    b.whole = end - begin;
+    const auto [first, count] = options_.part(b.whole);
+    rows = std::vector<int64_t>(rows.begin() + first, rows.begin() + first + count);
+  }
   b.feeds = gather_rows(data_, rows);
   if (options_.transform) options_.transform(b);
   return b;

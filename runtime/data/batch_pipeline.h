@@ -40,6 +40,10 @@ struct PipelineOptions {
   // pure function of the batch (epoch and index included) for resumed runs to see the same
   // data. An exception it throws is rethrown by next() when that batch is due.
   std::function<void(Batch&)> transform = nullptr;  // (= nullptr: designated initialisers may omit it)
+  // Set in a world of several processes (TowerTrainer::own_rows): the rows (first, count) of a
+  // batch of n examples this process reads; it gathers only those, from the same shuffle as
+  // every rank, so no data moves between processes. Unset: every row.
+  std::function<std::pair<int64_t, int64_t>(int64_t n)> part = nullptr;
 };
 
 // Where a pipeline stands: the batch the next call to next() returns (0-based). A checkpoint
@@ -55,10 +59,12 @@ struct Batch {
   int64_t index = 0;             // within the epoch, 0-based
   int64_t batches_in_epoch = 0;  // index + 1 == batches_in_epoch: the epoch's last batch
   HostFeeds feeds;               // the dataset's arrays by name ("image" f32 [n, features], "label" i32 [n], ...)
+  int64_t whole = 0;             // with PipelineOptions::part: the whole batch's examples
   // The examples in the batch: the first dimension its arrays share.
   int64_t size() const {
     return feeds.empty() || feeds.begin()->second.shape.rank() == 0 ? 0 : feeds.begin()->second.shape[0];
   }
+  int64_t whole_size() const { return whole > 0 ? whole : size(); }  // every process's rows
 };
 
 class BatchPipeline {

@@ -4,9 +4,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <deque>
+#include <limits>
+#include <optional>
 
 #include "dsl/error.h"
 #include "runtime/towers/async_towers.h"
+#include "runtime/towers/async_world.h"
 #include "runtime/towers/non_finite_inputs.h"
 
 namespace towerjit {
@@ -59,7 +62,7 @@ class Loop {
     e.epoch = batch.epoch;
     e.batch_in_epoch = batch.index;
     e.batches_per_epoch = batch.batches_in_epoch;
-    e.examples = batch.size();
+    e.examples = batch.whole_size();
     return {std::move(batch), e};
   }
 
@@ -126,7 +129,8 @@ void fit_stepwise(TowerTrainer& trainer, Loop& loop, int accumulate, Loc loc) {
   while (!loop.done()) {
     auto [batch, event] = loop.next();
     const auto start = Clock::now();
-    const TowerTrainer::StepResult result = trainer.step(batch.feeds, {.check_loss = false, .accumulate = accumulate}, loc);
+    const TowerTrainer::StepResult result = trainer.step(
+        batch.feeds, {.check_loss = false, .whole_batch = batch.whole, .accumulate = accumulate}, loc);
     event.seconds = seconds_since(start);
     event.loss = result.loss;
     event.learning_rate = result.learning_rate;
@@ -187,6 +191,81 @@ void fit_free(TowerTrainer& trainer, Loop& loop, Loc loc) {
   }
 }
 
+// Async towers across processes, a worker's side: its towers' rows of every batch, pushed to
+// the parameter server tower by tower (runtime/towers/async_world.h). The server reports.
+void fit_async_worker(TowerTrainer& trainer, Loop& loop, Loc loc) {
+  AsyncWorker worker(trainer);
+  while (!loop.done()) {
+    auto [batch, event] = loop.next();
+    worker.work(event.step, batch.feeds, event.examples, loc);
+  }
+}
+
+// The parameter server's side: applies every push as it comes, and reports each batch to the
+// hooks, in order, once every world tower's slice of it is applied. While a batch whose hooks
+// use the trainer is unfinished, pushes of later batches wait (received, not applied), so those
+// hooks see exactly the applies of the batches before it; so do pushes of a tower past the
+// staleness bound. The slowest tower's next push is always for the earliest unfinished batch
+// and always within the bound, so something can always be applied.
+void fit_async_server(TowerTrainer& trainer, Loop& loop, Loc loc) {
+  struct Pending {
+    StepEvent event;
+    std::vector<double> weights;  // n_i / B over the world's towers
+    int towers_left = 0;
+    bool quiet = false;
+  };
+  AsyncServer server(trainer);
+  const int towers = trainer.world_layout().towers();
+  std::deque<Pending> pending;  // batches handed out and not yet reported, in order
+  std::deque<AsyncServer::Push> held;
+  int64_t last_created = -1;
+  auto create_through = [&](int64_t step) {
+    while (last_created < step) {
+      internal_check(!loop.done());  // every rank reads the same batches
+      auto [batch, event] = loop.next();
+      Pending p{.event = event, .towers_left = towers, .quiet = loop.hooks_use_trainer(event)};
+      for (int64_t n : split_batch(event.examples, towers, trainer.towers().split_policy(), loc))
+        p.weights.push_back(static_cast<double>(n) / event.examples);
+      last_created = event.step;
+      pending.push_back(std::move(p));
+    }
+  };
+  // The first unfinished batch whose hooks use the trainer: no later push is applied before it.
+  auto barrier = [&] {
+    for (const Pending& p : pending)
+      if (p.quiet) return p.event.step;
+    return std::numeric_limits<int64_t>::max();
+  };
+  while (!(pending.empty() && loop.done())) {
+    // The first held push that may go now, else the next from the network (held in turn
+    // if it may not: a later batch than a quiet one, or a tower past the staleness bound).
+    std::optional<AsyncServer::Push> push;
+    for (auto it = held.begin(); it != held.end(); ++it)
+      if (it->step <= barrier() && server.may_apply(*it)) {
+        push = std::move(*it);
+        held.erase(it);
+        break;
+      }
+    if (!push) {
+      push = server.receive();
+      create_through(push->step);
+      if (push->step > barrier() || !server.may_apply(*push)) {
+        held.push_back(std::move(*push));
+        continue;
+      }
+    }
+    const AsyncServer::Applied a = server.apply(std::move(*push));
+    Pending& p = pending[a.step - pending.front().event.step];
+    p.event.loss += p.weights[a.tower] * a.loss;
+    p.event.learning_rate = a.learning_rate;
+    --p.towers_left;
+    while (!pending.empty() && pending.front().towers_left == 0) {
+      loop.trained(pending.front().event, {});
+      pending.pop_front();
+    }
+  }
+}
+
 }  // namespace
 
 StepEvent fit(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOptions& options, Loc loc) {
@@ -196,7 +275,9 @@ StepEvent fit(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOpt
   Loop loop(trainer, pipeline, options, loc);
   user_check(options.accumulate == 1 || !is_async(trainer.towers().reduction()), loc)
       << "fit: accumulate " << options.accumulate << " needs sync towers; async towers apply each gradient as it comes";
-  if (is_async(trainer.towers().reduction()) && trainer.towers().size() > 1) fit_free(trainer, loop, loc);
+  if (trainer.parameter_server_rank()) fit_async_server(trainer, loop, loc);
+  else if (trainer.async_world()) fit_async_worker(trainer, loop, loc);
+  else if (is_async(trainer.towers().reduction()) && trainer.towers().size() > 1) fit_free(trainer, loop, loc);
   else fit_stepwise(trainer, loop, options.accumulate, loc);
   return loop.end();
 }

@@ -13,7 +13,13 @@
 //      stream (one communicator per GPU, grouped calls); without NCCL (or TOWERJIT_NCCL=off)
 //      the sums meet on the first GPU once all are done, are added there in GPU order and
 //      copied back;
-//   4. every GPU applies the optimiser to its copy; the model's updates replace their variables.
+//   4. in a world of several processes (mpirun), each bucket's sum is then all-reduced between
+//      the processes over MPI (from the first GPU, through the host, back to every GPU), each
+//      starting as soon as its reduction on the GPUs has run, while the backward passes go on:
+//      the hierarchical scheme, NCCL inside the process, MPI between (docs/distributed.md); or,
+//      with TOWERJIT_NCCL_WORLD=on where every process's NCCL can, one NCCL communicator over
+//      every process's GPUs (bootstrapped over MPI), and no MPI step;
+//   5. every GPU applies the optimiser to its copy; the model's updates replace their variables.
 // Only each tower's loss and the learning rate cross to the host; the host copy of the
 // variables is refreshed when asked for (download()).
 #pragma once
@@ -28,6 +34,7 @@
 #include "runtime/cuda/cuda_program.h"
 #include "runtime/cuda/device_tensor.h"
 #include "runtime/cuda/nccl.h"
+#include "runtime/dist/transport.h"
 
 namespace towerjit {
 
@@ -41,6 +48,7 @@ class GpuResidentSync {
     std::vector<std::string> gradient_inputs;  // the apply's gradient inputs, in the towers' fetch order
     std::string gradient_scale;          // the apply's scale input (1 here: the weights are in the sum)
     std::vector<std::string> model_update_variables;  // in the towers' fetch order, after the gradients
+    dist::Transport* world = nullptr;  // the processes (null or one: this process alone)
   };
   // Compiles the reduce and apply programs for every GPU of `setup.towers` and copies
   // `initial` to each.
@@ -73,6 +81,11 @@ class GpuResidentSync {
   void finish_all();
   double loss_of(int t, const DeviceTensor& loss);
   void combine_gpus();
+  bool across_processes() const { return setup_.world && setup_.world->size() > 1; }
+  bool mpi_between_processes() const { return across_processes() && !nccl_world_; }
+  void join_world_nccl(const std::vector<cuda::DeviceContext*>& contexts);
+  void send_bucket(size_t b);
+  void receive_buckets();
   void apply(Gpu& gpu, Result& result);
 
   Setup setup_;
@@ -85,6 +98,9 @@ class GpuResidentSync {
   std::unique_ptr<cuda::NcclCommunicators> nccl_;  // several GPUs, NCCL present
   std::unique_ptr<CudaProgram> combine_;  // else, on the first GPU: the sum of every GPU's reduced tensors
   DeviceFeeds combine_feeds_;             // its weights (all 1), and each step's sums
+  bool nccl_world_ = false;  // nccl_ spans every process's GPUs (TOWERJIT_NCCL_WORLD)
+  std::vector<HostTensor> host_;  // across processes: each reduced tensor on its way (MPI reads it)
+  std::vector<dist::Transport::Ticket> across_;  // per bucket: its all-reduce
   Loc loc_;
 };
 

@@ -8,6 +8,8 @@
 #include <filesystem>
 
 #include "dsl/error.h"
+#include "runtime/checkpoint/checkpoint_format.h"
+#include "runtime/dist/world.h"
 
 namespace towerjit {
 namespace {
@@ -192,13 +194,47 @@ void CheckpointHook::save(TowerTrainer& trainer, const StepEvent& e) {
   saved_at_ = e.step;
 }
 
+namespace {
+
+// The checkpoint at `path`: read by this process alone, or, in a world of several, by rank 0,
+// which sends its bytes (or why it could not read them) to every rank, so every rank raises the
+// same error or resumes from the same bytes.
+Checkpoint load_for_world(const std::string& path, Loc loc) {
+  dist::Transport& world = dist::world(loc);
+  if (world.size() == 1) return load_checkpoint(path, loc);
+  std::string bytes, error;
+  if (world.rank() == 0) {
+    try {
+      bytes = "C" + encode_checkpoint(load_checkpoint(path, loc), loc);
+    } catch (const Error& e) {
+      bytes = "E" + std::string(e.what());
+    }
+  }
+  std::vector<char> sent(bytes.begin(), bytes.end());
+  try {
+    world.broadcast(sent, 0);
+  } catch (const std::runtime_error& e) {
+    user_check(false, loc) << dist::rank_prefix() << "receiving checkpoint " << path << " from rank 0 failed: " << e.what();
+  }
+  user_check(!sent.empty() && sent[0] == 'C', loc)
+      << dist::rank_prefix() << "rank 0 could not read checkpoint " << path << ": "
+      << std::string(sent.begin() + (sent.empty() ? 0 : 1), sent.end());
+  return decode_checkpoint(std::string_view(sent.data() + 1, sent.size() - 1), path + " (from rank 0)", loc);
+}
+
+}  // namespace
+
 data::PipelinePosition resume_from(TowerTrainer& trainer, const std::string& path,
                                    const std::map<std::string, std::string>& metadata, Loc loc) {
-  const Checkpoint checkpoint = load_checkpoint(path, loc);
+  const Checkpoint checkpoint = load_for_world(path, loc);
+  // A checkpoint of a run over several processes (or resumed by one) reshards: the towers and
+  // the world may differ, the sync step does not depend on them.
+  const bool reshards = metadata.count("world") || checkpoint.metadata.count("world");
   for (const auto& [key, value] : metadata) {
+    if (reshards && (key == "towers" || key == "world")) continue;
     auto it = checkpoint.metadata.find(key);
     user_check(it == checkpoint.metadata.end() || it->second == value, loc)
-        << "checkpoint " << path << " was written by a run with " << key << " = \"" << it->second
+        << dist::rank_prefix() << "checkpoint " << path << " was written by a run with " << key << " = \"" << it->second
         << "\", this run has " << key << " = \"" << value << "\"; resume with the same settings "
         << "or start a new checkpoint directory";
   }

@@ -137,6 +137,11 @@ const char* best_by_name(BestBy metric);
 // variables match the model and that `metadata` agrees with the checkpoint's on every key
 // both have (e.g. a run of another model or batch size), then restores the variables and the
 // apply count. Returns the pipeline position to resume from. Errors name the mismatch.
+// In a world of several processes (runtime/dist/world.h) rank 0 reads the checkpoint and
+// broadcasts it, and every rank checks it (a mismatch, or a file rank 0 cannot read, is an
+// error on every rank); when the run's or the checkpoint's metadata has a "world" key, the
+// "towers" and "world" keys are not compared, so a checkpoint resumes over another number of
+// processes (the pipeline position is global). Collective then: every rank calls it.
 data::PipelinePosition resume_from(TowerTrainer& trainer, const std::string& path,
                                    const std::map<std::string, std::string>& metadata,
                                    Loc loc = Loc::current());

@@ -50,6 +50,33 @@ std::vector<std::vector<int>> cores_of_towers(const Towers& towers) {
   return out;
 }
 
+// Whether sync towers keep the variables on the GPUs (all GPUs, TOWERJIT_GPU_VARIABLES).
+bool variables_on_gpus(const Towers& towers) {
+  bool all_gpus = true;
+  for (const Device& d : towers.devices()) all_gpus = all_gpus && d.kind == DeviceKind::gpu;
+  return all_gpus && !is_async(towers.reduction()) && knobs::gpu_variables();
+}
+
+// What every rank of a world must agree on before training together: the model (its graph's
+// text, source lines included), the strategy but its devices, the optimiser, the options, and
+// what decides the sequence of collectives (where the reduction runs, the buckets).
+std::map<std::string, std::string> trainer_settings(const Graph& graph, const Towers& towers,
+                                                    const Optimizer& optimizer, const TowerTrainerOptions& options) {
+  std::string ema = "off";
+  if (options.ema) ema = "decay " + std::to_string(options.ema->decay);
+  return {{"model (graph hash)", dist::text_hash(graph.str())},
+          {"strategy", "split=" + to_string(towers.split_policy()) + " reduce=" + to_string(towers.reduction()) +
+                           (is_async(towers.reduction()) ? "" : " variant=" + to_string(towers.sync_variant()))},
+          {"optimizer", optimizer.str()},
+          {"seed", std::to_string(options.seed)},
+          {"ema", ema},
+          {"TOWERJIT_DETERMINISTIC", knobs::deterministic_layout() ? "layout" : "off"},
+          {"the variables (TOWERJIT_GPU_VARIABLES and the towers' devices)",
+           variables_on_gpus(towers) ? "on the GPUs" : "on the host"},
+          {"TOWERJIT_BUCKET_MB", std::to_string(knobs::bucket_mb())},
+          {"TOWERJIT_NCCL_WORLD", knobs::nccl_world() ? "on" : "off"}};
+}
+
 // Trace rows: towers 0..N-1, then the reduction, then each replica's apply.
 constexpr int kReduceRow = 1000;
 constexpr int kApplyRow = 1001;
@@ -59,13 +86,23 @@ constexpr int kApplyRow = 1001;
 TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optimizer& optimizer,
                            TowerTrainerOptions options, Loc loc)
     : towers_(std::move(towers)),
+      world_(&dist::world(loc)),
+      // Async across processes: rank 0 serves the variables and runs no towers.
+      layout_(dist::world_layout(
+          is_async(towers_.reduction()) && world_->size() > 1 && world_->rank() == 0 ? 0 : towers_.size(), loc)),
+      deterministic_layout_(knobs::deterministic_layout()),
       has_ema_(options.ema.has_value()),
       tower_cores_(cores_of_towers(towers_)),
       pinned_(knobs::pin_towers()),
       threads_(towers_.size(), pinned_ ? tower_cores_ : std::vector<std::vector<int>>{}) {
+  if (world_->size() > 1) {
+    // Every rank checks, before compiling anything, that the others build the same trainer.
+    dist::check_agreement(trainer_settings(graph, towers_, optimizer, options), loc);
+  }
   const TowerProgram program = build_tower_program(graph, loss, optimizer, options.ema, loc);
   model_updates_ = program.model_updates;
   gradient_inputs_ = program.gradient_inputs;
+  for (size_t v = 0; v < gradient_inputs_.size(); ++v) gradient_shapes_.push_back(program.gradient(v).shape());
   // The towers' program: the loss and every gradient, for any slice size.
   // A CPU tower with several cores of its own splits its loops and products over them.
   for (int t = 0; t < towers_.size(); ++t) {
@@ -89,9 +126,10 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   }
   // Sync towers that are all GPUs keep the variables there when asked (TOWERJIT_GPU_VARIABLES):
   // one copy per GPU, the reduction and the apply on the GPUs; the host copy is a cache.
-  bool all_gpus = true;
-  for (const Device& d : towers_.devices()) all_gpus = all_gpus && d.kind == DeviceKind::gpu;
-  const bool on_gpus = all_gpus && !is_async(towers_.reduction()) && knobs::gpu_variables();
+  const bool on_gpus = variables_on_gpus(towers_);
+  user_check(!on_gpus || !deterministic_layout_ || world_->size() == 1, loc)
+      << dist::rank_prefix() << "TOWERJIT_DETERMINISTIC=layout with the variables on the GPUs is not built; unset "
+      << "TOWERJIT_GPU_VARIABLES (the host path gathers every tower's gradients) or the determinism";
   const bool replicated =
       !is_async(towers_.reduction()) && towers_.sync_variant() == SyncVariant::replicated && !on_gpus;
   const int replicas = replicated ? towers_.size() : 1;
@@ -111,7 +149,7 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   if (on_gpus) {
     GpuResidentSync::Setup setup{.apply_graph = &apply_side.graph, .apply_fetches = apply_fetches,
                                  .apply_updates = apply_updates, .gradient_inputs = gradient_inputs_,
-                                 .gradient_scale = TowerProgram::gradient_scale};
+                                 .gradient_scale = TowerProgram::gradient_scale, .world = world_};
     for (auto& p : tower_programs_) setup.towers.push_back(p->cuda());
     for (const auto& u : model_updates_) setup.model_update_variables.push_back(u.variable);
     on_gpus_ = std::make_unique<GpuResidentSync>(setup, initial, loc);
@@ -129,18 +167,25 @@ HostVariables& TowerTrainer::variables() {
 // A sync step with the variables on the GPUs (runtime/towers/gpu_resident_sync.h).
 TowerTrainer::StepResult TowerTrainer::step_on_gpus(const std::vector<HostFeeds>& feeds, StepResult result,
                                                     const std::vector<double>& weights, int64_t examples) {
+  // This process's towers' share of the batch (result.slices are the world's).
   std::vector<double> by_slice;
-  for (int64_t s : result.slices) by_slice.push_back(static_cast<double>(s) / examples);
+  const int first = layout_.first_tower;
+  for (int t = 0; t < towers_.size(); ++t) by_slice.push_back(static_cast<double>(result.slices[first + t]) / examples);
   const uint64_t step_key = static_cast<uint64_t>(applies_);
   report::Trace::Span span = traced("step on the GPUs", "compute", kReduceRow);
   const GpuResidentSync::Result r = on_gpus_->step(
-      feeds, weights, by_slice, [&](int t) { return step_key * kMaxTowers + t; },
+      feeds, weights, by_slice, [&](int t) { return step_key * kMaxTowers + first + t; },
       [&](int count, const std::function<void(int)>& body) { on_tower_threads(count, body); });
   span.end();
   host_stale_ = true;
   ++applies_;
   result.learning_rate = r.learning_rate;
   for (size_t t = 0; t < r.losses.size(); ++t) result.loss += by_slice[t] * r.losses[t];
+  try {
+    world_->all_reduce_sum(&result.loss, 1);  // the other processes' towers' share
+  } catch (const std::runtime_error& e) {
+    user_check(false, Loc::current()) << dist::rank_prefix() << "the loss's all-reduce failed: " << e.what();
+  }
   return result;
 }
 
@@ -159,39 +204,6 @@ std::vector<HostFeeds> TowerTrainer::slice_batch(const HostFeeds& batch,
     }
   }
   return out;
-}
-
-// The in-process all-reduce: sum_i w_i g_i for every gradient, accumulated in double in tower
-// order (so a sync step is bitwise reproducible). The gradients' elements are cut into one
-// contiguous range per tower thread, which reduces its range for all towers.
-HostFeeds TowerTrainer::all_reduce(const std::vector<std::vector<HostTensor>>& outputs,
-                                   const std::vector<double>& weights) {
-  const size_t n = outputs.size();
-  std::vector<HostTensor> reduced;
-  std::vector<int64_t> starts = {0};  // each gradient's first element in the flat order
-  for (size_t v = 0; v < gradient_inputs_.size(); ++v) {
-    reduced.emplace_back(outputs[0][v + 1].shape);
-    starts.push_back(starts.back() + reduced.back().size());
-  }
-  const int64_t total = starts.back();
-  threads_.parallel_for(threads_.size(), [&](int64_t first, int64_t last) {
-    const int64_t begin = total * first / threads_.size(), end = total * last / threads_.size();
-    size_t v = std::upper_bound(starts.begin(), starts.end(), begin) - starts.begin() - 1;
-    for (int64_t flat = begin; flat < end; ++v) {
-      const int64_t stop = std::min(end, starts[v + 1]);
-      float* out = reduced[v].f32.data();
-      for (int64_t k = flat - starts[v]; k < stop - starts[v]; ++k) {
-        double sum = 0;
-        for (size_t t = 0; t < n; ++t) sum += weights[t] * outputs[t][v + 1].f32[k];
-        out[k] = static_cast<float>(sum);
-      }
-      flat = stop;
-    }
-  });
-  HostFeeds feeds;
-  for (size_t v = 0; v < gradient_inputs_.size(); ++v) feeds[gradient_inputs_[v]] = std::move(reduced[v]);
-  feeds[TowerProgram::gradient_scale] = scalar(1.0);  // the weights are in the sum
-  return feeds;
 }
 
 std::vector<TowerTrainer::ProgramView> TowerTrainer::programs() const {
@@ -279,7 +291,8 @@ TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, Loc loc) { r
 TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, StepOptions options, Loc loc) {
   user_check(options.accumulate >= 1, loc) << "step: accumulate " << options.accumulate
                                             << " must be at least 1 (1: one apply per batch, as without it)";
-  StepResult result = train_step(batch, options.accumulate, loc);
+  StepResult result = options.accumulate > 1 ? accumulated_step(batch, options.accumulate, loc)
+                                             : train_step(batch, options.whole_batch, loc);
   if (options.check_loss && !std::isfinite(result.loss)) {
     const std::string bad = first_non_finite_input(batch);
     user_check(false, loc) << "step: the loss is " << (std::isnan(result.loss) ? "NaN" : "infinite") << " at apply "
@@ -292,21 +305,36 @@ TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, StepOptions 
   return result;
 }
 
-TowerTrainer::StepResult TowerTrainer::train_step(const HostFeeds& batch, int accumulate, Loc loc) {
+TowerTrainer::StepResult TowerTrainer::train_step(const HostFeeds& batch, int64_t whole_batch, Loc loc) {
+  user_check(!async_world(), loc) << dist::rank_prefix() << "step: async towers across processes train through "
+                                  << "fit(), which runs the parameter server on rank 0; call fit()";
   user_check(!batch.empty(), loc) << "step: no inputs fed; feed the model's inputs with the batch";
-  const int64_t examples = batch.begin()->second.shape.rank() ? batch.begin()->second.shape[0] : 0;
+  const int64_t rows = batch.begin()->second.shape.rank() ? batch.begin()->second.shape[0] : 0;
   for (const auto& [name, t] : batch)
-    user_check(t.shape.rank() > 0 && t.shape[0] == examples, loc)
+    user_check(t.shape.rank() > 0 && t.shape[0] == rows, loc)
         << "step: input \"" << name << "\" has " << count_of(t.shape.rank() ? t.shape[0] : 0, "example")
-        << " but \"" << batch.begin()->first << "\" has " << examples
+        << " but \"" << batch.begin()->first << "\" has " << rows
         << "; feed every input the same batch";
-  if (accumulate > 1) return accumulated_step(batch, examples, accumulate, loc);
+  // The world's split of the whole batch; this process trains its towers' slices.
+  const int64_t examples = whole_batch > 0 ? whole_batch : rows;
   StepResult result;
-  result.slices = towers_.slices(examples, loc);
-  const std::vector<double> weights = towers_.weights(examples, loc);
-  const std::vector<HostFeeds> feeds = slice_batch(batch, result.slices, loc);
+  result.slices = split_batch(examples, layout_.towers(), towers_.split_policy(), loc);
+  const std::vector<double> all_weights = reduction_weights(result.slices, towers_.reduction(), loc);
+  const int n = towers_.size(), first = layout_.first_tower;
+  const std::vector<int64_t> own_slices(result.slices.begin() + first, result.slices.begin() + first + n);
+  const std::vector<double> weights(all_weights.begin() + first, all_weights.begin() + first + n);
+  const auto [own_first, own_count] = own_rows(examples, loc);
+  if (whole_batch > 0) {
+    user_check(rows == own_count, loc)
+        << dist::rank_prefix() << "step: fed " << count_of(rows, "example") << " as this process's part of a batch of "
+        << examples << ", but its towers' slices hold " << own_count << " (rows " << own_first << " to "
+        << own_first + own_count - 1 << "); feed TowerTrainer::own_rows() of each batch";
+  }
+  std::vector<int64_t> cut = own_slices;
+  if (whole_batch == 0 && own_first > 0) cut.insert(cut.begin(), own_first);  // the other processes' rows
+  std::vector<HostFeeds> feeds = slice_batch(batch, cut, loc);
+  if (whole_batch == 0 && own_first > 0) feeds.erase(feeds.begin());
   if (on_gpus_) return step_on_gpus(feeds, std::move(result), weights, examples);
-  const int n = towers_.size();
   std::vector<std::vector<HostTensor>> outputs(n);
   const bool async = is_async(towers_.reduction());
   const uint64_t step_key = static_cast<uint64_t>(applies_);
@@ -314,68 +342,68 @@ TowerTrainer::StepResult TowerTrainer::train_step(const HostFeeds& batch, int ac
   // An async tower applies as soon as its gradient is ready.
   on_tower_threads(n, [&](int t) {
     // A tower's program sees its slice only: an error naming an example (an out-of-range
-    // label) counts from the slice's start, which the batch's numbering needs added.
-    int64_t first = 0;
-    for (int i = 0; i < t; ++i) first += result.slices[i];
+    // label) counts from the slice's start, which the batch's numbering needs added (the whole
+    // batch's, over every process's rows).
+    int64_t row = own_first;
+    for (int i = 0; i < t; ++i) row += own_slices[i];
     try {
       if (async) {
         own[t] = compute_and_apply(t, feeds[t], weights[t]);
         return;
       }
-      // Dropout masks differ between towers and steps (and repeat on a resumed run).
+      // Dropout masks differ between towers and steps (and repeat on a resumed run); keyed by the
+      // world's tower index, so a tower draws the same masks in whichever process it runs.
       report::Trace::Span compute = traced("forward+backward", "compute", t);
-      compute.arg("examples", result.slices[t]);
-      outputs[t] = tower_programs_[t]->run(feeds[t], variables_of(t), step_key * kMaxTowers + t);
+      compute.arg("examples", own_slices[t]);
+      outputs[t] = tower_programs_[t]->run(feeds[t], variables_of(t), step_key * kMaxTowers + first + t);
     } catch (const Error& e) {
-      if (t == 0) throw;
-      throw Error(std::string(e.what()) + " [tower " + std::to_string(t) + " (" + towers_.devices()[t].str() +
-                  ") ran examples " + std::to_string(first) + " to " + std::to_string(first + result.slices[t] - 1) +
-                  " of the batch: add " + std::to_string(first) + " to an index above for its place in the batch]");
+      if (row == 0) throw;
+      throw Error(std::string(e.what()) + " [tower " + std::to_string(first + t) + " (" + towers_.devices()[t].str() +
+                  ") ran examples " + std::to_string(row) + " to " + std::to_string(row + own_slices[t] - 1) +
+                  " of the batch: add " + std::to_string(row) + " to an index above for its place in the batch]");
     }
   });
   if (async) {
     const auto last = std::max_element(own.begin(), own.end(),
                                        [](const OwnApply& a, const OwnApply& b) { return a.applied_at < b.applied_at; });
     result.learning_rate = last->learning_rate;
-    for (int t = 0; t < n; ++t) result.loss += static_cast<double>(result.slices[t]) / examples * own[t].loss;
+    for (int t = 0; t < n; ++t) result.loss += static_cast<double>(own_slices[t]) / examples * own[t].loss;
     return result;
   }
-  std::vector<double> by_slice(n);
-  for (int t = 0; t < n; ++t) by_slice[t] = static_cast<double>(result.slices[t]) / examples;
-  reduce_and_apply(outputs, weights, by_slice, result);
+  report::Trace::Span reduce = traced("all-reduce", "communication", kReduceRow);
+  Reduced reduced = reduce_over_world(std::move(outputs), result.slices, all_weights, examples);
+  reduce.end();
+  apply_reduced(reduced, result);
   return result;
 }
 
-void TowerTrainer::reduce_and_apply(const std::vector<std::vector<HostTensor>>& outputs,
-                                    const std::vector<double>& weights, const std::vector<double>& by_slice,
-                                    StepResult& result) {
-  report::Trace::Span reduce = traced("all-reduce", "communication", kReduceRow);
-  const HostFeeds gradients = all_reduce(outputs, weights);
-  reduce.end();
-  std::vector<int> all(outputs.size());
-  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+void TowerTrainer::apply_reduced(const Reduced& reduced, StepResult& result) {
   // Every replica applies the same reduced gradient (replicated), or the one copy does.
   const int replicas = static_cast<int>(replicas_.size());
   std::vector<double> rates(replicas);
   on_tower_threads(replicas, [&](int r) {
     report::Trace::Span span = traced("apply", "apply", kApplyRow + r);
-    rates[r] = apply(gradients, r);
-    write_model_updates(outputs, by_slice, all, replicas_[r]);
+    rates[r] = apply(reduced.gradients, r);
+    for (size_t u = 0; u < model_updates_.size(); ++u)
+      replicas_[r].at(model_updates_[u].variable) = reduced.model_updates[u];
   });
   result.learning_rate = rates[0];
   ++applies_;
-  for (size_t i = 0; i < outputs.size(); ++i) result.loss += by_slice[i] * outputs[i][0].f32[0];
+  result.loss = reduced.loss;
 }
 
 // Each micro-batch is split over the towers and run as a step's slices are; every (micro-batch,
 // tower) pair then counts as one tower of a step on the whole batch, weighted by its examples.
-TowerTrainer::StepResult TowerTrainer::accumulated_step(const HostFeeds& batch, int64_t examples, int micro,
-                                                        Loc loc) {
-  user_check(std::holds_alternative<SyncAverage>(towers_.reduction()) && !on_gpus_, loc)
-      << "step: accumulating over " << micro << " micro-batches needs SyncAverage towers with the variables in "
-      << "host memory (it weighs every example alike, as a step on the whole batch does); async towers apply "
-      << "every gradient as it comes and the per-tower reductions weigh towers, not examples (use accumulate = "
-      << "1), and with TOWERJIT_GPU_VARIABLES=on the GPUs reduce each step";
+TowerTrainer::StepResult TowerTrainer::accumulated_step(const HostFeeds& batch, int micro, Loc loc) {
+  user_check(std::holds_alternative<SyncAverage>(towers_.reduction()) && !on_gpus_ && world_->size() == 1, loc)
+      << "step: accumulating over " << micro << " micro-batches needs SyncAverage towers in one process with the "
+      << "variables in host memory (it weighs every example alike, as a step on the whole batch does); async "
+      << "towers apply every gradient as it comes and the per-tower reductions weigh towers, not examples (use "
+      << "accumulate = 1); with TOWERJIT_GPU_VARIABLES=on the GPUs reduce each step, and across processes it is "
+      << "not built yet";
+  user_check(!batch.empty() && batch.begin()->second.shape.rank() > 0, loc)
+      << "step: no batched inputs fed; feed the model's inputs with the batch";
+  const int64_t examples = batch.begin()->second.shape[0];
   user_check(examples >= micro * static_cast<int64_t>(towers_.size()), loc)
       << "step: " << count_of(examples, "example") << " cannot make " << micro << " micro-batches for "
       << count_of(towers_.size(), "tower") << "; feed at least " << micro * towers_.size() << " examples";
@@ -383,13 +411,19 @@ TowerTrainer::StepResult TowerTrainer::accumulated_step(const HostFeeds& batch, 
   const std::vector<int64_t> parts = split_batch(examples, micro, Split::balanced, loc);
   const uint64_t step_key = static_cast<uint64_t>(applies_);
   std::vector<std::vector<HostTensor>> outputs;
+  std::vector<int64_t> slices_all;
   std::vector<double> weights;
   StepResult result;
   result.slices.assign(n, 0);
   int64_t start = 0;
   for (int m = 0; m < micro; ++m) {
     HostFeeds part;
-    for (const auto& [name, t] : batch) part[name] = rows_of(t, start, parts[m]);
+    for (const auto& [name, t] : batch) {
+      user_check(t.shape.rank() > 0 && t.shape[0] == examples, loc)
+          << "step: input \"" << name << "\" has " << count_of(t.shape.rank() ? t.shape[0] : 0, "example")
+          << " but \"" << batch.begin()->first << "\" has " << examples << "; feed every input the same batch";
+      part[name] = rows_of(t, start, parts[m]);
+    }
     start += parts[m];
     const std::vector<int64_t> slices = towers_.slices(parts[m], loc);
     const std::vector<HostFeeds> feeds = slice_batch(part, slices, loc);
@@ -401,11 +435,15 @@ TowerTrainer::StepResult TowerTrainer::accumulated_step(const HostFeeds& batch, 
     });
     for (int t = 0; t < n; ++t) {
       outputs.push_back(std::move(out[t]));
+      slices_all.push_back(slices[t]);
       weights.push_back(static_cast<double>(slices[t]) / examples);
       result.slices[t] += slices[t];
     }
   }
-  reduce_and_apply(outputs, weights, weights, result);
+  report::Trace::Span reduce = traced("all-reduce", "communication", kReduceRow);
+  const Reduced reduced = reduce_over_world(std::move(outputs), slices_all, weights, examples);
+  reduce.end();
+  apply_reduced(reduced, result);
   return result;
 }
 
@@ -444,6 +482,8 @@ TowerTrainer::OwnApply TowerTrainer::compute_and_apply(int tower, const HostFeed
 
 TowerTrainer::AsyncReport TowerTrainer::run_async(
     int steps_per_tower, const std::function<HostFeeds(int, int)>& batch_for, Loc loc) {
+  user_check(!async_world(), loc) << dist::rank_prefix() << "run_async: async towers across processes train "
+                                  << "through fit(); call fit()";
   user_check(is_async(towers_.reduction()), loc)
       << "run_async: the towers are declared " << to_string(towers_.reduction())
       << "; declare them with .reduce(AsyncApply{}) to run them free";

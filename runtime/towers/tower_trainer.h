@@ -18,6 +18,9 @@
 // the variables on the CPU. Sync towers that are all GPUs may instead keep the variables on
 // the GPUs, reducing (NCCL between GPUs) and applying there: TOWERJIT_GPU_VARIABLES=on,
 // runtime/towers/gpu_resident_sync.h.
+// Under mpirun (runtime/dist/world.h) `towers` are this process's towers; the world's are every
+// process's in rank order, a batch is split over all of them, and a sync step reduces this
+// process's towers in-process, then all-reduces across the processes (docs/distributed.md).
 #pragma once
 
 #include <atomic>
@@ -33,6 +36,7 @@
 #include "dsl/towers.h"
 #include "runtime/cpu/cpu_program.h"
 #include "runtime/device_program.h"
+#include "runtime/dist/world.h"
 #include "runtime/report/trace.h"
 #include "runtime/thread_pool.h"
 
@@ -73,9 +77,13 @@ class TowerTrainer {
     // A loss that is NaN or infinite is an error (naming the batch's first non-finite input,
     // if any); false: it is returned, as fit() takes it, to say more.
     bool check_loss = true;
+    // > 0: `batch` holds only this process's rows (own_rows) of a batch of this many examples,
+    // as fit() feeds a pipeline's part. 0: `batch` is the whole batch; in a world of several
+    // processes each trains on its own rows of it.
+    int64_t whole_batch = 0;
     // Gradient accumulation: the batch is cut into this many micro-batches, run one after the
     // other (each split over the towers), and their gradients combined into one apply: exactly
-    // a step on the whole batch, in a micro-batch's memory. SyncAverage towers only.
+    // a step on the whole batch, in a micro-batch's memory. SyncAverage towers, one process.
     int accumulate = 1;
   };
   // One training step on a batch (every input fed with the whole batch). Errors: inputs that
@@ -127,6 +135,16 @@ class TowerTrainer {
   void restore(const HostVariables& values, int64_t applies, Loc loc = Loc::current());
 
   const Towers& towers() const { return towers_; }
+  // Where this process's towers sit among the world's (one process: all of them).
+  const dist::WorldLayout& world_layout() const { return layout_; }
+  // Async towers across processes: rank 0 is the parameter server (its towers stay idle), the
+  // other ranks' towers push to it (runtime/towers/async_world.h; fit() only).
+  bool parameter_server_rank() const { return async_world() && layout_.rank == 0; }
+  bool async_world() const { return is_async(towers_.reduction()) && layout_.towers_of_rank.size() > 1; }
+  // The rows [first, first + count) of a batch of `batch` examples that this process's towers
+  // train on: the world's split, this rank's towers' slices. Errors: more world towers than
+  // examples.
+  std::pair<int64_t, int64_t> own_rows(int64_t batch, Loc loc = Loc::current()) const;
   // Each program the trainer compiled, once (the towers' copies of one are alike): the tower
   // step, the apply, predict, and with the variables on the GPUs the reductions. Their CUDA:
   // dump_cuda (runtime/towers/dump_programs.h).
@@ -152,6 +170,25 @@ class TowerTrainer {
  private:
   HostFeeds all_reduce(const std::vector<std::vector<HostTensor>>& outputs,
                        const std::vector<double>& weights);
+  // Σ_i weights[i] * outputs[i][1 + v] for the gradients v of `which`, in tower order, in
+  // double, written to `into[k]` for which[k], split over the tower threads.
+  void reduce_gradients(const std::vector<std::vector<HostTensor>>& outputs, const std::vector<double>& weights,
+                        const std::vector<int>& which, const std::vector<float*>& into);
+  // A sync step's reduction over the world: the reduced gradients (the apply's feeds), the
+  // model updates' new values and the batch's loss. `outputs` are this process's towers';
+  // `slices` and `weights` the world's. In a world of several processes, this process's sum
+  // is all-reduced bucket by bucket (or, under TOWERJIT_DETERMINISTIC=layout, every tower's
+  // outputs are gathered and summed in world tower order, as one process would).
+  struct Reduced {
+    HostFeeds gradients;
+    std::vector<HostTensor> model_updates;
+    double loss = 0;
+  };
+  Reduced reduce_over_world(std::vector<std::vector<HostTensor>> outputs, const std::vector<int64_t>& slices,
+                            const std::vector<double>& weights, int64_t examples);
+  // Applies a reduction on every replica and counts the apply; the step's loss and rate.
+  void apply_reduced(const Reduced& reduced, StepResult& result);
+  std::vector<std::vector<HostTensor>> gather_towers(const std::vector<std::vector<HostTensor>>& outputs);
   HostFeeds own_gradients(std::vector<HostTensor>& outputs, double weight) const;
   // An async tower's step: its gradients on `feeds` from the shared variables as they are now,
   // then its own apply (gradients times `scale`) under the apply lock.
@@ -163,6 +200,8 @@ class TowerTrainer {
   };
   OwnApply compute_and_apply(int tower, const HostFeeds& feeds, double scale);
   friend class AsyncTowers;
+  friend class AsyncServer;
+  friend class AsyncWorker;
   double apply(const HostFeeds& gradients, int replica);
   HostTensor predict_with(const HostFeeds& inputs, HostVariables& values, Loc loc);
   HostVariables ema_weights_of(const HostVariables& values) const;
@@ -171,12 +210,8 @@ class TowerTrainer {
                            HostVariables& target);
   report::Trace::Span traced(std::string_view name, std::string_view category, int row);
   void on_tower_threads(int count, const std::function<void(int)>& body);
-  StepResult train_step(const HostFeeds& batch, int accumulate, Loc loc);  // step() without the loss check
-  StepResult accumulated_step(const HostFeeds& batch, int64_t examples, int micro, Loc loc);
-  // The sync reduction of the towers' `outputs` (gradients weighted by `weights`, the model's
-  // updates and the loss by `by_slice`), then the apply on every replica.
-  void reduce_and_apply(const std::vector<std::vector<HostTensor>>& outputs, const std::vector<double>& weights,
-                        const std::vector<double>& by_slice, StepResult& result);
+  StepResult train_step(const HostFeeds& batch, int64_t whole_batch, Loc loc);  // step() without the loss check
+  StepResult accumulated_step(const HostFeeds& batch, int micro, Loc loc);
   StepResult step_on_gpus(const std::vector<HostFeeds>& feeds, StepResult result, const std::vector<double>& weights,
                           int64_t examples);
   bool replicated() const { return replicas_.size() > 1; }
@@ -185,9 +220,14 @@ class TowerTrainer {
   std::vector<TowerProgram::ModelUpdate> model_updates_;
 
   Towers towers_;
+  dist::Transport* world_ = nullptr;  // the processes' transport (in-process when alone)
+  dist::WorldLayout layout_;
+  bool deterministic_layout_ = false;  // TOWERJIT_DETERMINISTIC=layout
+  std::vector<std::vector<int>> buckets_;  // gradient indices all-reduced together across processes
   bool has_ema_ = false;
   std::map<std::string, std::string> ema_shadows_;  // variable -> its EMA shadow
   std::vector<std::string> gradient_inputs_;
+  std::vector<Shape> gradient_shapes_;
   // Each CPU tower's cores (empty for GPU towers), and whether its threads are pinned to them
   // (TOWERJIT_PIN_TOWERS).
   std::vector<std::vector<int>> tower_cores_;

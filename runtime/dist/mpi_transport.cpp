@@ -1,0 +1,262 @@
+// The MPI transport: a plugin (libtowerjit_mpi.so) that runtime/dist/world.cpp loads only when
+// the process was launched by mpirun or srun, so a binary run alone never loads libmpi nor pays
+// for MPI_Init. It links MPI (Debian's OpenMPI 4.1) the ordinary way, so it uses mpi.h's types
+// and constants rather than guessing an ABI.
+//
+// One communication thread makes every MPI call (MPI_THREAD_FUNNELED: it calls MPI_Init_thread
+// and MPI_Finalize too), from a queue, in the order the calls were started: the trainer's
+// threads hand it buffers and wait for tickets, so a bucket's all-reduce runs while the next
+// bucket is reduced in-process. The collectives use a duplicate of MPI_COMM_WORLD, so no
+// message of the user's own MPI code can match ours.
+// The C API only: mpi.h would otherwise declare the C++ bindings, which libmpi lacks.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <chrono>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "runtime/dist/transport.h"
+
+namespace towerjit::dist {
+namespace {
+
+std::string mpi_error(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return std::string(text, length);
+}
+
+class MpiTransport final : public Transport {
+ public:
+  // When MPI's start-up takes longer than `timeout_s`, returns with timed_out() set, the
+  // communication thread still stuck in it; the object must then be leaked, never destroyed.
+  explicit MpiTransport(double timeout_s) : thread_([this] { run(); }) {
+    std::unique_lock lock(mutex_);
+    if (!changed_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return started_; })) {
+      timed_out_ = true;
+      return;
+    }
+    if (!start_error_.empty()) {
+      lock.unlock();
+      thread_.join();
+      throw std::runtime_error(start_error_);
+    }
+  }
+
+  ~MpiTransport() override {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();  // the thread finalises MPI once the queue is empty
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return "MPI (" + library_ + ")"; }
+
+  Ticket start_all_reduce_sum(float* data, size_t count) override {
+    payload_ += static_cast<int64_t>(count * sizeof(float));
+    return enqueue([=, this] { check(MPI_Allreduce(MPI_IN_PLACE, data, as_int(count), MPI_FLOAT, MPI_SUM, comm_), "MPI_Allreduce"); });
+  }
+  Ticket start_all_reduce_sum(double* data, size_t count) override {
+    payload_ += static_cast<int64_t>(count * sizeof(double));
+    return enqueue([=, this] { check(MPI_Allreduce(MPI_IN_PLACE, data, as_int(count), MPI_DOUBLE, MPI_SUM, comm_), "MPI_Allreduce"); });
+  }
+
+  void wait(Ticket ticket) override {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return done_ >= ticket || !error_.empty(); });
+    if (!error_.empty()) throw std::runtime_error(error_);
+  }
+
+  std::vector<std::vector<char>> all_gather(const std::vector<char>& mine) override {
+    std::vector<std::vector<char>> out(size_);
+    payload_ += static_cast<int64_t>(mine.size());
+    blocking([&] {
+      std::vector<int> counts(size_), offsets(size_);
+      const int own = as_int(mine.size());
+      check(MPI_Allgather(&own, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_), "MPI_Allgather");
+      int total = 0;
+      for (int r = 0; r < size_; ++r) offsets[r] = total, total += counts[r];
+      std::vector<char> all(total);
+      check(MPI_Allgatherv(mine.data(), own, MPI_BYTE, all.data(), counts.data(), offsets.data(), MPI_BYTE, comm_),
+            "MPI_Allgatherv");
+      for (int r = 0; r < size_; ++r) out[r].assign(all.begin() + offsets[r], all.begin() + offsets[r] + counts[r]);
+    });
+    return out;
+  }
+
+  void all_gather(const void* mine, size_t bytes, void* all) override {
+    payload_ += static_cast<int64_t>(bytes);
+    blocking([&] {
+      check(MPI_Allgather(mine, as_int(bytes), MPI_BYTE, all, as_int(bytes), MPI_BYTE, comm_), "MPI_Allgather");
+    });
+  }
+
+  void broadcast(std::vector<char>& data, int root) override {
+    if (rank_ == root) payload_ += static_cast<int64_t>(data.size());
+    blocking([&] {
+      long long bytes = static_cast<long long>(data.size());
+      check(MPI_Bcast(&bytes, 1, MPI_LONG_LONG, root, comm_), "MPI_Bcast");
+      data.resize(static_cast<size_t>(bytes));
+      check(MPI_Bcast(data.data(), as_int(data.size()), MPI_BYTE, root, comm_), "MPI_Bcast");
+    });
+  }
+
+  void barrier() override {
+    blocking([&] { check(MPI_Barrier(comm_), "MPI_Barrier"); });
+  }
+
+  void send(const std::vector<char>& bytes, int to, int tag) override {
+    payload_ += static_cast<int64_t>(bytes.size());
+    blocking([&] { check(MPI_Send(bytes.data(), as_int(bytes.size()), MPI_BYTE, to, tag, comm_), "MPI_Send"); });
+  }
+
+  int receive(std::vector<char>& bytes, int from, int tag) override {
+    int sender = 0;
+    blocking([&] {
+      MPI_Status status;
+      check(MPI_Probe(from == kAnySource ? MPI_ANY_SOURCE : from, tag, comm_, &status), "MPI_Probe");
+      int count = 0;
+      MPI_Get_count(&status, MPI_BYTE, &count);
+      bytes.resize(count);
+      sender = status.MPI_SOURCE;
+      check(MPI_Recv(bytes.data(), count, MPI_BYTE, sender, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
+    });
+    return sender;
+  }
+
+  [[noreturn]] void abort(int code) override {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    // From the calling thread: the communication thread may be blocked in a collective that
+    // waits for this very rank. Open MPI's MPI_Abort tells mpirun, which ends every rank.
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);
+  }
+
+  int64_t payload_bytes() const override { return payload_; }
+  bool timed_out() const { return timed_out_; }
+
+ private:
+  static int as_int(size_t n) {
+    if (n > static_cast<size_t>(INT32_MAX))
+      throw std::runtime_error("a collective of " + std::to_string(n) + " elements is more than MPI's int count allows");
+    return static_cast<int>(n);
+  }
+
+  void check(int code, const char* call) const {
+    if (code != MPI_SUCCESS) throw std::runtime_error(std::string(call) + " failed: " + mpi_error(code));
+  }
+
+  Ticket enqueue(std::function<void()> job) {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(std::move(job));
+    changed_.notify_all();
+    return ++started_jobs_;
+  }
+
+  void blocking(std::function<void()> job) { wait(enqueue(std::move(job))); }
+
+  // The communication thread: MPI's whole life, and every call in between.
+  void run() {
+    {
+      int provided = 0;
+      const int code = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+      std::lock_guard lock(mutex_);
+      if (code != MPI_SUCCESS) start_error_ = "MPI_Init_thread failed: " + mpi_error(code);
+      if (start_error_.empty()) {
+        MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+        MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(comm_, &rank_);
+        MPI_Comm_size(comm_, &size_);
+        char version[MPI_MAX_LIBRARY_VERSION_STRING];
+        int length = 0;
+        MPI_Get_library_version(version, &length);
+        library_ = std::string(version, length);
+        if (const size_t comma = library_.find(','); comma != std::string::npos) library_.resize(comma);
+        while (!library_.empty() && (library_.back() == '\n' || library_.back() == '\0')) library_.pop_back();
+      }
+    }
+    // Every rank has arrived and can be reached: a first barrier, within the start-up's time.
+    if (start_error_.empty())
+      if (const int code = MPI_Barrier(comm_); code != MPI_SUCCESS) start_error_ = "the first MPI_Barrier failed: " + mpi_error(code);
+    {
+      std::lock_guard lock(mutex_);
+      started_ = true;
+      changed_.notify_all();
+      if (!start_error_.empty()) return;
+    }
+    while (true) {
+      std::function<void()> job;
+      {
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [&] { return !queue_.empty() || stop_; });
+        if (queue_.empty()) break;
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::string failure;
+      try {
+        job();
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+      std::lock_guard lock(mutex_);
+      ++done_;
+      if (!failure.empty() && error_.empty()) error_ = failure;
+      changed_.notify_all();
+    }
+    MPI_Comm_free(&comm_);
+    MPI_Finalize();
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  std::string library_;
+  std::atomic<int64_t> payload_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::function<void()>> queue_;
+  Ticket started_jobs_ = 0;  // tickets handed out
+  Ticket done_ = 0;          // jobs finished (in ticket order)
+  std::string error_;        // the first failure; every later wait rethrows it
+  std::string start_error_;
+  bool started_ = false;
+  bool timed_out_ = false;
+  bool stop_ = false;
+  std::thread thread_;  // last: it starts once everything above exists
+};
+
+}  // namespace
+}  // namespace towerjit::dist
+
+extern "C" towerjit::dist::Transport* towerjit_make_mpi_transport_v1(double start_timeout_s, std::string* error) {
+  try {
+    auto* transport = new towerjit::dist::MpiTransport(start_timeout_s);
+    if (!transport->timed_out()) return transport;
+    // Leaked on purpose: its thread is inside MPI's start-up and cannot be joined.
+    *error = "MPI's start-up (MPI_Init_thread and a first barrier over every rank) did not finish within " +
+             std::to_string(static_cast<int>(start_timeout_s)) +
+             " s: a rank has not started or cannot reach this one (TOWERJIT_MPI_START_TIMEOUT sets the limit)";
+    return nullptr;
+  } catch (const std::exception& e) {
+    *error = e.what();
+    return nullptr;
+  }
+}

@@ -1,0 +1,72 @@
+// What moves bytes between the processes of a world: the one interface the trainer's
+// collectives go through, whatever carries them. A world of one process (no launcher) has the
+// in-process transport, whose collectives return at once; a world launched by mpirun or srun
+// has MPI's (runtime/dist/mpi_transport.cpp, a plugin loaded only then). The trainer calls the
+// same functions in both, so it never asks where its peers live; another transport (Gloo,
+// UCC) is one file implementing this class.
+//
+// Every collective is called by every rank, in the same order, with the same counts (as MPI
+// requires). Failures throw std::runtime_error (the plugin cannot see towerjit::Error's type);
+// runtime/dist/world.h turns them into towerjit::Error naming the rank.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace towerjit::dist {
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "in-process", "MPI (Open MPI v4.1.4, ...)".
+  virtual std::string name() const = 0;
+
+  // A collective started and not yet waited for. Collectives complete in the order they were
+  // started (one communication thread issues them), so waiting for the last waits for all.
+  using Ticket = int64_t;
+  // In place: data[k] = the sum over the ranks of their data[k] (count elements on every rank).
+  // The buffer must stay untouched until wait(ticket) returns.
+  virtual Ticket start_all_reduce_sum(float* data, size_t count) = 0;
+  virtual Ticket start_all_reduce_sum(double* data, size_t count) = 0;
+  virtual void wait(Ticket ticket) = 0;
+
+  // Every rank's `mine` (bytes may differ from rank to rank), concatenated in rank order.
+  virtual std::vector<std::vector<char>> all_gather(const std::vector<char>& mine) = 0;
+  // Fixed size: rank r's `bytes` bytes of `mine` land at all + r * bytes.
+  virtual void all_gather(const void* mine, size_t bytes, void* all) = 0;
+  // Root's `data` (which may be resized on the other ranks) to every rank.
+  virtual void broadcast(std::vector<char>& data, int root) = 0;
+  virtual void barrier() = 0;
+
+  // Point to point (the async parameter server): `bytes` to rank `to`, returning once sent;
+  // and the next message with `tag` from rank `from` (kAnySource: any rank), returning its sender.
+  static constexpr int kAnySource = -1;
+  virtual void send(const std::vector<char>& bytes, int to, int tag) = 0;
+  virtual int receive(std::vector<char>& bytes, int from, int tag) = 0;
+
+  // Ends every process of the world with `code`, now: for a rank that raised, after it has
+  // printed why, so no other rank waits for it in a collective.
+  [[noreturn]] virtual void abort(int code) = 0;
+
+  // The bytes of this rank's buffers handed to collectives so far (what it contributes; the
+  // bytes on the wire depend on the algorithm the library picks), for measurements.
+  virtual int64_t payload_bytes() const = 0;
+
+  // Blocking forms.
+  void all_reduce_sum(float* data, size_t count) { wait(start_all_reduce_sum(data, count)); }
+  void all_reduce_sum(double* data, size_t count) { wait(start_all_reduce_sum(data, count)); }
+};
+
+// The MPI plugin's one entry point (extern "C", so dlsym finds it): a transport over
+// MPI_COMM_WORLD, MPI initialised on a communication thread of its own, then a first barrier,
+// so every rank is known to be reachable. Null and `error` set when MPI cannot start, or when
+// that start-up takes more than `start_timeout_s` seconds (a rank that never arrives).
+using MakeTransport = Transport* (*)(double start_timeout_s, std::string* error);
+inline constexpr const char* kMakeMpiTransport = "towerjit_make_mpi_transport_v1";
+
+}  // namespace towerjit::dist

@@ -1,0 +1,192 @@
+#include "runtime/dist/world.h"
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <stdexcept>
+#include <thread>
+#include <chrono>
+
+#include "dsl/error.h"
+#include "jit/knobs.h"
+
+namespace towerjit::dist {
+namespace {
+
+// A world of one: every collective is the identity, and returns at once.
+class InProcessTransport final : public Transport {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string name() const override { return "in-process"; }
+  Ticket start_all_reduce_sum(float*, size_t) override { return 0; }
+  Ticket start_all_reduce_sum(double*, size_t) override { return 0; }
+  void wait(Ticket) override {}
+  std::vector<std::vector<char>> all_gather(const std::vector<char>& mine) override { return {mine}; }
+  void all_gather(const void* mine, size_t bytes, void* all) override {
+    if (bytes) std::memcpy(all, mine, bytes);
+  }
+  void broadcast(std::vector<char>&, int) override {}
+  void barrier() override {}
+  void send(const std::vector<char>&, int to, int) override {
+    throw std::runtime_error("send to rank " + std::to_string(to) + " in a world of one process");
+  }
+  int receive(std::vector<char>&, int from, int) override {
+    throw std::runtime_error("receive from rank " + std::to_string(from) + " in a world of one process");
+  }
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+  int64_t payload_bytes() const override { return 0; }
+};
+
+std::mutex world_mutex;
+std::unique_ptr<Transport> the_world;
+
+bool has_env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0';
+}
+
+// "rank 1 of 4: " from the launcher's environment, before MPI can say.
+std::string launched_rank() {
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (!rank) rank = std::getenv("PMIX_RANK");
+  if (!rank) rank = std::getenv("PMI_RANK");
+  if (!size) size = std::getenv("SLURM_NTASKS");
+  if (!rank) return "";
+  return std::string("rank ") + rank + (size ? std::string(" of ") + size : std::string()) + ": ";
+}
+
+std::unique_ptr<Transport> load_mpi(const Launch& launch, Loc loc) {
+  const std::string path = knobs::mpi_library();
+  // RTLD_GLOBAL: Open MPI's components, which it loads itself, resolve libmpi's symbols.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  user_check(handle != nullptr, loc)
+      << "this process was started by " << launch.launcher << " but the MPI transport " << path
+      << " cannot be loaded (" << dlerror() << "); build towerjit with OpenMPI installed (libopenmpi-dev), set "
+      << "TOWERJIT_MPI_LIBRARY to the plugin, or TOWERJIT_MPI=off to run this process alone";
+  auto make = reinterpret_cast<MakeTransport>(dlsym(handle, kMakeMpiTransport));
+  user_check(make != nullptr, loc) << "the MPI transport " << path << " has no " << kMakeMpiTransport
+                                   << "; it belongs to another towerjit build";
+  std::string error;
+  Transport* transport = make(knobs::mpi_start_timeout_s(), &error);
+  user_check(transport != nullptr, loc) << launched_rank() << "MPI could not start under " << launch.launcher << ": "
+                                        << error;
+  return std::unique_ptr<Transport>(transport);
+}
+
+}  // namespace
+
+Launch detect_launch() {
+  if (!knobs::mpi_enabled()) return {};
+  if (has_env("OMPI_COMM_WORLD_SIZE")) return {true, "mpirun"};
+  if (has_env("SLURM_PROCID") && (has_env("PMIX_RANK") || has_env("PMI_RANK"))) return {true, "srun"};
+  if (has_env("PMIX_RANK") || has_env("PMI_RANK")) return {true, "a PMI launcher"};
+  return {};
+}
+
+Transport& world(Loc loc) {
+  std::lock_guard lock(world_mutex);
+  if (!the_world) {
+    const Launch launch = detect_launch();
+    the_world = launch.launched ? load_mpi(launch, loc) : std::make_unique<InProcessTransport>();
+  }
+  return *the_world;
+}
+
+bool world_is_shared() {
+  std::lock_guard lock(world_mutex);
+  return the_world && the_world->size() > 1;
+}
+
+std::string rank_prefix() {
+  if (!world_is_shared()) return "";
+  return "rank " + std::to_string(the_world->rank()) + " of " + std::to_string(the_world->size()) + ": ";
+}
+
+int WorldLayout::towers() const { return std::accumulate(towers_of_rank.begin(), towers_of_rank.end(), 0); }
+
+WorldLayout world_layout(int own_towers, Loc loc) {
+  Transport& w = world(loc);
+  WorldLayout layout;
+  layout.rank = w.rank();
+  layout.towers_of_rank.resize(w.size());
+  try {
+    w.all_gather(&own_towers, sizeof(int), layout.towers_of_rank.data());
+  } catch (const std::runtime_error& e) {
+    user_check(false, loc) << rank_prefix() << "gathering every rank's tower count failed: " << e.what();
+  }
+  for (int r = 0; r < layout.rank; ++r) layout.first_tower += layout.towers_of_rank[r];
+  return layout;
+}
+
+std::string text_hash(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+void check_agreement(const std::map<std::string, std::string>& items, Loc loc) {
+  Transport& w = world(loc);
+  if (w.size() == 1) return;
+  // key \0 value \0 ..., every rank's, so each rank can name every difference.
+  std::vector<char> mine;
+  for (const auto& [key, value] : items) {
+    mine.insert(mine.end(), key.begin(), key.end());
+    mine.push_back('\0');
+    mine.insert(mine.end(), value.begin(), value.end());
+    mine.push_back('\0');
+  }
+  std::vector<std::vector<char>> all;
+  try {
+    all = w.all_gather(mine);
+  } catch (const std::runtime_error& e) {
+    user_check(false, loc) << rank_prefix() << "comparing the ranks' settings failed: " << e.what();
+  }
+  std::vector<std::map<std::string, std::string>> of_rank(all.size());
+  for (size_t r = 0; r < all.size(); ++r) {
+    const std::vector<char>& bytes = all[r];
+    for (size_t at = 0; at < bytes.size();) {
+      const std::string key(bytes.data() + at);
+      at += key.size() + 1;
+      const std::string value(bytes.data() + at);
+      at += value.size() + 1;
+      of_rank[r][key] = value;
+    }
+  }
+  auto shown = [](const std::string& v) { return v.size() > 80 ? "hash " + text_hash(v) : "\"" + v + "\""; };
+  std::string differences;
+  for (const auto& [key, value] : of_rank[0]) {
+    std::string ranks;
+    for (size_t r = 1; r < of_rank.size(); ++r) {
+      auto it = of_rank[r].find(key);
+      const std::string theirs = it == of_rank[r].end() ? "(missing)" : shown(it->second);
+      if (it == of_rank[r].end() || it->second != value)
+        ranks += ", " + theirs + " on rank " + std::to_string(r);
+    }
+    if (!ranks.empty()) differences += "; " + key + ": " + shown(value) + " on rank 0" + ranks;
+  }
+  user_check(differences.empty(), loc)
+      << rank_prefix() << "the ranks of this run disagree" << differences
+      << "; every process of an mpirun must build the same model with the same options (check the command line "
+         "each rank gets)";
+}
+
+void abort_world_on_error(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (!world_is_shared()) return;
+  // Ranks that found the same error (a disagreement every rank sees) get a moment to print
+  // theirs before the abort ends them.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  the_world->abort(code);
+}
+
+}  // namespace towerjit::dist

@@ -1,0 +1,73 @@
+// Async towers across processes: a parameter server on a rank of its own (rank 0), the towers
+// on the other ranks (MXNet's dist_async, BytePS's async mode). No MPI one-sided windows: a
+// worker sends each tower's gradients, already scaled by the strategy (1/N over the world's
+// towers), with the apply count of the values they were computed from; the server's one apply
+// thread (the caller of AsyncServer::next) applies each push exactly once, in the order they
+// arrive, and sends the worker back the variables as they are then, which its towers read for
+// their next slice. Staleness is the applies by others between a push's read and its apply,
+// counted on the server over every worker's towers. With AsyncApply::max_staleness = k the
+// server holds back (receives, does not apply) a push of a tower more than k applies ahead of
+// the slowest tower, so the worker waits for its reply.
+//
+// fit() drives both sides (runtime/towers/fit.cpp): every rank reads the same sequence of
+// batches, a worker its towers' rows, the server none; the server reports each batch to the
+// hooks once every tower's slice of it is applied, and holds back pushes of later batches
+// while a batch whose hooks use the trainer (an evaluation, a checkpoint) is unfinished, so
+// those hooks see exactly the applies of the batches before it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "runtime/towers/tower_trainer.h"
+
+namespace towerjit {
+
+// The parameter server's side, on rank 0 (whose own towers, if any were declared, stay idle).
+class AsyncServer {
+ public:
+  struct Push {
+    int from = 0;         // the worker's rank
+    int64_t step = 0;     // the batch: fit()'s step number
+    int tower = 0;        // the world tower index
+    int64_t read_at = 0;  // the apply count of the values the gradients came from
+    double loss = 0;      // the tower's slice's loss
+    std::vector<char> bytes;  // the message
+  };
+  struct Applied {
+    int64_t step = 0;
+    int tower = 0;
+    double loss = 0;
+    double learning_rate = 0;
+    int64_t staleness = 0;
+  };
+  explicit AsyncServer(TowerTrainer& trainer);
+  // The next push from any worker (blocks).
+  Push receive();
+  // Whether `push` may be applied now under AsyncApply::max_staleness = k: its tower has
+  // applied at most k times more than the slowest tower (the slowest always may).
+  bool may_apply(const Push& push) const;
+  // Applies `push` (once), then sends its worker the variables.
+  Applied apply(Push push);
+
+ private:
+  TowerTrainer& trainer_;
+  std::optional<int64_t> bound_;
+  std::vector<int64_t> applied_of_tower_;  // for the bound and the largest lead
+};
+
+// A worker's side: its towers' slices of one batch, computed from the values it holds, pushed
+// one tower at a time; the server's reply replaces the values.
+class AsyncWorker {
+ public:
+  explicit AsyncWorker(TowerTrainer& trainer);
+  // `feeds`: this process's rows of batch `step` (of `examples` in all). Returns this
+  // process's part of the batch's loss (Σ n_i/B loss_i over its towers).
+  double work(int64_t step, const HostFeeds& feeds, int64_t examples, Loc loc);
+
+ private:
+  TowerTrainer& trainer_;
+};
+
+}  // namespace towerjit

@@ -1,0 +1,208 @@
+#!/bin/sh
+# examples/fashion_mnist over several processes under the real mpirun, on loopback: run by
+# ctest (label `mpi`) as
+#   mpi_cli.sh <path to fashion_mnist> <case> <path to towerjit_mpi_async_check>
+# Each case exits 0 when the run behaves as docs/distributed.md says, 77 (skipped) when mpirun
+# is missing, and prints why otherwise.
+set -u
+bin=$1
+case_name=$2
+async_check=${3:-}
+command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (install openmpi-bin)"; exit 77; }
+work=$(mktemp -d "${TMPDIR:-/tmp}/towerjit-mpi.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# One machine, loopback TCP; the all-reduce algorithm pinned (ring) so a layout's runs repeat.
+mpi() {
+  np=$1; shift
+  mpirun --oversubscribe --allow-run-as-root -np "$np" --mca btl self,tcp --mca btl_tcp_if_include lo \
+    --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 4 "$@"
+}
+
+# Every step's loss in metrics file $1, one a line, exactly as written.
+losses() { grep '"kind":"step"' "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
+# Whether files $1 and $2 hold $3 losses each, within a relative $4 of each other.
+close() {
+  paste "$1" "$2" | awk -v n="$3" -v tol="$4" '
+    { d = $1 - $2; if (d < 0) d = -d; a = $1 < 0 ? -$1 : $1; if ($2 == "" || d > tol * a) bad++ }
+    END { exit !(NR == n && bad == 0) }'
+}
+
+small="--steps 40 --batch 64 --hidden 32 --log-every 1 --optimizer momentum --lr 0.05"
+case $case_name in
+two_processes_same_curve)
+  # 2 processes x 1 tower train as 1 process x 2 towers: 40 losses within 1e-6 relative, and
+  # bitwise the same under TOWERJIT_DETERMINISTIC=layout.
+  "$bin" $small --towers cpu:0,cpu:1 --metrics "$work/one.jsonl" >/dev/null 2>&1 || fail "one process"
+  mpi 2 "$bin" $small --towers cpu:0 --metrics "$work/two.jsonl" >"$work/out" 2>&1 || { cat "$work/out"; fail "two processes"; }
+  grep -q "2 processes over MPI" "$work/out" || { cat "$work/out"; fail "rank 0 does not say it runs over MPI"; }
+  [ "$(grep -c "^test accuracy" "$work/out")" = 1 ] || fail "every rank printed the result; only rank 0 should"
+  losses "$work/one.jsonl" >"$work/one"; losses "$work/two.jsonl" >"$work/two"
+  close "$work/one" "$work/two" 40 1e-6 || { paste "$work/one" "$work/two"; fail "the loss curves differ by more than 1e-6"; }
+  TOWERJIT_DETERMINISTIC=layout mpi 2 -x TOWERJIT_DETERMINISTIC "$bin" $small --towers cpu:0 \
+    --metrics "$work/layout.jsonl" >"$work/out" 2>&1 || { cat "$work/out"; fail "two processes, layout"; }
+  losses "$work/layout.jsonl" >"$work/layout"
+  cmp -s "$work/one" "$work/layout" || { paste "$work/one" "$work/layout"; fail "layout determinism: not bitwise"; } ;;
+layout_deterministic_any_split)
+  # 4 towers as 1x4, 2x2 and 4x1 over an uneven batch (63): bitwise the same curves.
+  run="--steps 20 --batch 63 --hidden 32 --log-every 1"
+  export TOWERJIT_DETERMINISTIC=layout
+  "$bin" $run --towers cpu:0,cpu:1,cpu:2,cpu:3 --metrics "$work/a.jsonl" >/dev/null 2>&1 || fail "1x4"
+  mpi 2 -x TOWERJIT_DETERMINISTIC "$bin" $run --towers cpu:0,cpu:1 --metrics "$work/b.jsonl" >"$work/out" 2>&1 || { cat "$work/out"; fail "2x2"; }
+  mpi 4 -x TOWERJIT_DETERMINISTIC "$bin" $run --towers cpu:0 --metrics "$work/c.jsonl" >"$work/out" 2>&1 || { cat "$work/out"; fail "4x1"; }
+  losses "$work/a.jsonl" >"$work/a"; losses "$work/b.jsonl" >"$work/b"; losses "$work/c.jsonl" >"$work/c"
+  [ "$(wc -l <"$work/a")" = 20 ] || fail "1x4 logged $(wc -l <"$work/a") steps, not 20"
+  cmp -s "$work/a" "$work/b" || { paste "$work/a" "$work/b"; fail "2x2 is not bitwise 1x4"; }
+  cmp -s "$work/a" "$work/c" || { paste "$work/a" "$work/c"; fail "4x1 is not bitwise 1x4"; } ;;
+three_processes_uneven_batch)
+  # 3 processes (not a power of two), batch 64 = 21 + 21 + 22, against 3 towers in one process;
+  # and a fixed layout repeats bitwise.
+  "$bin" $small --towers cpu:0,cpu:1,cpu:2 --metrics "$work/one.jsonl" >/dev/null 2>&1 || fail "one process"
+  mpi 3 "$bin" $small --towers cpu:0 --metrics "$work/a.jsonl" >"$work/out" 2>&1 || { cat "$work/out"; fail "three processes"; }
+  mpi 3 "$bin" $small --towers cpu:0 --metrics "$work/b.jsonl" >"$work/out" 2>&1 || { cat "$work/out"; fail "three processes, again"; }
+  losses "$work/one.jsonl" >"$work/one"; losses "$work/a.jsonl" >"$work/a"; losses "$work/b.jsonl" >"$work/b"
+  close "$work/one" "$work/a" 40 1e-6 || { paste "$work/one" "$work/a"; fail "3x1 and 1x3 differ by more than 1e-6"; }
+  cmp -s "$work/a" "$work/b" || { paste "$work/a" "$work/b"; fail "two runs of one layout are not bitwise the same"; } ;;
+sync_ps_across_processes)
+  # The parameter-server variant over 2 processes of 2 towers: as 4 towers in one process.
+  "$bin" $small --strategy sync-ps --towers cpu:0,cpu:1,cpu:2,cpu:3 --metrics "$work/one.jsonl" >/dev/null 2>&1 || fail "one process"
+  mpi 2 "$bin" $small --strategy sync-ps --towers cpu:0,cpu:1 --metrics "$work/two.jsonl" >"$work/out" 2>&1 || { cat "$work/out"; fail "two processes"; }
+  losses "$work/one.jsonl" >"$work/one"; losses "$work/two.jsonl" >"$work/two"
+  close "$work/one" "$work/two" 40 1e-6 || { paste "$work/one" "$work/two"; fail "sync-ps: the curves differ by more than 1e-6"; } ;;
+mismatched_flags)
+  # Ranks given different flags stop at start-up, each naming the setting and the ranks.
+  mpirun --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo \
+    -np 1 "$bin" $small --towers cpu:0 : -np 1 "$bin" $small --towers cpu:0 --batch 32 >"$work/out" 2>&1 &&
+    fail "mismatched ranks trained"
+  for text in "the ranks of this run disagree" "batch: \"64\" on rank 0, \"32\" on rank 1" "towerjit: rank 0 of 2: the ranks" \
+              "towerjit: rank 1 of 2: the ranks"; do
+    grep -qF "$text" "$work/out" || { cat "$work/out"; fail "no \"$text\" in the output"; }
+  done
+  # The same for another model (the graph's hash) with the same flags but --hidden.
+  mpirun --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo \
+    -np 1 "$bin" $small --towers cpu:0 : -np 1 "$bin" $small --towers cpu:0 --hidden 16 >"$work/out" 2>&1 &&
+    fail "ranks of different models trained"
+  grep -qF "model: \"MLP 784-32-32-10\" on rank 0, \"MLP 784-16-16-10\" on rank 1" "$work/out" || { cat "$work/out"; fail "the model's difference is not named"; } ;;
+raising_rank_stops_all)
+  # A rank that raises (here: no data) prints why, naming itself, and every rank stops at once.
+  start=$(date +%s)
+  mpirun --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo \
+    -np 1 "$bin" $small --towers cpu:0 : -np 1 "$bin" $small --towers cpu:0 --data "$work/none" >"$work/out" 2>&1 &&
+    fail "the run succeeded"
+  [ $(($(date +%s) - start)) -le 30 ] || fail "the other rank took more than 30 s to stop"
+  grep -q "towerjit: rank 1 of 2: .*$work/none" "$work/out" || { cat "$work/out"; fail "the error does not name rank 1 and the cause"; } ;;
+rank_that_never_arrives)
+  # A rank that does not start (here: it sleeps 25 s first): the others give up after
+  # TOWERJIT_MPI_START_TIMEOUT (3 s here, 30 by default), naming themselves and the cause.
+  start=$(date +%s)
+  TOWERJIT_MPI_START_TIMEOUT=3 mpirun --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo \
+    -x TOWERJIT_MPI_START_TIMEOUT -np 1 "$bin" $small --towers cpu:0 : -np 1 sh -c "sleep 25; exec $bin" \
+    >"$work/out" 2>&1 && fail "the run succeeded"
+  [ $(($(date +%s) - start)) -le 20 ] || fail "took $(($(date +%s) - start)) s to stop"
+  grep -q "towerjit: rank 0 of 2: MPI could not start under mpirun: .* did not finish within 3 s" "$work/out" ||
+    { cat "$work/out"; fail "the error does not name the rank and the cause"; } ;;
+killed_rank_stops_all)
+  # kill -9 of one rank mid-run: mpirun ends the others within 30 s, naming the rank; the last
+  # checkpoint rank 0 wrote (every 20 steps) is intact, and a run resumes from it.
+  mpi 2 sh -c 'echo $$ >"$0/pid.$OMPI_COMM_WORLD_RANK"; exec "$@"' "$work" "$bin" --epochs 100000 --batch 64 \
+    --hidden 32 --towers cpu:0 --checkpoint "$work/c" --checkpoint-every 20 >"$work/out" 2>&1 &
+  launcher=$!
+  for _ in $(seq 1 150); do [ -s "$work/pid.1" ] && [ -s "$work/c/latest" ] && break; sleep 0.2; done
+  [ -s "$work/pid.1" ] && [ -s "$work/c/latest" ] || { kill $launcher; fail "rank 1 did not start or no checkpoint was written"; }
+  sleep 1
+  kill -9 "$(cat "$work/pid.1")"
+  killed=$(date +%s)
+  wait $launcher && fail "the run ended with status 0 after a rank was killed"
+  [ $(($(date +%s) - killed)) -le 30 ] || fail "the other rank took more than 30 s to stop"
+  grep -q "rank 1 .*signal 9" "$work/out" || { cat "$work/out"; fail "the message does not name rank 1"; }
+  kept=$(head -n 1 "$work/c/latest" | sed 's/ckpt-\([0-9]*\)\.tjck/\1/')
+  mpi 2 "$bin" --steps $((kept + 2)) --batch 64 --hidden 32 --towers cpu:0 --checkpoint "$work/c" --resume \
+    >"$work/out" 2>&1 || { cat "$work/out"; fail "resuming from the kept checkpoint (step $kept)"; }
+  grep -q "resumed at step $kept" "$work/out" || { cat "$work/out"; fail "did not resume at step $kept"; } ;;
+gpu_towers_on_the_emulator)
+  # 2 processes x 2 emulated GPUs (TOWERJIT_CUDA=emulator) train as 4 CPU towers in one process,
+  # within 1e-5 relative at each of 12 steps: the variables on the host (each process reduces
+  # its GPUs' gradients on the host, then MPI), and on the GPUs (NCCL between a process's GPUs,
+  # then MPI between the processes, one bucket per gradient or the default buckets).
+  run="--steps 12 --batch 64 --optimizer momentum --lr 0.05 --seed 7 --log-every 1 --hidden 32"
+  "$bin" $run --towers cpu:0,cpu:1,cpu:2,cpu:3 --metrics "$work/cpu.jsonl" >/dev/null 2>&1 || fail "CPU towers"
+  losses "$work/cpu.jsonl" >"$work/cpu"
+  # TOWERJIT_NCCL_WORLD=on: the emulated NCCL has no ncclCommInitRank, so the ranks agree to
+  # stay hierarchical, and say so.
+  for variant in "TOWERJIT_GPU_VARIABLES=off TOWERJIT_BUCKET_MB=25" "TOWERJIT_GPU_VARIABLES=on TOWERJIT_BUCKET_MB=25" \
+                 "TOWERJIT_GPU_VARIABLES=on TOWERJIT_BUCKET_MB=0" "TOWERJIT_GPU_VARIABLES=on TOWERJIT_NCCL_WORLD=on"; do
+    rm -f "$work/gpu.jsonl"
+    # shellcheck disable=SC2086  # $variant is split into its assignments on purpose
+    (export $variant TOWERJIT_CUDA=emulator TOWERJIT_EMULATED_GPUS=2
+     mpi 2 -x TOWERJIT_CUDA -x TOWERJIT_EMULATED_GPUS -x TOWERJIT_GPU_VARIABLES -x TOWERJIT_BUCKET_MB -x TOWERJIT_NCCL_WORLD \
+       "$bin" $run --towers gpu:0,gpu:1 --metrics "$work/gpu.jsonl") >"$work/out" 2>&1 ||
+      { cat "$work/out"; fail "GPU towers, $variant"; }
+    losses "$work/gpu.jsonl" >"$work/gpu"
+    close "$work/cpu" "$work/gpu" 12 1e-5 || { paste "$work/cpu" "$work/gpu"; fail "$variant: the curves differ"; }
+    case $variant in *NCCL_WORLD=on*)
+      grep -q "TOWERJIT_NCCL_WORLD=on, but 2 of 2 processes have no NCCL with ncclCommInitRank" "$work/out" ||
+        { cat "$work/out"; fail "no word of the hierarchical fallback"; } ;;
+    esac
+  done
+  # Ranks that would reduce in different places (host, GPUs) are stopped at start-up.
+  mpirun --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo -x TOWERJIT_CUDA=emulator \
+    -np 1 "$bin" $run --towers gpu:0 : -np 1 -x TOWERJIT_GPU_VARIABLES=on "$bin" $run --towers gpu:0 >"$work/out" 2>&1 &&
+    fail "ranks with the variables in different places trained"
+  grep -qF "the variables (TOWERJIT_GPU_VARIABLES and the towers' devices): \"on the host\" on rank 0, \"on the GPUs\" on rank 1" \
+    "$work/out" || { cat "$work/out"; fail "the difference is not named"; }
+  # One emulated GPU per process with two towers on it (no NCCL in the process).
+  rm -f "$work/gpu.jsonl"
+  (export TOWERJIT_GPU_VARIABLES=on TOWERJIT_CUDA=emulator
+   mpi 2 -x TOWERJIT_CUDA -x TOWERJIT_GPU_VARIABLES "$bin" $run --towers gpu:0,gpu:0 --metrics "$work/gpu.jsonl") \
+    >"$work/out" 2>&1 || { cat "$work/out"; fail "one GPU per process"; }
+  losses "$work/gpu.jsonl" >"$work/gpu"
+  close "$work/cpu" "$work/gpu" 12 1e-5 || { paste "$work/cpu" "$work/gpu"; fail "one GPU per process: the curves differ"; } ;;
+checkpoint_reshards)
+  # A checkpoint written at np=2 (by rank 0, recording the world) resumes at np=3: the curve
+  # continues as the uninterrupted np=2 run's (1e-6 relative; other layout, other sum order).
+  # Resuming another model is an error on every rank.
+  mpi 2 "$bin" $small --steps 20 --towers cpu:0 --metrics "$work/a.jsonl" >"$work/out" 2>&1 || { cat "$work/out"; fail "uninterrupted"; }
+  mpi 2 "$bin" $small --steps 10 --towers cpu:0 --checkpoint "$work/c" --metrics "$work/b.jsonl" >"$work/out" 2>&1 ||
+    { cat "$work/out"; fail "first half at np=2"; }
+  [ "$(ls "$work/c"/*.tjck)" = "$work/c/ckpt-10.tjck" ] || fail "expected one checkpoint, ckpt-10.tjck: $(ls "$work/c")"
+  grep -qa "2 processes, 2 towers" "$work/c/ckpt-10.tjck" || fail "the checkpoint does not record the world"
+  mpi 3 "$bin" $small --steps 20 --towers cpu:0 --checkpoint "$work/c" --resume --metrics "$work/b.jsonl" >"$work/out" 2>&1 ||
+    { cat "$work/out"; fail "resumed at np=3"; }
+  grep -q "resumed at step 10" "$work/out" || { cat "$work/out"; fail "the resumed run does not say where it resumed"; }
+  losses "$work/a.jsonl" >"$work/a"; losses "$work/b.jsonl" >"$work/b"
+  close "$work/a" "$work/b" 20 1e-6 || { paste "$work/a" "$work/b"; fail "the resumed curve does not continue"; }
+  mpi 2 "$bin" $small --steps 20 --hidden 48 --towers cpu:0 --checkpoint "$work/c" --resume >"$work/out" 2>&1 &&
+    fail "another model resumed"
+  for r in 0 1; do
+    grep -qF "towerjit: rank $r of 2: checkpoint $work/c was written by a run with model" "$work/out" ||
+      { cat "$work/out"; fail "rank $r does not report the mismatch"; }
+  done ;;
+async_loses_no_update)
+  # The parameter server on rank 0: 2 workers x 1 tower, 3 workers (not a power of two) x 1,
+  # and 2 workers x 2 towers, then with staleness bounds 0 and 1; every push applied once (the
+  # linear model's w is exact), no tower past the bound.
+  for layout in "3 1" "4 1" "3 2" "4 1 0" "3 2 1"; do
+    set -- $layout
+    mpi "$1" "$async_check" "$2" ${3:-} >"$work/out" 2>&1 || { cat "$work/out"; fail "$1 processes x $2 towers ${3:+bound $3}"; }
+    grep -q "; ok" "$work/out" || { cat "$work/out"; fail "$1 processes x $2 towers: no result"; }
+  done ;;
+async_across_processes)
+  # The example over a parameter server and 2 workers: it trains (the test loss falls below
+  # the untrained 2.3), applies every slice once, and reports the staleness over every worker.
+  mpi 3 "$bin" --steps 100 --batch 64 --hidden 32 --strategy async --towers cpu:0 >"$work/out" 2>&1 ||
+    { cat "$work/out"; fail "async over 3 processes"; }
+  grep -q "^async: 200 applies, staleness mean" "$work/out" || { cat "$work/out"; fail "expected 200 applies"; }
+  awk '/^test accuracy/ { ok = $6 + 0 < 1.5 } END { exit !ok }' "$work/out" || { cat "$work/out"; fail "it did not train"; } ;;
+launcher_detection)
+  # Without a launcher a binary runs alone (tested everywhere else); a launcher's environment
+  # with TOWERJIT_MPI=off runs alone too; with a plugin that cannot load, the error says what to do.
+  OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 TOWERJIT_MPI=off "$bin" $small --steps 2 --towers cpu:0 >"$work/out" 2>&1 ||
+    { cat "$work/out"; fail "TOWERJIT_MPI=off under a launcher's environment"; }
+  grep -q "processes over MPI" "$work/out" && fail "TOWERJIT_MPI=off still joined a world"
+  OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 TOWERJIT_MPI_LIBRARY="$work/none.so" "$bin" $small --steps 2 \
+    --towers cpu:0 >"$work/out" 2>&1 && fail "ran without its MPI plugin"
+  grep -qF "this process was started by mpirun but the MPI transport $work/none.so cannot be loaded" "$work/out" ||
+    { cat "$work/out"; fail "no clear error for a missing plugin"; } ;;
+*) fail "unknown case $case_name" ;;
+esac
