@@ -14,6 +14,8 @@
 namespace towerjit {
 namespace {
 
+constexpr const char* kAppliesKey = "optimizer_applies";
+
 bool epoch_ends(const StepEvent& e) { return e.batch_in_epoch + 1 == e.batches_per_epoch; }
 
 std::string format(const char* fmt, auto... args) {
@@ -161,8 +163,9 @@ void CheckpointHook::consider_best(TowerTrainer& trainer, const StepEvent& e) {
   metadata["best_value"] = format("%.17g", value);
   metadata["best_step"] = std::to_string(e.step);
   metadata["best_weights"] = best_of_->ema_weights() ? "ema" : "trained";
+  metadata[kAppliesKey] = std::to_string(trainer.applies());  // as save() records it
   best_path_ = dir_ + "/best.tjck";
-  write_checkpoint(best_path_, {.step = trainer.applies(), .position = e.next, .variables = trainer.variables(),
+  write_checkpoint(best_path_, {.step = e.step, .position = e.next, .variables = trainer.variables(),
                                 .metadata = std::move(metadata)},
                    loc_);
   have_best_ = true;
@@ -177,10 +180,6 @@ std::string CheckpointHook::kept_state() const {
 bool CheckpointHook::uses_trainer_at(const StepEvent& e) const {
   return epoch_ends(e) || (every_ > 0 && e.step % every_ == 0) || (best_of_ && best_of_->uses_trainer_at(e));
 }
-
-namespace {
-constexpr const char* kAppliesKey = "optimizer_applies";
-}  // namespace
 
 void CheckpointHook::save(TowerTrainer& trainer, const StepEvent& e) {
   if (e.step == saved_at_) return;
