@@ -38,6 +38,13 @@ inline HostTensor rows_of(const HostTensor& t, int64_t start, int64_t rows) {
   return part;
 }
 
+// An f32 scalar holding `v` (a weight or scale fed to a program).
+inline HostTensor scalar(double v) {
+  HostTensor t(Shape{});
+  t.f32[0] = static_cast<float>(v);
+  return t;
+}
+
 // Inputs of a program by name ("image", "label"), and variables by name ("fc1/kernel").
 using HostFeeds = std::map<std::string, HostTensor>;
 using HostVariables = std::map<std::string, HostTensor>;

@@ -13,12 +13,6 @@
 namespace towerjit {
 namespace {
 
-HostTensor scalar(double v) {
-  HostTensor t(Shape{});
-  t.f32[0] = static_cast<float>(v);
-  return t;
-}
-
 std::string part(int set, size_t k) { return "s" + std::to_string(set) + "/" + std::to_string(k); }
 std::string gradient_weight(int set) { return "w" + std::to_string(set); }
 std::string update_weight(int set) { return "m" + std::to_string(set); }

@@ -11,16 +11,6 @@
 #include "runtime/towers/tower_trainer.h"
 
 namespace towerjit {
-namespace {
-
-HostTensor scalar(double v) {
-  HostTensor t(Shape{});
-  t.f32[0] = static_cast<float>(v);
-  return t;
-}
-
-}  // namespace
-
 // The in-process all-reduce: sum_i w_i g_i for every gradient, accumulated in double in tower
 // order (so a sync step is bitwise reproducible).
 HostFeeds TowerTrainer::all_reduce(const std::vector<std::vector<HostTensor>>& outputs,

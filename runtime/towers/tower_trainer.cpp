@@ -32,12 +32,6 @@ HostTensor to_host(const reference::Array& a) {
 // Random numbers (dropout) are keyed by step * kMaxTowers + tower.
 constexpr uint64_t kMaxTowers = 1024;
 
-HostTensor scalar(double v) {
-  HostTensor t(Shape{});
-  t.f32[0] = static_cast<float>(v);
-  return t;
-}
-
 // Each CPU tower's cores: disjoint groups of the process's cores (runtime/cpu_affinity.h);
 // none for GPU towers, whose threads mostly wait.
 std::vector<std::vector<int>> cores_of_towers(const Towers& towers) {
