@@ -130,38 +130,33 @@ std::optional<unsigned long long> emulator_random_schedule() {
                 "number) or fifo");
   return seed;
 }
-std::string emulator_library() {
-  static constexpr const char* kName = "libtowerjit_cuda_emulator.so";
-  if (auto v = read("TOWERJIT_EMULATOR_LIBRARY")) return *v;
-  // Beside the library this function is in (libtowerjit_jit.so): build/lib/ in a build,
-  // <prefix>/lib/ in an install, wherever the prefix was moved to.
+// A library towerjit loads at run time: the knob's path, else the file beside the library
+// this function is in (libtowerjit_jit.so: build/lib/ in a build, <prefix>/lib/ in an install,
+// wherever the prefix was moved to), else the bare name for the loader's search.
+static std::string plugin_library(const char* knob, const char* name) {
+  if (auto v = read(knob)) return *v;
   Dl_info info{};
-  if (::dladdr(reinterpret_cast<void*>(&emulator_library), &info) && info.dli_fname) {
-    const auto beside = std::filesystem::path(info.dli_fname).parent_path() / kName;
+  if (::dladdr(reinterpret_cast<void*>(&plugin_library), &info) && info.dli_fname) {
+    const auto beside = std::filesystem::path(info.dli_fname).parent_path() / name;
     std::error_code ec;
     if (std::filesystem::exists(beside, ec)) return beside.string();
   }
-  return kName;
+  return name;
+}
+std::string emulator_library() {
+  return plugin_library("TOWERJIT_EMULATOR_LIBRARY", "libtowerjit_cuda_emulator.so");
 }
 bool mpi_enabled() { return switch_knob("TOWERJIT_MPI", true); }
-std::string mpi_library() {
-  static constexpr const char* kName = "libtowerjit_mpi.so";
-  if (auto v = read("TOWERJIT_MPI_LIBRARY")) return *v;
-  // Beside libtowerjit_jit.so, as the emulator's library: build/lib/ or <prefix>/lib/.
-  Dl_info info{};
-  if (::dladdr(reinterpret_cast<void*>(&mpi_library), &info) && info.dli_fname) {
-    const auto beside = std::filesystem::path(info.dli_fname).parent_path() / kName;
-    std::error_code ec;
-    if (std::filesystem::exists(beside, ec)) return beside.string();
-  }
-  return kName;
-}
+std::string mpi_library() { return plugin_library("TOWERJIT_MPI_LIBRARY", "libtowerjit_mpi.so"); }
 double mpi_start_timeout_s() {
   const auto v = read("TOWERJIT_MPI_START_TIMEOUT");
   if (!v) return 30;
   char* end = nullptr;
   const double s = std::strtod(v->c_str(), &end);
-  return end && *end == '\0' && s > 0 ? s : 30;
+  if (!end || *end != '\0' || !(s > 0))
+    throw Error("towerjit: TOWERJIT_MPI_START_TIMEOUT=" + *v + " is not a time: set the seconds a rank may take to "
+                "reach the others, e.g. 30 (the default)");
+  return s;
 }
 bool deterministic_layout() {
   const std::string v = lower(read("TOWERJIT_DETERMINISTIC").value_or(""));

@@ -70,3 +70,15 @@ TEST_CASE("TOWERJIT_BUCKET_MB and TOWERJIT_DEBUG that cannot be read are errors 
     CHECK(knobs::debug_level() == 2);
   }
 }
+
+TEST_CASE("TOWERJIT_MPI_START_TIMEOUT that is not a positive time is an error", "[knobs][errors]") {
+  {
+    Env e("TOWERJIT_MPI_START_TIMEOUT", "soon");
+    CHECK_THROWS_WITH(knobs::mpi_start_timeout_s(), Catch::Contains("TOWERJIT_MPI_START_TIMEOUT=soon is not a time"));
+  }
+  {
+    Env e("TOWERJIT_MPI_START_TIMEOUT", "2.5");
+    CHECK(knobs::mpi_start_timeout_s() == 2.5);
+  }
+  CHECK(knobs::mpi_start_timeout_s() == 30);
+}
