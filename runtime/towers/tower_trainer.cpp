@@ -398,6 +398,10 @@ TowerTrainer::StepResult TowerTrainer::accumulated_step(const HostFeeds& batch, 
   user_check(!batch.empty() && batch.begin()->second.shape.rank() > 0, loc)
       << "step: no batched inputs fed; feed the model's inputs with the batch";
   const int64_t examples = batch.begin()->second.shape[0];
+  for (const auto& [name, t] : batch)
+    user_check(t.shape.rank() > 0 && t.shape[0] == examples, loc)
+        << "step: input \"" << name << "\" has " << count_of(t.shape.rank() ? t.shape[0] : 0, "example")
+        << " but \"" << batch.begin()->first << "\" has " << examples << "; feed every input the same batch";
   user_check(examples >= micro * static_cast<int64_t>(towers_.size()), loc)
       << "step: " << count_of(examples, "example") << " cannot make " << micro << " micro-batches for "
       << count_of(towers_.size(), "tower") << "; feed at least " << micro * towers_.size() << " examples";
@@ -412,12 +416,7 @@ TowerTrainer::StepResult TowerTrainer::accumulated_step(const HostFeeds& batch, 
   int64_t start = 0;
   for (int m = 0; m < micro; ++m) {
     HostFeeds part;
-    for (const auto& [name, t] : batch) {
-      user_check(t.shape.rank() > 0 && t.shape[0] == examples, loc)
-          << "step: input \"" << name << "\" has " << count_of(t.shape.rank() ? t.shape[0] : 0, "example")
-          << " but \"" << batch.begin()->first << "\" has " << examples << "; feed every input the same batch";
-      part[name] = rows_of(t, start, parts[m]);
-    }
+    for (const auto& [name, t] : batch) part[name] = rows_of(t, start, parts[m]);
     start += parts[m];
     const std::vector<int64_t> slices = towers_.slices(parts[m], loc);
     const std::vector<HostFeeds> feeds = slice_batch(part, slices, loc);
