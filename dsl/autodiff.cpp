@@ -17,7 +17,7 @@ void check_arguments(const Tensor& loss, const std::vector<Tensor>& wrt, Loc loc
   const bool scalar = loss.rank() == 0;
   user_check(scalar && loss.dtype() == DType::f32, loc)
       << "grad: the loss must be an f32 scalar but got " << loss.describe() << " built at "
-      << format_location(loss.node().loc)
+      << format_location(loss.node())
       << (loss.node().scope.empty() ? "" : " in \"" + loss.node().scope + "\"")
       << (scalar ? "; convert it with cast(loss, DType::f32)"
                  : "; reduce it with mean() or sum() to one number first");
@@ -30,7 +30,7 @@ void check_arguments(const Tensor& loss, const std::vector<Tensor>& wrt, Loc loc
         << "loss " << loss.describe() << "; build the model and its loss in one graph";
     user_check(x.dtype() == DType::f32, loc)
         << "grad: wrt[" << i << "] " << x.describe() << " built at "
-        << format_location(x.node().loc) << " is " << dtype_name(x.dtype())
+        << format_location(x.node()) << " is " << dtype_name(x.dtype())
         << "; only f32 tensors have gradients";
   }
 }

@@ -15,7 +15,7 @@ Tensor all_reduce(Tensor x, const std::string& key, Loc loc) {
   for (const Node& n : g.nodes())
     user_check(!(n.op == Op::AllReduce && n.attrs.name == key), loc)
         << "all_reduce: the key \"" << key << "\" is already used in this graph (at "
-        << format_location(n.loc) << "); give each collective its own key";
+        << format_location(n) << "); give each collective its own key";
   Attrs attrs;
   attrs.name = key;
   return detail::make(g, Op::AllReduce, {x.id()}, x.shape(), x.dtype(), attrs, loc);

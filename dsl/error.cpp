@@ -3,16 +3,19 @@
 namespace towerjit {
 
 std::string format_location(const std::source_location& loc) {
-  std::string file = loc.file_name();
-#ifdef TOWERJIT_SOURCE_ROOT
-  // Paths inside this repository read better relative to its root.
-  const std::string root = TOWERJIT_SOURCE_ROOT "/";
-  if (file.rfind(root, 0) == 0) file = file.substr(root.size());
-#endif
-  return file + ":" + std::to_string(loc.line());
+  return detail::display_path(loc.file_name()) + ":" + std::to_string(loc.line());
 }
 
 namespace detail {
+
+std::string display_path(const std::string& file) {
+#ifdef TOWERJIT_SOURCE_ROOT
+  // Paths inside this repository read better relative to its root.
+  const std::string root = TOWERJIT_SOURCE_ROOT "/";
+  if (file.rfind(root, 0) == 0) return file.substr(root.size());
+#endif
+  return file;
+}
 
 ErrorBuilder::~ErrorBuilder() noexcept(false) {
   // Never throw while another exception is unwinding the stack.

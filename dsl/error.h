@@ -22,11 +22,20 @@ class Error : public std::runtime_error {
 // "examples/mlp.cpp:42", shortened to the path below the build's source root when possible.
 std::string format_location(const std::source_location& loc);
 
+struct Node;
+// The "where" of an error (dsl/call_stack.cpp): the user's call at `loc` with the user's frames
+// around it at this moment, or where `node` was built and from which of the user's frames.
+std::string where(const std::source_location& loc);
+std::string where(const Node& node);
+
 // "1 example", "7 examples": a count and its noun, for messages; `plural` where it is not the
 // noun and an s ("batches").
 std::string count_of(long long n, const std::string& noun, const std::string& plural = "");
 
 namespace detail {
+
+// A source path shortened to the part below this repository's root, when it is inside it.
+std::string display_path(const std::string& file);
 
 // Collects a message with operator<< and throws it when destroyed (after the full
 // expression), so a check reads as one line at the call site.
@@ -53,12 +62,12 @@ class ErrorBuilder {
 }  // namespace detail
 }  // namespace towerjit
 
-// Throws towerjit::Error "towerjit: <message> (<file:line>)" unless `cond` holds.
-#define user_check(cond, loc)                                                       \
+// Throws towerjit::Error "towerjit: <message> (<file:line>)" unless `cond` holds; `at` is the
+// user's call (a std::source_location) or the node the error is about.
+#define user_check(cond, at)                                                        \
   if (cond) {                                                                       \
   } else                                                                            \
-    ::towerjit::detail::ErrorBuilder("towerjit: ",                                  \
-                                     " (" + ::towerjit::format_location(loc) + ")")
+    ::towerjit::detail::ErrorBuilder("towerjit: ", " (" + ::towerjit::where(at) + ")")
 
 // Throws towerjit::Error marked as a towerjit bug unless `cond` holds.
 #define internal_check(cond)                                                          \

@@ -14,6 +14,7 @@ int Graph::add(Node node) {
   for (int in : node.inputs) internal_check(in >= 0 && in < size()) << "bad input id " << in;
   if (node.scope.empty()) node.scope = scope_path();  // passes copying nodes keep theirs
   if (node.grad_of < 0) node.grad_of = differentiating_;
+  if (!node.stack && node.grad_of >= 0) node.stack = nodes_.at(node.grad_of).stack;
   if (node.op == Op::Input) inputs_[node.attrs.name] = size();
   nodes_.push_back(std::move(node));
   return size() - 1;
@@ -128,7 +129,7 @@ std::string Graph::node_str(int id) const {
   if (!n.attrs.name.empty()) out << " \"" << n.attrs.name << "\"";
   out << attrs_str(n);
   out << " : " << dtype_name(n.dtype) << n.shape.str();
-  out << "  @ " << format_location(n.loc);
+  out << "  @ " << format_location(n);
   if (!n.scope.empty()) out << " in \"" << n.scope << "\"";
   if (n.grad_of >= 0) out << ", gradient of %" << n.grad_of << " " << op_name(nodes_.at(n.grad_of).op);
   return out.str();

@@ -36,10 +36,12 @@ class Graph {
   Graph& operator=(Graph&&) = default;
 
   // Appends a node and returns its id. A node without a scope gets the current scope path,
-  // and one without grad_of the forward node being differentiated, if any.
+  // and one without grad_of the forward node being differentiated, if any (and that node's
+  // call stack).
   int add(Node node);
   // The forward node whose gradient rule is building nodes now (autodiff), or -1.
   void set_differentiating(int forward) { differentiating_ = forward; }
+  int differentiating() const { return differentiating_; }
   const Node& node(int id) const { return nodes_.at(id); }
   const std::vector<Node>& nodes() const { return nodes_; }
   int size() const { return static_cast<int>(nodes_.size()); }

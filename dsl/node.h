@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <source_location>
 #include <string>
 #include <vector>
 
+#include "dsl/call_stack.h"
 #include "dsl/dtype.h"
 #include "dsl/op.h"
 #include "dsl/shape.h"
@@ -36,6 +38,8 @@ struct Node {
   DType dtype = DType::f32;
   Attrs attrs;
   std::source_location loc;
+  // The user's frames around `loc` (dsl/call_stack.h); a backward op shares its forward op's.
+  std::shared_ptr<const CallStack> stack;
   std::string scope;  // the name scope it was built in ("tower1/fc2"), for errors and dumps
   // A node autodiff built: the forward node whose gradient rule built it (its scope is then
   // "gradients/<the forward node's scope>"); -1 for a forward node.

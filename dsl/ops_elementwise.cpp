@@ -9,8 +9,10 @@ namespace detail {
 
 Tensor make(Graph& graph, Op op, std::vector<int> inputs, Shape shape, DType dtype,
             Attrs attrs, Loc loc) {
+  // Gradient rules build nodes too; theirs take the forward node's stack (Graph::add).
   Node n{.op = op, .inputs = std::move(inputs), .shape = std::move(shape), .dtype = dtype,
-         .attrs = std::move(attrs), .loc = loc, .scope = {}};
+         .attrs = std::move(attrs), .loc = loc,
+         .stack = graph.differentiating() < 0 ? capture_call_stack() : nullptr, .scope = {}};
   return Tensor(&graph, graph.add(std::move(n)));
 }
 

@@ -31,7 +31,7 @@ TowerProgram build_tower_program(Graph& graph, Tensor loss, const Optimizer& opt
   for (size_t i = 0; i < grads.size(); ++i)
     user_check(!is_zero_constant(grads[i]), loc)
         << "variable \"" << p.variables[i].node().attrs.name << "\" (created at "
-        << format_location(p.variables[i].node().loc) << ") is trainable but the loss "
+        << format_location(p.variables[i].node()) << ") is trainable but the loss "
         << "does not depend on it, so the towers would never update it; use it in the model or "
         << "create it with trainable = false";
   p.tower_fetches = {loss};

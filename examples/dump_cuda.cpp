@@ -98,7 +98,7 @@ std::vector<Module> build_modules(const Options& o, tj::Graph& graph, tj::Tensor
   for (const tj::Collective& c : tj::collectives_of(graph)) {
     const tj::Node& n = graph.node(c.node);
     text << "     %" << c.node << " all_reduce(%" << c.value << ") \"" << c.key << "\" : f32" << n.shape.str()
-         << ", " << n.shape.elements(256) * 4 << " bytes  @ " << tj::format_location(n.loc) << "\n";
+         << ", " << n.shape.elements(256) * 4 << " bytes  @ " << tj::format_location(n) << "\n";
   }
   if (o.strategy == "async") {
     text << "2. Each tower, as soon as it is done, feeds its gradient to " << o.model

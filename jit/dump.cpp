@@ -38,12 +38,12 @@ json ops_of(const Graph& g, const std::vector<int>& nodes) {
   json ops = json::array();
   for (int n : nodes) {
     const Node& node = g.node(n);
-    json op = {{"node", n}, {"op", op_name(node.op)}, {"at", format_location(node.loc)},
+    json op = {{"node", n}, {"op", op_name(node.op)}, {"at", format_location(node)},
                {"scope", node.scope}, {"shape", node.shape.str()}};
     if (node.grad_of >= 0) {  // a backward op: the forward op it differentiates
       const Node& forward = g.node(node.grad_of);
       op["gradient_of"] = {{"node", node.grad_of}, {"op", op_name(forward.op)},
-                           {"at", format_location(forward.loc)}, {"scope", forward.scope}};
+                           {"at", format_location(forward)}, {"scope", forward.scope}};
     }
     ops.push_back(std::move(op));
   }

@@ -22,7 +22,7 @@ int64_t bind_feeds(const kir::Program& program, const Graph& graph, const Feeds&
   for (const auto& b : program.buffers) {
     if (b.kind != kir::Buffer::Kind::input) continue;
     auto it = feeds.find(b.name);
-    user_check(it != feeds.end(), graph.node(b.nodes[0]).loc)
+    user_check(it != feeds.end(), graph.node(b.nodes[0]))
         << "input \"" << b.name << "\" " << b.shape.str() << " was not fed; pass it in the feeds";
     const auto& t = it->second;
     bool ok = t.dtype == b.dtype && t.shape.rank() == b.shape.rank();
@@ -31,7 +31,7 @@ int64_t bind_feeds(const kir::Program& program, const Graph& graph, const Feeds&
       if (batch < 0) batch = t.shape[i], from = b.name;
       ok = t.shape[i] == batch;
     }
-    user_check(ok, graph.node(b.nodes[0]).loc)
+    user_check(ok, graph.node(b.nodes[0]))
         << "input \"" << b.name << "\" expects " << dtype_name(b.dtype) << b.shape.str() << " but got "
         << dtype_name(t.dtype) << t.shape.str()
         << (batch >= 0 && from != b.name ? " (batch " + std::to_string(batch) + " from \"" + from + "\")" : "")

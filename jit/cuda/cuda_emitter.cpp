@@ -276,7 +276,7 @@ void emit_header(std::ostream& out, const Graph& g, const kir::Kernel& k) {
   for (int n : k.nodes) {
     const Node& node = g.node(n);
     out << "//   %" << n << " " << op_name(node.op) << " " << dtype_name(node.dtype) << node.shape.str()
-        << " at " << format_location(node.loc);
+        << " at " << format_location(node);
     if (!node.scope.empty()) out << " in \"" << node.scope << "\"";
     if (node.grad_of >= 0) out << ", gradient of %" << node.grad_of << " " << op_name(g.node(node.grad_of).op);
     out << "\n";
@@ -302,7 +302,7 @@ std::string emit_group(const Graph& g, const kir::Program& p, const kir::Kernel&
   for (int n : group.nodes) {
     const Node& node = g.node(n);
     out << "//   %" << n << " " << op_name(node.op) << " " << dtype_name(node.dtype) << node.shape.str()
-        << " at " << format_location(node.loc) << "\n";
+        << " at " << format_location(node) << "\n";
   }
   out << "extern \"C\" __global__ void __launch_bounds__(" << kBlock << ") " << group.name << "(\n    "
       << writers.front().params() << ") {\n";

@@ -16,7 +16,7 @@ Rewritten cut_at_collectives(const Graph& graph, const std::string& scale) {
   return rewrite_graph(graph, [&](Node n, Graph& out) {
     if (n.op != Op::AllReduce) return out.add(std::move(n));
     for (const std::string& name : {n.attrs.name, scale})
-      user_check(name.empty() || !out.find_input(name) || out.find_input(name) == scale_input, n.loc)
+      user_check(name.empty() || !out.find_input(name) || out.find_input(name) == scale_input, n)
           << "the collective \"" << n.attrs.name << "\" needs an input named \"" << name << "\" for the "
           << "apply side, and the graph already has one; rename that input";
     Node input = n;  // keeps the key (attrs.name), shape, dtype, location and scope

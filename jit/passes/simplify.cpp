@@ -72,6 +72,7 @@ Rewritten simplify(const Graph& graph) {
       Node c = out.node(n.inputs[0]);
       c.shape = n.shape;
       c.loc = n.loc;
+      c.stack = n.stack;
       return out.add(std::move(c));
     }
     if (const int id = identity_of(n, out); id >= 0) return id;
@@ -99,7 +100,7 @@ Rewritten simplify(const Graph& graph) {
       if (a && b)
         if (auto v = fold(n.op, *a, *b)) {
           Node c{.op = Op::Constant, .inputs = {}, .shape = n.shape, .dtype = DType::f32,
-                 .attrs = {}, .loc = n.loc, .scope = n.scope};
+                 .attrs = {}, .loc = n.loc, .stack = n.stack, .scope = n.scope};
           c.attrs.value = *v;
           return out.add(std::move(c));
         }

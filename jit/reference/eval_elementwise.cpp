@@ -88,7 +88,7 @@ Array eval_binary(const EvalArgs& a) {
     const std::vector<int64_t> index = unravel(i, out.shape);
     const double xv = x[broadcast_index(x.shape, index)];
     const double yv = y[broadcast_index(y.shape, index)];
-    user_check(!(integer && a.node.op == Op::Div && yv == 0), a.node.loc)
+    user_check(!(integer && a.node.op == Op::Div && yv == 0), a.node)
         << "div: integer division by zero (element " << i << " of " << out.shape.str()
         << "); guard the divisor or divide in f32";
     out[i] = binary_value(a.node.op, xv, yv, integer);

@@ -58,7 +58,7 @@ Array eval_one_hot(const EvalArgs& a) {
   const std::string where = a.node.scope.empty() ? "" : " in \"" + a.node.scope + "\"";
   for (int64_t i = 0; i < labels.size(); ++i) {
     const double v = labels[i];
-    user_check(v >= 0 && v < static_cast<double>(depth) && v == std::trunc(v), a.node.loc)
+    user_check(v >= 0 && v < static_cast<double>(depth) && v == std::trunc(v), a.node)
         << "one_hot: label " << v << " at index " << position(i, labels.shape)
         << " is out of range [0, " << depth << ")" << where
         << "; labels must be class indices below the number of classes";

@@ -60,23 +60,23 @@ std::vector<bool> needed_nodes(const Graph& graph, const std::vector<int>& roots
 std::optional<int64_t> check_feed(const Node& node, const Array& value) {
   const std::string& name = node.attrs.name;
   const Shape& want = node.shape;
-  user_check(value.dtype == node.dtype && value.shape.rank() == want.rank(), node.loc)
+  user_check(value.dtype == node.dtype && value.shape.rank() == want.rank(), node)
       << "input \"" << name << "\" is declared " << declared(node) << where_in(node)
       << " but was fed " << fed(value) << "; feed a value of that rank and dtype";
-  user_check(value.size() == value.shape.elements(0), node.loc)
+  user_check(value.size() == value.shape.elements(0), node)
       << "input \"" << name << "\": the fed array has shape " << value.shape.str() << " but "
       << value.size() << " elements; its data must hold exactly one value per element";
   std::optional<int64_t> batch;
   for (int i = 0; i < want.rank(); ++i) {
     const int64_t got = value.shape[i];
     if (want[i] != kBatch) {
-      user_check(got == want[i], node.loc)
+      user_check(got == want[i], node)
           << "input \"" << name << "\" is declared " << declared(node) << where_in(node)
           << " but was fed " << fed(value) << ": dimension " << i << " should be " << want[i]
           << ", not " << got;
       continue;
     }
-    user_check(!batch || *batch == got, node.loc)
+    user_check(!batch || *batch == got, node)
         << "input \"" << name << "\" is declared " << declared(node) << " but was fed "
         << fed(value) << ", which gives the batch dimension B two sizes, " << *batch << " and "
         << got;
@@ -97,7 +97,7 @@ std::optional<int64_t> bind_batch(const Graph& graph, const std::vector<bool>& n
     if (node.op != Op::Input) continue;
     auto it = feeds.find(node.attrs.name);
     if (!needed[id] && it == feeds.end()) continue;
-    user_check(it != feeds.end(), node.loc)
+    user_check(it != feeds.end(), node)
         << "input \"" << node.attrs.name << "\" (" << declared(node) << where_in(node)
         << ") is needed by the fetches but was not fed; add feeds[\"" << node.attrs.name
         << "\"]";
@@ -105,7 +105,7 @@ std::optional<int64_t> bind_batch(const Graph& graph, const std::vector<bool>& n
     if (!b) continue;
     if (batch) {
       const Node& first = graph.node(batch_from);
-      user_check(*batch == *b, node.loc)
+      user_check(*batch == *b, node)
           << "inputs \"" << first.attrs.name << "\" and \"" << node.attrs.name
           << "\" disagree on the batch size B: \"" << first.attrs.name << "\" "
           << declared(first) << " was fed " << fed(feeds.at(first.attrs.name)) << " (B = "
@@ -128,7 +128,7 @@ void check_variables(const Graph& graph, const std::vector<bool>& needed,
     const VariableInfo* info = graph.find_variable(name);
     const Shape& want = info ? info->shape : node.shape;
     auto it = variables.find(name);
-    user_check(it != variables.end(), node.loc)
+    user_check(it != variables.end(), node)
         << "variable \"" << name << "\" (" << dtype_name(node.dtype) << want.str()
         << ") is needed by the fetches but is missing from the variables; "
         << "start from initialize_variables(graph, seed)";
@@ -144,7 +144,7 @@ void check_variables(const Graph& graph, const std::vector<bool>& needed,
 void check_batch_known(const Graph& graph, int id, std::optional<int64_t> batch) {
   const Node& node = graph.node(id);
   const bool uses_batch = node.shape.has_batch() || node.attrs.shape.has_batch();
-  user_check(batch.has_value() || !uses_batch, node.loc)
+  user_check(batch.has_value() || !uses_batch, node)
       << "batch size unknown: " << op_name(node.op) << " has shape " << node.shape.str()
       << where_in(node) << " but no fed input holds the batch dimension B; feed an input "
       << "declared with kBatch";

@@ -37,7 +37,7 @@ void one_hot(const Node& node, const View& labels, const View& out) {
   std::fill(out.f(), out.f() + count * depth, 0.0f);
   for (int64_t i = 0; i < count; ++i) {
     const int32_t v = labels.i()[i];
-    user_check(v >= 0 && v < depth, node.loc)
+    user_check(v >= 0 && v < depth, node)
         << "one_hot: label " << v << " at flat index " << i << " is out of range [0, " << depth
         << ")" << (node.scope.empty() ? "" : " in \"" + node.scope + "\"")
         << "; labels must be class indices below the number of classes";

@@ -78,7 +78,7 @@ std::optional<BadValue> first_bad_node(const Graph& g, const std::vector<int>& n
 
 std::string node_text(const Graph& g, int id) {
   const Node& n = g.node(id);
-  std::string out = std::string(op_name(n.op)) + " at " + format_location(n.loc);
+  std::string out = std::string(op_name(n.op)) + " at " + format_location(n);
   if (!n.scope.empty()) out += " in \"" + n.scope + "\"";
   if (n.grad_of >= 0) out += " (the gradient of " + std::string(op_name(g.node(n.grad_of).op)) + ")";
   return out;

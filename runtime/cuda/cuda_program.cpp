@@ -29,7 +29,7 @@ std::string describe_kernel(const Graph& g, const kir::Kernel& k) {
   std::string out = k.name + " (";
   for (size_t i = 0; i < k.nodes.size() && i < 4; ++i) {
     const Node& n = g.node(k.nodes[i]);
-    out += (i ? ", " : "") + std::string(op_name(n.op)) + " at " + format_location(n.loc);
+    out += (i ? ", " : "") + std::string(op_name(n.op)) + " at " + format_location(n);
   }
   return out + (k.nodes.size() > 4 ? ", ...)" : ")");
 }
@@ -160,11 +160,11 @@ std::vector<CUdeviceptr> CudaProgram::bind_buffers(const DeviceFeeds& feeds, Dev
     } else if (b.kind == kir::Buffer::Kind::variable) {
       auto it = variables.find(b.name);
       const bool ok = it != variables.end() && it->second.shape == b.shape && it->second.dtype == b.dtype;
-      user_check(ok, graph_.node(b.nodes[0]).loc)
+      user_check(ok, graph_.node(b.nodes[0]))
           << "variable \"" << b.name << "\" " << dtype_name(b.dtype) << b.shape.str()
           << (it == variables.end() ? " has no value" : " holds " + it->second.shape.str())
           << "; initialise it before running the program";
-      user_check(it->second.device == device_, graph_.node(b.nodes[0]).loc)
+      user_check(it->second.device == device_, graph_.node(b.nodes[0]))
           << "variable \"" << b.name << "\" lives on " << (it->second.device ? it->second.device->str() : "no device")
           << " but the program runs on " << device_->str() << "; copy it to the program's device";
       base[i] = it->second.ptr();

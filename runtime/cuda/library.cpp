@@ -12,7 +12,7 @@ namespace {
 constexpr int kBlock = 256;  // the library kernels are grid-stride loops of any grid
 
 std::string describe(const Node& node) {
-  return std::string(op_name(node.op)) + " at " + format_location(node.loc) +
+  return std::string(op_name(node.op)) + " at " + format_location(node) +
          (node.scope.empty() ? "" : " in \"" + node.scope + "\"");
 }
 
@@ -190,7 +190,7 @@ void check_one_hot_slot(const Node& node, uint64_t slot) {
   if (slot == ~uint64_t{0}) return;
   const int64_t i = static_cast<int64_t>(slot >> 32);
   const int32_t v = static_cast<int32_t>(slot & 0xffffffffu);
-  user_check(false, node.loc) << "one_hot: label " << v << " at flat index " << i << " is out of range [0, "
+  user_check(false, node) << "one_hot: label " << v << " at flat index " << i << " is out of range [0, "
                               << node.attrs.depth << ")"
                               << (node.scope.empty() ? "" : " in \"" + node.scope + "\"")
                               << "; labels must be class indices below the number of classes";
