@@ -39,8 +39,8 @@ std::optional<CpuIsa> cpu_isa_cap();
 // (runtime/cpu_affinity.h). Default: on.
 bool pin_towers();
 
-// TOWERJIT_CHECK_NUMERICS: "on" makes every CPU program check each step's output for NaN and
-// infinities and stop at the first, naming the op (runtime/cpu/numerics_check.h), like
+// TOWERJIT_CHECK_NUMERICS: "on" makes every program, CPU or GPU, check each step's output for NaN and
+// infinities and stop at the first, naming the op (runtime/numerics_check.h), like
 // tf.debugging.check_numerics. Default: off. A value neither on nor off is an error.
 bool check_numerics();
 

@@ -12,7 +12,7 @@
 #include "runtime/flush_denormals.h"
 #include "runtime/bind_feeds.h"
 #include "runtime/cpu/library.h"
-#include "runtime/cpu/numerics_check.h"
+#include "runtime/numerics_check.h"
 
 namespace towerjit {
 
@@ -115,7 +115,8 @@ std::vector<HostTensor> CpuProgram::run(const HostFeeds& feeds, HostVariables& v
     }
     if (step_times)
       (*step_times)[i] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (check_numerics_) check_step_numerics(graph_, program_, i, base, batch, feeds, variables, step);
+    if (check_numerics_)
+      check_step_numerics(graph_, program_, i, base, batch, [&] { return std::pair(feeds, variables); }, step);
   }
   std::vector<HostTensor> out;
   for (int f : program_.fetches) {

@@ -15,6 +15,7 @@
 #include "jit/passes/pipeline.h"
 #include "runtime/bind_feeds.h"
 #include "runtime/cuda/library.h"
+#include "runtime/numerics_check.h"
 
 namespace towerjit {
 namespace {
@@ -58,6 +59,7 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
   // The same program keeps its name on every run, so the module's text (and the compile
   // cache's key) is the same.
   name_ = dump_stem(name, kir::to_string(program_));
+  check_numerics_ = knobs::check_numerics();
   module_ = cuda::emit_cuda_module(graph_, program_, name_);
   if (!program_.kernels.empty()) {
     binary_ = cuda::compile_cuda(module_.source, name_, cuda::resolve_arch("", device_->arch()));
@@ -281,6 +283,7 @@ void CudaProgram::queue_run(const DeviceFeeds& feeds, DeviceVariables& variables
     // A fetch kept on the device is copied out as soon as the step that finishes it has run,
     // so a stream waiting on ready[j] starts on it while later steps run.
     auto after_step = [&](int done) {
+      if (check_numerics_ && done >= 0) check_numerics_after(done, base, batch, feeds, variables, step, loc);
       if (!device_fetches) return;
       for (size_t j = 0; j < device_fetches->size(); ++j) {
         if (fetch_done_after_[j] != done) continue;
@@ -305,6 +308,28 @@ void CudaProgram::queue_run(const DeviceFeeds& feeds, DeviceVariables& variables
     }
     throw;
   }
+}
+
+void CudaProgram::check_numerics_after(int index, const std::vector<CUdeviceptr>& base, int64_t batch,
+                                       const DeviceFeeds& feeds, const DeviceVariables& variables, uint64_t step,
+                                       Loc loc) {
+  const cuda::DriverApi& api = cuda::require_driver(loc);
+  std::vector<std::vector<char>> host(program_.buffers.size());
+  std::vector<void*> host_base(program_.buffers.size(), nullptr);
+  for (size_t b = 0; b < program_.buffers.size(); ++b) {
+    if (!base[b]) continue;
+    host[b].resize(program_.buffers[b].shape.elements(batch) * 4);
+    cuda::check_cuda(api.MemcpyDtoHAsync(host[b].data(), base[b], host[b].size(), stream_->handle()),
+                     "cuMemcpyDtoHAsync", "", loc);
+    host_base[b] = host[b].data();
+  }
+  stream_->synchronize(name_ + " on " + device_->str(), loc);
+  const HostInputs inputs = [&] {
+    HostFeeds host_feeds;
+    for (const auto& [name, t] : feeds) host_feeds.emplace(name, to_host(t, *stream_));
+    return std::pair(std::move(host_feeds), to_host(variables, *stream_));
+  };
+  check_step_numerics(graph_, program_, index, host_base, batch, inputs, step);
 }
 
 void CudaProgram::finish_run(Loc loc) {

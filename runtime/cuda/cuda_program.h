@@ -128,6 +128,10 @@ class CudaProgram {
   void run_kernel(int index, const std::vector<CUdeviceptr>& base, int64_t batch, uint64_t step);
   void run_call(int index, const std::vector<CUdeviceptr>& base, int64_t batch);
   std::vector<Transfer> stage_feeds(const HostFeeds& feeds);
+  // TOWERJIT_CHECK_NUMERICS: waits for step `index`, copies the buffers back and checks them
+  // as the CPU does (runtime/numerics_check.h).
+  void check_numerics_after(int index, const std::vector<CUdeviceptr>& base, int64_t batch, const DeviceFeeds& feeds,
+                            const DeviceVariables& variables, uint64_t step, Loc loc);
 
   Graph graph_;  // optimised copy; the program's node ids refer to it
   kir::Program program_;
@@ -144,6 +148,7 @@ class CudaProgram {
   std::vector<int> fetch_done_after_;      // per fetch: the step that finishes it (-1: none writes it)
   std::vector<int> one_hot_calls_;         // calls that need an error slot, in slot order
   std::string name_;                       // the module's name, its dump stem: "tower_step"
+  bool check_numerics_ = false;            // TOWERJIT_CHECK_NUMERICS
 
   // Per-run state, kept between runs so a steady training loop allocates nothing.
   BufferPlan plan_;               // the temporaries' layout for planned_batch_

@@ -70,6 +70,17 @@ check_numerics_names_the_op)
   # A learning rate that blows the MLP up: --check-numerics names the first op to overflow.
   expect_error "--steps 30 --batch 64 --hidden 32 --optimizer sgd --lr 1e6 --check-numerics" \
     "TOWERJIT_CHECK_NUMERICS:" "models.h:" ;;
+check_numerics_on_the_emulated_gpu)
+  # The same on a GPU tower (the emulated driver runs the CUDA kernels): the same op is named.
+  "$bin" --steps 30 --batch 64 --hidden 32 --optimizer sgd --lr 1e6 --check-numerics >/dev/null 2>"$work/cpu.err" &&
+    fail "the CPU run did not stop"
+  TOWERJIT_CUDA=emulator TOWERJIT_EMULATED_GPUS=1 "$bin" --steps 30 --batch 64 --hidden 32 --optimizer sgd --lr 1e6 \
+    --check-numerics --towers gpu:0 >/dev/null 2>"$work/gpu.err" && fail "the GPU run did not stop"
+  cat "$work/gpu.err"
+  grep -q "TOWERJIT_CHECK_NUMERICS: .* at examples/models.h:[0-9]*" "$work/gpu.err" || fail "the GPU run names no op"
+  cpu_op=$(grep -o "TOWERJIT_CHECK_NUMERICS: [a-z_0-9]* at [^ ]*" "$work/cpu.err")
+  gpu_op=$(grep -o "TOWERJIT_CHECK_NUMERICS: [a-z_0-9]* at [^ ]*" "$work/gpu.err")
+  [ "$cpu_op" = "$gpu_op" ] || fail "CPU towers name '$cpu_op', the GPU tower '$gpu_op'" ;;
 dump_writes_each_program_by_name)
   # --dump on CPU towers: every program's CUDA C, LLVM IR, kernel IR and index, named after it.
   "$bin" --model resnet --steps 2 --batch 16 --towers cpu:0,cpu:1 --dump "$work/d" >/dev/null || fail "the run"
@@ -80,6 +91,11 @@ dump_writes_each_program_by_name)
   done
   grep -q '__global__' "$work/d/tower_step.cu" || fail "tower_step.cu holds no kernel"
   grep -q 'models.h:[0-9]*' "$work/d/tower_step.index.json" || fail "the index does not point at the model's lines"
+  # A block used several times is told apart by its call stack (the example has line tables).
+  grep -q 'models.h:[0-9]* examples::conv_bn_relu ← examples/models.h:[0-9]* examples::residual_block ← ' \
+    "$work/d/tower_step.index.json" || fail "the index gives no call stack for the residual blocks' ops"
+  grep -q '^//.* at examples/models.h:[0-9]* examples::conv_bn_relu ← ' "$work/d/tower_step.cu" ||
+    fail "the CUDA kernels' headers give no call stack"
   if ls /usr/local/cuda/lib64/libnvrtc.so* >/dev/null 2>&1; then
     grep -q '.entry' "$work/d/tower_step.ptx" || fail "NVRTC is here, but tower_step.ptx holds no entry"
   fi ;;

@@ -1,4 +1,4 @@
-#include "runtime/cpu/numerics_check.h"
+#include "runtime/numerics_check.h"
 
 #include <algorithm>
 #include <cmath>
@@ -53,13 +53,14 @@ struct BadValue {
   int64_t element;
   double value;
 };
-std::optional<BadValue> first_bad_node(const Graph& g, const std::vector<int>& nodes, const HostFeeds& feeds,
-                                  const HostVariables& variables, uint64_t random_step) {
+std::optional<BadValue> first_bad_node(const Graph& g, const std::vector<int>& nodes, const HostInputs& inputs,
+                                       uint64_t random_step) {
   std::vector<int> sorted = nodes;
   std::sort(sorted.begin(), sorted.end());
   std::vector<Tensor> fetches;
   for (int n : sorted)
     if (g.node(n).dtype == DType::f32) fetches.emplace_back(const_cast<Graph*>(&g), n);
+  const auto [feeds, variables] = inputs();
   reference::Feeds ref_feeds;
   for (const auto& [name, t] : feeds) ref_feeds[name] = to_array(t);
   reference::Variables ref_vars;
@@ -87,8 +88,8 @@ std::string node_text(const Graph& g, int id) {
 }  // namespace
 
 void check_step_numerics(const Graph& graph, const kir::Program& program, size_t step,
-                         const std::vector<void*>& base, int64_t batch, const HostFeeds& feeds,
-                         const HostVariables& variables, uint64_t random_step) {
+                         const std::vector<void*>& base, int64_t batch, const HostInputs& inputs,
+                         uint64_t random_step) {
   const kir::Step& s = program.steps[step];
   std::set<int> read, written;
   buffers_of(program, s, read, written);
@@ -103,7 +104,7 @@ void check_step_numerics(const Graph& graph, const kir::Program& program, size_t
     // a fused kernel, the first op to go wrong may be one whose value no buffer holds.
     auto what = [](double v) { return std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf"; };
     const bool fused = s.kind == kir::Step::Kind::kernel && program.kernels[s.index].nodes.size() > 1;
-    const auto first = fused ? first_bad_node(graph, program.kernels[s.index].nodes, feeds, variables, random_step)
+    const auto first = fused ? first_bad_node(graph, program.kernels[s.index].nodes, inputs, random_step)
                              : std::nullopt;
     const bool inner = first && (buffer.nodes.empty() || first->node != buffer.nodes.back());
     if (inner)
