@@ -141,12 +141,16 @@ int train(Flags f) {
   if (f.check_numerics) setenv("TOWERJIT_CHECK_NUMERICS", "on", 1);
   const auto train_set = tj::data::load_mnist_format("train", f.data);
   const auto test_set = tj::data::load_mnist_format("test", f.data);
+  // Every rank's towers (a collective, so called on every rank whatever its flags say).
+  const tj::dist::WorldLayout layout = tj::dist::world_layout(static_cast<int>(make_towers(f).size()));
   if (f.decay_steps == 0) {  // the whole run's applies: steps, times the towers when each applies
-    const int64_t towers = make_towers(f).size();
+    const int64_t towers = layout.towers();
+    // Async across processes: rank 0 serves the variables, and its own towers stay idle.
+    const int64_t applying = world.size() > 1 ? towers - layout.towers_of_rank[0] : towers;
     const int64_t per_epoch = tj::data::batches_per_epoch(
         train_set.size(), {.batch = f.step_batch(), .drop_last = f.drop_last, .min_batch = towers * f.accumulate});
     const int64_t steps = f.steps > 0 ? std::min(f.steps, f.epochs * per_epoch) : f.epochs * per_epoch;
-    f.decay_steps = steps * (f.strategy == "async" ? towers : 1);
+    f.decay_steps = steps * (f.strategy == "async" ? applying : 1);
   }
   // Opened before training, so a bad path fails now rather than after an epoch.
   tj::report::Trace trace(lead ? f.trace : "");

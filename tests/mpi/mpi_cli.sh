@@ -194,6 +194,12 @@ async_across_processes)
     { cat "$work/out"; fail "async over 3 processes"; }
   grep -q "^async: 200 applies, staleness mean" "$work/out" || { cat "$work/out"; fail "expected 200 applies"; }
   awk '/^test accuracy/ { ok = $6 + 0 < 1.5 } END { exit !ok }' "$work/out" || { cat "$work/out"; fail "it did not train"; } ;;
+async_schedule_counts_every_worker)
+  # A decaying learning rate's default length is the whole run's applies: 20 steps of 2 workers
+  # (the server's own tower stays idle) are 40, whichever rank computes it.
+  mpi 3 "$bin" --steps 20 --batch 64 --hidden 32 --strategy async --towers cpu:0 --lr-schedule cosine >"$work/out" 2>&1 ||
+    { cat "$work/out"; fail "async over 3 processes, cosine"; }
+  grep -q "cosine_decay(lr0=0.001, decay_steps=40," "$work/out" || { cat "$work/out"; fail "expected decay_steps=40"; } ;;
 launcher_detection)
   # Without a launcher a binary runs alone (tested everywhere else); a launcher's environment
   # with TOWERJIT_MPI=off runs alone too; with a plugin that cannot load, the error says what to do.
