@@ -148,15 +148,31 @@ std::string emulator_library() {
 }
 bool mpi_enabled() { return switch_knob("TOWERJIT_MPI", true); }
 std::string mpi_library() { return plugin_library("TOWERJIT_MPI_LIBRARY", "libtowerjit_mpi.so"); }
-double mpi_start_timeout_s() {
-  const auto v = read("TOWERJIT_MPI_START_TIMEOUT");
-  if (!v) return 30;
+namespace {
+// A knob holding seconds: `fallback` when unset; a value that is not a number, is negative, or
+// is 0 where 0 means nothing (`zero_ok` false) is an error naming the knob and what it sets.
+double seconds_knob(const char* name, double fallback, bool zero_ok, const std::string& what) {
+  const auto v = read(name);
+  if (!v) return fallback;
   char* end = nullptr;
   const double s = std::strtod(v->c_str(), &end);
-  if (!end || *end != '\0' || !(s > 0))
-    throw Error("towerjit: TOWERJIT_MPI_START_TIMEOUT=" + *v + " is not a time: set the seconds a rank may take to "
-                "reach the others, e.g. 30 (the default)");
+  if (v->empty() || !end || *end != '\0' || !(zero_ok ? s >= 0 : s > 0))
+    throw Error("towerjit: " + std::string(name) + "=" + *v + " is not a time: set " + what);
   return s;
+}
+}  // namespace
+double mpi_start_timeout_s() {
+  return seconds_knob("TOWERJIT_MPI_START_TIMEOUT", 30, false,
+                      "the seconds a rank may take to reach the others, e.g. 30 (the default)");
+}
+double mpi_stall_warning_s() {
+  return seconds_knob("TOWERJIT_MPI_STALL_WARNING", 60, false,
+                      "the seconds a rank waits for the others in one MPI call before it warns, e.g. 60 (the default)");
+}
+double mpi_stall_timeout_s() {
+  return seconds_knob("TOWERJIT_MPI_STALL_TIMEOUT", 0, true,
+                      "the seconds a rank waits for the others in one MPI call before it stops, or 0 (the "
+                      "default) never to stop");
 }
 bool deterministic_layout() {
   const std::string v = lower(read("TOWERJIT_DETERMINISTIC").value_or(""));

@@ -89,6 +89,13 @@ std::string mpi_library();
 // reach the others). Default: 30.
 double mpi_start_timeout_s();
 
+// TOWERJIT_MPI_STALL_WARNING and TOWERJIT_MPI_STALL_TIMEOUT (Horovod's stall check): seconds a
+// rank waits in one MPI call for the others before it warns (again every as many seconds;
+// default 60), and before it stops with an error, which ends every rank (default 0: never). A
+// rank that is stopped, deadlocked or far slower than the others shows as such a wait.
+double mpi_stall_warning_s();
+double mpi_stall_timeout_s();
+
 // TOWERJIT_DETERMINISTIC: "layout" makes sync training give bitwise the same result whatever
 // the split of the towers into processes (1x4, 2x2, 4x1): every tower's gradients are gathered
 // and summed in global tower order, at P/2 times a ring all-reduce's traffic (docs/

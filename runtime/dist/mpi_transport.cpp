@@ -8,6 +8,10 @@
 // threads hand it buffers and wait for tickets, so a bucket's all-reduce runs while the next
 // bucket is reduced in-process. The collectives use a duplicate of MPI_COMM_WORLD, so no
 // message of the user's own MPI code can match ours.
+//
+// A wait that lasts (a rank stopped, deadlocked, or far behind) is reported as Horovod's stall
+// check does: a warning on stderr every TransportTimeouts::stall_warning_s, naming the call the
+// communication thread is in, and, past stall_timeout_s, an error that ends the world.
 // The C API only: mpi.h would otherwise declare the C++ bindings, which libmpi lacks.
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
@@ -15,6 +19,7 @@
 
 #include <chrono>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -42,9 +47,9 @@ class MpiTransport final : public Transport {
  public:
   // When MPI's start-up takes longer than `timeout_s`, returns with timed_out() set, the
   // communication thread still stuck in it; the object must then be leaked, never destroyed.
-  explicit MpiTransport(double timeout_s) : thread_([this] { run(); }) {
+  explicit MpiTransport(const TransportTimeouts& timeouts) : timeouts_(timeouts), thread_([this] { run(); }) {
     std::unique_lock lock(mutex_);
-    if (!changed_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return started_; })) {
+    if (!changed_.wait_for(lock, std::chrono::duration<double>(timeouts.start_s), [&] { return started_; })) {
       timed_out_ = true;
       return;
     }
@@ -70,23 +75,40 @@ class MpiTransport final : public Transport {
 
   Ticket start_all_reduce_sum(float* data, size_t count) override {
     payload_ += static_cast<int64_t>(count * sizeof(float));
-    return enqueue([=, this] { check(MPI_Allreduce(MPI_IN_PLACE, data, as_int(count), MPI_FLOAT, MPI_SUM, comm_), "MPI_Allreduce"); });
+    return enqueue(sized("MPI_Allreduce", count * sizeof(float)),
+                   [=, this] { check(MPI_Allreduce(MPI_IN_PLACE, data, as_int(count), MPI_FLOAT, MPI_SUM, comm_), "MPI_Allreduce"); });
   }
   Ticket start_all_reduce_sum(double* data, size_t count) override {
     payload_ += static_cast<int64_t>(count * sizeof(double));
-    return enqueue([=, this] { check(MPI_Allreduce(MPI_IN_PLACE, data, as_int(count), MPI_DOUBLE, MPI_SUM, comm_), "MPI_Allreduce"); });
+    return enqueue(sized("MPI_Allreduce", count * sizeof(double)),
+                   [=, this] { check(MPI_Allreduce(MPI_IN_PLACE, data, as_int(count), MPI_DOUBLE, MPI_SUM, comm_), "MPI_Allreduce"); });
   }
 
   void wait(Ticket ticket) override {
     std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return done_ >= ticket || !error_.empty(); });
+    const auto start = std::chrono::steady_clock::now();
+    const auto ready = [&] { return done_ >= ticket || !error_.empty(); };
+    for (int warnings = 1; !ready(); ++warnings) {
+      const double next_warning = warnings * timeouts_.stall_warning_s;
+      const double limit = timeouts_.stall_timeout_s > 0 ? std::min(next_warning, timeouts_.stall_timeout_s) : next_warning;
+      if (changed_.wait_until(lock, start + std::chrono::duration<double>(limit), ready)) break;
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const std::string what = "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": " +
+                               (running_.empty() ? "a call" : running_) + " has waited " +
+                               std::to_string(static_cast<int>(waited)) + " s for the other ranks";
+      if (timeouts_.stall_timeout_s > 0 && waited >= timeouts_.stall_timeout_s)
+        throw std::runtime_error(what + ": one is stopped, deadlocked or far slower (TOWERJIT_MPI_STALL_TIMEOUT=" +
+                                 std::to_string(static_cast<int>(timeouts_.stall_timeout_s)) + " s)");
+      std::fprintf(stderr, "towerjit: %s; one may be stalled (TOWERJIT_MPI_STALL_TIMEOUT stops the run after a limit)\n",
+                   what.c_str());
+    }
     if (!error_.empty()) throw std::runtime_error(error_);
   }
 
   std::vector<std::vector<char>> all_gather(const std::vector<char>& mine) override {
     std::vector<std::vector<char>> out(size_);
     payload_ += static_cast<int64_t>(mine.size());
-    blocking([&] {
+    blocking(sized("MPI_Allgatherv", mine.size()), [&] {
       std::vector<int> counts(size_), offsets(size_);
       const int own = as_int(mine.size());
       check(MPI_Allgather(&own, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_), "MPI_Allgather");
@@ -102,14 +124,14 @@ class MpiTransport final : public Transport {
 
   void all_gather(const void* mine, size_t bytes, void* all) override {
     payload_ += static_cast<int64_t>(bytes);
-    blocking([&] {
+    blocking(sized("MPI_Allgather", bytes), [&] {
       check(MPI_Allgather(mine, as_int(bytes), MPI_BYTE, all, as_int(bytes), MPI_BYTE, comm_), "MPI_Allgather");
     });
   }
 
   void broadcast(std::vector<char>& data, int root) override {
     if (rank_ == root) payload_ += static_cast<int64_t>(data.size());
-    blocking([&] {
+    blocking("MPI_Bcast from rank " + std::to_string(root), [&] {
       long long bytes = static_cast<long long>(data.size());
       check(MPI_Bcast(&bytes, 1, MPI_LONG_LONG, root, comm_), "MPI_Bcast");
       data.resize(static_cast<size_t>(bytes));
@@ -118,17 +140,18 @@ class MpiTransport final : public Transport {
   }
 
   void barrier() override {
-    blocking([&] { check(MPI_Barrier(comm_), "MPI_Barrier"); });
+    blocking("MPI_Barrier", [&] { check(MPI_Barrier(comm_), "MPI_Barrier"); });
   }
 
   void send(const std::vector<char>& bytes, int to, int tag) override {
     payload_ += static_cast<int64_t>(bytes.size());
-    blocking([&] { check(MPI_Send(bytes.data(), as_int(bytes.size()), MPI_BYTE, to, tag, comm_), "MPI_Send"); });
+    blocking(sized("MPI_Send to rank " + std::to_string(to), bytes.size()),
+             [&] { check(MPI_Send(bytes.data(), as_int(bytes.size()), MPI_BYTE, to, tag, comm_), "MPI_Send"); });
   }
 
   int receive(std::vector<char>& bytes, int from, int tag) override {
     int sender = 0;
-    blocking([&] {
+    blocking(from == kAnySource ? std::string("MPI_Recv from any rank") : "MPI_Recv from rank " + std::to_string(from), [&] {
       MPI_Status status;
       check(MPI_Probe(from == kAnySource ? MPI_ANY_SOURCE : from, tag, comm_, &status), "MPI_Probe");
       int count = 0;
@@ -163,14 +186,19 @@ class MpiTransport final : public Transport {
     if (code != MPI_SUCCESS) throw std::runtime_error(std::string(call) + " failed: " + mpi_error(code));
   }
 
-  Ticket enqueue(std::function<void()> job) {
+  static std::string sized(const std::string& call, size_t bytes) {
+    return call + " of " + std::to_string(bytes) + " bytes";
+  }
+
+  // `what` names the call in stall reports.
+  Ticket enqueue(std::string what, std::function<void()> job) {
     std::lock_guard lock(mutex_);
-    queue_.push_back(std::move(job));
+    queue_.push_back({std::move(what), std::move(job)});
     changed_.notify_all();
     return ++started_jobs_;
   }
 
-  void blocking(std::function<void()> job) { wait(enqueue(std::move(job))); }
+  void blocking(std::string what, std::function<void()> job) { wait(enqueue(std::move(what), std::move(job))); }
 
   // The communication thread: MPI's whole life, and every call in between.
   void run() {
@@ -202,21 +230,23 @@ class MpiTransport final : public Transport {
       if (!start_error_.empty()) return;
     }
     while (true) {
-      std::function<void()> job;
+      Job job;
       {
         std::unique_lock lock(mutex_);
         changed_.wait(lock, [&] { return !queue_.empty() || stop_; });
         if (queue_.empty()) break;
         job = std::move(queue_.front());
         queue_.pop_front();
+        running_ = job.what + " (call " + std::to_string(done_ + 1) + ")";
       }
       std::string failure;
       try {
-        job();
+        job.run();
       } catch (const std::exception& e) {
         failure = e.what();
       }
       std::lock_guard lock(mutex_);
+      running_.clear();
       ++done_;
       if (!failure.empty() && error_.empty()) error_ = failure;
       changed_.notify_all();
@@ -230,9 +260,15 @@ class MpiTransport final : public Transport {
   std::string library_;
   std::atomic<int64_t> payload_ = 0;
 
+  const TransportTimeouts timeouts_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<std::function<void()>> queue_;
+  struct Job {
+    std::string what;
+    std::function<void()> run;
+  };
+  std::deque<Job> queue_;
+  std::string running_;      // the call the communication thread is in, for stall reports
   Ticket started_jobs_ = 0;  // tickets handed out
   Ticket done_ = 0;          // jobs finished (in ticket order)
   std::string error_;        // the first failure; every later wait rethrows it
@@ -246,13 +282,14 @@ class MpiTransport final : public Transport {
 }  // namespace
 }  // namespace towerjit::dist
 
-extern "C" towerjit::dist::Transport* towerjit_make_mpi_transport_v1(double start_timeout_s, std::string* error) {
+extern "C" towerjit::dist::Transport* towerjit_make_mpi_transport_v2(const towerjit::dist::TransportTimeouts& timeouts,
+                                                                     std::string* error) {
   try {
-    auto* transport = new towerjit::dist::MpiTransport(start_timeout_s);
+    auto* transport = new towerjit::dist::MpiTransport(timeouts);
     if (!transport->timed_out()) return transport;
     // Leaked on purpose: its thread is inside MPI's start-up and cannot be joined.
     *error = "MPI's start-up (MPI_Init_thread and a first barrier over every rank) did not finish within " +
-             std::to_string(static_cast<int>(start_timeout_s)) +
+             std::to_string(static_cast<int>(timeouts.start_s)) +
              " s: a rank has not started or cannot reach this one (TOWERJIT_MPI_START_TIMEOUT sets the limit)";
     return nullptr;
   } catch (const std::exception& e) {

@@ -62,11 +62,18 @@ class Transport {
   void all_reduce_sum(double* data, size_t count) { wait(start_all_reduce_sum(data, count)); }
 };
 
+// How long a transport waits for the other ranks (the TOWERJIT_MPI_* knobs, jit/knobs.h).
+struct TransportTimeouts {
+  double start_s = 30;         // MPI's start-up and a first barrier
+  double stall_warning_s = 60; // one call's wait before a warning on stderr, and between warnings
+  double stall_timeout_s = 0;  // one call's wait before it fails (0: never)
+};
+
 // The MPI plugin's one entry point (extern "C", so dlsym finds it): a transport over
 // MPI_COMM_WORLD, MPI initialised on a communication thread of its own, then a first barrier,
 // so every rank is known to be reachable. Null and `error` set when MPI cannot start, or when
-// that start-up takes more than `start_timeout_s` seconds (a rank that never arrives).
-using MakeTransport = Transport* (*)(double start_timeout_s, std::string* error);
-inline constexpr const char* kMakeMpiTransport = "towerjit_make_mpi_transport_v1";
+// that start-up takes more than `timeouts.start_s` seconds (a rank that never arrives).
+using MakeTransport = Transport* (*)(const TransportTimeouts& timeouts, std::string* error);
+inline constexpr const char* kMakeMpiTransport = "towerjit_make_mpi_transport_v2";
 
 }  // namespace towerjit::dist

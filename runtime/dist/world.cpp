@@ -74,7 +74,10 @@ std::unique_ptr<Transport> load_mpi(const Launch& launch, Loc loc) {
   user_check(make != nullptr, loc) << "the MPI transport " << path << " has no " << kMakeMpiTransport
                                    << "; it belongs to another towerjit build";
   std::string error;
-  Transport* transport = make(knobs::mpi_start_timeout_s(), &error);
+  const TransportTimeouts timeouts{.start_s = knobs::mpi_start_timeout_s(),
+                                   .stall_warning_s = knobs::mpi_stall_warning_s(),
+                                   .stall_timeout_s = knobs::mpi_stall_timeout_s()};
+  Transport* transport = make(timeouts, &error);
   user_check(transport != nullptr, loc) << launched_rank() << "MPI could not start under " << launch.launcher << ": "
                                         << error;
   return std::unique_ptr<Transport>(transport);

@@ -82,3 +82,21 @@ TEST_CASE("TOWERJIT_MPI_START_TIMEOUT that is not a positive time is an error", 
   }
   CHECK(knobs::mpi_start_timeout_s() == 30);
 }
+
+TEST_CASE("the MPI stall knobs read seconds, and anything else is an error naming the knob", "[knobs][errors]") {
+  CHECK(knobs::mpi_stall_warning_s() == 60);
+  CHECK(knobs::mpi_stall_timeout_s() == 0);
+  {
+    Env e("TOWERJIT_MPI_STALL_TIMEOUT", "120");
+    CHECK(knobs::mpi_stall_timeout_s() == 120);
+  }
+  {
+    Env e("TOWERJIT_MPI_STALL_TIMEOUT", "-1");
+    CHECK_THROWS_WITH(knobs::mpi_stall_timeout_s(),
+                      Catch::Contains("TOWERJIT_MPI_STALL_TIMEOUT=-1 is not a time") && Catch::Contains("0 (the default) never"));
+  }
+  {
+    Env e("TOWERJIT_MPI_STALL_WARNING", "0");  // a warning every 0 s is no setting
+    CHECK_THROWS_WITH(knobs::mpi_stall_warning_s(), Catch::Contains("TOWERJIT_MPI_STALL_WARNING=0 is not a time"));
+  }
+}

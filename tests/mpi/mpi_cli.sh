@@ -120,6 +120,25 @@ killed_rank_stops_all)
   mpi 2 "$bin" --steps $((kept + 2)) --batch 64 --hidden 32 --towers cpu:0 --checkpoint "$work/c" --resume \
     >"$work/out" 2>&1 || { cat "$work/out"; fail "resuming from the kept checkpoint (step $kept)"; }
   grep -q "resumed at step $kept" "$work/out" || { cat "$work/out"; fail "did not resume at step $kept"; } ;;
+stalled_rank_stops_all)
+  # A rank that stops (SIGSTOP: alive, but it never reaches the next collective): the other
+  # warns after TOWERJIT_MPI_STALL_WARNING (1 s here), stops after TOWERJIT_MPI_STALL_TIMEOUT
+  # (4 s here) naming the call it waited in, and mpirun ends the stopped rank too.
+  TOWERJIT_MPI_STALL_WARNING=1 TOWERJIT_MPI_STALL_TIMEOUT=4 mpi 2 -x TOWERJIT_MPI_STALL_WARNING \
+    -x TOWERJIT_MPI_STALL_TIMEOUT sh -c 'echo $$ >"$0/pid.$OMPI_COMM_WORLD_RANK"; exec "$@"' "$work" "$bin" \
+    --epochs 100000 --batch 64 --hidden 32 --towers cpu:0 --log-every 10 >"$work/out" 2>&1 &
+  launcher=$!
+  for _ in $(seq 1 150); do [ -s "$work/pid.1" ] && grep -q "step 10" "$work/out" && break; sleep 0.2; done
+  [ -s "$work/pid.1" ] || { kill $launcher; fail "rank 1 did not start"; }
+  kill -STOP "$(cat "$work/pid.1")"
+  stopped=$(date +%s)
+  wait $launcher && fail "the run ended with status 0 with a rank stopped"
+  kill -9 "$(cat "$work/pid.1")" 2>/dev/null
+  [ $(($(date +%s) - stopped)) -le 30 ] || fail "took $(($(date +%s) - stopped)) s to stop"
+  grep -q "towerjit: rank 0 of 2: MPI_.* has waited 1 s for the other ranks; one may be stalled" "$work/out" ||
+    { cat "$work/out"; fail "no stall warning from rank 0"; }
+  grep -q "towerjit: rank 0 of 2: .*MPI_.* has waited 4 s for the other ranks: one is stopped" "$work/out" ||
+    { cat "$work/out"; fail "rank 0's error does not name the stalled call"; } ;;
 gpu_towers_on_the_emulator)
   # 2 processes x 2 emulated GPUs (TOWERJIT_CUDA=emulator) train as 4 CPU towers in one process,
   # within 1e-5 relative at each of 12 steps: the variables on the host (each process reduces
