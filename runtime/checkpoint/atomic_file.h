@@ -18,4 +18,16 @@ using Loc = std::source_location;
 // (the rename has happened; the message says so).
 void write_file_atomically(const std::string& path, std::string_view bytes, Loc loc);
 
+// The moments of write_file_atomically, in order: the temporary file created (empty), half of
+// the bytes written, all written, fsynced and closed, renamed over `path`, the directory
+// fsynced. A crash before `renamed` leaves `path` as it was; from `renamed` on, it is new.
+enum class WritePhase { created, half_written, written, synced, renamed, directory_synced };
+const char* write_phase_name(WritePhase phase);  // "created", "half_written", ...
+
+// For tests of crash safety only: `hook` is called at every phase of every write in this
+// process with the final path (e.g. to stop the process there with SIGSTOP, so a test can
+// SIGKILL it at exactly that point). nullptr, the default, removes it.
+using WritePhaseHook = void (*)(WritePhase phase, const std::string& path);
+void set_write_phase_hook(WritePhaseHook hook);
+
 }  // namespace towerjit

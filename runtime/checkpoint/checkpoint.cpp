@@ -103,6 +103,21 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& c, int kee
   return path;
 }
 
+int remove_stale_temporaries(const std::string& dir) {
+  // The names write_file_atomically gives: "." + the final name + ".tmp-<pid>-<n>".
+  auto is_temporary = [](const std::string& name) {
+    const size_t tmp = name.find(".tmp-");
+    if (name.empty() || name[0] != '.' || tmp == std::string::npos) return false;
+    const std::string target = name.substr(1, tmp - 1);
+    return is_checkpoint_name(target) || target == "latest" || target == "best.tjck";
+  };
+  std::error_code ec;
+  int removed = 0;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (is_temporary(entry.path().filename().string()) && fs::remove(entry.path(), ec)) ++removed;
+  return removed;
+}
+
 void write_checkpoint(const std::string& path, const Checkpoint& c, Loc loc) {
   user_check(c.step >= 0, loc) << "cannot save a checkpoint at step " << c.step << ": steps start at 0";
   write_file_atomically(path, encode_checkpoint(c, loc), loc);

@@ -43,6 +43,12 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint
 // Errors as save_checkpoint's.
 void write_checkpoint(const std::string& path, const Checkpoint& checkpoint, Loc loc = Loc::current());
 
+// Removes the temporary files that writes cut short by a crash left in `dir`
+// (".ckpt-<step>.tjck.tmp-<pid>-<n>", and those of `latest` and best.tjck); other files stay.
+// Only safe while no other process saves to `dir`: CheckpointHook calls it holding the
+// directory's lock. Returns how many it removed.
+int remove_stale_temporaries(const std::string& dir);
+
 // Reads a checkpoint file, or the one a directory's `latest` names; when that one is damaged,
 // the newest older one `latest` lists that loads, with a warning on stderr naming both.
 // Errors name the file and the problem: missing (or a directory without `latest`), not a
