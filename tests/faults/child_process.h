@@ -89,7 +89,6 @@ class ChildProcess {
         if (WIFSTOPPED(status)) return true;
         status_ = status;
         reaped_ = true;
-        drain();
         return false;
       }
       read_some(5);
@@ -106,11 +105,10 @@ class ChildProcess {
 
   // Waits for the end; the raw wait status. Reads all the output.
   int wait() {
-    if (!reaped_) {
-      drain();
-      ::waitpid(pid_, &status_, 0);
-      reaped_ = true;
-    }
+    if (!drained_) drain();  // (to the end of the output: the child has closed it)
+    drained_ = true;
+    if (!reaped_) ::waitpid(pid_, &status_, 0);
+    reaped_ = true;
     return status_;
   }
   // SIGKILL, then wait: true when the signal killed it (it had not ended already).
@@ -154,7 +152,7 @@ class ChildProcess {
   pid_t pid_ = -1;
   int in_ = -1, out_ = -1;
   int status_ = 0;
-  bool reaped_ = false;
+  bool reaped_ = false, drained_ = false;
   std::string output_;
 };
 
