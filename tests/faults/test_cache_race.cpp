@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "jit/cpu/compile_cache.h"
 #include "tests/faults/child_process.h"
@@ -84,6 +85,7 @@ TEST_CASE("two processes racing to compile one model into a fresh cache, 20 time
         ++seen;
         partial += reader.load(name.substr(0, name.size() - 4)).status != tj::cpujit::CompileCache::Status::hit;
       }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // leave the racers the cores
     }
     const int code_a = a.exit_code(), code_b = b.exit_code();
     INFO("round " << round << (torn ? " (torn entries first)" : "") << "\nfirst:\n" << a.output() << "second:\n" << b.output());
