@@ -19,7 +19,7 @@ class DirectoryLock {
   // leaves a directory locked. Errors (towerjit::Error, at `loc`): another open lock holds it
   // (naming the directory, the holder's pid as it recorded it, and the fixes), or the lock
   // file cannot be opened or locked (the system's reason).
-  DirectoryLock(const std::string& dir, Loc loc = Loc::current());
+  explicit DirectoryLock(const std::string& dir, Loc loc = Loc::current());
   ~DirectoryLock() { release(); }
   DirectoryLock(DirectoryLock&& other) noexcept : fd_(other.fd_), dir_(std::move(other.dir_)) { other.fd_ = -1; }
   DirectoryLock& operator=(DirectoryLock&& other) noexcept;
