@@ -86,7 +86,8 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& c, int kee
 
   // Newest first, most recently saved at the front: a run resumed from an older step pushes the
   // abandoned run's later checkpoints out first.
-  std::vector<std::string> kept = read_latest(dir), dropped;
+  const std::vector<std::string> listed = read_latest(dir);
+  std::vector<std::string> kept = listed, dropped;
   kept.erase(std::remove(kept.begin(), kept.end(), name), kept.end());
   kept.insert(kept.begin(), name);
   if (static_cast<int>(kept.size()) > keep) {
@@ -95,7 +96,15 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& c, int kee
   }
   std::string latest;
   for (const auto& n : kept) latest += n + "\n";
-  write_file_atomically((fs::path(dir) / "latest").string(), latest, loc);
+  try {
+    write_file_atomically((fs::path(dir) / "latest").string(), latest, loc);
+  } catch (const Error&) {
+    // `latest` still names the previous checkpoints. Nothing prunes a file it never listed, so
+    // the new one goes now, unless `latest` lists it (the same step saved again: the old copy
+    // is gone already, and this one is as good).
+    if (std::find(listed.begin(), listed.end(), name) == listed.end()) fs::remove(path, ec);
+    throw;
+  }
 
   // After `latest` moved on: a crash here leaves extra files, never a `latest` naming a
   // deleted one. A file that will not go is only wasted space, not worth failing a save for.

@@ -34,7 +34,7 @@ struct Checkpoint {
 // (towerjit::Error, at `loc`): a negative step, keep below 1, a variable whose data does not
 // fill its shape, a directory that cannot be created or written (naming the path and the
 // system's reason); after an error the previous checkpoints and `latest` are as they were and
-// no temporary file is left behind.
+// no temporary file is left behind (nor the new checkpoint, when `latest` could not be written).
 std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep = 3,
                             Loc loc = Loc::current());
 

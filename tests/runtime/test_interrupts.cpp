@@ -24,9 +24,10 @@ using Catch::Matchers::Contains;
 namespace {
 
 struct Model {
+  explicit Model(tj::Towers towers = tj::Towers({tj::cpu(0)})) : trainer(graph, loss, std::move(towers), tj::adam(0.01), {.seed = 5}) {}
   tj::Graph graph;
   tj::Tensor loss = tj::testing::small_mlp_loss(graph);
-  tj::TowerTrainer trainer{graph, loss, tj::Towers({tj::cpu(0)}), tj::adam(0.01), {.seed = 5}};
+  tj::TowerTrainer trainer;
 };
 
 // Raises `signal` in its after_step of step `at`; records what fit tells it.
@@ -96,6 +97,18 @@ TEST_CASE("SIGINT during fit finishes the step, writes a final checkpoint and th
     CHECK(own_handler_calls == 0);  // fit's handler had it...
     CHECK(ScopedHandler::current() == own_handler);  // ...and put this one back
   }
+}
+
+TEST_CASE("free-running async towers stop on SIGTERM after the step, with no batch after it applied", "[faults][hooks]") {
+  const tj::data::TensorDataset data(tj::testing::batch_of(64, 11), "labels");
+  Model m(tj::Towers({tj::cpu(0), tj::cpu(1)}).reduce(tj::AsyncApply{}));
+  tj::data::BatchPipeline pipeline(data, {.batch = 8, .seed = 3});
+  SignalAt probe;  // uses the trainer at every step: the towers stop there, as for a checkpoint
+  probe.signal = SIGTERM;
+  probe.at = 3;
+  CHECK_THROWS_AS(tj::fit(m.trainer, pipeline, {.epochs = 5, .hooks = {&probe}}), tj::Interrupted);
+  CHECK(probe.steps == std::vector<int64_t>{1, 2, 3});
+  CHECK(m.trainer.applies() == 6);  // two towers, three batches
 }
 
 TEST_CASE("fit leaves an ignored SIGINT ignored, and with stop_on_signals false the process's own handler",

@@ -118,6 +118,7 @@ void report_directory(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(dir))
     temporaries += entry.path().filename().string().find(".tmp-") != std::string::npos;
   std::printf("temporaries %d\n", temporaries);
+  std::printf("ckpt-3.tjck %s\n", fs::exists(dir + "/ckpt-3.tjck") ? "exists" : "absent");
 }
 
 // Trains 6 steps; after step 2's checkpoint `fault` makes the disk refuse; prints the error
