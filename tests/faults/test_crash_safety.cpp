@@ -90,7 +90,8 @@ TEST_CASE("checkpoints survive 56 SIGKILLs at every write phase and at random, a
   REQUIRE(!timed.wait_for_line("start").empty());
   const auto timed_start = std::chrono::steady_clock::now();
   REQUIRE(timed.exit_code() == 0);
-  const double train_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - timed_start).count();
+  double train_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - timed_start).count();
+  const double timed_ms = train_ms;
   std::map<int64_t, std::string> reference;
   for (int64_t step = 1; step <= kSteps; ++step) {
     const fs::path file = reference_dir / ("ckpt-" + std::to_string(step) + ".tjck");
@@ -150,6 +151,7 @@ TEST_CASE("checkpoints survive 56 SIGKILLs at every write phase and at random, a
         if (!child.kill_and_wait()) {  // it finished first: the chain is done
           INFO(child.output());
           REQUIRE(child.exit_code() == 0);
+          train_ms *= 0.7;  // (runs got quicker than timed: the machine's load changes)
           break;
         }
         ++random_done;
@@ -169,5 +171,5 @@ TEST_CASE("checkpoints survive 56 SIGKILLs at every write phase and at random, a
   WARN(kills << " kills (" << phase_done << " at a named phase, " << random_done << " at random, of which " << mid_write
              << " left a temporary file: they landed mid-write) over " << chains << " chains in "
              << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
-             << " s; a child starts in " << startup_ms << " ms and trains " << kSteps << " steps in " << train_ms << " ms");
+             << " s; a child starts in " << startup_ms << " ms and trains " << kSteps << " steps in " << timed_ms << " ms");
 }
