@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 #include <thread>
+#include <unistd.h>
 
 #include "jit/cpu/compile_cache.h"
 #include "tests/faults/child_process.h"
@@ -111,4 +112,26 @@ TEST_CASE("two processes racing to compile one model into a fresh cache, 20 time
     }
   }
   WARN("the clean rounds' entries were read " << total_seen << " times while the processes raced; none was partial");
+}
+
+TEST_CASE("a compile cache store removes the temporaries dead processes of this machine left, and no others",
+          "[faults][cpu]") {
+  tj::test::TempDir dir;
+  ChildProcess ended("/bin/true", {});
+  REQUIRE(ended.exit_code() == 0);  // reaped: its pid names no process now
+  char name[256] = {};
+  REQUIRE(::gethostname(name, sizeof name - 1) == 0);
+  std::string host(name);
+  for (char& c : host)
+    if (c == '.' || c == '/') c = '_';
+  const std::string key = tj::cpujit::make_cache_key({"k"});
+  const fs::path dead = fs::path(dir.path()) / (key + ".tjc.tmp." + host + "." + std::to_string(ended.pid()) + ".0");
+  const fs::path live = fs::path(dir.path()) / (key + ".tjc.tmp." + host + "." + std::to_string(::getpid()) + ".7");
+  const fs::path elsewhere = fs::path(dir.path()) / (key + ".tjc.tmp.another-host." + std::to_string(ended.pid()) + ".0");
+  for (const fs::path& p : {dead, live, elsewhere}) std::ofstream(p) << "half an entry";
+  REQUIRE(tj::cpujit::CompileCache(dir.path()).store(key, "payload"));
+  CHECK_FALSE(fs::exists(dead));
+  CHECK(fs::exists(live));       // a store in progress in a live process
+  CHECK(fs::exists(elsewhere));  // another machine's: its pid means nothing here
+  CHECK(tj::cpujit::CompileCache(dir.path()).load(key).payload == "payload");
 }
