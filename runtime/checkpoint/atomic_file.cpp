@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <filesystem>
+#include <vector>
 #include <system_error>
 
 #include "dsl/error.h"
@@ -60,6 +61,31 @@ const char* write_phase_name(WritePhase phase) {
 
 void set_write_phase_hook(WritePhaseHook hook) { phase_hook.store(hook); }
 
+int sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  // EINVAL: a file system that cannot sync directories; there is nothing more to do.
+  const int err = ::fsync(fd) != 0 && errno != EINVAL ? errno : 0;
+  ::close(fd);
+  return err;
+}
+
+bool create_directories_durably(const std::string& dir, std::error_code& ec) {
+  namespace fs = std::filesystem;
+  // The levels that do not exist yet: each new entry lives in its parent, which must be
+  // fsynced for the entry to survive a power cut.
+  std::vector<fs::path> missing;
+  for (fs::path p = fs::absolute(dir, ec); !ec && !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    missing.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  if (ec) return false;
+  const bool created = fs::create_directories(dir, ec);
+  if (ec) return false;
+  for (const fs::path& p : missing) sync_directory(p.parent_path().string());  // durability only: not worth failing
+  return created;
+}
+
 void write_file_atomically(const std::string& path, std::string_view bytes, Loc loc) {
   namespace fs = std::filesystem;
   const fs::path target(path);
@@ -101,13 +127,7 @@ void write_file_atomically(const std::string& path, std::string_view bytes, Loc 
   reached(WritePhase::renamed, path);
 
   // Without this the rename may be lost in a power cut, leaving the old file.
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  int err = dir_fd < 0 ? errno : 0;
-  if (dir_fd >= 0) {
-    // EINVAL: a file system that cannot sync directories; there is nothing more to do.
-    if (::fsync(dir_fd) != 0 && errno != EINVAL) err = errno;
-    ::close(dir_fd);
-  }
+  const int err = sync_directory(dir.string());
   if (err == 0) reached(WritePhase::directory_synced, path);
   user_check(err == 0, loc) << "\"" << path << "\" was written, but fsync of its directory \"" << dir.string()
                             << "\" failed: " << reason(err) << "; it may not survive a power cut";

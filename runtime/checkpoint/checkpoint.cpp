@@ -74,7 +74,7 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& c, int kee
   const std::string bytes = encode_checkpoint(c, loc);
 
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  create_directories_durably(dir, ec);
   user_check(!ec, loc) << "cannot create checkpoint directory \"" << dir << "\": " << ec.message()
                        << "; choose a directory you can write";
   user_check(fs::is_directory(dir, ec), loc)

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "dsl/error.h"
+#include "runtime/checkpoint/atomic_file.h"
 #include "runtime/checkpoint/checkpoint_format.h"
 #include "runtime/checkpoint/directory_lock.h"
 #include "runtime/dist/world.h"
@@ -111,7 +112,7 @@ void CheckpointHook::keep_best(const EvalHook& eval, BestBy metric) {
 
 void CheckpointHook::begin(TowerTrainer&, const data::PipelinePosition& start) {
   std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
+  create_directories_durably(dir_, ec);
   const std::string probe = dir_ + "/.towerjit-write-probe";
   std::FILE* f = ec ? nullptr : std::fopen(probe.c_str(), "wb");
   const std::string reason = ec ? ec.message() : f ? "" : std::strerror(errno);

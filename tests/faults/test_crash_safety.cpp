@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "runtime/checkpoint/atomic_file.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "tests/faults/child_process.h"
 #include "tests/jit/cpu_test_env.h"
@@ -172,4 +173,17 @@ TEST_CASE("checkpoints survive 56 SIGKILLs at every write phase and at random, a
              << " left a temporary file: they landed mid-write) over " << chains << " chains in "
              << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
              << " s; a child starts in " << startup_ms << " ms and trains " << kSteps << " steps in " << timed_ms << " ms");
+}
+
+TEST_CASE("checkpoint directories are created durably, every new level synced in its parent", "[faults][checkpoint]") {
+  tj::test::TempDir work;
+  const std::string nested = work.path() + "/a/b/c";
+  std::error_code ec;
+  CHECK(tj::create_directories_durably(nested, ec));
+  CHECK_FALSE(ec);
+  CHECK(fs::is_directory(nested));
+  CHECK_FALSE(tj::create_directories_durably(nested, ec));  // there already: nothing created
+  CHECK_FALSE(ec);
+  CHECK(tj::sync_directory(nested) == 0);
+  CHECK(tj::sync_directory(work.path() + "/missing") == ENOENT);
 }
