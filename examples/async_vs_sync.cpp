@@ -17,6 +17,7 @@
 #include "runtime/data/batch_pipeline.h"
 #include "runtime/report/svg_plot.h"
 #include "runtime/towers/fit.h"
+#include "runtime/towers/interrupts.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;
@@ -105,6 +106,9 @@ int main(int argc, char** argv) {
     tj::report::write_svg_plot(plot, "Training loss on " + towers.str(), "step (batch)", "loss",
                                {sync.curve, async.curve});
     std::printf("plot: %s\n", plot.c_str());
+  } catch (const tj::Interrupted& stop) {  // Ctrl-C or SIGTERM: fit finished the step
+    std::fprintf(stderr, "%s\n", stop.what());
+    return stop.exit_code();
   } catch (const tj::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

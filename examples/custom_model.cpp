@@ -13,6 +13,7 @@
 #include "jit/reference/interpreter.h"
 #include "runtime/data/batch_pipeline.h"
 #include "runtime/towers/hooks.h"
+#include "runtime/towers/interrupts.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;
@@ -116,6 +117,9 @@ int main(int argc, char** argv) {
     tj::fit(trainer, pipeline, {.epochs = epochs, .max_steps = steps, .hooks = {&log, &eval}});
     progress.finish();
     std::printf("test accuracy %.4f\n", eval.last().accuracy);
+  } catch (const tj::Interrupted& stop) {  // Ctrl-C or SIGTERM: fit finished the step
+    std::fprintf(stderr, "%s\n", stop.what());
+    return stop.exit_code();
   } catch (const tj::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

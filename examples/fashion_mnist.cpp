@@ -4,6 +4,10 @@
 //   ./build/examples/fashion_mnist --model cnn --epochs 5 --metrics runs/cnn.jsonl --checkpoint runs/cnn
 //   ./build/examples/fashion_mnist --model cnn --epochs 5 --checkpoint runs/cnn --resume
 //
+// Ctrl-C (SIGINT) or SIGTERM stops after the current step, writes a final checkpoint (with
+// --checkpoint), prints the command that resumes the run and exits 130 or 143; a second
+// Ctrl-C stops at once.
+//
 // The model is written in the DSL (examples/models.h); the towers split every batch, run the
 // same compiled step on their slices, and combine their gradients (sync) or apply them one by
 // one (async). fit() drives the loop; hooks log, evaluate and checkpoint.
@@ -23,6 +27,7 @@
 #include "runtime/report/svg_plot.h"
 #include "runtime/report/trace.h"
 #include "runtime/towers/hooks.h"
+#include "runtime/towers/interrupts.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;
@@ -132,7 +137,7 @@ std::map<std::string, std::string> shared_flags(const Flags& f, std::map<std::st
   return metadata;
 }
 
-int train(Flags f) {
+int train(Flags f, const std::string& resume_command) {
   // Under mpirun every rank trains its towers; rank 0 alone prints, evaluates, logs metrics,
   // dumps and writes checkpoints.
   tj::dist::Transport& world = tj::dist::world();
@@ -218,8 +223,21 @@ int train(Flags f) {
   if (save) hooks.push_back(&*save);
 
   const int64_t payload_before = world.payload_bytes();
-  const tj::StepEvent last = tj::fit(trainer, pipeline, {.epochs = f.epochs, .max_steps = f.steps, .hooks = hooks,
-                                                         .accumulate = f.accumulate});
+  tj::StepEvent last;
+  try {
+    last = tj::fit(trainer, pipeline, {.epochs = f.epochs, .max_steps = f.steps, .hooks = hooks,
+                                       .accumulate = f.accumulate});
+  } catch (const tj::Interrupted& stop) {
+    // Ctrl-C or SIGTERM: fit finished the step and wrote the final checkpoint; say where the
+    // run stopped and the command that continues it, and exit as a program stopped by it does.
+    progress.finish();
+    std::fprintf(stderr, "%s\n", stop.what());
+    if (save) std::fprintf(stderr, "to resume: %s\n", resume_command.c_str());
+    else std::fprintf(stderr, "to be able to resume a run, give it --checkpoint DIR\n");
+    if (metrics) tj::report::write_metrics_plots(metrics->path());
+    trace.close();
+    return stop.exit_code();
+  }
   if (!lead) return 0;
   progress.finish();
   std::printf("test accuracy %.4f, test loss %.4f\n", eval.last().accuracy, eval.last().loss);
@@ -243,6 +261,26 @@ int train(Flags f) {
   trace.close();
   if (trace.enabled()) std::printf("trace: %s (open it at ui.perfetto.dev)\n", f.trace.c_str());
   return 0;
+}
+
+// This run's command line with --resume (unless it has it), quoted for a POSIX shell: what
+// continues it after an interrupt, from the final checkpoint.
+std::string resume_command(int argc, char** argv) {
+  auto quoted = [](const std::string& arg) {
+    if (!arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                              "_-+=.,/:@%") == std::string::npos)
+      return arg;
+    std::string out = "'";
+    for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+  };
+  std::string command;
+  bool has_resume = false;
+  for (int i = 0; i < argc; ++i) {
+    has_resume = has_resume || std::string(argv[i]) == "--resume";
+    command += (i ? " " : "") + quoted(argv[i]);
+  }
+  return has_resume ? command : command + " --resume";
 }
 
 }  // namespace
@@ -317,7 +355,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    return train(f);
+    return train(f, resume_command(argc, argv));
   } catch (const tj::Error& e) {
     // Under mpirun: the message names this rank, then every rank stops (none waits for this one).
     const std::string rank = tj::dist::rank_prefix(), message = e.what();

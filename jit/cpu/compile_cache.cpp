@@ -1,10 +1,12 @@
 #include "jit/cpu/compile_cache.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -58,11 +60,37 @@ void fsync_dir(const std::string& dir) {
   ::close(fd);
 }
 
-// A name no other thread or process is using at the same moment.
+// This machine's name, as temporary files carry it: a cache shared over NFS is written by
+// processes of several machines, whose pids mean nothing here.
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "unknown";
+  std::string host(name);
+  for (char& c : host)
+    if (c == '.' || c == '/') c = '_';
+  return host;
+}
+
+// A name no other thread or process is using at the same moment:
+// <entry>.tmp.<host>.<pid>.<n>.
 std::string temp_name(const std::string& final_path) {
   static std::atomic<std::uint64_t> counter{0};
-  return final_path + ".tmp." + std::to_string(::getpid()) + "." +
+  return final_path + ".tmp." + host_name() + "." + std::to_string(::getpid()) + "." +
          std::to_string(counter.fetch_add(1));
+}
+
+// Removes the temporary files that stores of dead processes of this machine left (a compile
+// killed mid-store): nothing reads them, and nothing else would ever delete them.
+void remove_stale_temporaries(const std::string& dir) {
+  const std::string mark = ".tjc.tmp." + host_name() + ".";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::size_t at = name.find(mark);
+    if (at == std::string::npos) continue;
+    const long pid = std::strtol(name.c_str() + at + mark.size(), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove(entry.path(), ec);
+  }
 }
 
 }  // namespace
@@ -117,6 +145,8 @@ bool CompileCache::store(const std::string& key, std::string_view payload) const
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) return false;
+  // Here, after a compile (a miss), the directory scan costs little beside it.
+  remove_stale_temporaries(dir_);
 
   Header header;
   std::memcpy(header.magic, kMagic, sizeof(kMagic));

@@ -43,7 +43,8 @@ class CompileCache {
 
   // Writes the entry atomically, replacing any existing one. Returns false (leaving no
   // partial file behind) when the directory or file cannot be written; a cache that cannot
-  // store must never fail a compile.
+  // store must never fail a compile. First removes the temporary files of stores that
+  // processes of this machine, now dead, left unfinished (<entry>.tmp.<host>.<pid>.<n>).
   bool store(const std::string& key, std::string_view payload) const;
 
   std::string entry_path(const std::string& key) const;

@@ -74,7 +74,7 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& c, int kee
   const std::string bytes = encode_checkpoint(c, loc);
 
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  create_directories_durably(dir, ec);
   user_check(!ec, loc) << "cannot create checkpoint directory \"" << dir << "\": " << ec.message()
                        << "; choose a directory you can write";
   user_check(fs::is_directory(dir, ec), loc)
@@ -86,7 +86,8 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& c, int kee
 
   // Newest first, most recently saved at the front: a run resumed from an older step pushes the
   // abandoned run's later checkpoints out first.
-  std::vector<std::string> kept = read_latest(dir), dropped;
+  const std::vector<std::string> listed = read_latest(dir);
+  std::vector<std::string> kept = listed, dropped;
   kept.erase(std::remove(kept.begin(), kept.end(), name), kept.end());
   kept.insert(kept.begin(), name);
   if (static_cast<int>(kept.size()) > keep) {
@@ -95,12 +96,35 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& c, int kee
   }
   std::string latest;
   for (const auto& n : kept) latest += n + "\n";
-  write_file_atomically((fs::path(dir) / "latest").string(), latest, loc);
+  try {
+    write_file_atomically((fs::path(dir) / "latest").string(), latest, loc);
+  } catch (const Error&) {
+    // `latest` still names the previous checkpoints. Nothing prunes a file it never listed, so
+    // the new one goes now, unless `latest` lists it (the same step saved again: the old copy
+    // is gone already, and this one is as good).
+    if (std::find(listed.begin(), listed.end(), name) == listed.end()) fs::remove(path, ec);
+    throw;
+  }
 
   // After `latest` moved on: a crash here leaves extra files, never a `latest` naming a
   // deleted one. A file that will not go is only wasted space, not worth failing a save for.
   for (const auto& n : dropped) fs::remove(fs::path(dir) / n, ec);
   return path;
+}
+
+int remove_stale_temporaries(const std::string& dir) {
+  // The names write_file_atomically gives: "." + the final name + ".tmp-<pid>-<n>".
+  auto is_temporary = [](const std::string& name) {
+    const size_t tmp = name.find(".tmp-");
+    if (name.empty() || name[0] != '.' || tmp == std::string::npos) return false;
+    const std::string target = name.substr(1, tmp - 1);
+    return is_checkpoint_name(target) || target == "latest" || target == "best.tjck";
+  };
+  std::error_code ec;
+  int removed = 0;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (is_temporary(entry.path().filename().string()) && fs::remove(entry.path(), ec)) ++removed;
+  return removed;
 }
 
 void write_checkpoint(const std::string& path, const Checkpoint& c, Loc loc) {

@@ -34,7 +34,7 @@ struct Checkpoint {
 // (towerjit::Error, at `loc`): a negative step, keep below 1, a variable whose data does not
 // fill its shape, a directory that cannot be created or written (naming the path and the
 // system's reason); after an error the previous checkpoints and `latest` are as they were and
-// no temporary file is left behind.
+// no temporary file is left behind (nor the new checkpoint, when `latest` could not be written).
 std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint, int keep = 3,
                             Loc loc = Loc::current());
 
@@ -42,6 +42,12 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint
 // no `latest` and no rotation: for a checkpoint kept by another rule, such as the best one.
 // Errors as save_checkpoint's.
 void write_checkpoint(const std::string& path, const Checkpoint& checkpoint, Loc loc = Loc::current());
+
+// Removes the temporary files that writes cut short by a crash left in `dir`
+// (".ckpt-<step>.tjck.tmp-<pid>-<n>", and those of `latest` and best.tjck); other files stay.
+// Only safe while no other process saves to `dir`: CheckpointHook calls it holding the
+// directory's lock. Returns how many it removed.
+int remove_stale_temporaries(const std::string& dir);
 
 // Reads a checkpoint file, or the one a directory's `latest` names; when that one is damaged,
 // the newest older one `latest` lists that loads, with a warning on stderr naming both.

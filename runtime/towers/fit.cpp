@@ -6,6 +6,7 @@
 #include <deque>
 #include <limits>
 #include <optional>
+#include <sstream>
 
 #include "dsl/error.h"
 #include "runtime/towers/async_towers.h"
@@ -39,8 +40,9 @@ std::string cause_of_non_finite_loss(int64_t step, const std::vector<Suspect>& b
 // once a batch is trained (the NaN check, then the hooks).
 class Loop {
  public:
-  Loop(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOptions& options, Loc loc)
-      : trainer_(trainer), pipeline_(pipeline), options_(options), loc_(loc),
+  Loop(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOptions& options, const InterruptWatch& watch,
+       Loc loc)
+      : trainer_(trainer), pipeline_(pipeline), options_(options), watch_(watch), loc_(loc),
         per_epoch_(pipeline.batches_per_epoch()) {
     last_.next = pipeline_.position();
     last_.step = step_of(last_.next);
@@ -50,7 +52,8 @@ class Loop {
 
   bool done() const {
     const data::PipelinePosition p = pipeline_.position();
-    return p.epoch >= options_.epochs || (options_.max_steps > 0 && step_of(p) >= options_.max_steps);
+    return p.epoch >= options_.epochs || (options_.max_steps > 0 && step_of(p) >= options_.max_steps) ||
+           watch_.received() != 0;
   }
 
   // The next batch, and the event it will give (all but its loss, rate and time).
@@ -86,17 +89,41 @@ class Loop {
     previous_ = Clock::now();  // the hooks' time (an evaluation) is not the next step's
   }
 
+  // The hooks' end; then, when a signal stopped the run, Interrupted.
   StepEvent end() {
+    // Read once: a signal that comes during the hooks' end still counts as this stop.
+    last_.stopped_by = watch_.received();
     for (Hook* h : options_.hooks) h->end(trainer_, last_);
+    if (last_.stopped_by != 0) interrupted();
     return last_;
+  }
+
+  [[noreturn]] void interrupted() const {
+    const std::string kept = kept_state();
+    std::ostringstream message;
+    message << "towerjit: training stopped by " << signal_name(last_.stopped_by) << " after step " << last_.step;
+    if (last_.batches_per_epoch > 0)
+      message << " (epoch " << last_.epoch + 1 << ", batch " << last_.batch_in_epoch + 1 << " of "
+              << last_.batches_per_epoch << ")";
+    message << "; "
+            << (kept.empty() ? "no checkpoint is kept (a CheckpointHook, or the examples' --checkpoint DIR, keeps one)"
+                             : kept + " is kept: resume from it")
+            << " (" << format_location(loc_) << ")";
+    throw Interrupted(message.str(), last_.stopped_by, last_.step);
+  }
+
+  // What the last hook that keeps something has kept, or "".
+  std::string kept_state() const {
+    std::string kept;
+    for (const Hook* h : options_.hooks)
+      if (const std::string k = h->kept_state(); !k.empty()) kept = k;
+    return kept;
   }
 
   // The error for a loss that is NaN or infinite: where, what caused it (a non-finite input, or
   // else the training itself), and what is kept.
   [[noreturn]] void non_finite_loss(const StepEvent& e, const std::vector<Suspect>& suspects) const {
-    std::string kept;
-    for (const Hook* h : options_.hooks)
-      if (const std::string k = h->kept_state(); !k.empty()) kept = k;
+    const std::string kept = kept_state();
     user_check(false, loc_)
         << "the loss is " << (std::isnan(e.loss) ? "NaN" : e.loss > 0 ? "+inf" : "-inf") << " at step " << e.step
         << " (epoch " << e.epoch + 1 << ", batch " << e.batch_in_epoch + 1 << " of " << e.batches_per_epoch
@@ -113,6 +140,7 @@ class Loop {
   TowerTrainer& trainer_;
   data::BatchPipeline& pipeline_;
   const FitOptions& options_;
+  const InterruptWatch& watch_;
   Loc loc_;
   const int64_t per_epoch_;
   StepEvent last_;
@@ -272,7 +300,9 @@ StepEvent fit(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOpt
   user_check(options.epochs >= 1, loc) << "fit: epochs " << options.epochs << " must be at least 1";
   user_check(options.max_steps >= 0, loc)
       << "fit: max_steps " << options.max_steps << " must be 0 (no limit) or positive";
-  Loop loop(trainer, pipeline, options, loc);
+  // Watching starts after the argument checks and stops when fit returns or throws.
+  const InterruptWatch watch(options.stop_on_signals && trainer.world_layout().towers_of_rank.size() <= 1);
+  Loop loop(trainer, pipeline, options, watch, loc);
   user_check(options.accumulate == 1 || !is_async(trainer.towers().reduction()), loc)
       << "fit: accumulate " << options.accumulate << " needs sync towers; async towers apply each gradient as it comes";
   if (trainer.parameter_server_rank()) fit_async_server(trainer, loop, loc);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "runtime/data/batch_pipeline.h"
+#include "runtime/towers/interrupts.h"
 #include "runtime/towers/tower_trainer.h"
 
 namespace towerjit {
@@ -37,6 +38,8 @@ struct StepEvent {
   double samples_per_s = 0;  // examples over the wall time since the previous step's hooks
                              // returned: the wait for the batch and the step
   data::PipelinePosition next;  // where the pipeline stands after this batch: a checkpoint's position
+  int stopped_by = 0;           // in Hook::end only: the signal (SIGINT, SIGTERM) that stopped
+                                // training early, else 0
 };
 
 class Hook {
@@ -46,7 +49,8 @@ class Hook {
   virtual void after_step(TowerTrainer&, const StepEvent&) {}
   // After the last batch of epoch `event.epoch`, right after that step's after_step.
   virtual void after_epoch(TowerTrainer&, const StepEvent&) {}
-  // After the last step, also when training stops early (max_steps); not after an error.
+  // After the last step, also when training stops early (max_steps, a signal: then
+  // last.stopped_by says which); not after an error.
   virtual void end(TowerTrainer&, const StepEvent& last) {}
   // Whether after_step / after_epoch for `upcoming` (all known but its loss, rate and time)
   // will use the trainer: evaluate, save or read its variables. Free-running async towers
@@ -63,6 +67,10 @@ struct FitOptions {
   int64_t max_steps = 0;  // > 0: also stop once the step number reaches it
   std::vector<Hook*> hooks;
   int accumulate = 1;     // micro-batches per apply (TowerTrainer::StepOptions::accumulate)
+  // While training, SIGINT and SIGTERM stop the run after the step in progress (see fit());
+  // false leaves the process's own handling of them alone. Runs over several processes never
+  // watch: their ranks would stop at different steps (mpirun ends them all on Ctrl-C).
+  bool stop_on_signals = true;
 };
 
 // Trains until `options.epochs` epochs (counted from the first batch of training, so a resumed
@@ -71,6 +79,12 @@ struct FitOptions {
 // batch's first non-finite input if there is one (else the training diverged), and what the
 // hooks have kept — raised before any hook sees that step, so no checkpoint holds its
 // weights; whatever a hook or the trainer raises.
+//
+// On SIGINT or SIGTERM (with options.stop_on_signals, runtime/towers/interrupts.h) the step
+// in progress finishes and its hooks run, no further batch starts, the hooks' end() runs (a
+// CheckpointHook writes its final checkpoint there; an EvalHook does not evaluate), and then fit
+// throws Interrupted naming the signal, the last step and what the hooks kept. A second signal
+// ends the process at once. fit never exits the process itself.
 StepEvent fit(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOptions& options,
               Loc loc = Loc::current());
 

@@ -8,7 +8,9 @@
 #include <filesystem>
 
 #include "dsl/error.h"
+#include "runtime/checkpoint/atomic_file.h"
 #include "runtime/checkpoint/checkpoint_format.h"
+#include "runtime/checkpoint/directory_lock.h"
 #include "runtime/dist/world.h"
 
 namespace towerjit {
@@ -78,7 +80,8 @@ void EvalHook::after_epoch(TowerTrainer& trainer, const StepEvent& e) {
 }
 
 void EvalHook::end(TowerTrainer& trainer, const StepEvent& last) {
-  if (last.step != evaluated_at_ && last.step > 0) evaluate(trainer, last);
+  // A run stopped by a signal should stop soon: no pass over the test set.
+  if (last.step != evaluated_at_ && last.step > 0 && last.stopped_by == 0) evaluate(trainer, last);
 }
 
 bool EvalHook::uses_trainer_at(const StepEvent& e) const {
@@ -109,7 +112,7 @@ void CheckpointHook::keep_best(const EvalHook& eval, BestBy metric) {
 
 void CheckpointHook::begin(TowerTrainer&, const data::PipelinePosition& start) {
   std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
+  create_directories_durably(dir_, ec);
   const std::string probe = dir_ + "/.towerjit-write-probe";
   std::FILE* f = ec ? nullptr : std::fopen(probe.c_str(), "wb");
   const std::string reason = ec ? ec.message() : f ? "" : std::strerror(errno);
@@ -117,6 +120,10 @@ void CheckpointHook::begin(TowerTrainer&, const data::PipelinePosition& start) {
                                  << "; choose a checkpoint directory you can write";
   std::fclose(f);
   std::filesystem::remove(probe, ec);
+  // Held until end(): another run saving here would interleave its files with this one's.
+  // Holding it, this run is the only writer, so temporaries a crash left are garbage.
+  if (!lock_.held()) lock_ = DirectoryLock(dir_, loc_);
+  remove_stale_temporaries(dir_);
   // A resumed run competes with the best its earlier part kept; a fresh run starts over.
   const std::string best = dir_ + "/best.tjck";
   if (best_of_ && start != data::PipelinePosition{} && std::filesystem::exists(best, ec)) {
@@ -148,6 +155,7 @@ void CheckpointHook::after_epoch(TowerTrainer& trainer, const StepEvent& e) {
 void CheckpointHook::end(TowerTrainer& trainer, const StepEvent& last) {
   if (last.step != saved_at_ && last.step > 0) save(trainer, last);
   consider_best(trainer, last);
+  lock_.release();
 }
 
 void CheckpointHook::consider_best(TowerTrainer& trainer, const StepEvent& e) {
@@ -187,9 +195,16 @@ void CheckpointHook::save(TowerTrainer& trainer, const StepEvent& e) {
   // so the apply count (the global step the optimiser reads) is kept beside it.
   std::map<std::string, std::string> metadata = metadata_;
   metadata[kAppliesKey] = std::to_string(trainer.applies());
-  last_path_ = save_checkpoint(dir_, {.step = e.step, .position = e.next, .variables = trainer.variables(),
-                                      .metadata = metadata},
-                               keep_, loc_);
+  try {
+    last_path_ = save_checkpoint(dir_, {.step = e.step, .position = e.next, .variables = trainer.variables(),
+                                        .metadata = metadata},
+                                 keep_, loc_);
+  } catch (const Error& failed) {
+    // A full disk or a file-size limit: the run stops here, and the user needs to know what
+    // survives (the previous checkpoint and `latest`, untouched by the failed write).
+    throw Error(std::string(failed.what()) + "; training stopped at step " + std::to_string(e.step) + ": " +
+                kept_state() + " is kept");
+  }
   saved_at_ = e.step;
 }
 

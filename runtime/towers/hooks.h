@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/directory_lock.h"
 #include "runtime/data/fashion_mnist.h"
 #include "runtime/data/tensor_dataset.h"
 #include "runtime/report/metrics.h"
@@ -80,8 +81,12 @@ enum class BestBy {
 // Writes a checkpoint (every variable, the apply count, the pipeline's position, `metadata`)
 // every `every` steps (0: never mid-epoch), after each epoch and at the end, keeping the
 // newest `keep`. Before training starts it creates `dir` and checks it can write there, so a
-// bad path fails before any work is done. A failed write raises towerjit::Error (at `loc`);
-// the previous checkpoints stay.
+// bad path fails before any work is done, and takes the directory's lock (DirectoryLock,
+// runtime/checkpoint/directory_lock.h) until end(): a second run saving to the same directory
+// fails in its begin(), naming the first one's pid. Holding the lock, it removes the temporary
+// files a crashed writer left. A failed write (a full disk: ENOSPC, a file-size limit: EFBIG)
+// raises towerjit::Error (at `loc`) naming the file, the system's reason, the step and the
+// checkpoint that is kept; the previous checkpoints and `latest` stay as they were.
 //
 // With keep_best(eval, metric) it also keeps the best checkpoint by an EvalHook's metric:
 // whenever `eval` has just evaluated (the same step) and the metric beats the best so far, the
@@ -121,6 +126,7 @@ class CheckpointHook : public Hook {
   int64_t saved_at_ = -1;
   std::string last_path_;
   Loc loc_;
+  DirectoryLock lock_;
   const EvalHook* best_of_ = nullptr;
   BestBy best_by_ = BestBy::test_accuracy;
   bool have_best_ = false;

@@ -22,6 +22,24 @@ expect_error() {
 # The "loss" of step $2 in metrics file $1, exactly as written.
 loss_at() { grep "\"kind\":\"step\",\"step\":$2," "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
 
+# Starts the example in the background, output in $1, pid in $pid. A shell starts background
+# jobs with SIGINT ignored, and the example rightly leaves an ignored SIGINT alone: env puts
+# the default back, as in a terminal.
+start_in_background() {
+  out=$1; shift
+  env --default-signal=INT "$bin" "$@" >"$out" 2>&1 &
+  pid=$!
+}
+
+# Waits (120 s at most) until file $1 holds the text $2.
+wait_for() {
+  tries=0
+  while ! grep -qF -- "$2" "$1" 2>/dev/null; do
+    tries=$((tries + 1)); [ $tries -le 1200 ] || return 1
+    sleep 0.1
+  done
+}
+
 small="--steps 24 --batch 64 --hidden 32 --log-every 1"
 case $case_name in
 resume_is_bitwise)
@@ -228,5 +246,52 @@ augment)
   "$bin" $small --metrics "$work/plain.jsonl" >/dev/null || fail "plain run"
   [ "$(loss_at "$work/a1.jsonl" 24)" = "$(loss_at "$work/a2.jsonl" 24)" ] || fail "augmentation is not reproducible"
   [ "$(loss_at "$work/a1.jsonl" 2)" != "$(loss_at "$work/plain.jsonl" 2)" ] || fail "--augment changed nothing" ;;
+sigint_checkpoints_and_resumes)
+  # Ctrl-C mid-epoch: the step finishes, a final checkpoint, the metrics so far, exit 130 and the
+  # command that resumes; that command, run as printed, ends bitwise where a run never stopped ends.
+  run="--steps 900 --batch 64 --hidden 32 --log-every 1"
+  "$bin" $run --checkpoint "$work/a" --metrics "$work/a.jsonl" >/dev/null || fail "uninterrupted run"
+  start_in_background "$work/out" $run --checkpoint-every 50 --checkpoint "$work/b" --metrics "$work/b.jsonl"
+  wait_for "$work/b.jsonl" '"step":20,' || { kill $pid; fail "the run never reached step 20"; }
+  kill -INT $pid
+  wait $pid; code=$?
+  [ $code = 130 ] || { cat "$work/out"; fail "exit $code after SIGINT, expected 130"; }
+  step=$(sed -n 's/.*training stopped by SIGINT after step \([0-9]*\) .*/\1/p' "$work/out")
+  [ -n "$step" ] && [ "$step" -lt 900 ] || { cat "$work/out"; fail "no \"stopped by SIGINT after step N\" before the end"; }
+  grep -qF "the newest checkpoint, $work/b/ckpt-$step.tjck, is kept" "$work/out" || { cat "$work/out"; fail "kept checkpoint"; }
+  [ "$(head -n 1 "$work/b/latest")" = "ckpt-$step.tjck" ] || fail "latest does not name ckpt-$step.tjck"
+  [ "$(grep -c '"kind":"step"' "$work/b.jsonl")" = "$step" ] || fail "the metrics file should hold steps 1 to $step"
+  resume=$(sed -n 's/^to resume: //p' "$work/out")
+  [ "$resume" = "$bin $run --checkpoint-every 50 --checkpoint $work/b --metrics $work/b.jsonl --resume" ] ||
+    fail "resume command \"$resume\""
+  sh -c "$resume" >"$work/out2" 2>&1 || { cat "$work/out2"; fail "the printed resume command failed"; }
+  grep -q "resumed at step $step" "$work/out2" || fail "the resumed run does not say step $step"
+  cmp "$work/a/ckpt-900.tjck" "$work/b/ckpt-900.tjck" || fail "the final checkpoints differ"
+  for s in 1 $step $((step + 1)) 300 900; do
+    [ "$(loss_at "$work/a.jsonl" $s)" = "$(loss_at "$work/b.jsonl" $s)" ] || fail "the loss of step $s differs"
+  done ;;
+sigterm_exit_143)
+  start_in_background "$work/out" --steps 900 --batch 64 --hidden 32 --log-every 1 --checkpoint-every 50 \
+    --checkpoint "$work/t" --metrics "$work/t.jsonl"
+  wait_for "$work/t.jsonl" '"step":5,' || { kill $pid; fail "the run never reached step 5"; }
+  kill -TERM $pid
+  wait $pid; code=$?
+  [ $code = 143 ] || { cat "$work/out"; fail "exit $code after SIGTERM, expected 143"; }
+  step=$(sed -n 's/.*training stopped by SIGTERM after step \([0-9]*\) .*/\1/p' "$work/out")
+  [ -n "$step" ] || { cat "$work/out"; fail "no \"stopped by SIGTERM\" message"; }
+  [ "$(head -n 1 "$work/t/latest")" = "ckpt-$step.tjck" ] || fail "latest does not name ckpt-$step.tjck"
+  grep -q "^to resume: .* --resume$" "$work/out" || fail "no resume command" ;;
+second_sigint_exits_at_once)
+  # Big ResNet steps: the first Ctrl-C waits for the step in progress; the second, sent as soon
+  # as the first is acknowledged, ends the process by the signal, with no stop message.
+  start_in_background "$work/out" --model resnet --towers cpu:0 --batch 512 --steps 50 --log-every 1 \
+    --checkpoint "$work/r" --metrics "$work/r.jsonl"
+  wait_for "$work/r.jsonl" '"step":1,' || { kill $pid; fail "the run never finished a step"; }
+  kill -INT $pid
+  wait_for "$work/out" "SIGINT received" || { kill -9 $pid; fail "the first SIGINT was not acknowledged"; }
+  kill -INT $pid
+  wait $pid; code=$?
+  [ $code = 130 ] || { cat "$work/out"; fail "exit $code, expected death by SIGINT (130)"; }
+  if grep -q "training stopped by" "$work/out"; then cat "$work/out"; fail "it wound down instead of stopping at once"; fi ;;
 *) fail "unknown case $case_name" ;;
 esac

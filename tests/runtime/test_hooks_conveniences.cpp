@@ -173,14 +173,20 @@ TEST_CASE("a resumed run competes with the best checkpoint its earlier part kept
   REQUIRE(save.best_step() > 0);
   // A hook of a run resumed at step 4 starts from the kept value; one of a fresh run does not.
   tj::EvalHook eval2(test, progress, nullptr, false, 2);
-  tj::CheckpointHook resumed(dir.string(), {}), fresh(dir.string(), {});
-  resumed.keep_best(eval2, tj::BestBy::test_loss);
-  fresh.keep_best(eval2, tj::BestBy::test_loss);
-  resumed.begin(*first.trainer, last.next);
-  fresh.begin(*first.trainer, {});
-  CHECK(resumed.best_value() == save.best_value());
-  CHECK(resumed.best_step() == save.best_step());
-  CHECK(fresh.best_step() == -1);
+  // (One hook at a time: each holds the directory's lock from begin() until it is destroyed.)
+  {
+    tj::CheckpointHook resumed(dir.string(), {});
+    resumed.keep_best(eval2, tj::BestBy::test_loss);
+    resumed.begin(*first.trainer, last.next);
+    CHECK(resumed.best_value() == save.best_value());
+    CHECK(resumed.best_step() == save.best_step());
+  }
+  {
+    tj::CheckpointHook fresh(dir.string(), {});
+    fresh.keep_best(eval2, tj::BestBy::test_loss);
+    fresh.begin(*first.trainer, {});
+    CHECK(fresh.best_step() == -1);
+  }
   // Kept by another metric: the resumed run starts over.
   tj::CheckpointHook by_accuracy(dir.string(), {});
   by_accuracy.keep_best(eval2, tj::BestBy::test_accuracy);
