@@ -27,8 +27,9 @@ struct Window {
 // gradient goes to that NaN, as the reference's (jit/reference/eval_conv.cpp) and PyTorch's.
 inline bool beats(float v, float best) { return v > best || (v != v && best == best); }
 
-// The larger of a and b, NaN if either is (std::max(a, b) drops a NaN in b).
-inline float max_nan(float a, float b) { return a != a || a >= b ? a : b; }
+// The larger of a and b, NaN if either is (std::max(a, b) drops a NaN in b). Ties give b, as
+// _mm256_max_ps(a, b) does, so the AVX2 path (max_nan8) agrees bit for bit, signed zeros included.
+inline float max_nan(float a, float b) { return a != a || a > b ? a : b; }
 
 // The first maximum of the window in row-major order (what the reference's gradient follows).
 int64_t argmax_in(const Window& g, const float* plane, int64_t oy, int64_t ox) {

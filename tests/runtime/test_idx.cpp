@@ -2,6 +2,7 @@
 #include <zlib.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <filesystem>
 #include <vector>
 
@@ -61,6 +62,23 @@ TEST_CASE("a damaged IDX file is named with what is wrong", "[data]") {
   inside_header.resize(10);
   CHECK_THROWS_WITH(tj::data::read_idx(write_gz("header.gz", inside_header)),
                     Catch::Contains("ends inside its header (10 bytes); it is truncated") && Catch::Contains(here));
+  // A gzip stream damaged after its header: zlib's reason, the file, the fix, the caller's line.
+  std::vector<unsigned char> gz;
+  {
+    const std::string good = write_gz("good.gz", truncated);
+    FILE* f = std::fopen(good.c_str(), "rb");
+    for (int c; (c = std::fgetc(f)) != EOF;) gz.push_back(static_cast<unsigned char>(c));
+    std::fclose(f);
+  }
+  for (size_t i = 10; i < gz.size() - 8; ++i) gz[i] ^= 0x5A;  // the deflate stream, not the header
+  const auto damaged = (std::filesystem::temp_directory_path() / "towerjit-idx-damaged.gz").string();
+  {
+    FILE* f = std::fopen(damaged.c_str(), "wb");
+    std::fwrite(gz.data(), 1, gz.size(), f);
+    std::fclose(f);
+  }
+  CHECK_THROWS_WITH(tj::data::read_idx(damaged), Catch::Contains("towerjit-idx-damaged.gz\" is not a readable gzip or IDX file (") &&
+                                                     Catch::Contains("the file is damaged: fetch it again") && Catch::Contains(here));
   CHECK_THROWS_WITH(tj::data::read_idx("/nonexistent/x.gz", "install dataset-fashion-mnist"),
                     Catch::Contains("does not exist") && Catch::Contains("dataset-fashion-mnist"));
   CHECK_THROWS_WITH(tj::data::load_mnist_format("train", "/nonexistent"), Catch::Contains("--data"));
