@@ -1,7 +1,8 @@
 // NaN never vanishes through a max: maximum / minimum, max reductions (along a row, along the
 // batch, over everything) and max pools (the 2x2 path, a window inside the image, a padded one)
 // give NaN wherever a NaN is among what they compare, and their gradients go to that NaN, so a
-// NaN dy lands on the NaN input and every other input gets exactly 0 (docs/dsl.md, "NaN").
+// NaN dy lands on the NaN input and every other input gets exactly 0; argmax points at the first
+// NaN and softmax is NaN across a row holding one (docs/dsl.md, "NaN").
 // The expected values come from the plain loops below (the oracle), not from the reference, so
 // the reference interpreter is checked too. Each case runs on the backend a test passes
 // (tests/jit/test_cpu_ops.cpp at every TOWERJIT_CPU_ISA level, tests_gpu/test_gpu_ops.cpp on a
