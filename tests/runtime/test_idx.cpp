@@ -81,7 +81,9 @@ TEST_CASE("a damaged IDX file is named with what is wrong", "[data]") {
                                                      Catch::Contains("the file is damaged: fetch it again") && Catch::Contains(here));
   CHECK_THROWS_WITH(tj::data::read_idx("/nonexistent/x.gz", "install dataset-fashion-mnist"),
                     Catch::Contains("does not exist") && Catch::Contains("dataset-fashion-mnist"));
-  CHECK_THROWS_WITH(tj::data::load_mnist_format("train", "/nonexistent"), Catch::Contains("--data"));
+  CHECK_THROWS_WITH(tj::data::load_mnist_format("train", "/nonexistent"), Catch::Contains("--data") && Catch::Contains(here));
+  CHECK_THROWS_WITH(tj::data::load_mnist_format("validation"),
+                    Catch::Contains("unknown split \"validation\"; use \"train\" or \"test\"") && Catch::Contains(here));
 }
 
 TEST_CASE("a data directory whose images and labels differ in count names both counts", "[data][errors]") {
