@@ -106,6 +106,8 @@ TEST_CASE("a predictor names a checkpoint without moving averages and an empty l
   predictor.load(values);
   CHECK(predictor.predict({{"x", x}}).shape == tj::Shape{1, 2});
   values.erase("out/bias");
-  CHECK_THROWS_WITH(predictor.load(values), Contains("no value for variable \"out/bias\"") && Catch::Contains(here));
+  CHECK_THROWS_WITH(predictor.load(values), Contains("no value for variable \"out/bias\"") &&
+                                                Contains("; load a checkpoint (or the variables) of the model") &&
+                                                Catch::Contains(here));
   std::filesystem::remove_all(dir);
 }
