@@ -105,8 +105,11 @@ void binary_grad(const GradContext& c, Tensor& ga, Tensor& gb) {
       return;
     }
     case Op::Max: case Op::Min: {
-      // Ties go to a, as in the forward op's choice of a >= b (max) or a <= b (min).
-      Tensor to_a = c.node.op == Op::Max ? greater_equal(a, b, loc) : less_equal(a, b, loc);
+      // The gradient goes to the side the forward op picked: a on ties (a >= b for max, a <= b
+      // for min) and a NaN, which is the result (a NaN a counts as picked, a != a; a NaN b
+      // already fails the comparison). So a NaN dy reaches the NaN input, never a finite one.
+      Tensor picks = c.node.op == Op::Max ? greater_equal(a, b, loc) : less_equal(a, b, loc);
+      Tensor to_a = where(not_equal(a, a, loc), k(1), picks, loc);
       if (c.want[0]) ga = where(to_a, g, k(0), loc);
       if (c.want[1]) gb = where(to_a, k(0), g, loc);
       return;
@@ -168,11 +171,14 @@ Tensor reduce_grad(const GradContext& c) {
       return broadcast_to(div(g, count, loc), xs, loc);
     }
     case Op::ReduceMax: {
-      // Split evenly among ties (as TF does), so the gradient of max(x, x) is 1/2 each.
+      // Split evenly among ties (as TF does), so the gradient of max(x, x) is 1/2 each. A slice
+      // holding a NaN has the maximum NaN (the forward op): its NaNs are the ties (x != x), and
+      // where(), not a product, keeps every other element at exactly 0 even when dy is NaN.
       // Qualified: with a std::source_location argument, ADL would pick std::equal.
       Tensor hit = towerjit::equal(c.x[0], keep_reduced_dims(c, c.y), loc);
+      hit = where(not_equal(c.x[0], c.x[0], loc), Operand(1.0, loc), hit, loc);
       Tensor ties = sum(hit, axes, true, loc);
-      return mul(hit, div(g, ties, loc), loc);
+      return where(hit, div(g, ties, loc), Operand(0.0, loc), loc);
     }
     case Op::ReduceLogSumExp:  // softmax over the reduced axes: elementwise, given y
       return mul(g, exp(sub(c.x[0], keep_reduced_dims(c, c.y), loc), loc), loc);

@@ -123,15 +123,13 @@ uint64_t stable_hash(const std::string& name) {
 }
 
 std::vector<double> initial_values(const Initializer& init, const Shape& shape, uint64_t seed,
-                                   uint64_t variable_key) {
-  if (shape.has_batch())
-    throw Error("towerjit: cannot initialise a variable of shape " + shape.str() +
-                " with " + init.str() + ": the batch dimension B is not a constant; "
-                "give variables constant dimensions");
-  if (init.kind == Kind::copy)
-    throw Error("towerjit: cannot sample " + init.str() + " on its own: a copy takes another "
-                "variable's initial value; initialise the graph's variables together with "
-                "initialize_variables(graph, seed)");
+                                   uint64_t variable_key, std::source_location loc) {
+  user_check(!shape.has_batch(), loc)
+      << "cannot initialise a variable of shape " << shape.str() << " with " << init.str()
+      << ": the batch dimension B is not a constant; give variables constant dimensions";
+  user_check(init.kind != Kind::copy, loc)
+      << "cannot sample " << init.str() << " on its own: a copy takes another variable's initial "
+      << "value; initialise the graph's variables together with initialize_variables(graph, seed)";
   const uint64_t n = static_cast<uint64_t>(shape.static_elements());
   std::vector<double> out(n);
   const Fans fans = compute_fans(shape);
@@ -167,8 +165,8 @@ std::vector<double> initial_values(const Initializer& init, const Shape& shape, 
 }
 
 std::vector<float> sample(const Initializer& init, const Shape& shape, uint64_t seed,
-                          uint64_t variable_key) {
-  const std::vector<double> values = initial_values(init, shape, seed, variable_key);
+                          uint64_t variable_key, std::source_location loc) {
+  const std::vector<double> values = initial_values(init, shape, seed, variable_key, loc);
   return std::vector<float>(values.begin(), values.end());  // rounds a constant, once
 }
 

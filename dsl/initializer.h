@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -55,15 +56,17 @@ Fans compute_fans(const Shape& shape);
 // The initial values of a variable of a concrete shape, as f32 storage holds them.
 // `variable_key` identifies the variable (a hash of its full name), so adding a variable never
 // changes another one's values.
+// Errors (a shape with the batch, a copy_of that needs the other variables) name `loc`.
 std::vector<float> sample(const Initializer& init, const Shape& shape, uint64_t seed,
-                          uint64_t variable_key);
+                          uint64_t variable_key, std::source_location loc = std::source_location::current());
 
 // The same values before f32 storage: random draws are f32 numbers already (every backend
 // starts from the same weights), but a constant keeps the precision it was given, so the
 // double-precision reference interpreter starts init::constant(0.1) at 0.1, not at
 // 0.10000000149 (float(0.1)), as PyTorch in float64 does. sample() is these rounded to float.
 std::vector<double> initial_values(const Initializer& init, const Shape& shape, uint64_t seed,
-                                   uint64_t variable_key);
+                                   uint64_t variable_key,
+                                   std::source_location loc = std::source_location::current());
 
 // FNV-1a of a name: the stable key of a variable or op in the RNG.
 uint64_t stable_hash(const std::string& name);

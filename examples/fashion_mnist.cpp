@@ -12,6 +12,7 @@
 // same compiled step on their slices, and combine their gradients (sync) or apply them one by
 // one (async). fit() drives the loop; hooks log, evaluate and checkpoint.
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +34,20 @@
 namespace tj = towerjit;
 
 namespace {
+
+// A whole number of at least `least`, refused with what the flag's values mean. CLI11's
+// NonNegativeNumber / PositiveNumber name their range as doubles up to 1.8e308, 300 digits long.
+CLI::Validator at_least(long long least, const std::string& meaning) {
+  return CLI::Validator(
+      [least, meaning](std::string& v) {
+        char* end = nullptr;
+        errno = 0;
+        const long long n = std::strtoll(v.c_str(), &end, 10);
+        if (end != v.c_str() && *end == '\0' && errno == 0 && n >= least) return std::string();
+        return "must be a whole number >= " + std::to_string(least) + " (" + meaning + "), not " + v;
+      },
+      "N >= " + std::to_string(least));
+}
 
 struct Flags {
   std::string model = "mlp";
@@ -303,13 +318,13 @@ int main(int argc, char** argv) {
                  "constant, cosine (to 0), exponential (to 1%) or piecewise (/10 at half the run, /100 at 3/4)")
       ->check(CLI::IsMember({"constant", "cosine", "exponential", "piecewise"}));
   app.add_option("--warmup-steps", f.warmup_steps, "raise the rate linearly over the first N applies")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0, "0: no warmup"));
   app.add_option("--decay-steps", f.decay_steps, "the schedule's length in applies (default: the whole run)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0, "0: the whole run"));
   app.add_option("--batch", f.batch, "examples per step, split over the towers");
   app.add_option("--accumulate", f.accumulate,
                  "apply once per N batches of --batch (gradient accumulation: one step on N x --batch examples)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1, "1: one apply per batch"));
   app.add_option("--epochs", f.epochs, "passes over the training set");
   app.add_option("--steps", f.steps, "stop after this many steps");
   app.add_option("--seed", f.seed, "initial weights and the shuffle");

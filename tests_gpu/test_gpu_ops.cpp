@@ -5,6 +5,7 @@
 // as the CPU JIT's tests run them.
 #include "gpu_check.h"
 #include "tests/jit/graph_cases.h"
+#include "tests/jit/nan_cases.h"
 #include "tests/jit/op_cases.h"
 #include "towerjit.h"
 
@@ -67,6 +68,10 @@ TEST_CASE("GPU: random_uniform draws the reference's numbers, fresh each step", 
 
 TEST_CASE("GPU: relu keeps a NaN, and its gradient there is 0", "[gpu]") {
   cases::relu_keeps_nan(on_gpu(), " (GPU)");
+}
+
+TEST_CASE("GPU: max, max reductions and max pools keep a NaN, and their gradients go to it", "[gpu]") {
+  nan_cases::max_keeps_nan(on_gpu(), " (GPU)");
 }
 
 TEST_CASE("GPU: Adam's bias corrections 1 - beta^t are within 10 roundings of the exact value", "[gpu]") {

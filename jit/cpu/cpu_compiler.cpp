@@ -10,6 +10,7 @@
 #include <fstream>
 #include <mutex>
 #include <sched.h>
+#include <set>
 #include <utility>
 
 #include <llvm/ExecutionEngine/Orc/Core.h>
@@ -119,15 +120,28 @@ std::string write_ll(const std::string& dir, const std::string& ll_text,
   std::abort();  // unreachable: internal_check(false) always throws
 }
 
+// A compile that cannot store its result stays correct, only slower: a warning, once per
+// directory and process. It says why when the reason is on the path itself: the directory, or a
+// folder above it, is a file (TOWERJIT_CACHE_DIR pointed at one).
 void warn_once_cache_unwritable(const std::string& dir) {
-  static std::once_flag once;
-  std::call_once(once, [&] {
-    std::fprintf(stderr,
-                 "towerjit: warning: cannot write the compile cache in %s; kernels will be "
-                 "recompiled each run (set TOWERJIT_CACHE_DIR to a writable directory, or "
-                 "TOWERJIT_CACHE=off to silence this)\n",
-                 dir.c_str());
-  });
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!warned.insert(dir).second) return;
+  }
+  std::string why;
+  std::error_code ec;
+  for (std::filesystem::path p = dir; !p.empty() && p != p.parent_path(); p = p.parent_path())
+    if (std::filesystem::exists(p, ec)) {
+      if (!std::filesystem::is_directory(p, ec)) why = " (" + p.string() + " is a file, not a directory)";
+      break;
+    }
+  std::fprintf(stderr,
+               "towerjit: warning: cannot write the compile cache in %s%s; kernels will be "
+               "recompiled each run (set TOWERJIT_CACHE_DIR to a writable directory, or "
+               "TOWERJIT_CACHE=off to silence this)\n",
+               dir.c_str(), why.c_str());
 }
 
 }  // namespace

@@ -42,6 +42,7 @@ class KernelEmitter {
   std::string expr(int e);
   std::string unary(const Expr& e, const std::string& x);
   std::string binary(const Expr& e, const std::string& a, const std::string& b);
+  std::string pick_nan_first(const char* fp, const std::string& a, const std::string& b, const std::string& v);
   std::string call(const char* fn, const std::string& x);
   void open_loop(int axis);
   void close_loop(int axis);
@@ -161,6 +162,19 @@ std::string KernelEmitter::unary(const Expr& e, const std::string& x) {
   }
 }
 
+// max / min of floats: a where `a <fp> b` (ties to a) or a is NaN, else b. A NaN on either
+// side is the result, as the reference and PyTorch; the plain ordered compare would drop a NaN
+// in a, and LLVM's maxnum drops a NaN on either side.
+std::string KernelEmitter::pick_nan_first(const char* fp, const std::string& a, const std::string& b,
+                                          const std::string& v) {
+  const std::string c = tmp(), n = tmp(), take = tmp();
+  out_ << "  " << c << " = fcmp " << fp << " float " << a << ", " << b << "\n";
+  out_ << "  " << n << " = fcmp uno float " << a << ", 0.0\n";
+  out_ << "  " << take << " = or i1 " << c << ", " << n << "\n";
+  out_ << "  " << v << " = select i1 " << take << ", float " << a << ", float " << b << "\n";
+  return v;
+}
+
 std::string KernelEmitter::binary(const Expr& e, const std::string& a, const std::string& b) {
   const bool f = k_->exprs[e.args[0]].dtype == DType::f32;
   const std::string v = tmp(), T = ty(k_->exprs[e.args[0]].dtype);
@@ -183,8 +197,8 @@ std::string KernelEmitter::binary(const Expr& e, const std::string& a, const std
     case Op::Sub: return line((f ? "fsub contract" : "sub") + ab);
     case Op::Mul: return line((f ? "fmul contract" : "mul") + ab);
     case Op::Div: return line((f ? "fdiv" : "sdiv") + ab);
-    case Op::Max: return pick("oge", "sge");
-    case Op::Min: return pick("ole", "sle");
+    case Op::Max: return f ? pick_nan_first("oge", a, b, v) : pick("oge", "sge");
+    case Op::Min: return f ? pick_nan_first("ole", a, b, v) : pick("ole", "sle");
     case Op::Pow: return line("call float @llvm.pow.f32(float " + a + ", float " + b + ")");
     case Op::Less: return cmp("olt", "slt");
     case Op::LessEqual: return cmp("ole", "sle");
@@ -264,8 +278,16 @@ std::string KernelEmitter::combine(int out, const std::string& acc, const std::s
   const DType t = k_->exprs[k_->outputs[out].expr].dtype;
   const std::string r = tmp();
   if (k_->outputs[out].reduce == Op::ReduceMax) {
-    const std::string c = tmp();
+    // The new value wins when strictly greater or NaN; a NaN acc then stays (nothing is greater),
+    // so a NaN anywhere in the slice is the maximum, as the reference's.
+    std::string c = tmp();
     out_ << "  " << c << " = " << (t == DType::f32 ? "fcmp ogt float " : "icmp sgt i32 ") << v << ", " << acc << "\n";
+    if (t == DType::f32) {
+      const std::string n = tmp(), take = tmp();
+      out_ << "  " << n << " = fcmp uno float " << v << ", 0.0\n";
+      out_ << "  " << take << " = or i1 " << c << ", " << n << "\n";
+      c = take;
+    }
     out_ << "  " << r << " = select i1 " << c << ", " << ty(t) << " " << v << ", " << ty(t) << " " << acc << "\n";
   } else {
     // reassoc lets the vectoriser keep several partial sums; the order is still fixed by the

@@ -187,8 +187,10 @@ std::string KernelWriter::binary(const Expr& e, const std::string& a, const std:
     case Op::Sub: return a + " - " + b;
     case Op::Mul: return a + " * " + b;
     case Op::Div: return a + " / " + b;
-    case Op::Max: return a + " >= " + b + " ? " + a + " : " + b;
-    case Op::Min: return a + " <= " + b + " ? " + a + " : " + b;
+    // Ties and a NaN a give a, a NaN b fails the compare: a NaN on either side is the result,
+    // as the CPU backend's and the reference's (fmaxf / fminf would drop it).
+    case Op::Max: return "(" + a + " >= " + b + " || " + a + " != " + a + ") ? " + a + " : " + b;
+    case Op::Min: return "(" + a + " <= " + b + " || " + a + " != " + a + ") ? " + a + " : " + b;
     case Op::Pow: return "powf(" + a + ", " + b + ")";
     case Op::Less: return cmp("<");
     case Op::LessEqual: return cmp("<=");

@@ -77,11 +77,13 @@ void pool_windows(const PoolGeometry& g, F f) {
         }
 }
 
-// The first position of the window's maximum; -1 for a window all padding.
+// The first position of the window's maximum; -1 for a window all padding. A NaN counts as
+// larger than every number (the first NaN wins), so the pool's value is NaN wherever its window
+// holds one and the gradient goes to that NaN, as PyTorch's max_pool2d.
 int64_t first_max(const Array& x, const std::vector<int64_t>& inside) {
   int64_t best = -1;
   for (int64_t at : inside)
-    if (best < 0 || x[at] > x[best]) best = at;
+    if (best < 0 || x[at] > x[best] || (std::isnan(x[at]) && !std::isnan(x[best]))) best = at;
   return best;
 }
 

@@ -41,8 +41,10 @@ double binary_value(Op op, double x, double y, bool integer) {
     case Op::Sub: return x - y;
     case Op::Mul: return x * y;
     case Op::Div: return integer ? std::trunc(x / y) : x / y;
-    case Op::Max: return std::max(x, y);
-    case Op::Min: return std::min(x, y);
+    // A NaN on either side is the result, as PyTorch's maximum / minimum (std::max would keep
+    // x when y is NaN); ties give x, the side the gradient takes (dsl/grad_rules.cpp).
+    case Op::Max: return std::isnan(x) || x >= y ? x : y;
+    case Op::Min: return std::isnan(x) || x <= y ? x : y;
     case Op::Pow: return std::pow(x, y);
     case Op::Less: return x < y;
     case Op::LessEqual: return x <= y;

@@ -54,7 +54,9 @@ Array eval_reduce(const EvalArgs& a) {
   };
   for (int64_t i = 0; i < x.size(); ++i) {
     double& acc = out[out_index(i)];
-    acc = is_max ? std::max(acc, x[i]) : acc + x[i];
+    // A NaN anywhere in the slice is the maximum (PyTorch's amax): once acc is NaN it stays.
+    if (is_max) acc = std::isnan(acc) || acc >= x[i] ? acc : x[i];
+    else acc += x[i];
   }
   if (a.node.op == Op::ReduceMean)
     for (double& v : out.data) v /= static_cast<double>(count);

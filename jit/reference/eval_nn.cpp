@@ -81,8 +81,12 @@ Array eval_argmax(const EvalArgs& a) {
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t in = 0; in < inner; ++in) {
       int64_t best = 0;
-      for (int64_t j = 1; j < n; ++j)  // strictly greater: the first maximum wins
-        if (x[(o * n + j) * inner + in] > x[(o * n + best) * inner + in]) best = j;
+      // Strictly greater: the first maximum wins. A NaN is larger than every number (the first
+      // NaN wins), so argmax points where max() finds its NaN, as PyTorch's.
+      for (int64_t j = 1; j < n; ++j) {
+        const double v = x[(o * n + j) * inner + in], b = x[(o * n + best) * inner + in];
+        if (v > b || (std::isnan(v) && !std::isnan(b))) best = j;
+      }
       out[o * inner + in] = static_cast<double>(best);
     }
   return out;

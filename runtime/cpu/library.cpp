@@ -54,8 +54,11 @@ void argmax(const Node& node, const View& x, const View& out) {
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t in = 0; in < inner; ++in) {
       int64_t best = 0;
-      for (int64_t j = 1; j < n; ++j)
-        if (x.f()[(o * n + j) * inner + in] > x.f()[(o * n + best) * inner + in]) best = j;
+      // The first maximum, a NaN larger than every number, as the reference's (eval_nn.cpp).
+      for (int64_t j = 1; j < n; ++j) {
+        const float v = x.f()[(o * n + j) * inner + in], b = x.f()[(o * n + best) * inner + in];
+        if (v > b || (v != v && b == b)) best = j;
+      }
       out.i()[o * inner + in] = static_cast<int32_t>(best);
     }
 }

@@ -22,6 +22,15 @@ struct Window {
   }
 };
 
+// Whether `v` takes the place of the window's maximum so far: strictly greater, or the first
+// NaN. A NaN counts as larger than every number, so a window holding one pools to NaN and its
+// gradient goes to that NaN, as the reference's (jit/reference/eval_conv.cpp) and PyTorch's.
+inline bool beats(float v, float best) { return v > best || (v != v && best == best); }
+
+// The larger of a and b, NaN if either is (std::max(a, b) drops a NaN in b). Ties give b, as
+// _mm256_max_ps(a, b) does, so the AVX2 path (max_nan8) agrees bit for bit, signed zeros included.
+inline float max_nan(float a, float b) { return a != a || a > b ? a : b; }
+
 // The first maximum of the window in row-major order (what the reference's gradient follows).
 int64_t argmax_in(const Window& g, const float* plane, int64_t oy, int64_t ox) {
   int64_t y0, y1, x0, x1;
@@ -29,7 +38,7 @@ int64_t argmax_in(const Window& g, const float* plane, int64_t oy, int64_t ox) {
   int64_t best = y0 * g.w + x0;
   for (int64_t y = y0; y < y1; ++y)
     for (int64_t x = x0; x < x1; ++x)
-      if (plane[y * g.w + x] > plane[best]) best = y * g.w + x;
+      if (beats(plane[y * g.w + x], plane[best])) best = y * g.w + x;
   return best;
 }
 
@@ -56,15 +65,25 @@ TOWERJIT_TARGET_AVX2 inline void interleave(__m256 even, __m256 odd, float* p) {
   _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
 }
 
+// beats() for 8 lanes: all ones where v is greater than best, or v is NaN and best is not.
+TOWERJIT_TARGET_AVX2 inline __m256 beats8(__m256 v, __m256 best) {
+  const __m256 nan_v = _mm256_cmp_ps(v, v, _CMP_UNORD_Q), number_best = _mm256_cmp_ps(best, best, _CMP_ORD_Q);
+  return _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ), _mm256_and_ps(nan_v, number_best));
+}
+
+// max_nan() for 8 lanes: _mm256_max_ps(a, b) is b when either is NaN, so a NaN a is put back.
+TOWERJIT_TARGET_AVX2 inline __m256 max_nan8(__m256 a, __m256 b) {
+  return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+}
+
 // One output row; returns the windows done (a multiple of 8), the caller finishes the rest.
-// std::max(a, b) is _mm256_max_ps(b, a), NaN and signed zeros included.
 TOWERJIT_TARGET_AVX2 int64_t max2x2_row_avx2(const float* r0, const float* r1, float* out, int64_t ow) {
   int64_t ox = 0;
   for (; ox + 8 <= ow; ox += 8) {
     __m256 a0, a1, b0, b1;
     deinterleave(r0 + 2 * ox, a0, a1);
     deinterleave(r1 + 2 * ox, b0, b1);
-    _mm256_storeu_ps(out + ox, _mm256_max_ps(_mm256_max_ps(b1, b0), _mm256_max_ps(a1, a0)));
+    _mm256_storeu_ps(out + ox, max_nan8(max_nan8(a0, a1), max_nan8(b0, b1)));
   }
   return ox;
 }
@@ -80,11 +99,11 @@ TOWERJIT_TARGET_AVX2 int64_t max2x2_grad_row_avx2(const float* r0, const float* 
     __m256 c0, c1, c2, c3;
     deinterleave(r0 + 2 * ox, c0, c1);
     deinterleave(r1 + 2 * ox, c2, c3);
-    const __m256 m1 = _mm256_cmp_ps(c1, c0, _CMP_GT_OQ);
+    const __m256 m1 = beats8(c1, c0);
     __m256 best = _mm256_blendv_ps(c0, c1, m1);
-    const __m256 m2 = _mm256_cmp_ps(c2, best, _CMP_GT_OQ);
+    const __m256 m2 = beats8(c2, best);
     best = _mm256_blendv_ps(best, c2, m2);
-    const __m256 m3 = _mm256_cmp_ps(c3, best, _CMP_GT_OQ);
+    const __m256 m3 = beats8(c3, best);
     const __m256 d = _mm256_loadu_ps(dy + ox);
     const __m256 at3 = m3, at2 = _mm256_andnot_ps(m3, m2);
     const __m256 at1 = _mm256_andnot_ps(_mm256_or_ps(m2, m3), m1);
@@ -104,7 +123,7 @@ void max_plane_inside(const Window& g, const float* x, const float* dy, float* o
       const float* r1 = r0 + g.w;
       float* o = out + oy * g.ow;
       for (int64_t ox = avx2 ? max2x2_row_avx2(r0, r1, o, g.ow) : 0; ox < g.ow; ++ox)
-        o[ox] = std::max(std::max(r0[2 * ox], r0[2 * ox + 1]), std::max(r1[2 * ox], r1[2 * ox + 1]));
+        o[ox] = max_nan(max_nan(r0[2 * ox], r0[2 * ox + 1]), max_nan(r1[2 * ox], r1[2 * ox + 1]));
     }
     return;
   }
@@ -122,7 +141,7 @@ void max_plane_inside(const Window& g, const float* x, const float* dy, float* o
         const float cell[4] = {r0[2 * ox], r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]};
         int best = 0;  // the first maximum in row-major order, as the reference
         for (int j = 1; j < 4; ++j)
-          if (cell[j] > cell[best]) best = j;
+          if (beats(cell[j], cell[best])) best = j;
         float* at[4] = {g0 + 2 * ox, g0 + 2 * ox + 1, g1 + 2 * ox, g1 + 2 * ox + 1};
         for (int j = 0; j < 4; ++j) *at[j] = j == best ? d[ox] : 0.0f;
       }
@@ -136,7 +155,7 @@ void max_plane_inside(const Window& g, const float* x, const float* dy, float* o
       int64_t best = 0;  // first maximum in row-major order
       for (int64_t y = 0; y < g.kh; ++y)
         for (int64_t xx = 0; xx < g.kw; ++xx)
-          if (corner[y * g.w + xx] > corner[best]) best = y * g.w + xx;
+          if (beats(corner[y * g.w + xx], corner[best])) best = y * g.w + xx;
       if (grad) out[oy * g.sh * g.w + ox * g.sw + best] += dy[oy * g.ow + ox];
       else out[oy * g.ow + ox] = corner[best];
     }

@@ -32,7 +32,8 @@ Dataset load_mnist_format(const std::string& split, const std::string& dir, Loc 
             read_idx(find_file(dir, prefix + "-labels-idx1-ubyte"), hint, loc)};
   user_check(d.images.shape[0] == d.labels.size(), loc)
       << "\"" << dir << "\" has " << d.images.shape[0] << " " << split << " images but "
-      << d.labels.size() << " labels; the files do not belong together";
+      << d.labels.size() << " labels; the files do not belong together: take both from one copy of "
+      << "the dataset (its images and labels files of the same split)";
   return d;
 }
 

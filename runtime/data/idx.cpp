@@ -11,10 +11,11 @@
 namespace towerjit::data {
 namespace {
 
-// The whole file, inflated when it is gzip (gzread passes plain files through).
-std::vector<unsigned char> read_all(const std::string& path) {
+// The whole file, inflated when it is gzip (gzread passes plain files through). Errors name
+// `loc`, the line that asked for the data, as read_idx's own do.
+std::vector<unsigned char> read_all(const std::string& path, std::source_location loc) {
   gzFile f = gzopen(path.c_str(), "rb");
-  user_check(f != nullptr, std::source_location::current())
+  user_check(f != nullptr, loc)
       << "cannot open \"" << path << "\"; check the path and its permissions";
   std::vector<unsigned char> bytes;
   unsigned char buf[1 << 16];
@@ -25,7 +26,7 @@ std::vector<unsigned char> read_all(const std::string& path) {
   const bool failed = n < 0 || (err != Z_OK && err != Z_STREAM_END);
   const std::string why = failed ? message : "";
   gzclose(f);
-  user_check(!failed, std::source_location::current())
+  user_check(!failed, loc)
       << "\"" << path << "\" is not a readable gzip or IDX file (" << why
       << "); the file is damaged: fetch it again";
   return bytes;
@@ -41,7 +42,7 @@ uint32_t big_endian(const unsigned char* p) {
 HostTensor read_idx(const std::string& path, const std::string& hint, std::source_location loc) {
   user_check(std::filesystem::exists(path), loc)
       << "data file \"" << path << "\" does not exist" << (hint.empty() ? "" : "; " + hint);
-  const std::vector<unsigned char> bytes = read_all(path);
+  const std::vector<unsigned char> bytes = read_all(path, loc);
   user_check(bytes.size() >= 4 && bytes[0] == 0 && bytes[1] == 0 && bytes[2] == 0x08 &&
                  (bytes[3] == 1 || bytes[3] == 3),
              loc)

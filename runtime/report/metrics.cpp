@@ -192,7 +192,8 @@ void MetricsWriter::write_line(const std::string& line, Loc loc) {
 
 MetricsLog read_metrics(const std::string& path, Loc loc) {
   std::ifstream in(path);
-  user_check(in.good(), loc) << "cannot read the metrics file \"" << path << "\": " << std::strerror(errno);
+  user_check(in.good(), loc) << "cannot read the metrics file \"" << path << "\": " << std::strerror(errno)
+                             << "; give the path a MetricsWriter (the examples' --metrics) wrote";
   MetricsLog log;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {

@@ -64,15 +64,18 @@ void Predictor::load(const std::string& checkpoint, Loc loc) {
   loaded_ = true;
 }
 
+// What to do about a value load() cannot use: the values must come from this model.
+constexpr const char* kLoadFix = "; load a checkpoint (or the variables) of the model this predictor runs";
+
 void Predictor::load(const HostVariables& values, Loc loc) {
   HostVariables chosen;
   for (const auto& [name, want] : needed_) {
     auto it = values.find(name);
     user_check(it != values.end(), loc) << "Predictor::load: no value for variable \"" << name << "\" ("
-                                        << describe(want) << ") that the model reads";
+                                        << describe(want) << ") that the model reads" << kLoadFix;
     user_check(it->second.dtype == want.dtype && it->second.shape == want.shape, loc)
         << "Predictor::load: variable \"" << name << "\" is " << describe(it->second) << " but the model reads "
-        << describe(want);
+        << describe(want) << kLoadFix;
     chosen[name] = it->second;
   }
   values_ = std::move(chosen);

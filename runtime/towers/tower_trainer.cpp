@@ -499,17 +499,22 @@ TowerTrainer::AsyncReport TowerTrainer::async_report() const {
   return r;
 }
 
+// What to do about any of restore's mismatches: the values must be this model's, all of them.
+constexpr const char* kRestoreFix =
+    "; restore takes every variable of the model (variables(), or a checkpoint of this model) and no other";
+
 void TowerTrainer::restore(const HostVariables& values, int64_t applies, Loc loc) {
   for (const auto& [name, t] : variables()) {
     auto it = values.find(name);
-    user_check(it != values.end(), loc) << "restore: no value for variable \"" << name << "\"";
+    user_check(it != values.end(), loc) << "restore: no value for variable \"" << name << "\"" << kRestoreFix;
     user_check(it->second.shape == t.shape && it->second.dtype == t.dtype, loc)
         << "restore: variable \"" << name << "\" is " << dtype_name(t.dtype) << t.shape.str()
-        << " in the model but " << dtype_name(it->second.dtype) << it->second.shape.str() << " in the values";
+        << " in the model but " << dtype_name(it->second.dtype) << it->second.shape.str() << " in the values"
+        << kRestoreFix;
   }
   for (const auto& [name, t] : values)
     user_check(variables().count(name) == 1, loc)
-        << "restore: \"" << name << "\" is not a variable of the model";
+        << "restore: \"" << name << "\" is not a variable of the model" << kRestoreFix;
   for (HostVariables& replica : replicas_) replica = values;
   if (on_gpus_) on_gpus_->upload(values);
   host_stale_ = false;

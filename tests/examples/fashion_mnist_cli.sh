@@ -182,7 +182,20 @@ gpu_without_a_device)
 more_towers_than_examples)
   expect_error "--towers cpu:0,cpu:1,cpu:2 --batch 2" "more towers than examples in a batch" ;;
 negative_learning_rate)
-  expect_error "--lr -1" "learning rate -1 must be finite and >= 0" ;;
+  expect_error "--lr -1" "learning rate -1 must be finite and >= 0" "use e.g. 0.001 for Adam" "examples/fashion_mnist.cpp:" ;;
+flags_out_of_range)
+  # Each flag out of its range is refused before training, naming the flag, what its values
+  # mean and the value given.
+  expect_error "--accumulate 0" "--accumulate: must be a whole number >= 1 (1: one apply per batch), not 0"
+  expect_error "--warmup-steps -1" "--warmup-steps: must be a whole number >= 0 (0: no warmup), not -1"
+  expect_error "--decay-steps 2.5" "--decay-steps: must be a whole number >= 0 (0: the whole run), not 2.5"
+  expect_error "--eval-every -2" "--eval-every: must be 0 (after each epoch only) or a number of steps"
+  expect_error "--model vgg" "--model: vgg not in {mlp,cnn,resnet}"
+  expect_error "--steps -3" "fit: max_steps -3 must be 0 (no limit) or positive" "examples/fashion_mnist.cpp:"
+  expect_error "--ema 1.5 --steps 1" "ExponentialMovingAverage: decay is 1.5 but must be in [0, 1] (e.g. 0.9999)"
+  expect_error "--batch 0 --steps 1" "split_batch: a batch of 0 examples over" "a batch needs at least one example"
+  expect_error "--batch 100000 --steps 1" "batch size 100000 is larger than the dataset (60000 examples); use a batch of at most 60000"
+  expect_error "--hidden 0 --steps 1" "dense \"fc1\": units must be positive but is 0" "examples/models.h:" ;;
 unwritable_metrics)
   expect_error "--metrics $work/no/such/dir/m.jsonl" "cannot write the metrics file" "create it first" ;;
 unwritable_checkpoint)

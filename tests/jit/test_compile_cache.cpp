@@ -9,6 +9,7 @@
 #include <iterator>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "dsl/error.h"
@@ -227,4 +228,37 @@ TEST_CASE("compile cache: concurrent stores and loads of one key never see a par
   for (auto& thread : threads) thread.join();
   CHECK(bad == 0);
   CHECK(dir.files().size() == 1);
+}
+
+// Everything written to stderr while `f` runs (the cache's warning goes there, not to an Error:
+// a compile that cannot store its result still works).
+template <typename F>
+std::string stderr_of(F f) {
+  TempDir dir;
+  const std::string path = dir.path() + "/stderr";
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  ::dup2(::fileno(file), 2);
+  f();
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::fclose(file);
+  return read_file(path);
+}
+
+TEST_CASE("compile cache: a cache directory that is a file is named in a warning and the kernel still runs", "[cpu][errors]") {
+  TempDir dir;
+  const std::string file = dir.path() + "/cache";
+  write_file(file, "not a directory");
+  ScopedEnv cache_dir("TOWERJIT_CACHE_DIR", file);
+  ScopedEnv cache_on("TOWERJIT_CACHE", std::nullopt);
+  ScopedEnv no_dump("TOWERJIT_DUMP", std::nullopt);
+  std::shared_ptr<cpujit::CompiledModule> module;
+  const std::string text = stderr_of([&] { module = cpujit::compile(kSaxpyIR, "saxpy_cache_is_a_file"); });
+  CHECK(saxpy_works(*module));
+  CHECK_THAT(text, Catch::Contains("towerjit: warning: cannot write the compile cache in " + file + " (" + file +
+                                   " is a file, not a directory)") &&
+                       Catch::Contains("set TOWERJIT_CACHE_DIR to a writable directory, or TOWERJIT_CACHE=off"));
 }

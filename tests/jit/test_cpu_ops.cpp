@@ -11,6 +11,7 @@
 #include "jit/cpu/cpu_isa.h"
 #include "jit_check.h"
 #include "graph_cases.h"
+#include "nan_cases.h"
 #include "op_cases.h"
 #include "towerjit.h"
 
@@ -171,6 +172,15 @@ TEST_CASE("random_uniform draws the reference's numbers, fresh each step", "[cpu
 
 TEST_CASE("relu keeps a NaN, and its gradient there is 0", "[cpu][jit]") {
   cases::relu_keeps_nan(on_cpu(), "");
+}
+
+// At every TOWERJIT_CPU_ISA level ([isa]): the 2x2 pool has an AVX2 path, and the JIT's
+// vectoriser sees the selects differently per level; and split over threads, whose partial
+// reductions and pool planes meet again.
+TEST_CASE("max, max reductions and max pools keep a NaN, and their gradients go to it", "[cpu][jit][isa]") {
+  nan_cases::max_keeps_nan(on_cpu(), "");
+  tj::ThreadPool threads(2);
+  nan_cases::max_keeps_nan(on_cpu(&threads), " over 2 threads");
 }
 
 TEST_CASE("Adam's bias corrections 1 - beta^t are within 10 roundings of the exact value", "[cpu][jit]") {

@@ -6,6 +6,10 @@
 #include "runtime/data/augment.h"
 #include "runtime/data/batch_pipeline.h"
 
+// Where each mistake below is reported: the line of this file that made it (checked as the
+// file, the line being the call's).
+static const std::string here = "tests/runtime/test_augment.cpp:";
+
 namespace tj = towerjit;
 using Catch::Matchers::Contains;
 
@@ -125,13 +129,12 @@ TEST_CASE("augmentation takes NCHW images from their shape and names bad geometr
   const auto no_size = tj::data::augment({.flip = true});
   CHECK_THROWS_WITH(no_size(c), Contains("holds flat images; give their size") &&
                                     Contains("test_augment.cpp:" + std::to_string(line)));
-  CHECK_THROWS_WITH(tj::data::augment({.flip = true, .height = 4, .width = 4})(c),
-                    Contains("not a whole number of 4x4 images"));
-  CHECK_THROWS_WITH(tj::data::augment({.flip = true, .height = 4})(b), Contains("holds 5x5 images, not 4x0"));
-  CHECK_THROWS_WITH(tj::data::augment({.feed = "pixels"})(c), Contains("the batch has no feed \"pixels\""));
-  CHECK_THROWS_WITH(tj::data::augment({.crop_pad = -1}), Contains("must not be negative"));
+  CHECK_THROWS_WITH(tj::data::augment({.flip = true, .height = 4, .width = 4})(c), Contains("not a whole number of 4x4 images") && Catch::Contains(here));
+  CHECK_THROWS_WITH(tj::data::augment({.flip = true, .height = 4})(b), Contains("holds 5x5 images, not 4x0") && Catch::Contains(here));
+  CHECK_THROWS_WITH(tj::data::augment({.feed = "pixels"})(c), Contains("the batch has no feed \"pixels\"") && Catch::Contains(here));
+  CHECK_THROWS_WITH(tj::data::augment({.crop_pad = -1}), Contains("must not be negative") && Catch::Contains(here));
   // An error in the transform surfaces from next() when that batch is due.
   tj::data::Dataset data{images(8, 1, 5, 5), tj::HostTensor({8}, tj::DType::i32)};
   tj::data::BatchPipeline p(data, {.batch = 4, .transform = no_size});
-  CHECK_THROWS_WITH(p.next(), Contains("give their size"));
+  CHECK_THROWS_WITH(p.next(), Contains("give their size") && Catch::Contains(here));
 }

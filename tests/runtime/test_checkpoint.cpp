@@ -160,23 +160,28 @@ TEST_CASE("a damaged checkpoint is named with what is wrong", "[checkpoint]") {
   std::string flipped = good;
   flipped[good.size() / 2] ^= 0x10;
   write_bytes(path, flipped);
-  CHECK_THROWS_WITH(tj::load_checkpoint(path), Contains(path) && Contains("checksum mismatch"));
+  // What (the file, the fault), where (the line that loaded it) and the fix, in every message.
+  const std::string here = "tests/runtime/test_checkpoint.cpp:", earlier = "; load an earlier checkpoint";
+  CHECK_THROWS_WITH(tj::load_checkpoint(path),
+                    Contains(path + "\" is damaged: checksum mismatch") && Contains(earlier) && Contains(here));
   CHECK_THROWS_WITH(tj::load_checkpoint(dir.str()), Contains(path) && Contains("checksum mismatch"));
 
   write_bytes(path, good.substr(0, good.size() - 10));
-  CHECK_THROWS_WITH(tj::load_checkpoint(path), Contains(path) && Contains("is truncated"));
+  CHECK_THROWS_WITH(tj::load_checkpoint(path), Contains(path) && Contains("is truncated") && Contains(earlier) && Contains(here));
   write_bytes(path, good.substr(0, 10));
-  CHECK_THROWS_WITH(tj::load_checkpoint(path), Contains("is truncated"));
+  CHECK_THROWS_WITH(tj::load_checkpoint(path), Contains("is truncated") && Contains(earlier) && Contains(here));
 
   write_bytes(path, "PK\x03\x04" + good.substr(4));
-  CHECK_THROWS_WITH(tj::load_checkpoint(path), Contains(path) && Contains("is not a towerjit checkpoint"));
+  CHECK_THROWS_WITH(tj::load_checkpoint(path), Contains(path) && Contains("is not a towerjit checkpoint") &&
+                                                   Contains("pass a ckpt-<step>.tjck file") && Contains(here));
   write_bytes(path, "");
   CHECK_THROWS_WITH(tj::load_checkpoint(path), Contains("is not a towerjit checkpoint: it is empty"));
 
   std::string newer = good;
   newer[4] = 2;
   write_bytes(path, newer);
-  CHECK_THROWS_WITH(tj::load_checkpoint(path), Contains("format version 2") && Contains("reads version 1"));
+  CHECK_THROWS_WITH(tj::load_checkpoint(path), Contains("format version 2") && Contains("reads version 1") &&
+                                                   Contains("load it with the towerjit that wrote it") && Contains(here));
 
   // Every truncation and every single flipped bit is an error, never a crash or a wrong load
   // (decoded in memory: the same code load_checkpoint runs on the file's bytes).

@@ -9,6 +9,10 @@
 #include "towerjit.h"
 #include "tower_test_model.h"
 
+// Where each mistake below is reported: the line of this file that made it (checked as the
+// file, the line being the call's).
+static const std::string here = "tests/runtime/test_collectives.cpp:";
+
 namespace tj = towerjit;
 using tj::kBatch;
 using tj::testing::batch_of;
@@ -139,13 +143,13 @@ TEST_CASE("all_reduce rejects an empty or repeated key and integer values", "[to
   tj::GraphScope use(g);
   auto x = tj::input("x", {kBatch, 3});
   auto i = tj::input("i", {kBatch}, tj::DType::i32);
-  CHECK_THROWS_WITH(tj::all_reduce(x, ""), Catch::Contains("the key is empty"));
+  CHECK_THROWS_WITH(tj::all_reduce(x, ""), Catch::Contains("the key is empty") && Catch::Contains(here));
   tj::all_reduce(x, "g");
   CHECK_THROWS_WITH(tj::all_reduce(x * 2, "g"), Catch::Contains("the key \"g\" is already used") &&
                                                     Catch::Contains("test_collectives.cpp"));
-  CHECK_THROWS_WITH(tj::all_reduce(i, "labels"), Catch::Contains("the value is i32"));
+  CHECK_THROWS_WITH(tj::all_reduce(i, "labels"), Catch::Contains("the value is i32") && Catch::Contains(here));
   // A collective whose key (or the scale) is already an input's name cannot be cut.
-  CHECK_THROWS_WITH(tj::cut_at_collectives(g, "x"), Catch::Contains("needs an input named \"x\""));
+  CHECK_THROWS_WITH(tj::cut_at_collectives(g, "x"), Catch::Contains("needs an input named \"x\"") && Catch::Contains(here));
   tj::all_reduce(x + 1, "x");
-  CHECK_THROWS_WITH(tj::cut_at_collectives(g), Catch::Contains("needs an input named \"x\""));
+  CHECK_THROWS_WITH(tj::cut_at_collectives(g), Catch::Contains("needs an input named \"x\"") && Catch::Contains(here));
 }

@@ -2,6 +2,7 @@
 #include <zlib.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <filesystem>
 #include <vector>
 
@@ -47,14 +48,58 @@ TEST_CASE("a damaged IDX file is named with what is wrong", "[data]") {
   auto bad_magic = header({2});
   bad_magic[2] = 0x0D;  // floats: not MNIST's bytes
   bad_magic.push_back(1), bad_magic.push_back(2);
-  CHECK_THROWS_WITH(tj::data::read_idx(write_gz("magic.gz", bad_magic)), Catch::Contains("bad IDX magic number"));
+  // What (the file and the fault), where (the line that asked for the data) and the fix.
+  const std::string here = "tests/runtime/test_idx.cpp:";
+  CHECK_THROWS_WITH(tj::data::read_idx(write_gz("magic.gz", bad_magic)),
+                    Catch::Contains("towerjit-idx-magic.gz\" has a bad IDX magic number") &&
+                        Catch::Contains("is it an MNIST-format file?") && Catch::Contains(here));
   auto truncated = header({5, 28, 28});
   truncated.resize(truncated.size() + 100);
   CHECK_THROWS_WITH(tj::data::read_idx(write_gz("short.gz", truncated)),
-                    Catch::Contains("holds 100 data bytes but its header says 3920") && Catch::Contains("truncated"));
+                    Catch::Contains("holds 100 data bytes but its header says 3920") &&
+                        Catch::Contains("the file is truncated or damaged") && Catch::Contains(here));
+  auto inside_header = header({5, 28, 28});
+  inside_header.resize(10);
+  CHECK_THROWS_WITH(tj::data::read_idx(write_gz("header.gz", inside_header)),
+                    Catch::Contains("ends inside its header (10 bytes); it is truncated") && Catch::Contains(here));
+  // A gzip stream damaged after its header: zlib's reason, the file, the fix, the caller's line.
+  std::vector<unsigned char> gz;
+  {
+    const std::string good = write_gz("good.gz", truncated);
+    FILE* f = std::fopen(good.c_str(), "rb");
+    for (int c; (c = std::fgetc(f)) != EOF;) gz.push_back(static_cast<unsigned char>(c));
+    std::fclose(f);
+  }
+  for (size_t i = 10; i < gz.size() - 8; ++i) gz[i] ^= 0x5A;  // the deflate stream, not the header
+  const auto damaged = (std::filesystem::temp_directory_path() / "towerjit-idx-damaged.gz").string();
+  {
+    FILE* f = std::fopen(damaged.c_str(), "wb");
+    std::fwrite(gz.data(), 1, gz.size(), f);
+    std::fclose(f);
+  }
+  CHECK_THROWS_WITH(tj::data::read_idx(damaged), Catch::Contains("towerjit-idx-damaged.gz\" is not a readable gzip or IDX file (") &&
+                                                     Catch::Contains("the file is damaged: fetch it again") && Catch::Contains(here));
   CHECK_THROWS_WITH(tj::data::read_idx("/nonexistent/x.gz", "install dataset-fashion-mnist"),
                     Catch::Contains("does not exist") && Catch::Contains("dataset-fashion-mnist"));
-  CHECK_THROWS_WITH(tj::data::load_mnist_format("train", "/nonexistent"), Catch::Contains("--data"));
+  CHECK_THROWS_WITH(tj::data::load_mnist_format("train", "/nonexistent"), Catch::Contains("--data") && Catch::Contains(here));
+  CHECK_THROWS_WITH(tj::data::load_mnist_format("validation"),
+                    Catch::Contains("unknown split \"validation\"; use \"train\" or \"test\"") && Catch::Contains(here));
+}
+
+TEST_CASE("a data directory whose images and labels differ in count names both counts", "[data][errors]") {
+  const auto dir = std::filesystem::temp_directory_path() / "towerjit-idx-mismatch";
+  std::filesystem::create_directories(dir);
+  auto images = header({3, 2, 2});
+  images.resize(images.size() + 12);
+  auto labels = header({2});
+  labels.resize(labels.size() + 2);
+  write_gz("mismatch/train-images-idx3-ubyte.gz", images);
+  write_gz("mismatch/train-labels-idx1-ubyte.gz", labels);
+  CHECK_THROWS_WITH(tj::data::load_mnist_format("train", dir.string()),
+                    Catch::Contains("has 3 train images but 2 labels; the files do not belong together") &&
+                        Catch::Contains("take both from one copy of the dataset") &&
+                        Catch::Contains("tests/runtime/test_idx.cpp:"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("Debian's Fashion-MNIST loads with 60000 and 10000 examples", "[data]") {

@@ -9,6 +9,10 @@
 #include "runtime/towers/predictor.h"
 #include "towerjit.h"
 
+// Where each mistake below is reported: the line of this file that made it (checked as the
+// file, the line being the call's).
+static const std::string here = "tests/runtime/test_predictor.cpp:";
+
 namespace tj = towerjit;
 using Catch::Matchers::Contains;
 using tj::kBatch;
@@ -75,9 +79,8 @@ TEST_CASE("a predictor loaded from a checkpoint predicts bitwise what the traine
   tj::Graph other;
   tj::GraphScope use_other(other);
   auto wider = model(tj::input("image", {kBatch, 36}), 16);
-  CHECK_THROWS_WITH(tj::Predictor(other, wider, path),
-                    Contains("variable \"fc1/bias\" is f32[8] in checkpoint \"" + path) &&
-                        Contains("as f32[16]"));
+  CHECK_THROWS_WITH(tj::Predictor(other, wider, path), (Contains("variable \"fc1/bias\" is f32[8] in checkpoint \"" + path) &&
+                        Contains("as f32[16]")) && Catch::Contains(here));
   tj::Graph renamed;
   tj::GraphScope use_renamed(renamed);
   tj::Tensor x = tj::input("image", {kBatch, 36});
@@ -96,14 +99,15 @@ TEST_CASE("a predictor names a checkpoint without moving averages and an empty l
   auto logits = tj::dense(tj::input("x", {kBatch, 2}), 2, "out");
   tj::Predictor predictor(graph, logits);
   tj::HostTensor x({1, 2});
-  CHECK_THROWS_WITH(predictor.predict({{"x", x}}), Contains("no variables loaded"));
+  CHECK_THROWS_WITH(predictor.predict({{"x", x}}), Contains("no variables loaded") && Catch::Contains(here));
   tj::HostVariables values = predictor.needed();
   const std::string path = tj::save_checkpoint(dir.string(), {.step = 1, .variables = values});
-  CHECK_THROWS_WITH(tj::Predictor(graph, logits, path, {.ema_weights = true}),
-                    Contains("holds no moving averages") && Contains(path));
+  CHECK_THROWS_WITH(tj::Predictor(graph, logits, path, {.ema_weights = true}), (Contains("holds no moving averages") && Contains(path)) && Catch::Contains(here));
   predictor.load(values);
   CHECK(predictor.predict({{"x", x}}).shape == tj::Shape{1, 2});
   values.erase("out/bias");
-  CHECK_THROWS_WITH(predictor.load(values), Contains("no value for variable \"out/bias\""));
+  CHECK_THROWS_WITH(predictor.load(values), Contains("no value for variable \"out/bias\"") &&
+                                                Contains("; load a checkpoint (or the variables) of the model") &&
+                                                Catch::Contains(here));
   std::filesystem::remove_all(dir);
 }

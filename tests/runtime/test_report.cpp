@@ -20,6 +20,10 @@
 #include "runtime/report/svg_plot.h"
 #include "runtime/report/trace.h"
 
+// Where each mistake below is reported: the line of this file that made it (checked as the
+// file, the line being the call's).
+static const std::string here = "tests/runtime/test_report.cpp:";
+
 namespace fs = std::filesystem;
 namespace rp = towerjit::report;
 
@@ -287,16 +291,14 @@ TEST_CASE("report: a NaN or infinite metric is written as null and the line stay
 }
 
 TEST_CASE("report: an unwritable metrics path is named with the reason and the fix", "[report]") {
-  CHECK_THROWS_WITH(rp::MetricsWriter("/nonexistent-towerjit-dir/run1/metrics.jsonl"),
-                    Catch::Contains("cannot write the metrics file \"/nonexistent-towerjit-dir/run1/metrics.jsonl\"") &&
+  CHECK_THROWS_WITH(rp::MetricsWriter("/nonexistent-towerjit-dir/run1/metrics.jsonl"), (Catch::Contains("cannot write the metrics file \"/nonexistent-towerjit-dir/run1/metrics.jsonl\"") &&
                         Catch::Contains("No such file or directory") && Catch::Contains("does not exist") &&
-                        Catch::Contains("mkdir -p /nonexistent-towerjit-dir/run1"));
-  CHECK_THROWS_WITH(rp::MetricsWriter(fs::temp_directory_path().string()), Catch::Contains("is a directory"));
-  CHECK_THROWS_WITH(rp::MetricsWriter(""), Catch::Contains("path is empty"));
+                        Catch::Contains("mkdir -p /nonexistent-towerjit-dir/run1")) && Catch::Contains(here));
+  CHECK_THROWS_WITH(rp::MetricsWriter(fs::temp_directory_path().string()), Catch::Contains("is a directory") && Catch::Contains(here));
+  CHECK_THROWS_WITH(rp::MetricsWriter(""), Catch::Contains("path is empty") && Catch::Contains(here));
   if (fs::exists("/dev/full")) {  // accepts the open, fails every write with ENOSPC
     rp::MetricsWriter full("/dev/full");
-    CHECK_THROWS_WITH(full.log_step({1, 1, 0.5, 0.1, 10}),
-                      Catch::Contains("\"/dev/full\"") && Catch::Contains("No space left"));
+    CHECK_THROWS_WITH(full.log_step({1, 1, 0.5, 0.1, 10}), (Catch::Contains("\"/dev/full\"") && Catch::Contains("No space left")) && Catch::Contains(here));
   }
 }
 
@@ -305,10 +307,11 @@ TEST_CASE("report: a damaged metrics file is named by line", "[report]") {
   const std::string& path = temp.path;
   std::ofstream(path) << "{\"kind\":\"step\",\"step\":1,\"epoch\":1,\"loss\":0.5,\"lr\":0.1,\"samples_per_s\":9}\n"
                       << "\n{\"kind\":\"step\",\"step\":2,\"loss\":nan}\n";
-  CHECK_THROWS_WITH(rp::read_metrics(path), Catch::Contains("line 3") && Catch::Contains("not a metrics record"));
+  CHECK_THROWS_WITH(rp::read_metrics(path), (Catch::Contains("line 3") && Catch::Contains("not a metrics record")) && Catch::Contains(here));
   std::ofstream(path) << "{\"kind\":\"eval\",\"step\":1,\"epoch\":1}\n";
-  CHECK_THROWS_WITH(rp::read_metrics(path), Catch::Contains("lacks \"test_accuracy\""));
-  CHECK_THROWS_WITH(rp::read_metrics("/nonexistent-towerjit.jsonl"), Catch::Contains("/nonexistent-towerjit.jsonl"));
+  CHECK_THROWS_WITH(rp::read_metrics(path), Catch::Contains("lacks \"test_accuracy\"") && Catch::Contains(here));
+  CHECK_THROWS_WITH(rp::read_metrics("/nonexistent-towerjit.jsonl"), Catch::Contains("/nonexistent-towerjit.jsonl") &&
+                                                                 Catch::Contains("give the path a MetricsWriter") && Catch::Contains(here));
 }
 
 TEST_CASE("report: an SVG plot has one line per series, a legend and round ticks", "[report]") {
@@ -364,8 +367,7 @@ TEST_CASE("report: metrics plots are written next to the metrics file", "[report
   CHECK(loss.find("test loss") != std::string::npos);
   CHECK(count(loss, "<path ") == 2);
   CHECK(read_file(plots[1]).find("test accuracy") != std::string::npos);
-  CHECK_THROWS_WITH(rp::write_svg_plot("/nonexistent-towerjit-dir/loss.svg", "t", "x", "y", {}),
-                    Catch::Contains("cannot write the plot \"/nonexistent-towerjit-dir/loss.svg\""));
+  CHECK_THROWS_WITH(rp::write_svg_plot("/nonexistent-towerjit-dir/loss.svg", "t", "x", "y", {}), Catch::Contains("cannot write the plot \"/nonexistent-towerjit-dir/loss.svg\"") && Catch::Contains(here));
 }
 
 TEST_CASE("report: a trace is valid JSON with each tower's spans, names, marks and counters", "[report]") {
@@ -441,9 +443,8 @@ TEST_CASE("report: a disabled trace writes nothing and an unwritable one is name
   off.counter("c", 1);
   off.close();
   CHECK_FALSE(rp::Trace("").enabled());
-  CHECK_THROWS_WITH(rp::Trace("/nonexistent-towerjit-dir/trace.json"),
-                    Catch::Contains("cannot write the trace file \"/nonexistent-towerjit-dir/trace.json\"") &&
-                        Catch::Contains("mkdir -p"));
+  CHECK_THROWS_WITH(rp::Trace("/nonexistent-towerjit-dir/trace.json"), (Catch::Contains("cannot write the trace file \"/nonexistent-towerjit-dir/trace.json\"") &&
+                        Catch::Contains("mkdir -p")) && Catch::Contains(here));
   // A span still open at close() ends without writing, and the file stays valid.
   const TempPath temp("closed.json");
   const std::string& path = temp.path;

@@ -10,6 +10,10 @@
 #include "runtime/towers/hooks.h"
 #include "towerjit.h"
 
+// Where each mistake below is reported: the line of this file that made it (checked as the
+// file, the line being the call's).
+static const std::string here = "tests/runtime/test_tensor_dataset.cpp:";
+
 namespace tj = towerjit;
 using Catch::Matchers::Contains;
 
@@ -39,18 +43,17 @@ TEST_CASE("a dataset of named arrays checks that they agree on the example count
                     Contains("arrays \"features\" and \"weight\" disagree on the number of examples") &&
                         Contains("\"features\" has 10") && Contains("\"weight\" has 9") &&
                         Contains("test_tensor_dataset.cpp:" + std::to_string(line)));
-  CHECK_THROWS_WITH(tj::data::TensorDataset(numbered(10), "y"),
-                    Contains("the label array \"y\" is not one of the dataset's arrays (\"features\", \"target\", "
-                             "\"weight\")"));
-  CHECK_THROWS_WITH(tj::data::TensorDataset(tj::HostFeeds{}), Contains("at least one array"));
-  CHECK_THROWS_WITH(tj::data::TensorDataset({{"s", tj::HostTensor(tj::Shape{})}}), Contains("is a scalar"));
+  CHECK_THROWS_WITH(tj::data::TensorDataset(numbered(10), "y"), (Contains("the label array \"y\" is not one of the dataset's arrays (\"features\", \"target\", "
+                             "\"weight\")")) && Catch::Contains(here));
+  CHECK_THROWS_WITH(tj::data::TensorDataset(tj::HostFeeds{}), Contains("at least one array") && Catch::Contains(here));
+  CHECK_THROWS_WITH(tj::data::TensorDataset({{"s", tj::HostTensor(tj::Shape{})}}), Contains("is a scalar") && Catch::Contains(here));
   tj::HostTensor short_of_values({4, 2});
   short_of_values.f32.resize(7);
-  CHECK_THROWS_WITH(tj::data::TensorDataset({{"x", short_of_values}}), Contains("holds 7 values"));
+  CHECK_THROWS_WITH(tj::data::TensorDataset({{"x", short_of_values}}), Contains("holds 7 values") && Catch::Contains(here));
   // Without a label array: fine until labels are asked for.
   const tj::data::TensorDataset unlabelled({{"x", tj::HostTensor({4, 2})}});
   CHECK_FALSE(unlabelled.has_labels());
-  CHECK_THROWS_WITH(unlabelled.labels(), Contains("no label array \"label\"") && Contains("TensorDataset(arrays,"));
+  CHECK_THROWS_WITH(unlabelled.labels(), (Contains("no label array \"label\"") && Contains("TensorDataset(arrays,")) && Catch::Contains(here));
 }
 
 TEST_CASE("the pipeline batches and shuffles every array of a dataset alike", "[data][dataset]") {
@@ -127,8 +130,7 @@ TEST_CASE("fit and EvalHook train and evaluate on a dataset with feeds of any na
   // Labels that are not class indices, and a dataset without labels, are named.
   const tj::data::TensorDataset float_labels({{"pixels", pixels}, {"cls", tj::HostTensor({n})}}, "cls");
   tj::report::Progress quiet(0, stdout, false);
-  CHECK_THROWS_WITH(tj::EvalHook(float_labels, quiet, nullptr),
-                    Contains("the label array \"cls\" is f32[64]") && Contains("i32 [N]"));
+  CHECK_THROWS_WITH(tj::EvalHook(float_labels, quiet, nullptr), (Contains("the label array \"cls\" is f32[64]") && Contains("i32 [N]")) && Catch::Contains(here));
   const tj::data::TensorDataset no_labels({{"pixels", pixels}});
-  CHECK_THROWS_WITH(tj::EvalHook(no_labels, quiet, nullptr), Contains("no label array \"label\""));
+  CHECK_THROWS_WITH(tj::EvalHook(no_labels, quiet, nullptr), Contains("no label array \"label\"") && Catch::Contains(here));
 }

@@ -45,7 +45,9 @@ extern "C" __global__ void tj_col2im(const float* __restrict__ cols, float* __re
 }
 
 // The first maximum of a window in row-major window order (as the CPU backend), as a flat
-// index into x, or -1 for a window entirely in the padding.
+// index into x, or -1 for a window entirely in the padding. A NaN counts as larger than every
+// number (the first NaN wins): the pool is NaN where its window holds one, and its gradient
+// goes to that NaN, as the reference's.
 __device__ __forceinline__ tj_i64 tj_window_argmax(const float* x, TjPoolShape s, tj_i64 plane,
                                                     tj_i64 oy, tj_i64 ox) {
   const tj_i64 y0 = oy * s.stride_h - s.pad_h, x0 = ox * s.stride_w - s.pad_w;
@@ -56,7 +58,7 @@ __device__ __forceinline__ tj_i64 tj_window_argmax(const float* x, TjPoolShape s
       const tj_i64 iy = y0 + dy, ix = x0 + dx;
       if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
       const tj_i64 i = (plane * s.h + iy) * s.w + ix;
-      if (arg < 0 || x[i] > best) best = x[i], arg = i;
+      if (arg < 0 || x[i] > best || (x[i] != x[i] && best == best)) best = x[i], arg = i;
     }
   return arg;
 }
@@ -150,8 +152,10 @@ extern "C" __global__ void tj_argmax(const float* __restrict__ x, int* __restric
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
     const tj_i64 o = p / inner, in = p % inner;
     tj_i64 best = 0;
-    for (tj_i64 j = 1; j < n; ++j)
-      if (x[(o * n + j) * inner + in] > x[(o * n + best) * inner + in]) best = j;
+    for (tj_i64 j = 1; j < n; ++j) {  // the first maximum; a NaN is larger than every number
+      const float v = x[(o * n + j) * inner + in], b = x[(o * n + best) * inner + in];
+      if (v > b || (v != v && b == b)) best = j;
+    }
     out[p] = (int)best;
   }
 }

@@ -15,10 +15,12 @@ typedef long long tj_i64;
 struct TjSum {
   template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
 };
-// As the CPU backend: the new value wins only when strictly greater.
+// As the CPU backend: the new value wins only when strictly greater, or when it is NaN (v != v;
+// never for integers). A NaN acc then stays, so a NaN anywhere in the slice is the maximum, as
+// the reference's; fmaxf would drop it.
 struct TjMax {
   template <typename T> __device__ __forceinline__ T operator()(T acc, T v) const {
-    return v > acc ? v : acc;
+    return v > acc || v != v ? v : acc;
   }
 };
 
