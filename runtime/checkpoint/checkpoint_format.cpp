@@ -139,6 +139,15 @@ HostTensor read_variable(Reader& in, const std::string& name) {
   return t;
 }
 
+// `name` must sort after every name read so far.
+template <typename Map>
+void check_follows(const Map& read, const std::string& name, const char* what, const Reader& in) {
+  user_check(read.empty() || read.rbegin()->first < name, in.loc())
+      << "\"" << in.file() << "\" is malformed: " << what << " \"" << name << "\" comes after \""
+      << read.rbegin()->first << "\" (they are written sorted, each once); it was not written by "
+      << "towerjit's save_checkpoint";
+}
+
 }  // namespace
 
 std::string encode_checkpoint(const Checkpoint& c, Loc loc) {
@@ -211,14 +220,18 @@ Checkpoint decode_checkpoint(std::string_view bytes, const std::string& file, Lo
   c.step = fields.i64("the step");
   c.position.epoch = fields.i64("the pipeline epoch");
   c.position.batch = fields.i64("the pipeline batch");
+  // Keys and names come sorted, each once, as encode_checkpoint writes them from its maps: a
+  // repeated one would silently replace or drop an entry, so it is refused like any other damage.
   for (uint64_t n = fields.u64("the metadata count"); n > 0; --n) {
     std::string key = fields.str("a metadata key");
-    c.metadata[std::move(key)] = fields.str("a metadata value");
+    check_follows(c.metadata, key, "metadata key", fields);
+    c.metadata.emplace_hint(c.metadata.end(), std::move(key), fields.str("a metadata value"));
   }
   for (uint64_t n = fields.u64("the variable count"); n > 0; --n) {
     std::string name = fields.str("a variable's name");
+    check_follows(c.variables, name, "variable", fields);
     HostTensor t = read_variable(fields, name);
-    c.variables.emplace(std::move(name), std::move(t));
+    c.variables.emplace_hint(c.variables.end(), std::move(name), std::move(t));
   }
   user_check(fields.left() == 0, loc) << "\"" << file << "\" is malformed: " << fields.left()
                                       << " bytes follow the last variable";
