@@ -9,6 +9,16 @@ namespace detail {
 
 Tensor make(Graph& graph, Op op, std::vector<int> inputs, Shape shape, DType dtype,
             Attrs attrs, Loc loc) {
+  // Broadcasting can put B in two places ([1,B] with [B,1] is [B,B]), which no program can run:
+  // refused here, for every op at once, naming the operands that did it.
+  if (std::count(shape.dims().begin(), shape.dims().end(), kBatch) > 1) {
+    std::string operands;
+    for (int id : inputs) operands += (operands.empty() ? "" : " and ") + graph.node(id).shape.str();
+    user_check(false, loc) << op_name(op) << ": the result " << shape.str() << " of operands " << operands
+                           << " holds the batch dimension B twice" << in_scope(graph)
+                           << "; a shape holds B at most once: line B up in both operands (transpose or "
+                              "reshape one) or give one its size";
+  }
   Node n{.op = op, .inputs = std::move(inputs), .shape = std::move(shape), .dtype = dtype,
          .attrs = std::move(attrs), .loc = loc, .scope = {}};
   return Tensor(&graph, graph.add(std::move(n)));
