@@ -124,15 +124,18 @@ HostTensor read_variable(Reader& in, const std::string& name) {
                                  << "\" has a negative dimension " << d;
   }
   // The element count is bounded by the bytes left before it is multiplied out, so a huge
-  // shape cannot overflow past the check.
-  if (std::find(dims.begin(), dims.end(), 0) == dims.end()) {
-    uint64_t elements = 1;
-    for (int64_t d : dims) {
-      user_check(elements <= in.left() / 4 / static_cast<uint64_t>(d), in.loc())
-          << "\"" << in.file() << "\" is malformed: variable \"" << name << "\"'s shape "
-          << Shape(dims).str() << " needs more bytes than the file has left";
-      elements *= static_cast<uint64_t>(d);
-    }
+  // shape cannot overflow past the check. With a 0 dimension the tensor holds nothing, but
+  // Shape multiplies every dimension in order ([2^40, 2^40, 0] overflows before the 0), so the
+  // others must still multiply within int64.
+  const bool empty = std::find(dims.begin(), dims.end(), 0) != dims.end();
+  const uint64_t limit = empty ? uint64_t{INT64_MAX} : in.left() / 4;
+  uint64_t elements = 1;
+  for (int64_t d : dims) {
+    if (d == 0) continue;
+    user_check(elements <= limit / static_cast<uint64_t>(d), in.loc())
+        << "\"" << in.file() << "\" is malformed: variable \"" << name << "\"'s shape " << Shape(dims).str()
+        << (empty ? " has more elements than a tensor can hold" : " needs more bytes than the file has left");
+    elements *= static_cast<uint64_t>(d);
   }
   HostTensor t(Shape(std::move(dims)), code == 0 ? DType::f32 : DType::i32);
   in.words(t.data(), t.size(), "a variable's data");
