@@ -32,8 +32,7 @@ TEST_CASE("broadcasting B against B in another place is an error naming both ope
   Graph g;
   GraphScope use(g);
   Tensor row = input("row", {1, B}), column = input("column", {B, 1});
-  REQUIRE_THROWS_WITH(row / column, Contains("div: the result [B,B] of operands [1,B] and [B,1] holds the batch dimension B twice") &&
-                                        Contains("line B up") && Contains(here(__LINE__)));
+  REQUIRE_THROWS_WITH(row / column, Contains("div: the result [B,B] of operands [1,B] and [B,1] holds the batch dimension B twice") && Contains("line B up") && Contains(here(__LINE__)));
   REQUIRE_THROWS_WITH(where(row > 0, row, column), Contains("where: the result [B,B]") && Contains(here(__LINE__)));
   REQUIRE_THROWS_WITH(matmul(input("a", {B, 2, 3}), input("b", {3, B})), Contains("holds the batch dimension B twice"));
   CHECK((row * input("same", {1, B})).shape() == Shape{1, B});  // B in the same place is fine
