@@ -1,11 +1,15 @@
 # A thin layer over CMake + Ninja. `make demo` and `make test` are the README's two commands:
 # each installs what is missing, configures, builds, then runs the example or the tests.
 # `make bench` does the same with PyTorch added (the benchmark's baseline) and runs the
-# benchmark: one JSON line per workload (docs/performance.md).
+# benchmark: one JSON line per workload (docs/performance.md). `make fuzz` builds the libFuzzer
+# targets with clang-19 in build-fuzz/ and runs each for FUZZ_SECONDS (docs/fuzzing.md).
 BUILD := build
+FUZZ_BUILD := build-fuzz
 JOBS ?= $(shell nproc)
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := idx_reader checkpoint_reader compile_cache_entry graph_builder
 
-.PHONY: all deps bench-deps configure build demo test bench clean
+.PHONY: all deps bench-deps fuzz-deps configure build demo test bench fuzz clean
 
 all: build
 
@@ -14,6 +18,9 @@ deps:
 
 bench-deps:
 	@scripts/install-deps.sh --bench
+
+fuzz-deps:
+	@scripts/install-deps.sh --fuzz
 
 configure: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
@@ -31,5 +38,15 @@ test: build
 bench: bench-deps build
 	@$(BUILD)/bench/towerjit_bench
 
+# Everything instrumented (libFuzzer coverage, ASan, UBSan) at -O1 with debug info, so a finding's
+# stack names lines; no tests, examples or benchmarks in that build. Fails on any finding.
+fuzz: fuzz-deps
+	@cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+	  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" -DTOWERJIT_BUILD_FUZZERS=ON -DTOWERJIT_BUILD_TESTS=OFF \
+	  -DTOWERJIT_BUILD_EXAMPLES=OFF -DTOWERJIT_BUILD_BENCH=OFF -DTOWERJIT_INSTALL=OFF > /dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	@scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD)

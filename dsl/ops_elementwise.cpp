@@ -7,8 +7,22 @@
 namespace towerjit {
 namespace detail {
 
+void check_batch_once(const Shape& shape, std::string_view op, const std::vector<int>& inputs,
+                      const Graph& graph, Loc loc) {
+  if (std::count(shape.dims().begin(), shape.dims().end(), kBatch) <= 1) return;
+  std::string operands;
+  for (int id : inputs) operands += (operands.empty() ? "" : " and ") + graph.node(id).shape.str();
+  user_check(false, loc) << op << ": the result " << shape.str() << " of operands " << operands
+                         << " holds the batch dimension B twice" << in_scope(graph)
+                         << "; a shape holds B at most once: line B up in both operands (transpose or "
+                            "reshape one) or give one its size";
+}
+
 Tensor make(Graph& graph, Op op, std::vector<int> inputs, Shape shape, DType dtype,
             Attrs attrs, Loc loc) {
+  // Broadcasting can put B in two places ([1,B] with [B,1] is [B,B]), which no program can run:
+  // refused here for every op at once, unless the op checked first under its DSL name.
+  check_batch_once(shape, op_name(op), inputs, graph, loc);
   // Gradient rules build nodes too; theirs take the forward node's stack (Graph::add).
   Node n{.op = op, .inputs = std::move(inputs), .shape = std::move(shape), .dtype = dtype,
          .attrs = std::move(attrs), .loc = loc,
@@ -187,6 +201,7 @@ Tensor where(Tensor cond, Operand a, Operand b, Loc loc) {
       << "where: cannot broadcast condition " << cond.shape().str() << " with "
       << ta.shape().str() << " and " << tb.shape().str() << in_scope(g)
       << ". Shapes must match or broadcast (numpy rules)";
+  check_batch_once(*shape, "where", {cond.id(), ta.id(), tb.id()}, g, loc);
   return make(g, Op::Select, {cond.id(), ta.id(), tb.id()}, *shape, dtype, {}, loc);
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dsl/error.h"
@@ -12,6 +13,11 @@ namespace towerjit::detail {
 // Appends a node to `graph` and returns its tensor.
 Tensor make(Graph& graph, Op op, std::vector<int> inputs, Shape shape, DType dtype,
             Attrs attrs, Loc loc);
+
+// Errors, naming `op` and the shapes of `inputs`, when `shape` holds the batch dimension twice
+// (a broadcast of [1,B] with [B,1]); make() checks every node under its op's name.
+void check_batch_once(const Shape& shape, std::string_view op, const std::vector<int>& inputs,
+                      const Graph& graph, Loc loc);
 
 // ` in "fc1/dense"` when the graph is inside a scope, else "": the "where" of a message.
 std::string in_scope(const Graph& graph);

@@ -13,8 +13,10 @@
 
 namespace towerjit {
 
-// Returns the batch (1 when no input has one). Errors name the input, both shapes and, for a
-// batch that disagrees, the input the batch was taken from, at the input's DSL file:line.
+// Returns the batch: from the inputs the program reads, else from any other fed input of the
+// graph, else 1 when no buffer has one. Errors name the input, both shapes and, for a batch
+// that disagrees, the input the batch was taken from, at the input's DSL file:line; or a
+// buffer of shape with B when no fed input says what B is.
 template <typename Feeds>
 int64_t bind_feeds(const kir::Program& program, const Graph& graph, const Feeds& feeds) {
   int64_t batch = -1;
@@ -37,7 +39,24 @@ int64_t bind_feeds(const kir::Program& program, const Graph& graph, const Feeds&
         << (batch >= 0 && from != b.name ? " (batch " + std::to_string(batch) + " from \"" + from + "\")" : "")
         << "; feed a tensor of the declared shape and dtype";
   }
-  return batch < 0 ? 1 : batch;
+  // Fed inputs the program does not read still bind B, as in the reference interpreter: zeros
+  // shaped [B,3] (the gradient of a loss that does not depend on that input) have as many rows
+  // as were fed, not 1. The graph keeps every input of the one it was lowered from.
+  for (int id = 0; batch < 0 && id < graph.size(); ++id) {
+    const Node& n = graph.node(id);
+    const auto it = n.op == Op::Input ? feeds.find(n.attrs.name) : feeds.end();
+    if (it == feeds.end() || it->second.shape.rank() != n.shape.rank()) continue;
+    for (int i = 0; i < n.shape.rank(); ++i)
+      if (n.shape[i] == kBatch) batch = it->second.shape[i];
+  }
+  if (batch >= 0) return batch;
+  for (const auto& b : program.buffers) {
+    if (!b.shape.has_batch() || b.nodes.empty()) continue;
+    const Node& n = graph.node(b.nodes[0]);
+    user_check(false, n.loc) << "batch size unknown: " << op_name(n.op) << " has shape " << b.shape.str()
+                             << " but no fed input holds the batch dimension B; feed an input declared with kBatch";
+  }
+  return 1;
 }
 
 // The value of variable buffer `b` in `variables`. Errors (at the variable's DSL file:line): no

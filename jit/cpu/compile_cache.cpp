@@ -114,6 +114,30 @@ std::string make_cache_key(std::initializer_list<std::string_view> parts) {
   return hex;
 }
 
+std::string pack_objects(const std::vector<std::string>& objects) {
+  std::string out;
+  for (const std::string& o : objects) {
+    for (int b = 0; b < 8; ++b) out.push_back(static_cast<char>((o.size() >> (8 * b)) & 0xff));
+    out += o;
+  }
+  return out;
+}
+
+std::vector<std::string> unpack_objects(std::string_view payload) {
+  std::vector<std::string> objects;
+  size_t at = 0;
+  while (at < payload.size()) {
+    if (payload.size() - at < 8) return {};
+    uint64_t size = 0;
+    for (int b = 0; b < 8; ++b) size |= uint64_t{static_cast<unsigned char>(payload[at + b])} << (8 * b);
+    at += 8;
+    if (size > payload.size() - at) return {};
+    objects.emplace_back(payload.substr(at, size));
+    at += size;
+  }
+  return objects;
+}
+
 std::optional<CompileCache> CompileCache::from_knobs() {
   if (!knobs::cache_enabled()) return std::nullopt;
   return CompileCache(knobs::cache_dir());

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace towerjit::cpujit {
 
@@ -23,6 +24,12 @@ inline constexpr std::uint32_t kCacheFormatVersion = 1;
 // kCacheFormatVersion. Callers pass everything the compiled bytes depend on: source text,
 // target, compiler version, flags.
 std::string make_cache_key(std::initializer_list<std::string_view> parts);
+
+// The CPU backend's payload: several object files, each as its size (8 little-endian bytes)
+// and its bytes. unpack_objects returns none for bytes pack_objects did not write (a size past
+// the end, a partial size), and the caller compiles afresh.
+std::string pack_objects(const std::vector<std::string>& objects);
+std::vector<std::string> unpack_objects(std::string_view payload);
 
 class CompileCache {
  public:

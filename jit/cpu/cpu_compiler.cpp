@@ -239,32 +239,6 @@ void* CompiledModule::lookup(const std::string& symbol) const {
 
 namespace {
 
-// A cache payload of several objects: for each, its size as 8 little-endian bytes, then it.
-std::string pack(const std::vector<std::string>& objects) {
-  std::string out;
-  for (const std::string& o : objects) {
-    for (int b = 0; b < 8; ++b) out.push_back(static_cast<char>((o.size() >> (8 * b)) & 0xff));
-    out += o;
-  }
-  return out;
-}
-
-// The objects, or none when the payload is not pack()'s (then it is rebuilt).
-std::vector<std::string> unpack(const std::string& payload) {
-  std::vector<std::string> objects;
-  size_t at = 0;
-  while (at < payload.size()) {
-    if (payload.size() - at < 8) return {};
-    uint64_t size = 0;
-    for (int b = 0; b < 8; ++b) size |= uint64_t{static_cast<unsigned char>(payload[at + b])} << (8 * b);
-    at += 8;
-    if (size > payload.size() - at) return {};
-    objects.push_back(payload.substr(at, size));
-    at += size;
-  }
-  return objects;
-}
-
 // The cores this thread may run on: the compile's threads inherit them.
 int usable_cores() {
   cpu_set_t set;
@@ -302,14 +276,14 @@ std::shared_ptr<CompiledModule> compile(const std::string& ll_text, const std::s
   if (cache) {
     auto hit = cache->load(key);
     local.cache_damaged = hit.status == CompileCache::Status::damaged;
-    if (hit.status == CompileCache::Status::hit) objects = unpack(hit.payload);
+    if (hit.status == CompileCache::Status::hit) objects = unpack_objects(hit.payload);
     local.cache_hit = !objects.empty();
   }
   if (!local.cache_hit) {
     ObjectCode code = compile_ir_to_objects(ll_text, module_name, usable_cores());
     if (!code.error.empty()) fail("cannot compile", ll_text, module_name, code.error);
     objects = std::move(code.objects);
-    if (cache && !cache->store(key, pack(objects))) warn_once_cache_unwritable(cache->dir());
+    if (cache && !cache->store(key, pack_objects(objects))) warn_once_cache_unwritable(cache->dir());
   }
   auto module = load(objects, ll_text, module_name);
   {

@@ -124,19 +124,31 @@ HostTensor read_variable(Reader& in, const std::string& name) {
                                  << "\" has a negative dimension " << d;
   }
   // The element count is bounded by the bytes left before it is multiplied out, so a huge
-  // shape cannot overflow past the check.
-  if (std::find(dims.begin(), dims.end(), 0) == dims.end()) {
-    uint64_t elements = 1;
-    for (int64_t d : dims) {
-      user_check(elements <= in.left() / 4 / static_cast<uint64_t>(d), in.loc())
-          << "\"" << in.file() << "\" is malformed: variable \"" << name << "\"'s shape "
-          << Shape(dims).str() << " needs more bytes than the file has left";
-      elements *= static_cast<uint64_t>(d);
-    }
+  // shape cannot overflow past the check. With a 0 dimension the tensor holds nothing, but
+  // Shape multiplies every dimension in order ([2^40, 2^40, 0] overflows before the 0), so the
+  // others must still multiply within int64.
+  const bool empty = std::find(dims.begin(), dims.end(), 0) != dims.end();
+  const uint64_t limit = empty ? uint64_t{INT64_MAX} : in.left() / 4;
+  uint64_t elements = 1;
+  for (int64_t d : dims) {
+    if (d == 0) continue;
+    user_check(elements <= limit / static_cast<uint64_t>(d), in.loc())
+        << "\"" << in.file() << "\" is malformed: variable \"" << name << "\"'s shape " << Shape(dims).str()
+        << (empty ? " has more elements than a tensor can hold" : " needs more bytes than the file has left");
+    elements *= static_cast<uint64_t>(d);
   }
   HostTensor t(Shape(std::move(dims)), code == 0 ? DType::f32 : DType::i32);
   in.words(t.data(), t.size(), "a variable's data");
   return t;
+}
+
+// `name` must sort after every name read so far.
+template <typename Map>
+void check_follows(const Map& read, const std::string& name, const char* what, const Reader& in) {
+  user_check(read.empty() || read.rbegin()->first < name, in.loc())
+      << "\"" << in.file() << "\" is malformed: " << what << " \"" << name << "\" comes after \""
+      << read.rbegin()->first << "\" (they are written sorted, each once); it was not written by "
+      << "towerjit's save_checkpoint";
 }
 
 }  // namespace
@@ -211,14 +223,18 @@ Checkpoint decode_checkpoint(std::string_view bytes, const std::string& file, Lo
   c.step = fields.i64("the step");
   c.position.epoch = fields.i64("the pipeline epoch");
   c.position.batch = fields.i64("the pipeline batch");
+  // Keys and names come sorted, each once, as encode_checkpoint writes them from its maps: a
+  // repeated one would silently replace or drop an entry, so it is refused like any other damage.
   for (uint64_t n = fields.u64("the metadata count"); n > 0; --n) {
     std::string key = fields.str("a metadata key");
-    c.metadata[std::move(key)] = fields.str("a metadata value");
+    check_follows(c.metadata, key, "metadata key", fields);
+    c.metadata.emplace_hint(c.metadata.end(), std::move(key), fields.str("a metadata value"));
   }
   for (uint64_t n = fields.u64("the variable count"); n > 0; --n) {
     std::string name = fields.str("a variable's name");
+    check_follows(c.variables, name, "variable", fields);
     HostTensor t = read_variable(fields, name);
-    c.variables.emplace(std::move(name), std::move(t));
+    c.variables.emplace_hint(c.variables.end(), std::move(name), std::move(t));
   }
   user_check(fields.left() == 0, loc) << "\"" << file << "\" is malformed: " << fields.left()
                                       << " bytes follow the last variable";

@@ -9,7 +9,8 @@
 //   u32 CRC-32 (zlib's) of every byte before it
 //
 // where a string is a u64 length and its bytes. The file size in the header tells a truncated
-// file from a damaged one; the order (std::map's) makes equal checkpoints equal bytes.
+// file from a damaged one; the order (std::map's) makes equal checkpoints equal bytes, and the
+// reader requires it: keys and names sorted, each once.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +29,8 @@ inline constexpr uint32_t kCheckpointVersion = 1;
 std::string encode_checkpoint(const Checkpoint& checkpoint, Loc loc);
 
 // Parses a file's bytes; `file` names it in errors: not a towerjit checkpoint, another format
-// version, truncated, checksum mismatch, malformed contents.
+// version, truncated, checksum mismatch, malformed contents (a field past the end, names out
+// of order or repeated, a shape larger than the file or than a tensor can hold).
 Checkpoint decode_checkpoint(std::string_view bytes, const std::string& file, Loc loc);
 
 }  // namespace towerjit

@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <source_location>
 #include <vector>
@@ -51,20 +52,32 @@ HostTensor read_idx(const std::string& path, const std::string& hint, std::sourc
   const int rank = bytes[3];
   user_check(bytes.size() >= 4u + 4u * rank, loc)
       << "\"" << path << "\" ends inside its header (" << bytes.size() << " bytes); it is truncated";
+  // Three dimensions of up to 2^32 - 1 multiply past 2^64: the count saturates instead (it is
+  // then more than any file holds), so a damaged header fails the size check below, never
+  // overflows. A 0 dimension makes it 0 whatever came before, as it should.
   std::vector<int64_t> dims;
-  int64_t count = 1;
-  for (int i = 0; i < rank; ++i) dims.push_back(big_endian(&bytes[4 + 4 * i])), count *= dims.back();
+  uint64_t count = 1;
+  for (int i = 0; i < rank; ++i) {
+    const uint32_t d = big_endian(&bytes[4 + 4 * i]);
+    dims.push_back(d);
+    count = d == 0 ? 0 : count > UINT64_MAX / d ? UINT64_MAX : count * d;
+  }
   const size_t header = 4 + 4 * rank;
-  user_check(bytes.size() == header + count, loc)
+  user_check(bytes.size() - header == count, loc)
       << "\"" << path << "\" holds " << bytes.size() - header << " data bytes but its header says "
-      << count << " (" << dims[0] << " items); the file is truncated or damaged";
+      << (count == UINT64_MAX ? "more than any file holds" : std::to_string(count)) << " (" << dims[0]
+      << " items); the file is truncated or damaged";
+  // With no images the size check above says nothing of rows x cols, which must still fit a shape.
+  user_check(rank == 1 || uint64_t(dims[1]) * uint64_t(dims[2]) <= uint64_t{INT64_MAX}, loc)
+      << "\"" << path << "\" has images of " << dims[1] << " x " << dims[2]
+      << " pixels, more than a tensor can hold; the header is damaged";
   if (rank == 1) {
     HostTensor labels(Shape{dims[0]}, DType::i32);
-    for (int64_t i = 0; i < count; ++i) labels.i32[i] = bytes[header + i];
+    for (uint64_t i = 0; i < count; ++i) labels.i32[i] = bytes[header + i];
     return labels;
   }
   HostTensor images(Shape{dims[0], dims[1] * dims[2]});
-  for (int64_t i = 0; i < count; ++i) images.f32[i] = bytes[header + i] / 255.0f;
+  for (uint64_t i = 0; i < count; ++i) images.f32[i] = bytes[header + i] / 255.0f;
   return images;
 }
 

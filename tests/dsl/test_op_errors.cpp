@@ -26,6 +26,18 @@ TEST_CASE("add: shape mismatch names both shapes and the line", "[dsl]") {
   REQUIRE_THROWS_WITH(x * input("y", {4}), Contains("cannot mul tensors of shape [B,3] and [4]") && Contains(here(__LINE__)));
 }
 
+// Found by the graph fuzz target (fuzz/regressions/graph_builder/batch-twice-by-broadcast): the
+// result of a broadcast held B twice and only the CPU lowering noticed, as an internal error.
+TEST_CASE("broadcasting B against B in another place is an error naming both operands", "[dsl]") {
+  Graph g;
+  GraphScope use(g);
+  Tensor row = input("row", {1, B}), column = input("column", {B, 1});
+  REQUIRE_THROWS_WITH(row / column, Contains("div: the result [B,B] of operands [1,B] and [B,1] holds the batch dimension B twice") && Contains("line B up") && Contains(here(__LINE__)));
+  REQUIRE_THROWS_WITH(where(row > 0, row, column), Contains("where: the result [B,B]") && Contains(here(__LINE__)));
+  REQUIRE_THROWS_WITH(matmul(input("a", {B, 2, 3}), input("b", {3, B})), Contains("holds the batch dimension B twice"));
+  CHECK((row * input("same", {1, B})).shape() == Shape{1, B});  // B in the same place is fine
+}
+
 TEST_CASE("add: dtype mismatch", "[dsl]") {
   Graph g;
   GraphScope use(g);

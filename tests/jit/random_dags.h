@@ -66,17 +66,27 @@ class Builder {
     tensors_.push_back(apply(d, b));
     bounds_.push_back(b);
   }
+  // Appends a node built elsewhere (the graph fuzzer's ops beyond these, fuzz/graph_builder.cpp)
+  // with a bound on its magnitude.
+  void push(Tensor t, double bound) {
+    tensors_.push_back(std::move(t));
+    bounds_.push_back(bound);
+  }
   const Tensor& operator[](int i) const { return tensors_[i]; }
   int size() const { return static_cast<int>(tensors_.size()); }
   std::string input_name(int i) const { return prefix_ + "n" + std::to_string(i); }
 
- private:
-  Tensor arg(const NodeDesc& d, int k, double limit, double& b) const {
-    Tensor t = tensors_[d.in[k]];
-    b = bounds_[d.in[k]];
+  // Node i as an operand of an op that takes magnitudes up to `limit`: squashed with tanh when
+  // its bound is above; `b` receives the operand's bound.
+  Tensor operand(int i, double limit, double& b) const {
+    Tensor t = tensors_[i];
+    b = bounds_[i];
     if (b > limit) t = tj::tanh(t), b = 1;
     return t;
   }
+
+ private:
+  Tensor arg(const NodeDesc& d, int k, double limit, double& b) const { return operand(d.in[k], limit, b); }
 
   Tensor apply(const NodeDesc& d, double& b) {
     const std::string& op = d.op;
@@ -126,7 +136,10 @@ class Builder {
     if (op == "sum" || op == "mean" || op == "max") {
       Tensor t = arg(d, 0, op == "sum" ? 1 : 8, b);
       int64_t count = 1;
-      for (int a : d.axes) count *= t.shape()[a] == kBatch ? 7 : t.shape()[a];
+      for (int a : d.axes) {  // an axis out of range is left to the DSL to reject
+        const int axis = a < 0 ? a + t.shape().rank() : a;
+        if (axis >= 0 && axis < t.shape().rank()) count *= t.shape()[axis] == kBatch ? 7 : t.shape()[axis];
+      }
       if (op == "sum") return b *= count, tj::sum(t, d.axes, d.keepdims);
       return op == "mean" ? tj::mean(t, d.axes, d.keepdims) : tj::max(t, d.axes, d.keepdims);
     }

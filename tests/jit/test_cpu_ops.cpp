@@ -200,3 +200,25 @@ TEST_CASE("an SGD momentum step updates weights and momenta in place, as the ref
   // Every update wrote its variable directly; the one copy is the fetched weight's snapshot.
   CHECK(r.program->program().copies.size() == 1);
 }
+
+// Found by the graph fuzz target (fuzz/regressions/graph_builder/batch-from-an-unread-input):
+// a fetch shaped with B that reads no batched input ran with B = 1 while the reference took B
+// from the fed inputs.
+TEST_CASE("B comes from a fed input the program does not read, as in the reference", "[cpu][jit]") {
+  tj::test::ScopedEnv no_cache("TOWERJIT_CACHE", "off");
+  tj::Graph g;
+  tj::GraphScope use(g);
+  const Tensor x = tj::input("x", {kBatch, 2}), s = tj::input("s", {});
+  const Tensor wide = tj::broadcast_to(s * 2, {3, kBatch});
+  const Tensor zeros = tj::grad(tj::sum(s * s), {x})[0];  // x does not reach the loss
+  const tj::reference::Feeds feeds = {{"x", random_array({5, 2}, 1)}, {"s", random_array({}, 2)}};
+  tj::reference::Variables vars;
+  const JitRun r = run_both(g, {wide, zeros}, feeds, vars);
+  CHECK(r.jit[0].shape == tj::Shape{3, 5});
+  CHECK(r.jit[1].shape == tj::Shape{5, 2});
+  require_close(r, "B from an unread input");
+  tj::CpuProgram alone(g, {wide});
+  tj::HostVariables none;
+  CHECK_THROWS_WITH(alone.run({{"s", tj::scalar(1)}}, none),
+                    Catch::Contains("batch size unknown") && Catch::Contains("no fed input holds the batch dimension B"));
+}

@@ -1,6 +1,7 @@
 // Checkpoints: a bitwise round trip, `latest` and pruning, each kind of damage named in the
 // error, a model that does not fit, and a failed save that leaves the previous one loadable.
 #include <unistd.h>
+#include <zlib.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -197,6 +198,46 @@ TEST_CASE("a damaged checkpoint is named with what is wrong", "[checkpoint]") {
   CHECK_THROWS_WITH(tj::load_checkpoint(dir / "ckpt-9.tjck"), Contains("does not exist"));
   TempDir empty;
   CHECK_THROWS_WITH(tj::load_checkpoint(empty.str()), Contains("has no \"latest\" file"));
+}
+
+// `bytes` with the first `from` replaced by `to` (as long) and the CRC-32 set right again: damage
+// that only the reader's checks of the contents can find.
+static std::string replaced(std::string bytes, const std::string& from, const std::string& to) {
+  bytes.replace(bytes.find(from), from.size(), to);
+  const uLong crc = crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size() - 4));
+  for (int i = 0; i < 4; ++i) bytes[bytes.size() - 4 + i] = static_cast<char>(crc >> (8 * i));
+  return bytes;
+}
+
+// Found by the checkpoint fuzz target (fuzz/regressions/checkpoint_reader/empty-shape-overflow):
+// with a 0 dimension the size check was skipped, and the other dimensions overflowed int64.
+TEST_CASE("a checkpoint variable of huge dimensions and a 0 is malformed, not an overflow", "[checkpoint]") {
+  tj::Checkpoint c;
+  c.variables = {{"e", tj::HostTensor(tj::Shape{1, 1, 0})}};
+  const std::string good = tj::encode_checkpoint(c, {});
+  auto le64 = [](uint64_t v) { std::string s; for (int i = 0; i < 8; ++i) s.push_back(static_cast<char>(v >> (8 * i))); return s; };
+  const std::string dims = le64(1) + le64(1) + le64(0), huge = le64(uint64_t{1} << 40) + le64(uint64_t{1} << 40) + le64(0);
+  CHECK_THROWS_WITH(tj::decode_checkpoint(replaced(good, dims, huge), "x.tjck", {}),
+                    Contains("malformed: variable \"e\"'s shape [1099511627776,1099511627776,0] has more elements than a tensor can hold"));
+  CHECK(tj::decode_checkpoint(good, "x.tjck", {}).variables.at("e").shape == tj::Shape{1, 1, 0});
+}
+
+// Found by the checkpoint fuzz target (fuzz/regressions/checkpoint_reader/metadata-out-of-order):
+// keys out of order loaded, and a repeated key or variable name silently replaced or dropped
+// an entry. The checksum is set right each time, so only the order is wrong.
+TEST_CASE("a checkpoint with a name out of order or repeated is malformed", "[checkpoint]") {
+  tj::Checkpoint c;
+  c.metadata = {{"ka", "1"}, {"kb", "2"}};
+  c.variables = {{"va", tj::HostTensor(tj::Shape{2})}, {"vb", tj::HostTensor(tj::Shape{2})}};
+  const std::string good = tj::encode_checkpoint(c, {});
+  auto renamed = [&](const std::string& from, const std::string& to) { return replaced(good, from, to); };
+  CHECK(tj::decode_checkpoint(renamed("kb", "kc"), "x.tjck", {}).metadata.count("kc") == 1);
+  CHECK_THROWS_WITH(tj::decode_checkpoint(renamed("kb", "ka"), "x.tjck", {}),
+                    Contains("malformed: metadata key \"ka\" comes after \"ka\""));
+  CHECK_THROWS_WITH(tj::decode_checkpoint(renamed("kb", "k0"), "x.tjck", {}),
+                    Contains("malformed: metadata key \"k0\" comes after \"ka\""));
+  CHECK_THROWS_WITH(tj::decode_checkpoint(renamed("vb", "va"), "x.tjck", {}),
+                    Contains("malformed: variable \"va\" comes after \"va\""));
 }
 
 TEST_CASE("checkpoint check_matches names the first variable that does not fit", "[checkpoint]") {

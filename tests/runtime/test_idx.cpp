@@ -102,6 +102,17 @@ TEST_CASE("a data directory whose images and labels differ in count names both c
   std::filesystem::remove_all(dir);
 }
 
+// Found by the IDX fuzz target (fuzz/regressions/idx_reader/dims-overflow): dimensions whose
+// product passes 2^63 overflowed the element count instead of failing the size check.
+TEST_CASE("an IDX header of huge dimensions is damage, not an overflow", "[data]") {
+  CHECK_THROWS_WITH(tj::data::read_idx(write_gz("huge.gz", header({0xffffffff, 0xffffffff, 0xffffffff}))),
+                    Catch::Contains("header says more than any file holds"));
+  CHECK_THROWS_WITH(tj::data::read_idx(write_gz("wide.gz", header({0, 0xffffffff, 0xffffffff}))),
+                    Catch::Contains("images of 4294967295 x 4294967295 pixels"));
+  const auto none = tj::data::read_idx(write_gz("none.gz", header({0, 28, 28})));
+  CHECK(none.shape == tj::Shape{0, 784});
+}
+
 TEST_CASE("Debian's Fashion-MNIST loads with 60000 and 10000 examples", "[data]") {
   if (!std::filesystem::exists(tj::data::kFashionMnistDir)) {
     WARN("dataset-fashion-mnist is not installed: skipped");
