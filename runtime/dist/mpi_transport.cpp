@@ -93,14 +93,16 @@ class MpiTransport final : public Transport {
       const double limit = timeouts_.stall_timeout_s > 0 ? std::min(next_warning, timeouts_.stall_timeout_s) : next_warning;
       if (changed_.wait_until(lock, start + std::chrono::duration<double>(limit), ready)) break;
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const std::string what = "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": " +
-                               (running_.empty() ? "a call" : running_) + " has waited " +
+      const std::string what = (running_.empty() ? "a call" : running_) + " has waited " +
                                std::to_string(static_cast<int>(waited)) + " s for the other ranks";
+      // The error reaches the user through world.h, which names the rank; the warning does not.
       if (timeouts_.stall_timeout_s > 0 && waited >= timeouts_.stall_timeout_s)
         throw std::runtime_error(what + ": one is stopped, deadlocked or far slower (TOWERJIT_MPI_STALL_TIMEOUT=" +
                                  std::to_string(static_cast<int>(timeouts_.stall_timeout_s)) + " s)");
-      std::fprintf(stderr, "towerjit: %s; one may be stalled (TOWERJIT_MPI_STALL_TIMEOUT stops the run after a limit)\n",
-                   what.c_str());
+      std::fprintf(stderr,
+                   "towerjit: rank %d of %d: %s; one may be stalled (TOWERJIT_MPI_STALL_TIMEOUT stops the run after a "
+                   "limit)\n",
+                   rank_, size_, what.c_str());
     }
     if (!error_.empty()) throw std::runtime_error(error_);
   }
