@@ -5,7 +5,7 @@
 BUILD := build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps bench-deps configure build demo test bench clean
+.PHONY: all deps bench-deps configure build demo test bench clean test-sanitize test-asan test-tsan
 
 all: build
 
@@ -31,5 +31,23 @@ test: build
 bench: bench-deps build
 	@$(BUILD)/bench/towerjit_bench
 
+# The suite under sanitizers (docs/sanitizers.md), each in a build folder of its own:
+# test-asan, the whole ctest suite with AddressSanitizer and UndefinedBehaviorSanitizer;
+# test-tsan, the towers, thread-pool, pipeline and async tests with ThreadSanitizer.
+# -O1 with line tables: quicker to build than -O3 and readable stacks. Any report fails.
+SANITIZE_FLAGS := -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1 -DNDEBUG"
+
+test-sanitize: test-asan test-tsan
+
+test-asan: deps
+	@cmake -S . -B build-asan -G Ninja $(SANITIZE_FLAGS) -DTOWERJIT_SANITIZE=address,undefined > /dev/null
+	@cmake --build build-asan -j $(JOBS)
+	@scripts/sanitizers/run-tests.sh asan build-asan
+
+test-tsan: deps
+	@cmake -S . -B build-tsan -G Ninja $(SANITIZE_FLAGS) -DTOWERJIT_SANITIZE=thread > /dev/null
+	@cmake --build build-tsan -j $(JOBS)
+	@scripts/sanitizers/run-tests.sh tsan build-tsan
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-asan build-tsan
