@@ -2,12 +2,14 @@
 # Runs the test suite of a sanitized build (docs/sanitizers.md):
 #   scripts/sanitizers/run-tests.sh asan <build dir>   the whole ctest suite but `package`
 #   scripts/sanitizers/run-tests.sh tsan <build dir>   the towers, runtime, pipeline and async tests
+# Later arguments go to ctest (-R NAME to run fewer).
 # Every sanitized process writes its reports under <build dir>/sanitizer-logs/ instead of its
 # stderr, so a report fails the run even where a test expects its program to fail (the CLI
 # cases that check an error exit) or where the process is a child of mpirun or of a script.
 set -euo pipefail
 kind=$1
 build=$(cd "$2" && pwd)
+shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 logs=$build/sanitizer-logs
 rm -rf "$logs"
@@ -46,7 +48,7 @@ tsan)
 esac
 
 status=0
-(cd "$build" && ctest --output-on-failure -j "$jobs" "${select[@]}") || status=$?
+(cd "$build" && ctest --output-on-failure -j "$jobs" "${select[@]}" "$@") || status=$?
 if compgen -G "$logs/*" >/dev/null; then
   echo "towerjit: $kind: sanitizer reports (from $logs):"
   for f in "$logs"/*; do
