@@ -18,10 +18,14 @@ jobs=${JOBS:-$(nproc)}
 
 case $kind in
 asan)
-  # exitcode 23 and not 1: a report never reads as a program's expected error exit.
-  export ASAN_OPTIONS="log_path=$logs/asan:exitcode=23:detect_leaks=1:check_initialization_order=1:strict_init_order=1"
+  # exitcode 23 and not 1: a report never reads as a program's expected error exit. Both option
+  # sets carry the same log_path and exitcode: in a combined build either may be the one read.
+  # UBSan prints to stderr whatever log_path says, so it aborts and ASan handles the abort: an
+  # ASan report of it (the __ubsan_handle_* frame, the line) lands in the logs too.
+  common="log_path=$logs/asan:exitcode=23"
+  export ASAN_OPTIONS="$common:handle_abort=1:detect_leaks=1:check_initialization_order=1:strict_init_order=1"
   export LSAN_OPTIONS="suppressions=$here/lsan.supp:print_suppressions=0"
-  export UBSAN_OPTIONS="log_path=$logs/ubsan:print_stacktrace=1:halt_on_error=1"
+  export UBSAN_OPTIONS="$common:print_stacktrace=1:halt_on_error=1:abort_on_error=1"
   # `package` rebuilds towerjit from scratch, unsanitized (a project of its own, as a user's is):
   # it tests CMake packaging, which the normal `make test` already covers.
   select=(-LE '^package$')
@@ -30,8 +34,7 @@ tsan)
   export TSAN_OPTIONS="log_path=$logs/tsan:exitcode=66:halt_on_error=1:second_deadlock_stack=1:suppressions=$here/tsan.supp"
   # The Catch cases tagged [towers], [runtime] or [pipeline] (the thread pool, sync and async
   # trainers, the input pipeline, the world), and the example's cases that run async towers or
-  # the pipeline's threads. Not `mpi`: those ranks are single-threaded processes of ours around
-  # Open MPI's own threads (docs/sanitizers.md).
+  # the pipeline's threads. Not `mpi`: not tried under TSan (docs/sanitizers.md).
   # (Catch2 exits with the number of names it listed.)
   names=$("$build/tests/towerjit_tests" --list-test-names-only "[towers],[runtime],[pipeline]" || true)
   names=$(printf '%s\n' "$names" | sed '/^$/d')
