@@ -9,7 +9,7 @@ JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := idx_reader checkpoint_reader compile_cache_entry graph_builder
 
-.PHONY: all deps bench-deps fuzz-deps configure build demo test bench fuzz clean
+.PHONY: all deps bench-deps fuzz-deps configure build demo test bench fuzz clean test-sanitize test-asan test-tsan
 
 all: build
 
@@ -48,5 +48,24 @@ fuzz: fuzz-deps
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
 	@scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
+# The suite under sanitizers (docs/sanitizers.md), each in a build folder of its own:
+# test-asan, the whole ctest suite with AddressSanitizer and UndefinedBehaviorSanitizer;
+# test-tsan, the towers, thread-pool, pipeline and async tests with ThreadSanitizer.
+# -O1 with line tables: quicker to build than -O3 and readable stacks. No benchmarks: no test
+# runs them, and speed under a sanitizer measures nothing. Any report fails.
+SANITIZE_FLAGS := -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1 -DNDEBUG" -DTOWERJIT_BUILD_BENCH=OFF
+
+test-sanitize: test-asan test-tsan
+
+test-asan: deps
+	@cmake -S . -B build-asan -G Ninja $(SANITIZE_FLAGS) -DTOWERJIT_SANITIZE=address,undefined > /dev/null
+	@cmake --build build-asan -j $(JOBS)
+	@scripts/sanitizers/run-tests.sh asan build-asan
+
+test-tsan: deps
+	@cmake -S . -B build-tsan -G Ninja $(SANITIZE_FLAGS) -DTOWERJIT_SANITIZE=thread > /dev/null
+	@cmake --build build-tsan -j $(JOBS) --target towerjit_tests fashion_mnist  # what its tests run
+	@scripts/sanitizers/run-tests.sh tsan build-tsan
+
 clean:
-	rm -rf $(BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD) build-asan build-tsan

@@ -91,9 +91,11 @@ unsigned long long api_shuffle(int kind, unsigned mask, unsigned long long value
 }
 
 void api_fail(const char* what, const void* address, int line) {
-  std::ostringstream m;
-  m << what << " at " << address << " (line " << line << " of the module)";
-  current_block->fault = m.str();
+  {  // gone before the switch: a faulted thread never resumes, so its frames are never unwound
+    std::ostringstream m;
+    m << what << " at " << address << " (line " << line << " of the module)";
+    current_block->fault = m.str();
+  }
   current_block->fault_code = Fault::kMisalignedAddress;
   yield(Thread::State::faulted, line);
 }

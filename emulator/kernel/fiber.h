@@ -27,9 +27,18 @@ class Fiber {
   static void switch_to(Fiber& from, Fiber& to);
 
  private:
+  friend struct FiberSanitizer;  // fiber.cpp: what ASan and TSan are told at every switch
+
   void* sp_ = nullptr;
   char* stack_ = nullptr;
   std::size_t stack_bytes_ = 0;
+  // Only for sanitized builds (TOWERJIT_SANITIZE): the stack's bounds as ASan learns them (the
+  // caller's own context has no stack_ to name), ASan's fake stack while switched away, and
+  // TSan's context for this fiber.
+  const void* bottom_ = nullptr;
+  std::size_t size_ = 0;
+  void* fake_stack_ = nullptr;
+  void* tsan_fiber_ = nullptr;
 };
 
 }  // namespace towerjit::emulator

@@ -32,11 +32,14 @@ struct Emulator {
   int (*HtoD)(CUdeviceptr, const void*, size_t, Handle);
   int (*DtoH)(void*, CUdeviceptr, size_t, Handle);
   int (*StreamCreate)(Handle*, unsigned);
+  int (*StreamDestroy)(Handle);
   int (*StreamSynchronize)(Handle);
   int (*StreamWaitEvent)(Handle, Handle, unsigned);
   int (*EventCreate)(Handle*, unsigned);
+  int (*EventDestroy)(Handle);
   int (*EventRecord)(Handle, Handle);
   int (*ModuleLoadData)(Handle*, const void*);
+  int (*ModuleUnload)(Handle);
   int (*ModuleGetFunction)(Handle*, Handle, const char*);
   int (*Launch)(Handle, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, Handle, void**, void**);
   int (*ErrorString)(int, const char**);
@@ -45,6 +48,7 @@ struct Emulator {
   int (*NvrtcCubinSize)(Handle, size_t*);
   int (*NvrtcCubin)(Handle, char*);
   int (*NvrtcPtxSize)(Handle, size_t*);
+  int (*NvrtcDestroy)(Handle*);
 
   Emulator() {
     lib = ::dlopen(towerjit::knobs::emulator_library().c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -57,6 +61,9 @@ struct Emulator {
     bind(ModuleGetFunction, "cuModuleGetFunction"), bind(Launch, "cuLaunchKernel"), bind(ErrorString, "cuGetErrorString");
     bind(NvrtcCreate, "nvrtcCreateProgram"), bind(NvrtcCompile, "nvrtcCompileProgram");
     bind(NvrtcCubinSize, "nvrtcGetCUBINSize"), bind(NvrtcCubin, "nvrtcGetCUBIN"), bind(NvrtcPtxSize, "nvrtcGetPTXSize");
+    // What the tests create they destroy, so a leak LeakSanitizer finds is the emulator's.
+    bind(NvrtcDestroy, "nvrtcDestroyProgram"), bind(ModuleUnload, "cuModuleUnload");
+    bind(StreamDestroy, "cuStreamDestroy_v2"), bind(EventDestroy, "cuEventDestroy_v2");
     REQUIRE(Init(0) == 0);
     Handle ctx;
     REQUIRE(CtxRetain(&ctx, 0) == 0);
@@ -84,6 +91,7 @@ struct Emulator {
     NvrtcCubinSize(program, &size);
     std::string image(size, '\0');
     NvrtcCubin(program, image.data());
+    NvrtcDestroy(&program);
     REQUIRE(ModuleLoadData(&module, image.data()) == 0);
     return module;
   }
@@ -135,6 +143,7 @@ TEST_CASE("emulated driver: never-written memory reads as NaN, a copy kernel mov
   REQUIRE(e.DtoH(back.data(), out, n * 4, nullptr) == 0);
   CHECK(back == host);
   e.MemFree(in), e.MemFree(out);
+  e.ModuleUnload(module);
 }
 
 TEST_CASE("emulated driver: a write past an allocation, or a kernel given pageable host memory, is a sticky fault naming the kernel", "[emulator]") {
@@ -164,6 +173,7 @@ TEST_CASE("emulated driver: a write past an allocation, or a kernel given pageab
   CHECK_THAT(e.error(700), Catch::Contains("parameter 0 of kernel copy") &&
                                Catch::Contains("neither device memory nor page-locked host memory"));
   REQUIRE(e.CtxReset(0) == 0);
+  e.ModuleUnload(module);
 }
 
 TEST_CASE("emulated driver: memory has a limit", "[emulator]") {
@@ -200,6 +210,7 @@ TEST_CASE("emulated driver: streams run concurrently, ordered only by events", "
     std::vector<float> back(n);
     e.DtoH(back.data(), out, n * 4, nullptr);
     e.MemFree(buffer), e.MemFree(out);
+    e.StreamDestroy(a), e.StreamDestroy(b), e.EventDestroy(event);
     return back[0] == 7.0f && back[n - 1] == 7.0f;
   };
   for (int i = 0; i < 5; ++i) CHECK(run(true));
@@ -210,4 +221,5 @@ TEST_CASE("emulated driver: streams run concurrently, ordered only by events", "
     raced += !run(false);
   }
   CHECK(raced > 0);
+  e.ModuleUnload(module);
 }

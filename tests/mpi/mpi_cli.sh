@@ -9,6 +9,10 @@ bin=$1
 case_name=$2
 async_check=${3:-}
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (install openmpi-bin)"; exit 77; }
+# Under ASan (make test-asan), the complete unwinder for allocations: Open MPI has no frame
+# pointers, and the leaks it leaves at exit must show their Open MPI frames to match
+# scripts/sanitizers/lsan.supp (see there).
+case ${ASAN_OPTIONS-} in ?*) export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0" ;; esac
 work=$(mktemp -d "${TMPDIR:-/tmp}/towerjit-mpi.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,7 @@ State& state() {
 struct Module {
   const char* image;
   size_t size;
+  std::set<std::string> functions;  // the names handed out as CUfunctions, freed with the module
 };
 
 // The bytes of a loaded image: an ELF (cubin) up to its section headers, or PTX text.
@@ -142,10 +144,10 @@ int cuModuleUnload(void* module) {
   return 0;
 }
 int cuModuleGetFunction(void** f, void* module, const char* name) {
-  const auto* m = static_cast<Module*>(module);
+  auto* m = static_cast<Module*>(module);
   const std::string key = std::string(name) + '\0';  // a whole symbol name in the string table
   if (!memmem(m->image, m->size, key.data(), key.size())) return kNotFound;
-  *f = strdup(name);
+  *f = const_cast<char*>(m->functions.insert(name).first->c_str());
   return 0;
 }
 int cuLaunchKernel(void* f, unsigned gx, unsigned, unsigned, unsigned bx, unsigned, unsigned, unsigned, void*,

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Runs the test suite of a sanitized build (docs/sanitizers.md):
+#   scripts/sanitizers/run-tests.sh asan <build dir>   the whole ctest suite but `package`
+#   scripts/sanitizers/run-tests.sh tsan <build dir>   the towers, runtime, pipeline and async tests
+# Later arguments go to ctest (-R NAME to run fewer).
+# Every sanitized process writes its reports under <build dir>/sanitizer-logs/ instead of its
+# stderr, so a report fails the run even where a test expects its program to fail (the CLI
+# cases that check an error exit) or where the process is a child of mpirun or of a script.
+set -euo pipefail
+kind=$1
+build=$(cd "$2" && pwd)
+shift 2
+here=$(cd "$(dirname "$0")" && pwd)
+logs=$build/sanitizer-logs
+rm -rf "$logs"
+mkdir -p "$logs"
+jobs=${JOBS:-$(nproc)}
+
+case $kind in
+asan)
+  # exitcode 23 and not 1: a report never reads as a program's expected error exit. Both option
+  # sets carry the same log_path and exitcode: in a combined build either may be the one read.
+  # UBSan prints to stderr whatever log_path says, so it aborts and ASan handles the abort: an
+  # ASan report of it (the __ubsan_handle_* frame, the line) lands in the logs too.
+  common="log_path=$logs/asan:exitcode=23"
+  export ASAN_OPTIONS="$common:handle_abort=1:detect_leaks=1:check_initialization_order=1:strict_init_order=1"
+  export LSAN_OPTIONS="suppressions=$here/lsan.supp:print_suppressions=0"
+  export UBSAN_OPTIONS="$common:print_stacktrace=1:halt_on_error=1:abort_on_error=1"
+  # `package` rebuilds towerjit from scratch, unsanitized (a project of its own, as a user's is):
+  # it tests CMake packaging, which the normal `make test` already covers.
+  select=(-LE '^package$')
+  ;;
+tsan)
+  export TSAN_OPTIONS="log_path=$logs/tsan:exitcode=66:halt_on_error=1:second_deadlock_stack=1:suppressions=$here/tsan.supp"
+  # The Catch cases tagged [towers], [runtime] or [pipeline] (the thread pool, sync and async
+  # trainers, the input pipeline, the world), and the example's cases that run async towers or
+  # the pipeline's threads. Not `mpi`: not tried under TSan (docs/sanitizers.md).
+  # (Catch2 exits with the number of names it listed.)
+  names=$("$build/tests/towerjit_tests" --list-test-names-only "[towers],[runtime],[pipeline]" || true)
+  names=$(printf '%s\n' "$names" | sed '/^$/d')
+  [ -n "$names" ] || { echo "towerjit: tsan: no test matches the tags" >&2; exit 1; }
+  regex=$(printf '%s\n' "$names" "fashion_mnist example: async_checkpoints_named_by_step" \
+            "fashion_mnist example: one_and_two_towers_same_curve" |
+          sed 's/[][\.*^$?+(){}|]/\\&/g; s/.*/^&$/' | paste -sd '|')
+  select=(-R "$regex")
+  ;;
+*)
+  echo "usage: $0 asan|tsan <build dir>" >&2
+  exit 2
+  ;;
+esac
+
+status=0
+(cd "$build" && ctest --output-on-failure -j "$jobs" "${select[@]}" "$@") || status=$?
+if compgen -G "$logs/*" >/dev/null; then
+  echo "towerjit: $kind: sanitizer reports (from $logs):"
+  for f in "$logs"/*; do
+    echo "=== $f"
+    cat "$f"
+  done
+  status=1
+fi
+exit $status
