@@ -77,6 +77,11 @@ std::vector<SourceFrame> lookup(llvm::symbolize::LLVMSymbolizer& symbolizer, con
 
 }  // namespace
 
+std::string object_of(const void* return_address) {
+  const Module m = module_of(reinterpret_cast<uintptr_t>(return_address) - 1);
+  return m.found ? m.path : "";
+}
+
 const std::vector<SourceFrame>& symbolize(const void* return_address) {
   static std::mutex mutex;
   static llvm::symbolize::LLVMSymbolizer* symbolizer = [] {

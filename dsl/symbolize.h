@@ -18,4 +18,8 @@ struct SourceFrame {
 // The frames at `return_address`, innermost (inlined) first; cached, thread-safe.
 const std::vector<SourceFrame>& symbolize(const void* return_address);
 
+// The path of the loaded object holding `return_address`'s call, without reading its line
+// tables (cheap: the loader's list), "" where none holds it.
+std::string object_of(const void* return_address);
+
 }  // namespace towerjit::detail

@@ -187,8 +187,9 @@ void abort_world_on_error(int code) {
   std::fflush(stderr);
   if (!world_is_shared()) return;
   // Ranks that found the same error (a disagreement every rank sees) get a moment to print
-  // theirs before the abort ends them.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // theirs before the abort ends them: a second, as a first error's call stack may take a
+  // few hundred milliseconds to symbolise (more under a sanitizer).
+  std::this_thread::sleep_for(std::chrono::seconds(1));
   the_world->abort(code);
 }
 
