@@ -78,8 +78,16 @@ std::vector<SourceFrame> lookup(llvm::symbolize::LLVMSymbolizer& symbolizer, con
 }  // namespace
 
 std::string object_of(const void* return_address) {
-  const Module m = module_of(reinterpret_cast<uintptr_t>(return_address) - 1);
-  return m.found ? m.path : "";
+  // Cached as symbolize() is: a dump prints the same few hundred addresses for every node.
+  static std::mutex mutex;
+  static std::map<const void*, std::string> cache;
+  std::lock_guard lock(mutex);
+  auto it = cache.find(return_address);
+  if (it == cache.end()) {
+    const Module m = module_of(reinterpret_cast<uintptr_t>(return_address) - 1);
+    it = cache.emplace(return_address, m.found ? m.path : "").first;
+  }
+  return it->second;
 }
 
 const std::vector<SourceFrame>& symbolize(const void* return_address) {

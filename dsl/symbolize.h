@@ -19,7 +19,7 @@ struct SourceFrame {
 const std::vector<SourceFrame>& symbolize(const void* return_address);
 
 // The path of the loaded object holding `return_address`'s call, without reading its line
-// tables (cheap: the loader's list), "" where none holds it.
+// tables (the loader's list, cached), "" where none holds it.
 std::string object_of(const void* return_address);
 
 }  // namespace towerjit::detail
