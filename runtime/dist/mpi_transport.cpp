@@ -26,10 +26,12 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "runtime/dist/transport.h"
 
@@ -73,15 +75,17 @@ class MpiTransport final : public Transport {
   int size() const override { return size_; }
   std::string name() const override { return "MPI (" + library_ + ")"; }
 
-  Ticket start_all_reduce_sum(float* data, size_t count) override {
+  Ticket start_all_reduce_sum(float* data, size_t count, std::shared_ptr<const void> owner) override {
     payload_ += static_cast<int64_t>(count * sizeof(float));
-    return enqueue(sized("MPI_Allreduce", count * sizeof(float)),
-                   [=, this] { check(MPI_Allreduce(MPI_IN_PLACE, data, as_int(count), MPI_FLOAT, MPI_SUM, comm_), "MPI_Allreduce"); });
+    return enqueue(sized("MPI_Allreduce", count * sizeof(float)), [=, this, owner = std::move(owner)] {
+      check(MPI_Allreduce(MPI_IN_PLACE, data, as_int(count), MPI_FLOAT, MPI_SUM, comm_), "MPI_Allreduce");
+    });
   }
-  Ticket start_all_reduce_sum(double* data, size_t count) override {
+  Ticket start_all_reduce_sum(double* data, size_t count, std::shared_ptr<const void> owner) override {
     payload_ += static_cast<int64_t>(count * sizeof(double));
-    return enqueue(sized("MPI_Allreduce", count * sizeof(double)),
-                   [=, this] { check(MPI_Allreduce(MPI_IN_PLACE, data, as_int(count), MPI_DOUBLE, MPI_SUM, comm_), "MPI_Allreduce"); });
+    return enqueue(sized("MPI_Allreduce", count * sizeof(double)), [=, this, owner = std::move(owner)] {
+      check(MPI_Allreduce(MPI_IN_PLACE, data, as_int(count), MPI_DOUBLE, MPI_SUM, comm_), "MPI_Allreduce");
+    });
   }
 
   void wait(Ticket ticket) override {
@@ -96,9 +100,13 @@ class MpiTransport final : public Transport {
       const std::string what = (running_.empty() ? "a call" : running_) + " has waited " +
                                std::to_string(static_cast<int>(waited)) + " s for the other ranks";
       // The error reaches the user through world.h, which names the rank; the warning does not.
-      if (timeouts_.stall_timeout_s > 0 && waited >= timeouts_.stall_timeout_s)
-        throw std::runtime_error(what + ": one is stopped, deadlocked or far slower (TOWERJIT_MPI_STALL_TIMEOUT=" +
-                                 std::to_string(static_cast<int>(timeouts_.stall_timeout_s)) + " s)");
+      // It is every later call's error too: the call given up on may still finish, and a call
+      // after it would pair with another collective on the other ranks.
+      if (timeouts_.stall_timeout_s > 0 && waited >= timeouts_.stall_timeout_s) {
+        error_ = what + ": one is stopped, deadlocked or far slower (TOWERJIT_MPI_STALL_TIMEOUT=" +
+                 std::to_string(static_cast<int>(timeouts_.stall_timeout_s)) + " s)";
+        break;
+      }
       std::fprintf(stderr,
                    "towerjit: rank %d of %d: %s; one may be stalled (TOWERJIT_MPI_STALL_TIMEOUT stops the run after a "
                    "limit)\n",
@@ -107,62 +115,84 @@ class MpiTransport final : public Transport {
     if (!error_.empty()) throw std::runtime_error(error_);
   }
 
+  // The blocking calls run on a State of their own, shared with their job, so a call given up
+  // on (a stall timeout) never writes into the caller's memory (transport.h).
   std::vector<std::vector<char>> all_gather(const std::vector<char>& mine) override {
-    std::vector<std::vector<char>> out(size_);
     payload_ += static_cast<int64_t>(mine.size());
-    blocking(sized("MPI_Allgatherv", mine.size()), [&] {
-      std::vector<int> counts(size_), offsets(size_);
-      const int own = as_int(mine.size());
-      check(MPI_Allgather(&own, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_), "MPI_Allgather");
-      int total = 0;
-      for (int r = 0; r < size_; ++r) offsets[r] = total, total += counts[r];
-      std::vector<char> all(total);
-      check(MPI_Allgatherv(mine.data(), own, MPI_BYTE, all.data(), counts.data(), offsets.data(), MPI_BYTE, comm_),
-            "MPI_Allgatherv");
-      for (int r = 0; r < size_; ++r) out[r].assign(all.begin() + offsets[r], all.begin() + offsets[r] + counts[r]);
-    });
-    return out;
+    struct State {
+      std::vector<char> mine;
+      std::vector<std::vector<char>> out;
+    };
+    return blocking(sized("MPI_Allgatherv", mine.size()), State{mine, {}}, [this](State& s) {
+             std::vector<int> counts(size_), offsets(size_);
+             const int own = as_int(s.mine.size());
+             check(MPI_Allgather(&own, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_), "MPI_Allgather");
+             int total = 0;
+             for (int r = 0; r < size_; ++r) offsets[r] = total, total += counts[r];
+             std::vector<char> all(total);
+             check(MPI_Allgatherv(s.mine.data(), own, MPI_BYTE, all.data(), counts.data(), offsets.data(), MPI_BYTE,
+                                  comm_),
+                   "MPI_Allgatherv");
+             s.out.resize(size_);
+             for (int r = 0; r < size_; ++r) s.out[r].assign(all.begin() + offsets[r], all.begin() + offsets[r] + counts[r]);
+           })
+        .out;
   }
 
   void all_gather(const void* mine, size_t bytes, void* all) override {
     payload_ += static_cast<int64_t>(bytes);
-    blocking(sized("MPI_Allgather", bytes), [&] {
-      check(MPI_Allgather(mine, as_int(bytes), MPI_BYTE, all, as_int(bytes), MPI_BYTE, comm_), "MPI_Allgather");
-    });
+    struct State {
+      std::vector<char> mine, all;
+    };
+    const char* from = static_cast<const char*>(mine);
+    State s = blocking(sized("MPI_Allgather", bytes), State{{from, from + bytes}, std::vector<char>(bytes * size_)},
+                       [this](State& s) {
+                         check(MPI_Allgather(s.mine.data(), as_int(s.mine.size()), MPI_BYTE, s.all.data(),
+                                             as_int(s.mine.size()), MPI_BYTE, comm_),
+                               "MPI_Allgather");
+                       });
+    if (!s.all.empty()) std::memcpy(all, s.all.data(), s.all.size());
   }
 
   void broadcast(std::vector<char>& data, int root) override {
     if (rank_ == root) payload_ += static_cast<int64_t>(data.size());
-    blocking("MPI_Bcast from rank " + std::to_string(root), [&] {
-      long long bytes = static_cast<long long>(data.size());
+    data = blocking("MPI_Bcast from rank " + std::to_string(root), data, [this, root](std::vector<char>& d) {
+      long long bytes = static_cast<long long>(d.size());
       check(MPI_Bcast(&bytes, 1, MPI_LONG_LONG, root, comm_), "MPI_Bcast");
-      data.resize(static_cast<size_t>(bytes));
-      check(MPI_Bcast(data.data(), as_int(data.size()), MPI_BYTE, root, comm_), "MPI_Bcast");
+      d.resize(static_cast<size_t>(bytes));
+      check(MPI_Bcast(d.data(), as_int(d.size()), MPI_BYTE, root, comm_), "MPI_Bcast");
     });
   }
 
   void barrier() override {
-    blocking("MPI_Barrier", [&] { check(MPI_Barrier(comm_), "MPI_Barrier"); });
+    blocking("MPI_Barrier", 0, [this](int&) { check(MPI_Barrier(comm_), "MPI_Barrier"); });
   }
 
   void send(const std::vector<char>& bytes, int to, int tag) override {
     payload_ += static_cast<int64_t>(bytes.size());
-    blocking(sized("MPI_Send to rank " + std::to_string(to), bytes.size()),
-             [&] { check(MPI_Send(bytes.data(), as_int(bytes.size()), MPI_BYTE, to, tag, comm_), "MPI_Send"); });
+    blocking(sized("MPI_Send to rank " + std::to_string(to), bytes.size()), bytes, [this, to, tag](std::vector<char>& b) {
+      check(MPI_Send(b.data(), as_int(b.size()), MPI_BYTE, to, tag, comm_), "MPI_Send");
+    });
   }
 
   int receive(std::vector<char>& bytes, int from, int tag) override {
-    int sender = 0;
-    blocking(from == kAnySource ? std::string("MPI_Recv from any rank") : "MPI_Recv from rank " + std::to_string(from), [&] {
-      MPI_Status status;
-      check(MPI_Probe(from == kAnySource ? MPI_ANY_SOURCE : from, tag, comm_, &status), "MPI_Probe");
-      int count = 0;
-      MPI_Get_count(&status, MPI_BYTE, &count);
-      bytes.resize(count);
-      sender = status.MPI_SOURCE;
-      check(MPI_Recv(bytes.data(), count, MPI_BYTE, sender, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
-    });
-    return sender;
+    struct State {
+      std::vector<char> bytes;
+      int sender = 0;
+    };
+    State s = blocking(from == kAnySource ? std::string("MPI_Recv from any rank") : "MPI_Recv from rank " + std::to_string(from),
+                       State{}, [this, from, tag](State& s) {
+                         MPI_Status status;
+                         check(MPI_Probe(from == kAnySource ? MPI_ANY_SOURCE : from, tag, comm_, &status), "MPI_Probe");
+                         int count = 0;
+                         MPI_Get_count(&status, MPI_BYTE, &count);
+                         s.bytes.resize(count);
+                         s.sender = status.MPI_SOURCE;
+                         check(MPI_Recv(s.bytes.data(), count, MPI_BYTE, s.sender, tag, comm_, MPI_STATUS_IGNORE),
+                               "MPI_Recv");
+                       });
+    bytes = std::move(s.bytes);
+    return s.sender;
   }
 
   [[noreturn]] void abort(int code) override {
@@ -200,7 +230,13 @@ class MpiTransport final : public Transport {
     return ++started_jobs_;
   }
 
-  void blocking(std::string what, std::function<void()> job) { wait(enqueue(std::move(what), std::move(job))); }
+  // Runs `call` on the communication thread on a copy of `state`, waits, and returns the state.
+  template <class State, class Call>
+  State blocking(std::string what, State state, Call call) {
+    auto shared = std::make_shared<State>(std::move(state));
+    wait(enqueue(std::move(what), [shared, call = std::move(call)]() mutable { call(*shared); }));
+    return std::move(*shared);  // the job has run: the communication thread no longer touches it
+  }
 
   // The communication thread: MPI's whole life, and every call in between.
   void run() {
@@ -241,9 +277,16 @@ class MpiTransport final : public Transport {
         queue_.pop_front();
         running_ = job.what + " (call " + std::to_string(done_ + 1) + ")";
       }
+      // After a failure the ranks are out of step: a later collective could pair with another
+      // one elsewhere, so the queue is drained without calling MPI (every wait throws error_).
+      bool failed;
+      {
+        std::lock_guard lock(mutex_);
+        failed = !error_.empty();
+      }
       std::string failure;
       try {
-        job.run();
+        if (!failed) job.run();
       } catch (const std::exception& e) {
         failure = e.what();
       }
@@ -284,7 +327,7 @@ class MpiTransport final : public Transport {
 }  // namespace
 }  // namespace towerjit::dist
 
-extern "C" towerjit::dist::Transport* towerjit_make_mpi_transport_v2(const towerjit::dist::TransportTimeouts& timeouts,
+extern "C" towerjit::dist::Transport* towerjit_make_mpi_transport_v3(const towerjit::dist::TransportTimeouts& timeouts,
                                                                      std::string* error) {
   try {
     auto* transport = new towerjit::dist::MpiTransport(timeouts);

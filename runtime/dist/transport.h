@@ -8,10 +8,19 @@
 // Every collective is called by every rank, in the same order, with the same counts (as MPI
 // requires). Failures throw std::runtime_error (the plugin cannot see towerjit::Error's type);
 // runtime/dist/world.h turns them into towerjit::Error naming the rank.
+//
+// A call may outlive the wait that gave up on it: a stall timeout, or another call's failure,
+// throws while the communication thread is still inside the library, which may go on writing
+// into the call's buffer when a late rank's bytes arrive. So a transport never writes into
+// memory its caller may have freed by then: a started collective holds `owner`, which keeps
+// its buffer alive until the call is done, and the blocking calls work on buffers of their own.
+// After a failure, a transport starts no further call: the ranks are out of step.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,9 +39,10 @@ class Transport {
   // started (one communication thread issues them), so waiting for the last waits for all.
   using Ticket = int64_t;
   // In place: data[k] = the sum over the ranks of their data[k] (count elements on every rank).
-  // The buffer must stay untouched until wait(ticket) returns.
-  virtual Ticket start_all_reduce_sum(float* data, size_t count) = 0;
-  virtual Ticket start_all_reduce_sum(double* data, size_t count) = 0;
+  // The buffer must stay untouched until wait(ticket) returns, and `owner` (whatever holds the
+  // buffer) alive until the call is done: the transport keeps a reference that long.
+  virtual Ticket start_all_reduce_sum(float* data, size_t count, std::shared_ptr<const void> owner) = 0;
+  virtual Ticket start_all_reduce_sum(double* data, size_t count, std::shared_ptr<const void> owner) = 0;
   virtual void wait(Ticket ticket) = 0;
 
   // Every rank's `mine` (bytes may differ from rank to rank), concatenated in rank order.
@@ -57,9 +67,17 @@ class Transport {
   // bytes on the wire depend on the algorithm the library picks), for measurements.
   virtual int64_t payload_bytes() const = 0;
 
-  // Blocking forms.
-  void all_reduce_sum(float* data, size_t count) { wait(start_all_reduce_sum(data, count)); }
-  void all_reduce_sum(double* data, size_t count) { wait(start_all_reduce_sum(data, count)); }
+  // Blocking forms, through a buffer of their own (see above): `data` may be on the stack.
+  void all_reduce_sum(float* data, size_t count) { all_reduce_sum_copy(data, count); }
+  void all_reduce_sum(double* data, size_t count) { all_reduce_sum_copy(data, count); }
+
+ private:
+  template <class T>
+  void all_reduce_sum_copy(T* data, size_t count) {
+    auto copy = std::make_shared<std::vector<T>>(data, data + count);
+    wait(start_all_reduce_sum(copy->data(), count, copy));
+    if (count) std::memcpy(data, copy->data(), count * sizeof(T));
+  }
 };
 
 // How long a transport waits for the other ranks (the TOWERJIT_MPI_* knobs, jit/knobs.h).
@@ -74,6 +92,6 @@ struct TransportTimeouts {
 // so every rank is known to be reachable. Null and `error` set when MPI cannot start, or when
 // that start-up takes more than `timeouts.start_s` seconds (a rank that never arrives).
 using MakeTransport = Transport* (*)(const TransportTimeouts& timeouts, std::string* error);
-inline constexpr const char* kMakeMpiTransport = "towerjit_make_mpi_transport_v2";
+inline constexpr const char* kMakeMpiTransport = "towerjit_make_mpi_transport_v3";
 
 }  // namespace towerjit::dist

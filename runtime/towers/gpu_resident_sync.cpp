@@ -284,8 +284,8 @@ void GpuResidentSync::send_bucket(size_t b) {
   across_.resize(buckets_.size());
   try {
     for (int j : buckets_[b]) {
-      host_[j] = to_host(first.reduced[j], *first.copies);
-      across_[b] = setup_.world->start_all_reduce_sum(host_[j].f32.data(), host_[j].size());
+      host_[j] = std::make_shared<HostTensor>(to_host(first.reduced[j], *first.copies));
+      across_[b] = setup_.world->start_all_reduce_sum(host_[j]->f32.data(), host_[j]->size(), host_[j]);
     }
   } catch (const std::runtime_error& e) {
     user_check(false, loc_) << "the all-reduce of the GPUs' gradients across processes failed: " << e.what();
@@ -298,7 +298,7 @@ void GpuResidentSync::receive_buckets() {
     for (size_t b = 0; b < buckets_.size(); ++b) {
       setup_.world->wait(across_[b]);
       for (auto& gpu : gpus_)
-        for (int j : buckets_[b]) gpu->reduced[j] = to_device(host_[j], *gpu->context, *gpu->copies);
+        for (int j : buckets_[b]) gpu->reduced[j] = to_device(*host_[j], *gpu->context, *gpu->copies);
     }
   } catch (const std::runtime_error& e) {
     user_check(false, loc_) << "the all-reduce of the GPUs' gradients across processes failed: " << e.what();

@@ -99,7 +99,9 @@ class GpuResidentSync {
   std::unique_ptr<CudaProgram> combine_;  // else, on the first GPU: the sum of every GPU's reduced tensors
   DeviceFeeds combine_feeds_;             // its weights (all 1), and each step's sums
   bool nccl_world_ = false;  // nccl_ spans every process's GPUs (TOWERJIT_NCCL_WORLD)
-  std::vector<HostTensor> host_;  // across processes: each reduced tensor on its way (MPI reads it)
+  // Across processes: each reduced tensor on its way, shared with its all-reduce, which may
+  // outlive a wait that gave up on it (runtime/dist/transport.h).
+  std::vector<std::shared_ptr<HostTensor>> host_;
   std::vector<dist::Transport::Ticket> across_;  // per bucket: its all-reduce
   Loc loc_;
 };

@@ -4,6 +4,7 @@
 // tower's outputs summed in world tower order (docs/distributed.md).
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "dsl/error.h"
 #include "jit/knobs.h"
@@ -131,12 +132,22 @@ TowerTrainer::Reduced TowerTrainer::reduce_over_world(std::vector<std::vector<Ho
     const int64_t cap = static_cast<int64_t>(knobs::bucket_mb() * (1 << 20));
     buckets_ = plan_buckets(ready, bytes, cap, std::min<int64_t>(cap, 1 << 20));
   }
-  std::vector<HostTensor> reduced(gradients);
+  // Every buffer the all-reduces write into, held by the calls too: a call given up on (a
+  // stall timeout) may still write after this function has thrown (runtime/dist/transport.h).
+  struct Exchange {
+    std::vector<HostTensor> reduced;
+    std::vector<std::vector<float>> flat;  // a bucket of several gradients, end to end
+    std::vector<float> updates;
+    double loss = 0;
+  };
+  const auto exchange = std::make_shared<Exchange>();
+  std::vector<HostTensor>& reduced = exchange->reduced;
+  std::vector<std::vector<float>>& flat = exchange->flat;
+  reduced.resize(gradients);
   for (size_t v = 0; v < gradients; ++v) reduced[v] = HostTensor(outputs[0][v + 1].shape);
-  dist::Transport::Ticket last = 0;
+  flat.resize(buckets_.size());
   try {
     // A bucket of one gradient is summed and sent in place; a larger one through a flat buffer.
-    std::vector<std::vector<float>> flat(buckets_.size());
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const std::vector<int>& bucket = buckets_[b];
       std::vector<float*> into;
@@ -149,16 +160,16 @@ TowerTrainer::Reduced TowerTrainer::reduce_over_world(std::vector<std::vector<Ho
         for (int64_t at = 0; int v : bucket) into.push_back(flat[b].data() + at), at += reduced[v].size();
       }
       reduce_gradients(outputs, w, bucket, into);
-      last = bucket.size() == 1 ? world_->start_all_reduce_sum(into[0], reduced[bucket[0]].size())
-                                : world_->start_all_reduce_sum(flat[b].data(), flat[b].size());
+      if (bucket.size() == 1) world_->start_all_reduce_sum(into[0], reduced[bucket[0]].size(), exchange);
+      else world_->start_all_reduce_sum(flat[b].data(), flat[b].size(), exchange);
     }
-    std::vector<float> updates;
+    std::vector<float>& updates = exchange->updates;
     for (const HostTensor& u : r.model_updates) updates.insert(updates.end(), u.f32.begin(), u.f32.end());
-    double loss = r.loss;
-    if (!updates.empty()) world_->start_all_reduce_sum(updates.data(), updates.size());
-    world_->all_reduce_sum(&loss, 1);  // collectives finish in order: every one started is done
-    world_->wait(last);
-    r.loss = loss;
+    exchange->loss = r.loss;
+    if (!updates.empty()) world_->start_all_reduce_sum(updates.data(), updates.size(), exchange);
+    // Collectives finish in order: once the loss's is done, every one started is.
+    world_->wait(world_->start_all_reduce_sum(&exchange->loss, 1, exchange));
+    r.loss = exchange->loss;
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const float* from = flat[b].data();
       for (int v : buckets_[b])

@@ -22,7 +22,8 @@ asan)
   # sets carry the same log_path and exitcode: in a combined build either may be the one read.
   # UBSan prints to stderr whatever log_path says, so it aborts and ASan handles the abort: an
   # ASan report of it (the __ubsan_handle_* frame, the line) lands in the logs too.
-  common="log_path=$logs/asan:exitcode=23"
+  # log_exe_name: each report's file is named by its program as well as its pid.
+  common="log_path=$logs/asan:log_exe_name=1:exitcode=23"
   export ASAN_OPTIONS="$common:handle_abort=1:detect_leaks=1:check_initialization_order=1:strict_init_order=1"
   export LSAN_OPTIONS="suppressions=$here/lsan.supp:print_suppressions=0"
   export UBSAN_OPTIONS="$common:print_stacktrace=1:halt_on_error=1:abort_on_error=1"
@@ -31,7 +32,7 @@ asan)
   select=(-LE '^package$')
   ;;
 tsan)
-  export TSAN_OPTIONS="log_path=$logs/tsan:exitcode=66:halt_on_error=1:second_deadlock_stack=1:suppressions=$here/tsan.supp"
+  export TSAN_OPTIONS="log_path=$logs/tsan:log_exe_name=1:exitcode=66:halt_on_error=1:second_deadlock_stack=1:suppressions=$here/tsan.supp"
   # The Catch cases tagged [towers], [runtime] or [pipeline] (the thread pool, sync and async
   # trainers, the input pipeline, the world), and the example's cases that run async towers or
   # the pipeline's threads. Not `mpi`: not tried under TSan (docs/sanitizers.md).
@@ -57,6 +58,8 @@ if compgen -G "$logs/*" >/dev/null; then
   for f in "$logs"/*; do
     echo "=== $f"
     cat "$f"
+    # A process ended while it wrote its report (mpirun's abort, a test's SIGKILL) leaves no summary.
+    grep -q '^SUMMARY: ' "$f" || echo "(no SUMMARY line: the process was ended while it wrote this report)"
   done
   status=1
 fi
