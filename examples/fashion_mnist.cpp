@@ -245,9 +245,13 @@ int train(Flags f, const std::string& resume_command) {
   } catch (const tj::Interrupted& stop) {
     // Ctrl-C or SIGTERM: fit finished the step and wrote the final checkpoint; say where the
     // run stopped and the command that continues it, and exit as a program stopped by it does.
+    // Under mpirun every rank stopped after the same step; rank 0 speaks for them.
+    if (!lead) return stop.exit_code();
     progress.finish();
     std::fprintf(stderr, "%s\n", stop.what());
-    if (save) std::fprintf(stderr, "to resume: %s\n", resume_command.c_str());
+    if (save && world.size() > 1)
+      std::fprintf(stderr, "to resume: mpirun (any -np) %s\n", resume_command.c_str());
+    else if (save) std::fprintf(stderr, "to resume: %s\n", resume_command.c_str());
     else std::fprintf(stderr, "to be able to resume a run, give it --checkpoint DIR\n");
     if (metrics) tj::report::write_metrics_plots(metrics->path());
     trace.close();

@@ -1,5 +1,7 @@
 #include "runtime/towers/fit.h"
 
+#include <signal.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -9,6 +11,7 @@
 #include <sstream>
 
 #include "dsl/error.h"
+#include "runtime/dist/world.h"
 #include "runtime/towers/async_towers.h"
 #include "runtime/towers/async_world.h"
 #include "runtime/towers/non_finite_inputs.h"
@@ -40,9 +43,11 @@ std::string cause_of_non_finite_loss(int64_t step, const std::vector<Suspect>& b
 // once a batch is trained (the NaN check, then the hooks).
 class Loop {
  public:
+  // `agree_over`: the world whose ranks train in lockstep (sync towers over several
+  // processes), which then stop after the same step; null for a process alone.
   Loop(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOptions& options, const InterruptWatch& watch,
-       Loc loc)
-      : trainer_(trainer), pipeline_(pipeline), options_(options), watch_(watch), loc_(loc),
+       dist::Transport* agree_over, Loc loc)
+      : trainer_(trainer), pipeline_(pipeline), options_(options), watch_(watch), agree_over_(agree_over), loc_(loc),
         per_epoch_(pipeline.batches_per_epoch()) {
     last_.next = pipeline_.position();
     last_.step = step_of(last_.next);
@@ -53,7 +58,7 @@ class Loop {
   bool done() const {
     const data::PipelinePosition p = pipeline_.position();
     return p.epoch >= options_.epochs || (options_.max_steps > 0 && step_of(p) >= options_.max_steps) ||
-           watch_.received() != 0;
+           stop_signal() != 0;
   }
 
   // The next batch, and the event it will give (all but its loss, rate and time).
@@ -86,13 +91,15 @@ class Loop {
     for (Hook* h : options_.hooks) h->after_step(trainer_, e);
     if (e.batch_in_epoch + 1 == e.batches_per_epoch)
       for (Hook* h : options_.hooks) h->after_epoch(trainer_, e);
+    if (agree_over_) agree_on_signals();
     previous_ = Clock::now();  // the hooks' time (an evaluation) is not the next step's
   }
 
   // The hooks' end; then, when a signal stopped the run, Interrupted.
   StepEvent end() {
-    // Read once: a signal that comes during the hooks' end still counts as this stop.
-    last_.stopped_by = watch_.received();
+    // Read once: a signal that comes during the hooks' end still counts as this stop (alone;
+    // over several processes only what the ranks agreed on counts).
+    last_.stopped_by = stop_signal();
     for (Hook* h : options_.hooks) h->end(trainer_, last_);
     if (last_.stopped_by != 0) interrupted();
     return last_;
@@ -137,10 +144,30 @@ class Loop {
  private:
   int64_t step_of(const data::PipelinePosition& p) const { return p.epoch * per_epoch_ + p.batch; }
 
+  // The signal that stops the run: this process's, or the one the ranks agreed on.
+  int stop_signal() const { return agree_over_ ? agreed_signal_ : watch_.received(); }
+
+  // Every rank's signals so far, summed at the end of each step: a signal any rank has received
+  // (mpirun turns a Ctrl-C into a SIGTERM to every rank, a second later a SIGKILL) stops them
+  // all after this same step, so none waits in a collective of the next. 16 bytes a step.
+  void agree_on_signals() {
+    const int mine = watch_.received();  // SIGINT, SIGTERM or 0
+    double seen[2] = {mine == SIGINT ? 1.0 : 0.0, mine == SIGTERM ? 1.0 : 0.0};
+    try {
+      agree_over_->all_reduce_sum(seen, 2);
+    } catch (const std::runtime_error& e) {
+      user_check(false, loc_) << dist::rank_prefix() << "agreeing on a stop after step " << last_.step
+                              << " failed: " << e.what();
+    }
+    agreed_signal_ = seen[0] > 0 ? SIGINT : seen[1] > 0 ? SIGTERM : 0;
+  }
+
   TowerTrainer& trainer_;
   data::BatchPipeline& pipeline_;
   const FitOptions& options_;
   const InterruptWatch& watch_;
+  dist::Transport* const agree_over_;
+  int agreed_signal_ = 0;
   Loc loc_;
   const int64_t per_epoch_;
   StepEvent last_;
@@ -300,9 +327,13 @@ StepEvent fit(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOpt
   user_check(options.epochs >= 1, loc) << "fit: epochs " << options.epochs << " must be at least 1";
   user_check(options.max_steps >= 0, loc)
       << "fit: max_steps " << options.max_steps << " must be 0 (no limit) or positive";
-  // Watching starts after the argument checks and stops when fit returns or throws.
-  const InterruptWatch watch(options.stop_on_signals && trainer.world_layout().towers_of_rank.size() <= 1);
-  Loop loop(trainer, pipeline, options, watch, loc);
+  // Watching starts after the argument checks and stops when fit returns or throws. Async
+  // towers over several processes never watch: the parameter server and its workers have no
+  // common step to stop after (mpirun ends them all).
+  const bool watching = options.stop_on_signals && !trainer.async_world();
+  const bool shared = trainer.world_layout().towers_of_rank.size() > 1;
+  const InterruptWatch watch(watching);
+  Loop loop(trainer, pipeline, options, watch, watching && shared ? &dist::world(loc) : nullptr, loc);
   user_check(options.accumulate == 1 || !is_async(trainer.towers().reduction()), loc)
       << "fit: accumulate " << options.accumulate << " needs sync towers; async towers apply each gradient as it comes";
   if (trainer.parameter_server_rank()) fit_async_server(trainer, loop, loc);

@@ -68,8 +68,9 @@ struct FitOptions {
   std::vector<Hook*> hooks;
   int accumulate = 1;     // micro-batches per apply (TowerTrainer::StepOptions::accumulate)
   // While training, SIGINT and SIGTERM stop the run after the step in progress (see fit());
-  // false leaves the process's own handling of them alone. Runs over several processes never
-  // watch: their ranks would stop at different steps (mpirun ends them all on Ctrl-C).
+  // false leaves the process's own handling of them alone. Sync towers over several processes
+  // stop after the same step on every rank; async towers over several processes never watch
+  // (mpirun ends them all on Ctrl-C).
   bool stop_on_signals = true;
 };
 
@@ -84,7 +85,9 @@ struct FitOptions {
 // in progress finishes and its hooks run, no further batch starts, the hooks' end() runs (a
 // CheckpointHook writes its final checkpoint there; an EvalHook does not evaluate), and then fit
 // throws Interrupted naming the signal, the last step and what the hooks kept. A second signal
-// ends the process at once. fit never exits the process itself.
+// ends the process at once. fit never exits the process itself. Over several processes (sync
+// towers) every rank sums the ranks' signals at the end of each step (a 16-byte all-reduce), so
+// a signal any rank received stops every rank after that step, and each throws Interrupted.
 StepEvent fit(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOptions& options,
               Loc loc = Loc::current());
 

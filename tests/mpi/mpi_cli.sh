@@ -150,6 +150,28 @@ stalled_rank_stops_all)
     { cat "$work/out"; fail "no stall warning from rank 0 after the stop"; }
   grep -q "towerjit: rank 0 of 2: .*MPI_.* has waited 8 s for the other ranks: one is stopped" "$work/after" ||
     { cat "$work/out"; fail "rank 0's error does not name the stalled call"; } ;;
+ctrl_c_stops_every_rank_after_one_step)
+  # Ctrl-C to mpirun: it sends every rank a SIGTERM (and a SIGKILL a second later); the ranks
+  # agree at the end of the step, all stop after it, rank 0 writes its checkpoint and says how
+  # to resume, and nobody is left for the SIGKILL. The resumed run continues from that step.
+  # (5 s rather than mpirun's 1 before the SIGKILL, which it waits out: a sanitizer's exit checks take time too.)
+  env --default-signal=INT sh -c 'exec mpirun --oversubscribe --allow-run-as-root -np 2 --mca odls_base_sigkill_timeout 5 --mca btl self,tcp \
+    --mca btl_tcp_if_include lo "$@"' mpirun "$bin" --epochs 100000 --batch 64 --hidden 32 --towers cpu:0 \
+    --checkpoint "$work/c" --checkpoint-every 20 --log-every 10 >"$work/out" 2>&1 &
+  launcher=$!
+  for _ in $(seq 1 300); do [ -s "$work/c/latest" ] && break; sleep 0.2; done
+  [ -s "$work/c/latest" ] || { kill $launcher; cat "$work/out"; fail "no checkpoint was written"; }
+  kill -INT $launcher
+  wait $launcher && fail "mpirun exited with status 0 after Ctrl-C"
+  step=$(sed -n 's/.*training stopped by SIGTERM after step \([0-9]*\) .*/\1/p' "$work/out")
+  [ -n "$step" ] || { cat "$work/out"; fail "no \"training stopped by SIGTERM after step N\""; }
+  grep -qF "the newest checkpoint, $work/c/ckpt-$step.tjck, is kept" "$work/out" || { cat "$work/out"; fail "kept checkpoint"; }
+  [ "$(head -n 1 "$work/c/latest")" = "ckpt-$step.tjck" ] || fail "latest does not name ckpt-$step.tjck"
+  grep -q "^to resume: mpirun (any -np) .* --resume$" "$work/out" || { cat "$work/out"; fail "no resume command"; }
+  ! grep -q "signal 9" "$work/out" || { cat "$work/out"; fail "a rank was still running at mpirun's SIGKILL"; }
+  mpi 2 "$bin" --steps $((step + 2)) --batch 64 --hidden 32 --towers cpu:0 --checkpoint "$work/c" --resume \
+    >"$work/out" 2>&1 || { cat "$work/out"; fail "resuming from step $step"; }
+  grep -q "resumed at step $step" "$work/out" || { cat "$work/out"; fail "did not resume at step $step"; } ;;
 gpu_towers_on_the_emulator)
   # 2 processes x 2 emulated GPUs (TOWERJIT_CUDA=emulator) train as 4 CPU towers in one process,
   # within 1e-5 relative at each of 12 steps: the variables on the host (each process reduces
