@@ -113,6 +113,37 @@ TEST_CASE("an IDX header of huge dimensions is damage, not an overflow", "[data]
   CHECK(none.shape == tj::Shape{0, 784});
 }
 
+// A file that inflates past its header's count (a gzip bomb, or data appended) fails once the
+// reader has inflated one byte more than the header says, before the rest: here 64 MiB of
+// zeros with a damaged checksum at the very end, which a reader inflating the whole file
+// would report instead ("incorrect data check").
+TEST_CASE("an IDX file inflating past its header's count stops at the count, before the rest", "[data]") {
+  auto bomb = header({10});
+  bomb.resize(bomb.size() + (64u << 20));
+  std::vector<unsigned char> gz;
+  {
+    const std::string path = write_gz("bomb-good.gz", bomb);
+    FILE* f = std::fopen(path.c_str(), "rb");
+    for (int c; (c = std::fgetc(f)) != EOF;) gz.push_back(static_cast<unsigned char>(c));
+    std::fclose(f);
+  }
+  REQUIRE(gz.size() < (1u << 20));  // what a bomb is: small compressed, huge inflated
+  gz[gz.size() - 8] ^= 0xFF;        // the CRC-32 of the trailer
+  const auto path = (std::filesystem::temp_directory_path() / "towerjit-idx-bomb.gz").string();
+  {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    std::fwrite(gz.data(), 1, gz.size(), f);
+    std::fclose(f);
+  }
+  CHECK_THROWS_WITH(tj::data::read_idx(path), Catch::Contains("holds more than 10 data bytes but its header says 10") &&
+                                                  Catch::Contains("the file is truncated or damaged") &&
+                                                  Catch::Contains("tests/runtime/test_idx.cpp:"));
+  // The same file with its trailer intact, and an exact one, read as before.
+  CHECK_THROWS_WITH(tj::data::read_idx(write_gz("bomb.gz", bomb)), Catch::Contains("holds more than 10 data bytes"));
+  bomb.resize(header({10}).size() + 10);
+  CHECK(tj::data::read_idx(write_gz("exact.gz", bomb)).shape == tj::Shape{10});
+}
+
 TEST_CASE("Debian's Fashion-MNIST loads with 60000 and 10000 examples", "[data]") {
   if (!std::filesystem::exists(tj::data::kFashionMnistDir)) {
     WARN("dataset-fashion-mnist is not installed: skipped");
