@@ -14,9 +14,14 @@
 
 namespace towerjit {
 
+// One that nothing catches ends the program as an uncaught exception ends a Python one: its
+// message on stderr and exit status exit_code(), not std::terminate's abort and core dump
+// (dsl/uncaught_errors.cpp; a program's own std::set_terminate handler takes precedence).
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}
+  // The status a program stopped by this error exits with (1; 130 or 143 after a signal).
+  virtual int exit_code() const { return 1; }
 };
 
 // "examples/mlp.cpp:42", shortened to the path below the build's source root when possible.

@@ -20,7 +20,7 @@ class Interrupted : public Error {
       : Error(message), signal_(signal), step_(step) {}
   int signal() const { return signal_; }  // SIGINT or SIGTERM
   int64_t step() const { return step_; }  // the last step trained
-  int exit_code() const { return 128 + signal_; }
+  int exit_code() const override { return 128 + signal_; }
 
  private:
   int signal_;

@@ -153,3 +153,36 @@ TEST_CASE("a second SIGINT ends a run that is winding down at once", "[faults][h
   CHECK(std::chrono::steady_clock::now() - sent < std::chrono::seconds(30));
   CHECK(child.output().find("training stopped by") == std::string::npos);
 }
+
+// A program with no try block (docs/getting-started.md's first one): what fit throws on Ctrl-C
+// ends it with the message and 130, not std::terminate's abort (dsl/uncaught_errors.cpp); any
+// uncaught towerjit::Error likewise with 1; other exceptions still go to std::terminate.
+TEST_CASE("an uncaught Interrupted or Error ends the program with its message and exit code, not an abort",
+          "[faults][hooks]") {
+  tj::test::TempDir work;
+  {
+    tj::testing::ChildProcess child(tj::testing::fault_child_path(), {"train", work.path() + "/c", "100000000", "uncaught"});
+    REQUIRE(!child.wait_for_line("start").empty());
+    child.signal(SIGINT);
+    const int code = child.exit_code();
+    INFO(child.output());
+    CHECK(code == 130);
+    CHECK(child.output().find("towerjit: training stopped by SIGINT after step ") != std::string::npos);
+    CHECK(child.output().find("terminate called") == std::string::npos);
+  }
+  {
+    tj::testing::ChildProcess child(tj::testing::fault_child_path(), {"throw", "error"});
+    const int code = child.exit_code();
+    INFO(child.output());
+    CHECK(code == 1);
+    CHECK(child.output().find("towerjit: an error nothing catches\n") != std::string::npos);
+    CHECK(child.output().find("terminate called") == std::string::npos);
+  }
+  {
+    tj::testing::ChildProcess child(tj::testing::fault_child_path(), {"throw", "other"});
+    const int code = child.exit_code();
+    INFO(child.output());
+    CHECK(code == -SIGABRT);
+    CHECK(child.output().find("terminate called after throwing an instance of 'std::logic_error'") != std::string::npos);
+  }
+}

@@ -3,9 +3,11 @@
 // stop itself at a named phase of a checkpoint write, meet a full disk or a file-size limit,
 // or compile a model into a given compile cache. Every line it prints is for the test to read.
 //
-//   fault_child train DIR STEPS [stop PHASE ckpt|latest N] [keep K] [linger]
+//   fault_child train DIR STEPS [stop PHASE ckpt|latest N] [keep K] [linger] [uncaught]
 //     (linger: a run stopped by a signal then waits a minute in its hooks' end, so a test can
-//     send the second signal while it winds down)
+//     send the second signal while it winds down; uncaught: nothing catches what fit throws,
+//     as in a first program with no try block)
+//   fault_child throw error|other           (an uncaught towerjit::Error, or std::logic_error)
 //   fault_child enospc DIR ckpt|latest     (in a private mount namespace: a small tmpfs at DIR)
 //   fault_child efbig DIR                  (RLIMIT_FSIZE below a checkpoint's size)
 //   fault_child compile CACHE_DIR          (waits for a byte on stdin, then compiles and trains)
@@ -23,6 +25,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -183,6 +186,19 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() >= 3 && args[0] == "enospc") return enospc(args[1], args[2]);
+  if (args.size() >= 2 && args[0] == "throw") {
+    std::printf("start\n");
+    if (args[1] == "error") throw tj::Error("towerjit: an error nothing catches");
+    // The abort std::terminate ends in is the default action's, not a sanitizer's report
+    // (the ASan runs handle SIGABRT, scripts/sanitizers/run-tests.sh).
+    std::signal(SIGABRT, SIG_DFL);
+    throw std::logic_error("not a towerjit error");
+  }
+  if (args.size() >= 4 && args[0] == "train" && args.back() == "uncaught") {
+    tj::set_write_phase_hook(stop_at_phase);
+    train(Run{.dir = args[1], .steps = std::stoll(args[2])});
+    return 0;
+  }
   try {
     if (args.size() >= 3 && args[0] == "train") {
       Run run{.dir = args[1], .steps = std::stoll(args[2])};
