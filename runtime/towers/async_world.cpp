@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
+#include <string>
 
 #include "dsl/error.h"
 
@@ -23,18 +25,45 @@ void put(std::vector<char>& out, const void* data, size_t bytes) {
   if (bytes) std::memcpy(out.data() + at, data, bytes);
 }
 
-// Every variable's elements (f32 or i32, both 4 bytes), in the map's order.
-void put_variables(std::vector<char>& out, const HostVariables& values) {
-  for (const auto& [name, t] : values)
-    put(out, t.dtype == DType::f32 ? static_cast<const void*>(t.f32.data()) : t.i32.data(), t.size() * 4);
+// The variables the towers' step reads: the model's (weights, batch-norm statistics), not the
+// optimiser's slots or the EMA's, which only the server's apply reads. All a worker needs
+// back, a third of the variables' bytes under Adam. Sorted, as on every rank.
+std::vector<std::string> tower_reads(const DeviceProgram& tower_step) {
+  std::set<std::string> read;
+  for (const kir::Buffer& b : tower_step.program().buffers)
+    if (b.kind == kir::Buffer::Kind::variable) read.insert(b.name);
+  return {read.begin(), read.end()};
 }
 
-const char* take_variables(const char* from, HostVariables& values) {
-  for (auto& [name, t] : values) {
+int64_t bytes_of(const HostVariables& values, const std::vector<std::string>& names) {
+  int64_t bytes = 0;
+  for (const std::string& name : names) bytes += values.at(name).size() * 4;
+  return bytes;
+}
+
+// The named variables' elements (f32 or i32, both 4 bytes), in order.
+void put_variables(std::vector<char>& out, const HostVariables& values, const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    const HostTensor& t = values.at(name);
+    put(out, t.dtype == DType::f32 ? static_cast<const void*>(t.f32.data()) : t.i32.data(), t.size() * 4);
+  }
+}
+
+void take_variables(const char* from, HostVariables& values, const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    HostTensor& t = values.at(name);
     std::memcpy(t.dtype == DType::f32 ? static_cast<void*>(t.f32.data()) : t.i32.data(), from, t.size() * 4);
     from += t.size() * 4;
   }
-  return from;
+}
+
+// A push's bytes: the header, the tower's scaled gradients, then its model updates' values.
+int64_t push_bytes(const std::vector<Shape>& gradient_shapes, const std::vector<TowerProgram::ModelUpdate>& updates,
+                   const HostVariables& values) {
+  int64_t bytes = sizeof(Header);
+  for (const Shape& shape : gradient_shapes) bytes += shape.static_elements() * 4;
+  for (const auto& u : updates) bytes += values.at(u.variable).size() * 4;
+  return bytes;
 }
 
 std::string rank_failure(const std::exception& e) { return dist::rank_prefix() + e.what(); }
@@ -44,7 +73,9 @@ std::string rank_failure(const std::exception& e) { return dist::rank_prefix() +
 AsyncServer::AsyncServer(TowerTrainer& trainer)
     : trainer_(trainer),
       bound_(std::get<AsyncApply>(trainer.towers().reduction()).max_staleness),
-      applied_of_tower_(trainer.layout_.towers(), 0) {}
+      applied_of_tower_(trainer.layout_.towers(), 0),
+      sent_(tower_reads(*trainer.tower_programs_.at(0))),
+      push_bytes_(push_bytes(trainer.gradient_shapes_, trainer.model_updates_, trainer.replicas_[0])) {}
 
 bool AsyncServer::may_apply(const Push& push) const {
   if (!bound_) return true;
@@ -60,7 +91,9 @@ AsyncServer::Push AsyncServer::receive() {
     user_check(false, Loc::current()) << "the parameter server's receive failed: " << rank_failure(e);
   }
   Header h;
-  internal_check(p.bytes.size() >= sizeof h) << "a push of " << p.bytes.size() << " bytes";
+  // Every rank built the same model (checked at start-up), so the size is known.
+  internal_check(static_cast<int64_t>(p.bytes.size()) == push_bytes_)
+      << "a push of " << p.bytes.size() << " bytes from rank " << p.from << ", not " << push_bytes_;
   std::memcpy(&h, p.bytes.data(), sizeof h);
   p.step = h.step;
   p.tower = static_cast<int>(h.tower);
@@ -102,7 +135,7 @@ AsyncServer::Applied AsyncServer::apply(Push push) {
     }
     const int64_t applies = t.applies_;
     put(reply, &applies, sizeof applies);
-    put_variables(reply, t.replicas_[0]);
+    put_variables(reply, t.replicas_[0], sent_);
   }
   try {
     t.world_->send(reply, push.from, kReplyTag);
@@ -113,7 +146,10 @@ AsyncServer::Applied AsyncServer::apply(Push push) {
   return a;
 }
 
-AsyncWorker::AsyncWorker(TowerTrainer& trainer) : trainer_(trainer) {}
+AsyncWorker::AsyncWorker(TowerTrainer& trainer)
+    : trainer_(trainer),
+      received_(tower_reads(*trainer.tower_programs_.at(0))),
+      reply_bytes_(static_cast<int64_t>(sizeof(int64_t)) + bytes_of(trainer.replicas_[0], received_)) {}
 
 double AsyncWorker::work(int64_t step, const HostFeeds& feeds, int64_t examples, Loc loc) {
   TowerTrainer& t = trainer_;
@@ -151,9 +187,11 @@ double AsyncWorker::work(int64_t step, const HostFeeds& feeds, int64_t examples,
     } catch (const std::runtime_error& e) {
       user_check(false, loc) << "pushing to the parameter server failed: " << rank_failure(e);
     }
+    internal_check(static_cast<int64_t>(reply.size()) == reply_bytes_)
+        << "a reply of " << reply.size() << " bytes from the parameter server, not " << reply_bytes_;
     int64_t applies = 0;
     std::memcpy(&applies, reply.data(), sizeof applies);
-    take_variables(reply.data() + sizeof applies, t.replicas_[0]);
+    take_variables(reply.data() + sizeof applies, t.replicas_[0], received_);
     t.applies_ = applies;
   }
   return loss;

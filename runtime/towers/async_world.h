@@ -3,8 +3,8 @@
 // worker sends each tower's gradients, already scaled by the strategy (1/N over the world's
 // towers), with the apply count of the values they were computed from; the server's one apply
 // thread (the caller of AsyncServer::next) applies each push exactly once, in the order they
-// arrive, and sends the worker back the variables as they are then, which its towers read for
-// their next slice. Staleness is the applies by others between a push's read and its apply,
+// arrive, and sends the worker back the variables its towers read (the model's, not the
+// optimiser's slots) as they are then, for their next slice. Staleness is the applies by others between a push's read and its apply,
 // counted on the server over every worker's towers. With AsyncApply::max_staleness = k the
 // server holds back (receives, does not apply) a push of a tower more than k applies ahead of
 // the slowest tower, so the worker waits for its reply.
@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "runtime/towers/tower_trainer.h"
@@ -55,6 +56,8 @@ class AsyncServer {
   TowerTrainer& trainer_;
   std::optional<int64_t> bound_;
   std::vector<int64_t> applied_of_tower_;  // for the bound and the largest lead
+  const std::vector<std::string> sent_;    // the variables a reply carries: what the towers read
+  const int64_t push_bytes_;               // every push's size
 };
 
 // A worker's side: its towers' slices of one batch, computed from the values it holds, pushed
@@ -68,6 +71,8 @@ class AsyncWorker {
 
  private:
   TowerTrainer& trainer_;
+  const std::vector<std::string> received_;  // the variables a reply carries, in its order
+  const int64_t reply_bytes_;
 };
 
 }  // namespace towerjit
