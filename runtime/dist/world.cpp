@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -156,12 +157,17 @@ void check_agreement(const std::map<std::string, std::string>& items, Loc loc) {
   std::vector<std::map<std::string, std::string>> of_rank(all.size());
   for (size_t r = 0; r < all.size(); ++r) {
     const std::vector<char>& bytes = all[r];
+    // Each string ends at its \0, or at the end of what the rank sent (a rank of another
+    // build may send anything): never read past it.
+    auto next = [&](size_t& at) {
+      const auto end = std::find(bytes.begin() + static_cast<std::ptrdiff_t>(at), bytes.end(), '\0');
+      std::string text(bytes.begin() + static_cast<std::ptrdiff_t>(at), end);
+      at = static_cast<size_t>(end - bytes.begin()) + (end == bytes.end() ? 0 : 1);
+      return text;
+    };
     for (size_t at = 0; at < bytes.size();) {
-      const std::string key(bytes.data() + at);
-      at += key.size() + 1;
-      const std::string value(bytes.data() + at);
-      at += value.size() + 1;
-      of_rank[r][key] = value;
+      std::string key = next(at);
+      of_rank[r][key] = next(at);
     }
   }
   auto shown = [](const std::string& v) { return v.size() > 80 ? "hash " + text_hash(v) : "\"" + v + "\""; };
