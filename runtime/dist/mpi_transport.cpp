@@ -66,6 +66,9 @@ class MpiTransport final : public Transport {
     {
       std::lock_guard lock(mutex_);
       stop_ = true;
+      // A call given up on that still waits may never return, and joining its thread would
+      // hang the exit: a world given up on ends (a program that caught the stall error).
+      if (gave_up_ && !running_.empty()) abort(1);
     }
     changed_.notify_all();
     thread_.join();  // the thread finalises MPI once the queue is empty
@@ -105,6 +108,7 @@ class MpiTransport final : public Transport {
       if (timeouts_.stall_timeout_s > 0 && waited >= timeouts_.stall_timeout_s) {
         error_ = what + ": one is stopped, deadlocked or far slower (TOWERJIT_MPI_STALL_TIMEOUT=" +
                  std::to_string(static_cast<int>(timeouts_.stall_timeout_s)) + " s)";
+        gave_up_ = true;
         break;
       }
       std::fprintf(stderr,
@@ -320,6 +324,7 @@ class MpiTransport final : public Transport {
   std::string start_error_;
   bool started_ = false;
   bool timed_out_ = false;
+  bool gave_up_ = false;  // a wait timed out on a call (which may still be running)
   bool stop_ = false;
   std::thread thread_;  // last: it starts once everything above exists
 };

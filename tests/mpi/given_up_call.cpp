@@ -1,14 +1,18 @@
 // A call the MPI transport gave up on keeps its buffer: run under mpirun with 2 ranks and
-// TOWERJIT_MPI_STALL_TIMEOUT=1 (tests/mpi/mpi_cli.sh, case a_call_given_up_on_keeps_its_buffer).
+// TOWERJIT_MPI_STALL_TIMEOUT=1 (tests/mpi/mpi_cli.sh, case a_call_given_up_on_keeps_its_buffer):
+//   towerjit_mpi_given_up_call DIR
 //
-// Rank 1 comes to an all-reduce 3 s late. Rank 0's wait gives up after 1 s and throws, and its
-// caller drops the buffer, as a trainer unwinding from the error does. Rank 0's communication
+// Rank 1 comes to an all-reduce late: once rank 0 has created DIR/gave-up. Rank 0's wait gives
+// up after 1 s and throws, and its caller drops the buffer, as a trainer unwinding from the
+// error does; then it creates the file. Rank 0's communication
 // thread is still inside MPI_Allreduce, and when rank 1's bytes arrive MPI writes them into that
 // buffer: it must still be alive then (the call's owner reference), receive the sum, and be
 // freed once the call is done. A call started after the failure must fail at once and never
 // reach MPI. Exit 0 on success; otherwise the rank prints the failures and exits 1.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -36,7 +40,7 @@ void expect(bool ok, const std::string& what) {
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-void rank_that_gives_up(tj::dist::Transport& world) {
+void rank_that_gives_up(tj::dist::Transport& world, const std::string& gave_up_file) {
   // What the buffer held when it was freed: the sum of both ranks' ones, written after the wait gave up.
   auto freed_with = std::make_shared<std::vector<float>>();
   std::shared_ptr<std::vector<float>> buffer(new std::vector<float>(kCount, 1.0f),
@@ -55,6 +59,7 @@ void rank_that_gives_up(tj::dist::Transport& world) {
   expect(error.find("TOWERJIT_MPI_STALL_TIMEOUT") != std::string::npos, "the wait did not give up: \"" + error + "\"");
   buffer.reset();  // the caller is gone
   expect(!watch.expired(), "the call given up on no longer holds its buffer");
+  std::ofstream{gave_up_file};  // rank 1 may come now
 
   // The ranks are out of step now: a later call fails at once, with the same cause.
   const auto later = Clock::now();
@@ -78,8 +83,11 @@ void rank_that_gives_up(tj::dist::Transport& world) {
          "the late call did not leave the sum in its buffer (" + std::to_string(wrong) + " wrong)");
 }
 
-void late_rank(tj::dist::Transport& world) {
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+void late_rank(tj::dist::Transport& world, const std::string& gave_up_file) {
+  const auto start = Clock::now();
+  while (!std::filesystem::exists(gave_up_file) && seconds_since(start) < 60)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  expect(std::filesystem::exists(gave_up_file), "rank 0 never gave up");
   std::vector<float> mine(kCount, 1.0f);
   world.all_reduce_sum(mine.data(), kCount);
   size_t wrong = 0;
@@ -89,14 +97,19 @@ void late_rank(tj::dist::Transport& world) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::printf("usage: towerjit_mpi_given_up_call DIR (under mpirun -np 2)\n");
+    return 2;
+  }
+  const std::string gave_up_file = std::string(argv[1]) + "/gave-up";
   tj::dist::Transport& world = tj::dist::world();
   if (world.size() != 2) {
     std::printf("FAIL: run with mpirun -np 2 (this world has %d ranks)\n", world.size());
     return 1;
   }
-  if (world.rank() == 0) rank_that_gives_up(world);
-  else late_rank(world);
+  if (world.rank() == 0) rank_that_gives_up(world, gave_up_file);
+  else late_rank(world, gave_up_file);
   if (failures == 0) std::printf("rank %d: ok\n", world.rank());
   return failures == 0 ? 0 : 1;
 }

@@ -231,9 +231,10 @@ checkpoint_reshards)
       { cat "$work/out"; fail "rank $r does not report the mismatch"; }
   done ;;
 a_call_given_up_on_keeps_its_buffer)
-  # Rank 1 comes to an all-reduce 3 s late; rank 0 gives up after 1 s and drops the buffer, yet
-  # MPI still writes rank 1's bytes into it: the call keeps it alive (tests/mpi/given_up_call.cpp).
-  TOWERJIT_MPI_STALL_TIMEOUT=1 mpi 2 -x TOWERJIT_MPI_STALL_TIMEOUT "$given_up_call" >"$work/out" 2>&1 ||
+  # Rank 1 comes to an all-reduce once rank 0 has given up on it (after 1 s) and dropped the
+  # buffer, yet MPI still writes rank 1's bytes into it: the call keeps it alive
+  # (tests/mpi/given_up_call.cpp).
+  TOWERJIT_MPI_STALL_TIMEOUT=1 mpi 2 -x TOWERJIT_MPI_STALL_TIMEOUT "$given_up_call" "$work" >"$work/out" 2>&1 ||
     { cat "$work/out"; fail "see above"; }
   [ "$(grep -c ': ok$' "$work/out")" = 2 ] || { cat "$work/out"; fail "not every rank reported"; } ;;
 async_loses_no_update)
