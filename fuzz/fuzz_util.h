@@ -37,9 +37,14 @@ inline const std::filesystem::path& scratch_dir() {
     fs::path root = access("/dev/shm", W_OK) == 0 ? fs::path("/dev/shm") : fs::temp_directory_path();
     fs::path d = root / ("towerjit-fuzz-" + std::to_string(getpid()));
     fs::create_directories(d);
-    std::atexit([] { std::error_code ec; std::filesystem::remove_all(scratch_dir(), ec); });
     return d;
   }();
+  // Registered once `dir` is made, so it runs before `dir` is destroyed (an atexit function
+  // registered while `dir` was still being made would run after, and remove nothing).
+  static const bool removed_at_exit = [] {
+    return std::atexit([] { std::error_code ec; std::filesystem::remove_all(scratch_dir(), ec); }) == 0;
+  }();
+  (void)removed_at_exit;
   return dir;
 }
 
