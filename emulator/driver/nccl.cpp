@@ -4,11 +4,33 @@
 // bits every run) into every rank's output, and only then do the ranks' streams go on, as
 // NCCL's kernels hold their streams until the collective is done. Calls between
 // ncclGroupStart and ncclGroupEnd are queued at GroupEnd, as NCCL launches a group.
+//
+// Across processes (ncclGetUniqueId, then ncclCommInitRank on every process, the id sent
+// between them by the caller, as over MPI): the ranks meet in POSIX shared memory named by the
+// id. Each collective is a segment of its own, named by the id and its sequence number: each
+// rank maps it (the first creates it, zeroed), copies its send buffer into its slot, counts
+// itself in, and once every rank has, sums the slots in rank order into its receive buffer
+// (the same bits on every rank and as within one process); the last to leave unlinks it. A
+// rank's stream is held until the sum is in, as NCCL's kernel holds it. Init does not wait for
+// the other ranks (real NCCL does); a rank that never comes leaves the others waiting, as in
+// NCCL, until a limit (TOWERJIT_EMULATED_NCCL_TIMEOUT seconds, 120 by default) aborts them.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <random>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "emulator/driver/emulated_devices.h"
@@ -51,11 +73,72 @@ struct Clique {
   int ranks;
 };
 
+// NCCL's ncclUniqueId: 128 bytes, passed by value. The emulator's starts with kIdMagic, then
+// the name its shared-memory segments take.
+struct UniqueId {
+  char internal[128];
+};
+constexpr char kIdMagic[] = "towerjit-emulated-nccl:";
+
+// A communicator's ranks in several processes: the segments' name stem and the world's size.
+struct World {
+  std::string name;  // "/tj-nccl-<random>"
+  int ranks;
+};
+
 struct Comm {
-  std::shared_ptr<Clique> clique;
+  std::shared_ptr<Clique> clique;  // ranks in this process (ncclCommInitAll)
   int rank, device;
   std::size_t calls = 0;  // this rank's collectives so far: its next sequence number
+  std::shared_ptr<World> world;  // or ranks over processes (ncclCommInitRank)
 };
+
+// One all-reduce over processes, as each rank sees it: a shared segment holding the two
+// counters and every rank's slot of `count` floats.
+struct SharedHeader {
+  int arrived, left;
+};
+
+double timeout_s() {
+  const char* v = std::getenv("TOWERJIT_EMULATED_NCCL_TIMEOUT");
+  return v && *v ? std::atof(v) : 120.0;
+}
+
+[[noreturn]] void fail(const std::string& what) {
+  std::fprintf(stderr, "towerjit emulated NCCL: %s\n", what.c_str());
+  std::abort();
+}
+
+void all_reduce_over_processes(const World& world, std::size_t sequence, int rank, const float* send, float* recv,
+                               std::size_t count) {
+  const std::string name = world.name + "-" + std::to_string(sequence);
+  const std::size_t bytes = sizeof(SharedHeader) + static_cast<std::size_t>(world.ranks) * count * sizeof(float);
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT, 0600);
+  if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) fail("cannot make shared memory " + name);
+  void* at = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (at == MAP_FAILED) fail("cannot map shared memory " + name);
+  auto* header = static_cast<SharedHeader*>(at);
+  float* slots = reinterpret_cast<float*>(static_cast<char*>(at) + sizeof(SharedHeader));
+  std::memcpy(slots + static_cast<std::size_t>(rank) * count, send, count * sizeof(float));
+  std::atomic_ref<int>(header->arrived).fetch_add(1, std::memory_order_acq_rel);
+  const auto start = std::chrono::steady_clock::now();
+  while (std::atomic_ref<int>(header->arrived).load(std::memory_order_acquire) < world.ranks) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s())
+      fail("rank " + std::to_string(rank) + " of " + std::to_string(world.ranks) + " waited " +
+           std::to_string(static_cast<int>(timeout_s())) + " s for the other ranks in all-reduce " +
+           std::to_string(sequence + 1));
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    float sum = 0.0f;
+    for (int k = 0; k < world.ranks; ++k) sum += slots[static_cast<std::size_t>(k) * count + i];
+    recv[i] = sum;
+  }
+  const bool last = std::atomic_ref<int>(header->left).fetch_add(1, std::memory_order_acq_rel) + 1 == world.ranks;
+  ::munmap(at, bytes);
+  if (last) ::shm_unlink(name.c_str());
+}
 
 thread_local int group_depth = 0;
 thread_local std::vector<std::function<void()>> grouped;
@@ -92,6 +175,26 @@ int ncclCommInitAll(Comm** comms, int n, const int* devlist) {
   return kSuccess;
 }
 
+int ncclGetUniqueId(UniqueId* id) {
+  if (!id) return kInvalidArgument;
+  std::random_device random;
+  char name[64];
+  std::snprintf(name, sizeof name, "/tj-nccl-%d-%08x%08x", static_cast<int>(::getpid()), random(), random());
+  std::memset(id->internal, 0, sizeof id->internal);
+  std::snprintf(id->internal, sizeof id->internal, "%s%s", kIdMagic, name);
+  return kSuccess;
+}
+
+int ncclCommInitRank(Comm** comm, int nranks, UniqueId id, int rank) {
+  id.internal[sizeof id.internal - 1] = '\0';
+  if (!comm || nranks < 1 || rank < 0 || rank >= nranks ||
+      std::strncmp(id.internal, kIdMagic, sizeof kIdMagic - 1) != 0)
+    return kInvalidArgument;
+  auto world = std::make_shared<World>(World{id.internal + sizeof kIdMagic - 1, nranks});
+  *comm = new Comm{nullptr, rank, current_device().index(), 0, std::move(world)};
+  return kSuccess;
+}
+
 int ncclCommDestroy(Comm* c) {
   delete c;
   return kSuccess;
@@ -102,6 +205,21 @@ int ncclAllReduce(const void* send, void* recv, std::size_t count, int type, int
   if (!device_range(reinterpret_cast<std::uintptr_t>(send), count * 4) ||
       !device_range(reinterpret_cast<std::uintptr_t>(recv), count * 4))
     return kInvalidArgument;
+  const int rank = comm->rank;
+  Stream* stream = &stream_of(s);
+  if (comm->world) {
+    const std::shared_ptr<World> world = comm->world;
+    const std::size_t sequence = comm->calls++;
+    auto queue = [=] {
+      stream->enqueue([=] {
+        all_reduce_over_processes(*world, sequence, rank, static_cast<const float*>(send), static_cast<float*>(recv),
+                                  count);
+      });
+    };
+    if (group_depth > 0) grouped.push_back(queue);
+    else queue();
+    return kSuccess;
+  }
   std::shared_ptr<Collective> collective;
   {
     std::lock_guard lock(comm->clique->mutex);
@@ -110,8 +228,6 @@ int ncclAllReduce(const void* send, void* recv, std::size_t count, int type, int
     collective = all[comm->calls++];
   }
   if (collective->count != count) return kInvalidUsage;  // the ranks disagree on the size
-  const int rank = comm->rank;
-  Stream* stream = &stream_of(s);
   auto queue = [=] {
     stream->enqueue([=] { collective->arrive(rank, static_cast<const float*>(send), static_cast<float*>(recv)); });
   };

@@ -246,7 +246,8 @@ void GpuResidentSync::join_world_nccl(const std::vector<cuda::DeviceContext*>& c
     if (able < world.size()) {
       if (world.rank() == 0)
         std::fprintf(stderr, "towerjit: TOWERJIT_NCCL_WORLD=on, but %d of %d processes have no NCCL with "
-                             "ncclCommInitRank; reducing hierarchically (each process's GPUs, then MPI)\n",
+                             "ncclCommInitRank (or TOWERJIT_NCCL=off); reducing hierarchically (each process's "
+                             "GPUs, then MPI)\n",
                      world.size() - static_cast<int>(able), world.size());
       return;
     }
@@ -268,6 +269,9 @@ void GpuResidentSync::join_world_nccl(const std::vector<cuda::DeviceContext*>& c
     std::memcpy(&joined, id.data(), sizeof joined);
     nccl_ = std::make_unique<cuda::NcclCommunicators>(contexts, joined, first, total, loc_);
     nccl_world_ = true;
+    if (world.rank() == 0)
+      std::fprintf(stderr, "towerjit: TOWERJIT_NCCL_WORLD=on: one NCCL communicator over the %d GPUs of %d processes\n",
+                   total, world.size());
   } catch (const std::runtime_error& e) {
     user_check(false, loc_) << "setting up NCCL across processes failed: " << e.what();
   }

@@ -223,3 +223,54 @@ TEST_CASE("emulated driver: streams run concurrently, ordered only by events", "
   CHECK(raced > 0);
   e.ModuleUnload(module);
 }
+
+// Communicators joined by one unique id (ncclCommInitRank), as processes join them: here two
+// ranks in this process, each on its own stream, meeting in the shared memory the id names
+// as two processes would (tests/mpi/mpi_cli.sh runs them in two). Sizes 1, 7 and 127; each
+// result is the sum in rank order; a rank out of range or an id not made by ncclGetUniqueId is
+// an invalid argument.
+TEST_CASE("emulated NCCL: ranks joined by a unique id sum their buffers in rank order", "[emulator]") {
+  Emulator& e = emulator();
+  struct UniqueId {
+    char internal[128];
+  };
+  using Comm = void*;
+  int (*GetUniqueId)(UniqueId*);
+  int (*CommInitRank)(Comm*, int, UniqueId, int);
+  int (*AllReduce)(const void*, void*, size_t, int, int, Comm, Handle);
+  int (*CommDestroy)(Comm);
+  e.bind(GetUniqueId, "ncclGetUniqueId"), e.bind(CommInitRank, "ncclCommInitRank");
+  e.bind(AllReduce, "ncclAllReduce"), e.bind(CommDestroy, "ncclCommDestroy");
+  constexpr int kFloat32 = 7, kSum = 0, kInvalidArgument = 4;
+  UniqueId id;
+  REQUIRE(GetUniqueId(&id) == 0);
+  Comm comms[2];
+  REQUIRE(CommInitRank(&comms[0], 2, id, 0) == 0);
+  REQUIRE(CommInitRank(&comms[1], 2, id, 1) == 0);
+  Comm bad = nullptr;
+  CHECK(CommInitRank(&bad, 2, id, 2) == kInvalidArgument);
+  UniqueId forged{};
+  CHECK(CommInitRank(&bad, 2, forged, 0) == kInvalidArgument);
+  Handle streams[2];
+  for (Handle& s : streams) REQUIRE(e.StreamCreate(&s, 1) == 0);
+  for (const size_t n : {size_t{1}, size_t{7}, size_t{127}}) {
+    std::vector<float> in[2] = {std::vector<float>(n), std::vector<float>(n)};
+    CUdeviceptr buffer[2];
+    for (int r = 0; r < 2; ++r) {
+      for (size_t i = 0; i < n; ++i) in[r][i] = r == 0 ? 0.1f * static_cast<float>(i) : 1e7f + static_cast<float>(i);
+      REQUIRE(e.MemAlloc(&buffer[r], n * 4) == 0);
+      REQUIRE(e.HtoD(buffer[r], in[r].data(), n * 4, streams[r]) == 0);
+      auto* p = reinterpret_cast<void*>(buffer[r]);
+      REQUIRE(AllReduce(p, p, n, kFloat32, kSum, comms[r], streams[r]) == 0);
+    }
+    for (int r = 0; r < 2; ++r) {
+      std::vector<float> out(n);
+      REQUIRE(e.DtoH(out.data(), buffer[r], n * 4, streams[r]) == 0);
+      REQUIRE(e.StreamSynchronize(streams[r]) == 0);
+      for (size_t i = 0; i < n; ++i) CHECK(out[i] == (0.0f + in[0][i]) + in[1][i]);
+      e.MemFree(buffer[r]);
+    }
+  }
+  for (Handle s : streams) e.StreamDestroy(s);
+  for (Comm c : comms) CommDestroy(c);
+}

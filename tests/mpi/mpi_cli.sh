@@ -180,8 +180,8 @@ gpu_towers_on_the_emulator)
   run="--steps 12 --batch 64 --optimizer momentum --lr 0.05 --seed 7 --log-every 1 --hidden 32"
   "$bin" $run --towers cpu:0,cpu:1,cpu:2,cpu:3 --metrics "$work/cpu.jsonl" >/dev/null 2>&1 || fail "CPU towers"
   losses "$work/cpu.jsonl" >"$work/cpu"
-  # TOWERJIT_NCCL_WORLD=on: the emulated NCCL has no ncclCommInitRank, so the ranks agree to
-  # stay hierarchical, and say so.
+  # TOWERJIT_NCCL_WORLD=on: one NCCL communicator over the 4 GPUs (the emulated NCCL's
+  # ncclCommInitRank meets the other process in shared memory), no MPI for the gradients.
   for variant in "TOWERJIT_GPU_VARIABLES=off TOWERJIT_BUCKET_MB=25" "TOWERJIT_GPU_VARIABLES=on TOWERJIT_BUCKET_MB=25" \
                  "TOWERJIT_GPU_VARIABLES=on TOWERJIT_BUCKET_MB=0" "TOWERJIT_GPU_VARIABLES=on TOWERJIT_NCCL_WORLD=on"; do
     rm -f "$work/gpu.jsonl"
@@ -193,10 +193,24 @@ gpu_towers_on_the_emulator)
     losses "$work/gpu.jsonl" >"$work/gpu"
     close "$work/cpu" "$work/gpu" 12 1e-5 || { paste "$work/cpu" "$work/gpu"; fail "$variant: the curves differ"; }
     case $variant in *NCCL_WORLD=on*)
-      grep -q "TOWERJIT_NCCL_WORLD=on, but 2 of 2 processes have no NCCL with ncclCommInitRank" "$work/out" ||
-        { cat "$work/out"; fail "no word of the hierarchical fallback"; } ;;
+      grep -q "TOWERJIT_NCCL_WORLD=on: one NCCL communicator over the 4 GPUs of 2 processes" "$work/out" ||
+        { cat "$work/out"; fail "no NCCL communicator over the world"; }
+      # The loss and the stop agreement alone go over MPI.
+      grep -q "mpi: rank 0 handed 24 bytes per step" "$work/out" || { cat "$work/out"; fail "gradients went over MPI"; } ;;
     esac
   done
+  # TOWERJIT_NCCL_WORLD=on where one process cannot join (here: its NCCL is off): the ranks
+  # agree to stay hierarchical, and say so.
+  rm -f "$work/gpu.jsonl"
+  (export TOWERJIT_CUDA=emulator TOWERJIT_EMULATED_GPUS=2 TOWERJIT_GPU_VARIABLES=on TOWERJIT_NCCL_WORLD=on
+   mpirun --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo -x TOWERJIT_CUDA \
+     -x TOWERJIT_EMULATED_GPUS -x TOWERJIT_GPU_VARIABLES -x TOWERJIT_NCCL_WORLD \
+     -np 1 "$bin" $run --towers gpu:0,gpu:1 --metrics "$work/gpu.jsonl" : -np 1 -x TOWERJIT_NCCL=off "$bin" $run \
+     --towers gpu:0,gpu:1) >"$work/out" 2>&1 || { cat "$work/out"; fail "one process without NCCL"; }
+  grep -q "TOWERJIT_NCCL_WORLD=on, but 1 of 2 processes have no NCCL with ncclCommInitRank" "$work/out" ||
+    { cat "$work/out"; fail "no word of the hierarchical fallback"; }
+  losses "$work/gpu.jsonl" >"$work/gpu"
+  close "$work/cpu" "$work/gpu" 12 1e-5 || { paste "$work/cpu" "$work/gpu"; fail "the fallback's curves differ"; }
   # Ranks that would reduce in different places (host, GPUs) are stopped at start-up.
   mpirun --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo -x TOWERJIT_CUDA=emulator \
     -np 1 "$bin" $run --towers gpu:0 : -np 1 -x TOWERJIT_GPU_VARIABLES=on "$bin" $run --towers gpu:0 >"$work/out" 2>&1 &&
