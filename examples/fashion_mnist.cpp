@@ -60,6 +60,7 @@ struct Flags {
   int64_t epochs = 3;
   int64_t batch = 128;
   int64_t hidden = 256;
+  int64_t max_staleness = -1;  // --strategy async: a tower at most this many applies ahead (-1: no bound)
   int64_t steps = 0;  // stop early after this many steps (0: whole epochs)
   int64_t log_every = 10;
   int64_t checkpoint_every = 0;
@@ -112,7 +113,9 @@ std::string default_towers() {
 
 tj::Towers make_towers(const Flags& f) {
   auto towers = tj::Towers(tj::parse_devices(f.towers.empty() ? default_towers() : f.towers));
-  if (f.strategy == "async") return towers.reduce(tj::AsyncApply{});
+  if (f.strategy == "async")
+    return towers.reduce(tj::AsyncApply{
+        .max_staleness = f.max_staleness >= 0 ? std::optional<int64_t>(f.max_staleness) : std::nullopt});
   if (f.strategy == "sync-ps") return towers.variant(tj::SyncVariant::parameter_server);
   return towers;
 }
@@ -323,6 +326,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"constant", "cosine", "exponential", "piecewise"}));
   app.add_option("--warmup-steps", f.warmup_steps, "raise the rate linearly over the first N applies")
       ->check(at_least(0, "0: no warmup"));
+  app.add_option("--max-staleness", f.max_staleness,
+                 "with --strategy async: no tower runs more than K applies ahead of the slowest (default: no bound)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--decay-steps", f.decay_steps, "the schedule's length in applies (default: the whole run)")
       ->check(at_least(0, "0: the whole run"));
   app.add_option("--batch", f.batch, "examples per step, split over the towers");
@@ -362,6 +368,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (f.resume && f.checkpoint.empty()) {
     std::fprintf(stderr, "fashion_mnist: --resume needs --checkpoint DIR (the directory to resume from)\n");
+    return 2;
+  }
+  if (f.max_staleness >= 0 && f.strategy != "async") {
+    std::fprintf(stderr, "fashion_mnist: --max-staleness needs --strategy async (sync towers are never stale)\n");
     return 2;
   }
   if (!f.keep_best.empty() && f.checkpoint.empty()) {

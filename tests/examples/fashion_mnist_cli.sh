@@ -63,6 +63,14 @@ async_checkpoints_named_by_step)
   grep -q "resumed at step 6" "$work/out" || fail "the resumed run does not say step 6: $(cat "$work/out")"
   # 12 applies before the resume, 8 after: the checkpoint's metadata holds the count as text.
   LC_ALL=C grep -aq 'optimizer_applies........20' "$work/c/ckpt-10.tjck" || fail "ckpt-10 does not record 20 applies" ;;
+async_max_staleness)
+  # --max-staleness 0 over three async towers: none runs an apply ahead of the slowest; without
+  # --strategy async the flag is refused.
+  "$bin" $small --strategy async --towers cpu:0,cpu:1,cpu:2 --max-staleness 0 >"$work/out" 2>&1 || { cat "$work/out"; fail "run"; }
+  grep -q "max_staleness=0" "$work/out" || { cat "$work/out"; fail "the strategy does not show the bound"; }
+  grep -q "largest lead of a tower 0$" "$work/out" || { cat "$work/out"; fail "a tower ran ahead"; }
+  "$bin" $small --max-staleness 1 >"$work/out" 2>&1; code=$?
+  [ $code = 2 ] && grep -q "needs --strategy async" "$work/out" || { cat "$work/out"; fail "exit $code without async"; } ;;
 lr_schedule_cosine_with_warmup)
   # --lr-schedule cosine --warmup-steps 5 over a 20-step run: step s (apply k = s - 1) logs
   # 0.001 * 0.5 * (1 + cos(pi k / 20)) * min(1, (k + 1) / 5).
