@@ -220,3 +220,23 @@ TEST_CASE("a metrics file with a record of no kind or a missing key", "[report][
   write_text(path, "{\"kind\":\"eval\",\"step\":1,\"epoch\":0,\"test_accuracy\":0.5}\n");
   REQUIRE_THROWS_WITH(tj::report::read_metrics(path), Contains("metrics.jsonl\" line 1 lacks \"test_loss\"") && Contains(here(__LINE__)));
 }
+
+TEST_CASE("evaluate with EMA weights of a trainer that keeps none", "[towers][runtime][errors]") {
+  Model m = model_with_logits(tj::Towers{tj::cpu(0)});
+  const tj::HostFeeds batch = batch_of(4, 1);
+  REQUIRE_THROWS_WITH(m.trainer->evaluate({{"x", batch.at("x")}}, batch.at("labels"), true), Contains("evaluate with EMA weights: the trainer keeps no moving averages") && Contains("TowerTrainerOptions{.ema = ExponentialMovingAverage{...}}") && Contains(here(__LINE__)));
+}
+
+TEST_CASE("a CpuProgram not fed an input, fed the wrong shape, or run without its variables", "[runtime][errors]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  const int x_line = __LINE__ + 1;
+  auto x = tj::input("x", {kBatch, 3});
+  const int w_line = __LINE__ + 1;
+  auto w = tj::variable("w", {3, 2});
+  tj::CpuProgram program(g, {tj::matmul(x, w)});
+  tj::HostVariables values{{"w", tj::HostTensor(tj::Shape{3, 2})}}, none;
+  REQUIRE_THROWS_WITH(program.run({}, values), Contains("input \"x\" [B,3] was not fed; pass it in the feeds") && Contains(here(x_line)));
+  REQUIRE_THROWS_WITH(program.run({{"x", tj::HostTensor(tj::Shape{2, 4})}}, values), Contains("input \"x\" expects f32[B,3] but got f32[2,4]; feed a tensor of the declared shape and dtype") && Contains(here(x_line)));
+  REQUIRE_THROWS_WITH(program.run({{"x", tj::HostTensor(tj::Shape{2, 3})}}, none), Contains("variable \"w\" f32[3,2] has no value; initialise it before running the program") && Contains(here(w_line)));
+}
