@@ -240,3 +240,10 @@ TEST_CASE("a CpuProgram not fed an input, fed the wrong shape, or run without it
   REQUIRE_THROWS_WITH(program.run({{"x", tj::HostTensor(tj::Shape{2, 4})}}, values), Contains("input \"x\" expects f32[B,3] but got f32[2,4]; feed a tensor of the declared shape and dtype") && Contains(here(x_line)));
   REQUIRE_THROWS_WITH(program.run({{"x", tj::HostTensor(tj::Shape{2, 3})}}, none), Contains("variable \"w\" f32[3,2] has no value; initialise it before running the program") && Contains(here(w_line)));
 }
+
+TEST_CASE("dump_cuda of a trainer into a path that is a file", "[dump][errors]") {
+  TempDir dir;
+  write_text(dir / "taken", "a file, not a directory\n");
+  Model m = model_with_logits(tj::Towers{tj::cpu(0)});
+  REQUIRE_THROWS_WITH(tj::dump_cuda(*m.trainer, dir / "taken"), Contains("dump_cuda: cannot make the directory") && Contains("pass a writable directory") && Contains(here(__LINE__)));
+}
