@@ -247,3 +247,10 @@ TEST_CASE("dump_cuda of a trainer into a path that is a file", "[dump][errors]")
   Model m = model_with_logits(tj::Towers{tj::cpu(0)});
   REQUIRE_THROWS_WITH(tj::dump_cuda(*m.trainer, dir / "taken"), Contains("dump_cuda: cannot make the directory") && Contains("pass a writable directory") && Contains(here(__LINE__)));
 }
+
+TEST_CASE("resuming from a checkpoint whose apply count is not a number", "[checkpoint][errors]") {
+  TempDir dir;
+  Model m = model_with_logits(tj::Towers{tj::cpu(0)});
+  const std::string path = tj::save_checkpoint(dir.str(), {.step = 0, .variables = m.trainer->variables(), .metadata = {{"optimizer_applies", "many"}}});
+  REQUIRE_THROWS_WITH(tj::resume_from(*m.trainer, path, {}), Contains("its optimizer_applies \"many\" is not a count of applies") && Contains("resume from an earlier checkpoint") && Contains(here(__LINE__)));
+}
