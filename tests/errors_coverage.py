@@ -6,9 +6,9 @@ Run from anywhere:  python3 tests/errors_coverage.py [--all] [--exempt FILE] [--
 A site is `user_check(cond, at) << ... ;` in dsl/, jit/ or runtime/. Its message is taken to be
 the string literals of its `<<` chain up to the `;` (adjacent literals joined, escapes read,
 and a `kName` constant of the same file that is a plain literal put in). The site counts as
-quoted when one of its literals of 20 characters or more appears in docs/errors.md, or, when
-it has none that long, when its longest literal (of 8 or more) does, or when its literals of 3
-or more appear in order in one quoted message. It is a heuristic: a
+quoted when one of its literals of 20 characters or more appears in docs/errors.md; when it has
+none that long, when its literals of 3 characters or more appear in order in one quoted
+message, or, when it has only one, when that one (of 8 or more) appears. It is a heuristic: a
 message built from variables or from a helper's parameters has no literal to look for and is
 listed with "<no literal>"; read those by hand.
 
@@ -158,16 +158,15 @@ def covered(lits, doc, doc_lines=()):
         # A literal of the doc may be cut where the message interpolates a value; look for
         # each long literal, and for its first and last 20 characters (the part beside a value).
         return any(l in doc or (len(l) > 2 * LONG and (l[:LONG] in doc and l[-LONG:] in doc)) for l in long_ones)
-    best = max(lits, key=len, default="")
-    if len(best) >= SHORT and best in doc:
-        return True
-    # Only short literals (`"\"" << path << "\" line " << n << " lacks \""`): they count when
-    # every one of 3 or more characters appears, in order, within one quoted line of the doc.
+    # Only short literals (`"\"" << path << "\" line " << n << " lacks \""`): with two or more
+    # of 3 characters or more, they count when all appear, in order, within one quoted message
+    # (one alone, like "must be in [0, 1]", could be another message's words).
     parts = [l for l in lits if len(l) >= 3]
-    if len(parts) < 2:
-        return False
-    pattern = re.compile(".{0,300}?".join(re.escape(p) for p in parts))
-    return any(pattern.search(line) for line in doc_lines)
+    if len(parts) >= 2:
+        pattern = re.compile(".{0,300}?".join(re.escape(p) for p in parts))
+        return any(pattern.search(line) for line in doc_lines)
+    best = max(lits, key=len, default="")
+    return len(best) >= SHORT and best in doc
 
 
 def read_exemptions(path):

@@ -131,3 +131,10 @@ TEST_CASE("an integer division by zero is named at the line that divides", "[ref
   reference::Variables none;
   REQUIRE_THROWS_WITH(reference::run(g, {q}, feeds, none), Contains("div: integer division by zero (element 0 of [3]); guard the divisor or divide in f32") && Contains(here(line)));
 }
+
+TEST_CASE("batch_norm: a momentum above 1", "[dsl][errors]") {
+  Graph g;
+  GraphScope use(g);
+  Tensor x = input("x", {B, 3});
+  REQUIRE_THROWS_WITH(batch_norm(x, "bn", BatchNormOptions{.momentum = 1.5}), Contains("batch_norm \"bn\": momentum 1.5 must be in [0, 1] and epsilon 0.001 positive") && Contains(here(__LINE__)));
+}

@@ -254,3 +254,12 @@ TEST_CASE("resuming from a checkpoint whose apply count is not a number", "[chec
   const std::string path = tj::save_checkpoint(dir.str(), {.step = 0, .variables = m.trainer->variables(), .metadata = {{"optimizer_applies", "many"}}});
   REQUIRE_THROWS_WITH(tj::resume_from(*m.trainer, path, {}), Contains("its optimizer_applies \"many\" is not a count of applies") && Contains("resume from an earlier checkpoint") && Contains(here(__LINE__)));
 }
+
+TEST_CASE("fit of no epochs, evaluate in chunks of 0", "[towers][runtime][errors]") {
+  Model m = model_with_logits(tj::Towers{tj::cpu(0)});
+  const tj::data::TensorDataset data(batch_of(16, 3), "labels");
+  tj::data::BatchPipeline pipeline(data, {.batch = 8});
+  REQUIRE_THROWS_WITH(tj::fit(*m.trainer, pipeline, {.epochs = 0}), Contains("fit: epochs 0 must be at least 1") && Contains(here(__LINE__)));
+  const tj::HostFeeds batch = batch_of(4, 1);
+  REQUIRE_THROWS_WITH(m.trainer->evaluate({{"x", batch.at("x")}}, batch.at("labels"), false, 0), Contains("evaluate: chunk 0 must be at least 1") && Contains(here(__LINE__)));
+}
