@@ -42,7 +42,8 @@ std::vector<Tensor> ExponentialMovingAverage::apply(std::vector<Tensor> variable
     user_check(v.valid() && &v.graph() == &g && v.node().op == Op::Variable &&
                    v.dtype() == DType::f32, loc)
         << "ExponentialMovingAverage: can only average f32 variables of one graph, but got "
-        << (v.valid() ? v.describe() : std::string("an empty tensor"));
+        << (v.valid() ? v.describe() : std::string("an empty tensor"))
+        << "; pass the model's variables (variable(), trainable_variables())";
     const std::string& name = v.node().attrs.name;
     Tensor shadow =
         detail::state_variable(g, ema_name(name), v.shape(), init::copy_of(name), loc);

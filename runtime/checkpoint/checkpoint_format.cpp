@@ -114,14 +114,14 @@ class Reader {
 HostTensor read_variable(Reader& in, const std::string& name) {
   const uint32_t code = in.u32("a variable's dtype");
   user_check(code <= 1, in.loc()) << "\"" << in.file() << "\" is malformed: variable \"" << name
-                                  << "\" has dtype code " << code << " (0 is f32, 1 is i32)";
+                                  << "\" has dtype code " << code << " (0 is f32, 1 is i32); load an earlier checkpoint";
   const uint32_t rank = in.u32("a variable's rank");
   in.need(static_cast<uint64_t>(rank) * 8, "variable \"" + name + "\"'s shape");
   std::vector<int64_t> dims(rank);
   for (auto& d : dims) {
     d = in.i64("a dimension");
     user_check(d >= 0, in.loc()) << "\"" << in.file() << "\" is malformed: variable \"" << name
-                                 << "\" has a negative dimension " << d;
+                                 << "\" has a negative dimension " << d << "; load an earlier checkpoint";
   }
   // The element count is bounded by the bytes left before it is multiplied out, so a huge
   // shape cannot overflow past the check. With a 0 dimension the tensor holds nothing, but
@@ -237,7 +237,7 @@ Checkpoint decode_checkpoint(std::string_view bytes, const std::string& file, Lo
     c.variables.emplace_hint(c.variables.end(), std::move(name), std::move(t));
   }
   user_check(fields.left() == 0, loc) << "\"" << file << "\" is malformed: " << fields.left()
-                                      << " bytes follow the last variable";
+                                      << " bytes follow the last variable; load an earlier checkpoint";
   return c;
 }
 

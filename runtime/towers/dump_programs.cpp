@@ -10,8 +10,12 @@
 namespace towerjit {
 
 std::vector<std::string> dump_cuda(const TowerTrainer& trainer, const std::string& dir, Loc loc) {
-  std::error_code ec;
+  std::error_code ec, is_dir;
   std::filesystem::create_directories(dir, ec);
+  // Checked here, at the caller's line, before any program's files are written.
+  user_check(std::filesystem::is_directory(dir, is_dir), loc)
+      << "dump_cuda: cannot make the directory \"" << dir << "\"" << (ec ? ": " + ec.message() : std::string())
+      << "; pass a writable directory";
   std::vector<std::string> paths;
   std::ostringstream summary;
   summary << trainer.towers().str() << "\n";

@@ -48,7 +48,7 @@ HostTensor TowerTrainer::predict_with(const HostFeeds& inputs, HostVariables& va
   user_check(!inputs.empty() && inputs.begin()->second.shape.rank() > 0, loc)
       << "predict: no batched inputs fed; feed the model's inputs";
   const int64_t examples = inputs.begin()->second.shape[0];
-  user_check(examples >= 1, loc) << "predict: no examples fed";
+  user_check(examples >= 1, loc) << "predict: no examples fed; feed at least one";
   // A chunk smaller than the tower count (the end of an evaluation set) uses fewer towers.
   const int used = static_cast<int>(std::min<int64_t>(towers_.size(), examples));
   const std::vector<int64_t> slices = split_batch(examples, used, towers_.split_policy(), loc);
@@ -71,7 +71,8 @@ TowerTrainer::Evaluation TowerTrainer::evaluate(const HostFeeds& inputs, const H
                                                 bool ema_weights, int64_t chunk, Loc loc) {
   user_check(chunk >= 1, loc) << "evaluate: chunk " << chunk << " must be at least 1";
   user_check(labels.dtype == DType::i32 && labels.shape.rank() == 1, loc)
-      << "evaluate: labels must be i32 [examples] (class indices), got rank " << labels.shape.rank();
+      << "evaluate: labels must be i32 [examples] (class indices), got " << dtype_name(labels.dtype)
+      << labels.shape.str();
   const int64_t examples = labels.shape[0];
   std::optional<HostVariables> shadows;
   if (ema_weights) {
@@ -88,8 +89,8 @@ TowerTrainer::Evaluation TowerTrainer::evaluate(const HostFeeds& inputs, const H
     HostFeeds part;
     for (const auto& [name, t] : inputs) {
       user_check(t.shape.rank() > 0 && t.shape[0] == examples, loc)
-          << "evaluate: input "" << name << "" has " << (t.shape.rank() ? t.shape[0] : 0)
-          << " examples but the labels have " << examples;
+          << "evaluate: input \"" << name << "\" has " << count_of(t.shape.rank() ? t.shape[0] : 0, "example")
+          << " but the labels have " << examples << "; feed one label per example";
       part[name] = rows_of(t, start, rows);
     }
     const HostTensor logits = predict_with(part, shadows ? *shadows : variables(), loc);
