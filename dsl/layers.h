@@ -50,6 +50,11 @@ Tensor batch_norm(Tensor x, const std::string& name, BatchNormOptions options = 
                   Loc loc = Loc::current());
 Tensor batch_norm(Tensor x, bool training, const std::string& name, BatchNormOptions options = {},
                   Loc loc = Loc::current());
+// A name written as a literal: without this overload, batch_norm(x, "bn", {.axis = 0}) would
+// take "bn" for `training` (a pointer converts to bool) and {.axis = 0} for the name.
+inline Tensor batch_norm(Tensor x, const char* name, BatchNormOptions options = {}, Loc loc = Loc::current()) {
+  return batch_norm(x, std::string(name), options, loc);
+}
 
 struct DropoutOptions {
   uint64_t seed = 0;  // mixed with the scope path into the mask's Philox key
