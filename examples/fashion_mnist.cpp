@@ -98,11 +98,14 @@ tj::Optimizer make_optimizer(const Flags& f) {
 }
 
 // Without --towers: a tower on every GPU the machine has, else two CPU towers. Under mpirun:
-// one tower per process, on the GPU of its local rank (as Horovod), else on the CPU.
+// one tower per process, on the GPU of its local rank (as Horovod), else on the CPU. Under
+// srun, Open MPI sets no OMPI_COMM_WORLD_LOCAL_RANK (not even after MPI_Init): Slurm's
+// SLURM_LOCALID is the same number.
 std::string default_towers() {
   const int gpus = tj::cuda::cuda_device_count();
   if (tj::dist::world().size() > 1) {
     const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!local) local = std::getenv("SLURM_LOCALID");
     return gpus == 0 ? "cpu:0" : "gpu:" + std::to_string((local ? std::atoi(local) : 0) % gpus);
   }
   if (gpus == 0) return "cpu:0,cpu:1";

@@ -9,6 +9,7 @@ packages=(
   libopenblas-dev librange-v3-dev catch2 libcli11-dev nlohmann-json3-dev libfmt-dev
   dataset-fashion-mnist
   libopenmpi-dev openmpi-bin
+  slurm-wlm  # srun, slurmctld, slurmd and the PMIx plugin (slurm-wlm-basic-plugins), for tests/mpi/srun_cli.sh
 )
 # Only for `make bench` (scripts/install-deps.sh --bench): PyTorch, the baseline the benchmark
 # compares against. Large, so `make test` and `make demo` do not install it.

@@ -84,6 +84,21 @@ std::unique_ptr<Transport> load_mpi(const Launch& launch, Loc loc) {
   return std::unique_ptr<Transport>(transport);
 }
 
+// srun's tasks given no PMI (srun --mpi=none, or a cluster's MpiDefault=none): SLURM_PROCID in
+// a step of several tasks, but neither PMIX_RANK nor PMI_RANK. Alone, each task would train the
+// whole run by itself, all writing the same files; Debian's Open MPI cannot start there either
+// (it needs srun's PMIx), so each stops and says what to run. The batch script of sbatch -n N
+// has SLURM_PROCID and SLURM_NTASKS but no SLURM_STEP_NUM_TASKS: it runs alone, as by hand.
+void check_not_srun_without_pmi(Loc loc) {
+  const char* task = std::getenv("SLURM_PROCID");
+  const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS");
+  if (!knobs::mpi_enabled() || !task || !tasks || std::atoi(tasks) <= 1) return;
+  user_check(false, loc) << "srun started this process as task " << task << " of " << tasks
+                         << " without PMI (no PMIX_RANK nor PMI_RANK: srun --mpi=none, or the cluster's "
+                         << "MpiDefault), so it cannot join the other tasks over MPI; run srun --mpi=pmix, "
+                         << "or set TOWERJIT_MPI=off to run each task alone";
+}
+
 }  // namespace
 
 Launch detect_launch() {
@@ -98,6 +113,7 @@ Transport& world(Loc loc) {
   std::lock_guard lock(world_mutex);
   if (!the_world) {
     const Launch launch = detect_launch();
+    if (!launch.launched) check_not_srun_without_pmi(loc);
     the_world = launch.launched ? load_mpi(launch, loc) : std::make_unique<InProcessTransport>();
   }
   return *the_world;
