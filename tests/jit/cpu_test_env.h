@@ -52,6 +52,9 @@ class TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   const std::string& path() const { return path_; }
+  const std::string& str() const { return path_; }
+  // A path inside it.
+  std::string operator/(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
 
   // Regular files directly inside the directory.
   std::vector<std::filesystem::path> files() const {

@@ -16,6 +16,7 @@
 #include "dsl/error.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_format.h"
+#include "tests/jit/cpu_test_env.h"
 
 namespace tj = towerjit;
 namespace fs = std::filesystem;
@@ -23,25 +24,7 @@ using Catch::Contains;
 
 namespace {
 
-// A fresh directory under the system's temporary directory, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> count{0};
-    path_ = fs::temp_directory_path() / ("towerjit-ckpt-" + std::to_string(::getpid()) + "-" +
-                                         std::to_string(count++) + "-" + std::to_string(std::random_device{}()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
+using towerjit::test::TempDir;  // tests/jit/cpu_test_env.h
 
 float from_bits(uint32_t bits) {
   float f;

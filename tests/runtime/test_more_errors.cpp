@@ -21,6 +21,7 @@
 #include "runtime/towers/hooks.h"
 #include "tower_test_model.h"
 #include "towerjit.h"
+#include "tests/jit/cpu_test_env.h"
 
 namespace tj = towerjit;
 namespace fs = std::filesystem;
@@ -34,25 +35,7 @@ namespace {
 // Where a call on line `line` of this file is reported; pass __LINE__ on the call's own line.
 std::string here(int line) { return "tests/runtime/test_more_errors.cpp:" + std::to_string(line); }
 
-// A fresh directory under the system's temporary directory, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> count{0};
-    path_ = fs::temp_directory_path() / ("towerjit-errors-" + std::to_string(::getpid()) + "-" +
-                                         std::to_string(count++) + "-" + std::to_string(std::random_device{}()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
+using towerjit::test::TempDir;  // tests/jit/cpu_test_env.h
 
 void write_text(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
