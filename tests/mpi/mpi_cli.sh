@@ -26,14 +26,7 @@ mpi() {
     --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 4 "$@"
 }
 
-# Every step's loss in metrics file $1, one a line, exactly as written.
-losses() { grep '"kind":"step"' "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
-# Whether files $1 and $2 hold $3 losses each, within a relative $4 of each other.
-close() {
-  paste "$1" "$2" | awk -v n="$3" -v tol="$4" '
-    { d = $1 - $2; if (d < 0) d = -d; a = $1 < 0 ? -$1 : $1; if ($2 == "" || d > tol * a) bad++ }
-    END { exit !(NR == n && bad == 0) }'
-}
+. "$(dirname "$0")/curves.sh"  # losses, close
 
 small="--steps 40 --batch 64 --hidden 32 --log-every 1 --optimizer momentum --lr 0.05"
 case $case_name in
