@@ -275,6 +275,14 @@ launcher_detection)
   OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 TOWERJIT_MPI_LIBRARY="$work/none.so" "$bin" $small --steps 2 \
     --towers cpu:0 >"$work/out" 2>&1 && fail "ran without its MPI plugin"
   grep -qF "this process was started by mpirun but the MPI transport $work/none.so cannot be loaded" "$work/out" ||
-    { cat "$work/out"; fail "no clear error for a missing plugin"; } ;;
+    { cat "$work/out"; fail "no clear error for a missing plugin"; }
+  grep -qF "build towerjit with OpenMPI installed (libopenmpi-dev), set TOWERJIT_MPI_LIBRARY to the plugin, or TOWERJIT_MPI=off" \
+    "$work/out" || { cat "$work/out"; fail "the missing plugin's error gives no fix"; }
+  # A library that loads but is no MPI plugin of this build (here: towerjit's DSL library).
+  other=$(cd "$(dirname "$bin")/../lib" && pwd)/libtowerjit_dsl.so
+  OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 TOWERJIT_MPI_LIBRARY="$other" "$bin" $small --steps 2 \
+    --towers cpu:0 >"$work/out" 2>&1 && fail "ran with a library that is no MPI plugin"
+  grep -qF "the MPI transport $other has no towerjit_make_mpi_transport_v3; it belongs to another towerjit build" \
+    "$work/out" || { cat "$work/out"; fail "no clear error for a plugin of another build"; } ;;
 *) fail "unknown case $case_name" ;;
 esac
