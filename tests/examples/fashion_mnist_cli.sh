@@ -186,7 +186,10 @@ unknown_device)
 gpu_without_a_device)
   # Where the machine has an NVIDIA driver, GPU towers run: nothing to check here.
   if ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then exit 0; fi
-  expect_error "--towers gpu:0 --steps 1" "no CUDA device" "examples/fashion_mnist.cpp" ;;
+  expect_error "--towers gpu:0 --steps 1" "no CUDA device" "examples/fashion_mnist.cpp"
+  # A GPU the machine lacks, on the emulated one (a machine of one GPU): the ordinals it has.
+  TOWERJIT_CUDA=emulator expect_error "--towers gpu:0,gpu:3 --steps 1" \
+    "no CUDA device gpu:3: this machine has 1 (gpu:0); pick one of those" "examples/fashion_mnist.cpp" ;;
 more_towers_than_examples)
   expect_error "--towers cpu:0,cpu:1,cpu:2 --batch 2" "more towers than examples in a batch" ;;
 negative_learning_rate)

@@ -2,7 +2,7 @@
 # examples/fashion_mnist over several processes under the real mpirun, on loopback: run by
 # ctest (label `mpi`) as
 #   mpi_cli.sh <path to fashion_mnist> <case> <path to towerjit_mpi_async_check> \
-#              <path to towerjit_mpi_given_up_call>
+#              <path to towerjit_mpi_given_up_call> <path to towerjit_mpi_trainer_misuse>
 # Each case exits 0 when the run behaves as docs/distributed.md says, 77 (skipped) when mpirun
 # is missing, and prints why otherwise.
 set -u
@@ -10,6 +10,7 @@ bin=$1
 case_name=$2
 async_check=${3:-}
 given_up_call=${4:-}
+trainer_misuse=${5:-}
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (install openmpi-bin)"; exit 77; }
 # Under ASan (make test-asan), the complete unwinder for allocations: Open MPI has no frame
 # pointers, and the leaks it leaves at exit must show their Open MPI frames to match
@@ -244,6 +245,17 @@ a_call_given_up_on_keeps_its_buffer)
   TOWERJIT_MPI_STALL_TIMEOUT=1 mpi 2 -x TOWERJIT_MPI_STALL_TIMEOUT "$given_up_call" "$work" >"$work/out" 2>&1 ||
     { cat "$work/out"; fail "see above"; }
   [ "$(grep -c ': ok$' "$work/out")" = 2 ] || { cat "$work/out"; fail "not every rank reported"; } ;;
+trainer_misuse_is_named)
+  # The mistakes only a world allows, each named with its line and fix on every rank
+  # (tests/mpi/trainer_misuse.cpp): step() and run_async() with async towers, a sync step fed
+  # the whole batch; and the layout determinism with the variables on the (emulated) GPUs.
+  mpi 2 "$trainer_misuse" >"$work/out" 2>&1 || { cat "$work/out"; fail "see above"; }
+  [ "$(grep -c ': ok$' "$work/out")" = 2 ] || { cat "$work/out"; fail "not every rank reported"; }
+  (export TOWERJIT_CUDA=emulator TOWERJIT_GPU_VARIABLES=on TOWERJIT_DETERMINISTIC=layout
+   mpi 2 -x TOWERJIT_CUDA -x TOWERJIT_GPU_VARIABLES -x TOWERJIT_DETERMINISTIC "$bin" $small --towers gpu:0) \
+    >"$work/out" 2>&1 && fail "trained with the layout determinism and the variables on the GPUs"
+  grep -q "towerjit: rank 1 of 2: TOWERJIT_DETERMINISTIC=layout with the variables on the GPUs is not built; unset TOWERJIT_GPU_VARIABLES" \
+    "$work/out" || { cat "$work/out"; fail "no error naming the two settings"; } ;;
 async_loses_no_update)
   # The parameter server on rank 0: 2 workers x 1 tower, 3 workers (not a power of two) x 1,
   # and 2 workers x 2 towers, then with staleness bounds 0 and 1; every push applied once (the
