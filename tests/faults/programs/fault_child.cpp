@@ -8,6 +8,8 @@
 //     send the second signal while it winds down; uncaught: nothing catches what fit throws,
 //     as in a first program with no try block)
 //   fault_child throw error|other           (an uncaught towerjit::Error, or std::logic_error)
+//   fault_child noblas DIR                  (in a private mount namespace: every BLAS library hidden)
+//   fault_child unreadable DIR              (an IDX file and a checkpoint in DIR this process may not read)
 //   fault_child enospc DIR ckpt|latest     (in a private mount namespace: a small tmpfs at DIR)
 //   fault_child efbig DIR                  (RLIMIT_FSIZE below a checkpoint's size)
 //   fault_child compile CACHE_DIR          (waits for a byte on stdin, then compiles and trains)
@@ -30,6 +32,8 @@
 #include <vector>
 
 #include "runtime/checkpoint/atomic_file.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/data/idx.h"
 #include "runtime/towers/hooks.h"
 #include "runtime/towers/interrupts.h"
 #include "tests/runtime/tower_test_model.h"
@@ -166,6 +170,65 @@ int efbig(const std::string& dir) {
   });
 }
 
+// A machine without BLAS: in a mount namespace of this process, /dev/null is bound over every
+// file the CPU backend would load as BLAS, so the first matrix product says what to install.
+int noblas(const std::string& dir) {
+  if (::unshare(CLONE_NEWNS) != 0 || ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    std::printf("skip: no private mount namespace: %s\n", std::strerror(errno));
+    return 77;
+  }
+  int hidden = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator("/usr/lib/x86_64-linux-gnu", ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!it->is_regular_file(ec) || !(name.starts_with("libopenblas") || name.starts_with("libcblas.so") ||
+                                      name.starts_with("libblas.so")))
+      continue;
+    if (::mount("/dev/null", it->path().c_str(), nullptr, MS_BIND, nullptr) != 0) {
+      std::printf("skip: cannot hide %s: %s\n", it->path().c_str(), std::strerror(errno));
+      return 77;
+    }
+    ++hidden;
+  }
+  std::printf("hidden %d\n", hidden);
+  try {
+    train({.dir = dir, .steps = 1});
+    std::printf("no error\n");
+    return 1;
+  } catch (const tj::Error& e) {
+    std::printf("error: %s\n", e.what());
+  }
+  return 0;
+}
+
+// Files this process may not read: written, made mode 000, and, as root (whom modes do not
+// stop), read after dropping to the user nobody.
+int unreadable(const std::string& dir) {
+  const std::string idx = dir + "/train-labels-idx1-ubyte", checkpoint = dir + "/ckpt-1.tjck";
+  std::ofstream(idx, std::ios::binary) << std::string("\0\0\x08\x01\0\0\0\x01\x07", 9);
+  std::ofstream(checkpoint, std::ios::binary) << "not read";
+  fs::permissions(idx, fs::perms::none);
+  fs::permissions(checkpoint, fs::perms::none);
+  if (::geteuid() == 0 && ::setuid(65534) != 0) {
+    std::printf("skip: cannot become nobody: %s\n", std::strerror(errno));
+    return 77;
+  }
+  try {
+    tj::data::read_idx(idx);
+    std::printf("no error\n");
+  } catch (const tj::Error& e) {
+    std::printf("error: %s\n", e.what());
+  }
+  try {
+    tj::load_checkpoint(checkpoint);
+    std::printf("no error\n");
+  } catch (const tj::Error& e) {
+    std::printf("error: %s\n", e.what());
+  }
+  return 0;
+}
+
 // Compiles the model into `cache_dir` when the test says go (a byte on stdin), trains 3 steps,
 // and prints the loss of each, exactly.
 int compile(const std::string& cache_dir) {
@@ -186,6 +249,8 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() >= 3 && args[0] == "enospc") return enospc(args[1], args[2]);
+  if (args.size() >= 2 && args[0] == "noblas") return noblas(args[1]);
+  if (args.size() >= 2 && args[0] == "unreadable") return unreadable(args[1]);
   if (args.size() >= 2 && args[0] == "throw") {
     std::printf("start\n");
     if (args[1] == "error") throw tj::Error("towerjit: an error nothing catches");
