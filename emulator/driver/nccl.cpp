@@ -123,10 +123,11 @@ void all_reduce_over_processes(const World& world, std::size_t sequence, int ran
   std::memcpy(slots + static_cast<std::size_t>(rank) * count, send, count * sizeof(float));
   std::atomic_ref<int>(header->arrived).fetch_add(1, std::memory_order_acq_rel);
   const auto start = std::chrono::steady_clock::now();
+  const double limit = timeout_s();
   while (std::atomic_ref<int>(header->arrived).load(std::memory_order_acquire) < world.ranks) {
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s())
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > limit)
       fail("rank " + std::to_string(rank) + " of " + std::to_string(world.ranks) + " waited " +
-           std::to_string(static_cast<int>(timeout_s())) + " s for the other ranks in all-reduce " +
+           std::to_string(static_cast<int>(limit)) + " s for the other ranks in all-reduce " +
            std::to_string(sequence + 1));
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }

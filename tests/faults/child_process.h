@@ -10,8 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -155,5 +157,19 @@ class ChildProcess {
   bool reaped_ = false, drained_ = false;
   std::string output_;
 };
+
+// Runs fault_child with `args` to its end and returns what it printed, checking it exited 0;
+// nullopt, with a warning, when it exits 77: this machine cannot make the fault.
+inline std::optional<std::string> run_fault_child(const std::vector<std::string>& args) {
+  ChildProcess child(fault_child_path(), args);
+  const int code = child.exit_code();
+  INFO(child.output());
+  if (code == 77) {
+    WARN("not run: " << child.output());
+    return std::nullopt;
+  }
+  CHECK(code == 0);
+  return child.output();
+}
 
 }  // namespace towerjit::testing

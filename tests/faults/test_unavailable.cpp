@@ -10,29 +10,13 @@
 
 namespace tj = towerjit;
 using Catch::Matchers::Contains;
-using tj::testing::ChildProcess;
 
-namespace {
-
-// The child's output for `args`; empty (and a warning) when this machine cannot make the fault.
-std::string run_child(const std::vector<std::string>& args) {
-  ChildProcess child(tj::testing::fault_child_path(), args);
-  const int code = child.exit_code();
-  INFO(child.output());
-  if (code == 77) {
-    WARN("not run: " << child.output());
-    return "";
-  }
-  CHECK(code == 0);
-  return child.output();
-}
-
-}  // namespace
 
 TEST_CASE("no BLAS library on the machine is an error naming the package to install", "[faults]") {
   tj::test::TempDir work;
-  const std::string out = run_child({"noblas", work.path() + "/c"});
-  if (out.empty()) return;
+  const std::optional<std::string> run = tj::testing::run_fault_child({"noblas", work.path() + "/c"});
+  if (!run) return;
+  const std::string& out = *run;
   CHECK_THAT(out, Contains("error: towerjit: no BLAS library found (tried libopenblas.so.0, libopenblas.so, "
                            "libcblas.so.3, libblas.so.3); install Debian's libopenblas0 (scripts/install-deps.sh does)"));
 }
@@ -40,8 +24,9 @@ TEST_CASE("no BLAS library on the machine is an error naming the package to inst
 TEST_CASE("a data file or a checkpoint that cannot be read names the file and the reason", "[faults]") {
   tj::test::TempDir work;
   ::chmod(work.path().c_str(), 0755);  // the user nobody may enter it (its files are mode 000)
-  const std::string out = run_child({"unreadable", work.path()});
-  if (out.empty()) return;
+  const std::optional<std::string> run = tj::testing::run_fault_child({"unreadable", work.path()});
+  if (!run) return;
+  const std::string& out = *run;
   CHECK_THAT(out, Contains("error: towerjit: cannot open \"" + work.path() +
                            "/train-labels-idx1-ubyte\"; check the path and its permissions") &&
                       Contains("fault_child.cpp:"));
