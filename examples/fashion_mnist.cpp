@@ -331,7 +331,7 @@ int main(int argc, char** argv) {
       ->check(at_least(0, "0: no warmup"));
   app.add_option("--max-staleness", f.max_staleness,
                  "with --strategy async: no tower runs more than K applies ahead of the slowest (default: no bound)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0, "0: no tower ahead of the slowest"));
   app.add_option("--decay-steps", f.decay_steps, "the schedule's length in applies (default: the whole run)")
       ->check(at_least(0, "0: the whole run"));
   app.add_option("--batch", f.batch, "examples per step, split over the towers");

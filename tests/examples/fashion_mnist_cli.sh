@@ -70,7 +70,8 @@ async_max_staleness)
   grep -q "max_staleness=0" "$work/out" || { cat "$work/out"; fail "the strategy does not show the bound"; }
   grep -q "largest lead of a tower 0$" "$work/out" || { cat "$work/out"; fail "a tower ran ahead"; }
   "$bin" $small --max-staleness 1 >"$work/out" 2>&1; code=$?
-  [ $code = 2 ] && grep -q "needs --strategy async" "$work/out" || { cat "$work/out"; fail "exit $code without async"; } ;;
+  [ $code = 2 ] && grep -q "needs --strategy async" "$work/out" || { cat "$work/out"; fail "exit $code without async"; }
+  expect_error "--strategy async --max-staleness -1" "--max-staleness: must be a whole number >= 0" ;;
 lr_schedule_cosine_with_warmup)
   # --lr-schedule cosine --warmup-steps 5 over a 20-step run: step s (apply k = s - 1) logs
   # 0.001 * 0.5 * (1 + cos(pi k / 20)) * min(1, (k + 1) / 5).
