@@ -184,3 +184,9 @@ bool deterministic_layout() {
 std::optional<std::string> cuda_home() { return read("CUDA_HOME"); }
 
 }  // namespace towerjit::knobs
+
+namespace towerjit::knobs {
+
+bool allow_tf32() { return switch_knob("TOWERJIT_ALLOW_TF32", false); }
+
+}  // namespace towerjit::knobs

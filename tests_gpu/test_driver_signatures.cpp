@@ -1,10 +1,11 @@
 // Compile-time checks that the hand-written declarations of the driver API
-// (runtime/cuda/driver_api.h), cuBLAS (runtime/cuda/cublas.h) and NCCL (runtime/cuda/nccl.h,
+// (runtime/cuda/driver_api.h), cuBLAS (runtime/cuda/cublas.h), cuBLASLt (runtime/cuda/cublaslt.h) and NCCL (runtime/cuda/nccl.h,
 // where nccl.h is installed) match the toolkit's headers: every entry point's parameters, the versioned symbol each name maps to
 // (cuMemAlloc -> cuMemAlloc_v2), and the enum values towerjit passes. Built wherever the
 // toolkit's headers are found (tests_gpu/CMakeLists.txt), GPU or not: the build is the test.
 #if defined(TOWERJIT_HAVE_CUDA_HEADERS)
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda.h>
 #if __has_include(<nccl.h>)
@@ -12,11 +13,13 @@
 #define TOWERJIT_HAVE_NCCL_HEADER 1
 #endif
 
+#include <cstddef>
 #include <string_view>
 #include <tuple>
 #include <type_traits>
 
 #include "runtime/cuda/cublas.h"
+#include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/driver_api.h"
 #include "runtime/cuda/nccl.h"
 
@@ -26,8 +29,22 @@ using namespace towerjit::cuda;
 
 // A parameter as passed: enums (CUdevice_attribute, CUresult, cublasOperation_t) as int, which
 // is how towerjit declares them.
+// cuBLASLt's descriptors are the toolkit's anonymous structs; towerjit has its own of the same
+// size (checked below), so a parameter of theirs is passed as ours.
 template <typename T>
-using Passed = std::conditional_t<std::is_enum_v<T>, int, T>;
+struct Ours {
+  using type = std::conditional_t<std::is_enum_v<T>, int, T>;
+};
+template <> struct Ours<::cublasLtMatrixLayout_t> { using type = LtMatrixLayout; };
+template <> struct Ours<::cublasLtMatmulDesc_t> { using type = LtMatmulDesc; };
+template <> struct Ours<::cublasLtMatmulPreference_t> { using type = LtMatmulPreference; };
+template <> struct Ours<const ::cublasLtMatmulAlgo_t*> { using type = const LtMatmulAlgo*; };
+template <> struct Ours<::cublasLtMatmulHeuristicResult_t*> { using type = LtHeuristicResult*; };
+template <> struct Ours<::cublasLtMatmulDesc_t*> { using type = LtMatmulDesc*; };
+template <> struct Ours<::cublasLtMatrixLayout_t*> { using type = LtMatrixLayout*; };
+template <> struct Ours<::cublasLtMatmulPreference_t*> { using type = LtMatmulPreference*; };
+template <typename T>
+using Passed = typename Ours<T>::type;
 
 template <typename F>
 struct Params;
@@ -48,6 +65,7 @@ constexpr bool same_params = std::is_same_v<typename Params<Ours>::type, typenam
   static_assert(std::string_view(TOWERJIT_EXPANDED(name)) == #symbol, #symbol ": not the symbol the toolkit's headers map " #name " to");
 TOWERJIT_CUDA_DRIVER_FUNCTIONS(TOWERJIT_CHECK)
 TOWERJIT_CUBLAS_FUNCTIONS(TOWERJIT_CHECK)
+TOWERJIT_CUBLASLT_FUNCTIONS(TOWERJIT_CHECK)
 #undef TOWERJIT_CHECK
 #if defined(TOWERJIT_HAVE_NCCL_HEADER)
 #define TOWERJIT_CHECK_NCCL(member, symbol, signature) \
@@ -81,6 +99,32 @@ static_assert(kStreamNonBlocking == CU_STREAM_NON_BLOCKING);
 static_assert(kEventDefault == CU_EVENT_DEFAULT && kEventDisableTiming == CU_EVENT_DISABLE_TIMING);
 static_assert(kCublasOpN == CUBLAS_OP_N && kCublasOpT == CUBLAS_OP_T);
 static_assert(kCublasDefaultMath == CUBLAS_DEFAULT_MATH);
+
+// cuBLASLt: return types, descriptor sizes, the heuristic result's layout and the enum values.
+static_assert(std::is_same_v<decltype(CublasLtApi::GetVersion), decltype(&::cublasLtGetVersion)>);
+static_assert(std::is_same_v<decltype(CublasLtApi::GetStatusName), const char* (*)(CublasStatus)> &&
+              std::is_same_v<decltype(&::cublasLtGetStatusName), const char* (*)(cublasStatus_t)>);
+static_assert(std::is_same_v<cublasLtHandle_t, ::cublasLtHandle_t>);
+static_assert(sizeof(LtMatrixLayoutOpaque) == sizeof(::cublasLtMatrixLayoutOpaque_t));
+static_assert(sizeof(LtMatmulDescOpaque) == sizeof(::cublasLtMatmulDescOpaque_t));
+static_assert(sizeof(LtMatmulPreferenceOpaque) == sizeof(::cublasLtMatmulPreferenceOpaque_t));
+static_assert(sizeof(LtMatmulAlgo) == sizeof(::cublasLtMatmulAlgo_t));
+static_assert(sizeof(LtHeuristicResult) == sizeof(::cublasLtMatmulHeuristicResult_t));
+static_assert(offsetof(LtHeuristicResult, workspace_bytes) == offsetof(::cublasLtMatmulHeuristicResult_t, workspaceSize));
+static_assert(offsetof(LtHeuristicResult, state) == offsetof(::cublasLtMatmulHeuristicResult_t, state));
+static_assert(offsetof(LtHeuristicResult, waves) == offsetof(::cublasLtMatmulHeuristicResult_t, wavesCount));
+static_assert(sizeof(CublasStatus) == sizeof(cublasStatus_t));
+static_assert(kCudaR32F == CUDA_R_32F);
+static_assert(kCublasCompute32F == CUBLAS_COMPUTE_32F && kCublasCompute32FFastTf32 == CUBLAS_COMPUTE_32F_FAST_TF32);
+static_assert(kLtDescTransA == CUBLASLT_MATMUL_DESC_TRANSA && kLtDescTransB == CUBLASLT_MATMUL_DESC_TRANSB);
+static_assert(kLtDescEpilogue == CUBLASLT_MATMUL_DESC_EPILOGUE && kLtDescBiasPointer == CUBLASLT_MATMUL_DESC_BIAS_POINTER);
+static_assert(kLtEpilogueDefault == CUBLASLT_EPILOGUE_DEFAULT);
+static_assert(kLtLayoutBatchCount == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT);
+static_assert(kLtLayoutBatchStride == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET);
+static_assert(kLtPrefMaxWorkspace == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES);
+static_assert(kLtPrefReductionMask == CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK);
+static_assert(kLtReductionNone == CUBLASLT_REDUCTION_SCHEME_NONE);
+static_assert(kCublasStatusNotSupported == CUBLAS_STATUS_NOT_SUPPORTED);
 
 }  // namespace
 

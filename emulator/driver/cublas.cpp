@@ -1,42 +1,27 @@
 // The emulator's cuBLAS: the calls towerjit makes (runtime/cuda/cublas.h), computed on the host
 // by OpenBLAS on the handle's stream, in order with the stream's other work. Column-major, as
 // cuBLAS; alpha and beta are read when the call is made (host pointer mode).
-#include <dlfcn.h>
-
 #include "emulator/driver/emulated_devices.h"
+#include "emulator/driver/host_blas.h"
 #include "emulator/kernel/block_scheduler.h"
 
+using namespace towerjit::emulator;
+
 namespace {
-
-using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
-
-Sgemm openblas_sgemm() {
-  static const Sgemm f = [] {
-    for (const char* name : {"libopenblas.so.0", "libopenblas.so", "libcblas.so.3", "libblas.so.3"})
-      if (void* h = ::dlopen(name, RTLD_NOW | RTLD_LOCAL))
-        if (auto fn = reinterpret_cast<Sgemm>(::dlsym(h, "cblas_sgemm"))) return fn;
-    return Sgemm{nullptr};
-  }();
-  return f;
-}
 
 struct Handle {
   CUstream stream = nullptr;
 };
 
 constexpr int kSuccess = 0, kNotInitialized = 1, kInvalidValue = 7;
-constexpr int kColMajor = 102, kNoTrans = 111, kTrans = 112;
-
-int cblas_op(int cublas_op) { return cublas_op == 0 ? kNoTrans : kTrans; }
+int cblas_op(int cublas_op) { return cublas_op == 0 ? kCblasNoTrans : kCblasTrans; }
 
 }  // namespace
-
-using namespace towerjit::emulator;
 
 extern "C" {
 
 int cublasCreate_v2(Handle** h) {
-  if (!openblas_sgemm()) return kNotInitialized;
+  if (!host_sgemm()) return kNotInitialized;
   *h = new Handle();
   return kSuccess;
 }
@@ -78,7 +63,7 @@ int cublasSgemmStridedBatched(Handle* h, int ta, int tb, int m, int n, int k, co
   const float al = *alpha, be = *beta;
   stream_of(h->stream).enqueue([=] {
     for (int i = 0; i < batches; ++i)
-      openblas_sgemm()(kColMajor, cblas_op(ta), cblas_op(tb), m, n, k, al, a + i * stride_a, lda, b + i * stride_b,
+      host_sgemm()(kCblasColMajor, cblas_op(ta), cblas_op(tb), m, n, k, al, a + i * stride_a, lda, b + i * stride_b,
                        ldb, be, c + i * stride_c, ldc);
   });
   return kSuccess;

@@ -39,9 +39,10 @@ CUdeviceptr scratch(LibraryEnv& env, int64_t floats) {
   return env.scratch.ptr();
 }
 
-// Row-major matrix product of the last two axes; leading axes broadcast numpy-style. One
-// strided-batched GEMM when every operand's batch offset is a multiple of the batch index
-// (the usual case, a broadcast operand having stride 0), else one GEMM per batch.
+// Row-major matrix product of the last two axes; leading axes broadcast numpy-style, through
+// cuBLASLt (or cuBLAS without it: Cublas::matmul). One strided-batched GEMM when every
+// operand's batch offset is a multiple of the batch index (the usual case, a broadcast operand
+// having stride 0), else one GEMM per batch.
 void matmul(const kir::LibraryCall& c, const Node& node, const DeviceView& a, const DeviceView& b,
             const DeviceView& out, LibraryEnv& env) {
   const kir::MatMulGeometry g = kir::matmul_geometry(c, a.shape, b.shape, out.shape);
@@ -52,13 +53,13 @@ void matmul(const kir::LibraryCall& c, const Node& node, const DeviceView& a, co
     linear = linear && g.offset_a[bi] == bi * stride_a && g.offset_b[bi] == bi * stride_b;
   const std::string what = describe(node);
   if (linear) {
-    blas(env).gemm(c.transpose_a, c.transpose_b, m, n, g.k, a.ptr, g.lda, stride_a, b.ptr, g.ldb, stride_b, 0.0f,
-                  out.ptr, n, m * n, batches, what);
+    blas(env).matmul(c.transpose_a, c.transpose_b, m, n, g.k, a.ptr, g.lda, stride_a, b.ptr, g.ldb, stride_b,
+                     out.ptr, n, m * n, batches, what);
     return;
   }
   for (int64_t bi = 0; bi < batches; ++bi)
-    blas(env).gemm(c.transpose_a, c.transpose_b, m, n, g.k, a.ptr + g.offset_a[bi] * 4, g.lda, 0,
-                  b.ptr + g.offset_b[bi] * 4, g.ldb, 0, 0.0f, out.ptr + bi * m * n * 4, n, 0, 1, what);
+    blas(env).matmul(c.transpose_a, c.transpose_b, m, n, g.k, a.ptr + g.offset_a[bi] * 4, g.lda, 0,
+                     b.ptr + g.offset_b[bi] * 4, g.ldb, 0, out.ptr + bi * m * n * 4, n, 0, 1, what);
 }
 
 TjConvShape conv_shape(const Attrs& at, const Shape& x, const Shape& w, const Shape& y) {
