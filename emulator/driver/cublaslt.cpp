@@ -4,9 +4,10 @@
 //
 // What is checked, as cuBLASLt would refuse it: descriptor attributes of the wrong size or
 // value, data and compute types other than f32, layouts whose shapes or batch counts do not
-// agree with the operation, operands outside device memory, an algorithm the heuristic did not
-// give for this problem, and a workspace smaller than the algorithm asked for (or outside device
-// memory). The emulated algorithm asks for kAlgoWorkspace bytes when the preference allows
+// agree with the operation, operands outside device memory or less aligned than the preference
+// promised when the algorithm was chosen (256 bytes unless told less), an algorithm the
+// heuristic did not give for this problem, and a workspace smaller than the algorithm asked for
+// (or outside device memory). The emulated algorithm asks for kAlgoWorkspace bytes when the preference allows
 // that much, so a caller that passes less than it reserved is caught.
 //
 // TF32 (CUBLAS_COMPUTE_32F_FAST_TF32): each element of A and B is rounded to TF32 (10 stored
@@ -54,6 +55,7 @@ struct Layout {
 struct Preference {
   uint64_t max_workspace = 0;
   uint32_t reductions = 7, search = 0;
+  uint32_t align[4] = {256, 256, 256, 256};  // A, B, C, D: what the caller promises, in bytes
 };
 struct Algo {
   uint64_t data[8];
@@ -204,6 +206,10 @@ int cublasLtMatmulPreferenceSetAttribute(Preference* p, int attr, const void* bu
     case 0: return read(buf, size, p->search) ? kSuccess : kInvalidValue;
     case 1: return read(buf, size, p->max_workspace) ? kSuccess : kInvalidValue;
     case 3: return read(buf, size, p->reductions) && p->reductions <= 7 ? kSuccess : kInvalidValue;
+    case 5: case 6: case 7: case 8: {
+      uint32_t& a = p->align[attr - 5];
+      return read(buf, size, a) && a >= 1 && (a & (a - 1)) == 0 ? kSuccess : kInvalidValue;
+    }
     default: return kNotSupported;
   }
 }
@@ -220,6 +226,9 @@ int cublasLtMatmulAlgoGetHeuristic(LtHandle* h, Desc* d, Layout* a, Layout* b, L
   r.algo.data[0] = kAlgoMagic;
   r.algo.data[1] = pref->max_workspace >= kAlgoWorkspace ? kAlgoWorkspace : 0;
   r.algo.data[2] = fingerprint(*d, p);
+  // The alignment the algorithm relies on: as cuBLASLt's kernels, the most the caller promised
+  // (loads of up to 16 bytes need operands aligned to them; 4 is a float's own).
+  for (int i = 0; i < 4; ++i) r.algo.data[3 + i] = pref->align[i] < 16 ? pref->align[i] : 16;
   r.workspace_bytes = r.algo.data[1];
   r.state = kSuccess;
   r.waves = 1.0f;
@@ -236,9 +245,11 @@ int cublasLtMatmul(LtHandle* h, Desc* d, const void* alpha, const void* a, Layou
   if (!p.ok) return kInvalidValue;
   if (d->epilogue != kEpilogueDefault) return kNotSupported;
   size_t needed = 0;
+  uint64_t align[4] = {4, 4, 4, 4};
   if (algo) {  // null: cuBLASLt chooses one itself, with no workspace
     if (algo->data[0] != kAlgoMagic || algo->data[2] != fingerprint(*d, p)) return kInvalidValue;
     needed = algo->data[1];
+    for (int i = 0; i < 4; ++i) align[i] = algo->data[3 + i];
   }
   if (workspace_bytes < needed) return kInvalidValue;
   if (needed > 0 && !device_range(reinterpret_cast<std::uintptr_t>(workspace), needed)) return kInvalidValue;
@@ -247,8 +258,15 @@ int cublasLtMatmul(LtHandle* h, Desc* d, const void* alpha, const void* a, Layou
   const auto* fa = static_cast<const float*>(a);
   const auto* fb = static_cast<const float*>(b);
   auto* fd = static_cast<float*>(dptr);
-  for (int32_t i = 0; i < p.batch; ++i)
+  auto aligned = [](const float* base, const Layout& l, int32_t i, uint64_t to) {
+    return reinterpret_cast<std::uintptr_t>(base + i * l.stride) % to == 0;
+  };
+  for (int32_t i = 0; i < p.batch; ++i) {
     if (!inside(fa, *al, i) || !inside(fb, *bl, i) || !inside(fd, *dl, i)) return kInvalidValue;
+    // An operand less aligned than the algorithm was chosen for: cuBLASLt refuses it.
+    if (!aligned(fa, *al, i, align[0]) || !aligned(fb, *bl, i, align[1]) || !aligned(fd, *dl, i, align[3]))
+      return kInvalidValue;
+  }
   const Layout la = *al, lb = *bl, ld = *dl;
   const bool tf32 = d->compute == kCompute32FFastTf32;
   const int ta = d->trans_a ? kCblasTrans : kCblasNoTrans, tb = d->trans_b ? kCblasTrans : kCblasNoTrans;

@@ -46,6 +46,12 @@ void set(const CublasLtApi& api, CublasStatus (*setter)(T, int, const void*, siz
   check_lt(api, setter(target, attr, &value, sizeof(value)), call, " for " + what);
 }
 
+// The largest power of two up to 256 that divides the address of every matrix of the batch.
+uint32_t alignment(CUdeviceptr p, int64_t stride, int64_t batch) {
+  uint64_t bits = p | (batch > 1 ? static_cast<uint64_t>(stride) * 4 : 0) | 256;
+  return static_cast<uint32_t>(bits & (~bits + 1));
+}
+
 }  // namespace
 
 const CublasLtLoad& cublaslt_load() {
@@ -58,14 +64,6 @@ CublasLt::CublasLt(const CublasLtApi& api, DeviceContext& device, const Stream& 
     : api_(&api), device_(&device), stream_(&stream), tf32_(tf32) {
   device.make_current();
   check_lt(api, api.Create(&handle_), "cublasLtCreate", " on " + device.str(), loc);
-  check_lt(api, api.MatmulPreferenceCreate(&preference_), "cublasLtMatmulPreferenceCreate", "", loc);
-  const uint64_t max_workspace = kWorkspaceBytes;
-  set(api, api.MatmulPreferenceSetAttribute, preference_, kLtPrefMaxWorkspace, max_workspace,
-      "cublasLtMatmulPreferenceSetAttribute", "the workspace limit");
-  // No split-K: each output a single dot product in one order, the same bits every run.
-  const uint32_t reductions = kLtReductionNone;
-  set(api, api.MatmulPreferenceSetAttribute, preference_, kLtPrefReductionMask, reductions,
-      "cublasLtMatmulPreferenceSetAttribute", "the reduction schemes");
   workspace_ = device.allocate(kWorkspaceBytes, loc);
 }
 
@@ -74,6 +72,7 @@ void CublasLt::destroy(Plan& p) {
   if (p.b) api_->MatrixLayoutDestroy(p.b);
   if (p.c) api_->MatrixLayoutDestroy(p.c);
   if (p.desc) api_->MatmulDescDestroy(p.desc);
+  if (p.preference) api_->MatmulPreferenceDestroy(p.preference);
   p = Plan{};
 }
 
@@ -81,7 +80,6 @@ CublasLt::~CublasLt() {
   try {
     device_->make_current();
     for (auto& [key, p] : plans_) destroy(p);
-    if (preference_) api_->MatmulPreferenceDestroy(preference_);
     if (handle_) api_->Destroy(handle_);
   } catch (...) {
   }
@@ -111,10 +109,21 @@ CublasLt::Plan& CublasLt::plan(const LtPlanKey& key, const std::string& what) {
     layout(p.a, key.trans_b ? key.k : key.n, key.trans_b ? key.n : key.k, key.ldb, key.stride_b);
     layout(p.b, key.trans_a ? key.m : key.k, key.trans_a ? key.k : key.m, key.lda, key.stride_a);
     layout(p.c, key.n, key.m, key.ldc, key.stride_c);
+    check_lt(api, api.MatmulPreferenceCreate(&p.preference), "cublasLtMatmulPreferenceCreate", " for " + what);
+    const char* pref_call = "cublasLtMatmulPreferenceSetAttribute";
+    const uint64_t max_workspace = kWorkspaceBytes;
+    set(api, api.MatmulPreferenceSetAttribute, p.preference, kLtPrefMaxWorkspace, max_workspace, pref_call, what);
+    // No split-K: each output a single dot product in one order, the same bits every run.
+    const uint32_t reductions = kLtReductionNone;
+    set(api, api.MatmulPreferenceSetAttribute, p.preference, kLtPrefReductionMask, reductions, pref_call, what);
+    // cuBLASLt's A, B, C and D: our b, a, c and c.
+    const uint32_t aligns[4] = {key.align_b, key.align_a, key.align_c, key.align_c};
+    for (int i = 0; i < 4; ++i)
+      set(api, api.MatmulPreferenceSetAttribute, p.preference, kLtPrefMinAlignmentA + i, aligns[i], pref_call, what);
     LtHeuristicResult result{};
     int found = 0;
     ++heuristic_calls_;
-    const CublasStatus s = api.MatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, preference_, 1, &result,
+    const CublasStatus s = api.MatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, p.preference, 1, &result,
                                                       &found);
     if (s == kCublasStatusNotSupported || (s == 0 && (found < 1 || result.state != 0))) return p;  // no algorithm
     check_lt(api, s, "cublasLtMatmulAlgoGetHeuristic", " for " + what);
@@ -137,7 +146,8 @@ bool CublasLt::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   user_check(batch <= std::numeric_limits<int32_t>::max(), std::source_location::current())
       << what << ": a batch of " << batch << " matrices is beyond what cuBLASLt's 32-bit batch count takes";
   device_->make_current();
-  const LtPlanKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch};
+  const LtPlanKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch,
+                      alignment(a, stride_a, batch), alignment(b, stride_b, batch), alignment(c, stride_c, batch)};
   Plan& p = plan(key, what);
   if (!p.found) return false;
   const float alpha = 1.0f, beta = 0.0f;

@@ -92,6 +92,7 @@ inline constexpr int kLtLayoutBatchCount = 5;       // CUBLASLT_MATRIX_LAYOUT_BA
 inline constexpr int kLtLayoutBatchStride = 6;      // CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, int64_t
 inline constexpr int kLtPrefMaxWorkspace = 1;       // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t
 inline constexpr int kLtPrefReductionMask = 3;      // CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, uint32_t
+inline constexpr int kLtPrefMinAlignmentA = 5;      // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, uint32_t (B, C, D: 6, 7, 8)
 inline constexpr uint32_t kLtReductionNone = 0;     // CUBLASLT_REDUCTION_SCHEME_NONE
 inline constexpr int kCublasStatusNotSupported = 15;  // CUBLAS_STATUS_NOT_SUPPORTED
 
@@ -109,11 +110,19 @@ struct CublasLtLoad {
 };
 const CublasLtLoad& cublaslt_load();
 
-// One algorithm's plan, cached per shape.
+// One algorithm's plan, cached per shape. The alignments (bytes, a power of two up to 256, of
+// every matrix of the batch) are part of it: cuBLASLt's heuristic assumes 256-byte aligned
+// operands unless told less (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), and an operand that is not
+// (one batch of a broadcast that no stride gives, a view into the arena) needs an algorithm
+// that allows it.
 struct LtPlanKey {
   bool trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
-  auto tie() const { return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch); }
+  uint32_t align_a, align_b, align_c;
+  auto tie() const {
+    return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch, align_a, align_b,
+                    align_c);
+  }
   bool operator<(const LtPlanKey& o) const { return tie() < o.tie(); }
 };
 
@@ -148,6 +157,7 @@ class CublasLt {
  private:
   struct Plan {
     LtMatmulDesc desc = nullptr;
+    LtMatmulPreference preference = nullptr;
     LtMatrixLayout a = nullptr, b = nullptr, c = nullptr;
     LtMatmulAlgo algo{};
     size_t workspace_bytes = 0;
@@ -161,7 +171,6 @@ class CublasLt {
   const Stream* stream_;
   bool tf32_;
   cublasLtHandle_t handle_ = nullptr;
-  LtMatmulPreference preference_ = nullptr;
   DeviceBuffer workspace_;
   std::map<LtPlanKey, Plan> plans_;
   size_t heuristic_calls_ = 0;
