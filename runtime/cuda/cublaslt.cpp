@@ -1,5 +1,6 @@
 #include "runtime/cuda/cublaslt.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "dsl/error.h"
@@ -143,8 +144,17 @@ bool CublasLt::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
                       int64_t stride_a, CUdeviceptr b, int64_t ldb, int64_t stride_b, CUdeviceptr c, int64_t ldc,
                       int64_t stride_c, int64_t batch, const std::string& what) {
   if (m == 0 || n == 0 || batch == 0) return true;
-  user_check(batch <= std::numeric_limits<int32_t>::max(), std::source_location::current())
-      << what << ": a batch of " << batch << " matrices is beyond what cuBLASLt's 32-bit batch count takes";
+  // The batch count is 32-bit: a longer batch goes as several calls.
+  constexpr int64_t kMaxBatch = std::numeric_limits<int32_t>::max();
+  if (batch > kMaxBatch) {
+    for (int64_t first = 0; first < batch; first += kMaxBatch) {
+      const int64_t count = std::min(kMaxBatch, batch - first);
+      if (!matmul(trans_a, trans_b, m, n, k, a + first * stride_a * 4, lda, stride_a, b + first * stride_b * 4, ldb,
+                  stride_b, c + first * stride_c * 4, ldc, stride_c, count, what))
+        return false;  // the caller's cuBLAS then writes the whole batch again (beta 0): correct
+    }
+    return true;
+  }
   device_->make_current();
   const LtPlanKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch,
                       alignment(a, stride_a, batch), alignment(b, stride_b, batch), alignment(c, stride_c, batch)};

@@ -127,7 +127,9 @@ struct LtPlanKey {
 };
 
 // A cuBLASLt handle on one device issuing on one stream, with its workspace and its cache of
-// plans. Not copyable; used from one thread at a time (as the program that owns it is).
+// plans. Not copyable; used from one thread at a time (as the program that owns it is). The
+// owner waits for the stream before destroying it (CudaProgram's destructor does): the
+// workspace goes back to the device's cache, which is not stream-ordered.
 class CublasLt {
  public:
   // The workspace every call may use. cuBLAS's documentation recommends 4 MiB before Hopper
