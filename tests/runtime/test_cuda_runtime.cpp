@@ -2,10 +2,11 @@
 // without one; cuda_device_count() is 0 and every request for a device (a CudaProgram
 // included) raises "no CUDA device" with the reason and the caller's line. On a machine with
 // a GPU those tests say so and leave the checking to the `gpu` tests (tests_gpu/). The rest
-// (error texts, size classes, loading cuBLAS, the one-hot error) need no device.
+// (error texts, size classes, loading cuBLAS and cuBLASLt, the one-hot error) need no device.
 #include <catch2/catch.hpp>
 
 #include "runtime/cuda/cublas.h"
+#include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/nccl.h"
 #include "runtime/cuda/cuda_program.h"
 #include "runtime/cuda/library.h"
@@ -97,6 +98,19 @@ TEST_CASE("cuBLAS loads at run time where the CUDA toolkit is installed, GPU or 
   CHECK_THAT(api.library, Catch::Contains("libcublas.so"));
   CHECK(api.Sgemm != nullptr);
   CHECK(api.SgemmStridedBatched != nullptr);
+}
+
+TEST_CASE("cuBLASLt loads at run time where the CUDA toolkit is installed, GPU or not", "[cuda][runtime]") {
+  const cu::CublasLtLoad& lt = cu::cublaslt_load();
+  if (!lt.api) {
+    WARN("skipped: cuBLASLt not found");
+    CHECK_THAT(lt.tried, Catch::Contains("libcublasLt.so.13"));
+    return;
+  }
+  CHECK_THAT(lt.api->library, Catch::Contains("libcublasLt.so"));
+  CHECK(lt.api->GetVersion() >= 120000);  // cuBLAS 12 or later, as the names tried say
+  CHECK(lt.api->MatmulAlgoGetHeuristic != nullptr);
+  CHECK(lt.api->Matmul != nullptr);
 }
 
 TEST_CASE("NCCL loads at run time where it is installed, GPU or not", "[cuda][runtime]") {
