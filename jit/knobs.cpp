@@ -184,3 +184,9 @@ bool deterministic_layout() {
 std::optional<std::string> cuda_home() { return read("CUDA_HOME"); }
 
 }  // namespace towerjit::knobs
+
+namespace towerjit::knobs {
+
+int emulated_gpu_sms() { return positive("TOWERJIT_EMULATED_GPU_SMS", 4); }
+
+}  // namespace towerjit::knobs

@@ -168,3 +168,12 @@ std::string emulator_library();
 std::optional<std::string> cuda_home();
 
 }  // namespace towerjit::knobs
+
+namespace towerjit::knobs {
+
+// TOWERJIT_EMULATED_GPU_SMS: how many SMs each emulated GPU reports (cuDeviceGetAttribute), so
+// launch shapes that the runtime caps by the SM count (32 blocks an SM) are those the modelled
+// GPU would get; `towerjit_bench --gpu-model` sets its GPU's count. Default: 4.
+int emulated_gpu_sms();
+
+}  // namespace towerjit::knobs
