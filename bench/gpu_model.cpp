@@ -63,11 +63,41 @@ ModelledStep record_workload(const cost::GpuSpec& gpu, const std::string& worklo
   return m;
 }
 
+namespace {
+
+// --measure N on a real GPU: the same step, timed (median of N steps after 3 warm-up steps,
+// each step waited for: TowerTrainer::step returns the loss).
+int measure(const std::string& workload, int64_t batch, int steps) {
+  setenv("TOWERJIT_GPU_VARIABLES", "on", 1);
+  batch = batch > 0 ? batch : default_batch(workload);
+  Graph graph;
+  GraphScope use(graph);
+  auto image = input("image", {kBatch, 784});
+  auto label = input("label", {kBatch}, DType::i32);
+  auto logits = workload == "cnn" ? examples::cnn(image) : workload == "resnet" ? examples::resnet(image) : examples::mlp(image, 512);
+  auto loss = mean(softmax_cross_entropy(logits, label));
+  TowerTrainer trainer(graph, loss, Towers({towerjit::gpu(0)}), adam(1e-3), {.seed = 1, .logits = logits});
+  const HostFeeds feeds = feeds_of(batch);
+  for (int i = 0; i < 3; ++i) trainer.step(feeds);
+  std::vector<double> ms;
+  for (int i = 0; i < steps; ++i) {
+    const auto t0 = Clock::now();
+    trainer.step(feeds);
+    ms.push_back(seconds_since(t0) * 1e3);
+  }
+  std::sort(ms.begin(), ms.end());
+  std::printf("{\"workload\":\"%s\",\"batch\":%lld,\"measured_ms\":%.4f,\"min_ms\":%.4f,\"steps\":%d}\n",
+              workload.c_str(), static_cast<long long>(batch), ms[ms.size() / 2], ms.front(), steps);
+  return 0;
+}
+
+}  // namespace
+
 int gpu_model_main(int argc, char** argv) {
   std::string gpu_name, workload = "mlp";
   int64_t batch = 0;
   cost::ModelOptions options;
-  int top = 15;
+  int top = 15, measure_steps = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -80,9 +110,11 @@ int gpu_model_main(int argc, char** argv) {
     else if (a == "--graph") options.graph = true;
     else if (a == "--tf32") options.tf32 = true;
     else if (a == "--top") top = std::stoi(value());
+    else if (a == "--measure") measure_steps = std::max(1, std::stoi(value()));
     else throw Error("towerjit_bench --gpu-model: unknown argument " + a +
-                     "; use --gpu-model GPU --workload mlp|cnn|resnet [--batch N] [--graph] [--tf32] [--top N]");
+                     "; use --gpu-model GPU --workload mlp|cnn|resnet [--batch N] [--graph] [--tf32] [--top N] [--measure STEPS]");
   }
+  if (measure_steps > 0) return measure(workload, batch, measure_steps);
   const cost::GpuSpec& gpu = cost::gpu_spec(gpu_name);
   const ModelledStep m = record_workload(gpu, workload, batch);
   const cost::StepPrediction p = cost::predict_step(gpu, m.launches, options);

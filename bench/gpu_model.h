@@ -4,6 +4,8 @@
 // with TOWERJIT_GPU_VARIABLES=on runs it, recorded launch by launch (runtime/cost/) and priced on
 // a named GPU by the cost model (jit/cost/launch_model.h): a predicted time per kernel and per
 // step, the roofline floor, their ratio and the launches a step. See docs/performance.md.
+// With `--measure STEPS` it runs the same step on the real GPU instead and prints its median
+// time (scripts/gpu-check.sh puts the two side by side).
 #pragma once
 
 #include <cstdint>

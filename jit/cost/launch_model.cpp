@@ -23,6 +23,12 @@ double matmul_flops_per_us(const GpuSpec& gpu, const ModelOptions& o) {
 
 }  // namespace
 
+int gemm_tile(const GpuSpec& gpu, int64_t m, int64_t n) {
+  int t = gpu.gemm_tile;
+  while (t > 32 && std::min(m, n) < t) t /= 2;
+  return t;
+}
+
 int64_t blocks_per_sm(const GpuSpec& gpu, int64_t threads, int64_t shared) {
   int64_t r = gpu.max_blocks_per_sm;
   if (threads > 0) r = std::min<int64_t>(r, gpu.max_threads_per_sm / threads);
@@ -44,12 +50,18 @@ LaunchPrediction predict_launch(const GpuSpec& gpu, const Launch& l, const Model
     return p;
   }
   if (l.kind == "library" && l.gemm_batch > 0) {
-    const double tiles = ceil_div(static_cast<double>(l.gemm_m), gpu.gemm_tile) *
-                         ceil_div(static_cast<double>(l.gemm_n), gpu.gemm_tile) * static_cast<double>(l.gemm_batch);
-    const double tile_flops = 2.0 * gpu.gemm_tile * gpu.gemm_tile * static_cast<double>(l.gemm_k);
-    p.flop_us = tail_time(gpu, tiles * tile_flops, tiles, matmul_flops_per_us(gpu, o));
-    p.mem_us = l.bytes / bandwidth_per_us(gpu);
-    p.waves = static_cast<int64_t>(ceil_div(tiles, gpu.sms));
+    const double t = gemm_tile(gpu, l.gemm_m, l.gemm_n);
+    const double tiles = ceil_div(static_cast<double>(l.gemm_m), t) * ceil_div(static_cast<double>(l.gemm_n), t) *
+                         static_cast<double>(l.gemm_batch);
+    // Split-K: an output of fewer tiles than SMs has its k split over the idle SMs, slices
+    // of at least one tile's depth, the partial tiles summed by a second pass.
+    const double split = std::clamp(std::floor(gpu.sms / tiles), 1.0,
+                                    std::max(1.0, ceil_div(static_cast<double>(l.gemm_k), t)));
+    const double slice_flops = 2.0 * t * t * std::ceil(static_cast<double>(l.gemm_k) / split);
+    p.flop_us = tail_time(gpu, tiles * split * slice_flops, tiles * split, matmul_flops_per_us(gpu, o));
+    const double partials = split > 1 ? 2.0 * 4 * split * static_cast<double>(l.gemm_m * l.gemm_n * l.gemm_batch) : 0;
+    p.mem_us = (l.bytes + partials) / bandwidth_per_us(gpu);
+    p.waves = static_cast<int64_t>(ceil_div(tiles * split, gpu.sms));
     p.blocks_per_sm = 1;
   } else if (l.kind == "library") {  // another library routine: the roofline, on the whole GPU
     p.flop_us = l.flops / matmul_flops_per_us(gpu, o);
@@ -60,7 +72,8 @@ LaunchPrediction predict_launch(const GpuSpec& gpu, const Launch& l, const Model
     p.waves = static_cast<int64_t>(ceil_div(blocks, static_cast<double>(gpu.sms * p.blocks_per_sm)));
     p.mem_us = tail_time(gpu, l.bytes, blocks, bandwidth_per_us(gpu));
     p.flop_us = tail_time(gpu, l.flops, blocks, gpu.fp32_tflops * 1e6);
-    p.latency_us = static_cast<double>(p.waves) * static_cast<double>(l.work_max) * gpu.dram_latency_ns * 1e-3;
+    p.latency_us = static_cast<double>(p.waves) * std::ceil(static_cast<double>(l.work_max) / kPointsInFlight) *
+                   gpu.dram_latency_ns * 1e-3;
   }
   p.us = std::max({p.mem_us, p.flop_us, p.latency_us});
   p.bound = p.us == p.mem_us ? "bandwidth" : p.us == p.flop_us ? "compute" : "latency";

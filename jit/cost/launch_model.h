@@ -9,12 +9,17 @@
 //                                 of the achievable bandwidth, no more: a grid of one block
 //                                 gets 1/SMs of it)
 //     compute          t_flop = ceil(G / SMs) * (F / G) / (peak / SMs)
-//     latency          t_lat  = waves * W * DRAM latency   (a thread's points one after
-//                                 another, one point's loads in flight at a time)
+//     latency          t_lat  = waves * ceil(W / 4) * DRAM latency   (a thread's points one
+//                                 after another, 4 points' loads in flight at a time: NVRTC
+//                                 unrolls the emitted loops by 4, kPointsInFlight)
 //     kernel           t = max(t_mem, t_flop, t_lat)
 //   a library matrix product of m x n x k, `batch` times (cuBLAS SGEMM):
-//     tiles = ceil(m / 128) * ceil(n / 128) * batch, each 2 * 128 * 128 * k FLOPs, on an SM;
-//     t = max(ceil(tiles / SMs) * tile FLOPs / (peak / SMs), B / BW)
+//     tile c = 128, or 64 or 32 where the smaller of m and n is under it (gemm_tile);
+//     tiles = ceil(m / c) * ceil(n / c) * batch, each on an SM; fewer tiles than SMs split
+//     k over s = min(floor(SMs / tiles), ceil(k / c)) slices (split-K), whose s partial
+//     outputs are written and read back once;
+//     t = max(ceil(tiles * s / SMs) * 2 * c * c * ceil(k / s) / (peak / SMs),
+//             (B + 8 * s * m * n * batch [s > 1]) / BW)
 //   a copy on the device: B / BW; across the host link: B / 2 / link bandwidth.
 //   a step: the launches one after another (one stream), each plus the launch overhead (or a
 //   graph node's when the step is replayed as a CUDA Graph).
@@ -68,6 +73,15 @@ struct ModelOptions {
   bool graph = false;  // the step replayed as one CUDA Graph: graph_node_us a launch
   bool tf32 = false;   // matrix products at the TF32 peak
 };
+
+// The points a thread has in flight at once: NVRTC unrolls the emitted grid-stride and
+// reduction loops by 4 and issues the 4 iterations' loads together (seen in the PTX of the
+// tower step's column reductions, e.g. k5_sum_constant_greater_select of the MLP).
+inline constexpr double kPointsInFlight = 4;
+
+// The output tile of one SGEMM block for an m x n product: the GPU's (128), halved down to 32
+// while the smaller of m and n is under it, as cuBLAS's kernels for thin products have.
+int gemm_tile(const GpuSpec& gpu, int64_t m, int64_t n);
 
 // Blocks of `threads` threads and `shared` bytes of shared memory that one SM holds at once
 // (at least 1).

@@ -42,6 +42,7 @@ TEST_CASE("cost model: a streaming kernel over every SM runs at the achievable b
   const cost::GpuSpec& h = cost::gpu_spec("h200");
   // 1056 blocks = one wave of 8 blocks on each of 132 SMs; 1 GB; one point a thread.
   const auto p = cost::predict_launch(h, kernel(1056, 256, 1e9, 1));
+  static_assert(cost::kPointsInFlight == 4);
   CHECK(p.waves == 1);
   CHECK(p.mem_us == Approx(1e9 / 4.3e6));  // 232.56 us
   CHECK(p.latency_us == Approx(0.5));
@@ -57,7 +58,8 @@ TEST_CASE("cost model: one block gets one SM's share of the bandwidth and its th
   // The issue's cnn column reduction: grid 1 x 256 over 77 MB, 75,000 points a thread.
   const auto p = cost::predict_launch(h, kernel(1, 256, 77e6, 75000));
   CHECK(p.mem_us == Approx(77e6 / (4.3e6 / 132)));  // 2364 us
-  CHECK(p.latency_us == Approx(75000 * 0.5));        // 37,500 us
+  CHECK(p.latency_us == Approx(75000 / 4 * 0.5));    // 9,375 us: 4 points in flight
+  CHECK(cost::predict_launch(h, kernel(1, 256, 77e6, 75001)).latency_us == Approx(18751 * 0.5));
   CHECK(p.bound == "latency");
   // The same bytes over 1056 blocks of one point a thread each is bandwidth-bound again.
   CHECK(cost::predict_launch(h, kernel(1056, 256, 77e6, 1)).us == Approx(77e6 / 4.3e6));
@@ -77,11 +79,22 @@ TEST_CASE("cost model: a matrix product pays for its tiles in waves over the SMs
   CHECK(p.waves == 8);
   CHECK(p.flop_us == Approx(8 * (2.0 * 128 * 128 * 4096) / (67e6 / 132)));
   CHECK(p.bound == "compute");
-  // A product of one image, 16 x 784 x 9: one tile on one SM.
+  // A product of one image, 16 x 784 x 9: tiles of 32, 25 along n, k too short to split.
   g.gemm_m = 16, g.gemm_n = 784, g.gemm_k = 9;
+  CHECK(cost::gemm_tile(h, 16, 784) == 32);
+  CHECK(cost::gemm_tile(h, 100, 784) == 64);
+  CHECK(cost::gemm_tile(h, 784, 512) == 128);
   const auto small = cost::predict_launch(h, g);
   CHECK(small.waves == 1);
-  CHECK(small.flop_us == Approx(7 * (2.0 * 128 * 128 * 9) / (67e6 / 132)));  // 7 tiles along n
+  CHECK(small.flop_us == Approx(2.0 * 32 * 32 * 9 / (67e6 / 132)));
+  // The MLP's first weight gradient, 784 x 512 x 4096: 7 x 4 = 28 tiles split 4 ways along k
+  // (floor(132 / 28)), 112 blocks in one wave of 1024-deep slices; the partials cost 8*4*m*n bytes.
+  g.gemm_m = 784, g.gemm_n = 512, g.gemm_k = 4096;
+  g.bytes = 4.0 * (784 * 4096 + 4096 * 512 + 784 * 512);
+  const auto split = cost::predict_launch(h, g);
+  CHECK(split.waves == 1);
+  CHECK(split.flop_us == Approx(2.0 * 128 * 128 * 1024 / (67e6 / 132)));
+  CHECK(split.mem_us == Approx((g.bytes + 8.0 * 4 * 784 * 512) / 4.3e6));
   cost::ModelOptions tf32{.tf32 = true};
   g.gemm_m = g.gemm_n = g.gemm_k = 4096;
   CHECK(cost::predict_launch(h, g, tf32).flop_us == Approx(8 * (2.0 * 128 * 128 * 4096) / (494.7e6 / 132)));
@@ -95,7 +108,7 @@ TEST_CASE("cost model: a step adds launch overheads, keeps host copies apart, an
   copy.bytes = 2 * 55e6;  // 55 MB read on the host and written on the device
   const std::vector<cost::Launch> step = {kernel(1056, 256, 1e9, 1), kernel(1, 256, 4e3, 4), copy};
   const auto s = cost::predict_step(h, step);
-  const double k1 = 1e9 / 4.3e6, k2 = std::max(4e3 / (4.3e6 / 132), 4 * 0.5);
+  const double k1 = 1e9 / 4.3e6, k2 = std::max(4e3 / (4.3e6 / 132), 1 * 0.5);
   CHECK(s.device_us == Approx(k1 + k2 + 2 * 2.0));
   CHECK(s.overhead_us == Approx(4.0));
   CHECK(s.host_link_us == Approx(1000 + 2.0));  // 55 MB at 55 GB/s
