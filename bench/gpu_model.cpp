@@ -123,8 +123,14 @@ int gpu_model_main(int argc, char** argv) {
               workload.c_str(), static_cast<long long>(m.batch), gpu.description.c_str(), gpu.sms,
               gpu.hbm_achievable_gbps, options.tf32 ? gpu.tf32_tflops : gpu.fp32_tflops, options.tf32 ? "TF32" : "FP32",
               options.graph ? ", replayed as a CUDA Graph" : "");
-  std::printf("emulator: first step %.1f s (compiles included), recorded step %.1f s\n", m.warmup_seconds,
-              m.record_seconds);
+  double points = 0, gemm_flops = 0;
+  for (const cost::Launch& l : m.launches) {
+    if (l.kind == "kernel") points += l.points();
+    if (l.kind == "library") gemm_flops += l.flops;
+  }
+  std::printf("emulator: first step %.1f s (compiles included), recorded step %.1f s: %.3g kernel points "
+              "(%.0f ns a point if they took it all) and %.3g GEMM FLOPs on OpenBLAS\n",
+              m.warmup_seconds, m.record_seconds, points, points > 0 ? m.record_seconds * 1e9 / points : 0.0, gemm_flops);
   // The launches, most expensive first, those of one name together.
   struct Row {
     std::string name, bound;

@@ -84,10 +84,11 @@ int cublasSgemmStridedBatched(Handle* h, int ta, int tb, int m, int n, int k, co
                        ldb, be, c + i * stride_c, ldc);
     // 2mnk FLOPs a product; A and B read, C written (and read when beta is not 0).
     const double mm = m, nn = n, kk = k, count = batches;
-    record_launch({.name = "cublasSgemmStridedBatched", .kind = LaunchKind::library, .stream = &stream,
-                   .device = device_owning(stream).index(),
-                   .bytes = 4 * count * (mm * kk + kk * nn + (be != 0.0f ? 2 : 1) * mm * nn),
-                   .flops = 2 * count * mm * nn * kk, .gemm = {m, n, k, batches}});
+    if (launch_log_enabled())
+      record_launch({.name = "cublasSgemmStridedBatched", .kind = LaunchKind::library, .stream = &stream,
+                     .device = device_owning(stream).index(),
+                     .bytes = 4 * count * (mm * kk + kk * nn + (be != 0.0f ? 2 : 1) * mm * nn),
+                     .flops = 2 * count * mm * nn * kk, .gemm = {m, n, k, batches}});
   });
   return kSuccess;
 }
