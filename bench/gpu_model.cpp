@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -106,7 +107,13 @@ int gpu_model_main(int argc, char** argv) {
     };
     if (a == "--gpu-model") gpu_name = value();
     else if (a == "--workload") workload = value();
-    else if (a == "--batch") batch = std::stoll(value());
+    else if (a == "--batch") {
+      const std::string v = value();
+      char* end = nullptr;
+      batch = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || batch < 1)
+        throw Error("towerjit_bench: --batch " + v + " is not a batch size; give a whole number of at least 1");
+    }
     else if (a == "--graph") options.graph = true;
     else if (a == "--tf32") options.tf32 = true;
     else if (a == "--top") top = std::stoi(value());
@@ -168,6 +175,17 @@ int gpu_model_main(int argc, char** argv) {
   if (static_cast<int>(sorted.size()) > top) std::printf("... %zu more (--top N)\n", sorted.size() - top);
   std::printf("\npredicted step (device): %.3f ms, of which launch overheads %.3f ms\n", p.device_us / 1e3,
               p.overhead_us / 1e3);
+  {
+    double narrow_us = 0, gemm_us = 0;
+    int narrow = 0, gemms = 0;
+    for (size_t i = 0; i < m.launches.size(); ++i) {
+      const cost::Launch& l = m.launches[i];
+      if (l.kind == "kernel" && l.blocks < gpu.sms) narrow++, narrow_us += p.launches[i].us;
+      if (l.kind == "library") gemms++, gemm_us += p.launches[i].us;
+    }
+    std::printf("  kernels on fewer blocks than SMs: %d, %.3f ms; library calls: %d, %.3f ms\n", narrow, narrow_us / 1e3,
+                gemms, gemm_us / 1e3);
+  }
   std::printf("host link copies:        %.3f ms (feeds and fetches; not in the step's ratio)\n", p.host_link_us / 1e3);
   std::printf("roofline floor:          %.3f ms (%.1f MB, %.2f GFLOP)\n", p.floor_us / 1e3, p.bytes / 1e6, p.flops / 1e9);
   std::printf("step / floor:            %.2f\n", p.ratio());
