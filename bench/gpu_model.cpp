@@ -60,6 +60,7 @@ ModelledStep record_workload(const cost::GpuSpec& gpu, const std::string& worklo
   t0 = Clock::now();
   m.launches = cost::record_step(trainer, feeds, tmpl, m.batch);
   m.record_seconds = seconds_since(t0);
+  unsetenv("TOWERJIT_DUMP");  // programs compiled later are not this step's
   std::filesystem::remove_all(tmpl);
   return m;
 }

@@ -21,8 +21,9 @@ namespace towerjit::cost {
 // Sets the environment a recorded step needs, before the process first uses CUDA: the
 // emulated GPU (TOWERJIT_CUDA=emulator) reporting `gpu`'s SM count, variables on the GPU
 // (TOWERJIT_GPU_VARIABLES=on, as fashion_mnist with that knob), each program's index written
-// to `dump_dir`, and enough emulated memory for `memory_mb`. Throws towerjit::Error when the
-// process already loaded the NVIDIA driver.
+// to `dump_dir`, and `memory_mb` of emulated memory unless TOWERJIT_EMULATED_GPU_MB says. A
+// process that already loaded NVIDIA's driver keeps it (the libraries load once): call this
+// first.
 void prepare_emulated_gpu(const GpuSpec& gpu, const std::string& dump_dir, int memory_mb = 16384);
 
 // Runs `trainer.step(feeds)` once with the launch records on and returns them, in the order
