@@ -188,5 +188,6 @@ std::optional<std::string> cuda_home() { return read("CUDA_HOME"); }
 namespace towerjit::knobs {
 
 bool allow_tf32() { return switch_knob("TOWERJIT_ALLOW_TF32", false); }
+int emulated_gpu_sms() { return positive("TOWERJIT_EMULATED_GPU_SMS", 4); }
 
 }  // namespace towerjit::knobs

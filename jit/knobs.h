@@ -179,4 +179,9 @@ namespace towerjit::knobs {
 // program is made. Default: off (full FP32). The CPU ignores it.
 bool allow_tf32();
 
+// TOWERJIT_EMULATED_GPU_SMS: how many SMs each emulated GPU reports (cuDeviceGetAttribute), so
+// launch shapes that the runtime caps by the SM count (32 blocks an SM) are those the modelled
+// GPU would get; `towerjit_bench --gpu-model` sets its GPU's count. Default: 4.
+int emulated_gpu_sms();
+
 }  // namespace towerjit::knobs

@@ -3,6 +3,7 @@
 // cuBLAS; alpha and beta are read when the call is made (host pointer mode).
 #include "emulator/driver/emulated_devices.h"
 #include "emulator/driver/host_blas.h"
+#include "emulator/driver/launch_log.h"
 #include "emulator/kernel/block_scheduler.h"
 
 using namespace towerjit::emulator;
@@ -61,10 +62,18 @@ int cublasSgemmStridedBatched(Handle* h, int ta, int tb, int m, int n, int k, co
         !inside(b + i * stride_b, tb == 0 ? k : n, tb == 0 ? n : k, ldb) || !inside(c + i * stride_c, m, n, ldc))
       return kInvalidValue;
   const float al = *alpha, be = *beta;
-  stream_of(h->stream).enqueue([=] {
+  Stream& stream = stream_of(h->stream);
+  stream.enqueue([=, &stream] {
     for (int i = 0; i < batches; ++i)
       host_sgemm()(kCblasColMajor, cblas_op(ta), cblas_op(tb), m, n, k, al, a + i * stride_a, lda, b + i * stride_b,
                        ldb, be, c + i * stride_c, ldc);
+    // 2mnk FLOPs a product; A and B read, C written (and read when beta is not 0).
+    const double mm = m, nn = n, kk = k, count = batches;
+    if (launch_log_enabled())
+      record_launch({.name = "cublasSgemmStridedBatched", .kind = LaunchKind::library, .stream = &stream,
+                     .device = device_owning(stream).index(),
+                     .bytes = 4 * count * (mm * kk + kk * nn + (be != 0.0f ? 2 : 1) * mm * nn),
+                     .flops = 2 * count * mm * nn * kk, .gemm = {m, n, k, batches}});
   });
   return kSuccess;
 }

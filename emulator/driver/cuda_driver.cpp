@@ -1,6 +1,6 @@
 // The CUDA driver API of the emulated GPU: the entry points towerjit's runtime binds
 // (runtime/cuda/driver_api.h), with the driver's semantics. Devices are TOWERJIT_EMULATED_GPUS
-// of them, compute capability 9.0, 4 SMs, TOWERJIT_EMULATED_GPU_MB of memory; modules are the
+// of them, compute capability 9.0, TOWERJIT_EMULATED_GPU_SMS SMs (4), TOWERJIT_EMULATED_GPU_MB of memory; modules are the
 // images the emulator's NVRTC (nvrtc.cpp) returns, compiled for the host; launches run on their
 // stream's host thread (work_queue.h) through the block scheduler; a fault becomes the device's
 // sticky error, reported with the kernel, block, thread and line by every later call.
@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "emulator/driver/emulated_devices.h"
+#include "emulator/driver/launch_log.h"
+#include "emulator/driver/library_kernel_costs.h"
 #include "emulator/kernel/host_module.h"
 
 namespace towerjit::emulator {
@@ -51,6 +53,13 @@ int sticky(CUstream s) {
 int report(int code, const std::string& what) {
   set_last_message(code, what);
   return code;
+}
+
+// A copy's launch record (emulator/driver/launch_log.h): `bytes` read and as many written.
+void record_copy(const char* name, Stream& stream, std::size_t bytes, bool host_link) {
+  if (!launch_log_enabled()) return;
+  record_launch({.name = name, .kind = LaunchKind::copy, .stream = &stream, .device = device_owning(stream).index(),
+                 .bytes = 2.0 * static_cast<double>(bytes), .host_link = host_link});
 }
 
 }  // namespace
@@ -185,11 +194,19 @@ int cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, std::size_t bytes, CU
   if (pinned_memory().contains(reinterpret_cast<std::uintptr_t>(src), bytes)) {
     // From page-locked memory the copy runs when the stream reaches it, as on a GPU: a host
     // that overwrites the buffer before then is a bug this shows.
-    stream_of(s).enqueue([to, src, bytes] { std::memcpy(to, src, bytes); });
+    Stream& stream = stream_of(s);
+    stream.enqueue([to, src, bytes, &stream] {
+      std::memcpy(to, src, bytes);
+      record_copy("cuMemcpyHtoDAsync", stream, bytes, true);
+    });
   } else {
     // From pageable memory the driver stages the bytes before the call returns.
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
-    stream_of(s).enqueue([to, staged] { std::memcpy(to, staged->data(), staged->size()); });
+    Stream& stream = stream_of(s);
+    stream.enqueue([to, staged, &stream] {
+      std::memcpy(to, staged->data(), staged->size());
+      record_copy("cuMemcpyHtoDAsync", stream, staged->size(), true);
+    });
   }
   return kSuccess;
 }
@@ -199,7 +216,10 @@ int cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, std::size_t bytes, CUstream
   if (!device_range(src, bytes)) return report(kInvalidValue, bad_range("cuMemcpyDtoHAsync", src, bytes));
   const auto* from = reinterpret_cast<const void*>(src);
   Stream& stream = stream_of(s);
-  stream.enqueue([dst, from, bytes] { std::memcpy(dst, from, bytes); });
+  stream.enqueue([dst, from, bytes, &stream] {
+    std::memcpy(dst, from, bytes);
+    record_copy("cuMemcpyDtoHAsync", stream, bytes, true);
+  });
   // Into pageable memory the call returns once the copy is done.
   if (!pinned_memory().contains(reinterpret_cast<std::uintptr_t>(dst), bytes) || !s) stream.synchronize();
   return sticky(s);
@@ -209,8 +229,10 @@ int cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CU
   if (int e = sticky(s)) return e;
   if (!device_range(dst, bytes) || !device_range(src, bytes))
     return report(kInvalidValue, bad_range("cuMemcpyDtoDAsync", device_range(dst, bytes) ? src : dst, bytes));
-  stream_of(s).enqueue([dst, src, bytes] {
+  Stream& stream = stream_of(s);
+  stream.enqueue([dst, src, bytes, &stream] {
     std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+    record_copy("cuMemcpyDtoDAsync", stream, bytes, false);
   });
   return kSuccess;
 }
@@ -222,9 +244,13 @@ int cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext, CUdeviceptr src, CUcontext, st
 int cuMemsetD32Async(CUdeviceptr dst, unsigned value, std::size_t count, CUstream s) {
   if (int e = sticky(s)) return e;
   if (!device_range(dst, count * 4)) return report(kInvalidValue, bad_range("cuMemsetD32Async", dst, count * 4));
-  stream_of(s).enqueue([dst, value, count] {
+  Stream& stream = stream_of(s);
+  stream.enqueue([dst, value, count, &stream] {
     auto* p = reinterpret_cast<unsigned*>(dst);
     for (std::size_t i = 0; i < count; ++i) p[i] = value;
+    if (launch_log_enabled())  // a fill writes and reads nothing
+      record_launch({.name = "cuMemsetD32Async", .kind = LaunchKind::copy, .stream = &stream,
+                     .device = device_owning(stream).index(), .bytes = 4.0 * static_cast<double>(count)});
   });
   return kSuccess;
 }
@@ -333,15 +359,27 @@ int cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned
                     ", which is neither device memory nor page-locked host memory";
   }
   Device& device = s ? device_owning(*reinterpret_cast<Stream*>(s)) : current_device();
-  stream_of(s).enqueue([fn, shape, bytes, bad_pointer, &device] {
+  Stream& stream = stream_of(s);
+  stream.enqueue([fn, shape, bytes, bad_pointer, &device, &stream] {
     if (!bad_pointer.empty()) throw Fault("emulated GPU: " + bad_pointer, Fault::kIllegalAddress);
     std::vector<void*> argv;
     for (auto& b : *bytes) argv.push_back(b.data());
-    run_grid(fn->name, fn->kernel->entry, argv.data(), shape);
+    const GridStats stats = run_grid(fn->name, fn->kernel->entry, argv.data(), shape);
     const std::string damaged = device.memory().damaged_guards();
     if (!damaged.empty())
       throw Fault("emulated GPU: kernel " + fn->name + " wrote outside its allocations: " + damaged,
                   Fault::kIllegalAddress);
+    if (launch_log_enabled()) {
+      const KernelCost cost = library_kernel_cost(fn->name, argv.data());
+      record_launch({.name = fn->name, .module = fn->module->host->name(), .kind = LaunchKind::kernel,
+                     .stream = &stream, .device = device.index(),
+                     .grid = {shape.grid.x, shape.grid.y, shape.grid.z},
+                     .block = {shape.block.x, shape.block.y, shape.block.z},
+                     .static_shared_bytes = stats.static_shared_bytes,
+                     .dynamic_shared_bytes = shape.dynamic_shared_bytes, .work_max = stats.work_max,
+                     .work_mean = stats.threads ? stats.work_sum / static_cast<double>(stats.threads) : 0,
+                     .bytes = cost.bytes, .flops = cost.flops});
+    }
   });
   return kSuccess;
 }

@@ -146,7 +146,7 @@ int device_attribute(int attribute) {
     case 6: case 7: return 65535;
     case 8: return 48 * 1024;   // MAX_SHARED_MEMORY_PER_BLOCK
     case 10: return 32;         // WARP_SIZE
-    case 16: return 4;          // MULTIPROCESSOR_COUNT
+    case 16: return knobs::emulated_gpu_sms();  // MULTIPROCESSOR_COUNT
     case 75: return 9;          // COMPUTE_CAPABILITY_MAJOR
     case 76: return 0;          // COMPUTE_CAPABILITY_MINOR
     default: return 0;

@@ -82,7 +82,8 @@ struct ModuleImage {
 std::string make_module_image(const std::string& name, const std::string& source);
 std::optional<ModuleImage> parse_module_image(const char* image);
 
-// cuDeviceGetAttribute's answer: compute capability 9.0, 4 SMs, CUDA's limits.
+// cuDeviceGetAttribute's answer: compute capability 9.0, TOWERJIT_EMULATED_GPU_SMS SMs (4 unless
+// set: a cost model sets its GPU's count, so grids are capped as on that GPU), CUDA's limits.
 int device_attribute(int attribute);
 
 // The driver's name and description of a result; for the emulator's faults the description is

@@ -101,6 +101,7 @@ std::vector<int> KernelWriter::needed(const std::vector<int>& roots) const {
 
 void KernelWriter::body(std::ostream& out, const std::string& indent, const Point& pt,
                         const std::vector<int>& roots) const {
+  out << indent << "TJ_WORK(1);\n";  // a point: the emulated GPU counts each thread's serial work
   for (int id : needed(roots))
     out << indent << "const " << type(k_.exprs[id].dtype) << " " << value(id, pt) << " = "
         << rhs(id, pt) << ";\n";

@@ -13,6 +13,7 @@ extern "C" __global__ void tj_im2col(const float* __restrict__ x, float* __restr
                                      TjConvShape g) {
   const tj_i64 spatial = g.oh * g.ow, total = g.n * g.c * g.kh * g.kw * spatial;
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
     const tj_i64 ox = p % g.ow, oy = p / g.ow % g.oh, row = p / spatial;
     const tj_i64 kx = row % g.kw, ky = row / g.kw % g.kh, ci = row / (g.kw * g.kh) % g.c;
     const tj_i64 i = row / (g.kw * g.kh * g.c);
@@ -28,6 +29,7 @@ extern "C" __global__ void tj_col2im(const float* __restrict__ cols, float* __re
                                      TjConvShape g) {
   const tj_i64 spatial = g.oh * g.ow, total = g.n * g.c * g.h * g.w;
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
     const tj_i64 ix = p % g.w, iy = p / g.w % g.h, ci = p / (g.w * g.h) % g.c, i = p / (g.w * g.h * g.c);
     float sum = 0.0f;
     for (tj_i64 ky = 0; ky < g.kh; ++ky) {
@@ -67,6 +69,7 @@ extern "C" __global__ void tj_max_pool2d(const float* __restrict__ x, float* __r
                                          TjPoolShape s) {
   const tj_i64 total = s.planes * s.oh * s.ow;
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
     const tj_i64 arg = tj_window_argmax(x, s, p / (s.oh * s.ow), p / s.ow % s.oh, p % s.ow);
     y[p] = arg < 0 ? -TJ_INF : x[arg];
   }
@@ -85,6 +88,7 @@ extern "C" __global__ void tj_max_pool2d_grad(const float* __restrict__ x, const
                                               float* __restrict__ dx, TjPoolShape s) {
   const tj_i64 total = s.planes * s.h * s.w;
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
     const tj_i64 ix = p % s.w, iy = p / s.w % s.h, plane = p / (s.w * s.h);
     tj_i64 y_lo, y_hi, x_lo, x_hi;
     tj_windows_of(iy, s.kh, s.stride_h, s.pad_h, s.oh, &y_lo, &y_hi);
@@ -103,6 +107,7 @@ extern "C" __global__ void tj_avg_pool2d(const float* __restrict__ x, float* __r
                                          TjPoolShape s) {
   const tj_i64 total = s.planes * s.oh * s.ow;
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
     const tj_i64 ox = p % s.ow, oy = p / s.ow % s.oh, plane = p / (s.oh * s.ow);
     const tj_i64 y0 = oy * s.stride_h - s.pad_h, x0 = ox * s.stride_w - s.pad_w;
     float sum = 0.0f;
@@ -119,6 +124,7 @@ extern "C" __global__ void tj_avg_pool2d_grad(const float* __restrict__ dy, floa
                                               TjPoolShape s) {
   const tj_i64 total = s.planes * s.h * s.w;
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
     const tj_i64 ix = p % s.w, iy = p / s.w % s.h, plane = p / (s.w * s.h);
     tj_i64 y_lo, y_hi, x_lo, x_hi;
     tj_windows_of(iy, s.kh, s.stride_h, s.pad_h, s.oh, &y_lo, &y_hi);
@@ -138,6 +144,7 @@ extern "C" __global__ void tj_one_hot(const int* __restrict__ labels, float* __r
                                       tj_i64 count, tj_i64 depth, tj_u64* error) {
   const tj_i64 total = count * depth;
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
     const tj_i64 i = p / depth, j = p % depth;
     const int v = labels[i];
     out[p] = v == j ? 1.0f : 0.0f;
@@ -150,6 +157,7 @@ extern "C" __global__ void tj_argmax(const float* __restrict__ x, int* __restric
                                      tj_i64 outer, tj_i64 n, tj_i64 inner) {
   const tj_i64 total = outer * inner;
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
     const tj_i64 o = p / inner, in = p % inner;
     tj_i64 best = 0;
     for (tj_i64 j = 1; j < n; ++j) {  // the first maximum; a NaN is larger than every number
@@ -165,6 +173,7 @@ extern "C" __global__ void tj_pad(const tj_u32* __restrict__ src, tj_u32* __rest
   tj_i64 total = 1;
   for (int d = 0; d < box.rank; ++d) total *= box.dst[d];
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
     tj_i64 rem = p, s = 0, stride = 1;
     bool in = true;
     for (int d = box.rank - 1; d >= 0; --d) {
@@ -183,6 +192,7 @@ extern "C" __global__ void tj_copy_box(const tj_u32* __restrict__ src, tj_u32* _
   tj_i64 total = 1;
   for (int d = 0; d < box.rank; ++d) total *= box.src[d];
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
     tj_i64 rem = p, o = 0, stride = 1;
     for (int d = box.rank - 1; d >= 0; --d) {
       o += (rem % box.src[d] + box.origin[d]) * stride;
