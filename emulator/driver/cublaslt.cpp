@@ -26,6 +26,7 @@
 
 #include "emulator/driver/emulated_devices.h"
 #include "emulator/driver/host_blas.h"
+#include "emulator/driver/launch_log.h"
 #include "emulator/kernel/block_scheduler.h"
 
 using namespace towerjit::emulator;
@@ -271,7 +272,8 @@ int cublasLtMatmul(LtHandle* h, Desc* d, const void* alpha, const void* a, Layou
   const bool tf32 = d->compute == kCompute32FFastTf32;
   const int ta = d->trans_a ? kCblasTrans : kCblasNoTrans, tb = d->trans_b ? kCblasTrans : kCblasNoTrans;
   const int m = static_cast<int>(p.m), n = static_cast<int>(p.n), k = static_cast<int>(p.k);
-  stream_of(stream).enqueue([=] {
+  Stream& queue = stream_of(stream);
+  queue.enqueue([=, &queue] {
     if (m == 0 || n == 0) return;
     for (int32_t i = 0; i < p.batch; ++i) {
       const float* ai = fa + i * la.stride;
@@ -280,6 +282,15 @@ int cublasLtMatmul(LtHandle* h, Desc* d, const void* alpha, const void* a, Layou
       if (tf32) ra = tf32_copy(ai, la), rb = tf32_copy(bi, lb), ai = ra.data(), bi = rb.data();
       host_sgemm()(kCblasColMajor, ta, tb, m, n, k, al_v, ai, static_cast<int>(la.ld), bi, static_cast<int>(lb.ld),
                    be_v, fd + i * ld.stride, static_cast<int>(ld.ld));
+    }
+    // For the cost model (launch_log.h): 2mnk FLOPs a product; A and B read, D written (and
+    // read as C when beta is not 0).
+    if (launch_log_enabled()) {
+      const double mm = m, nn = n, kk = k, count = p.batch;
+      record_launch({.name = tf32 ? "cublasLtMatmul (TF32)" : "cublasLtMatmul", .kind = LaunchKind::library,
+                     .stream = &queue, .device = device_owning(queue).index(),
+                     .bytes = 4 * count * (mm * kk + kk * nn + (be_v != 0.0f ? 2 : 1) * mm * nn),
+                     .flops = 2 * count * mm * nn * kk, .gemm = {m, n, k, p.batch}});
     }
   });
   return kSuccess;
