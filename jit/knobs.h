@@ -6,6 +6,7 @@
 // so tests can setenv a knob and see the effect without restarting the process.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -166,5 +167,22 @@ std::string emulator_library();
 // CUDA_HOME: a CUDA installation to look for NVRTC in ($CUDA_HOME/lib64) when the loader's
 // path does not have it; /usr/local/cuda is tried last. Unset or empty: not set.
 std::optional<std::string> cuda_home();
+
+}  // namespace towerjit::knobs
+
+namespace towerjit::knobs {
+
+// TOWERJIT_CUDNN: "off" runs GPU convolutions on towerjit's own im2col / col2im kernels and
+// cuBLAS instead of cuDNN (a warning says so once); "on" or unset: cuDNN where it loads.
+bool cudnn_enabled();
+
+// TOWERJIT_CUDNN_WORKSPACE_MB: the most device memory, in MiB, a cuDNN algorithm's workspace
+// may take (as TensorFlow's TF_CUDNN_WORKSPACE_LIMIT_IN_MB); algorithms needing more are
+// passed over for one that fits. Unset: the device's free memory.
+std::optional<int64_t> cudnn_workspace_mb();
+
+// VIRTUAL_ENV, then CONDA_PREFIX: a Python environment whose nvidia/cudnn/lib (pip's cuDNN
+// wheel, which PyTorch installs) is searched for libcudnn.so.9. Unset or empty: none.
+std::optional<std::string> python_env_prefix();
 
 }  // namespace towerjit::knobs

@@ -44,6 +44,18 @@ extern "C" __global__ void tj_col2im(const float* __restrict__ cols, float* __re
   }
 }
 
+// The filter gradient's per-image partial products summed in image order: out[j] = sum over
+// i of parts[i * count + j], one thread per weight, so every run adds in the same order (no
+// atomics). The fallback's in place of one GEMM per image (runtime/cuda/library.cpp).
+extern "C" __global__ void tj_sum_images(const float* __restrict__ parts, float* __restrict__ out,
+                                         long long images, long long count) {
+  for (tj_i64 j = TJ_GLOBAL_THREAD; j < count; j += TJ_GRID_THREADS) {
+    float sum = parts[j];
+    for (tj_i64 i = 1; i < images; ++i) sum += parts[i * count + j];
+    out[j] = sum;
+  }
+}
+
 // The first maximum of a window in row-major window order (as the CPU backend), as a flat
 // index into x, or -1 for a window entirely in the padding. A NaN counts as larger than every
 // number (the first NaN wins): the pool is NaN where its window holds one, and its gradient
