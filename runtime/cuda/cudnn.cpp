@@ -192,9 +192,13 @@ const char* conv_pass_name(ConvPass pass) {
 
 std::string cudnn_version_problem(size_t version) {
   if (version >= kCudnnMinVersion && version <= kCudnnMaxVersion) return "";
-  return "cuDNN " + std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
-         std::to_string(version % 100) + " (cudnnGetVersion " + std::to_string(version) +
-         "), and towerjit binds cuDNN 9.x";
+  // cuDNN 9 numbers its versions major*10000 + minor*100 + patch; cuDNN 8 and older did
+  // major*1000 + minor*100 + patch.
+  const bool old_scheme = version < 10000;
+  const size_t major = old_scheme ? version / 1000 : version / 10000;
+  const size_t minor = old_scheme ? version / 100 % 10 : version / 100 % 100;
+  return "cuDNN " + std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(version % 100) +
+         " (cudnnGetVersion " + std::to_string(version) + "), and towerjit binds cuDNN 9.x";
 }
 
 bool cudnn_available() {
@@ -204,6 +208,8 @@ bool cudnn_available() {
     return false;
   }
 }
+
+const CudnnApi* loaded_cudnn() { return loaded().ok ? &loaded().api : nullptr; }
 
 std::string cudnn_unavailable_reason() {
   if (!knobs::cudnn_enabled()) return "TOWERJIT_CUDNN=off";

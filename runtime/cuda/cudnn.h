@@ -124,6 +124,9 @@ const char* conv_pass_name(ConvPass pass);
 // (loads it on the first call). Never throws.
 bool cudnn_available();
 
+// The bound library, whatever the knob says; null when none could be loaded or it is not 9.x.
+const CudnnApi* loaded_cudnn();
+
 // Why cuDNN is not used ("" when it is): the files tried and what failed, the version found,
 // or the knob. cudnn_fallback_warning(reason) is the whole warning printed once a process.
 std::string cudnn_unavailable_reason();
