@@ -136,9 +136,12 @@ TEST_CASE("cuDNN 9 loads at run time where it is installed (GPU or not) and othe
     tj::test::ScopedEnv cap("TOWERJIT_CUDNN_WORKSPACE_MB", "-3");
     CHECK_THROWS_WITH(tj::knobs::cudnn_workspace_mb(), Catch::Contains("TOWERJIT_CUDNN_WORKSPACE_MB=-3 is not a size in MiB"));
   }
-  const std::string w = cu::cudnn_fallback_warning("libcudnn.so.9 was not found (tried libcudnn.so.9)");
+  const std::string w = cu::cudnn_fallback_warning(
+      "libcudnn.so.9 was not found (tried libcudnn.so.9, /usr/local/cuda/lib64/libcudnn.so.9, "
+      "/usr/local/cuda/lib/libcudnn.so.9)");
   CHECK_THAT(w, Catch::StartsWith("towerjit: warning: cuDNN is not used for convolutions: libcudnn.so.9 was not "
-                                  "found (tried libcudnn.so.9). They fall back to towerjit's own im2col"));
+                                  "found (tried libcudnn.so.9, /usr/local/cuda/lib64/libcudnn.so.9, "
+                                  "/usr/local/cuda/lib/libcudnn.so.9). They fall back to towerjit's own im2col"));
   CHECK_THAT(w, Catch::Contains("install cuDNN 9"));
 }
 
