@@ -128,6 +128,12 @@ void conv2d_grad_filter_fallback(const Node& node, TjConvShape g, const DeviceVi
 void convolution(const kir::LibraryCall& call, const Node& node, const std::vector<DeviceView>& in,
                  const DeviceView& out, LibraryEnv& env) {
   const ConvCall cc = conv_call(call.op, node.attrs, {in[0].shape, in[1].shape}, out.shape);
+  if (cc.g.n == 0) {  // no images: nothing to compute, and a filter gradient of zeros
+    if (cc.pass == ConvPass::filter_gradient)
+      check_cuda(require_driver().MemsetD32Async(out.ptr, 0, out.shape.elements(0), env.stream.handle()),
+                 "cuMemsetD32Async");
+    return;
+  }
   if (env.dnn) {
     env.dnn->run(cc.pass, cc.g, in[0].ptr, in[1].ptr, out.ptr, env.scratch.ptr(), env.scratch.bytes(), describe(node));
     return;
@@ -216,6 +222,7 @@ size_t library_scratch_bytes(const kir::LibraryCall& call, const Node& node, con
                              const Shape& out, Cudnn* dnn) {
   if (call.op != Op::Conv2D && call.op != Op::Conv2DGradInput && call.op != Op::Conv2DGradFilter) return 0;
   const ConvCall cc = conv_call(call.op, node.attrs, in, out);
+  if (cc.g.n == 0) return 0;
   if (dnn) return dnn->plan(cc.pass, cc.g, describe(node)).workspace;
   return static_cast<size_t>(fallback_scratch_floats(cc)) * 4;
 }
