@@ -6,6 +6,7 @@
 // so tests can setenv a knob and see the effect without restarting the process.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -183,5 +184,18 @@ bool allow_tf32();
 // launch shapes that the runtime caps by the SM count (32 blocks an SM) are those the modelled
 // GPU would get; `towerjit_bench --gpu-model` sets its GPU's count. Default: 4.
 int emulated_gpu_sms();
+
+// TOWERJIT_CUDNN: "off" runs GPU convolutions on towerjit's own im2col / col2im kernels and
+// cuBLAS instead of cuDNN (a warning says so once); "on" or unset: cuDNN where it loads.
+bool cudnn_enabled();
+
+// TOWERJIT_CUDNN_WORKSPACE_MB: the most device memory, in MiB, a cuDNN algorithm's workspace
+// may take (as TensorFlow's TF_CUDNN_WORKSPACE_LIMIT_IN_MB); algorithms needing more are
+// passed over for one that fits. Unset: the device's free memory.
+std::optional<int64_t> cudnn_workspace_mb();
+
+// VIRTUAL_ENV, then CONDA_PREFIX: a Python environment whose nvidia/cudnn/lib (pip's cuDNN
+// wheel, which PyTorch installs) is searched for libcudnn.so.9. Unset or empty: none.
+std::optional<std::string> python_env_prefix();
 
 }  // namespace towerjit::knobs

@@ -1,5 +1,6 @@
 // Compile-time checks that the hand-written declarations of the driver API
-// (runtime/cuda/driver_api.h), cuBLAS (runtime/cuda/cublas.h), cuBLASLt (runtime/cuda/cublaslt.h) and NCCL (runtime/cuda/nccl.h,
+// (runtime/cuda/driver_api.h), cuBLAS (runtime/cuda/cublas.h), cuBLASLt (runtime/cuda/cublaslt.h),
+// cuDNN (runtime/cuda/cudnn.h, where cudnn.h is installed) and NCCL (runtime/cuda/nccl.h,
 // where nccl.h is installed) match the toolkit's headers: every entry point's parameters, the versioned symbol each name maps to
 // (cuMemAlloc -> cuMemAlloc_v2), and the enum values towerjit passes. Built wherever the
 // toolkit's headers are found (tests_gpu/CMakeLists.txt), GPU or not: the build is the test.
@@ -12,6 +13,10 @@
 #include <nccl.h>
 #define TOWERJIT_HAVE_NCCL_HEADER 1
 #endif
+#if __has_include(<cudnn.h>)
+#include <cudnn.h>
+#define TOWERJIT_HAVE_CUDNN_HEADER 1
+#endif
 
 #include <cstddef>
 #include <string_view>
@@ -20,6 +25,7 @@
 
 #include "runtime/cuda/cublas.h"
 #include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/cudnn.h"
 #include "runtime/cuda/driver_api.h"
 #include "runtime/cuda/nccl.h"
 
@@ -32,19 +38,31 @@ using namespace towerjit::cuda;
 // cuBLASLt's descriptors are the toolkit's anonymous structs; towerjit has its own of the same
 // size (checked below), so a parameter of theirs is passed as ours.
 template <typename T>
-struct Ours {
+struct PassedAs {
   using type = std::conditional_t<std::is_enum_v<T>, int, T>;
 };
-template <> struct Ours<::cublasLtMatrixLayout_t> { using type = LtMatrixLayout; };
-template <> struct Ours<::cublasLtMatmulDesc_t> { using type = LtMatmulDesc; };
-template <> struct Ours<::cublasLtMatmulPreference_t> { using type = LtMatmulPreference; };
-template <> struct Ours<const ::cublasLtMatmulAlgo_t*> { using type = const LtMatmulAlgo*; };
-template <> struct Ours<::cublasLtMatmulHeuristicResult_t*> { using type = LtHeuristicResult*; };
-template <> struct Ours<::cublasLtMatmulDesc_t*> { using type = LtMatmulDesc*; };
-template <> struct Ours<::cublasLtMatrixLayout_t*> { using type = LtMatrixLayout*; };
-template <> struct Ours<::cublasLtMatmulPreference_t*> { using type = LtMatmulPreference*; };
+template <> struct PassedAs<::cublasLtMatrixLayout_t> { using type = LtMatrixLayout; };
+template <> struct PassedAs<::cublasLtMatmulDesc_t> { using type = LtMatmulDesc; };
+template <> struct PassedAs<::cublasLtMatmulPreference_t> { using type = LtMatmulPreference; };
+template <> struct PassedAs<const ::cublasLtMatmulAlgo_t*> { using type = const LtMatmulAlgo*; };
+template <> struct PassedAs<::cublasLtMatmulHeuristicResult_t*> { using type = LtHeuristicResult*; };
+template <> struct PassedAs<::cublasLtMatmulDesc_t*> { using type = LtMatmulDesc*; };
+template <> struct PassedAs<::cublasLtMatrixLayout_t*> { using type = LtMatrixLayout*; };
+template <> struct PassedAs<::cublasLtMatmulPreference_t*> { using type = LtMatmulPreference*; };
+#if defined(TOWERJIT_HAVE_CUDNN_HEADER)
+// cuDNN's three perf structs are one CudnnAlgoPerf to towerjit (their layout is checked below).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+template <>
+struct PassedAs<cudnnConvolutionFwdAlgoPerf_t*> { using type = CudnnAlgoPerf*; };
+template <>
+struct PassedAs<cudnnConvolutionBwdDataAlgoPerf_t*> { using type = CudnnAlgoPerf*; };
+template <>
+struct PassedAs<cudnnConvolutionBwdFilterAlgoPerf_t*> { using type = CudnnAlgoPerf*; };
+#pragma GCC diagnostic pop
+#endif
 template <typename T>
-using Passed = typename Ours<T>::type;
+using Passed = typename PassedAs<T>::type;
 
 template <typename F>
 struct Params;
@@ -81,6 +99,37 @@ static_assert(std::is_same_v<decltype(NcclApi::GetUniqueId), NcclResult (*)(Nccl
               same_params<NcclResult (*)(::ncclUniqueId*), decltype(&::ncclGetUniqueId)>);
 static_assert(std::is_same_v<decltype(NcclApi::CommInitRank), NcclResult (*)(ncclComm_t*, int, NcclUniqueId, int)> &&
               same_params<NcclResult (*)(ncclComm_t*, int, ::ncclUniqueId, int), decltype(&::ncclCommInitRank)>);
+#endif
+
+#if defined(TOWERJIT_HAVE_CUDNN_HEADER)
+// cuDNN 9 marks the legacy convolution API deprecated (it still ships, in libcudnn_cnn).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#define TOWERJIT_CHECK_CUDNN(member, symbol, signature) \
+  static_assert(same_params<signature, decltype(&::symbol)>, #symbol ": parameters differ from cuDNN's");
+TOWERJIT_CUDNN_FUNCTIONS(TOWERJIT_CHECK_CUDNN)
+#undef TOWERJIT_CHECK_CUDNN
+static_assert(std::is_same_v<cudnnHandle_t, ::cudnnHandle_t> && std::is_same_v<CudnnT, ::cudnnTensorDescriptor_t> &&
+              std::is_same_v<CudnnF, ::cudnnFilterDescriptor_t> && std::is_same_v<CudnnC, ::cudnnConvolutionDescriptor_t>);
+static_assert(std::is_same_v<decltype(CudnnApi::GetVersion), decltype(&::cudnnGetVersion)>);
+static_assert(sizeof(cudnnStatus_t) == sizeof(CudnnStatus));
+// Our one perf struct stands for the three of cuDNN.
+#define TOWERJIT_CHECK_PERF(T)                                                                            \
+  static_assert(sizeof(T) == sizeof(CudnnAlgoPerf) && offsetof(T, algo) == offsetof(CudnnAlgoPerf, algo) && \
+                offsetof(T, status) == offsetof(CudnnAlgoPerf, status) &&                                 \
+                offsetof(T, time) == offsetof(CudnnAlgoPerf, time) &&                                     \
+                offsetof(T, memory) == offsetof(CudnnAlgoPerf, memory) &&                                 \
+                offsetof(T, determinism) == offsetof(CudnnAlgoPerf, determinism) &&                       \
+                offsetof(T, mathType) == offsetof(CudnnAlgoPerf, math_type));
+TOWERJIT_CHECK_PERF(cudnnConvolutionFwdAlgoPerf_t)
+TOWERJIT_CHECK_PERF(cudnnConvolutionBwdDataAlgoPerf_t)
+TOWERJIT_CHECK_PERF(cudnnConvolutionBwdFilterAlgoPerf_t)
+#undef TOWERJIT_CHECK_PERF
+static_assert(kCudnnTensorNchw == CUDNN_TENSOR_NCHW && kCudnnDataFloat == CUDNN_DATA_FLOAT);
+static_assert(kCudnnCrossCorrelation == CUDNN_CROSS_CORRELATION && kCudnnFmaMath == CUDNN_FMA_MATH);
+static_assert(kCudnnDeterministic == CUDNN_DETERMINISTIC && kCudnnStatusNotSupported == CUDNN_STATUS_NOT_SUPPORTED);
+static_assert(CUDNN_MAJOR == kCudnnMinVersion / 10000);
+#pragma GCC diagnostic pop
 #endif
 
 static_assert(same_params<decltype(towerjit::cuda::DriverApi::EventElapsedTime), decltype(&::cuEventElapsedTime_v2)>);

@@ -14,15 +14,17 @@ namespace towerjit::cuda {
 
 // dump_index_json's index plus, per kernel step, "launch": {"scheme", "block", "grid" (an
 // expression of B), "shared_bytes", "vector_width", "params"}, and per library step "cuda":
-// the library kernels or cuBLAS calls that run it.
+// the library kernels or cuBLAS / cuDNN calls that run it (`cudnn`: whether convolutions go
+// to cuDNN, as where it loads, or to the fallback: runtime/cuda/cudnn.h).
 std::string cuda_index_json(const Graph& graph, const kir::Program& program, const CudaModule& module,
-                            const std::string& module_name);
+                            const std::string& module_name, bool cudnn = true);
 
 // Writes <dir>/<module>.cu, <module>.index.json, <module>.kir and, when `ptx` is non-empty,
 // <module>.ptx. Returns the paths written. Throws towerjit::Error when `dir` is not writable.
 std::vector<std::string> write_cuda_dump(const std::string& dir, const Graph& graph,
                                          const kir::Program& program, const CudaModule& module,
-                                         const std::string& module_name, const std::string& ptx = "");
+                                         const std::string& module_name, const std::string& ptx = "",
+                                         bool cudnn = true);
 
 // A program's files for reading its CUDA, emitted from its kernel IR whatever device runs it
 // (a CPU program's too): write_cuda_dump's files under `stem`, with the .ptx for `arch`
@@ -31,9 +33,10 @@ std::vector<std::string> write_cuda_dump(const std::string& dir, const Graph& gr
 std::vector<std::string> dump_cuda_of(const std::string& dir, const Graph& lowered_graph, const kir::Program& program,
                                       const std::string& stem, const std::string& arch = "");
 
-// The CUDA routines a library call runs as: "cublasSgemmStridedBatched", "tj_im2col +
-// cublasSgemmStridedBatched", "tj_max_pool2d", ...
-std::string library_routine(const kir::LibraryCall& call);
+// The CUDA routines a library call runs as: "cublasSgemmStridedBatched",
+// "cudnnConvolutionForward" (or without cuDNN "tj_im2col + cublasSgemmStridedBatched"),
+// "tj_max_pool2d", ...
+std::string library_routine(const kir::LibraryCall& call, bool cudnn = true);
 
 }  // namespace towerjit::cuda
 

@@ -69,17 +69,31 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
       kernel_what_.push_back(describe_kernel(graph_, program_.kernels[i]));
     }
   }
-  if (auto dir = knobs::dump_dir()) cuda::write_cuda_dump(*dir, graph_, program_, module_, name_, binary_.ptx);
-  stream_ = std::make_unique<cuda::Stream>(*device_);
-  staging_ = std::make_unique<cuda::PinnedBuffer>(device_->context());
-  bool needs_blas = false, needs_library = false;
+  bool has_conv = false, needs_library = false;
   for (size_t i = 0; i < program_.calls.size(); ++i) {
     const Op op = program_.calls[i].op;
-    needs_blas |= op == Op::MatMul || op == Op::Conv2D || op == Op::Conv2DGradInput || op == Op::Conv2DGradFilter;
+    has_conv |= op == Op::Conv2D || op == Op::Conv2DGradInput || op == Op::Conv2DGradFilter;
     needs_library |= op != Op::MatMul;
     if (op == Op::OneHot) one_hot_calls_.push_back(static_cast<int>(i));
   }
+  stream_ = std::make_unique<cuda::Stream>(*device_);
+  staging_ = std::make_unique<cuda::PinnedBuffer>(device_->context());
+  // Convolutions go to cuDNN where it loads and makes a handle; else to the fallback, said
+  // once a process (a driver cuDNN cannot work with fails at cudnnCreate).
+  if (has_conv && !cuda::cudnn_available()) cuda::warn_cudnn_fallback_once(cuda::cudnn_unavailable_reason());
+  if (has_conv && cuda::cudnn_available()) {
+    try {
+      dnn_ = std::make_unique<cuda::Cudnn>(*device_, *stream_, loc);
+    } catch (const Error& e) {
+      cuda::warn_cudnn_fallback_once(e.what());
+    }
+  }
+  const bool needs_blas = std::any_of(program_.calls.begin(), program_.calls.end(), [](const kir::LibraryCall& c) {
+    return c.op == Op::MatMul;
+  }) || (has_conv && !dnn_);
   if (needs_blas) blas_ = std::make_unique<cuda::Cublas>(*device_, *stream_, loc);
+  if (auto dir = knobs::dump_dir())
+    cuda::write_cuda_dump(*dir, graph_, program_, module_, name_, binary_.ptx, dnn_ || !has_conv);
   if (needs_library) device_->library_module();  // compile and load now: errors here, not mid-run
   if (!one_hot_calls_.empty()) error_slots_ = device_->allocate(8 * one_hot_calls_.size(), loc);
   // One walk over the steps' writes finds the variables some step writes (their values go
@@ -135,18 +149,22 @@ int64_t CudaProgram::bind_batch(const Feeds& feeds, Loc loc) const {
 
 void CudaProgram::prepare(int64_t batch) {
   // Training runs one batch size step after step: plan once per size, not once per run.
-  if (planned_batch_ != batch) {
-    plan_ = plan_buffers(program_, batch);
+  const bool replan = planned_batch_ != batch;
+  if (replan) plan_ = plan_buffers(program_, batch);
+  // The previous run has finished (it waited for its stream), so the old blocks are idle.
+  if (arena_.bytes() < static_cast<size_t>(plan_.arena_bytes)) arena_ = device_->allocate(plan_.arena_bytes);
+  if (replan) {
+    // After the arena: cuDNN's algorithms are chosen here (cudnn.h), within the memory left.
     scratch_bytes_ = 0;
     for (const kir::LibraryCall& c : program_.calls) {
       std::vector<Shape> in;
       for (int b : c.inputs) in.push_back(program_.buffers[b].shape.bind(batch));
-      scratch_bytes_ = std::max(scratch_bytes_, cuda::library_scratch_bytes(c, in, program_.buffers[c.output].shape.bind(batch)));
+      scratch_bytes_ = std::max(scratch_bytes_, cuda::library_scratch_bytes(c, graph_.node(c.node), in,
+                                                                            program_.buffers[c.output].shape.bind(batch),
+                                                                            dnn_.get()));
     }
     planned_batch_ = batch;
   }
-  // The previous run has finished (it waited for its stream), so the old blocks are idle.
-  if (arena_.bytes() < static_cast<size_t>(plan_.arena_bytes)) arena_ = device_->allocate(plan_.arena_bytes);
   if (scratch_.bytes() < scratch_bytes_) scratch_ = device_->allocate(scratch_bytes_);
 }
 
@@ -200,6 +218,7 @@ void CudaProgram::run_call(int index, const std::vector<CUdeviceptr>& base, int6
   for (int b : c.inputs) in.push_back({program_.buffers[b].shape.bind(batch), base[b]});
   const cuda::DeviceView out{program_.buffers[c.output].shape.bind(batch), base[c.output]};
   cuda::LibraryEnv env{*device_, *stream_, blas_.get(), scratch_, 0};
+  env.dnn = dnn_.get();
   if (c.op == Op::OneHot) {
     const auto slot = std::find(one_hot_calls_.begin(), one_hot_calls_.end(), index) - one_hot_calls_.begin();
     env.error_slot = error_slots_.ptr() + 8 * slot;

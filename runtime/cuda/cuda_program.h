@@ -25,6 +25,7 @@
 #include "jit/kir/kernel_ir.h"
 #include "jit/passes/buffer_plan.h"
 #include "runtime/cuda/cublas.h"
+#include "runtime/cuda/cudnn.h"
 #include "runtime/cuda/device_tensor.h"
 #include "runtime/cuda/module.h"
 
@@ -138,6 +139,7 @@ class CudaProgram {
   cuda::DeviceContext* device_ = nullptr;
   std::unique_ptr<cuda::Stream> stream_;
   std::unique_ptr<cuda::Cublas> blas_;
+  std::unique_ptr<cuda::Cudnn> dnn_;  // null: no convolutions, or cuDNN unavailable (the fallback)
   cuda::CudaModule module_;
   cuda::CudaBinary binary_;
   std::unique_ptr<cuda::LoadedModule> loaded_;
