@@ -183,4 +183,6 @@ bool deterministic_layout() {
 }
 std::optional<std::string> cuda_home() { return read("CUDA_HOME"); }
 
+bool cuda_graphs() { return switch_knob("TOWERJIT_CUDA_GRAPHS", true); }
+
 }  // namespace towerjit::knobs

@@ -3,6 +3,12 @@
 // point in a stream's work, and a stream told to wait on it runs nothing queued after the wait
 // until that point has run. Work that faults makes its device's error sticky, as a GPU's
 // context is after a fault.
+//
+// Stream capture (cuStreamBeginCapture): while a stream captures, work queued on it is recorded
+// into its Capture rather than run; a stream that waits on an event recorded in the capture
+// joins it, and its work is recorded too. The recorded work, in the order it was queued, is the
+// graph; a launch queues it on the launching stream (an order that respects every stream's own
+// order and every event wait of the capture, since a wait is queued after its record).
 #pragma once
 
 #include <chrono>
@@ -10,11 +16,13 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace towerjit::emulator {
 
@@ -30,6 +38,19 @@ class StickyError {
   mutable std::mutex mutex_;
   int code_ = 0;
   std::string message_;
+};
+
+// One capture sequence: the work recorded so far, the stream that began it (the one that must
+// end it), the thread that began it (CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: that thread may not
+// make unsafe calls such as cuMemAlloc while it lasts), and whether a prohibited call broke it.
+struct Capture {
+  std::mutex mutex;  // streams joined to the capture record from their threads
+  std::vector<std::function<void()>> work;
+  void* origin = nullptr;  // the Stream
+  std::thread::id thread;
+  int mode = 0;
+  int invalidated_by = 0;  // the CUresult of the call that broke it, 0 while intact
+  std::string broken_by;   // that call's name
 };
 
 class Stream {
@@ -48,6 +69,9 @@ class Stream {
   void synchronize();
   // Whether everything queued so far has run.
   bool idle();
+  // The capture this stream records into (began on it, or joined through an event), or null.
+  std::shared_ptr<Capture> capture();
+  void set_capture(std::shared_ptr<Capture> c);
 
  private:
   void run();
@@ -59,6 +83,7 @@ class Stream {
   std::uint64_t queued_ = 0, finished_ = 0;
   bool stopping_ = false;
   std::optional<std::mt19937_64> delays_;
+  std::shared_ptr<Capture> capture_;
   std::thread worker_;
 };
 
@@ -70,6 +95,9 @@ class Event {
   void wait_on(Stream& stream);
   // Whether the point last recorded has been reached (true if never recorded, as CUDA).
   bool reached();
+  // The capture the event was last recorded in (cuEventRecord on a capturing stream), or null:
+  // such an event marks a point of the graph, not of any stream's work.
+  std::shared_ptr<Capture> captured_in;
   void synchronize();
   // Milliseconds between the points two events reached.
   static float elapsed_ms(Event& start, Event& end);

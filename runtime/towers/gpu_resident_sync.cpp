@@ -1,5 +1,6 @@
 #include "runtime/towers/gpu_resident_sync.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -107,6 +108,9 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
       record_after_[t][bucket.back() + 1] = ready_[t].back().get();
     }
   }
+  // The towers' fetches are read in place (no copy each): the buckets' reductions, the loss's
+  // read and the apply are done with them before the next step queues the towers again.
+  for (CudaProgram* tower : setup_.towers) tower->set_fetches_in_place(true);
   for (auto& gpu : gpus_) {
     const Device device = towerjit::gpu(gpu->context->ordinal());
     gpu->copies = std::make_unique<cuda::Stream>(*gpu->context);
@@ -177,6 +181,17 @@ void GpuResidentSync::set_weights(Gpu& gpu, const std::vector<double>& weights, 
 // all-reduce between the GPUs on the same streams. Nothing is waited for.
 void GpuResidentSync::queue_bucket(size_t b, std::vector<std::vector<DeviceTensor>>& outputs) {
   const std::vector<int>& bucket = buckets_[b];
+  // One tower alone, weighted 1, and a bucket of gradients only: its sum is the tower's own
+  // gradients, which the apply reads where they are (no pass scaling them by 1 first). The
+  // model's updates still pass through the sum: they become variables, which must not live in
+  // the tower's temporaries.
+  const size_t gradients = setup_.gradient_inputs.size();
+  if (gpus_.size() == 1 && gpus_[0]->towers.size() == 1 && !across_processes() &&
+      gpus_[0]->uploaded == std::vector<double>{1.0, 1.0} &&
+      std::all_of(bucket.begin(), bucket.end(), [&](int k) { return static_cast<size_t>(k) < gradients; })) {
+    for (int k : bucket) gpus_[0]->reduced[k] = std::move(outputs[gpus_[0]->towers[0]][k + 1]);
+    return;
+  }
   for (auto& gpu : gpus_) {
     std::vector<const cuda::Event*> wait;
     for (size_t i = 0; i < gpu->towers.size(); ++i) {
