@@ -94,7 +94,7 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
   if (needs_library) device_->library_module();  // compile and load now: errors here, not mid-run
   if (!one_hot_calls_.empty()) error_slots_ = device_->allocate(8 * one_hot_calls_.size(), loc);
   step_slot_ = device_->allocate(8, loc);
-  graphs_ = cuda::graphs_enabled();
+  graphs_enabled_ = cuda::graphs_enabled();
   // One walk over the steps' writes finds the variables some step writes (their values go
   // back to the host after a host run) and the step after which each fetch holds its value:
   // the last one writing its buffer (-1: none does, an input or a variable read as it is).
@@ -353,7 +353,7 @@ void CudaProgram::queue_run(const DeviceFeeds& feeds, DeviceVariables& variables
       timing_[0]->record(*stream_);
     }
     // Captured only when nothing in the run waits for the host or records a timing event.
-    const bool captured = graphs_ && !step_times && !check_numerics_;
+    const bool captured = graphs_enabled_ && !step_times && !check_numerics_ && misses_in_a_row_ < kMissesToGiveUp;
     if (!captured) {
       ++graph_counts_.uncaptured;
       add_to_totals(0, 0, 1);
@@ -374,6 +374,7 @@ void CudaProgram::queue_run(const DeviceFeeds& feeds, DeviceVariables& variables
       // keep a graph for each.
       if (!graphs_.count(key) && graphs_.size() >= kGraphsKept) graphs_.clear();
       std::vector<std::unique_ptr<cuda::GraphExec>>& pieces = graphs_[key];
+      misses_in_a_row_ = pieces.empty() ? misses_in_a_row_ + 1 : 0;
       if (pieces.empty()) {
         for (size_t k = 0; k <= cuts.size(); ++k)
           pieces.push_back(cuda::capture_graph(
@@ -382,14 +383,21 @@ void CudaProgram::queue_run(const DeviceFeeds& feeds, DeviceVariables& variables
                 queue_piece(k);
                 if (during_capture) during_capture();
               },
-              "program \"" + name_ + "\" on " + device_->str(), loc));
+              "program \"" + name_ + "\" on gpu:" + std::to_string(device_->ordinal()), loc));
         ++graph_counts_.captures;
+        if (knobs::debug_level() >= 1)
+          std::fprintf(stderr, "towerjit: %s on gpu:%d: captured as %zu CUDA graph%s for batch %lld (capture %lld)%s\n",
+                       name_.c_str(), device_->ordinal(), pieces.size(), pieces.size() == 1 ? "" : "s",
+                       static_cast<long long>(batch), static_cast<long long>(graph_counts_.captures),
+                       misses_in_a_row_ == kMissesToGiveUp
+                           ? "; its addresses move at every run, so later runs are queued call by call"
+                           : "");
         add_to_totals(1, 0, 0);
       }
       ++graph_counts_.replays;
       add_to_totals(0, 1, 0);
       for (size_t k = 0; k <= cuts.size(); ++k) {
-        pieces[k]->launch(*stream_, name_ + " on " + device_->str(), loc);
+        pieces[k]->launch(*stream_, name_ + " on gpu:" + std::to_string(device_->ordinal()), loc);
         if (k < cuts.size()) queue_cut(cuts[k]);
       }
     }

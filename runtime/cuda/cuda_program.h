@@ -193,7 +193,13 @@ class CudaProgram {
   // signalled to another stream), by what they baked in: the batch, buffer addresses,
   // staging, transfers, cuts.
   static constexpr size_t kGraphsKept = 8;
-  bool graphs_ = false;  // TOWERJIT_CUDA_GRAPHS and a driver with graphs
+  // A program whose runs needed a new capture this many times in a row (its caller's feeds
+  // are new tensors at every run, say) stops capturing: a capture costs more than it saves
+  // when it is replayed only once. Training needs at most two in a row (the last, smaller
+  // batch of an epoch, then the full batch where the addresses are still the first epoch's).
+  static constexpr int kMissesToGiveUp = 4;
+  int misses_in_a_row_ = 0;
+  bool graphs_enabled_ = false;  // TOWERJIT_CUDA_GRAPHS and a driver with graphs
   std::map<std::vector<uint64_t>, std::vector<std::unique_ptr<cuda::GraphExec>>> graphs_;
   GraphCounts graph_counts_;
   cuda::DeviceBuffer step_slot_;  // the run's step, read by every kernel
