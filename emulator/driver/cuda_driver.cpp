@@ -39,10 +39,10 @@ constexpr int kCaptureModeGlobal = 0, kCaptureModeRelaxed = 2;
 // A captured graph (cuStreamEndCapture) and an instantiated one (cuGraphInstantiate): the
 // recorded work, shared, as every closure already holds its own copy of its arguments.
 struct Graph {
-  std::shared_ptr<const std::vector<std::function<void()>>> work;
+  std::shared_ptr<const std::vector<std::function<std::function<void()>()>>> work;
 };
 struct GraphExec {
-  std::shared_ptr<const std::vector<std::function<void()>>> work;
+  std::shared_ptr<const std::vector<std::function<std::function<void()>()>>> work;
 };
 
 // The captures under way, for the calls that are unsafe during any of them.
@@ -483,7 +483,7 @@ int cuStreamEndCapture(CUstream s, CUgraph* graph) {
     *graph = nullptr;
     return report(kCaptureInvalidated, "emulated GPU: the capture was invalidated by " + c->broken_by);
   }
-  *graph = reinterpret_cast<CUgraph>(new Graph{std::make_shared<const std::vector<std::function<void()>>>(std::move(c->work))});
+  *graph = reinterpret_cast<CUgraph>(new Graph{std::make_shared<const std::vector<std::function<std::function<void()>()>>>(std::move(c->work))});
   return kSuccess;
 }
 
@@ -504,7 +504,7 @@ int cuGraphLaunch(CUgraphExec exec, CUstream s) {
   if (!exec) return kInvalidValue;
   if (int e = sticky(s)) return e;
   Stream& stream = stream_of(s);
-  for (const auto& work : *reinterpret_cast<GraphExec*>(exec)->work) stream.enqueue(work);
+  for (const auto& make : *reinterpret_cast<GraphExec*>(exec)->work) stream.enqueue_made(make);
   return kSuccess;
 }
 

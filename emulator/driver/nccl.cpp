@@ -90,9 +90,9 @@ struct World {
 struct Comm {
   std::shared_ptr<Clique> clique;  // ranks in this process (ncclCommInitAll)
   int rank, device;
-  // This rank's collectives run so far: the next one's sequence number. Counted when the
-  // rank's stream runs one (not when it is called), so an all-reduce captured into a CUDA graph
-  // joins a collective of its own at every launch; a rank's stream runs them in call order.
+  // This rank's collectives so far: the next one's sequence number. Taken when a collective is
+  // queued (at ncclGroupEnd for grouped calls), in the host's order, as NCCL orders a
+  // communicator's collectives; one captured into a CUDA graph takes a new one at every launch.
   std::atomic<std::size_t> calls{0};
   std::shared_ptr<World> world;  // or ranks over processes (ncclCommInitRank)
 };
@@ -215,9 +215,12 @@ int ncclAllReduce(const void* send, void* recv, std::size_t count, int type, int
   if (comm->world) {
     const std::shared_ptr<World> world = comm->world;
     auto queue = [=] {
-      stream->enqueue([=] {
-        all_reduce_over_processes(*world, comm->calls++, rank, static_cast<const float*>(send),
-                                  static_cast<float*>(recv), count);
+      stream->enqueue_made([=]() -> std::function<void()> {
+        const std::size_t sequence = comm->calls++;
+        return [=] {
+          all_reduce_over_processes(*world, sequence, rank, static_cast<const float*>(send), static_cast<float*>(recv),
+                                    count);
+        };
       });
     };
     if (group_depth > 0) grouped.push_back(queue);
@@ -225,7 +228,7 @@ int ncclAllReduce(const void* send, void* recv, std::size_t count, int type, int
     return kSuccess;
   }
   auto queue = [=] {
-    stream->enqueue([=] {
+    stream->enqueue_made([=]() -> std::function<void()> {
       std::shared_ptr<Collective> collective;
       {
         std::lock_guard lock(comm->clique->mutex);
@@ -234,10 +237,12 @@ int ncclAllReduce(const void* send, void* recv, std::size_t count, int type, int
         while (sequence >= all.size()) all.push_back(std::make_shared<Collective>(comm->clique->ranks, count));
         collective = all[sequence];
       }
-      if (collective->count != count)
-        throw Fault("emulated NCCL: the ranks of an all-reduce disagree on its size (" +
-                    std::to_string(collective->count) + " and " + std::to_string(count) + " floats)");
-      collective->arrive(rank, static_cast<const float*>(send), static_cast<float*>(recv));
+      return [=] {
+        if (collective->count != count)
+          throw Fault("emulated NCCL: the ranks of an all-reduce disagree on its size (" +
+                      std::to_string(collective->count) + " and " + std::to_string(count) + " floats)");
+        collective->arrive(rank, static_cast<const float*>(send), static_cast<float*>(recv));
+      };
     });
   };
   if (group_depth > 0) grouped.push_back(queue);

@@ -49,7 +49,7 @@ void Stream::enqueue(std::function<void()> work) {
     std::lock_guard lock(mutex_);
     if (capture_) {  // recorded, not run: a launch of the graph queues it
       std::lock_guard recording(capture_->mutex);
-      capture_->work.push_back(std::move(work));
+      capture_->work.push_back([w = std::move(work)] { return w; });
       return;
     }
     queue_.push_back(std::move(work));
@@ -67,6 +67,18 @@ void Stream::synchronize() {
 bool Stream::idle() {
   std::lock_guard lock(mutex_);
   return finished_ == queued_;
+}
+
+void Stream::enqueue_made(std::function<std::function<void()>()> make) {
+  {
+    std::lock_guard lock(mutex_);
+    if (capture_) {
+      std::lock_guard recording(capture_->mutex);
+      capture_->work.push_back(std::move(make));
+      return;
+    }
+  }
+  enqueue(make());
 }
 
 std::shared_ptr<Capture> Stream::capture() {

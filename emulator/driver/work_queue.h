@@ -45,7 +45,9 @@ class StickyError {
 // make unsafe calls such as cuMemAlloc while it lasts), and whether a prohibited call broke it.
 struct Capture {
   std::mutex mutex;  // streams joined to the capture record from their threads
-  std::vector<std::function<void()>> work;
+  // Each piece of work as a maker, called when the graph is launched (most return the work
+  // recorded; an NCCL call takes its collective's sequence number then, in launch order).
+  std::vector<std::function<std::function<void()>()>> work;
   void* origin = nullptr;  // the Stream
   std::thread::id thread;
   int mode = 0;
@@ -65,6 +67,10 @@ class Stream {
   // Queues `work`; it runs after everything queued before it. A work item that throws
   // emulator::Fault sets the sticky error; later items still run (their results are moot).
   void enqueue(std::function<void()> work);
+  // Queues make(), called now; under capture, records `make` itself, called at each launch of
+  // the graph, in the order the host launches it (for work whose identity is fixed when it is
+  // queued, as a collective's place in its communicator's order).
+  void enqueue_made(std::function<std::function<void()>()> make);
   // Waits until everything queued so far has run.
   void synchronize();
   // Whether everything queued so far has run.

@@ -1,6 +1,7 @@
 #include "runtime/cuda/program_graphs.h"
 
 #include <exception>
+#include <string>
 
 #include "dsl/error.h"
 #include "jit/knobs.h"
@@ -39,7 +40,9 @@ std::unique_ptr<GraphExec> capture_graph(const Stream& stream, const std::functi
       std::rethrow_exception(failure);
     } catch (const Error& e) {
       // The call that broke it has said which it was (its own check_cuda message).
-      user_check(false, loc) << "capturing " << what << " as a CUDA graph failed: " << e.what()
+      std::string why = e.what();
+      if (why.rfind("towerjit: ", 0) == 0) why.erase(0, 10);
+      user_check(false, loc) << "capturing " << what << " as a CUDA graph failed: " << why
                              << "; a call that waits for the GPU may not run inside a captured step "
                                 "(TOWERJIT_CUDA_GRAPHS=off runs the step uncaptured)";
     }
