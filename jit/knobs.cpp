@@ -183,6 +183,8 @@ bool deterministic_layout() {
 }
 std::optional<std::string> cuda_home() { return read("CUDA_HOME"); }
 
+bool cuda_graphs() { return switch_knob("TOWERJIT_CUDA_GRAPHS", true); }
+
 }  // namespace towerjit::knobs
 
 namespace towerjit::knobs {

@@ -168,6 +168,11 @@ std::string emulator_library();
 // path does not have it; /usr/local/cuda is tried last. Unset or empty: not set.
 std::optional<std::string> cuda_home();
 
+// TOWERJIT_CUDA_GRAPHS: "off" (also "0", "false", "no") queues every GPU program's run call by
+// call instead of capturing it once per batch size as a CUDA graph and replaying it
+// (runtime/cuda/program_graphs.h). Default on.
+bool cuda_graphs();
+
 }  // namespace towerjit::knobs
 
 namespace towerjit::knobs {

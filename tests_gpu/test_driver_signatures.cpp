@@ -82,6 +82,7 @@ constexpr bool same_params = std::is_same_v<typename Params<Ours>::type, typenam
   static_assert(same_params<signature, decltype(&::symbol)>, #symbol ": parameters differ from the toolkit's"); \
   static_assert(std::string_view(TOWERJIT_EXPANDED(name)) == #symbol, #symbol ": not the symbol the toolkit's headers map " #name " to");
 TOWERJIT_CUDA_DRIVER_FUNCTIONS(TOWERJIT_CHECK)
+TOWERJIT_CUDA_GRAPH_FUNCTIONS(TOWERJIT_CHECK)
 TOWERJIT_CUBLAS_FUNCTIONS(TOWERJIT_CHECK)
 TOWERJIT_CUBLASLT_FUNCTIONS(TOWERJIT_CHECK)
 #undef TOWERJIT_CHECK
@@ -136,6 +137,11 @@ static_assert(same_params<decltype(towerjit::cuda::DriverApi::EventElapsedTime),
 static_assert(std::is_same_v<CUdeviceptr, ::CUdeviceptr_v2>);
 static_assert(std::is_same_v<CUstream, cudaStream_t>);
 static_assert(sizeof(CUresult) == sizeof(towerjit::cuda::CuResult));
+static_assert(std::is_same_v<CUgraph, ::CUgraph> && std::is_same_v<CUgraphExec, ::CUgraphExec>);
+static_assert(kStreamCaptureModeThreadLocal == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+static_assert(kCudaErrorStreamCaptureUnsupported == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+static_assert(kCudaErrorStreamCaptureInvalidated == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+static_assert(kCudaErrorCapturedEvent == CUDA_ERROR_CAPTURED_EVENT);
 
 static_assert(kCudaSuccess == CUDA_SUCCESS && kCudaErrorNotReady == CUDA_ERROR_NOT_READY);
 static_assert(kCudaErrorNoBinaryForGpu == CUDA_ERROR_NO_BINARY_FOR_GPU);

@@ -39,6 +39,11 @@ int cublasSetStream_v2(Handle* h, CUstream s) {
   return kSuccess;
 }
 int cublasSetMathMode(Handle*, int) { return kSuccess; }
+// The workspace must be device memory of the size given (the emulator's calls use none).
+int cublasSetWorkspace_v2(Handle*, void* workspace, std::size_t bytes) {
+  if (bytes && !device_range(reinterpret_cast<std::uintptr_t>(workspace), bytes)) return kInvalidValue;
+  return kSuccess;
+}
 const char* cublasGetStatusName(int status) {
   switch (status) {
     case kSuccess: return "CUBLAS_STATUS_SUCCESS";

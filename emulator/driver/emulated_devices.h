@@ -24,6 +24,8 @@ typedef struct CUstream_st* CUstream;
 typedef struct CUevent_st* CUevent;
 typedef struct CUmod_st* CUmodule;
 typedef struct CUfunc_st* CUfunction;
+typedef struct CUgraph_st* CUgraph;
+typedef struct CUgraphExec_st* CUgraphExec;
 
 namespace towerjit::emulator {
 
@@ -41,6 +43,8 @@ class Device {
   bool owns(const Stream* s);
   // Waits for every stream the device created.
   void synchronize_streams();
+  // Every stream of the device recording into `capture` stops recording (cuStreamEndCapture).
+  void end_capture(const std::shared_ptr<Capture>& capture);
   // False when peer access to `peer` was already enabled.
   bool enable_peer(int peer);
   // cuDevicePrimaryCtxReset: waits for the work, frees every allocation, clears the error.

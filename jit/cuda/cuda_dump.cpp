@@ -47,7 +47,7 @@ json launch_of(const kir::Program& p, const EmittedKernel& k) {
                      "* b" + std::to_string(k.buffers[i]) + " (" + b.name + ")");
   }
   params.push_back("tj_i64 batch");
-  params.push_back("tj_u64 step");
+  params.push_back("const tj_u64* step_slot");
   return {{"scheme", scheme_name(k.scheme)}, {"block", k.block}, {"grid", grid_text(k)},
           {"shared_bytes", k.shared_bytes}, {"vector_width", k.vector_width}, {"params", params}};
 }

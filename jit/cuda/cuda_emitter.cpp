@@ -305,7 +305,7 @@ std::string emit_group(const Graph& g, const kir::Program& p, const kir::Kernel&
         << " at " << format_location(node) << "\n";
   }
   out << "extern \"C\" __global__ void __launch_bounds__(" << kBlock << ") " << group.name << "(\n    "
-      << writers.front().params() << ") {\n";
+      << writers.front().params() << ") {\n" << KernelWriter::prologue();
   out << "  const tj_i64 points = " << KernelWriter::affine(info.points) << ";\n";
   out << "  for (tj_i64 p = TJ_GLOBAL_THREAD; p < points; p += TJ_GRID_THREADS) {\n";
   for (size_t j = 0; j < writers.size(); ++j) {
@@ -333,7 +333,7 @@ std::string emit_kernel(const Graph& g, const kir::Program& p, const kir::Kernel
   info.outputs = info.points;
   emit_header(out, g, k);
   out << "extern \"C\" __global__ void __launch_bounds__(" << kBlock << ") " << k.name << "(\n    "
-      << w.params() << ") {\n";
+      << w.params() << ") {\n" << KernelWriter::prologue();
   if (k.reduce == Op::Constant) {
     emit_elementwise(out, w, info);
   } else {
@@ -369,7 +369,7 @@ CudaModule emit_cuda_module(const Graph& graph, const kir::Program& program, con
   std::ostringstream out;
   out << "// towerjit CUDA module \"" << module_name << "\": " << program.kernels.size()
       << " loop kernels, generated from the kernel IR.\n"
-      << "// Each kernel: (buffers..., tj_i64 batch, tj_u64 step), 256 threads per block; see\n"
+      << "// Each kernel: (buffers..., tj_i64 batch, const tj_u64* step_slot), 256 threads per block; see\n"
       << "// " << module_name << ".index.json for the launch shape and the bytes each kernel moves.\n\n"
       << kDevicePhilox << "\n" << kDevicePreamble << "\n";
   for (const kir::Kernel& k : program.kernels) {

@@ -6,11 +6,12 @@
 // Every kernel takes the same kind of parameter list, which a runtime can build from
 // EmittedKernel alone:
 //
-//   name(T0* __restrict__ b<id0>, ..., long long batch, unsigned long long step)
+//   name(T0* __restrict__ b<id0>, ..., long long batch, const unsigned long long* step_slot)
 //
 // one device pointer per entry of `buffers` (const for those it only reads; a view passes the
-// base of the buffer it views), then the bound batch size and the step that keys random
-// numbers. Launch with `block` threads in x and grid_size(...) blocks in x; the shared
+// base of the buffer it views), then the bound batch size and a device word holding the step
+// that keys random numbers (read by the kernel, so a CUDA graph captured once replays with
+// each run's step). Launch with `block` threads in x and grid_size(...) blocks in x; the shared
 // memory is static (already in the cubin), reported in `shared_bytes` for occupancy.
 #pragma once
 

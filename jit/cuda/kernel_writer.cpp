@@ -46,8 +46,10 @@ std::string KernelWriter::params() const {
     s += std::string(info_.written[i] ? "" : "const ") + type(b.dtype) + "* __restrict__ b" +
          std::to_string(info_.buffers[i]) + ", ";
   }
-  return s + "tj_i64 batch, tj_u64 step";
+  return s + "tj_i64 batch, const tj_u64* __restrict__ step_slot";
 }
+
+std::string KernelWriter::prologue() { return "  const tj_u64 step = *step_slot;  // read, not passed: a CUDA graph replays\n"; }
 
 std::string KernelWriter::extent(int axis) const {
   return k_.space[axis] == kBatch ? "batch" : std::to_string(k_.space[axis]);

@@ -82,6 +82,9 @@ Cublas::Cublas(DeviceContext& device, const Stream& stream, const CublasLtLoad& 
   check_cublas(api.Create(&handle_), "cublasCreate", " on " + device.str(), loc);
   check_cublas(api.SetStream(handle_, stream.handle()), "cublasSetStream", "", loc);
   check_cublas(api.SetMathMode(handle_, kCublasDefaultMath), "cublasSetMathMode", "", loc);
+  workspace_ = device.allocate(kWorkspaceBytes, loc);
+  check_cublas(api.SetWorkspace(handle_, reinterpret_cast<void*>(workspace_.ptr()), workspace_.bytes()),
+               "cublasSetWorkspace", "", loc);
   if (lt.api) {
     lt_ = std::make_unique<CublasLt>(*lt.api, device, stream, tf32, loc);
     return;

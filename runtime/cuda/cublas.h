@@ -36,6 +36,8 @@ using CublasStatus = int;  // cublasStatus_t; 0 is CUBLAS_STATUS_SUCCESS
   X(SetStream, cublasSetStream, cublasSetStream_v2, CublasStatus (*)(cublasHandle_t, CUstream))  \
   X(SetMathMode, cublasSetMathMode, cublasSetMathMode, CublasStatus (*)(cublasHandle_t, int))    \
   X(GetStatusName, cublasGetStatusName, cublasGetStatusName, const char* (*)(CublasStatus))      \
+  X(SetWorkspace, cublasSetWorkspace, cublasSetWorkspace_v2,                                     \
+    CublasStatus (*)(cublasHandle_t, void*, size_t))                                             \
   X(Sgemm, cublasSgemm, cublasSgemm_v2,                                                          \
     CublasStatus (*)(cublasHandle_t, int, int, int, int, int, const float*, const float*, int,   \
                      const float*, int, const float*, float*, int))                             \
@@ -69,6 +71,11 @@ struct CublasLtLoad;
 class Cublas {
  public:
   // With cuBLASLt for matmul() when cublaslt_load() found it, else a warning (once a process).
+
+  // 4 MiB of workspace: what cuBLAS takes by default per stream before Hopper (NVIDIA's cuBLAS
+  // documentation, "cuBLAS workspace"); on Hopper it would take up to 32 MiB, used by the
+  // split-K kernels of some shapes, which it forgoes within 4 MiB.
+  static constexpr size_t kWorkspaceBytes = size_t{4} << 20;
   Cublas(DeviceContext& device, const Stream& stream,
          std::source_location loc = std::source_location::current());
   // With the cuBLASLt `lt` says (tests pass one that did not load, to check the fallback).
@@ -100,6 +107,9 @@ class Cublas {
   DeviceContext* device_;
   cublasHandle_t handle_ = nullptr;
   std::unique_ptr<CublasLt> lt_;
+  // The handle's workspace, set explicitly: cuBLAS would otherwise allocate one inside a
+  // CUDA graph capture, which capture forbids.
+  DeviceBuffer workspace_;
 };
 
 }  // namespace towerjit::cuda

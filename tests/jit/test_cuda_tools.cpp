@@ -118,7 +118,7 @@ TEST_CASE("the CUDA dump index names every op of the training step with its laun
   for (const auto& step : index["steps"]) {
     if (step["kind"] == "kernel") {
       CHECK(step["launch"]["block"] == 256);
-      CHECK(step["launch"]["params"].back() == "tj_u64 step");
+      CHECK(step["launch"]["params"].back() == "const tj_u64* step_slot");
     }
     if (step.contains("ops"))
       for (const auto& op : step["ops"]) named.insert(op["node"].get<int>());
