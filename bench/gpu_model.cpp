@@ -130,7 +130,7 @@ int gpu_model_main(int argc, char** argv) {
   std::printf("towerjit GPU cost model: %s, batch %lld, on %s (%d SMs, %.0f GB/s achievable, %.1f TFLOP/s %s)%s\n",
               workload.c_str(), static_cast<long long>(m.batch), gpu.description.c_str(), gpu.sms,
               gpu.hbm_achievable_gbps, options.tf32 ? gpu.tf32_tflops : gpu.fp32_tflops, options.tf32 ? "TF32" : "FP32",
-              options.graph ? ", replayed as a CUDA Graph" : "");
+              options.graph ? ", every launch priced as a CUDA graph node (--graph)" : "");
   double points = 0, gemm_flops = 0;
   for (const cost::Launch& l : m.launches) {
     if (l.kind == "kernel") points += l.points();
@@ -190,8 +190,10 @@ int gpu_model_main(int argc, char** argv) {
   std::printf("host link copies:        %.3f ms (feeds and fetches; not in the step's ratio)\n", p.host_link_us / 1e3);
   std::printf("roofline floor:          %.3f ms (%.1f MB, %.2f GFLOP)\n", p.floor_us / 1e3, p.bytes / 1e6, p.flops / 1e9);
   std::printf("step / floor:            %.2f\n", p.ratio());
-  std::printf("launches a step:         %lld (%d layers: %.1f a layer)\n", static_cast<long long>(p.launches_count),
-              m.layers, static_cast<double>(p.launches_count) / m.layers);
+  std::printf("launches a step:         %lld (%d layers: %.1f a layer), %lld of them replayed from CUDA graphs\n",
+              static_cast<long long>(p.launches_count), m.layers, static_cast<double>(p.launches_count) / m.layers,
+              static_cast<long long>(std::count_if(m.launches.begin(), m.launches.end(),
+                                                   [](const cost::Launch& l) { return l.graph; })));
   std::printf("{\"workload\":\"%s\",\"gpu\":\"%s\",\"batch\":%lld,\"step_ms\":%.4f,\"host_link_ms\":%.4f,\"floor_ms\":%.4f,"
               "\"ratio\":%.3f,\"launches\":%lld,\"emulator_s\":%.1f}\n",
               workload.c_str(), gpu.name.c_str(), static_cast<long long>(m.batch), p.device_us / 1e3,

@@ -542,7 +542,15 @@ int cuGraphLaunch(CUgraphExec exec, CUstream s) {
   if (!exec) return kInvalidValue;
   if (int e = sticky(s)) return e;
   Stream& stream = stream_of(s);
-  for (const auto& make : *reinterpret_cast<GraphExec*>(exec)->work) stream.enqueue_made(make);
+  // Each node's work runs in a GraphReplayScope, so its launch record says it was replayed.
+  for (const auto& make : *reinterpret_cast<GraphExec*>(exec)->work)
+    stream.enqueue_made([make]() -> std::function<void()> {
+      std::function<void()> work = make();
+      return [work] {
+        GraphReplayScope replay;
+        work();
+      };
+    });
   return kSuccess;
 }
 

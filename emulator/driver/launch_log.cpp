@@ -9,6 +9,7 @@ namespace towerjit::emulator {
 namespace {
 
 std::atomic<bool> recording{false};
+thread_local bool replaying = false;  // inside a GraphReplayScope
 std::mutex records_mutex;
 std::vector<LaunchRecord>& records() {
   static std::vector<LaunchRecord> r;
@@ -42,7 +43,8 @@ std::string json_line(const LaunchRecord& r, std::size_t sequence) {
     << ",\"block\":" << json_array(r.block) << ",\"static_shared_bytes\":" << r.static_shared_bytes
     << ",\"dynamic_shared_bytes\":" << r.dynamic_shared_bytes << ",\"work_max\":" << r.work_max
     << ",\"work_mean\":" << r.work_mean << ",\"bytes\":" << r.bytes << ",\"flops\":" << r.flops
-    << ",\"gemm\":" << json_array(r.gemm) << ",\"host_link\":" << (r.host_link ? "true" : "false") << "}";
+    << ",\"gemm\":" << json_array(r.gemm) << ",\"host_link\":" << (r.host_link ? "true" : "false") << ",\"graph\":" << (r.graph ? "true" : "false")
+    << "}";
   return s.str();
 }
 
@@ -54,7 +56,11 @@ void record_launch(const LaunchRecord& r) {
   if (!launch_log_enabled()) return;
   std::lock_guard lock(records_mutex);
   records().push_back(r);
+  records().back().graph = r.graph || replaying;
 }
+
+GraphReplayScope::GraphReplayScope() { replaying = true; }
+GraphReplayScope::~GraphReplayScope() { replaying = false; }
 
 const char* launch_kind_name(LaunchKind k) {
   switch (k) {

@@ -46,6 +46,19 @@ struct LaunchRecord {
   std::array<std::int64_t, 4> gemm{0, 0, 0, 0};
   // Copies: whether the copy crosses the host link (host to device or back).
   bool host_link = false;
+  // Whether it ran as a node of a CUDA graph's replay (cuGraphLaunch) rather than from its own
+  // launch call: the model charges it a graph node's overhead, not a launch's. Set by
+  // record_launch inside a GraphReplayScope.
+  bool graph = false;
+};
+
+// Marks the work the calling thread runs while it lives as part of a graph's replay.
+class GraphReplayScope {
+ public:
+  GraphReplayScope();
+  ~GraphReplayScope();
+  GraphReplayScope(const GraphReplayScope&) = delete;
+  GraphReplayScope& operator=(const GraphReplayScope&) = delete;
 };
 
 // Whether records are being taken (cheap: one atomic load).

@@ -82,8 +82,8 @@ LaunchPrediction predict_launch(const GpuSpec& gpu, const Launch& l, const Model
 
 StepPrediction predict_step(const GpuSpec& gpu, const std::vector<Launch>& launches, const ModelOptions& o) {
   StepPrediction s;
-  const double overhead = o.graph ? gpu.graph_node_us : gpu.launch_overhead_us;
   for (const Launch& l : launches) {
+    const double overhead = o.graph || l.graph ? gpu.graph_node_us : gpu.launch_overhead_us;
     LaunchPrediction p = predict_launch(gpu, l, o);
     if (l.kind == "copy" && l.host_link) {
       s.host_link_us += p.us + overhead;

@@ -45,6 +45,7 @@ struct Launch {
   double bytes = 0, flops = 0;
   int64_t gemm_m = 0, gemm_n = 0, gemm_k = 0, gemm_batch = 0;  // library matrix products
   bool host_link = false;                     // copies between host and device
+  bool graph = false;                         // replayed as a CUDA graph's node
   // Kernels: whether the kernel reduces (the program's index says).
   bool reduces = false;
   // The points the grid computed: every thread's work, summed.
@@ -70,7 +71,9 @@ struct StepPrediction {
 };
 
 struct ModelOptions {
-  bool graph = false;  // the step replayed as one CUDA Graph: graph_node_us a launch
+  // Every launch priced as a CUDA graph's node (graph_node_us), as if the whole step were one
+  // graph; otherwise only those recorded as replayed (Launch::graph) are.
+  bool graph = false;
   bool tf32 = false;   // matrix products at the TF32 peak
 };
 

@@ -107,6 +107,7 @@ std::vector<Launch> launches_from_records(const std::string& json_lines, const s
     l.flops = r["flops"];
     l.gemm_m = r["gemm"][0], l.gemm_n = r["gemm"][1], l.gemm_k = r["gemm"][2], l.gemm_batch = r["gemm"][3];
     l.host_link = r["host_link"];
+    l.graph = r.value("graph", false);
     if (l.kind == "kernel" && l.name.rfind("tj_", 0) != 0) {  // a loop kernel of a program
       const KernelIndex& k = indexes.kernel(l.module, l.name);
       l.bytes = k.bytes;

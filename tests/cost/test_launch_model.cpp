@@ -117,4 +117,7 @@ TEST_CASE("cost model: a step adds launch overheads, keeps host copies apart, an
   CHECK(s.ratio() == Approx(s.device_us / s.floor_us));
   const auto graph = cost::predict_step(h, step, {.graph = true});
   CHECK(graph.device_us == Approx(k1 + k2 + 2 * 0.5));
+  auto replayed = step;  // the second kernel recorded as a graph's node: its overhead alone is a node's
+  replayed[1].graph = true;
+  CHECK(cost::predict_step(h, replayed).device_us == Approx(k1 + k2 + 2.0 + 0.5));
 }

@@ -116,5 +116,25 @@ TEST_CASE("launch records: a kernel's shape and its threads' counted work, copie
   CHECK(k["work_max"] == 3);  // ceil(1000 / 384)
   CHECK(k["work_mean"].get<double>() == Approx(1000.0 / 384));
   CHECK(k["stream"] != "0");
+  CHECK(k["graph"] == false);
+
+  // The same launch captured into a CUDA graph: recorded when the graph is replayed, marked so.
+  Handle graph = nullptr, exec = nullptr;
+  REQUIRE(bound<int (*)(Handle, int)>(lib, "cuStreamBeginCapture_v2")(stream, 0) == 0);
+  REQUIRE(launch(fn, 3, 1, 1, 128, 1, 1, 0, stream, params, nullptr) == 0);
+  REQUIRE(bound<int (*)(Handle, Handle*)>(lib, "cuStreamEndCapture")(stream, &graph) == 0);
+  REQUIRE(bound<int (*)(Handle*, Handle, unsigned long long)>(lib, "cuGraphInstantiateWithFlags")(&exec, graph, 0) == 0);
+  start();
+  REQUIRE(bound<int (*)(Handle, Handle)>(lib, "cuGraphLaunch")(exec, stream) == 0);
+  REQUIRE(launch(fn, 3, 1, 1, 128, 1, 1, 0, stream, params, nullptr) == 0);
+  REQUIRE(sync(stream) == 0);
+  const std::vector<nlohmann::json> replayed = parse(stop());
+  REQUIRE(replayed.size() == 2);
+  CHECK(replayed[0]["name"] == "scale");
+  CHECK(replayed[0]["graph"] == true);
+  CHECK(replayed[0]["work_max"] == 3);
+  CHECK(replayed[1]["graph"] == false);  // launched on its own after the replay
+  bound<int (*)(Handle)>(lib, "cuGraphExecDestroy")(exec);
+  bound<int (*)(Handle)>(lib, "cuGraphDestroy")(graph);
   unsetenv("TOWERJIT_EMULATED_GPU_SMS");
 }

@@ -69,7 +69,7 @@ TEST_CASE("float32 matrix products lie within their bounds in any order, a dropp
   CHECK(bound_violation(dropped, exact.value, exact.bound));
 }
 
-TEST_CASE("TF32 products lie within the TF32 bound, even summed by truncation; not within the f32 one",
+TEST_CASE("TF32 products lie within the TF32 bound, even summed by truncation, and not within the f32 one",
           "[reference][bounds]") {
   // As TF32 tensor cores compute: inputs rounded to 10 mantissa bits (to nearest, ties away),
   // exact products, summed in f32; here the sums truncate (round toward zero), as the tensor
