@@ -13,10 +13,12 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "examples/models.h"
 #include "runtime/data/batch_pipeline.h"
 #include "runtime/report/svg_plot.h"
+#include "runtime/report/tensorboard.h"
 #include "runtime/towers/fit.h"
 #include "runtime/towers/interrupts.h"
 #include "towerjit.h"
@@ -31,6 +33,7 @@ struct Flags {
   std::string out = "async_vs_sync";
   std::string data = tj::data::kFashionMnistDir;
   std::string dump;  // the CUDA of each run's programs, under <dump>/<run>
+  std::string tensorboard;  // each run's event files, under <tensorboard>/<run> (TensorBoard's runs)
   int64_t steps = 300;
   int64_t batch = 128;
   int64_t eval_every = 100;  // and after the last step
@@ -45,8 +48,10 @@ struct Curves : tj::Hook {
   const tj::data::Dataset& test;
   int64_t every;
   tj::report::MetricsLog log;
+  tj::report::MetricsSink* sink = nullptr;  // also sent there (--tensorboard)
   void after_step(tj::TowerTrainer& trainer, const tj::StepEvent& e) override {
     log.steps.push_back({e.step, e.epoch + 1, e.loss, e.learning_rate, e.samples_per_s});
+    if (sink) sink->log_step(log.steps.back());
     if (every > 0 && e.step % every == 0) evaluate(trainer, e);
   }
   void end(tj::TowerTrainer& trainer, const tj::StepEvent& last) override {
@@ -56,6 +61,7 @@ struct Curves : tj::Hook {
   void evaluate(tj::TowerTrainer& trainer, const tj::StepEvent& e) {
     const auto r = trainer.evaluate({{"image", test.images}}, test.labels);
     log.evals.push_back({e.step, e.epoch + 1, r.accuracy, r.loss});
+    if (sink) sink->log_eval(log.evals.back());
   }
 };
 
@@ -77,6 +83,9 @@ Outcome train(const Flags& f, const tj::Towers& towers, const std::string& name,
   if (!f.dump.empty()) tj::dump_cuda(trainer, f.dump + "/" + run);
   tj::data::BatchPipeline pipeline(train_set, {.batch = f.batch, .seed = f.seed, .min_batch = towers.size()});
   Curves curves(test_set, f.eval_every);
+  std::optional<tj::report::TensorBoardWriter> tensorboard;
+  if (!f.tensorboard.empty()) tensorboard.emplace(f.tensorboard + "/" + run, tj::Loc::current());
+  curves.sink = tensorboard ? &*tensorboard : nullptr;
   const auto start = std::chrono::steady_clock::now();
   tj::fit(trainer, pipeline, {.epochs = 1 + f.steps / pipeline.batches_per_epoch(), .max_steps = f.steps,
                               .hooks = {&curves}});
@@ -102,6 +111,7 @@ int main(int argc, char** argv) {
   app.add_option("--data", f.data, "a directory in MNIST's layout");
   app.add_option("--eval-every", f.eval_every, "evaluate on the test set every N steps (0: only at the end)");
   app.add_option("--out", f.out, "directory for the plots");
+  app.add_option("--tensorboard", f.tensorboard, "write each run's TensorBoard event files to DIR/sync and DIR/async");
   app.add_option("--dump", f.dump, "write the CUDA C and PTX of each run's programs to DIR/sync and DIR/async");
   CLI11_PARSE(app, argc, argv);
   try {

@@ -7,6 +7,7 @@ packages=(
   g++ cmake ninja-build make pkg-config
   llvm-19-dev libzstd-dev zlib1g-dev libedit-dev libxml2-dev libffi-dev
   libopenblas-dev librange-v3-dev catch2 libcli11-dev nlohmann-json3-dev libfmt-dev
+  libprotobuf-dev protobuf-compiler  # TensorBoard event files (runtime/report/tensorboard.cpp)
   dataset-fashion-mnist
   libopenmpi-dev openmpi-bin
   slurm-wlm  # srun, slurmctld, slurmd and the PMIx plugin (slurm-wlm-basic-plugins), for tests/mpi/srun_cli.sh

@@ -161,6 +161,19 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t resumed_at, Loc lo
   flush_evals_until(resumed_at);
 }
 
+MetricsTee::MetricsTee(std::vector<MetricsSink*> sinks) {
+  for (MetricsSink* s : sinks)
+    if (s != nullptr) sinks_.push_back(s);
+}
+
+void MetricsTee::log_step(const StepRecord& record, Loc loc) {
+  for (MetricsSink* s : sinks_) s->log_step(record, loc);
+}
+
+void MetricsTee::log_eval(const EvalRecord& record, Loc loc) {
+  for (MetricsSink* s : sinks_) s->log_eval(record, loc);
+}
+
 MetricsWriter::~MetricsWriter() {
   if (file_ != nullptr) std::fclose(file_);
 }

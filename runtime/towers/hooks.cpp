@@ -28,7 +28,7 @@ std::string format(const char* fmt, auto... args) {
 
 }  // namespace
 
-LogHook::LogHook(report::Progress& progress, report::MetricsWriter* metrics, int64_t every)
+LogHook::LogHook(report::Progress& progress, report::MetricsSink* metrics, int64_t every)
     : progress_(progress), metrics_(metrics), every_(std::max<int64_t>(1, every)) {}
 
 void LogHook::after_step(TowerTrainer&, const StepEvent& e) {
@@ -55,12 +55,12 @@ void LogHook::after_epoch(TowerTrainer&, const StepEvent& e) {
   examples_ = 0;
 }
 
-EvalHook::EvalHook(const data::Dataset& test, report::Progress& progress, report::MetricsWriter* metrics,
+EvalHook::EvalHook(const data::Dataset& test, report::Progress& progress, report::MetricsSink* metrics,
                    bool ema_weights, int64_t every)
     : test_inputs_{{"image", test.images}}, test_labels_(test.labels), progress_(progress), metrics_(metrics),
       ema_weights_(ema_weights), every_(every) {}
 
-EvalHook::EvalHook(const data::TensorDataset& test, report::Progress& progress, report::MetricsWriter* metrics,
+EvalHook::EvalHook(const data::TensorDataset& test, report::Progress& progress, report::MetricsSink* metrics,
                    bool ema_weights, int64_t every, Loc loc)
     : test_inputs_(test.inputs()), test_labels_(test.labels(loc)), progress_(progress), metrics_(metrics),
       ema_weights_(ema_weights), every_(every) {
