@@ -1,0 +1,17 @@
+#!/bin/sh
+# TensorBoard's reader on the event files of examples/fashion_mnist (run by ctest as
+#   tensorboard_reader.sh <path to fashion_mnist>):
+# a short run with --metrics and --tensorboard, then tensorboard_reader.py checks that
+# EventAccumulator reads every metric at its step with its value, and survives a truncated last
+# record. Skipped (exit 77) where python3 or its tensorboard package is absent: .ci/run installs it.
+set -u
+bin=$1
+here=$(dirname "$0")
+work=$(mktemp -d "${TMPDIR:-/tmp}/towerjit-tb.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
+python3 -c 'import tensorboard' 2>/dev/null ||
+  { echo "SKIP: the Python package tensorboard is not installed (pip install tensorboard)"; exit 77; }
+"$bin" --steps 24 --batch 64 --hidden 32 --log-every 1 --eval-every 10 --metrics "$work/m.jsonl" \
+  --tensorboard "$work/tb" >/dev/null || { echo "FAIL: the run failed"; exit 1; }
+python3 "$here/tensorboard_reader.py" "$work/m.jsonl" "$work/tb"
