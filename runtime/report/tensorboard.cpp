@@ -39,7 +39,7 @@ std::atomic<int> files_made{0};  // this process's writers so far: the file name
 TensorBoardWriter::TensorBoardWriter(const std::string& dir, Loc loc) : TensorBoardWriter(dir, 0, 2.0, loc) {}
 
 TensorBoardWriter::TensorBoardWriter(const std::string& dir, int rank, double flush_seconds, Loc loc)
-    : flush_seconds_(flush_seconds), last_flush_(Clock::now()) {
+    : flush_seconds_(flush_seconds) {
   if (rank != 0) return;  // SummaryWriter's convention: one process writes a run's events
   user_check(!dir.empty(), loc) << "the TensorBoard directory's path is empty; give a directory, e.g. "
                                    "--tensorboard runs/tb";
@@ -56,13 +56,32 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, int rank, double fl
   pb::Event first;
   first.set_wall_time(now);
   first.set_file_version("brain.Event:2");
-  std::lock_guard lock(mutex_);
-  write_record(first.SerializeAsString(), loc);
-  std::fflush(file_);  // the file is recognisable from the start
+  {
+    std::lock_guard lock(mutex_);
+    write_record(first.SerializeAsString(), loc);
+  }
+  flush(loc);  // the file is recognisable from the start
+  flusher_ = std::thread([this] { flush_every_interval(); });
+}
+
+void TensorBoardWriter::flush_every_interval() {
+  const auto interval = std::chrono::duration<double>(flush_seconds_);
+  std::unique_lock lock(mutex_);
+  while (!stop_.wait_for(lock, interval, [this] { return stopping_; }))
+    if (unflushed_) {
+      // A failure here has no caller to raise to; the next write or the destructor reports it.
+      if (std::fflush(file_) == 0) unflushed_ = false;
+    }
 }
 
 TensorBoardWriter::~TensorBoardWriter() {
   if (file_ == nullptr) return;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  stop_.notify_all();
+  flusher_.join();
   const bool ok = std::fflush(file_) == 0;
   const bool closed = std::fclose(file_) == 0;
   if (!ok || !closed)
@@ -85,11 +104,14 @@ void TensorBoardWriter::write_record(const std::string& data, Loc loc) {
   put_le(frame, masked_crc32c(data.data(), data.size()), 4);
   errno = 0;
   check(std::fwrite(frame.data(), 1, frame.size(), file_) == frame.size(), loc);
-  const auto now = Clock::now();
-  if (std::chrono::duration<double>(now - last_flush_).count() >= flush_seconds_) {
-    check(std::fflush(file_) == 0, loc);
-    last_flush_ = now;
-  }
+  unflushed_ = true;
+  if (flush_seconds_ <= 0) flush_locked(loc);
+}
+
+void TensorBoardWriter::flush_locked(Loc loc) {
+  errno = 0;
+  check(std::fflush(file_) == 0, loc);
+  unflushed_ = false;
 }
 
 void TensorBoardWriter::scalar(const std::string& tag, int64_t step, double value, Loc loc) {
@@ -156,9 +178,7 @@ void TensorBoardWriter::log_eval(const EvalRecord& r, Loc loc) {
 void TensorBoardWriter::flush(Loc loc) {
   if (file_ == nullptr) return;
   std::lock_guard lock(mutex_);
-  errno = 0;
-  check(std::fflush(file_) == 0, loc);
-  last_flush_ = Clock::now();
+  flush_locked(loc);
 }
 
 }  // namespace towerjit::report

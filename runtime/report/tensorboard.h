@@ -11,16 +11,19 @@
 // TFRecord: the length (u64, little-endian), the masked CRC-32C of those 8 bytes, the message,
 // the masked CRC-32C of the message. The first record names the format ("brain.Event:2").
 //
-// Records are buffered and flushed when a write comes `flush_seconds` after the last flush, by
-// flush(), and at destruction, so a run killed with SIGKILL keeps all but its last seconds; a
-// reader skips a truncated last record. Across processes only rank 0 writes: a writer built
+// Records are buffered and flushed every `flush_seconds` by a thread of the writer's (so a
+// record logged before a long evaluation reaches the disk during it), by flush() and at
+// destruction: a run killed with SIGKILL keeps all but its last seconds, and a reader skips a
+// truncated last record. Across processes only rank 0 writes: a writer built
 // with another rank creates nothing and ignores every call. Thread-safe.
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -33,6 +36,7 @@ class TensorBoardWriter : public MetricsSink {
   // Creates `dir` (and its parents) and a new event file in it. Errors (towerjit::Error): the
   // directory cannot be created or the file opened, named with the system's reason and the fix.
   explicit TensorBoardWriter(const std::string& dir, Loc loc = Loc::current());
+  // `flush_seconds` <= 0: every record is flushed as written.
   TensorBoardWriter(const std::string& dir, int rank, double flush_seconds, Loc loc = Loc::current());
   ~TensorBoardWriter() override;  // flushes and closes; a failure is reported on stderr
   TensorBoardWriter(const TensorBoardWriter&) = delete;
@@ -57,15 +61,19 @@ class TensorBoardWriter : public MetricsSink {
   void flush(Loc loc = Loc::current());
 
  private:
-  using Clock = std::chrono::steady_clock;
   void write_record(const std::string& data, Loc loc);  // under mutex_
+  void flush_locked(Loc loc);                            // under mutex_
   void check(bool ok, Loc loc);
+  void flush_every_interval();  // the flusher thread's loop
 
   std::string path_;
   std::FILE* file_ = nullptr;
   double flush_seconds_;
-  Clock::time_point last_flush_;
+  bool unflushed_ = false;  // records written since the last flush
+  bool stopping_ = false;
   std::mutex mutex_;
+  std::condition_variable stop_;
+  std::thread flusher_;
 };
 
 }  // namespace towerjit::report
