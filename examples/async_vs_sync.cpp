@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
     std::error_code ignored;  // write_svg_plot names the path if it is still not writable
     std::filesystem::create_directories(f.out, ignored);
     for (const auto& plot :
-         tj::report::write_runs_plots({sync.run, async.run}, f.out + "/sync_and_async", towers.str()))
+         tj::report::write_runs_plots({sync.run, async.run}, f.out + "/sync_and_async", "sync and async on " + f.towers))
       std::printf("plot: %s\n", plot.c_str());
   } catch (const tj::Interrupted& stop) {  // Ctrl-C or SIGTERM: fit finished the step
     std::fprintf(stderr, "%s\n", stop.what());
