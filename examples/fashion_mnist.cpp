@@ -28,6 +28,7 @@
 #include "runtime/report/svg_plot.h"
 #include "runtime/report/tensorboard.h"
 #include "runtime/report/trace.h"
+#include "runtime/towers/histogram_hook.h"
 #include "runtime/towers/hooks.h"
 #include "runtime/towers/interrupts.h"
 #include "towerjit.h"
@@ -58,6 +59,7 @@ struct Flags {
   std::string data = tj::data::kFashionMnistDir;
   std::string dump, checkpoint, metrics, trace;
   std::string tensorboard;  // --tensorboard DIR: event files of the metrics
+  int64_t histogram_every = 0;  // --histogram-every N: the weights' histograms there too
   std::string keep_best;  // "accuracy" or "loss": also keep best.tjck by that test metric
   int64_t epochs = 3;
   int64_t batch = 128;
@@ -249,6 +251,9 @@ int train(Flags f, const std::string& resume_command) {
   std::vector<tj::Hook*> hooks;
   if (lead) hooks = {&log, &eval};  // eval before save: the best checkpoint reads its result
   if (save) hooks.push_back(&*save);
+  std::optional<tj::HistogramHook> histograms;  // --histogram-every, into rank 0's event file
+  if (tensorboard && f.histogram_every > 0) histograms.emplace(graph, *tensorboard, f.histogram_every, tj::Loc::current());
+  if (histograms) hooks.push_back(&*histograms);
 
   const int64_t payload_before = world.payload_bytes();
   tj::StepEvent last;
@@ -366,6 +371,8 @@ int main(int argc, char** argv) {
                "continue from --checkpoint: a file, or a directory's newest checkpoint (an older one if it is damaged)");
   app.add_option("--metrics", f.metrics, "write JSON lines of step and evaluation metrics (and SVG plots next to it)");
   app.add_option("--tensorboard", f.tensorboard, "write TensorBoard event files of the same metrics to DIR");
+  app.add_option("--histogram-every", f.histogram_every, "with --tensorboard, histograms of the weights every N steps")
+      ->check(CLI::PositiveNumber);
   app.add_option("--log-every", f.log_every,
                  "log every N steps to the metrics file (and, when the output is not a terminal, as a plain line)");
   app.add_flag("--augment", f.augment, "augment the training images: random crop (zero padding 2) and horizontal flip");

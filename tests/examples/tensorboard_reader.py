@@ -1,5 +1,5 @@
 """TensorBoard's own reader on towerjit's event files: run by tests/examples/tensorboard_reader.sh
-as  tensorboard_reader.py <metrics.jsonl> <tensorboard dir>.
+as  tensorboard_reader.py <metrics.jsonl> <tensorboard dir> [<histogram every N steps>].
 
 Loads the directory with tensorboard's EventAccumulator (what `tensorboard --logdir` uses) and
 checks that every scalar of the metrics JSON lines is there, at the same steps, with the same
@@ -44,10 +44,34 @@ def expected_scalars(metrics_path):
     return want
 
 
-def load(directory):
-    acc = EventAccumulator(directory, size_guidance={"scalars": 0})  # 0: keep every event
+def accumulator(directory):
+    acc = EventAccumulator(directory, size_guidance={"scalars": 0, "histograms": 0})  # 0: keep every event
     acc.Reload()
+    return acc
+
+
+def load(directory):
+    acc = accumulator(directory)
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def check_histograms(directory, every, last_step, failures):
+    acc = accumulator(directory)
+    tags = acc.Tags()["histograms"]
+    # fashion_mnist's MLP: dense layers of a kernel and a bias each.
+    if not tags or not all(t.startswith("weights/") for t in tags) or not any(t.endswith("kernel") for t in tags):
+        failures.append(f"histograms: tags {tags}")
+    want_steps = list(range(every, last_step + 1, every))
+    for tag in tags:
+        events = acc.Histograms(tag)
+        steps = [e.step for e in events]
+        if steps != want_steps:
+            failures.append(f"{tag}: histograms at steps {steps}, expected {want_steps}")
+        for e in events:
+            v = e.histogram_value
+            if not (v.num > 0 and sum(v.bucket) == v.num and v.min <= v.max and len(v.bucket) == len(v.bucket_limit)):
+                failures.append(f"{tag} at step {e.step}: inconsistent histogram {v}")
+    print(f"histograms: {len(tags)} variables at steps {want_steps}")
 
 
 def same(a, b):
@@ -68,6 +92,8 @@ def main():
         failures.append(f"scalars the metrics file lacks: {sorted(extra)}")
     for tag, points in want.items():
         print(f"{tag}: {len(points)} points, steps {points[0][0]}..{points[-1][0]}")
+    if len(sys.argv) > 3:
+        check_histograms(directory, int(sys.argv[3]), max(s for s, _ in want["train/loss"]), failures)
 
     # A truncated last record (a run killed mid-write): the reader keeps the records before it.
     files = [f for f in os.listdir(directory) if "tfevents" in f]

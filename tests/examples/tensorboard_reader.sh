@@ -13,5 +13,5 @@ command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
 python3 -c 'import tensorboard' 2>/dev/null ||
   { echo "SKIP: the Python package tensorboard is not installed (pip install tensorboard)"; exit 77; }
 "$bin" --steps 24 --batch 64 --hidden 32 --log-every 1 --eval-every 10 --metrics "$work/m.jsonl" \
-  --tensorboard "$work/tb" >/dev/null || { echo "FAIL: the run failed"; exit 1; }
-python3 "$here/tensorboard_reader.py" "$work/m.jsonl" "$work/tb"
+  --tensorboard "$work/tb" --histogram-every 10 >/dev/null || { echo "FAIL: the run failed"; exit 1; }
+python3 "$here/tensorboard_reader.py" "$work/m.jsonl" "$work/tb" 10

@@ -15,7 +15,11 @@
 
 #include "dsl/error.h"
 #include "runtime/report/crc32c.h"
+#include "runtime/data/batch_pipeline.h"
+#include "runtime/data/tensor_dataset.h"
 #include "runtime/report/tensorboard.h"
+#include "runtime/towers/histogram_hook.h"
+#include "towerjit.h"
 
 namespace fs = std::filesystem;
 namespace rp = towerjit::report;
@@ -248,4 +252,56 @@ TEST_CASE("tensorboard: an unusable directory is named with the reason", "[repor
   CHECK_THROWS_WITH(rp::TensorBoardWriter(dir.path + "/tb"),
                     Catch::Contains("cannot create the TensorBoard directory \"" + dir.path + "/tb\"") &&
                         Catch::Contains("test_tensorboard.cpp"));
+}
+
+TEST_CASE("tensorboard: HistogramHook draws each trainable variable every N steps", "[report][tensorboard][hooks]") {
+  namespace tj = towerjit;
+  const TempDir dir("hook");
+  tj::Graph graph;
+  std::unique_ptr<tj::TowerTrainer> trainer;
+  {
+    tj::GraphScope use(graph);
+    auto logits = tj::dense(tj::relu(tj::dense(tj::input("x", {tj::kBatch, 3}), 5, "fc1")), 2, "fc2");
+    auto loss = tj::mean(tj::softmax_cross_entropy(logits, tj::input("y", {tj::kBatch}, tj::DType::i32)));
+    trainer = std::make_unique<tj::TowerTrainer>(graph, loss, tj::Towers{tj::cpu(0)}, tj::adam(0.05),
+                                                 tj::TowerTrainerOptions{.logits = logits});
+  }
+  tj::HostTensor x({7, 3}), y({7}, tj::DType::i32);  // 7 examples, batches of 1: 7 steps an epoch
+  for (int i = 0; i < 21; ++i) x.f32[i] = static_cast<float>(i % 5) - 2.0f;
+  for (int i = 0; i < 7; ++i) y.i32[i] = i % 2;
+  const tj::data::TensorDataset data({{"x", x}, {"y", y}}, "y");
+  tj::data::BatchPipeline batches(data, {.batch = 1, .seed = 3});
+  std::string path;
+  {
+    tj::report::TensorBoardWriter tb(dir.path);
+    tj::HistogramHook histograms(graph, tb, /*every=*/7);
+    tj::fit(*trainer, batches, {.epochs = 2, .hooks = {&histograms}});
+    path = tb.path();
+  }
+  // Steps 7 and 14, each with fc1/kernel, fc1/bias, fc2/kernel, fc2/bias and nothing else (no
+  // Adam slots, no global step); at step 14 each histogram describes the final weights.
+  std::map<std::pair<int64_t, std::string>, Fields> seen;
+  for (const auto& r : records_of(read_all(path))) {
+    const Fields event = decode(r);
+    if (!event.bytes.count(5)) continue;
+    const Fields value = decode(decode(event.bytes.find(5)->second).bytes.find(1)->second);
+    REQUIRE(value.bytes.count(5));
+    seen[{static_cast<int64_t>(event.numbers.find(2)->second), value.bytes.find(1)->second}] =
+        decode(value.bytes.find(5)->second);
+  }
+  CHECK(seen.size() == 8);
+  for (int64_t step : {7, 14})
+    for (const char* name : {"fc1/kernel", "fc1/bias", "fc2/kernel", "fc2/bias"})
+      CHECK(seen.count({step, std::string("weights/") + name}) == 1);
+  for (const auto& [name, value] : trainer->variables()) {
+    const auto it = seen.find({14, "weights/" + name});
+    if (it == seen.end()) continue;
+    const Fields& h = it->second;
+    CHECK(as_double(h.numbers.find(1)->second) == *std::min_element(value.f32.begin(), value.f32.end()));
+    CHECK(as_double(h.numbers.find(2)->second) == *std::max_element(value.f32.begin(), value.f32.end()));
+    CHECK(as_double(h.numbers.find(3)->second) == static_cast<double>(value.size()));
+  }
+  tj::report::TensorBoardWriter tb(dir.path + "/bad");
+  CHECK_THROWS_WITH(tj::HistogramHook(graph, tb, 0), Catch::Contains("histograms every 0 steps") &&
+                                                         Catch::Contains("test_tensorboard.cpp"));
 }
