@@ -3,6 +3,7 @@
 // `jq` or pandas can read the file while training runs:
 //
 //   {"kind":"step","step":12,"epoch":1,"loss":0.5013,"lr":0.001,"samples_per_s":16014.2}
+//   {"kind":"step","step":22,"epoch":1,"loss":0.4902,"lr":0.001,"samples_per_s":17002.9,"staleness":1.05}
 //   {"kind":"eval","step":469,"epoch":1,"test_accuracy":0.8488,"test_loss":0.417}
 //
 // Numbers are written in the shortest form that reads back to the same double. JSON has no
@@ -12,6 +13,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <mutex>
 #include <source_location>
 #include <string>
@@ -30,6 +32,10 @@ struct StepRecord {
   double loss = 0;
   double lr = 0;
   double samples_per_s = 0;
+  // Async strategies only (else NaN, and the key is not written): the mean number of applies by
+  // other towers between a tower's read of the variables and its apply, over the applies since
+  // the previous record.
+  double staleness = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct EvalRecord {

@@ -168,6 +168,7 @@ void TensorBoardWriter::log_step(const StepRecord& r, Loc loc) {
   scalar("train/loss", r.step, r.loss, loc);
   scalar("train/learning_rate", r.step, r.lr, loc);
   scalar("train/samples_per_s", r.step, r.samples_per_s, loc);
+  if (!std::isnan(r.staleness)) scalar("async/staleness", r.step, r.staleness, loc);
 }
 
 void TensorBoardWriter::log_eval(const EvalRecord& r, Loc loc) {

@@ -16,7 +16,8 @@
 
 namespace towerjit {
 
-// Every `every` steps: a metrics line (when `metrics` is set) and the progress bar; when the
+// Every `every` steps: a metrics line (when `metrics` is set; with an async strategy it carries
+// the mean staleness of the applies since the previous line) and the progress bar; when the
 // progress is not interactive (output to a pipe or a log file), a plain line instead of the bar:
 //
 //   step 10, epoch 1: loss 0.8034, 15210 samples/s, lr 0.001
@@ -35,6 +36,8 @@ class LogHook : public Hook {
   int64_t every_;
   double loss_sum_ = 0, seconds_ = 0;  // over the epoch so far
   int64_t examples_ = 0;
+  int64_t async_applies_ = 0;  // the trainer's async applies and their staleness summed, at the last record
+  double async_sum_ = 0;
 };
 
 // After each epoch, every `every` steps (0: only after epochs) and at the end when training

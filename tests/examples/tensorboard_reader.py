@@ -22,7 +22,8 @@ except ImportError:
 
 # The metrics lines' fields and the tags TensorBoardWriter gives them (runtime/report/tensorboard.h).
 TAGS = {
-    "step": {"loss": "train/loss", "lr": "train/learning_rate", "samples_per_s": "train/samples_per_s"},
+    "step": {"loss": "train/loss", "lr": "train/learning_rate", "samples_per_s": "train/samples_per_s",
+             "staleness": "async/staleness"},
     "eval": {"test_accuracy": "test/accuracy", "test_loss": "test/loss"},
 }
 
@@ -39,6 +40,8 @@ def expected_scalars(metrics_path):
                 continue
             record = json.loads(line)
             for field, tag in TAGS[record["kind"]].items():
+                if field not in record:  # staleness: async strategies only
+                    continue
                 value = record[field]
                 want.setdefault(tag, []).append((record["step"], float("nan") if value is None else f32(value)))
     return want

@@ -667,3 +667,19 @@ TEST_CASE("report: several runs keep one colour each in both plots", "[report]")
     colours.push_back(train);
   }
 }
+
+TEST_CASE("report: an async run's staleness is written only where there is one, and reads back", "[report]") {
+  const TempPath temp("staleness.jsonl");
+  {
+    rp::MetricsWriter writer(temp.path);
+    writer.log_step({1, 1, 0.5, 0.1, 10});  // sync: no staleness
+    writer.log_step({2, 1, 0.4, 0.1, 10, 1.25});
+  }
+  const auto lines = lines_of(read_file(temp.path));
+  REQUIRE(lines.size() == 2);
+  CHECK(JsonReader::parse(lines[0]).get("staleness") == nullptr);
+  CHECK(JsonReader::parse(lines[1]).get("staleness")->number == 1.25);
+  const auto log = rp::read_metrics(temp.path);
+  CHECK(std::isnan(log.steps[0].staleness));
+  CHECK(log.steps[1].staleness == 1.25);
+}
