@@ -370,9 +370,10 @@ int main(int argc, char** argv) {
   app.add_flag("--resume", f.resume,
                "continue from --checkpoint: a file, or a directory's newest checkpoint (an older one if it is damaged)");
   app.add_option("--metrics", f.metrics, "write JSON lines of step and evaluation metrics (and SVG plots next to it)");
-  app.add_option("--tensorboard", f.tensorboard, "write TensorBoard event files of the same metrics to DIR");
+  auto* tensorboard = app.add_option("--tensorboard", f.tensorboard, "write TensorBoard event files of the same metrics to DIR");
   app.add_option("--histogram-every", f.histogram_every, "with --tensorboard, histograms of the weights every N steps")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)
+      ->needs(tensorboard);
   app.add_option("--log-every", f.log_every,
                  "log every N steps to the metrics file (and, when the output is not a terminal, as a plain line)");
   app.add_flag("--augment", f.augment, "augment the training images: random crop (zero padding 2) and horizontal flip");
