@@ -10,8 +10,9 @@ namespace towerjit::report {
 inline constexpr double kDefaultSmoothing = 0.6;
 
 // The debiased exponential moving average of `values` with weight `w` in [0, 1) (0: no
-// smoothing). TensorBoard's formula (tensorboard/components/vz_line_chart2/line-chart.ts,
-// resmoothDataset): with last_0 = 0 and n counting the finite values so far,
+// smoothing). TensorBoard's formula (classicSmoothing in
+// tensorboard/webapp/widgets/line_chart_v2/data_transformer.ts; resmoothDataset in the older
+// components/vz_line_chart2/line-chart.ts): with last_0 = 0 and n counting the finite values so far,
 //
 //   last_n = w * last_{n-1} + (1 - w) * y_n
 //   s_n    = last_n / (1 - w^n)        (the debias: the EMA started at 0 would sit low)

@@ -570,6 +570,11 @@ TEST_CASE("report: smooth_ema is TensorBoard's debiased EMA", "[report]") {
     }
   }
   CHECK(rp::smooth_ema(y, 0.6)[0] == Approx(2.3).epsilon(1e-15));  // debiased: the first value, not 0.4 * 2.3
+  // The values TensorBoard's own test of its smoothing expects for (1, 0.5, 0) at 0.6.
+  const auto tb = rp::smooth_ema({1.0, 0.5, 0.0}, 0.6);
+  CHECK(tb[0] == Approx(1.0));
+  CHECK(tb[1] == Approx(0.6875));
+  CHECK(tb[2] == Approx((0.5 * 0.4 + 0.4 * 1 * 0.6) * 0.6 / (1 - 0.216)));
   const auto with_nan = rp::smooth_ema({1.0, std::nan(""), 3.0}, 0.5);
   CHECK(std::isnan(with_nan[1]));                        // passed through
   CHECK(with_nan[2] == Approx((0.25 + 1.5) / 0.75));     // the NaN left the average alone
