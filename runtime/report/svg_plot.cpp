@@ -130,10 +130,11 @@ void draw_series(std::string& svg, const Series& s, size_t index, size_t legend,
          (drawn == 0 ? " (no data)" : "") + "</text>\n";
 }
 
-// Markers as light dashed vertical lines, each labelled at its top, under the series.
+// Markers as light dashed vertical lines, each labelled at its top, under the series; one
+// outside the axis (an epoch end before the first evaluation plotted) is left out.
 void draw_markers(std::string& svg, const std::vector<Marker>& markers, const Axis& x) {
   for (const Marker& m : markers) {
-    if (!std::isfinite(m.x)) continue;
+    if (!std::isfinite(m.x) || m.x < x.lo || m.x > x.hi) continue;
     const std::string px = fmt("%.1f", x.at(m.x, kLeft, kLeft + kPlotW));
     svg += "<line class=\"marker\" x1=\"" + px + "\" y1=\"" + fmt("%.1f", kTop) + "\" x2=\"" + px + "\" y2=\"" +
            fmt("%.1f", kTop + kPlotH) + "\" stroke=\"#bbb\" stroke-dasharray=\"3 3\"/>\n";

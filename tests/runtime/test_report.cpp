@@ -644,6 +644,9 @@ TEST_CASE("report: metrics plots put evaluations at their steps and smooth the t
     CHECK(std::abs(axes_of(*svg).x_of(attribute(svg->substr(at, 200), "x1")) - 7) <= axes_of(*svg).x_tolerance());
   }
   CHECK(rp::epoch_markers(rp::read_metrics(path)).size() == 1);
+  const std::string outside = rp::svg_plot("t", "step", "y", {{"a", {{10, 1}, {20, 2}}}}, {{3, "epoch 1"}, {15, "epoch 2"}});
+  CHECK(count(outside, "class=\"marker\"") == 1);  // the one at step 3 lies left of the axis
+  CHECK(outside.find(">epoch 2</text>") != std::string::npos);
 }
 
 TEST_CASE("report: several runs keep one colour each in both plots", "[report]") {
