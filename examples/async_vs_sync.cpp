@@ -1,7 +1,8 @@
 // Trains the same model from the same initial weights on the same batches twice over the same
 // towers: once with synchronous gradient averaging, once with asynchronous apply (each tower
-// applies its own gradient, scaled by 1/N, with no barrier between the towers), and writes one
-// plot with both loss curves.
+// applies its own gradient, scaled by 1/N, with no barrier between the towers), and plots both
+// runs, each in its own colour: <out>/sync_and_async-loss.svg (train loss smoothed over the raw
+// curve, test loss) and <out>/sync_and_async-accuracy.svg (test accuracy every --eval-every steps).
 //
 //   ./build/examples/async_vs_sync --towers cpu:0,cpu:1 --steps 300 --out runs/async_vs_sync
 //
@@ -12,10 +13,12 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "examples/models.h"
 #include "runtime/data/batch_pipeline.h"
 #include "runtime/report/svg_plot.h"
+#include "runtime/report/tensorboard.h"
 #include "runtime/towers/fit.h"
 #include "runtime/towers/interrupts.h"
 #include "towerjit.h"
@@ -30,23 +33,40 @@ struct Flags {
   std::string out = "async_vs_sync";
   std::string data = tj::data::kFashionMnistDir;
   std::string dump;  // the CUDA of each run's programs, under <dump>/<run>
+  std::string tensorboard;  // each run's event files, under <tensorboard>/<run> (TensorBoard's runs)
   int64_t steps = 300;
   int64_t batch = 128;
+  int64_t eval_every = 100;  // and after the last step
   double lr = 0.05;
   uint64_t seed = 1;
 };
 
-// Keeps each step's loss for the plot.
-struct LossCurve : tj::Hook {
-  tj::report::Series series;
-  void after_step(tj::TowerTrainer&, const tj::StepEvent& e) override {
-    series.points.emplace_back(static_cast<double>(e.step), e.loss);
+// Keeps each step's loss, and the test set's accuracy and loss every `every` steps, as the
+// metrics a MetricsWriter would get, for the plots.
+struct Curves : tj::Hook {
+  Curves(const tj::data::Dataset& test, int64_t every) : test(test), every(every) {}
+  const tj::data::Dataset& test;
+  int64_t every;
+  tj::report::MetricsLog log;
+  tj::report::MetricsSink* sink = nullptr;  // also sent there (--tensorboard)
+  void after_step(tj::TowerTrainer& trainer, const tj::StepEvent& e) override {
+    log.steps.push_back({e.step, e.epoch + 1, e.loss, e.learning_rate, e.samples_per_s});
+    if (sink) sink->log_step(log.steps.back());
+    if (every > 0 && e.step % every == 0) evaluate(trainer, e);
   }
-  bool uses_trainer_at(const tj::StepEvent&) const override { return false; }
+  void end(tj::TowerTrainer& trainer, const tj::StepEvent& last) override {
+    if (log.evals.empty() || log.evals.back().step != last.step) evaluate(trainer, last);
+  }
+  bool uses_trainer_at(const tj::StepEvent& e) const override { return every > 0 && e.step % every == 0; }
+  void evaluate(tj::TowerTrainer& trainer, const tj::StepEvent& e) {
+    const auto r = trainer.evaluate({{"image", test.images}}, test.labels);
+    log.evals.push_back({e.step, e.epoch + 1, r.accuracy, r.loss});
+    if (sink) sink->log_eval(log.evals.back());
+  }
 };
 
 struct Outcome {
-  tj::report::Series curve;
+  tj::report::Run run;
   double seconds = 0, accuracy = 0, loss = 0;
   int64_t applies = 0;
 };
@@ -62,16 +82,18 @@ Outcome train(const Flags& f, const tj::Towers& towers, const std::string& name,
   tj::TowerTrainer trainer(graph, loss, towers, tj::momentum(f.lr, 0.9), {.seed = f.seed, .logits = logits});
   if (!f.dump.empty()) tj::dump_cuda(trainer, f.dump + "/" + run);
   tj::data::BatchPipeline pipeline(train_set, {.batch = f.batch, .seed = f.seed, .min_batch = towers.size()});
-  LossCurve curve;
-  curve.series.name = name;
+  Curves curves(test_set, f.eval_every);
+  std::optional<tj::report::TensorBoardWriter> tensorboard;
+  if (!f.tensorboard.empty()) tensorboard.emplace(f.tensorboard + "/" + run, tj::Loc::current());
+  curves.sink = tensorboard ? &*tensorboard : nullptr;
   const auto start = std::chrono::steady_clock::now();
   tj::fit(trainer, pipeline, {.epochs = 1 + f.steps / pipeline.batches_per_epoch(), .max_steps = f.steps,
-                              .hooks = {&curve}});
+                              .hooks = {&curves}});
   Outcome o;
   o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const auto eval = trainer.evaluate({{"image", test_set.images}}, test_set.labels);
-  o.curve = std::move(curve.series);
-  o.accuracy = eval.accuracy, o.loss = eval.loss, o.applies = trainer.applies();
+  o.run = {name, std::move(curves.log)};
+  o.accuracy = o.run.log.evals.back().test_accuracy, o.loss = o.run.log.evals.back().test_loss;
+  o.applies = trainer.applies();
   return o;
 }
 
@@ -87,7 +109,9 @@ int main(int argc, char** argv) {
   app.add_option("--lr", f.lr, "momentum SGD's learning rate");
   app.add_option("--seed", f.seed, "initial weights and the shuffle");
   app.add_option("--data", f.data, "a directory in MNIST's layout");
-  app.add_option("--out", f.out, "directory for the plot");
+  app.add_option("--eval-every", f.eval_every, "evaluate on the test set every N steps (0: only at the end)");
+  app.add_option("--out", f.out, "directory for the plots");
+  app.add_option("--tensorboard", f.tensorboard, "write each run's TensorBoard event files to DIR/sync and DIR/async");
   app.add_option("--dump", f.dump, "write the CUDA C and PTX of each run's programs to DIR/sync and DIR/async");
   CLI11_PARSE(app, argc, argv);
   try {
@@ -98,14 +122,13 @@ int main(int argc, char** argv) {
     const Outcome async = train(f, towers.reduce(tj::AsyncApply{}), "async apply (1/N)", "async", train_set, test_set);
     for (const auto* o : {&sync, &async})
       std::printf("%-18s %5lld applies in %5.1f s: final train loss %.4f, test accuracy %.4f, test loss %.4f\n",
-                  o->curve.name.c_str(), static_cast<long long>(o->applies), o->seconds,
-                  o->curve.points.empty() ? 0.0 : o->curve.points.back().second, o->accuracy, o->loss);
+                  o->run.name.c_str(), static_cast<long long>(o->applies), o->seconds,
+                  o->run.log.steps.empty() ? 0.0 : o->run.log.steps.back().loss, o->accuracy, o->loss);
     std::error_code ignored;  // write_svg_plot names the path if it is still not writable
     std::filesystem::create_directories(f.out, ignored);
-    const std::string plot = f.out + "/loss.svg";
-    tj::report::write_svg_plot(plot, "Training loss on " + towers.str(), "step (batch)", "loss",
-                               {sync.curve, async.curve});
-    std::printf("plot: %s\n", plot.c_str());
+    for (const auto& plot :
+         tj::report::write_runs_plots({sync.run, async.run}, f.out + "/sync_and_async", "sync and async on " + f.towers))
+      std::printf("plot: %s\n", plot.c_str());
   } catch (const tj::Interrupted& stop) {  // Ctrl-C or SIGTERM: fit finished the step
     std::fprintf(stderr, "%s\n", stop.what());
     return stop.exit_code();

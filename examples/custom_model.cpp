@@ -9,9 +9,11 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "jit/reference/interpreter.h"
 #include "runtime/data/batch_pipeline.h"
+#include "runtime/report/tensorboard.h"
 #include "runtime/towers/hooks.h"
 #include "runtime/towers/interrupts.h"
 #include "towerjit.h"
@@ -86,13 +88,15 @@ double gradient_check(tj::Graph& graph, tj::Tensor loss, const tj::data::Dataset
 
 int main(int argc, char** argv) {
   int64_t epochs = 1, steps = 0;
-  std::string towers_flag = "cpu:0,cpu:1", data_dir = tj::data::kFashionMnistDir, dump_dir;
+  std::string towers_flag = "cpu:0,cpu:1", data_dir = tj::data::kFashionMnistDir, dump_dir,
+              tensorboard_dir;
   CLI::App app{"A custom layer (layer norm) and loss (label smoothing) written in the DSL, trained on Fashion-MNIST"};
   app.add_option("--epochs", epochs, "passes over the training set");
   app.add_option("--steps", steps, "stop after this many steps");
   app.add_option("--towers", towers_flag, "devices, e.g. cpu:0,cpu:1");
   app.add_option("--data", data_dir, "a directory in MNIST's layout");
   app.add_option("--dump", dump_dir, "write the CUDA C and PTX of every program the trainer compiled here");
+  app.add_option("--tensorboard", tensorboard_dir, "write TensorBoard event files of the loss and evaluations to DIR");
   CLI11_PARSE(app, argc, argv);
   try {
     const auto train_set = tj::data::load_mnist_format("train", data_dir);
@@ -112,8 +116,10 @@ int main(int argc, char** argv) {
       for (const std::string& path : tj::dump_cuda(trainer, dump_dir)) std::printf("wrote %s\n", path.c_str());
     tj::data::BatchPipeline pipeline(train_set, {.batch = 128, .min_batch = trainer.towers().size()});
     tj::report::Progress progress(steps > 0 ? steps : epochs * pipeline.batches_per_epoch());
-    tj::LogHook log(progress, nullptr);
-    tj::EvalHook eval(test_set, progress, nullptr);
+    std::optional<tj::report::TensorBoardWriter> tensorboard;
+    if (!tensorboard_dir.empty()) tensorboard.emplace(tensorboard_dir, tj::Loc::current());
+    tj::LogHook log(progress, tensorboard ? &*tensorboard : nullptr);
+    tj::EvalHook eval(test_set, progress, tensorboard ? &*tensorboard : nullptr);
     tj::fit(trainer, pipeline, {.epochs = epochs, .max_steps = steps, .hooks = {&log, &eval}});
     progress.finish();
     std::printf("test accuracy %.4f\n", eval.last().accuracy);

@@ -26,7 +26,9 @@
 #include "runtime/data/batch_pipeline.h"
 #include "runtime/dist/world.h"
 #include "runtime/report/svg_plot.h"
+#include "runtime/report/tensorboard.h"
 #include "runtime/report/trace.h"
+#include "runtime/towers/histogram_hook.h"
 #include "runtime/towers/hooks.h"
 #include "runtime/towers/interrupts.h"
 #include "towerjit.h"
@@ -56,6 +58,8 @@ struct Flags {
   std::string optimizer = "adam";
   std::string data = tj::data::kFashionMnistDir;
   std::string dump, checkpoint, metrics, trace;
+  std::string tensorboard;  // --tensorboard DIR: event files of the metrics
+  int64_t histogram_every = 0;  // --histogram-every N: the weights' histograms there too
   std::string keep_best;  // "accuracy" or "loss": also keep best.tjck by that test metric
   int64_t epochs = 3;
   int64_t batch = 128;
@@ -225,6 +229,11 @@ int train(Flags f, const std::string& resume_command) {
   std::optional<tj::report::MetricsWriter> metrics;
   if (lead && !f.metrics.empty() && f.resume) metrics.emplace(f.metrics, start_step, tj::Loc::current());
   if (lead && !f.metrics.empty() && !f.resume) metrics.emplace(f.metrics, tj::Loc::current());
+  // --tensorboard: the same records as event files, written by rank 0 alone.
+  std::optional<tj::report::TensorBoardWriter> tensorboard;
+  if (lead && !f.tensorboard.empty()) tensorboard.emplace(f.tensorboard, tj::Loc::current());
+  tj::report::MetricsTee sinks({metrics ? &*metrics : nullptr, tensorboard ? &*tensorboard : nullptr});
+  tj::report::MetricsSink* const logged = sinks.empty() ? nullptr : &sinks;
 
   if (world.size() > 1 && lead)
     std::printf("towerjit: %d processes over %s, %d towers in all\n", world.size(), world.name().c_str(), world_towers);
@@ -233,8 +242,8 @@ int train(Flags f, const std::string& resume_command) {
               metadata.at("batch").c_str(), static_cast<long long>(f.epochs),
               f.resume ? (", resumed at step " + std::to_string(start_step)).c_str() : "");
   tj::report::Progress progress(total);
-  tj::LogHook log(progress, metrics ? &*metrics : nullptr, f.log_every);
-  tj::EvalHook eval(test_set, progress, metrics ? &*metrics : nullptr, f.ema > 0, f.eval_every);
+  tj::LogHook log(progress, logged, f.log_every);
+  tj::EvalHook eval(test_set, progress, logged, f.ema > 0, f.eval_every);
   std::optional<tj::CheckpointHook> save;
   if (lead && !f.checkpoint.empty()) save.emplace(checkpoint_dir(f), metadata, f.checkpoint_every, 3, tj::Loc::current());
   if (save && !f.keep_best.empty())
@@ -242,6 +251,9 @@ int train(Flags f, const std::string& resume_command) {
   std::vector<tj::Hook*> hooks;
   if (lead) hooks = {&log, &eval};  // eval before save: the best checkpoint reads its result
   if (save) hooks.push_back(&*save);
+  std::optional<tj::HistogramHook> histograms;  // --histogram-every, into rank 0's event file
+  if (tensorboard && f.histogram_every > 0) histograms.emplace(graph, *tensorboard, f.histogram_every, tj::Loc::current());
+  if (histograms) hooks.push_back(&*histograms);
 
   const int64_t payload_before = world.payload_bytes();
   tj::StepEvent last;
@@ -358,6 +370,10 @@ int main(int argc, char** argv) {
   app.add_flag("--resume", f.resume,
                "continue from --checkpoint: a file, or a directory's newest checkpoint (an older one if it is damaged)");
   app.add_option("--metrics", f.metrics, "write JSON lines of step and evaluation metrics (and SVG plots next to it)");
+  auto* tensorboard = app.add_option("--tensorboard", f.tensorboard, "write TensorBoard event files of the same metrics to DIR");
+  app.add_option("--histogram-every", f.histogram_every, "with --tensorboard, histograms of the weights every N steps")
+      ->check(CLI::PositiveNumber)
+      ->needs(tensorboard);
   app.add_option("--log-every", f.log_every,
                  "log every N steps to the metrics file (and, when the output is not a terminal, as a plain line)");
   app.add_flag("--augment", f.augment, "augment the training images: random crop (zero padding 2) and horizontal flip");

@@ -161,6 +161,19 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t resumed_at, Loc lo
   flush_evals_until(resumed_at);
 }
 
+MetricsTee::MetricsTee(std::vector<MetricsSink*> sinks) {
+  for (MetricsSink* s : sinks)
+    if (s != nullptr) sinks_.push_back(s);
+}
+
+void MetricsTee::log_step(const StepRecord& record, Loc loc) {
+  for (MetricsSink* s : sinks_) s->log_step(record, loc);
+}
+
+void MetricsTee::log_eval(const EvalRecord& record, Loc loc) {
+  for (MetricsSink* s : sinks_) s->log_eval(record, loc);
+}
+
 MetricsWriter::~MetricsWriter() {
   if (file_ != nullptr) std::fclose(file_);
 }
@@ -168,7 +181,8 @@ MetricsWriter::~MetricsWriter() {
 void MetricsWriter::log_step(const StepRecord& r, Loc loc) {
   write_line("{\"kind\":\"step\",\"step\":" + std::to_string(r.step) + ",\"epoch\":" + std::to_string(r.epoch) +
                  ",\"loss\":" + json_number(r.loss) + ",\"lr\":" + json_number(r.lr) +
-                 ",\"samples_per_s\":" + json_number(r.samples_per_s) + "}\n",
+                 ",\"samples_per_s\":" + json_number(r.samples_per_s) +
+                 (std::isnan(r.staleness) ? "" : ",\"staleness\":" + json_number(r.staleness)) + "}\n",
              loc);
 }
 
@@ -216,7 +230,8 @@ MetricsLog read_metrics(const std::string& path, Loc loc) {
     // A hand-edited null step must not become undefined behaviour in the cast.
     const auto whole = [&](const char* key) { return std::isfinite(n[key]) ? static_cast<int64_t>(n[key]) : -1; };
     if (kind == "step")
-      log.steps.push_back({whole("step"), whole("epoch"), n["loss"], n["lr"], n["samples_per_s"]});
+      log.steps.push_back({whole("step"), whole("epoch"), n["loss"], n["lr"], n["samples_per_s"],
+                           n.count("staleness") ? n["staleness"] : std::numeric_limits<double>::quiet_NaN()});
     else
       log.evals.push_back({whole("step"), whole("epoch"), n["test_accuracy"], n["test_loss"]});
   }

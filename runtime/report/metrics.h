@@ -3,6 +3,7 @@
 // `jq` or pandas can read the file while training runs:
 //
 //   {"kind":"step","step":12,"epoch":1,"loss":0.5013,"lr":0.001,"samples_per_s":16014.2}
+//   {"kind":"step","step":22,"epoch":1,"loss":0.4902,"lr":0.001,"samples_per_s":17002.9,"staleness":1.05}
 //   {"kind":"eval","step":469,"epoch":1,"test_accuracy":0.8488,"test_loss":0.417}
 //
 // Numbers are written in the shortest form that reads back to the same double. JSON has no
@@ -12,6 +13,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <mutex>
 #include <source_location>
 #include <string>
@@ -30,6 +32,10 @@ struct StepRecord {
   double loss = 0;
   double lr = 0;
   double samples_per_s = 0;
+  // Async strategies only (else NaN, and the key is not written): the mean number of applies by
+  // other towers between a tower's read of the variables and its apply, over the applies since
+  // the previous record.
+  double staleness = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct EvalRecord {
@@ -39,7 +45,28 @@ struct EvalRecord {
   double test_loss = 0;
 };
 
-class MetricsWriter {
+// Where LogHook and EvalHook send a run's metrics: the JSON lines (MetricsWriter), TensorBoard
+// event files (TensorBoardWriter, tensorboard.h), or several at once (MetricsTee).
+class MetricsSink {
+ public:
+  virtual ~MetricsSink() = default;
+  virtual void log_step(const StepRecord& record, Loc loc = Loc::current()) = 0;
+  virtual void log_eval(const EvalRecord& record, Loc loc = Loc::current()) = 0;
+};
+
+// Sends each record to every sink given (null ones skipped), in order.
+class MetricsTee : public MetricsSink {
+ public:
+  explicit MetricsTee(std::vector<MetricsSink*> sinks);
+  void log_step(const StepRecord& record, Loc loc = Loc::current()) override;
+  void log_eval(const EvalRecord& record, Loc loc = Loc::current()) override;
+  bool empty() const { return sinks_.empty(); }
+
+ private:
+  std::vector<MetricsSink*> sinks_;
+};
+
+class MetricsWriter : public MetricsSink {
  public:
   // Creates (or truncates) `path`. Errors (towerjit::Error): the path cannot be opened; the
   // message names it, the system's reason, and the fix (a missing directory: create it).
@@ -48,14 +75,14 @@ class MetricsWriter {
   // the file exists), drops the later ones an interrupted run wrote, and appends from there.
   // Errors: as above, and a file that is not a metrics file.
   MetricsWriter(const std::string& path, int64_t resumed_at, Loc loc = Loc::current());
-  ~MetricsWriter();
+  ~MetricsWriter() override;
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
   // Each writes one line and flushes it; safe to call from several threads. Errors: the write
   // fails (a full disk), named with the path.
-  void log_step(const StepRecord& record, Loc loc = Loc::current());
-  void log_eval(const EvalRecord& record, Loc loc = Loc::current());
+  void log_step(const StepRecord& record, Loc loc = Loc::current()) override;
+  void log_eval(const EvalRecord& record, Loc loc = Loc::current()) override;
 
   const std::string& path() const { return path_; }
 

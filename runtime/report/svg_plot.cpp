@@ -6,9 +6,11 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <map>
 
 #include "dsl/error.h"
 #include "runtime/report/metrics.h"
+#include "runtime/report/smoothing.h"
 
 namespace towerjit::report {
 namespace {
@@ -100,9 +102,9 @@ void draw_axes(std::string& svg, const Axis& x, const Axis& y, const std::string
          ") rotate(-90)\" text-anchor=\"middle\">" + escape_xml(y_label) + "</text>\n";
 }
 
-// One series: its line, its dots when few, its legend entry (number `index`).
-void draw_series(std::string& svg, const Series& s, size_t index, const Axis& x, const Axis& y) {
-  const char* colour = kColours[index % std::size(kColours)];
+// One series: its line, its dots when few, its legend entry (slot `legend`, none when faint).
+void draw_series(std::string& svg, const Series& s, size_t index, size_t legend, const Axis& x, const Axis& y) {
+  const char* colour = kColours[(s.colour >= 0 ? static_cast<size_t>(s.colour) : index) % std::size(kColours)];
   std::string d, dots;
   size_t drawn = 0;
   for (const auto& p : s.points) {
@@ -112,15 +114,33 @@ void draw_series(std::string& svg, const Series& s, size_t index, const Axis& x,
     d += (drawn++ == 0 ? "M" : " L") + px + " " + py;
     dots += "<circle cx=\"" + px + "\" cy=\"" + py + "\" r=\"2.5\"/>";
   }
+  const std::string style = s.faint    ? "\" stroke-width=\"1\" stroke-opacity=\"0.3\""
+                            : s.dashed ? "\" stroke-width=\"1.5\" stroke-dasharray=\"5 3\""
+                                       : "\" stroke-width=\"1.5\"";
   if (drawn > 0)
-    svg += "<path d=\"" + d + "\" fill=\"none\" stroke=\"" + colour +
-           "\" stroke-width=\"1.5\" stroke-linejoin=\"round\"/>\n";
+    svg += "<path data-series=\"" + escape_xml(s.name) + "\" d=\"" + d + "\" fill=\"none\" stroke=\"" + colour +
+           style + " stroke-linejoin=\"round\"/>\n";
+  if (s.faint) return;
   if (drawn > 0 && drawn <= kDotsUpTo) svg += std::string("<g fill=\"") + colour + "\">" + dots + "</g>\n";
-  const double ly = kTop + 8 + 20 * static_cast<double>(index), lx = kLeft + kPlotW + 16;
+  const double ly = kTop + 8 + 20 * static_cast<double>(legend), lx = kLeft + kPlotW + 16;
   svg += "<line x1=\"" + fmt("%.1f", lx) + "\" y1=\"" + fmt("%.1f", ly) + "\" x2=\"" + fmt("%.1f", lx + 20) +
-         "\" y2=\"" + fmt("%.1f", ly) + "\" stroke=\"" + colour + "\" stroke-width=\"2\"/>\n";
+         "\" y2=\"" + fmt("%.1f", ly) + "\" stroke=\"" + colour + "\" stroke-width=\"2\"" +
+         (s.dashed ? " stroke-dasharray=\"5 3\"" : "") + "/>\n";
   svg += "<text x=\"" + fmt("%.1f", lx + 26) + "\" y=\"" + fmt("%.1f", ly + 4) + "\">" + escape_xml(s.name) +
          (drawn == 0 ? " (no data)" : "") + "</text>\n";
+}
+
+// Markers as light dashed vertical lines, each labelled at its top, under the series; one
+// outside the axis (an epoch end before the first evaluation plotted) is left out.
+void draw_markers(std::string& svg, const std::vector<Marker>& markers, const Axis& x) {
+  for (const Marker& m : markers) {
+    if (!std::isfinite(m.x) || m.x < x.lo || m.x > x.hi) continue;
+    const std::string px = fmt("%.1f", x.at(m.x, kLeft, kLeft + kPlotW));
+    svg += "<line class=\"marker\" x1=\"" + px + "\" y1=\"" + fmt("%.1f", kTop) + "\" x2=\"" + px + "\" y2=\"" +
+           fmt("%.1f", kTop + kPlotH) + "\" stroke=\"#bbb\" stroke-dasharray=\"3 3\"/>\n";
+    svg += "<text x=\"" + px + "\" y=\"" + fmt("%.1f", kTop + 12) +
+           "\" text-anchor=\"end\" dx=\"-3\" fill=\"#888\" font-size=\"10\">" + escape_xml(m.label) + "</text>\n";
+  }
 }
 
 void write_text(const std::string& path, const std::string& text, Loc loc) {
@@ -136,14 +156,14 @@ void write_text(const std::string& path, const std::string& text, Loc loc) {
 }  // namespace
 
 std::string svg_plot(const std::string& title, const std::string& x_label, const std::string& y_label,
-                     const std::vector<Series>& series) {
+                     const std::vector<Series>& series, const std::vector<Marker>& markers) {
   constexpr double inf = std::numeric_limits<double>::infinity();
   double x_min = inf, x_max = -inf, y_min = inf, y_max = -inf;
   size_t longest_name = 0;
   bool whole_x = true;
   for (const auto& s : series) {
     const bool drawable = std::any_of(s.points.begin(), s.points.end(), finite);
-    longest_name = std::max(longest_name, s.name.size() + (drawable ? 0 : 10));  // " (no data)"
+    if (!s.faint) longest_name = std::max(longest_name, s.name.size() + (drawable ? 0 : 10));  // " (no data)"
     for (const auto& p : s.points) {
       if (!finite(p)) continue;
       x_min = std::min(x_min, p.first), x_max = std::max(x_max, p.first);
@@ -165,7 +185,11 @@ std::string svg_plot(const std::string& title, const std::string& x_label, const
   svg += "<text x=\"" + fmt("%.1f", kLeft + kPlotW / 2) + "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" +
          escape_xml(title) + "</text>\n";
   draw_axes(svg, x, y, x_label, y_label);
-  for (size_t i = 0; i < series.size(); ++i) draw_series(svg, series[i], i, x, y);
+  draw_markers(svg, markers, x);
+  for (size_t i = 0, legend = 0; i < series.size(); ++i) {
+    draw_series(svg, series[i], i, legend, x, y);
+    legend += series[i].faint ? 0 : 1;
+  }
   if (empty)
     svg += "<text x=\"" + fmt("%.1f", kLeft + kPlotW / 2) + "\" y=\"" + fmt("%.1f", kTop + kPlotH / 2) +
            "\" text-anchor=\"middle\" fill=\"#888\" font-size=\"16\">no data</text>\n";
@@ -173,25 +197,65 @@ std::string svg_plot(const std::string& title, const std::string& x_label, const
 }
 
 void write_svg_plot(const std::string& path, const std::string& title, const std::string& x_label,
-                    const std::string& y_label, const std::vector<Series>& series, Loc loc) {
-  write_text(path, svg_plot(title, x_label, y_label, series), loc);
+                    const std::string& y_label, const std::vector<Series>& series, const std::vector<Marker>& markers,
+                    Loc loc) {
+  write_text(path, svg_plot(title, x_label, y_label, series, markers), loc);
 }
 
-std::vector<std::string> write_metrics_plots(const std::string& metrics_path, Loc loc) {
-  const MetricsLog log = read_metrics(metrics_path, loc);
-  Series train{"train loss", {}}, test{"test loss", {}}, accuracy{"test accuracy", {}};
-  for (const auto& r : log.steps) train.points.emplace_back(static_cast<double>(r.step), r.loss);
-  for (const auto& r : log.evals) {
-    test.points.emplace_back(static_cast<double>(r.step), r.test_loss);
-    accuracy.points.emplace_back(static_cast<double>(r.epoch), r.test_accuracy);
+std::vector<Marker> epoch_markers(const MetricsLog& log) {
+  std::map<int64_t, int64_t> last_step;  // epoch -> the largest step recorded in it
+  auto note = [&](int64_t epoch, int64_t step) {
+    auto [it, fresh] = last_step.emplace(epoch, step);
+    if (!fresh) it->second = std::max(it->second, step);
+  };
+  for (const auto& r : log.steps) note(r.epoch, r.step);
+  for (const auto& r : log.evals) note(r.epoch, r.step);
+  std::vector<Marker> markers;
+  for (auto it = last_step.begin(); it != last_step.end() && std::next(it) != last_step.end(); ++it)
+    markers.push_back({static_cast<double>(it->second), "epoch " + std::to_string(it->first)});
+  return markers;
+}
+
+std::vector<std::string> write_runs_plots(const std::vector<Run>& runs, const std::string& stem,
+                                          const std::string& title, const PlotOptions& options, Loc loc) {
+  const bool several = runs.size() > 1;
+  std::vector<Series> loss, accuracy;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const MetricsLog& log = runs[i].log;
+    const std::string prefix = several ? runs[i].name + ": " : "";
+    const int train_colour = static_cast<int>(i), test_colour = several ? static_cast<int>(i) : 1;
+    std::vector<double> steps, losses;
+    for (const auto& r : log.steps) steps.push_back(static_cast<double>(r.step)), losses.push_back(r.loss);
+    const std::vector<double> smoothed = smooth_ema(losses, options.smoothing);
+    Series raw{prefix + "train loss (raw)", {}, train_colour, true};
+    Series smooth{prefix + "train loss" + (options.smoothing > 0 ? " (smoothed " + fmt("%g", options.smoothing) + ")" : ""),
+                  {}, train_colour};
+    for (size_t k = 0; k < steps.size(); ++k) {
+      raw.points.emplace_back(steps[k], losses[k]);
+      smooth.points.emplace_back(steps[k], smoothed[k]);
+    }
+    Series test{prefix + "test loss", {}, test_colour, false, several};
+    Series acc{prefix + "test accuracy", {}, test_colour};
+    for (const auto& r : log.evals) {
+      test.points.emplace_back(static_cast<double>(r.step), r.test_loss);
+      acc.points.emplace_back(static_cast<double>(r.step), r.test_accuracy);
+    }
+    if (options.smoothing > 0) loss.push_back(std::move(raw));
+    loss.push_back(std::move(smooth));
+    loss.push_back(std::move(test));
+    accuracy.push_back(std::move(acc));
   }
-  const std::filesystem::path p(metrics_path);
-  const std::string stem = (p.parent_path() / p.stem()).string();
-  const std::string name = p.filename().string();
+  const std::vector<Marker> markers = runs.empty() ? std::vector<Marker>{} : epoch_markers(runs[0].log);
   const std::vector<std::string> paths = {stem + "-loss.svg", stem + "-accuracy.svg"};
-  write_svg_plot(paths[0], "Loss (" + name + ")", "step", "loss", {train, test}, loc);
-  write_svg_plot(paths[1], "Test accuracy (" + name + ")", "epoch", "accuracy", {accuracy}, loc);
+  write_svg_plot(paths[0], "Loss (" + title + ")", "step", "loss", loss, markers, loc);
+  write_svg_plot(paths[1], "Test accuracy (" + title + ")", "step", "accuracy", accuracy, markers, loc);
   return paths;
+}
+
+std::vector<std::string> write_metrics_plots(const std::string& metrics_path, const PlotOptions& options, Loc loc) {
+  const std::filesystem::path p(metrics_path);
+  return write_runs_plots({{p.filename().string(), read_metrics(metrics_path, loc)}},
+                          (p.parent_path() / p.stem()).string(), p.filename().string(), options, loc);
 }
 
 }  // namespace towerjit::report

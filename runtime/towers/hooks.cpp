@@ -28,10 +28,10 @@ std::string format(const char* fmt, auto... args) {
 
 }  // namespace
 
-LogHook::LogHook(report::Progress& progress, report::MetricsWriter* metrics, int64_t every)
+LogHook::LogHook(report::Progress& progress, report::MetricsSink* metrics, int64_t every)
     : progress_(progress), metrics_(metrics), every_(std::max<int64_t>(1, every)) {}
 
-void LogHook::after_step(TowerTrainer&, const StepEvent& e) {
+void LogHook::after_step(TowerTrainer& trainer, const StepEvent& e) {
   loss_sum_ += e.loss * e.examples;
   examples_ += e.examples;
   seconds_ += e.examples / e.samples_per_s;
@@ -42,9 +42,19 @@ void LogHook::after_step(TowerTrainer&, const StepEvent& e) {
     progress_.line(format("step %lld, epoch %lld: loss %.4f, %.0f samples/s, lr %.4g",
                           static_cast<long long>(e.step), static_cast<long long>(e.epoch + 1), e.loss,
                           e.samples_per_s, e.learning_rate));
-  if (metrics_ && e.step % every_ == 0)
-    metrics_->log_step({.step = e.step, .epoch = e.epoch + 1, .loss = e.loss, .lr = e.learning_rate,
-                        .samples_per_s = e.samples_per_s});
+  if (metrics_ && e.step % every_ == 0) {
+    report::StepRecord record{.step = e.step, .epoch = e.epoch + 1, .loss = e.loss, .lr = e.learning_rate,
+                              .samples_per_s = e.samples_per_s};
+    // Async strategies: the mean staleness of the applies since the last record, from the
+    // trainer's running totals (the report's mean times its count is the running sum).
+    const TowerTrainer::AsyncReport async = trainer.async_report();
+    if (async.applies > async_applies_) {
+      const double sum = async.mean_staleness * static_cast<double>(async.applies);
+      record.staleness = (sum - async_sum_) / static_cast<double>(async.applies - async_applies_);
+      async_applies_ = async.applies, async_sum_ = sum;
+    }
+    metrics_->log_step(record);
+  }
 }
 
 void LogHook::after_epoch(TowerTrainer&, const StepEvent& e) {
@@ -55,12 +65,12 @@ void LogHook::after_epoch(TowerTrainer&, const StepEvent& e) {
   examples_ = 0;
 }
 
-EvalHook::EvalHook(const data::Dataset& test, report::Progress& progress, report::MetricsWriter* metrics,
+EvalHook::EvalHook(const data::Dataset& test, report::Progress& progress, report::MetricsSink* metrics,
                    bool ema_weights, int64_t every)
     : test_inputs_{{"image", test.images}}, test_labels_(test.labels), progress_(progress), metrics_(metrics),
       ema_weights_(ema_weights), every_(every) {}
 
-EvalHook::EvalHook(const data::TensorDataset& test, report::Progress& progress, report::MetricsWriter* metrics,
+EvalHook::EvalHook(const data::TensorDataset& test, report::Progress& progress, report::MetricsSink* metrics,
                    bool ema_weights, int64_t every, Loc loc)
     : test_inputs_(test.inputs()), test_labels_(test.labels(loc)), progress_(progress), metrics_(metrics),
       ema_weights_(ema_weights), every_(every) {

@@ -16,7 +16,8 @@
 
 namespace towerjit {
 
-// Every `every` steps: a metrics line (when `metrics` is set) and the progress bar; when the
+// Every `every` steps: a metrics line (when `metrics` is set; with an async strategy it carries
+// the mean staleness of the applies since the previous line) and the progress bar; when the
 // progress is not interactive (output to a pipe or a log file), a plain line instead of the bar:
 //
 //   step 10, epoch 1: loss 0.8034, 15210 samples/s, lr 0.001
@@ -24,17 +25,19 @@ namespace towerjit {
 // After each epoch: a plain line with the epoch's mean training loss and throughput.
 class LogHook : public Hook {
  public:
-  LogHook(report::Progress& progress, report::MetricsWriter* metrics, int64_t every = 10);
+  LogHook(report::Progress& progress, report::MetricsSink* metrics, int64_t every = 10);
   void after_step(TowerTrainer&, const StepEvent& e) override;
   void after_epoch(TowerTrainer&, const StepEvent& e) override;
   bool uses_trainer_at(const StepEvent&) const override { return false; }
 
  private:
   report::Progress& progress_;
-  report::MetricsWriter* metrics_;
+  report::MetricsSink* metrics_;
   int64_t every_;
   double loss_sum_ = 0, seconds_ = 0;  // over the epoch so far
   int64_t examples_ = 0;
+  int64_t async_applies_ = 0;  // the trainer's async applies and their staleness summed, at the last record
+  double async_sum_ = 0;
 };
 
 // After each epoch, every `every` steps (0: only after epochs) and at the end when training
@@ -44,12 +47,12 @@ class LogHook : public Hook {
 class EvalHook : public Hook {
  public:
   // Fashion-MNIST's Dataset: its images fed as "image", scored against its labels.
-  EvalHook(const data::Dataset& test, report::Progress& progress, report::MetricsWriter* metrics,
+  EvalHook(const data::Dataset& test, report::Progress& progress, report::MetricsSink* metrics,
            bool ema_weights = false, int64_t every = 0);
   // A dataset of your own: every array but the label fed under its name, scored against the
   // label array (TensorDataset's label name). Errors (at `loc`): a dataset without labels, or
   // labels that are not i32 [N] class indices.
-  EvalHook(const data::TensorDataset& test, report::Progress& progress, report::MetricsWriter* metrics,
+  EvalHook(const data::TensorDataset& test, report::Progress& progress, report::MetricsSink* metrics,
            bool ema_weights = false, int64_t every = 0, Loc loc = Loc::current());
   void after_step(TowerTrainer& trainer, const StepEvent& e) override;
   void after_epoch(TowerTrainer& trainer, const StepEvent& e) override;
@@ -65,7 +68,7 @@ class EvalHook : public Hook {
   const HostFeeds test_inputs_;  // the feeds evaluate() takes, built once (31 MB for Fashion-MNIST)
   const HostTensor test_labels_;
   report::Progress& progress_;
-  report::MetricsWriter* metrics_;
+  report::MetricsSink* metrics_;
   bool ema_weights_;
   int64_t every_;
   int64_t evaluated_at_ = -1;  // the step of the last evaluation

@@ -365,7 +365,7 @@ TEST_CASE("report: metrics plots are written next to the metrics file", "[report
   const std::string loss = read_file(plots[0]);
   CHECK(loss.find("train loss") != std::string::npos);
   CHECK(loss.find("test loss") != std::string::npos);
-  CHECK(count(loss, "<path ") == 2);
+  CHECK(count(loss, "<path ") == 3);  // the train loss raw (faint) and smoothed, the test loss
   CHECK(read_file(plots[1]).find("test accuracy") != std::string::npos);
   CHECK_THROWS_WITH(rp::write_svg_plot("/nonexistent-towerjit-dir/loss.svg", "t", "x", "y", {}), Catch::Contains("cannot write the plot \"/nonexistent-towerjit-dir/loss.svg\"") && Catch::Contains(here));
 }
@@ -495,4 +495,199 @@ TEST_CASE("report: progress text has the bar, the step of the total and the ETA 
   const rp::Progress known(100, stdout, false);
   CHECK(known.render(1, 50, 0.5, 100, 75) ==
         "[##########..........] epoch 1  step 50/100  loss 0.5000  100 samples/s  ETA 1:15");
+}
+
+namespace {
+
+// Reads a chart back: each tick label's value and pixel give the axis's linear map, which turns
+// a series' path back into data coordinates. Pixels are written to 0.1 px, so a value reads back
+// within 0.05 px of its axis's scale.
+struct ReadBack {
+  double x0 = 0, xv0 = 0, x1 = 0, xv1 = 0;  // two x ticks: pixel and value
+  double y0 = 0, yv0 = 0, y1 = 0, yv1 = 0;
+  double x_of(double px) const { return xv0 + (px - x0) / (x1 - x0) * (xv1 - xv0); }
+  double y_of(double py) const { return yv0 + (py - y0) / (y1 - y0) * (yv1 - yv0); }
+  double x_tolerance() const { return 0.051 * std::abs((xv1 - xv0) / (x1 - x0)); }
+  double y_tolerance() const { return 0.051 * std::abs((yv1 - yv0) / (y1 - y0)); }
+};
+
+double attribute(const std::string& tag, const std::string& name) {
+  const size_t at = tag.find(" " + name + "=\"");
+  if (at == std::string::npos) throw std::runtime_error("no " + name + " in " + tag);
+  return std::stod(tag.substr(at + name.size() + 3));
+}
+
+ReadBack axes_of(const std::string& svg) {
+  std::vector<std::pair<double, double>> xs, ys;  // (pixel, value)
+  for (size_t at = svg.find("<text "); at != std::string::npos; at = svg.find("<text ", at + 1)) {
+    const size_t close = svg.find('>', at), end = svg.find("</text>", close);
+    const std::string tag = svg.substr(at, close - at), text = svg.substr(close + 1, end - close - 1);
+    char* stop = nullptr;
+    const double value = std::strtod(text.c_str(), &stop);
+    if (text.empty() || *stop != '\0') continue;  // not a tick label
+    if (tag.find("text-anchor=\"middle\"") != std::string::npos && attribute(tag, "y") == 376.0)
+      xs.emplace_back(attribute(tag, "x"), value);
+    else if (tag.find("text-anchor=\"end\"") != std::string::npos && attribute(tag, "x") == 66.0)
+      ys.emplace_back(attribute(tag, "y") - 4, value);
+  }
+  if (xs.size() < 2 || ys.size() < 2) throw std::runtime_error("fewer than two ticks on an axis");
+  return {xs.front().first, xs.front().second, xs.back().first, xs.back().second,
+          ys.front().first, ys.front().second, ys.back().first, ys.back().second};
+}
+
+// The points of the path of series `name`, in data coordinates, and its stroke colour.
+std::vector<std::pair<double, double>> series_points(const std::string& svg, const std::string& name,
+                                                     std::string* colour = nullptr) {
+  const size_t at = svg.find("<path data-series=\"" + name + "\"");
+  if (at == std::string::npos) throw std::runtime_error("no series " + name);
+  const std::string tag = svg.substr(at, svg.find('>', at) - at);
+  const size_t d = tag.find(" d=\"") + 4;
+  if (colour) *colour = tag.substr(tag.find("stroke=\"") + 8, 7);
+  std::istringstream in(tag.substr(d, tag.find('"', d) - d));
+  const ReadBack axes = axes_of(svg);
+  std::vector<std::pair<double, double>> points;
+  for (std::string move; in >> move;) {
+    double px = std::stod(move.substr(1)), py;
+    in >> py;
+    points.emplace_back(axes.x_of(px), axes.y_of(py));
+  }
+  return points;
+}
+
+}  // namespace
+
+TEST_CASE("report: smooth_ema is TensorBoard's debiased EMA", "[report]") {
+  // The closed form of the same average: s_n = sum_k (1-w) w^(n-k) y_k / (1 - w^n).
+  const std::vector<double> y = {2.3, 0.69, 0.23, 1.1, 0.5, 0.4, 0.9};
+  for (double w : {0.0, 0.6, 0.9, 0.999}) {
+    const auto s = rp::smooth_ema(y, w);
+    REQUIRE(s.size() == y.size());
+    for (size_t n = 1; n <= y.size(); ++n) {
+      double sum = 0;
+      for (size_t k = 1; k <= n; ++k) sum += (1 - w) * std::pow(w, static_cast<double>(n - k)) * y[k - 1];
+      const double expected = w == 0 ? y[n - 1] : sum / (1 - std::pow(w, static_cast<double>(n)));
+      CHECK(s[n - 1] == Approx(expected).epsilon(1e-12));  // a few roundings of sums of 7 terms
+    }
+  }
+  CHECK(rp::smooth_ema(y, 0.6)[0] == Approx(2.3).epsilon(1e-15));  // debiased: the first value, not 0.4 * 2.3
+  // The values TensorBoard's own test of its smoothing expects for (1, 0.5, 0) at 0.6.
+  const auto tb = rp::smooth_ema({1.0, 0.5, 0.0}, 0.6);
+  CHECK(tb[0] == Approx(1.0));
+  CHECK(tb[1] == Approx(0.6875));
+  CHECK(tb[2] == Approx((0.5 * 0.4 + 0.4 * 1 * 0.6) * 0.6 / (1 - 0.216)));
+  const auto with_nan = rp::smooth_ema({1.0, std::nan(""), 3.0}, 0.5);
+  CHECK(std::isnan(with_nan[1]));                        // passed through
+  CHECK(with_nan[2] == Approx((0.25 + 1.5) / 0.75));     // the NaN left the average alone
+  CHECK(rp::smooth_ema({0.7, 0.7, 0.7}, 0.6) == std::vector<double>{0.7, 0.7, 0.7});
+  CHECK(rp::smooth_ema({}, 0.6).empty());
+  CHECK(rp::smooth_ema({5.0}, 0.6) == std::vector<double>{5.0});
+}
+
+TEST_CASE("report: metrics plots put evaluations at their steps and smooth the train loss", "[report]") {
+  const TempPath temp("stepplots");
+  fs::create_directories(temp.path);
+  const std::string path = (fs::path(temp.path) / "m.jsonl").string();
+  // Two epochs of 7 steps (odd sizes), evaluations every 3 steps and after each epoch.
+  std::vector<double> losses;
+  std::vector<int64_t> eval_steps;
+  {
+    rp::MetricsWriter writer(path);
+    for (int64_t step = 1; step <= 14; ++step) {
+      const int64_t epoch = step <= 7 ? 1 : 2;
+      losses.push_back(1.0 / static_cast<double>(step) + (step % 2 ? 0.3 : 0.0));  // noisy, falling
+      writer.log_step({step, epoch, losses.back(), 1e-3, 100});
+      if (step % 3 == 0 || step == 7 || step == 14) {
+        writer.log_eval({step, epoch, 0.5 + 0.03 * static_cast<double>(step), 1.0 / static_cast<double>(step)});
+        eval_steps.push_back(step);
+      }
+    }
+  }
+  const auto plots = rp::write_metrics_plots(path, {.smoothing = 0.6});
+  const std::string loss = read_file(plots[0]), accuracy = read_file(plots[1]);
+  std::string root;
+  CHECK(balanced_xml(loss, root));
+  CHECK(balanced_xml(accuracy, root));
+
+  // Accuracy: one point per evaluation, at its step (not stacked on its epoch), in step order.
+  const auto acc = series_points(accuracy, "test accuracy");
+  const ReadBack acc_axes = axes_of(accuracy);
+  REQUIRE(acc.size() == eval_steps.size());
+  for (size_t i = 0; i < acc.size(); ++i) {
+    CHECK(std::abs(acc[i].first - static_cast<double>(eval_steps[i])) <= acc_axes.x_tolerance());
+    CHECK(std::abs(acc[i].second - (0.5 + 0.03 * static_cast<double>(eval_steps[i]))) <= acc_axes.y_tolerance());
+  }
+  CHECK(accuracy.find(">step</text>") != std::string::npos);
+
+  // Loss: the raw curve (faint) and the smoothed one, both at every step; the smoothed one is
+  // the debiased EMA computed here independently.
+  const ReadBack axes = axes_of(loss);
+  const auto raw = series_points(loss, "train loss (raw)");
+  const auto smooth = series_points(loss, "train loss (smoothed 0.6)");
+  REQUIRE(raw.size() == 14);
+  REQUIRE(smooth.size() == 14);
+  double last = 0;
+  for (size_t n = 1; n <= 14; ++n) {
+    last = 0.6 * last + 0.4 * losses[n - 1];
+    const double expected = last / (1 - std::pow(0.6, static_cast<double>(n)));
+    CHECK(std::abs(smooth[n - 1].first - static_cast<double>(n)) <= axes.x_tolerance());
+    CHECK(std::abs(smooth[n - 1].second - expected) <= axes.y_tolerance());
+    CHECK(std::abs(raw[n - 1].second - losses[n - 1]) <= axes.y_tolerance());
+  }
+  CHECK(loss.find("stroke-opacity=\"0.3\"") != std::string::npos);  // the raw curve is faint
+  CHECK(series_points(loss, "test loss").size() == eval_steps.size());
+
+  // Epoch 1 ends at step 7: one marker, labelled, in both plots.
+  for (const std::string* svg : {&loss, &accuracy}) {
+    CHECK(count(*svg, "class=\"marker\"") == 1);
+    CHECK(svg->find(">epoch 1</text>") != std::string::npos);
+    const size_t at = svg->find("class=\"marker\"");
+    CHECK(std::abs(axes_of(*svg).x_of(attribute(svg->substr(at, 200), "x1")) - 7) <= axes_of(*svg).x_tolerance());
+  }
+  CHECK(rp::epoch_markers(rp::read_metrics(path)).size() == 1);
+  const std::string outside = rp::svg_plot("t", "step", "y", {{"a", {{10, 1}, {20, 2}}}}, {{3, "epoch 1"}, {15, "epoch 2"}});
+  CHECK(count(outside, "class=\"marker\"") == 1);  // the one at step 3 lies left of the axis
+  CHECK(outside.find(">epoch 2</text>") != std::string::npos);
+}
+
+TEST_CASE("report: several runs keep one colour each in both plots", "[report]") {
+  const TempPath temp("runs");
+  fs::create_directories(temp.path);
+  std::vector<rp::Run> runs(3);
+  for (size_t r = 0; r < runs.size(); ++r) {
+    runs[r].name = "run" + std::to_string(r);
+    for (int64_t step = 1; step <= 9; ++step)
+      runs[r].log.steps.push_back({step, 1, 1.0 / static_cast<double>(step + r), 0.1, 10});
+    runs[r].log.evals.push_back({9, 1, 0.6 + 0.1 * static_cast<double>(r), 0.5});
+  }
+  const auto plots = rp::write_runs_plots(runs, temp.path + "/cmp", "three runs");
+  const std::string loss = read_file(plots[0]), accuracy = read_file(plots[1]);
+  std::vector<std::string> colours;
+  for (const auto& run : runs) {
+    std::string train, raw, test, acc;
+    series_points(loss, run.name + ": train loss (smoothed 0.6)", &train);
+    series_points(loss, run.name + ": train loss (raw)", &raw);
+    series_points(loss, run.name + ": test loss", &test);
+    series_points(accuracy, run.name + ": test accuracy", &acc);
+    CHECK(train == raw);
+    CHECK(train == test);
+    CHECK(train == acc);
+    CHECK(std::find(colours.begin(), colours.end(), train) == colours.end());  // a colour of its own
+    colours.push_back(train);
+  }
+}
+
+TEST_CASE("report: an async run's staleness is written only where there is one, and reads back", "[report]") {
+  const TempPath temp("staleness.jsonl");
+  {
+    rp::MetricsWriter writer(temp.path);
+    writer.log_step({1, 1, 0.5, 0.1, 10});  // sync: no staleness
+    writer.log_step({2, 1, 0.4, 0.1, 10, 1.25});
+  }
+  const auto lines = lines_of(read_file(temp.path));
+  REQUIRE(lines.size() == 2);
+  CHECK(JsonReader::parse(lines[0]).get("staleness") == nullptr);
+  CHECK(JsonReader::parse(lines[1]).get("staleness")->number == 1.25);
+  const auto log = rp::read_metrics(temp.path);
+  CHECK(std::isnan(log.steps[0].staleness));
+  CHECK(log.steps[1].staleness == 1.25);
 }
