@@ -86,12 +86,12 @@ bool AsyncServer::may_apply(const Push& push) const {
   return applied_of_tower_.at(push.tower) - slowest <= *bound_;
 }
 
-AsyncServer::Push AsyncServer::receive() {
+AsyncServer::Push AsyncServer::receive(Loc loc) {
   Push p;
   try {
     p.from = state_.world->receive(p.bytes, dist::Transport::kAnySource, kPushTag);
   } catch (const std::runtime_error& e) {
-    user_check(false, Loc::current()) << "the parameter server's receive failed: " << rank_failure(e);
+    user_check(false, loc) << "the parameter server's receive failed: " << rank_failure(e);
   }
   Header h;
   // Every rank built the same model (checked at start-up), so the size is known.
@@ -105,7 +105,7 @@ AsyncServer::Push AsyncServer::receive() {
   return p;
 }
 
-AsyncServer::Applied AsyncServer::apply(Push push) {
+AsyncServer::Applied AsyncServer::apply(Push push, Loc loc) {
   const CompiledTowers& c = state_.compiled;
   HostFeeds gradients;
   const char* from = push.bytes.data() + sizeof(Header);
@@ -142,7 +142,7 @@ AsyncServer::Applied AsyncServer::apply(Push push) {
   try {
     state_.world->send(reply, push.from, kReplyTag);
   } catch (const std::runtime_error& e) {
-    user_check(false, Loc::current()) << "the parameter server's reply to rank " << push.from
+    user_check(false, loc) << "the parameter server's reply to rank " << push.from
                                       << " failed: " << rank_failure(e);
   }
   return a;

@@ -47,12 +47,13 @@ class AsyncServer {
   // `values` and `apply`: the one copy of the variables and its apply program.
   AsyncServer(TowerState& state, HostVariables& values, CpuProgram& apply);
   // The next push from any worker (blocks).
-  Push receive();
+  // Errors (at `loc`, the user's fit()): a transport failure.
+  Push receive(Loc loc);
   // Whether `push` may be applied now under AsyncApply::max_staleness = k: its tower has
   // applied at most k times more than the slowest tower (the slowest always may).
   bool may_apply(const Push& push) const;
   // Applies `push` (once), then sends its worker the variables.
-  Applied apply(Push push);
+  Applied apply(Push push, Loc loc);
 
  private:
   TowerState& state_;

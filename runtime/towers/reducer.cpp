@@ -102,7 +102,7 @@ struct Reducer::Exchange {
 };
 
 Reduced Reducer::reduce(std::vector<TowerOutputs> outputs, const std::vector<double>& weights,
-                        const std::vector<double>& shares) {
+                        const std::vector<double>& shares, Loc loc) {
   if (gather_first_) outputs = gather(outputs);
   // The towers `outputs` holds: this process's, or (gathered, or alone) all of them.
   const size_t n = outputs.size();
@@ -128,7 +128,7 @@ Reduced Reducer::reduce(std::vector<TowerOutputs> outputs, const std::vector<dou
   try {
     sum_and_exchange(outputs, w, exchange, r);
   } catch (const std::runtime_error& e) {
-    user_check(false, Loc::current()) << dist::rank_prefix() << "the all-reduce across processes failed at apply "
+    user_check(false, loc) << dist::rank_prefix() << "the all-reduce across processes failed at apply "
                                       << state_.applies << ": " << e.what();
   }
   const std::vector<std::string>& names = state_.compiled.gradient_inputs;

@@ -37,8 +37,9 @@ class Reducer {
   ~Reducer();
   // `outputs`: this process's towers' (or, from one process, any set of tower runs);
   // `weights` and `shares`: of the world's towers (of `outputs` when alone), in order.
+  // Errors (at `loc`, the user's step or fit): a transport failure across processes.
   Reduced reduce(std::vector<TowerOutputs> outputs, const std::vector<double>& weights,
-                 const std::vector<double>& shares);
+                 const std::vector<double>& shares, Loc loc);
 
  private:
   struct Exchange;

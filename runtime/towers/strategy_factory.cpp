@@ -60,7 +60,7 @@ const Column kColumns[] = {
     {[](const R& r, const StrategyRequest& q) {
        return r.variables == R::Variables::either || (r.variables == R::Variables::gpus) == q.gpu_variables;
      },
-     "set TOWERJIT_GPU_VARIABLES the other way"},
+     "set TowerStrategyOptions::gpu_variables (or TOWERJIT_GPU_VARIABLES) the other way"},
     {[](const R& r, const StrategyRequest& q) {
        return r.layout_determinism || !q.deterministic_layout || q.processes == 1;
      },
@@ -80,7 +80,8 @@ const char* name_of(R::Processes p) {
 
 }  // namespace
 
-StrategyRequest StrategyRequest::of(const Towers& towers, const dist::Transport& world) {
+StrategyRequest StrategyRequest::of(const Towers& towers, const dist::Transport& world,
+                                    const TowerStrategyOptions& options) {
   StrategyRequest q;
   q.async = is_async(towers.reduction());
   q.variant = towers.sync_variant();
@@ -90,12 +91,14 @@ StrategyRequest StrategyRequest::of(const Towers& towers, const dist::Transport&
   q.rank = world.rank();
   // The knob asks for the variables on the GPUs where every tower is one; elsewhere it has
   // nothing to place and the variables stay in host memory.
-  q.gpu_variables = knobs::gpu_variables() && q.all_gpus;
-  q.deterministic_layout = knobs::deterministic_layout();
+  q.gpu_variables = knobs::gpu_variables(options.gpu_variables) && q.all_gpus;
+  q.deterministic_layout = knobs::deterministic_layout(options.deterministic_layout);
   const std::string text = towers.str();  // "Towers{cpu:0,cpu:1} split=... reduce=... variant=..."
   q.declared = text.substr(text.find("} ") + 2);
-  q.bucket_mb = knobs::bucket_mb();
+  q.bucket_mb = knobs::bucket_mb(options.bucket_mb);
   q.nccl_world = knobs::nccl_world();
+  user_check(options.bucket_mb >= 0, towers.declared_at())
+      << "TowerStrategyOptions::bucket_mb " << options.bucket_mb << " is negative; set 0 (a bucket per gradient) or more";
   return q;
 }
 
@@ -131,7 +134,28 @@ std::string StrategyRow::str() const {
 
 const std::vector<StrategyRow>& strategy_table() { return kTable; }
 
+namespace {
+std::vector<StrategyRow>& extra_rows() {
+  static std::vector<StrategyRow> rows;
+  return rows;
+}
+// The extra rows (newest first), then the table's.
+std::vector<StrategyRow> all_rows() {
+  std::vector<StrategyRow> rows(extra_rows().rbegin(), extra_rows().rend());
+  rows.insert(rows.end(), kTable.begin(), kTable.end());
+  return rows;
+}
+}  // namespace
+
+ExtraStrategyRow::ExtraStrategyRow(StrategyRow row) { extra_rows().push_back(row); }
+ExtraStrategyRow::~ExtraStrategyRow() { extra_rows().pop_back(); }
+
 const StrategyRow* find_strategy(const StrategyRequest& request) {
+  for (auto it = extra_rows().rbegin(); it != extra_rows().rend(); ++it) {
+    bool all = true;
+    for (const Column& c : kColumns) all = all && c.serves(*it, request);
+    if (all) return &*it;
+  }
   for (const StrategyRow& row : kTable) {
     bool all = true;
     for (const Column& c : kColumns) all = all && c.serves(row, request);
@@ -143,7 +167,8 @@ const StrategyRow* find_strategy(const StrategyRequest& request) {
 const StrategyRow& require_strategy(const StrategyRequest& request, Loc loc) {
   if (const StrategyRow* row = find_strategy(request)) return *row;
   std::string fix;
-  for (const StrategyRow& row : kTable) {
+  const std::vector<StrategyRow> rows = all_rows();
+  for (const StrategyRow& row : rows) {
     int misses = 0;
     const Column* missed = nullptr;
     for (const Column& c : kColumns)
@@ -151,7 +176,7 @@ const StrategyRow& require_strategy(const StrategyRequest& request, Loc loc) {
     if (misses == 1 && fix.empty()) fix = missed->fix;
   }
   std::ostringstream supported;
-  for (const StrategyRow& row : kTable) supported << "\n  " << row.str();
+  for (const StrategyRow& row : rows) supported << "\n  " << row.str();
   user_check(false, loc) << dist::rank_prefix() << (fix.empty() ? "" : fix + "; ") << "no tower strategy trains "
                          << request.str() << "; the supported combinations:" << supported.str();
   std::abort();  // not reached

@@ -74,6 +74,7 @@ class TowerState {
   const bool pinned;                                // TOWERJIT_PIN_TOWERS
   std::vector<std::unique_ptr<ThreadPool>> tower_pools;  // a CPU tower's own threads, when it has several cores
   CompiledTowers compiled;
+  TowerStrategyOptions options;  // as resolved: the trainer's, the environment's overrides applied
   std::atomic<int64_t> applies = 0;  // optimiser applies so far
   mutable std::mutex apply_mutex;    // one apply at a time (async towers)
   report::Trace* trace = nullptr;

@@ -73,7 +73,10 @@ struct StrategyRequest {
   std::string declared;               // the strategy but its devices: "split=... reduce=... variant=..."
   double bucket_mb = 25;              // TOWERJIT_BUCKET_MB
   bool nccl_world = false;            // TOWERJIT_NCCL_WORLD
-  static StrategyRequest of(const Towers& towers, const dist::Transport& world);
+  // The request for `towers` in `world`, `options` overridden by the environment.
+  static StrategyRequest of(const Towers& towers, const dist::Transport& world, const TowerStrategyOptions& options);
+  // The options as resolved (the environment's overrides applied).
+  TowerStrategyOptions options() const { return {gpu_variables, deterministic_layout, bucket_mb}; }
   std::string str() const;
   // What every rank must agree on about the strategy (dist::check_agreement): the declaration
   // but its devices and what decides the sequence of collectives.
@@ -108,5 +111,15 @@ const StrategyRow* find_strategy(const StrategyRequest& request);
 const StrategyRow& require_strategy(const StrategyRequest& request, Loc loc);
 // The table itself, in match order.
 const std::vector<StrategyRow>& strategy_table();
+
+// A row matched ahead of the table's, for as long as this object lives: a strategy defined
+// outside the library (a test's, docs/strategies.md) joins the factory without a rebuild.
+class ExtraStrategyRow {
+ public:
+  explicit ExtraStrategyRow(StrategyRow row);
+  ~ExtraStrategyRow();
+  ExtraStrategyRow(const ExtraStrategyRow&) = delete;
+  ExtraStrategyRow& operator=(const ExtraStrategyRow&) = delete;
+};
 
 }  // namespace towerjit::detail

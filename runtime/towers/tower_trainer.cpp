@@ -29,9 +29,10 @@ std::map<std::string, std::string> trainer_settings(const Graph& graph, const de
 TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optimizer& optimizer,
                            TowerTrainerOptions options, Loc loc) {
   dist::Transport& world = dist::world(loc);
-  const detail::StrategyRequest request = detail::StrategyRequest::of(towers, world);
+  const detail::StrategyRequest request = detail::StrategyRequest::of(towers, world, options.strategy);
   const detail::StrategyRow* row = detail::find_strategy(request);
   state_ = std::make_unique<detail::TowerState>(std::move(towers), world, !row || row->runs_towers, loc);
+  state_->options = request.options();
   // Every rank checks, before compiling anything, that the others build the same trainer.
   if (world.size() > 1) dist::check_agreement(trainer_settings(graph, request, optimizer, options), loc);
   std::vector<ThreadPool*> pools;

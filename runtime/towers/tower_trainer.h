@@ -54,6 +54,21 @@ class TowerTrainer;
 StepEvent fit(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOptions& options, Loc loc);
 
 
+// How the strategy places the variables and reduces, agreed across the ranks of a world. Each
+// field has an environment variable that, when set, overrides it (jit/knobs.h): a way to try
+// a placement without rebuilding; a program chooses through these fields.
+struct TowerStrategyOptions {
+  // TOWERJIT_GPU_VARIABLES: sync towers that are all GPUs keep the variables, the reduction
+  // and the apply on the GPUs (runtime/towers/gpu_resident_sync.h); elsewhere no effect.
+  bool gpu_variables = false;
+  // TOWERJIT_DETERMINISTIC=layout: sync training is bitwise the same whatever the split of the
+  // towers into processes (every tower's gradients gathered and summed in world order).
+  bool deterministic_layout = false;
+  // TOWERJIT_BUCKET_MB: the gradient buckets' size, in MB, reduced across processes (and
+  // between GPUs) while the backward pass goes on; 0: a bucket per gradient.
+  double bucket_mb = 25;
+};
+
 struct TowerTrainerOptions {
   uint64_t seed = 1;  // initial variable values
   // Shadows of the trainable variables, updated after every apply (TF's semantics, dsl/ema.h);
@@ -62,6 +77,7 @@ struct TowerTrainerOptions {
   // The model's output, for predict() and evaluate() (a [B, classes] f32 tensor). They run
   // the model in inference (dsl/phase.h): batch norm on its moving statistics, no dropout.
   Tensor logits = {};
+  TowerStrategyOptions strategy = {};
 };
 
 class TowerTrainer {

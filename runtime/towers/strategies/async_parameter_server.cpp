@@ -95,14 +95,14 @@ class Server final : public AcrossProcesses {
           break;
         }
       if (!push) {
-        push = server.receive();
+        push = server.receive(loc);
         create_through(push->step);
         if (push->step > barrier() || !server.may_apply(*push)) {
           held.push_back(std::move(*push));
           continue;
         }
       }
-      const AsyncServer::Applied a = server.apply(std::move(*push));
+      const AsyncServer::Applied a = server.apply(std::move(*push), loc);
       Pending& p = pending[a.step - pending.front().event.step];
       p.event.loss += p.shares[a.tower] * a.loss;
       p.event.learning_rate = a.learning_rate;

@@ -15,7 +15,8 @@ class SyncGpu final : public TowerStrategy {
     const CompiledTowers& c = state.compiled;
     GpuResidentSync::Setup setup{.apply_graph = &c.apply_side->graph, .apply_fetches = c.apply_fetches,
                                  .apply_updates = c.apply_updates, .gradient_inputs = c.gradient_inputs,
-                                 .gradient_scale = TowerProgram::gradient_scale, .world = state.world};
+                                 .gradient_scale = TowerProgram::gradient_scale, .world = state.world,
+                                 .bucket_mb = state.options.bucket_mb};
     for (const auto& p : c.tower_step) setup.towers.push_back(p->cuda());
     for (const auto& u : c.model_updates) setup.model_update_variables.push_back(u.variable);
     gpus_ = std::make_unique<GpuResidentSync>(setup, host_, loc);
@@ -39,7 +40,7 @@ class SyncGpu final : public TowerStrategy {
     try {
       state_.world->all_reduce_sum(&result.loss, 1);  // the other processes' towers' share
     } catch (const std::runtime_error& e) {
-      user_check(false, Loc::current()) << dist::rank_prefix() << "the loss's all-reduce failed: " << e.what();
+      user_check(false, loc) << dist::rank_prefix() << "the loss's all-reduce failed: " << e.what();
     }
     return result;
   }

@@ -8,7 +8,6 @@
 #include <algorithm>
 
 #include "dsl/error.h"
-#include "jit/knobs.h"
 #include "runtime/towers/reducer.h"
 #include "runtime/towers/tower_strategy.h"
 
@@ -20,7 +19,8 @@ class SyncHost final : public TowerStrategy {
   SyncHost(TowerState& state, int copies)
       : TowerStrategy(state),
         copies_(copies, state.compiled.initial),
-        reducer_(state, knobs::deterministic_layout(), static_cast<int64_t>(knobs::bucket_mb() * (1 << 20))) {
+        reducer_(state, state.options.deterministic_layout,
+                 static_cast<int64_t>(state.options.bucket_mb * (1 << 20))) {
     for (int r = 0; r < copies; ++r) apply_.push_back(state.compiled.make_apply());
   }
 
@@ -31,7 +31,7 @@ class SyncHost final : public TowerStrategy {
     StepResult result;
     result.slices = split.slices;
     report::Trace::Span reduce = state_.traced("all-reduce", "communication", kReduceRow);
-    const Reduced reduced = reducer_.reduce(std::move(outputs), split.weights, split.shares);
+    const Reduced reduced = reducer_.reduce(std::move(outputs), split.weights, split.shares, loc);
     reduce.end();
     apply(reduced, result);
     return result;
@@ -77,7 +77,7 @@ class SyncHost final : public TowerStrategy {
     }
     const std::vector<double> shares = slice_shares(slices_all, examples);
     report::Trace::Span reduce = state_.traced("all-reduce", "communication", kReduceRow);
-    const Reduced reduced = reducer_.reduce(std::move(outputs), shares, shares);
+    const Reduced reduced = reducer_.reduce(std::move(outputs), shares, shares, loc);
     reduce.end();
     apply(reduced, result);
     return result;
