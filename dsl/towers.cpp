@@ -28,6 +28,10 @@ bool is_async(const Reduction& reduction) {
   return std::holds_alternative<AsyncApply>(reduction);
 }
 
+bool weighs_examples(const Reduction& reduction) {
+  return std::holds_alternative<SyncAverage>(reduction);
+}
+
 std::string to_string(Split split) {
   return split == Split::remainder_last ? "remainder_last" : "balanced";
 }

@@ -62,6 +62,9 @@ enum class SyncVariant {
 };
 
 bool is_async(const Reduction& reduction);
+// Whether the reduction weighs every example alike (SyncAverage's n_i / B): then any cut of a
+// batch into slices, or micro-batches, applies the same gradient.
+bool weighs_examples(const Reduction& reduction);
 std::string to_string(Split split);
 std::string to_string(SyncVariant variant);
 std::string to_string(const Reduction& reduction);  // "sync_average", "async_apply(...)", ...

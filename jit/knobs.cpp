@@ -44,9 +44,10 @@ bool group_kernels_enabled() { return switch_knob("TOWERJIT_GROUP_KERNELS", true
 bool pin_towers() { return switch_knob("TOWERJIT_PIN_TOWERS", true); }
 bool nccl_enabled() { return switch_knob("TOWERJIT_NCCL", true); }
 bool cuda_caching() { return switch_knob("TOWERJIT_CUDA_CACHING", true); }
-double bucket_mb() {
+double bucket_mb() { return bucket_mb(25); }
+double bucket_mb(double option) {
   const auto v = read("TOWERJIT_BUCKET_MB");
-  if (!v) return 25;
+  if (!v) return option;
   char* end = nullptr;
   const double mb = std::strtod(v->c_str(), &end);
   if (!end || *end != '\0' || !(mb >= 0) || mb > 1e6)
@@ -55,7 +56,8 @@ double bucket_mb() {
   return mb;
 }
 bool nccl_world() { return switch_knob("TOWERJIT_NCCL_WORLD", false); }
-bool gpu_variables() { return switch_knob("TOWERJIT_GPU_VARIABLES", false); }
+bool gpu_variables() { return gpu_variables(false); }
+bool gpu_variables(bool option) { return switch_knob("TOWERJIT_GPU_VARIABLES", option); }
 bool direct_conv() {
   return switch_knob("TOWERJIT_DIRECT_CONV", true,
                      "to hold the direct kernels to AVX2, set TOWERJIT_CPU_ISA=avx2");
@@ -174,9 +176,11 @@ double mpi_stall_timeout_s() {
                       "the seconds a rank waits for the others in one MPI call before it stops, or 0 (the "
                       "default) never to stop");
 }
-bool deterministic_layout() {
+bool deterministic_layout() { return deterministic_layout(false); }
+bool deterministic_layout(bool option) {
   const std::string v = lower(read("TOWERJIT_DETERMINISTIC").value_or(""));
-  if (v.empty() || v == "off" || v == "0" || v == "false" || v == "no") return false;
+  if (v.empty()) return option;
+  if (v == "off" || v == "0" || v == "false" || v == "no") return false;
   if (v == "layout") return true;
   throw Error("towerjit: TOWERJIT_DETERMINISTIC=" + v + " is not a mode; use \"layout\" (bitwise the same whatever "
               "the split of the towers into processes) or \"off\"");

@@ -50,6 +50,8 @@ bool check_numerics();
 // Default: off — the variables live in host memory and the CPU reduces and applies — until
 // the path has been measured on GPUs.
 bool gpu_variables();
+// The same as an override of a program's option: the knob's value when set, else `option`.
+bool gpu_variables(bool option);
 
 // TOWERJIT_CUDA_CACHING: "off" (also "0", "false", "no") makes the CUDA allocator ask the driver
 // for exactly the bytes each buffer needs and give them back when it is freed, instead of
@@ -74,6 +76,7 @@ bool nccl_world();
 // pass goes on (variables on the GPUs); the first bucket is 1 MB or this, the smaller, as in
 // PyTorch DDP. 0 puts every gradient in a bucket of its own. Default: 25.
 double bucket_mb();
+double bucket_mb(double option);  // the knob when set, else `option` (TowerStrategyOptions)
 
 // TOWERJIT_MPI: "off" (also "0", "false", "no") makes a process launched by mpirun or srun
 // run alone, as if started by hand, ignoring the launcher's environment. Default: on — a
@@ -103,6 +106,7 @@ double mpi_stall_timeout_s();
 // distributed.md). "off" or unset: each process sums its towers, then the processes
 // all-reduce (bitwise reproducible for a fixed layout only). Another value is an error.
 bool deterministic_layout();
+bool deterministic_layout(bool option);  // the knob when set, else `option` (TowerStrategyOptions)
 
 // TOWERJIT_CACHE_DIR: puts the compile cache in this directory instead of the default
 // (tests point it at a fresh temporary directory). Unset or empty: not set.

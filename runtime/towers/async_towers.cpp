@@ -5,7 +5,7 @@
 
 #include "runtime/cpu_affinity.h"
 
-namespace towerjit {
+namespace towerjit::detail {
 namespace {
 
 std::vector<double> async_scales(const Towers& towers) {
@@ -15,13 +15,14 @@ std::vector<double> async_scales(const Towers& towers) {
 
 }  // namespace
 
-AsyncTowers::AsyncTowers(TowerTrainer& trainer)
-    : trainer_(trainer),
-      bound_(std::get<AsyncApply>(trainer.towers().reduction()).max_staleness),
-      scales_(async_scales(trainer.towers())),
-      queues_(trainer.towers().size()),
-      completed_(trainer.towers().size(), 0) {
-  for (int t = 0; t < trainer.towers().size(); ++t) threads_.emplace_back(&AsyncTowers::run, this, t);
+AsyncTowers::AsyncTowers(TowerState& state, ComputeAndApply step)
+    : state_(state),
+      step_(std::move(step)),
+      bound_(std::get<AsyncApply>(state.towers.reduction()).max_staleness),
+      scales_(async_scales(state.towers)),
+      queues_(state.towers.size()),
+      completed_(state.towers.size(), 0) {
+  for (int t = 0; t < state.towers.size(); ++t) threads_.emplace_back(&AsyncTowers::run, this, t);
 }
 
 AsyncTowers::~AsyncTowers() {
@@ -31,8 +32,7 @@ AsyncTowers::~AsyncTowers() {
   }
   work_.notify_all();
   for (std::thread& t : threads_) t.join();
-  std::lock_guard lock(trainer_.apply_mutex_);
-  trainer_.async_so_far_.max_lead = std::max(trainer_.async_so_far_.max_lead, report_.max_lead);
+  state_.count_lead(log_.report.max_lead);
 }
 
 int64_t AsyncTowers::window(const Reduction& reduction) {
@@ -66,15 +66,13 @@ int64_t AsyncTowers::outstanding() const {
 
 TowerTrainer::AsyncReport AsyncTowers::report() const {
   std::lock_guard lock(mutex_);
-  TowerTrainer::AsyncReport r = report_;
-  r.mean_staleness = r.applies ? static_cast<double>(staleness_sum_) / r.applies : 0;
-  return r;
+  return log_.summary();
 }
 
 int64_t AsyncTowers::slowest() const { return *std::min_element(completed_.begin(), completed_.end()); }
 
 void AsyncTowers::run(int tower) {
-  if (trainer_.pinned_) pin_current_thread(trainer_.tower_cores_[tower]);
+  if (state_.pinned) pin_current_thread(state_.tower_cores[tower]);
   std::unique_lock lock(mutex_);
   while (true) {
     // Work to do, and (with a bound k) no more than k pieces ahead of the slowest tower.
@@ -88,7 +86,7 @@ void AsyncTowers::run(int tower) {
     lock.unlock();
     Done done{.tower = tower, .tag = tag};
     try {
-      const TowerTrainer::OwnApply applied = trainer_.compute_and_apply(tower, feeds, scales_[tower]);
+      const OwnApply applied = step_(tower, feeds, scales_[tower]);
       done.loss = applied.loss;
       done.learning_rate = applied.learning_rate;
       done.staleness = applied.staleness;
@@ -100,10 +98,8 @@ void AsyncTowers::run(int tower) {
       return;
     }
     lock.lock();
-    report_.max_lead = std::max(report_.max_lead, completed_[tower] - slowest());
-    report_.max_staleness = std::max(report_.max_staleness, done.staleness);
-    staleness_sum_ += done.staleness;
-    ++report_.applies;
+    log_.report.max_lead = std::max(log_.report.max_lead, completed_[tower] - slowest());
+    log_.add(done.staleness);
     ++completed_[tower];
     done_.push_back(done);
     work_.notify_all();  // a tower waiting on this one's lead may go on
@@ -111,4 +107,4 @@ void AsyncTowers::run(int tower) {
   }
 }
 
-}  // namespace towerjit
+}  // namespace towerjit::detail

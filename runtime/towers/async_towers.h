@@ -10,14 +10,25 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
 
-#include "runtime/towers/tower_trainer.h"
+#include "runtime/towers/tower_state.h"
 
-namespace towerjit {
+namespace towerjit::detail {
+
+// An async tower's step: its gradients on its feeds from the shared variables as they are
+// then, and its own apply (gradients times its scale) under the apply lock.
+struct OwnApply {
+  double loss = 0;
+  double learning_rate = 0;
+  int64_t staleness = 0;   // applies by other towers between its read and its apply
+  int64_t applied_at = 0;  // the apply count before this apply
+};
+using ComputeAndApply = std::function<OwnApply(int tower, const HostFeeds& feeds, double scale)>;
 
 class AsyncTowers {
  public:
@@ -31,9 +42,9 @@ class AsyncTowers {
     int64_t staleness = 0;
   };
 
-  // Starts one thread per tower of `trainer`, whose strategy must be async (checked by the
-  // callers, which know the user's line).
-  explicit AsyncTowers(TowerTrainer& trainer);
+  // Starts one thread per tower of `state`, whose strategy must be async (checked by the
+  // callers, which know the user's line); each runs `step` on its pieces of work.
+  AsyncTowers(TowerState& state, ComputeAndApply step);
   // Drops the work not yet started, waits for the work under way, joins the threads.
   ~AsyncTowers();
   AsyncTowers(const AsyncTowers&) = delete;
@@ -51,13 +62,14 @@ class AsyncTowers {
   // which bounds the memory the queued slices take).
   static int64_t window(const Reduction& reduction);
   // Applies, the largest lead over the slowest tower and the staleness seen so far.
-  TowerTrainer::AsyncReport report() const;
+  TowerTrainer::AsyncReport report() const;  // (under the lock)
 
  private:
   void run(int tower);
   int64_t slowest() const;  // under mutex_
 
-  TowerTrainer& trainer_;
+  TowerState& state_;
+  const ComputeAndApply step_;
   const std::optional<int64_t> bound_;
   const std::vector<double> scales_;  // each tower's gradient scale (1/N or 1)
   mutable std::mutex mutex_;
@@ -68,9 +80,8 @@ class AsyncTowers {
   int64_t outstanding_ = 0;
   bool stopping_ = false;
   std::exception_ptr failure_;
-  TowerTrainer::AsyncReport report_;
-  int64_t staleness_sum_ = 0;
+  StalenessLog log_;
   std::vector<std::thread> threads_;  // last: started once everything above exists
 };
 
-}  // namespace towerjit
+}  // namespace towerjit::detail

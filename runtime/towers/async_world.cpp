@@ -7,12 +7,11 @@
 
 #include "dsl/error.h"
 
-namespace towerjit {
+namespace towerjit::detail {
 namespace {
 
 constexpr int kPushTag = 71;   // worker -> server: a tower's gradients
 constexpr int kReplyTag = 72;  // server -> worker: the variables after its apply
-constexpr uint64_t kMaxTowers = 1024;  // random numbers: apply * kMaxTowers + tower, as the trainer
 
 struct Header {
   int64_t step, tower, read_at;
@@ -37,23 +36,25 @@ std::vector<std::string> tower_reads(const DeviceProgram& tower_step) {
 
 int64_t bytes_of(const HostVariables& values, const std::vector<std::string>& names) {
   int64_t bytes = 0;
-  for (const std::string& name : names) bytes += values.at(name).size() * 4;
+  for (const std::string& name : names) bytes += values.at(name).size() * dtype_bytes(values.at(name).dtype);
   return bytes;
 }
 
-// The named variables' elements (f32 or i32, both 4 bytes), in order.
+// The named variables' elements (f32 or i32), in order.
 void put_variables(std::vector<char>& out, const HostVariables& values, const std::vector<std::string>& names) {
   for (const std::string& name : names) {
     const HostTensor& t = values.at(name);
-    put(out, t.dtype == DType::f32 ? static_cast<const void*>(t.f32.data()) : t.i32.data(), t.size() * 4);
+    put(out, t.dtype == DType::f32 ? static_cast<const void*>(t.f32.data()) : t.i32.data(),
+        t.size() * dtype_bytes(t.dtype));
   }
 }
 
 void take_variables(const char* from, HostVariables& values, const std::vector<std::string>& names) {
   for (const std::string& name : names) {
     HostTensor& t = values.at(name);
-    std::memcpy(t.dtype == DType::f32 ? static_cast<void*>(t.f32.data()) : t.i32.data(), from, t.size() * 4);
-    from += t.size() * 4;
+    const size_t bytes = t.size() * dtype_bytes(t.dtype);
+    std::memcpy(t.dtype == DType::f32 ? static_cast<void*>(t.f32.data()) : t.i32.data(), from, bytes);
+    from += bytes;
   }
 }
 
@@ -61,8 +62,8 @@ void take_variables(const char* from, HostVariables& values, const std::vector<s
 int64_t push_bytes(const std::vector<Shape>& gradient_shapes, const std::vector<TowerProgram::ModelUpdate>& updates,
                    const HostVariables& values) {
   int64_t bytes = sizeof(Header);
-  for (const Shape& shape : gradient_shapes) bytes += shape.static_elements() * 4;
-  for (const auto& u : updates) bytes += values.at(u.variable).size() * 4;
+  for (const Shape& shape : gradient_shapes) bytes += shape.static_elements() * dtype_bytes(DType::f32);
+  for (const auto& u : updates) bytes += values.at(u.variable).size() * dtype_bytes(DType::f32);
   return bytes;
 }
 
@@ -70,12 +71,14 @@ std::string rank_failure(const std::exception& e) { return dist::rank_prefix() +
 
 }  // namespace
 
-AsyncServer::AsyncServer(TowerTrainer& trainer)
-    : trainer_(trainer),
-      bound_(std::get<AsyncApply>(trainer.towers().reduction()).max_staleness),
-      applied_of_tower_(trainer.layout_.towers(), 0),
-      sent_(tower_reads(*trainer.tower_programs_.at(0))),
-      push_bytes_(push_bytes(trainer.gradient_shapes_, trainer.model_updates_, trainer.replicas_[0])) {}
+AsyncServer::AsyncServer(TowerState& state, HostVariables& values, CpuProgram& apply)
+    : state_(state),
+      values_(values),
+      apply_(apply),
+      bound_(std::get<AsyncApply>(state.towers.reduction()).max_staleness),
+      applied_of_tower_(state.layout.towers(), 0),
+      sent_(tower_reads(*state.compiled.tower_step.at(0))),
+      push_bytes_(push_bytes(state.compiled.gradient_shapes, state.compiled.model_updates, values)) {}
 
 bool AsyncServer::may_apply(const Push& push) const {
   if (!bound_) return true;
@@ -83,12 +86,12 @@ bool AsyncServer::may_apply(const Push& push) const {
   return applied_of_tower_.at(push.tower) - slowest <= *bound_;
 }
 
-AsyncServer::Push AsyncServer::receive() {
+AsyncServer::Push AsyncServer::receive(Loc loc) {
   Push p;
   try {
-    p.from = trainer_.world_->receive(p.bytes, dist::Transport::kAnySource, kPushTag);
+    p.from = state_.world->receive(p.bytes, dist::Transport::kAnySource, kPushTag);
   } catch (const std::runtime_error& e) {
-    user_check(false, Loc::current()) << "the parameter server's receive failed: " << rank_failure(e);
+    user_check(false, loc) << "the parameter server's receive failed: " << rank_failure(e);
   }
   Header h;
   // Every rank built the same model (checked at start-up), so the size is known.
@@ -102,88 +105,87 @@ AsyncServer::Push AsyncServer::receive() {
   return p;
 }
 
-AsyncServer::Applied AsyncServer::apply(Push push) {
-  TowerTrainer& t = trainer_;
+AsyncServer::Applied AsyncServer::apply(Push push, Loc loc) {
+  const CompiledTowers& c = state_.compiled;
   HostFeeds gradients;
   const char* from = push.bytes.data() + sizeof(Header);
-  for (size_t v = 0; v < t.gradient_inputs_.size(); ++v) {
-    HostTensor g(t.gradient_shapes_[v]);
+  for (size_t v = 0; v < c.gradient_inputs.size(); ++v) {
+    HostTensor g(c.gradient_shapes[v]);
     std::memcpy(g.f32.data(), from, g.size() * sizeof(float));
     from += g.size() * sizeof(float);
-    gradients[t.gradient_inputs_[v]] = std::move(g);
+    gradients[c.gradient_inputs[v]] = std::move(g);
   }
-  gradients[TowerProgram::gradient_scale] = HostTensor(Shape{});
-  gradients[TowerProgram::gradient_scale].f32[0] = 1;  // the worker scaled them
+  gradients[TowerProgram::gradient_scale] = scalar(1.0);  // the worker scaled them
   Applied a{.step = push.step, .tower = push.tower, .loss = push.loss};
   std::vector<char> reply;
   {
-    std::lock_guard lock(t.apply_mutex_);
-    a.staleness = t.applies_ - push.read_at;
-    ++t.async_so_far_.applies;
-    t.async_so_far_.max_staleness = std::max(t.async_so_far_.max_staleness, a.staleness);
-    t.staleness_sum_ += a.staleness;
+    std::lock_guard lock(state_.apply_mutex);
+    a.staleness = state_.applies - push.read_at;
+    state_.count_async_apply(a.staleness);
     // The lead as the bound counts it: the tower's applies before this one over the slowest's.
     const int64_t slowest = *std::min_element(applied_of_tower_.begin(), applied_of_tower_.end());
-    t.async_so_far_.max_lead = std::max(t.async_so_far_.max_lead, applied_of_tower_.at(push.tower) - slowest);
+    const int64_t lead = applied_of_tower_.at(push.tower) - slowest;
     ++applied_of_tower_[push.tower];
-    a.learning_rate = t.apply(gradients, 0);
-    ++t.applies_;
-    for (const auto& u : t.model_updates_) {  // each tower writes its own new values
-      HostTensor& value = t.replicas_[0].at(u.variable);
+    a.learning_rate = apply_.run(gradients, values_, static_cast<uint64_t>(state_.applies))[0].f32[0];
+    ++state_.applies;
+    for (const auto& u : c.model_updates) {  // each tower writes its own new values
+      HostTensor& value = values_.at(u.variable);
       std::memcpy(value.f32.data(), from, value.size() * sizeof(float));
       from += value.size() * sizeof(float);
     }
-    const int64_t applies = t.applies_;
+    const int64_t applies = state_.applies;
     put(reply, &applies, sizeof applies);
-    put_variables(reply, t.replicas_[0], sent_);
+    put_variables(reply, values_, sent_);
+    lead_ = std::max(lead_, lead);
   }
+  state_.count_lead(lead_);
   try {
-    t.world_->send(reply, push.from, kReplyTag);
+    state_.world->send(reply, push.from, kReplyTag);
   } catch (const std::runtime_error& e) {
-    user_check(false, Loc::current()) << "the parameter server's reply to rank " << push.from
+    user_check(false, loc) << "the parameter server's reply to rank " << push.from
                                       << " failed: " << rank_failure(e);
   }
   return a;
 }
 
-AsyncWorker::AsyncWorker(TowerTrainer& trainer)
-    : trainer_(trainer),
-      received_(tower_reads(*trainer.tower_programs_.at(0))),
-      reply_bytes_(static_cast<int64_t>(sizeof(int64_t)) + bytes_of(trainer.replicas_[0], received_)) {}
+AsyncWorker::AsyncWorker(TowerState& state, HostVariables& values)
+    : state_(state),
+      values_(values),
+      received_(tower_reads(*state.compiled.tower_step.at(0))),
+      reply_bytes_(static_cast<int64_t>(sizeof(int64_t)) + bytes_of(values, received_)) {}
 
 double AsyncWorker::work(int64_t step, const HostFeeds& feeds, int64_t examples, Loc loc) {
-  TowerTrainer& t = trainer_;
-  const std::vector<int64_t> all = split_batch(examples, t.layout_.towers(), t.towers_.split_policy(), loc);
-  const std::vector<double> scales = reduction_weights(all, t.towers_.reduction(), loc);
-  const int n = t.towers_.size(), first = t.layout_.first_tower;
+  const std::vector<int64_t> all = split_batch(examples, state_.layout.towers(), state_.towers.split_policy(), loc);
+  const std::vector<double> scales = reduction_weights(all, state_.towers.reduction(), loc);
+  const std::vector<double> shares = slice_shares(all, examples);
+  const int n = state_.towers.size(), first = state_.layout.first_tower;
   const std::vector<int64_t> own(all.begin() + first, all.begin() + first + n);
-  const std::vector<HostFeeds> slices = t.slice_batch(feeds, own, loc);
-  const int64_t read_at = t.applies_;
-  std::vector<std::vector<HostTensor>> outputs(n);
-  t.on_tower_threads(n, [&](int k) {
-    outputs[k] = t.tower_programs_[k]->run(slices[k], t.replicas_[0],
-                                           static_cast<uint64_t>(read_at) * kMaxTowers + first + k);
+  const std::vector<HostFeeds> slices = cut_batch(feeds, own, loc);
+  const int64_t read_at = state_.applies;
+  std::vector<TowerOutputs> outputs(n);
+  state_.on_tower_threads(n, [&](int k) {
+    outputs[k] = state_.run_tower(k, slices[k], values_, random_key(read_at, first + k));
   });
   double loss = 0;
   for (int k = 0; k < n; ++k) {
-    const Header h{step, first + k, read_at, outputs[k][0].f32[0]};
-    loss += static_cast<double>(own[k]) / examples * h.loss;
+    const Header h{step, first + k, read_at, outputs[k].loss()};
+    loss += shares[first + k] * h.loss;
     std::vector<char> push;
     put(push, &h, sizeof h);
     const float scale = static_cast<float>(scales[first + k]);
-    for (size_t v = 0; v < t.gradient_inputs_.size(); ++v) {
-      std::vector<float>& g = outputs[k][v + 1].f32;
+    for (size_t v = 0; v < outputs[k].gradients(); ++v) {
+      std::vector<float>& g = outputs[k].gradient(v).f32;
       for (float& x : g) x *= scale;
       put(push, g.data(), g.size() * sizeof(float));
     }
-    for (size_t u = 0; u < t.model_updates_.size(); ++u) {
-      const HostTensor& value = outputs[k][1 + t.gradient_inputs_.size() + u];
+    for (size_t u = 0; u < outputs[k].updates(); ++u) {
+      const HostTensor& value = outputs[k].update(u);
       put(push, value.f32.data(), value.size() * sizeof(float));
     }
     std::vector<char> reply;
     try {
-      t.world_->send(push, 0, kPushTag);
-      t.world_->receive(reply, 0, kReplyTag);
+      state_.world->send(push, 0, kPushTag);
+      state_.world->receive(reply, 0, kReplyTag);
     } catch (const std::runtime_error& e) {
       user_check(false, loc) << "pushing to the parameter server failed: " << rank_failure(e);
     }
@@ -191,10 +193,10 @@ double AsyncWorker::work(int64_t step, const HostFeeds& feeds, int64_t examples,
         << "a reply of " << reply.size() << " bytes from the parameter server, not " << reply_bytes_;
     int64_t applies = 0;
     std::memcpy(&applies, reply.data(), sizeof applies);
-    take_variables(reply.data() + sizeof applies, t.replicas_[0], received_);
-    t.applies_ = applies;
+    take_variables(reply.data() + sizeof applies, values_, received_);
+    state_.applies = applies;
   }
   return loss;
 }
 
-}  // namespace towerjit
+}  // namespace towerjit::detail

@@ -9,7 +9,7 @@
 // server holds back (receives, does not apply) a push of a tower more than k applies ahead of
 // the slowest tower, so the worker waits for its reply.
 //
-// fit() drives both sides (runtime/towers/fit.cpp): every rank reads the same sequence of
+// fit() drives both sides (runtime/towers/strategies/async_parameter_server.cpp): every rank reads the same sequence of
 // batches, a worker its towers' rows, the server none; the server reports each batch to the
 // hooks once every tower's slice of it is applied, and holds back pushes of later batches
 // while a batch whose hooks use the trainer (an evaluation, a checkpoint) is unfinished, so
@@ -21,9 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/towers/tower_trainer.h"
+#include "runtime/cpu/cpu_program.h"
+#include "runtime/towers/tower_state.h"
 
-namespace towerjit {
+namespace towerjit::detail {
 
 // The parameter server's side, on rank 0 (whose own towers, if any were declared, stay idle).
 class AsyncServer {
@@ -43,36 +44,43 @@ class AsyncServer {
     double learning_rate = 0;
     int64_t staleness = 0;
   };
-  explicit AsyncServer(TowerTrainer& trainer);
+  // `values` and `apply`: the one copy of the variables and its apply program.
+  AsyncServer(TowerState& state, HostVariables& values, CpuProgram& apply);
   // The next push from any worker (blocks).
-  Push receive();
+  // Errors (at `loc`, the user's fit()): a transport failure.
+  Push receive(Loc loc);
   // Whether `push` may be applied now under AsyncApply::max_staleness = k: its tower has
   // applied at most k times more than the slowest tower (the slowest always may).
   bool may_apply(const Push& push) const;
   // Applies `push` (once), then sends its worker the variables.
-  Applied apply(Push push);
+  Applied apply(Push push, Loc loc);
 
  private:
-  TowerTrainer& trainer_;
+  TowerState& state_;
+  HostVariables& values_;
+  CpuProgram& apply_;
   std::optional<int64_t> bound_;
   std::vector<int64_t> applied_of_tower_;  // for the bound and the largest lead
   const std::vector<std::string> sent_;    // the variables a reply carries: what the towers read
   const int64_t push_bytes_;               // every push's size
+  int64_t lead_ = 0;                       // the largest lead seen (under the apply lock)
 };
 
 // A worker's side: its towers' slices of one batch, computed from the values it holds, pushed
 // one tower at a time; the server's reply replaces the values.
 class AsyncWorker {
  public:
-  explicit AsyncWorker(TowerTrainer& trainer);
+  // `values`: this process's copy of the variables, which the server's replies refresh.
+  AsyncWorker(TowerState& state, HostVariables& values);
   // `feeds`: this process's rows of batch `step` (of `examples` in all). Returns this
   // process's part of the batch's loss (Σ n_i/B loss_i over its towers).
   double work(int64_t step, const HostFeeds& feeds, int64_t examples, Loc loc);
 
  private:
-  TowerTrainer& trainer_;
+  TowerState& state_;
+  HostVariables& values_;
   const std::vector<std::string> received_;  // the variables a reply carries, in its order
   const int64_t reply_bytes_;
 };
 
-}  // namespace towerjit
+}  // namespace towerjit::detail

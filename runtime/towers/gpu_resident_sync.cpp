@@ -95,9 +95,9 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
   std::vector<int64_t> bytes;
   for (size_t k = 0; k < shapes.size(); ++k) {
     ready.push_back(setup_.towers[0]->fetch_ready_after(k + 1));
-    bytes.push_back(shapes[k].elements(0) * 4);
+    bytes.push_back(shapes[k].elements(0) * dtype_bytes(DType::f32));
   }
-  const auto cap = static_cast<int64_t>(knobs::bucket_mb() * (1 << 20));
+  const auto cap = static_cast<int64_t>(setup_.bucket_mb * (1 << 20));
   buckets_ = plan_buckets(ready, bytes, cap, std::min<int64_t>(cap, 1 << 20));
   // Each tower records bucket b's event after the copy of the bucket's last tensor to finish.
   for (size_t t = 0; t < setup_.towers.size(); ++t) {

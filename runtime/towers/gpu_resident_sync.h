@@ -49,6 +49,7 @@ class GpuResidentSync {
     std::string gradient_scale;          // the apply's scale input (1 here: the weights are in the sum)
     std::vector<std::string> model_update_variables;  // in the towers' fetch order, after the gradients
     dist::Transport* world = nullptr;  // the processes (null or one: this process alone)
+    double bucket_mb = 25;             // TowerStrategyOptions::bucket_mb, as resolved
   };
   // Compiles the reduce and apply programs for every GPU of `setup.towers` and copies
   // `initial` to each.

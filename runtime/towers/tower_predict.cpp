@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "dsl/error.h"
+#include "runtime/towers/tower_state.h"
 #include "runtime/towers/tower_trainer.h"
 
 namespace towerjit {
@@ -33,10 +34,10 @@ std::pair<double, int64_t> score(const HostTensor& logits, const HostTensor& lab
 }  // namespace
 
 HostTensor TowerTrainer::predict(const HostFeeds& inputs, bool ema_weights, Loc loc) {
-  user_check(!predict_programs_.empty(), loc)
+  user_check(!state_->compiled.predict.empty(), loc)
       << "predict: the trainer was built without the model's output; pass it as "
       << "TowerTrainerOptions{.logits = logits}";
-  user_check(!ema_weights || has_ema_, loc)
+  user_check(!ema_weights || state_->compiled.has_ema, loc)
       << "predict with EMA weights: the trainer keeps no moving averages; pass "
       << "TowerTrainerOptions{.ema = ExponentialMovingAverage{...}}";
   std::optional<HostVariables> shadows;
@@ -50,12 +51,12 @@ HostTensor TowerTrainer::predict_with(const HostFeeds& inputs, HostVariables& va
   const int64_t examples = inputs.begin()->second.shape[0];
   user_check(examples >= 1, loc) << "predict: no examples fed; feed at least one";
   // A chunk smaller than the tower count (the end of an evaluation set) uses fewer towers.
-  const int used = static_cast<int>(std::min<int64_t>(towers_.size(), examples));
-  const std::vector<int64_t> slices = split_batch(examples, used, towers_.split_policy(), loc);
-  const std::vector<HostFeeds> feeds = slice_batch(inputs, slices, loc);
+  const int used = static_cast<int>(std::min<int64_t>(state_->towers.size(), examples));
+  const std::vector<int64_t> slices = split_batch(examples, used, state_->towers.split_policy(), loc);
+  const std::vector<HostFeeds> feeds = detail::cut_batch(inputs, slices, loc);
   std::vector<HostTensor> parts(slices.size());
   // Variables are only read here, so every tower may share one copy.
-  on_tower_threads(used, [&](int t) { parts[t] = std::move(predict_programs_[t]->run(feeds[t], values)[0]); });
+  state_->on_tower_threads(used, [&](int t) { parts[t] = std::move(state_->compiled.predict[t]->run(feeds[t], values)[0]); });
   Shape shape = parts[0].shape;
   shape[0] = examples;
   HostTensor all(shape);
@@ -76,7 +77,7 @@ TowerTrainer::Evaluation TowerTrainer::evaluate(const HostFeeds& inputs, const H
   const int64_t examples = labels.shape[0];
   std::optional<HostVariables> shadows;
   if (ema_weights) {
-    user_check(has_ema_ && !predict_programs_.empty(), loc)
+    user_check(state_->compiled.has_ema && !state_->compiled.predict.empty(), loc)
         << "evaluate with EMA weights: the trainer keeps no moving averages; pass "
         << "TowerTrainerOptions{.ema = ExponentialMovingAverage{...}}";
     shadows = ema_weights_of(variables());
@@ -107,7 +108,7 @@ TowerTrainer::Evaluation TowerTrainer::evaluate(const HostFeeds& inputs, const H
 // The variables with each averaged variable's value replaced by its shadow's.
 HostVariables TowerTrainer::ema_weights_of(const HostVariables& values) const {
   HostVariables out = values;
-  for (const auto& [variable, shadow] : ema_shadows_) out.at(variable) = values.at(shadow);
+  for (const auto& [variable, shadow] : state_->compiled.ema_shadows) out.at(variable) = values.at(shadow);
   return out;
 }
 

@@ -1,0 +1,59 @@
+#include "runtime/towers/compile_towers.h"
+
+#include "dsl/error.h"
+#include "jit/passes/cut_collectives.h"
+#include "jit/passes/select_phase.h"
+#include "jit/reference/interpreter.h"
+
+namespace towerjit::detail {
+namespace {
+
+HostTensor to_host(const reference::Array& a) {
+  HostTensor t(a.shape, a.dtype);
+  for (int64_t i = 0; i < a.size(); ++i) {
+    if (a.dtype == DType::f32) t.f32[i] = static_cast<float>(a[i]);
+    else t.i32[i] = static_cast<int32_t>(a[i]);
+  }
+  return t;
+}
+
+}  // namespace
+
+std::unique_ptr<CpuProgram> CompiledTowers::make_apply() const {
+  return std::make_unique<CpuProgram>(apply_side->graph, apply_fetches, apply_updates, nullptr, "apply");
+}
+
+CompiledTowers compile_towers(Graph& graph, Tensor loss, const Towers& towers, const Optimizer& optimizer,
+                              const TowerTrainerOptions& options, const std::vector<ThreadPool*>& pools, Loc loc) {
+  CompiledTowers c;
+  // 1. The training graph: gradients, their collectives, the optimiser's and the EMA's updates.
+  const TowerProgram program = build_tower_program(graph, loss, optimizer, options.ema, loc);
+  c.model_updates = program.model_updates;
+  c.gradient_inputs = program.gradient_inputs;
+  for (size_t v = 0; v < c.gradient_inputs.size(); ++v) c.gradient_shapes.push_back(program.gradient(v).shape());
+  // 2. Every tower's step, for any slice size (the batch is symbolic), on the tower's device.
+  for (int t = 0; t < towers.size(); ++t)
+    c.tower_step.push_back(
+        DeviceProgram::compile(graph, program.tower_fetches, towers.devices()[t], pools[t], "tower_step", loc));
+  // 3. Predict, in inference: batch norm on its moving statistics, no dropout (dsl/phase.h).
+  if (options.logits.valid()) {
+    user_check(&options.logits.graph() == &graph, loc)
+        << "TowerTrainerOptions::logits belongs to another graph; pass the model's output tensor";
+    Rewritten inference = select_phase(graph, Phase::inference);
+    const std::vector<Tensor> logits = remap_tensors(inference, {options.logits});
+    for (int t = 0; t < towers.size(); ++t)
+      c.predict.push_back(
+          DeviceProgram::compile(inference.graph, logits, towers.devices()[t], pools[t], "predict", loc));
+  }
+  // 4. The apply side, cut at the collectives; each strategy compiles it where its variables are.
+  c.apply_side = std::make_unique<Rewritten>(cut_at_collectives(graph, TowerProgram::gradient_scale));
+  c.apply_fetches = remap_tensors(*c.apply_side, {program.learning_rate});
+  c.apply_updates = remap_tensors(*c.apply_side, program.apply_updates);
+  // 5. The variables' first values, and which are EMA shadows.
+  c.ema_shadows = ema_names(graph);
+  c.has_ema = options.ema.has_value();
+  for (auto& [name, value] : reference::initialize_variables(graph, options.seed)) c.initial[name] = to_host(value);
+  return c;
+}
+
+}  // namespace towerjit::detail

@@ -1,0 +1,77 @@
+// The factory's table: which strategy each combination gets, the one error for a combination no
+// row serves, and the strategy options with their environment overrides.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+
+#include "runtime/towers/tower_strategy.h"
+#include "tests/runtime/tower_test_model.h"
+
+namespace tj = towerjit;
+using tj::detail::StrategyRequest;
+
+namespace {
+
+std::string chosen(const StrategyRequest& q) {
+  const tj::detail::StrategyRow* row = tj::detail::find_strategy(q);
+  return row ? row->name : "none";
+}
+
+}  // namespace
+
+TEST_CASE("the factory's table picks one strategy per combination", "[towers][strategy]") {
+  StrategyRequest q;
+  CHECK(chosen(q) == "sync_host");
+  q.variant = tj::SyncVariant::parameter_server;
+  CHECK(chosen(q) == "sync_host_one_copy");
+  q.all_gpus = true;
+  q.gpu_variables = true;
+  CHECK(chosen(q) == "sync_gpu");  // either variant: one copy per GPU
+  q.processes = 2;
+  CHECK(chosen(q) == "sync_gpu");
+  StrategyRequest a;
+  a.async = true;
+  CHECK(chosen(a) == "async_local");
+  a.processes = 3;
+  CHECK(chosen(a) == "async_server");
+  a.rank = 2;
+  CHECK(chosen(a) == "async_worker");
+  CHECK_FALSE(tj::detail::find_strategy(a)->runs_towers == false);
+}
+
+TEST_CASE("a combination no row serves is one error naming the change and listing the table", "[towers][strategy]") {
+  StrategyRequest q;
+  q.all_gpus = true;
+  q.gpu_variables = true;
+  q.deterministic_layout = true;
+  q.processes = 2;
+  CHECK(chosen(q) == "none");
+  CHECK_THROWS_WITH(tj::detail::require_strategy(q, tj::Loc::current()),
+                    Catch::Contains("TOWERJIT_DETERMINISTIC=layout with the variables on the GPUs is not built") &&
+                        Catch::Contains("the supported combinations:") &&
+                        Catch::Contains("sync_host: sync replicated, any devices, any processes") &&
+                        Catch::Contains("async_worker: async") && Catch::Contains("test_strategy_factory.cpp:"));
+}
+
+TEST_CASE("strategy options are the trainer's; a TOWERJIT_ variable that is set overrides them", "[towers][strategy]") {
+  const tj::Towers towers{tj::cpu(0), tj::cpu(1)};
+  tj::dist::Transport& world = tj::dist::world();
+  ::unsetenv("TOWERJIT_BUCKET_MB");
+  ::unsetenv("TOWERJIT_DETERMINISTIC");
+  auto q = StrategyRequest::of(towers, world, {.deterministic_layout = true, .bucket_mb = 7});
+  CHECK(q.bucket_mb == 7);
+  CHECK(q.deterministic_layout);
+  CHECK(q.settings().at("TOWERJIT_DETERMINISTIC") == "layout");
+  ::setenv("TOWERJIT_BUCKET_MB", "0.5", 1);
+  ::setenv("TOWERJIT_DETERMINISTIC", "off", 1);
+  q = StrategyRequest::of(towers, world, {.deterministic_layout = true, .bucket_mb = 7});
+  CHECK(q.bucket_mb == 0.5);
+  CHECK_FALSE(q.deterministic_layout);
+  ::unsetenv("TOWERJIT_BUCKET_MB");
+  ::unsetenv("TOWERJIT_DETERMINISTIC");
+  // GPU variables ask nothing of CPU towers.
+  CHECK(StrategyRequest::of(towers, world, {.gpu_variables = true}).gpu_variables == false);
+  tj::Graph graph;
+  const tj::Tensor loss = tj::testing::small_mlp_loss(graph);
+  CHECK_THROWS_WITH(tj::TowerTrainer(graph, loss, towers, tj::sgd(0.1), {.strategy = {.bucket_mb = -1}}),
+                    Catch::Contains("TowerStrategyOptions::bucket_mb -1 is negative"));
+}
