@@ -12,17 +12,24 @@
 
 namespace towerjit::cuda {
 
+// The SM count a dump's split tables are worked out for when the device is not known: an
+// NVIDIA H200's (and H100 SXM's) 132.
+constexpr int kDumpSmCount = 132;
+
 // dump_index_json's index plus, per kernel step, "launch": {"scheme", "block", "grid" (an
-// expression of B), "shared_bytes", "vector_width", "params"}, and per library step "cuda":
-// the library kernels or cuBLAS calls that run it.
+// expression of B; "* splits" for a reduction), "shared_bytes", "vector_width", "params", and
+// for a reduction "split": {"rule", "sm_count", "combine", "at": {"B=512": {"splits", "chunk",
+// "grid", "combine_grid", "partials_bytes"}, ...}}}, and per library step "cuda": the library
+// kernels or cuBLAS calls that run it.
 std::string cuda_index_json(const Graph& graph, const kir::Program& program, const CudaModule& module,
-                            const std::string& module_name);
+                            const std::string& module_name, int sm_count = kDumpSmCount);
 
 // Writes <dir>/<module>.cu, <module>.index.json, <module>.kir and, when `ptx` is non-empty,
 // <module>.ptx. Returns the paths written. Throws towerjit::Error when `dir` is not writable.
 std::vector<std::string> write_cuda_dump(const std::string& dir, const Graph& graph,
                                          const kir::Program& program, const CudaModule& module,
-                                         const std::string& module_name, const std::string& ptx = "");
+                                         const std::string& module_name, const std::string& ptx = "",
+                                         int sm_count = kDumpSmCount);
 
 // A program's files for reading its CUDA, emitted from its kernel IR whatever device runs it
 // (a CPU program's too): write_cuda_dump's files under `stem`, with the .ptx for `arch`

@@ -66,10 +66,12 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
     loaded_ = std::make_unique<cuda::LoadedModule>(*device_, binary_, name_, loc);
     for (size_t i = 0; i < module_.kernels.size(); ++i) {
       functions_.push_back(loaded_->function(module_.kernels[i].symbol));
+      const std::string& combine = module_.kernels[i].combine_symbol;
+      combine_functions_.push_back(combine.empty() ? nullptr : loaded_->function(combine));
       kernel_what_.push_back(describe_kernel(graph_, program_.kernels[i]));
     }
   }
-  if (auto dir = knobs::dump_dir()) cuda::write_cuda_dump(*dir, graph_, program_, module_, name_, binary_.ptx);
+  if (auto dir = knobs::dump_dir()) cuda::write_cuda_dump(*dir, graph_, program_, module_, name_, binary_.ptx, device_->sm_count());
   stream_ = std::make_unique<cuda::Stream>(*device_);
   staging_ = std::make_unique<cuda::PinnedBuffer>(device_->context());
   bool needs_blas = false, needs_library = false;
@@ -143,6 +145,10 @@ void CudaProgram::prepare(int64_t batch) {
       for (int b : c.inputs) in.push_back(program_.buffers[b].shape.bind(batch));
       scratch_bytes_ = std::max(scratch_bytes_, cuda::library_scratch_bytes(c, in, program_.buffers[c.output].shape.bind(batch)));
     }
+    // A split reduction's partials share the scratch: steps run one after another on the
+    // stream, so no two of them use it at once.
+    for (const cuda::EmittedKernel& k : module_.kernels)
+      scratch_bytes_ = std::max(scratch_bytes_, static_cast<size_t>(k.launch(batch, device_->sm_count()).partials_bytes));
     planned_batch_ = batch;
   }
   // The previous run has finished (it waited for its stream), so the old blocks are idle.
@@ -179,19 +185,30 @@ std::vector<CUdeviceptr> CudaProgram::bind_buffers(const DeviceFeeds& feeds, Dev
 
 void CudaProgram::run_kernel(int index, const std::vector<CUdeviceptr>& base, int64_t batch, uint64_t step) {
   const cuda::EmittedKernel& k = module_.kernels[index];
-  // (buffers..., long long batch, unsigned long long step): each passed by address.
+  // (buffers..., long long batch, unsigned long long step[, void* partials, long long chunk]):
+  // each passed by address.
+  const cuda::Launch shape = k.launch(batch, device_->sm_count());
   std::vector<CUdeviceptr> ptrs;
   for (int b : k.buffers) ptrs.push_back(base[b]);
-  long long batch_arg = batch;
+  long long batch_arg = batch, chunk_arg = shape.chunk;
   unsigned long long step_arg = step;
+  CUdeviceptr partials = shape.partials_bytes > 0 ? scratch_.ptr() : 0;
   std::vector<void*> params;
   for (CUdeviceptr& p : ptrs) params.push_back(&p);
   params.push_back(&batch_arg);
   params.push_back(&step_arg);
-  const int64_t grid = k.grid_size(batch, int64_t{32} * device_->sm_count());
+  if (k.is_reduction()) {
+    internal_check(scratch_.bytes() >= static_cast<size_t>(shape.partials_bytes))
+        << k.symbol << ": scratch of " << scratch_.bytes() << " bytes for " << shape.partials_bytes << " of partials";
+    params.push_back(&partials);
+    params.push_back(&chunk_arg);
+  }
   const std::vector<int>& nodes = program_.kernels[index].nodes;
   const Loc at = nodes.empty() ? Loc::current() : graph_.node(nodes.front()).loc;
-  cuda::launch(functions_[index], grid, k.block, *stream_, params.data(), kernel_what_[index], at);
+  cuda::launch(functions_[index], shape.grid, k.block, *stream_, params.data(), kernel_what_[index], at);
+  if (shape.splits > 1)  // pass 2: fold the partials in split order
+    cuda::launch(combine_functions_[index], shape.combine_grid, k.block, *stream_, params.data(),
+                 kernel_what_[index] + " (combine)", at);
 }
 
 void CudaProgram::run_call(int index, const std::vector<CUdeviceptr>& base, int64_t batch) {
