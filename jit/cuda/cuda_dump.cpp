@@ -41,19 +41,23 @@ std::string grid_text(const EmittedKernel& k) {
   return k.is_reduction() ? g + " * splits" : g;
 }
 
-// A reduction's split at a few batch sizes on the device the dump is for: how many pieces,
-// the blocks of each pass and the partials' bytes (EmittedKernel::launch).
+// A reduction's split at a few batch sizes on the device the dump is for, and on an H200 when
+// that is another (an emulated GPU's 4 SMs split less): how many pieces, the blocks of each
+// pass and the partials' bytes (EmittedKernel::launch).
 json splits_of(const EmittedKernel& k, int sm_count) {
-  json at = json::object();
+  json on = json::object();
   const std::vector<int64_t> batches = k.points.b == 0 ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 128, 512, 4096};
-  for (int64_t b : batches) {
-    const Launch l = k.launch(b, sm_count);
-    at[k.points.b == 0 ? "any B" : "B=" + std::to_string(b)] = {
-        {"splits", l.splits}, {"chunk", l.chunk}, {"grid", l.grid}, {"combine_grid", l.combine_grid},
-        {"partials_bytes", l.partials_bytes}};
+  for (int sms : {sm_count, kDumpSmCount}) {
+    json at = json::object();
+    for (int64_t b : batches) {
+      const Launch l = k.launch(b, sms);
+      at[k.points.b == 0 ? "any B" : "B=" + std::to_string(b)] = {
+          {"splits", l.splits}, {"chunk", l.chunk}, {"grid", l.grid}, {"combine_grid", l.combine_grid},
+          {"partials_bytes", l.partials_bytes}};
+    }
+    on[std::to_string(sms) + " SMs"] = at;
   }
-  return {{"rule", "EmittedKernel::launch (docs/cuda.md, Reductions)"}, {"sm_count", sm_count},
-          {"combine", k.combine_symbol}, {"at", at}};
+  return {{"rule", "EmittedKernel::launch (docs/cuda.md, Reductions)"}, {"combine", k.combine_symbol}, {"on", on}};
 }
 
 json launch_of(const kir::Program& p, const EmittedKernel& k, int sm_count) {

@@ -18,9 +18,9 @@ constexpr int kDumpSmCount = 132;
 
 // dump_index_json's index plus, per kernel step, "launch": {"scheme", "block", "grid" (an
 // expression of B; "* splits" for a reduction), "shared_bytes", "vector_width", "params", and
-// for a reduction "split": {"rule", "sm_count", "combine", "at": {"B=512": {"splits", "chunk",
-// "grid", "combine_grid", "partials_bytes"}, ...}}}, and per library step "cuda": the library
-// kernels or cuBLAS calls that run it.
+// for a reduction "split": {"rule", "combine", "on": {"<sm_count> SMs": {"B=512": {"splits",
+// "chunk", "grid", "combine_grid", "partials_bytes"}, ...}, "132 SMs": ...}}}, and per library
+// step "cuda": the library kernels or cuBLAS calls that run it.
 std::string cuda_index_json(const Graph& graph, const kir::Program& program, const CudaModule& module,
                             const std::string& module_name, int sm_count = kDumpSmCount);
 
