@@ -184,7 +184,7 @@ TEST_CASE("fake driver: kernels launch in order with each buffer's address, the 
   for (const auto& k : p.module().kernels) {
     const int n = static_cast<int>(k.buffers.size()) + (k.is_reduction() ? 4 : 2);
     fake.expect_params(k.symbol, n);
-    if (k.is_reduction()) fake.expect_params(k.combine_symbol, n);
+    if (k.may_split()) fake.expect_params(k.combine_symbol, n);
   }
   for (int64_t batch : {5, 300, 4099}) {
     tj::DeviceFeeds feeds;

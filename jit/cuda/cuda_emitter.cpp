@@ -198,7 +198,7 @@ std::string emit_kernel(const Graph& g, const kir::Program& p, const kir::Kernel
   if (reduction) detail::emit_reduction_body(out, w, info);
   else emit_elementwise(out, w, info);
   out << "}\n\n";
-  if (reduction) detail::emit_combine_kernel(out, w, info, params);
+  if (!info.combine_symbol.empty()) detail::emit_combine_kernel(out, w, info, params);
   return out.str();
 }
 

@@ -51,7 +51,7 @@ struct EmittedKernel {
                    // points each, combined in shared memory in slice order (no atomics)
   };
   std::string symbol;
-  std::string combine_symbol;   // reductions: the pass-2 kernel ("<symbol>_combine"); else empty
+  std::string combine_symbol;   // reductions that may_split(): the pass-2 kernel ("<symbol>_combine")
   std::vector<int> buffers;     // program buffer ids, in parameter order
   std::vector<bool> written;    // per buffer: the kernel stores into it
   Scheme scheme = Scheme::elementwise;
@@ -66,6 +66,9 @@ struct EmittedKernel {
   int vector_width = 1;
 
   bool is_reduction() const { return scheme != Scheme::elementwise; }
+  // A reduction whose launch can split at some batch on some device (it then has a combine
+  // kernel): one over a batch-sized loop space, or a fixed one of at least 16384 points.
+  bool may_split() const;
   // The launch at `batch` on a device of `sm_count` SMs (split rule: docs/cuda.md, "Reductions").
   Launch launch(int64_t batch, int sm_count) const;
 };

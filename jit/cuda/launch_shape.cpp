@@ -31,6 +31,10 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
+bool EmittedKernel::may_split() const {
+  return is_reduction() && (points.b != 0 || points.c >= kSplitMinPoints);
+}
+
 Launch EmittedKernel::launch(int64_t batch, int sm_count) const {
   using S = Scheme;
   const int64_t sms = std::max(1, sm_count), cap = kMaxBlocksPerSm * sms;
@@ -46,7 +50,7 @@ Launch EmittedKernel::launch(int64_t batch, int sm_count) const {
   const int64_t per_block = scheme == S::row_per_warp ? block / 32 : 1;
   const int64_t lanes = scheme == S::row_per_warp ? 32 : scheme == S::column ? block / 32 : block;
   int64_t splits = 1;
-  if (pts >= kSplitMinPoints && ceil_div(units, per_block) < kBlocksPerSm * sms) {
+  if (may_split() && pts >= kSplitMinPoints && ceil_div(units, per_block) < kBlocksPerSm * sms) {
     const int64_t want = ceil_div(kWaves * kBlocksPerSm * sms * per_block, std::max<int64_t>(units, 1));
     splits = std::clamp<int64_t>(std::min(want, ceil_div(len, lanes)), 1, std::max<int64_t>(len, 1));
   }

@@ -191,7 +191,6 @@ void plan_reduction(const KernelWriter& w, EmittedKernel& info) {
   const Axes ax = axes_of(k);
   info.outputs = w.count(ax.kept);
   info.reduced = w.count(ax.reduced);
-  info.combine_symbol = k.name + "_combine";
   // Threads go along the reduced points when they are innermost: all of them (a row), or a
   // run of at least a warp's width (NCHW's H,W around a kept C), so a warp reads consecutive
   // addresses; otherwise along the outputs (a kept axis innermost: [B, C] over B).
@@ -214,6 +213,7 @@ void plan_reduction(const KernelWriter& w, EmittedKernel& info) {
     info.scheme = Scheme::column;
     for (const Reduction& r : rs) info.shared_bytes += info.block * r.bytes;
   }
+  if (info.may_split()) info.combine_symbol = k.name + "_combine";
 }
 
 void emit_partial_struct(std::ostream& out, const KernelWriter& w) {

@@ -67,6 +67,7 @@ TEST_CASE("CUDA launch: reductions over 64k points or more cover every SM, at od
   for (const auto& k : m.kernels) {
     if (!k.is_reduction()) continue;
     ++reductions;
+    REQUIRE(k.may_split());  // every loop space here is batch-sized
     CHECK(k.combine_symbol == k.symbol + "_combine");
     CHECK(m.source.find("void __launch_bounds__(256) " + k.combine_symbol + "(") != std::string::npos);
     for (int sms : kSmCounts)
@@ -102,6 +103,23 @@ TEST_CASE("CUDA launch: the split is a function of the shape and the SM count al
   CHECK(h200.grid == 513);
   // The same inputs, the same answer.
   CHECK(k.launch(4099, 132).chunk == h200.chunk);
+}
+
+TEST_CASE("CUDA launch: a fixed reduction under 16384 points never splits and has no combine kernel", "[cuda]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto small = tj::input("small", {127, 129});  // 16383 points
+  auto large = tj::input("large", {128, 128});  // 16384
+  const auto m = emit(g, {tj::sum(small, {0}), tj::sum(large, {0})});
+  REQUIRE(m.kernels.size() == 2);
+  for (const auto& k : m.kernels) {
+    const bool fits = k.points.c < 16384;
+    CHECK(k.may_split() == !fits);
+    CHECK(k.combine_symbol.empty() == fits);
+    for (int sms : kSmCounts) check_launch(k, 1, sms);
+    CHECK((k.launch(1, 132).splits > 1) == !fits);  // 4 tiles of 32 columns, far from a wave
+  }
+  CHECK(m.source.find("_combine(") != std::string::npos);
 }
 
 TEST_CASE("CUDA launch: NCHW statistics per channel walk the contiguous H, W with a block per channel", "[cuda]") {
