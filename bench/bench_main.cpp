@@ -2,6 +2,7 @@
 // run (issue 3, "Speed"). One JSON line per workload on stdout; progress on stderr.
 //
 //   build/bench/towerjit_bench [--steps 50] [--warmup 10] [--rounds 3] [--workload cnn]... [--no-torch]
+//   build/bench/towerjit_bench --gpu-model h200 --workload mlp|cnn|resnet [--batch N]   (bench/gpu_model.h)
 //
 // For each workload: compile cold (a fresh TOWERJIT_CACHE_DIR) and warm (the same program
 // again: a cache hit); run warm-up steps, then rounds of PyTorch's settings and our timed
@@ -22,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/gemm_floor.h"
+#include "bench/gpu_model.h"
 #include "jit/cpu/cpu_isa.h"
 #include "runtime/cpu/blas.h"
 #include "bench/torch_runner.h"
@@ -227,6 +229,9 @@ json run_workload(const std::string& name, const Options& o, tj::ThreadPool& poo
 }  // namespace
 
 int main(int argc, char** argv) try {
+  // The GPU cost model's step (bench/gpu_model.h): a command of its own.
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--gpu-model") return bench::gpu_model_main(argc, argv);
   const Options o = parse(argc, argv);
   // A fresh compile cache: the first program of each workload compiles cold, the second hits.
   std::string tmpl = (std::filesystem::temp_directory_path() / "towerjit-bench-XXXXXX").string();

@@ -183,4 +183,28 @@ bool deterministic_layout() {
 }
 std::optional<std::string> cuda_home() { return read("CUDA_HOME"); }
 
+bool cuda_graphs() { return switch_knob("TOWERJIT_CUDA_GRAPHS", true); }
+
+}  // namespace towerjit::knobs
+
+namespace towerjit::knobs {
+
+bool allow_tf32() { return switch_knob("TOWERJIT_ALLOW_TF32", false); }
+int emulated_gpu_sms() { return positive("TOWERJIT_EMULATED_GPU_SMS", 4); }
+bool cudnn_enabled() { return switch_knob("TOWERJIT_CUDNN", true); }
+std::optional<int64_t> cudnn_workspace_mb() {
+  const auto v = read("TOWERJIT_CUDNN_WORKSPACE_MB");
+  if (!v) return std::nullopt;
+  char* end = nullptr;
+  const long long mb = std::strtoll(v->c_str(), &end, 10);
+  if (!end || *end != '\0' || mb < 0 || mb > (int64_t{1} << 40))
+    throw Error("towerjit: TOWERJIT_CUDNN_WORKSPACE_MB=" + *v + " is not a size in MiB: set a whole number from 0 "
+                "(algorithms without a workspace only), or unset it for the device's free memory");
+  return mb;
+}
+std::optional<std::string> python_env_prefix() {
+  if (auto v = read("VIRTUAL_ENV")) return v;
+  return read("CONDA_PREFIX");
+}
+
 }  // namespace towerjit::knobs

@@ -6,6 +6,7 @@
 // so tests can setenv a knob and see the effect without restarting the process.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -166,5 +167,40 @@ std::string emulator_library();
 // CUDA_HOME: a CUDA installation to look for NVRTC in ($CUDA_HOME/lib64) when the loader's
 // path does not have it; /usr/local/cuda is tried last. Unset or empty: not set.
 std::optional<std::string> cuda_home();
+
+// TOWERJIT_CUDA_GRAPHS: "off" (also "0", "false", "no") queues every GPU program's run call by
+// call instead of capturing it once per batch size as a CUDA graph and replaying it
+// (runtime/cuda/program_graphs.h). Default on.
+bool cuda_graphs();
+
+}  // namespace towerjit::knobs
+
+namespace towerjit::knobs {
+
+// TOWERJIT_ALLOW_TF32: "on" (also "1", "true", "yes") lets the GPU's matrix products round
+// their inputs to TF32 (a 10-bit mantissa) and run on the tensor cores, accumulating in f32:
+// cuBLASLt's CUBLAS_COMPUTE_32F_FAST_TF32, the twin of PyTorch's
+// torch.backends.cuda.matmul.allow_tf32. About 1e-3 relative error per product instead of
+// 6e-8, for up to 7x the FP32 throughput (H200: 495 against 67 TFLOP/s). Read when a GPU
+// program is made. Default: off (full FP32). The CPU ignores it.
+bool allow_tf32();
+
+// TOWERJIT_EMULATED_GPU_SMS: how many SMs each emulated GPU reports (cuDeviceGetAttribute), so
+// launch shapes that the runtime caps by the SM count (32 blocks an SM) are those the modelled
+// GPU would get; `towerjit_bench --gpu-model` sets its GPU's count. Default: 4.
+int emulated_gpu_sms();
+
+// TOWERJIT_CUDNN: "off" runs GPU convolutions on towerjit's own im2col / col2im kernels and
+// cuBLAS instead of cuDNN (a warning says so once); "on" or unset: cuDNN where it loads.
+bool cudnn_enabled();
+
+// TOWERJIT_CUDNN_WORKSPACE_MB: the most device memory, in MiB, a cuDNN algorithm's workspace
+// may take (as TensorFlow's TF_CUDNN_WORKSPACE_LIMIT_IN_MB); algorithms needing more are
+// passed over for one that fits. Unset: the device's free memory.
+std::optional<int64_t> cudnn_workspace_mb();
+
+// VIRTUAL_ENV, then CONDA_PREFIX: a Python environment whose nvidia/cudnn/lib (pip's cuDNN
+// wheel, which PyTorch installs) is searched for libcudnn.so.9. Unset or empty: none.
+std::optional<std::string> python_env_prefix();
 
 }  // namespace towerjit::knobs

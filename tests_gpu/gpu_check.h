@@ -2,6 +2,7 @@
 // tests/jit/jit_check.h does for the CPU JIT, and compares with the same require_close (within the reference's error bounds).
 #pragma once
 
+#include "jit/knobs.h"
 #include "runtime/cuda/cuda_program.h"
 #include "tests/jit/jit_check.h"
 
@@ -18,7 +19,8 @@ inline JitRun run_gpu_and_reference(const Graph& g, const std::vector<Tensor>& f
   for (const auto& [name, a] : variables) hv[name] = to_host(a);
   CudaProgram program(g, fetches, updates);
   for (const auto& t : program.run(hf, hv, step)) r.jit.push_back(to_array(t));
-  reference_side(r, g, fetches, feeds, variables, updates, step);
+  // The bound follows the mode the program ran in: TF32 products when TOWERJIT_ALLOW_TF32=on.
+  reference_side(r, g, fetches, feeds, variables, updates, step, knobs::allow_tf32());
   if (updates)
     for (const auto& [name, a] : variables) r.jit.push_back(to_array(hv.at(name)));
   return r;

@@ -1,42 +1,28 @@
 // The emulator's cuBLAS: the calls towerjit makes (runtime/cuda/cublas.h), computed on the host
 // by OpenBLAS on the handle's stream, in order with the stream's other work. Column-major, as
 // cuBLAS; alpha and beta are read when the call is made (host pointer mode).
-#include <dlfcn.h>
-
 #include "emulator/driver/emulated_devices.h"
+#include "emulator/driver/host_blas.h"
+#include "emulator/driver/launch_log.h"
 #include "emulator/kernel/block_scheduler.h"
 
+using namespace towerjit::emulator;
+
 namespace {
-
-using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
-
-Sgemm openblas_sgemm() {
-  static const Sgemm f = [] {
-    for (const char* name : {"libopenblas.so.0", "libopenblas.so", "libcblas.so.3", "libblas.so.3"})
-      if (void* h = ::dlopen(name, RTLD_NOW | RTLD_LOCAL))
-        if (auto fn = reinterpret_cast<Sgemm>(::dlsym(h, "cblas_sgemm"))) return fn;
-    return Sgemm{nullptr};
-  }();
-  return f;
-}
 
 struct Handle {
   CUstream stream = nullptr;
 };
 
 constexpr int kSuccess = 0, kNotInitialized = 1, kInvalidValue = 7;
-constexpr int kColMajor = 102, kNoTrans = 111, kTrans = 112;
-
-int cblas_op(int cublas_op) { return cublas_op == 0 ? kNoTrans : kTrans; }
+int cblas_op(int cublas_op) { return cublas_op == 0 ? kCblasNoTrans : kCblasTrans; }
 
 }  // namespace
-
-using namespace towerjit::emulator;
 
 extern "C" {
 
 int cublasCreate_v2(Handle** h) {
-  if (!openblas_sgemm()) return kNotInitialized;
+  if (!host_sgemm()) return kNotInitialized;
   *h = new Handle();
   return kSuccess;
 }
@@ -53,6 +39,11 @@ int cublasSetStream_v2(Handle* h, CUstream s) {
   return kSuccess;
 }
 int cublasSetMathMode(Handle*, int) { return kSuccess; }
+// The workspace must be device memory of the size given (the emulator's calls use none).
+int cublasSetWorkspace_v2(Handle*, void* workspace, std::size_t bytes) {
+  if (bytes && !device_range(reinterpret_cast<std::uintptr_t>(workspace), bytes)) return kInvalidValue;
+  return kSuccess;
+}
 const char* cublasGetStatusName(int status) {
   switch (status) {
     case kSuccess: return "CUBLAS_STATUS_SUCCESS";
@@ -76,10 +67,18 @@ int cublasSgemmStridedBatched(Handle* h, int ta, int tb, int m, int n, int k, co
         !inside(b + i * stride_b, tb == 0 ? k : n, tb == 0 ? n : k, ldb) || !inside(c + i * stride_c, m, n, ldc))
       return kInvalidValue;
   const float al = *alpha, be = *beta;
-  stream_of(h->stream).enqueue([=] {
+  Stream& stream = stream_of(h->stream);
+  stream.enqueue([=, &stream] {
     for (int i = 0; i < batches; ++i)
-      openblas_sgemm()(kColMajor, cblas_op(ta), cblas_op(tb), m, n, k, al, a + i * stride_a, lda, b + i * stride_b,
+      host_sgemm()(kCblasColMajor, cblas_op(ta), cblas_op(tb), m, n, k, al, a + i * stride_a, lda, b + i * stride_b,
                        ldb, be, c + i * stride_c, ldc);
+    // 2mnk FLOPs a product; A and B read, C written (and read when beta is not 0).
+    const double mm = m, nn = n, kk = k, count = batches;
+    if (launch_log_enabled())
+      record_launch({.name = "cublasSgemmStridedBatched", .kind = LaunchKind::library, .stream = &stream,
+                     .device = device_owning(stream).index(),
+                     .bytes = 4 * count * (mm * kk + kk * nn + (be != 0.0f ? 2 : 1) * mm * nn),
+                     .flops = 2 * count * mm * nn * kk, .gemm = {m, n, k, batches}});
   });
   return kSuccess;
 }

@@ -80,6 +80,16 @@ void Device::synchronize_streams() {
   for (Stream* s : all) s->synchronize();
 }
 
+void Device::end_capture(const std::shared_ptr<Capture>& capture) {
+  std::vector<Stream*> all;
+  {
+    std::lock_guard lock(mutex_);
+    all.assign(streams_.begin(), streams_.end());
+  }
+  for (Stream* s : all)
+    if (s->capture() == capture) s->set_capture(nullptr);
+}
+
 bool Device::enable_peer(int peer) {
   std::lock_guard lock(mutex_);
   return peers_.insert(peer).second;
@@ -146,7 +156,7 @@ int device_attribute(int attribute) {
     case 6: case 7: return 65535;
     case 8: return 48 * 1024;   // MAX_SHARED_MEMORY_PER_BLOCK
     case 10: return 32;         // WARP_SIZE
-    case 16: return 4;          // MULTIPROCESSOR_COUNT
+    case 16: return knobs::emulated_gpu_sms();  // MULTIPROCESSOR_COUNT
     case 75: return 9;          // COMPUTE_CAPABILITY_MAJOR
     case 76: return 0;          // COMPUTE_CAPABILITY_MINOR
     default: return 0;
@@ -168,6 +178,13 @@ const char* error_name(int code) {
     case 704: return "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED";
     case 716: return "CUDA_ERROR_MISALIGNED_ADDRESS";
     case 719: return "CUDA_ERROR_LAUNCH_FAILED";
+    case 900: return "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED";
+    case 901: return "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
+    case 902: return "CUDA_ERROR_STREAM_CAPTURE_MERGE";
+    case 903: return "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED";
+    case 904: return "CUDA_ERROR_STREAM_CAPTURE_UNJOINED";
+    case 905: return "CUDA_ERROR_STREAM_CAPTURE_ISOLATION";
+    case 907: return "CUDA_ERROR_CAPTURED_EVENT";
     default: return "CUDA_ERROR_UNKNOWN";
   }
 }

@@ -24,6 +24,8 @@ typedef struct CUstream_st* CUstream;
 typedef struct CUevent_st* CUevent;
 typedef struct CUmod_st* CUmodule;
 typedef struct CUfunc_st* CUfunction;
+typedef struct CUgraph_st* CUgraph;
+typedef struct CUgraphExec_st* CUgraphExec;
 
 namespace towerjit::emulator {
 
@@ -41,6 +43,8 @@ class Device {
   bool owns(const Stream* s);
   // Waits for every stream the device created.
   void synchronize_streams();
+  // Every stream of the device recording into `capture` stops recording (cuStreamEndCapture).
+  void end_capture(const std::shared_ptr<Capture>& capture);
   // False when peer access to `peer` was already enabled.
   bool enable_peer(int peer);
   // cuDevicePrimaryCtxReset: waits for the work, frees every allocation, clears the error.
@@ -82,7 +86,8 @@ struct ModuleImage {
 std::string make_module_image(const std::string& name, const std::string& source);
 std::optional<ModuleImage> parse_module_image(const char* image);
 
-// cuDeviceGetAttribute's answer: compute capability 9.0, 4 SMs, CUDA's limits.
+// cuDeviceGetAttribute's answer: compute capability 9.0, TOWERJIT_EMULATED_GPU_SMS SMs (4 unless
+// set: a cost model sets its GPU's count, so grids are capped as on that GPU), CUDA's limits.
 int device_attribute(int attribute);
 
 // The driver's name and description of a result; for the emulator's faults the description is

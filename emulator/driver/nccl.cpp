@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "emulator/driver/emulated_devices.h"
+#include "emulator/kernel/block_scheduler.h"
 
 namespace {
 
@@ -89,7 +90,10 @@ struct World {
 struct Comm {
   std::shared_ptr<Clique> clique;  // ranks in this process (ncclCommInitAll)
   int rank, device;
-  std::size_t calls = 0;  // this rank's collectives so far: its next sequence number
+  // This rank's collectives so far: the next one's sequence number. Taken when a collective is
+  // queued (at ncclGroupEnd for grouped calls), in the host's order, as NCCL orders a
+  // communicator's collectives; one captured into a CUDA graph takes a new one at every launch.
+  std::atomic<std::size_t> calls{0};
   std::shared_ptr<World> world;  // or ranks over processes (ncclCommInitRank)
 };
 
@@ -210,27 +214,36 @@ int ncclAllReduce(const void* send, void* recv, std::size_t count, int type, int
   Stream* stream = &stream_of(s);
   if (comm->world) {
     const std::shared_ptr<World> world = comm->world;
-    const std::size_t sequence = comm->calls++;
     auto queue = [=] {
-      stream->enqueue([=] {
-        all_reduce_over_processes(*world, sequence, rank, static_cast<const float*>(send), static_cast<float*>(recv),
-                                  count);
+      stream->enqueue_made([=]() -> std::function<void()> {
+        const std::size_t sequence = comm->calls++;
+        return [=] {
+          all_reduce_over_processes(*world, sequence, rank, static_cast<const float*>(send), static_cast<float*>(recv),
+                                    count);
+        };
       });
     };
     if (group_depth > 0) grouped.push_back(queue);
     else queue();
     return kSuccess;
   }
-  std::shared_ptr<Collective> collective;
-  {
-    std::lock_guard lock(comm->clique->mutex);
-    auto& all = comm->clique->collectives;
-    if (comm->calls >= all.size()) all.push_back(std::make_shared<Collective>(comm->clique->ranks, count));
-    collective = all[comm->calls++];
-  }
-  if (collective->count != count) return kInvalidUsage;  // the ranks disagree on the size
   auto queue = [=] {
-    stream->enqueue([=] { collective->arrive(rank, static_cast<const float*>(send), static_cast<float*>(recv)); });
+    stream->enqueue_made([=]() -> std::function<void()> {
+      std::shared_ptr<Collective> collective;
+      {
+        std::lock_guard lock(comm->clique->mutex);
+        auto& all = comm->clique->collectives;
+        const std::size_t sequence = comm->calls++;
+        while (sequence >= all.size()) all.push_back(std::make_shared<Collective>(comm->clique->ranks, count));
+        collective = all[sequence];
+      }
+      return [=] {
+        if (collective->count != count)
+          throw Fault("emulated NCCL: the ranks of an all-reduce disagree on its size (" +
+                      std::to_string(collective->count) + " and " + std::to_string(count) + " floats)");
+        collective->arrive(rank, static_cast<const float*>(send), static_cast<float*>(recv));
+      };
+    });
   };
   if (group_depth > 0) grouped.push_back(queue);
   else queue();

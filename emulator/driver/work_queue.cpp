@@ -47,6 +47,11 @@ Stream::~Stream() {
 void Stream::enqueue(std::function<void()> work) {
   {
     std::lock_guard lock(mutex_);
+    if (capture_) {  // recorded, not run: a launch of the graph queues it
+      std::lock_guard recording(capture_->mutex);
+      capture_->work.push_back([w = std::move(work)] { return w; });
+      return;
+    }
     queue_.push_back(std::move(work));
     ++queued_;
   }
@@ -62,6 +67,28 @@ void Stream::synchronize() {
 bool Stream::idle() {
   std::lock_guard lock(mutex_);
   return finished_ == queued_;
+}
+
+void Stream::enqueue_made(std::function<std::function<void()>()> make) {
+  {
+    std::lock_guard lock(mutex_);
+    if (capture_) {
+      std::lock_guard recording(capture_->mutex);
+      capture_->work.push_back(std::move(make));
+      return;
+    }
+  }
+  enqueue(make());
+}
+
+std::shared_ptr<Capture> Stream::capture() {
+  std::lock_guard lock(mutex_);
+  return capture_;
+}
+
+void Stream::set_capture(std::shared_ptr<Capture> c) {
+  std::lock_guard lock(mutex_);
+  capture_ = std::move(c);
 }
 
 void Stream::run() {

@@ -6,6 +6,7 @@
 // its own stack and thrown from the scheduler's, never across fibers.
 #include "emulator/kernel/block_scheduler.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -27,6 +28,7 @@ struct Thread {
   State state = State::runnable;
   int line = 0;  // where it waits, or faulted
   int shared_seen = 0;
+  unsigned long long work = 0;  // TJ_WORK's count
   // The shuffle it waits in.
   int kind = 0, arg = 0, width = 32;
   unsigned mask = 0;
@@ -49,6 +51,7 @@ struct Block {
   std::size_t static_used = 0;
   std::string fault;
   int fault_code = Fault::kLaunchFailed;
+  GridStats stats;
 };
 
 thread_local Block* current_block = nullptr;
@@ -130,7 +133,9 @@ void* api_shared(std::size_t bytes, std::size_t align, int line) {
 
 void* api_dynamic_shared() { return current_block->shared.data() + kStaticSharedLimit; }
 
-TjEmuApi the_api{api_self, api_syncthreads, api_shuffle, api_shared, api_dynamic_shared, api_fail};
+void api_work(unsigned long long n) { current_thread->work += n; }
+
+TjEmuApi the_api{api_self, api_syncthreads, api_shuffle, api_shared, api_dynamic_shared, api_fail, api_work};
 
 // --- Resolving what the blocked threads wait for -------------------------------------------------
 
@@ -282,7 +287,15 @@ void run_block(Block& b, const dim3& block_idx, const LaunchShape& shape) {
       if (t.state == Thread::State::faulted) fault(b, t, b.fault, b.fault_code);
     }
     for (const Thread& t : b.threads) live |= t.state != Thread::State::done;
-    if (!live) return;
+    if (!live) {
+      for (const Thread& t : b.threads) {
+        b.stats.work_max = std::max(b.stats.work_max, t.work);
+        b.stats.work_sum += static_cast<double>(t.work);
+      }
+      b.stats.threads += b.threads.size();
+      b.stats.static_shared_bytes = std::max(b.stats.static_shared_bytes, b.static_used);
+      return;
+    }
     if (resolve_shuffles(b) || resolve_barrier(b)) continue;
     deadlock(b);
   }
@@ -290,7 +303,7 @@ void run_block(Block& b, const dim3& block_idx, const LaunchShape& shape) {
 
 }  // namespace
 
-void run_grid(const std::string& kernel, KernelEntry entry, void** params, const LaunchShape& shape) {
+GridStats run_grid(const std::string& kernel, KernelEntry entry, void** params, const LaunchShape& shape) {
   const std::size_t threads = static_cast<std::size_t>(shape.block.x) * shape.block.y * shape.block.z;
   if (threads == 0 || threads > 1024 || shape.grid.x == 0 || shape.grid.y == 0 || shape.grid.z == 0)
     throw Fault("emulated GPU: kernel " + kernel + ": launch of grid " + dims(shape.grid) + " x block " +
@@ -311,6 +324,7 @@ void run_grid(const std::string& kernel, KernelEntry entry, void** params, const
   for (unsigned z = 0; z < shape.grid.z; ++z)
     for (unsigned y = 0; y < shape.grid.y; ++y)
       for (unsigned x = 0; x < shape.grid.x; ++x) run_block(b, {x, y, z}, shape);
+  return b.stats;
 }
 
 TjEmuApi* emulator_api() { return &the_api; }

@@ -43,8 +43,17 @@ struct LaunchShape {
 // The largest static __shared__ total of a block, as on the GPU without opt-in.
 inline constexpr std::size_t kStaticSharedLimit = 48 * 1024;
 
+// What a grid did, counted as it ran: the serial work of its threads (TJ_WORK) and the static
+// shared memory a block declared.
+struct GridStats {
+  unsigned long long work_max = 0;  // the busiest thread's count
+  double work_sum = 0;              // over every thread of the grid
+  unsigned long long threads = 0;
+  std::size_t static_shared_bytes = 0;
+};
+
 // Runs every block of the grid to completion. Throws Fault.
-void run_grid(const std::string& kernel, KernelEntry entry, void** params, const LaunchShape& shape);
+GridStats run_grid(const std::string& kernel, KernelEntry entry, void** params, const LaunchShape& shape);
 
 // The table a compiled module's tj_emu_api points at.
 TjEmuApi* emulator_api();

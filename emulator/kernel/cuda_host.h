@@ -45,6 +45,8 @@ TjEmuApi* tj_emu_api = nullptr;
 #define gridDim (tj_emu_api->self()->gridDim)
 #define warpSize 32
 #define __syncthreads() tj_emu_api->syncthreads(__LINE__)
+// Serial work a thread does, counted for the launch records; a no-op under NVRTC (preamble.cuh).
+#define TJ_WORK(n) tj_emu_api->work(n)
 
 namespace tj_emu {
 

@@ -25,4 +25,7 @@ struct TjEmuApi {
   void* (*dynamic_shared)();
   // Reports a misuse by the running thread (a misaligned vector access) and does not return.
   void (*fail)(const char* what, const void* address, int line);
+  // Adds n to the running thread's count of serial work (TJ_WORK in a kernel; the launch
+  // records of emulator/driver/launch_log.h report it).
+  void (*work)(unsigned long long n);
 };

@@ -68,7 +68,7 @@ json launch_of(const kir::Program& p, const EmittedKernel& k, int sm_count) {
                      "* b" + std::to_string(k.buffers[i]) + " (" + b.name + ")");
   }
   params.push_back("tj_i64 batch");
-  params.push_back("tj_u64 step");
+  params.push_back("const tj_u64* step_slot");
   json launch = {{"scheme", scheme_name(k.scheme)}, {"block", k.block}, {"grid", grid_text(k)},
                  {"shared_bytes", k.shared_bytes}, {"vector_width", k.vector_width}};
   if (k.is_reduction()) {
@@ -82,12 +82,15 @@ json launch_of(const kir::Program& p, const EmittedKernel& k, int sm_count) {
 
 }  // namespace
 
-std::string library_routine(const kir::LibraryCall& c) {
+std::string library_routine(const kir::LibraryCall& c, bool cudnn) {
   switch (c.op) {
     case Op::MatMul: return "cublasSgemmStridedBatched";
-    case Op::Conv2D: return "tj_im2col + cublasSgemmStridedBatched";
-    case Op::Conv2DGradInput: return "cublasSgemmStridedBatched + tj_col2im";
-    case Op::Conv2DGradFilter: return "tj_im2col + cublasSgemm per image (beta 1)";
+    case Op::Conv2D: return cudnn ? "cudnnConvolutionForward" : "tj_im2col + cublasSgemmStridedBatched";
+    case Op::Conv2DGradInput:
+      return cudnn ? "cudnnConvolutionBackwardData" : "cublasSgemmStridedBatched + tj_col2im";
+    case Op::Conv2DGradFilter:
+      return cudnn ? "cudnnConvolutionBackwardFilter"
+                   : "tj_im2col + cublasSgemmStridedBatched (per-image parts) + tj_sum_images";
     case Op::MaxPool2D: return "tj_max_pool2d";
     case Op::MaxPool2DGrad: return "tj_max_pool2d_grad";
     case Op::AvgPool2D: return "tj_avg_pool2d";
@@ -101,13 +104,13 @@ std::string library_routine(const kir::LibraryCall& c) {
 }
 
 std::string cuda_index_json(const Graph& g, const kir::Program& p, const CudaModule& m,
-                            const std::string& module_name, int sm_count) {
+                            const std::string& module_name, bool cudnn, int sm_count) {
   json index = json::parse(dump_index_json(g, p, module_name));
   internal_check(index["steps"].size() == p.steps.size()) << "index and program disagree";
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const kir::Step& s = p.steps[i];
     if (s.kind == kir::Step::Kind::kernel) index["steps"][i]["launch"] = launch_of(p, m.kernels[s.index], sm_count);
-    if (s.kind == kir::Step::Kind::library) index["steps"][i]["cuda"] = library_routine(p.calls[s.index]);
+    if (s.kind == kir::Step::Kind::library) index["steps"][i]["cuda"] = library_routine(p.calls[s.index], cudnn);
     if (s.kind == kir::Step::Kind::copy) index["steps"][i]["cuda"] = "cuMemcpyDtoDAsync";
   }
   index["backend"] = "cuda";
@@ -116,11 +119,11 @@ std::string cuda_index_json(const Graph& g, const kir::Program& p, const CudaMod
 
 std::vector<std::string> write_cuda_dump(const std::string& dir, const Graph& g, const kir::Program& p,
                                          const CudaModule& m, const std::string& module_name,
-                                         const std::string& ptx, int sm_count) {
+                                         const std::string& ptx, bool cudnn, int sm_count) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   std::vector<std::pair<std::string, std::string>> files = {
-      {".cu", m.source}, {".index.json", cuda_index_json(g, p, m, module_name, sm_count) + "\n"}, {".kir", kir::to_string(p)}};
+      {".cu", m.source}, {".index.json", cuda_index_json(g, p, m, module_name, cudnn, sm_count) + "\n"}, {".kir", kir::to_string(p)}};
   if (!ptx.empty()) files.push_back({".ptx", ptx});
   std::vector<std::string> paths;
   for (const auto& [ext, text] : files) {

@@ -20,16 +20,17 @@ constexpr int kDumpSmCount = 132;
 // expression of B; "* splits" for a reduction), "shared_bytes", "vector_width", "params", and
 // for a reduction "split": {"rule", "combine", "on": {"<sm_count> SMs": {"B=512": {"splits",
 // "chunk", "grid", "combine_grid", "partials_bytes"}, ...}, "132 SMs": ...}}}, and per library
-// step "cuda": the library kernels or cuBLAS calls that run it.
+// step "cuda": the library kernels or cuBLAS / cuDNN calls that run it (`cudnn`: whether
+// convolutions go to cuDNN, as where it loads, or to the fallback: runtime/cuda/cudnn.h).
 std::string cuda_index_json(const Graph& graph, const kir::Program& program, const CudaModule& module,
-                            const std::string& module_name, int sm_count = kDumpSmCount);
+                            const std::string& module_name, bool cudnn = true, int sm_count = kDumpSmCount);
 
 // Writes <dir>/<module>.cu, <module>.index.json, <module>.kir and, when `ptx` is non-empty,
 // <module>.ptx. Returns the paths written. Throws towerjit::Error when `dir` is not writable.
 std::vector<std::string> write_cuda_dump(const std::string& dir, const Graph& graph,
                                          const kir::Program& program, const CudaModule& module,
                                          const std::string& module_name, const std::string& ptx = "",
-                                         int sm_count = kDumpSmCount);
+                                         bool cudnn = true, int sm_count = kDumpSmCount);
 
 // A program's files for reading its CUDA, emitted from its kernel IR whatever device runs it
 // (a CPU program's too): write_cuda_dump's files under `stem`, with the .ptx for `arch`
@@ -38,9 +39,10 @@ std::vector<std::string> write_cuda_dump(const std::string& dir, const Graph& gr
 std::vector<std::string> dump_cuda_of(const std::string& dir, const Graph& lowered_graph, const kir::Program& program,
                                       const std::string& stem, const std::string& arch = "");
 
-// The CUDA routines a library call runs as: "cublasSgemmStridedBatched", "tj_im2col +
-// cublasSgemmStridedBatched", "tj_max_pool2d", ...
-std::string library_routine(const kir::LibraryCall& call);
+// The CUDA routines a library call runs as: "cublasSgemmStridedBatched",
+// "cudnnConvolutionForward" (or without cuDNN "tj_im2col + cublasSgemmStridedBatched"),
+// "tj_max_pool2d", ...
+std::string library_routine(const kir::LibraryCall& call, bool cudnn = true);
 
 }  // namespace towerjit::cuda
 

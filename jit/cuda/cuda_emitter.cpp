@@ -160,7 +160,7 @@ std::string emit_group(const Graph& g, const kir::Program& p, const kir::Kernel&
         << " at " << format_location(node) << "\n";
   }
   out << "extern \"C\" __global__ void __launch_bounds__(" << kBlock << ") " << group.name << "(\n    "
-      << writers.front().params() << ") {\n";
+      << writers.front().params() << ") {\n" << KernelWriter::prologue();
   out << "  const tj_i64 points = " << KernelWriter::affine(info.points) << ";\n";
   out << "  for (tj_i64 p = TJ_GLOBAL_THREAD; p < points; p += TJ_GRID_THREADS) {\n";
   for (size_t j = 0; j < writers.size(); ++j) {
@@ -194,7 +194,7 @@ std::string emit_kernel(const Graph& g, const kir::Program& p, const kir::Kernel
   const std::string params = w.params() + (reduction ? detail::reduction_params() : "");
   emit_header(out, g, k);
   out << "extern \"C\" __global__ void __launch_bounds__(" << kBlock << ") " << k.name << "(\n    " << params
-      << ") {\n";
+      << ") {\n" << KernelWriter::prologue();
   if (reduction) detail::emit_reduction_body(out, w, info);
   else emit_elementwise(out, w, info);
   out << "}\n\n";
@@ -209,8 +209,9 @@ CudaModule emit_cuda_module(const Graph& graph, const kir::Program& program, con
   std::ostringstream out;
   out << "// towerjit CUDA module \"" << module_name << "\": " << program.kernels.size()
       << " loop kernels, generated from the kernel IR.\n"
-      << "// Each kernel: (buffers..., tj_i64 batch, tj_u64 step), 256 threads per block (a reduction also\n"
-      << "// takes its partials' workspace and the reduced points per split, and has a _combine pass); see\n"
+      << "// Each kernel: (buffers..., tj_i64 batch, const tj_u64* step_slot), 256 threads per block (a\n"
+      << "// reduction also takes its partials' workspace and the reduced points per split, and has a\n"
+      << "// _combine pass); see\n"
       << "// " << module_name << ".index.json for the launch shape and the bytes each kernel moves.\n\n"
       << kDevicePhilox << "\n" << kDevicePreamble << "\n";
   for (const kir::Kernel& k : program.kernels) {
@@ -230,7 +231,7 @@ std::string library_module_source() {
 const std::vector<std::string>& library_kernel_names() {
   static const std::vector<std::string> names = {
       "tj_im2col", "tj_col2im", "tj_max_pool2d", "tj_max_pool2d_grad", "tj_avg_pool2d",
-      "tj_avg_pool2d_grad", "tj_one_hot", "tj_argmax", "tj_pad", "tj_copy_box"};
+      "tj_avg_pool2d_grad", "tj_one_hot", "tj_argmax", "tj_pad", "tj_copy_box", "tj_sum_images"};
   return names;
 }
 

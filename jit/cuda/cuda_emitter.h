@@ -6,16 +6,17 @@
 // Every kernel takes the same kind of parameter list, which a runtime can build from
 // EmittedKernel alone:
 //
-//   name(T0* __restrict__ b<id0>, ..., long long batch, unsigned long long step
+//   name(T0* __restrict__ b<id0>, ..., long long batch, const unsigned long long* step_slot
 //        [, void* tj_partials, long long chunk])
 //
 // one device pointer per entry of `buffers` (const for those it only reads; a view passes the
-// base of the buffer it views), then the bound batch size and the step that keys random
-// numbers; a reduction kernel also takes the workspace of its partials and the reduced points
-// per split (launch() says both). Launch with `block` threads in x and launch().grid blocks in
-// x; when launch().splits > 1, launch `combine_symbol` next, with the same parameters, on
-// launch().combine_grid blocks. The shared memory is static (already in the cubin), reported in
-// `shared_bytes` for occupancy.
+// base of the buffer it views), then the bound batch size and a device word holding the step
+// that keys random numbers (read by the kernel, so a CUDA graph captured once replays with
+// each run's step); a reduction kernel also takes the workspace of its partials and the
+// reduced points per split (launch() says both). Launch with `block` threads in x and
+// launch().grid blocks in x; when launch().splits > 1, launch `combine_symbol` next, with the
+// same parameters, on launch().combine_grid blocks. The shared memory is static (already in
+// the cubin), reported in `shared_bytes` for occupancy.
 #pragma once
 
 #include <cstdint>

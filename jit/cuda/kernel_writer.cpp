@@ -71,8 +71,10 @@ std::string KernelWriter::params() const {
     s += std::string(info_.written[i] ? "" : "const ") + type(b.dtype) + "* __restrict__ b" +
          std::to_string(info_.buffers[i]) + ", ";
   }
-  return s + "tj_i64 batch, tj_u64 step";
+  return s + "tj_i64 batch, const tj_u64* __restrict__ step_slot";
 }
+
+std::string KernelWriter::prologue() { return "  const tj_u64 step = *step_slot;  // read, not passed: a CUDA graph replays\n"; }
 
 std::string KernelWriter::extent(int axis) const {
   return k_.space[axis] == kBatch ? "batch" : std::to_string(k_.space[axis]);
@@ -126,6 +128,7 @@ std::vector<int> KernelWriter::needed(const std::vector<int>& roots) const {
 
 void KernelWriter::body(std::ostream& out, const std::string& indent, const Point& pt,
                         const std::vector<int>& roots) const {
+  out << indent << "TJ_WORK(1);\n";  // a point: the emulated GPU counts each thread's serial work
   for (int id : needed(roots))
     out << indent << "const " << type(k_.exprs[id].dtype) << " " << value(id, pt) << " = "
         << rhs(id, pt) << ";\n";

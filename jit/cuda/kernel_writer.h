@@ -26,8 +26,12 @@ class KernelWriter {
   KernelWriter(const kir::Program& p, const kir::Kernel& k, EmittedKernel& info);
 
   const kir::Kernel& kernel() const { return k_; }
-  // "float* __restrict__ b4, const float* __restrict__ b1, ..., tj_i64 batch, tj_u64 step"
+  // "float* __restrict__ b4, const float* __restrict__ b1, ..., tj_i64 batch,
+  //  const tj_u64* __restrict__ step_slot"
   std::string params() const;
+  // The body's first line: `step`, read from the device word the runtime writes before each
+  // run, so a captured CUDA graph replays with each run's step (runtime/cuda/program_graphs.h).
+  static std::string prologue();
   // A loop axis's extent as C: "512" or "batch".
   std::string extent(int axis) const;
   // c + b * batch as C, parenthesised when it is a sum.

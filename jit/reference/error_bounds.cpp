@@ -50,7 +50,7 @@ Array eval_as(const EvalArgs& a, Op op, std::vector<const Array*> inputs,
   Node node = a.node;
   node.op = op;
   EvalArgs args{.node = node, .inputs = std::move(inputs), .shape = a.shape, .batch = a.batch,
-                .step = a.step};
+                .step = a.step, .tf32_matmul = a.tf32_matmul};
   return eval(args);
 }
 
@@ -186,6 +186,23 @@ Array bilinear_bound(const EvalArgs& a, const std::vector<const Array*>& bounds,
   return out;
 }
 
+// The same on TF32 tensor cores: every input is rounded to TF32 first (relative error at most
+// 2^-11) and the exact products of the rounded inputs are summed in f32, so with
+// s = (1 + 2^-11)^2 (1 + gamma'_terms) the result is within
+// s (F(|a|, eb) + F(ea, |b|) + F(ea, eb)) + (s - 1) F(|a|, |b|).
+Array tf32_bilinear_bound(const EvalArgs& a, const std::vector<const Array*>& bounds, double terms,
+                          Array (*eval)(const EvalArgs&)) {
+  const double s = 1 + tf32_dot_gamma(terms);
+  const Array ma = abs_of(a.in(0)), mb = abs_of(a.in(1));
+  Array out = eval_as(a, a.node.op, {&ma, bounds[1]}, eval);
+  for (double& v : out.data) v *= s;
+  add_to(out, eval_as(a, a.node.op, {bounds[0], &mb}, eval), s);
+  add_to(out, eval_as(a, a.node.op, {bounds[0], bounds[1]}, eval), s);
+  add_to(out, eval_as(a, a.node.op, {&ma, &mb}, eval), s - 1);
+  for (double& v : out.data) v += terms * kFlushed;
+  return out;
+}
+
 // A linear op of one input summing `terms` terms (the average pool and its gradient).
 Array linear_bound(const EvalArgs& a, const Array& bound, double terms, Array (*eval)(const EvalArgs&)) {
   const Array magnitude = abs_of(a.in(0));
@@ -242,6 +259,20 @@ double rounding_gamma(double n) {
   return std::min(worst, likely);
 }
 
+double tf32_dot_gamma(double n) {
+  // Inputs: TF32 keeps 10 of f32's 23 stored mantissa bits; cuBLAS rounds to nearest (ties
+  // away, cvt.rna.tf32.f32), so each input moves by at most 2^-11 of itself, and a product of
+  // two by (1 + 2^-11)^2 - 1. The product of two 11-bit significands is exact in f32.
+  const double input = (1 + 0x1p-11) * (1 + 0x1p-11);
+  // Sums: the tensor cores add in f32 but, as measured by Fasi, Higham, Mikaitis and Pranesh
+  // ("Numerical behavior of NVIDIA tensor cores", PeerJ Comput. Sci. 7:e330, 2021), align and
+  // normalise by truncation, not round to nearest: a biased error of up to 2^-23 per addition,
+  // so the worst case n 2^-23 / (1 - n 2^-23) applies, not the probabilistic sqrt(n) bound.
+  const double nu = n * 0x1p-23;
+  const double sum = nu < 1 ? nu / (1 - nu) : kInf;
+  return input * (1 + sum) - 1;
+}
+
 Array float_rounding_bound(const Array& value) {
   Array out(value.shape);
   if (value.dtype != DType::f32) return out;
@@ -264,7 +295,9 @@ Array error_bound(const EvalArgs& a, const std::vector<const Array*>& bounds, co
     case Op::Concat: return moved_bound(a, bounds, eval_concat);
     case Op::MatMul: {
       const Shape& s = a.in(0).shape;
-      return bilinear_bound(a, bounds, static_cast<double>(s[s.rank() - 1]), eval_matmul);
+      const double terms = static_cast<double>(s[s.rank() - 1]);
+      return a.tf32_matmul ? tf32_bilinear_bound(a, bounds, terms, eval_matmul)
+                           : bilinear_bound(a, bounds, terms, eval_matmul);
     }
     case Op::Conv2D: {
       const Shape& w = a.in(1).shape;  // [O, C, KH, KW]

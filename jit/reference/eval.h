@@ -18,6 +18,7 @@ struct EvalArgs {
   Shape shape;         // node.shape with the batch bound
   int64_t batch = 0;   // the bound batch size (0 when no input fixed it)
   uint64_t step = 0;   // RunOptions::step
+  bool tf32_matmul = false;  // RunOptions::tf32_matmul: bound MatMul as TF32 products
 
   const Array& in(int i) const { return *inputs.at(i); }
   // An empty result of the node's shape and dtype.
@@ -77,6 +78,10 @@ Array error_bound(const EvalArgs& a, const std::vector<const Array*>& input_boun
 // order, relative to the sum of its terms' magnitudes: Higham's gamma_n = n u / (1 - n u),
 // u = 2^-24, or where smaller its probabilistic counterpart (error_bounds.cpp).
 double rounding_gamma(double n);
+// The bound on the relative error of an n-term dot product on TF32 tensor cores (the inputs
+// rounded to a 10-bit mantissa, the products summed in f32; error_bounds.cpp), relative to the
+// sum of its terms' magnitudes.
+double tf32_dot_gamma(double n);
 // What rounding to float32 does to each element: inputs, variables and constants held in double
 // reach a float32 backend rounded.
 Array float_rounding_bound(const Array& value);

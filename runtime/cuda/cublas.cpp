@@ -1,10 +1,14 @@
 #include "runtime/cuda/cublas.h"
 
+#include <cstdio>
 #include <limits>
+#include <mutex>
 #include <type_traits>
 #include <vector>
 
 #include "dsl/error.h"
+#include "jit/knobs.h"
+#include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/toolkit_library.h"
 
 namespace towerjit::cuda {
@@ -67,15 +71,37 @@ const CublasApi& require_cublas(std::source_location loc) {
   return l.api;
 }
 
-Cublas::Cublas(DeviceContext& device, const Stream& stream, std::source_location loc) : device_(&device) {
+Cublas::Cublas(DeviceContext& device, const Stream& stream, std::source_location loc)
+    : Cublas(device, stream, cublaslt_load(), loc) {}
+
+Cublas::Cublas(DeviceContext& device, const Stream& stream, const CublasLtLoad& lt, std::source_location loc)
+    : device_(&device) {
   const CublasApi& api = require_cublas(loc);
+  const bool tf32 = knobs::allow_tf32();
   device.make_current();  // the handle belongs to the context current now
   check_cublas(api.Create(&handle_), "cublasCreate", " on " + device.str(), loc);
   check_cublas(api.SetStream(handle_, stream.handle()), "cublasSetStream", "", loc);
   check_cublas(api.SetMathMode(handle_, kCublasDefaultMath), "cublasSetMathMode", "", loc);
+  workspace_ = device.allocate(kWorkspaceBytes, loc);
+  check_cublas(api.SetWorkspace(handle_, reinterpret_cast<void*>(workspace_.ptr()), workspace_.bytes()),
+               "cublasSetWorkspace", "", loc);
+  if (lt.api) {
+    lt_ = std::make_unique<CublasLt>(*lt.api, device, stream, tf32, loc);
+    return;
+  }
+  // Still correct, only slower: FP32 SIMT GEMMs, no TF32 and no fused epilogues.
+  static std::once_flag warned;
+  std::call_once(warned, [&] {
+    std::fprintf(stderr,
+                 "towerjit: warning: cuBLASLt not found (tried %s); matrix products run through cuBLAS's "
+                 "cublasSgemmStridedBatched instead, in FP32 only%s. Install the CUDA toolkit's libcublasLt "
+                 "(it comes with libcublas) or add its directory to LD_LIBRARY_PATH\n",
+                 lt.tried.c_str(), tf32 ? " (TOWERJIT_ALLOW_TF32=on has no effect)" : "");
+  });
 }
 
 Cublas::~Cublas() {
+  lt_.reset();
   if (!handle_) return;
   try {
     device_->make_current();
@@ -106,6 +132,14 @@ void Cublas::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, C
                                          stride_a, &beta, pc, ildc, stride_c, as_int(batch, what)),
                  "cublasSgemmStridedBatched", " for " + what);
   }
+}
+
+void Cublas::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, CUdeviceptr a, int64_t lda,
+                    int64_t stride_a, CUdeviceptr b, int64_t ldb, int64_t stride_b, CUdeviceptr c, int64_t ldc,
+                    int64_t stride_c, int64_t batch, const std::string& what) {
+  if (lt_ && lt_->matmul(trans_a, trans_b, m, n, k, a, lda, stride_a, b, ldb, stride_b, c, ldc, stride_c, batch, what))
+    return;
+  gemm(trans_a, trans_b, m, n, k, a, lda, stride_a, b, ldb, stride_b, 0.0f, c, ldc, stride_c, batch, what);
 }
 
 }  // namespace towerjit::cuda

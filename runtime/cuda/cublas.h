@@ -9,11 +9,15 @@
 // Declared by hand (no cublas_v2.h), as the driver API (driver_api.h); where the toolkit's
 // headers are present tests_gpu/test_driver_signatures.cpp checks the declarations.
 //
+// The kernel IR's MatMul goes to cuBLASLt where it loads (runtime/cuda/cublaslt.h: one
+// cublasLtMatmul per call, TF32 when TOWERJIT_ALLOW_TF32=on); without it, to the cuBLAS calls
+// here, in FP32, after a warning once. The convolutions' GEMMs stay on cuBLAS in FP32.
 // cuBLASLt's bias and activation epilogues are not used yet: the kernel IR has no MatMul with
 // a fused epilogue (the fusion pass leaves bias and ReLU to a loop kernel after the product).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <source_location>
 #include <string>
 
@@ -32,6 +36,8 @@ using CublasStatus = int;  // cublasStatus_t; 0 is CUBLAS_STATUS_SUCCESS
   X(SetStream, cublasSetStream, cublasSetStream_v2, CublasStatus (*)(cublasHandle_t, CUstream))  \
   X(SetMathMode, cublasSetMathMode, cublasSetMathMode, CublasStatus (*)(cublasHandle_t, int))    \
   X(GetStatusName, cublasGetStatusName, cublasGetStatusName, const char* (*)(CublasStatus))      \
+  X(SetWorkspace, cublasSetWorkspace, cublasSetWorkspace_v2,                                     \
+    CublasStatus (*)(cublasHandle_t, void*, size_t))                                             \
   X(Sgemm, cublasSgemm, cublasSgemm_v2,                                                          \
     CublasStatus (*)(cublasHandle_t, int, int, int, int, int, const float*, const float*, int,   \
                      const float*, int, const float*, float*, int))                             \
@@ -57,13 +63,25 @@ bool cublas_available();
 // The bound library; throws towerjit::Error "cuBLAS not found (tried ...)" when absent.
 const CublasApi& require_cublas(std::source_location loc = std::source_location::current());
 
+class CublasLt;
+struct CublasLtLoad;
+
 // A cuBLAS handle on one device, issuing on one stream. Not copyable; use from one thread at
 // a time (as the program that owns it does).
 class Cublas {
  public:
+  // With cuBLASLt for matmul() when cublaslt_load() found it, else a warning (once a process).
+
+  // 4 MiB of workspace: what cuBLAS takes by default per stream before Hopper (NVIDIA's cuBLAS
+  // documentation, "cuBLAS workspace"); on Hopper it would take up to 32 MiB, used by the
+  // split-K kernels of some shapes, which it forgoes within 4 MiB.
+  static constexpr size_t kWorkspaceBytes = size_t{4} << 20;
   Cublas(DeviceContext& device, const Stream& stream,
          std::source_location loc = std::source_location::current());
-  ~Cublas();
+  // With the cuBLASLt `lt` says (tests pass one that did not load, to check the fallback).
+  Cublas(DeviceContext& device, const Stream& stream, const CublasLtLoad& lt,
+         std::source_location loc = std::source_location::current());
+  ~Cublas();  // defined where CublasLt is complete
   Cublas(const Cublas&) = delete;
   Cublas& operator=(const Cublas&) = delete;
 
@@ -75,9 +93,23 @@ class Cublas {
             int64_t stride_a, CUdeviceptr b, int64_t ldb, int64_t stride_b, float beta, CUdeviceptr c,
             int64_t ldc, int64_t stride_c, int64_t batch, const std::string& what);
 
+  // The kernel IR's MatMul: as gemm() with beta 0, through cuBLASLt when it is loaded and has an
+  // algorithm for the shape (TF32 when knobs::allow_tf32() said so when the handle was made),
+  // else through gemm().
+  void matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, CUdeviceptr a, int64_t lda,
+              int64_t stride_a, CUdeviceptr b, int64_t ldb, int64_t stride_b, CUdeviceptr c, int64_t ldc,
+              int64_t stride_c, int64_t batch, const std::string& what);
+
+  // The cuBLASLt handle matmul() uses; null when cuBLASLt did not load.
+  const CublasLt* lt() const { return lt_.get(); }
+
  private:
   DeviceContext* device_;
   cublasHandle_t handle_ = nullptr;
+  std::unique_ptr<CublasLt> lt_;
+  // The handle's workspace, set explicitly: cuBLAS would otherwise allocate one inside a
+  // CUDA graph capture, which capture forbids.
+  DeviceBuffer workspace_;
 };
 
 }  // namespace towerjit::cuda

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <mutex>
 
 #include "dsl/error.h"
 #include "jit/cuda/cuda_dump.h"
@@ -15,6 +16,7 @@
 #include "jit/passes/pipeline.h"
 #include "runtime/bind_feeds.h"
 #include "runtime/cuda/library.h"
+#include "runtime/cuda/program_graphs.h"
 #include "runtime/numerics_check.h"
 
 namespace towerjit {
@@ -36,6 +38,15 @@ std::string describe_kernel(const Graph& g, const kir::Kernel& k) {
 }
 
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+// Every program's counts together (CudaProgram::total_graph_counts).
+std::mutex totals_mutex;
+CudaProgram::GraphCounts totals;
+
+void add_to_totals(int64_t captures, int64_t replays, int64_t uncaptured) {
+  std::lock_guard lock(totals_mutex);
+  totals.captures += captures, totals.replays += replays, totals.uncaptured += uncaptured;
+}
 
 }  // namespace
 
@@ -71,19 +82,36 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
       kernel_what_.push_back(describe_kernel(graph_, program_.kernels[i]));
     }
   }
-  if (auto dir = knobs::dump_dir()) cuda::write_cuda_dump(*dir, graph_, program_, module_, name_, binary_.ptx, device_->sm_count());
-  stream_ = std::make_unique<cuda::Stream>(*device_);
-  staging_ = std::make_unique<cuda::PinnedBuffer>(device_->context());
-  bool needs_blas = false, needs_library = false;
+  bool has_conv = false, needs_library = false;
   for (size_t i = 0; i < program_.calls.size(); ++i) {
     const Op op = program_.calls[i].op;
-    needs_blas |= op == Op::MatMul || op == Op::Conv2D || op == Op::Conv2DGradInput || op == Op::Conv2DGradFilter;
+    has_conv |= op == Op::Conv2D || op == Op::Conv2DGradInput || op == Op::Conv2DGradFilter;
     needs_library |= op != Op::MatMul;
     if (op == Op::OneHot) one_hot_calls_.push_back(static_cast<int>(i));
   }
+  stream_ = std::make_unique<cuda::Stream>(*device_);
+  staging_ = std::make_unique<cuda::PinnedBuffer>(device_->context());
+  // Convolutions go to cuDNN where it loads and makes a handle; else to the fallback, said
+  // once a process (a driver cuDNN cannot work with fails at cudnnCreate).
+  if (has_conv && !cuda::cudnn_available()) cuda::warn_cudnn_fallback_once(cuda::cudnn_unavailable_reason());
+  if (has_conv && cuda::cudnn_available()) {
+    try {
+      dnn_ = std::make_unique<cuda::Cudnn>(*device_, *stream_, loc);
+    } catch (const Error& e) {
+      cuda::warn_cudnn_fallback_once(e.what());
+    }
+  }
+  const bool needs_blas = std::any_of(program_.calls.begin(), program_.calls.end(), [](const kir::LibraryCall& c) {
+    return c.op == Op::MatMul;
+  }) || (has_conv && !dnn_);
   if (needs_blas) blas_ = std::make_unique<cuda::Cublas>(*device_, *stream_, loc);
+  if (auto dir = knobs::dump_dir())
+    cuda::write_cuda_dump(*dir, graph_, program_, module_, name_, binary_.ptx, dnn_ || !has_conv,
+                          device_->sm_count());
   if (needs_library) device_->library_module();  // compile and load now: errors here, not mid-run
   if (!one_hot_calls_.empty()) error_slots_ = device_->allocate(8 * one_hot_calls_.size(), loc);
+  step_slot_ = device_->allocate(8, loc);
+  graphs_enabled_ = cuda::graphs_enabled();
   // One walk over the steps' writes finds the variables some step writes (their values go
   // back to the host after a host run) and the step after which each fetch holds its value:
   // the last one writing its buffer (-1: none does, an input or a variable read as it is).
@@ -137,13 +165,19 @@ int64_t CudaProgram::bind_batch(const Feeds& feeds, Loc loc) const {
 
 void CudaProgram::prepare(int64_t batch) {
   // Training runs one batch size step after step: plan once per size, not once per run.
-  if (planned_batch_ != batch) {
-    plan_ = plan_buffers(program_, batch);
+  const bool replan = planned_batch_ != batch;
+  if (replan) plan_ = plan_buffers(program_, batch);
+  // The previous run has finished (it waited for its stream), so the old blocks are idle.
+  if (arena_.bytes() < static_cast<size_t>(plan_.arena_bytes)) arena_ = device_->allocate(plan_.arena_bytes);
+  if (replan) {
+    // After the arena: cuDNN's algorithms are chosen here (cudnn.h), within the memory left.
     scratch_bytes_ = 0;
     for (const kir::LibraryCall& c : program_.calls) {
       std::vector<Shape> in;
       for (int b : c.inputs) in.push_back(program_.buffers[b].shape.bind(batch));
-      scratch_bytes_ = std::max(scratch_bytes_, cuda::library_scratch_bytes(c, in, program_.buffers[c.output].shape.bind(batch)));
+      scratch_bytes_ = std::max(scratch_bytes_, cuda::library_scratch_bytes(c, graph_.node(c.node), in,
+                                                                            program_.buffers[c.output].shape.bind(batch),
+                                                                            dnn_.get()));
     }
     // A split reduction's partials share the scratch: steps run one after another on the
     // stream, so no two of them use it at once.
@@ -151,8 +185,6 @@ void CudaProgram::prepare(int64_t batch) {
       scratch_bytes_ = std::max(scratch_bytes_, static_cast<size_t>(k.launch(batch, device_->sm_count()).partials_bytes));
     planned_batch_ = batch;
   }
-  // The previous run has finished (it waited for its stream), so the old blocks are idle.
-  if (arena_.bytes() < static_cast<size_t>(plan_.arena_bytes)) arena_ = device_->allocate(plan_.arena_bytes);
   if (scratch_.bytes() < scratch_bytes_) scratch_ = device_->allocate(scratch_bytes_);
 }
 
@@ -183,15 +215,15 @@ std::vector<CUdeviceptr> CudaProgram::bind_buffers(const DeviceFeeds& feeds, Dev
   return base;
 }
 
-void CudaProgram::run_kernel(int index, const std::vector<CUdeviceptr>& base, int64_t batch, uint64_t step) {
+void CudaProgram::run_kernel(int index, const std::vector<CUdeviceptr>& base, int64_t batch) {
   const cuda::EmittedKernel& k = module_.kernels[index];
-  // (buffers..., long long batch, unsigned long long step[, void* partials, long long chunk]):
-  // each passed by address.
+  // (buffers..., long long batch, const unsigned long long* step_slot[, void* partials,
+  // long long chunk]): each passed by address.
   const cuda::Launch shape = k.launch(batch, device_->sm_count());
   std::vector<CUdeviceptr> ptrs;
   for (int b : k.buffers) ptrs.push_back(base[b]);
   long long batch_arg = batch, chunk_arg = shape.chunk;
-  unsigned long long step_arg = step;
+  CUdeviceptr step_arg = step_slot_.ptr();
   CUdeviceptr partials = shape.partials_bytes > 0 ? scratch_.ptr() : 0;
   std::vector<void*> params;
   for (CUdeviceptr& p : ptrs) params.push_back(&p);
@@ -217,6 +249,7 @@ void CudaProgram::run_call(int index, const std::vector<CUdeviceptr>& base, int6
   for (int b : c.inputs) in.push_back({program_.buffers[b].shape.bind(batch), base[b]});
   const cuda::DeviceView out{program_.buffers[c.output].shape.bind(batch), base[c.output]};
   cuda::LibraryEnv env{*device_, *stream_, blas_.get(), scratch_, 0};
+  env.dnn = dnn_.get();
   if (c.op == Op::OneHot) {
     const auto slot = std::find(one_hot_calls_.begin(), one_hot_calls_.end(), index) - one_hot_calls_.begin();
     env.error_slot = error_slots_.ptr() + 8 * slot;
@@ -224,18 +257,11 @@ void CudaProgram::run_call(int index, const std::vector<CUdeviceptr>& base, int6
   cuda::run_library_call(c, graph_.node(c.node), in, out, env);
 }
 
-void CudaProgram::queue_steps(const std::vector<CUdeviceptr>& base, int64_t batch, uint64_t step,
-                              const std::function<void(int)>& after_step, Loc loc) {
-  after_step(-1);
-  if (step_times) {
-    step_times->resize(program_.steps.size(), 0.0);
-    while (timing_.size() < program_.steps.size() + 1) timing_.push_back(std::make_unique<cuda::Event>(*device_));
-    timing_[0]->record(*stream_);
-  }
-  for (size_t i = 0; i < program_.steps.size(); ++i) {
+void CudaProgram::queue_steps(const std::vector<CUdeviceptr>& base, int64_t batch, int first, int last, Loc loc) {
+  for (int i = first; i <= last; ++i) {
     const kir::Step& s = program_.steps[i];
     if (s.kind == kir::Step::Kind::kernel) {
-      run_kernel(s.index, base, batch, step);
+      run_kernel(s.index, base, batch);
     } else if (s.kind == kir::Step::Kind::library) {
       run_call(s.index, base, batch);
     } else {
@@ -245,7 +271,6 @@ void CudaProgram::queue_steps(const std::vector<CUdeviceptr>& base, int64_t batc
                        "cuMemcpyDtoDAsync", "", loc);
     }
     if (step_times) timing_[i + 1]->record(*stream_);
-    after_step(static_cast<int>(i));
   }
 }
 
@@ -273,7 +298,12 @@ void CudaProgram::queue_run(const DeviceFeeds& feeds, DeviceVariables& variables
   if (device_fetches) {
     device_fetches->clear();
     for (int f : program_.fetches)
-      device_fetches->push_back(empty_device_tensor(*device_, program_.buffers[f].shape.bind(batch), program_.buffers[f].dtype));
+      if (fetches_in_place_) {  // a view of its buffer where it may be one (below), else a copy
+        device_fetches->push_back({program_.buffers[f].shape.bind(batch), program_.buffers[f].dtype, {}, device_});
+      } else {
+        device_fetches->push_back(
+            empty_device_tensor(*device_, program_.buffers[f].shape.bind(batch), program_.buffers[f].dtype));
+      }
   }
   back.insert(back.end(), downloads.begin(), downloads.end());
   slots_.assign(one_hot_calls_.size(), 0);
@@ -287,38 +317,130 @@ void CudaProgram::queue_run(const DeviceFeeds& feeds, DeviceVariables& variables
   char* staging = staging_->reserve(total, loc);
   back_ = std::move(back);
   back_offsets_.clear();
-  queued_ = true;
-  try {
-    for (const cuda::Event* e : wait) stream_->wait(*e);
-    size_t at = 0;
-    for (const Transfer& t : uploads) {
-      std::memcpy(staging + at, t.host, t.bytes);
-      cuda::check_cuda(api.MemcpyHtoDAsync(t.device, staging + at, t.bytes, stream_->handle()), "cuMemcpyHtoDAsync",
-                       "", loc);
-      at += align64(t.bytes);
+  size_t at = 0;
+  std::vector<size_t> upload_offsets;
+  for (const Transfer& t : uploads) upload_offsets.push_back(at), at += align64(t.bytes);
+  for (const Transfer& t : back_) back_offsets_.push_back(at), at += align64(t.bytes);
+
+  // A fetch kept on the device is a view of its buffer (set_fetches_in_place, when the buffer
+  // is one of the program's temporaries) or else copied out as soon as the step that finishes
+  // it has run; ready[j] is recorded then, so a stream waiting on it starts on the fetch while
+  // later steps run. Those copies and records are "cuts": queued between the pieces of the run
+  // (each piece one graph when captured), as a captured event could not be waited on from
+  // outside the graph, and a copy into a new tensor would move at every run.
+  std::vector<std::vector<int>> cut_fetches(program_.steps.size() + 1);  // by step + 1
+  if (device_fetches) {
+    for (size_t j = 0; j < program_.fetches.size(); ++j) {
+      const int f = program_.fetches[j];
+      const int root = root_of(program_, f);
+      const bool in_place = fetches_in_place_ && program_.buffers[root].kind != kir::Buffer::Kind::input &&
+                            program_.buffers[root].kind != kir::Buffer::Kind::variable && plan_.offset[root] >= 0;
+      DeviceTensor& d = (*device_fetches)[j];
+      if (in_place) d.buffer = cuda::DeviceBuffer::view(base[f], d.bytes());
+      else if (!d.buffer) d.buffer = device_->allocate(d.bytes(), loc);
+      const bool signals = j < ready.size() && ready[j];
+      if (!in_place || signals) cut_fetches[fetch_done_after_[j] + 1].push_back(static_cast<int>(j));
     }
-    // A fetch kept on the device is copied out as soon as the step that finishes it has run,
-    // so a stream waiting on ready[j] starts on it while later steps run.
-    auto after_step = [&](int done) {
-      if (check_numerics_ && done >= 0) check_numerics_after(done, base, batch, feeds, variables, step, loc);
-      if (!device_fetches) return;
-      for (size_t j = 0; j < device_fetches->size(); ++j) {
-        if (fetch_done_after_[j] != done) continue;
-        DeviceTensor& d = (*device_fetches)[j];
+  }
+  auto queue_cut = [&](int done) {
+    if (check_numerics_ && done >= 0) check_numerics_after(done, base, batch, feeds, variables, step, loc);
+    for (int j : cut_fetches[done + 1]) {
+      DeviceTensor& d = (*device_fetches)[j];
+      if (d.ptr() != base[program_.fetches[j]])  // a copy, not a view
         cuda::check_cuda(api.MemcpyDtoDAsync(d.ptr(), base[program_.fetches[j]], d.bytes(), stream_->handle()),
                          "cuMemcpyDtoDAsync", "", loc);
-        if (j < ready.size() && ready[j]) ready[j]->record(*stream_);
+      if (static_cast<size_t>(j) < ready.size() && ready[j]) ready[j]->record(*stream_);
+    }
+  };
+  // The pieces: the uploads and the steps up to the first cut, ..., the steps after the last
+  // cut and the copies back. cuts[k] is the step after which piece k ends.
+  std::vector<int> cuts;
+  for (int done = -1; done < static_cast<int>(program_.steps.size()); ++done)
+    if (!cut_fetches[done + 1].empty() || (check_numerics_ && done >= 0)) cuts.push_back(done);
+  const int last_step = static_cast<int>(program_.steps.size()) - 1;
+  auto queue_piece = [&](size_t k) {
+    const int first = k == 0 ? 0 : cuts[k - 1] + 1, last = k < cuts.size() ? cuts[k] : last_step;
+    if (k == 0)
+      for (size_t i = 0; i < uploads.size(); ++i)
+        cuda::check_cuda(api.MemcpyHtoDAsync(uploads[i].device, staging + upload_offsets[i], uploads[i].bytes,
+                                             stream_->handle()),
+                         "cuMemcpyHtoDAsync", "", loc);
+    queue_steps(base, batch, first, last, loc);
+    if (k == cuts.size())
+      for (size_t i = 0; i < back_.size(); ++i)
+        cuda::check_cuda(api.MemcpyDtoHAsync(staging + back_offsets_[i], back_[i].device, back_[i].bytes,
+                                             stream_->handle()),
+                         "cuMemcpyDtoHAsync", "", loc);
+  };
+
+  queued_ = true;
+  std::vector<uint64_t> key;  // the graph's: what it baked in
+  try {
+    for (const cuda::Event* e : wait) stream_->wait(*e);
+    for (size_t i = 0; i < uploads.size(); ++i) std::memcpy(staging + upload_offsets[i], uploads[i].host, uploads[i].bytes);
+    // The step that keys random numbers, into the device word the kernels read: two 4-byte
+    // memsets, whose values are taken at the call (the host goes on at once).
+    cuda::check_cuda(api.MemsetD32Async(step_slot_.ptr(), static_cast<unsigned>(step), 1, stream_->handle()),
+                     "cuMemsetD32Async", "", loc);
+    cuda::check_cuda(api.MemsetD32Async(step_slot_.ptr() + 4, static_cast<unsigned>(step >> 32), 1, stream_->handle()),
+                     "cuMemsetD32Async", "", loc);
+    if (step_times) {
+      step_times->resize(program_.steps.size(), 0.0);
+      while (timing_.size() < program_.steps.size() + 1) timing_.push_back(std::make_unique<cuda::Event>(*device_));
+      timing_[0]->record(*stream_);
+    }
+    // Captured only when nothing in the run waits for the host or records a timing event.
+    const bool captured = graphs_enabled_ && !step_times && !check_numerics_ && misses_in_a_row_ < kMissesToGiveUp;
+    if (!captured) {
+      ++graph_counts_.uncaptured;
+      add_to_totals(0, 0, 1);
+      for (size_t k = 0; k <= cuts.size(); ++k) {
+        queue_piece(k);
+        if (k < cuts.size()) queue_cut(cuts[k]);
       }
-    };
-    queue_steps(base, batch, step, after_step, loc);
-    for (const Transfer& t : back_) {
-      cuda::check_cuda(api.MemcpyDtoHAsync(staging + at, t.device, t.bytes, stream_->handle()), "cuMemcpyDtoHAsync",
-                       "", loc);
-      back_offsets_.push_back(at);
-      at += align64(t.bytes);
+    } else {
+      // A graph per batch size, captured again when anything it baked in has moved.
+      key.assign(base.begin(), base.end());
+      key.insert(key.end(), {static_cast<uint64_t>(batch), reinterpret_cast<uint64_t>(staging), arena_.ptr(), scratch_.ptr(), step_slot_.ptr(),
+                             uploads.size(), back_.size()});
+      for (const Transfer& t : uploads) key.insert(key.end(), {t.device, t.bytes});
+      for (const Transfer& t : back_) key.insert(key.end(), {t.device, t.bytes});
+      for (int c : cuts) key.push_back(static_cast<uint64_t>(c + 1));
+      // A few graphs are kept (the full batch and the last, smaller one; the addresses of
+      // feeds that alternate): a program whose addresses move at every run would otherwise
+      // keep a graph for each.
+      if (!graphs_.count(key) && graphs_.size() >= kGraphsKept) graphs_.clear();
+      std::vector<std::unique_ptr<cuda::GraphExec>>& pieces = graphs_[key];
+      misses_in_a_row_ = pieces.empty() ? misses_in_a_row_ + 1 : 0;
+      if (pieces.empty()) {
+        for (size_t k = 0; k <= cuts.size(); ++k)
+          pieces.push_back(cuda::capture_graph(
+              *stream_,
+              [&] {
+                queue_piece(k);
+                if (during_capture) during_capture();
+              },
+              "program \"" + name_ + "\" on gpu:" + std::to_string(device_->ordinal()), loc));
+        ++graph_counts_.captures;
+        if (knobs::debug_level() >= 1)
+          std::fprintf(stderr, "towerjit: %s on gpu:%d: captured as %zu CUDA graph%s for batch %lld (capture %lld)%s\n",
+                       name_.c_str(), device_->ordinal(), pieces.size(), pieces.size() == 1 ? "" : "s",
+                       static_cast<long long>(batch), static_cast<long long>(graph_counts_.captures),
+                       misses_in_a_row_ == kMissesToGiveUp
+                           ? "; its addresses move at every run, so later runs are queued call by call"
+                           : "");
+        add_to_totals(1, 0, 0);
+      }
+      ++graph_counts_.replays;
+      add_to_totals(0, 1, 0);
+      for (size_t k = 0; k <= cuts.size(); ++k) {
+        pieces[k]->launch(*stream_, name_ + " on gpu:" + std::to_string(device_->ordinal()), loc);
+        if (k < cuts.size()) queue_cut(cuts[k]);
+      }
     }
   } catch (...) {  // copies from staging may be in flight: let them land before the next run
     queued_ = false;
+    graphs_.erase(key);
     try {
       stream_->synchronize();
     } catch (...) {
@@ -377,7 +499,11 @@ std::vector<CudaProgram::Transfer> CudaProgram::stage_feeds(const HostFeeds& fee
     if (b.kind != kir::Buffer::Kind::input) continue;
     const HostTensor& h = feeds.at(b.name);
     DeviceTensor& d = host_feeds_[b.name];
-    if (!(d.shape == h.shape) || d.dtype != h.dtype || !d.buffer) d = empty_device_tensor(*device_, h.shape, h.dtype);
+    // The block of the largest batch so far serves the smaller ones: the address stays, and
+    // with it the graph of each batch size.
+    const size_t bytes = static_cast<size_t>(h.size()) * 4;
+    if (d.dtype != h.dtype || !d.buffer || d.buffer.bytes() < bytes) d = empty_device_tensor(*device_, h.shape, h.dtype);
+    d.shape = h.shape;
     uploads.push_back({const_cast<void*>(h.data()), d.ptr(), d.bytes()});
   }
   return uploads;
@@ -448,6 +574,11 @@ std::vector<DeviceTensor> CudaProgram::run_to_device(const HostFeeds& feeds, Dev
 std::vector<DeviceTensor> CudaProgram::run_to_device(const DeviceFeeds& feeds, DeviceVariables& variables,
                                                      uint64_t step, Loc loc) {
   return run_fetching_to_device(feeds, variables, step, loc);
+}
+
+CudaProgram::GraphCounts CudaProgram::total_graph_counts() {
+  std::lock_guard lock(totals_mutex);
+  return totals;
 }
 
 int64_t CudaProgram::peak_bytes(int64_t batch) const { return plan_buffers(program_, batch).arena_bytes; }

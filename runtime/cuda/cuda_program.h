@@ -5,7 +5,9 @@
 //
 // A run queues every step on the program's own stream, in the program's order: loop kernels,
 // library calls (cuBLAS, the library kernels) and copies; then it copies the fetches back and
-// waits. Several programs (towers) may share one GPU, each on its stream.
+// waits. Several programs (towers) may share one GPU, each on its stream. The run is captured
+// once per batch size as a CUDA graph and replayed at every later run (program_graphs.h,
+// TOWERJIT_CUDA_GRAPHS).
 //
 //   CudaProgram step(graph, {loss}, /*run_update_ops=*/true);       // gpu:0
 //   DeviceVariables vars = to_device(initial, step.device(), step.stream());
@@ -13,6 +15,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <source_location>
 #include <string>
@@ -25,8 +28,10 @@
 #include "jit/kir/kernel_ir.h"
 #include "jit/passes/buffer_plan.h"
 #include "runtime/cuda/cublas.h"
+#include "runtime/cuda/cudnn.h"
 #include "runtime/cuda/device_tensor.h"
 #include "runtime/cuda/module.h"
+#include "runtime/cuda/program_graphs.h"
 
 namespace towerjit {
 
@@ -93,7 +98,26 @@ class CudaProgram {
 
   // Profiling hook (bench/): when set, run() adds each step's GPU time in milliseconds
   // (between events around it) to (*step_times)[i], i indexing program().steps. Off by default.
+  // Runs so timed are not captured as graphs.
   std::vector<double>* step_times = nullptr;
+
+  // How runs were queued: graphs captured (once per batch size, and again when an address
+  // they baked in moved), runs replayed from a graph, runs queued call by call (graphs off,
+  // TOWERJIT_CHECK_NUMERICS, step_times).
+  struct GraphCounts {
+    int64_t captures = 0, replays = 0, uncaptured = 0;
+  };
+  const GraphCounts& graph_counts() const { return graph_counts_; }
+  // The same, summed over every program of the process so far (thread-safe).
+  static GraphCounts total_graph_counts();
+  // With `in_place`, run_to_device and queue_to_device return each fetch that lives in the
+  // program's temporaries as a view of its buffer rather than a copy: no copy per fetch, and
+  // the same address at every run (so a program fed with it replays its graph). A view holds
+  // its value until this program's next run is queued; the caller must be done with it by
+  // then (the tower trainer is: each step's reductions finish before the next step starts).
+  void set_fetches_in_place(bool in_place) { fetches_in_place_ = in_place; }
+  // Test hook: called while a run is being captured, on the capturing thread.
+  std::function<void()> during_capture;
 
  private:
   CudaProgram(const Graph& graph, const std::vector<int>& fetches, const std::vector<int>& update_ops,
@@ -122,10 +146,9 @@ class CudaProgram {
                  const std::vector<const cuda::Event*>& wait, const std::vector<cuda::Event*>& ready, Loc loc);
   void finish_run(Loc loc);
   void prepare(int64_t batch);
-  // Queues every step; after_step(i) runs once step i is queued (and after_step(-1) first).
-  void queue_steps(const std::vector<CUdeviceptr>& base, int64_t batch, uint64_t step,
-                   const std::function<void(int)>& after_step, Loc loc);
-  void run_kernel(int index, const std::vector<CUdeviceptr>& base, int64_t batch, uint64_t step);
+  // Queues steps first..last (program().steps indices).
+  void queue_steps(const std::vector<CUdeviceptr>& base, int64_t batch, int first, int last, Loc loc);
+  void run_kernel(int index, const std::vector<CUdeviceptr>& base, int64_t batch);
   void run_call(int index, const std::vector<CUdeviceptr>& base, int64_t batch);
   std::vector<Transfer> stage_feeds(const HostFeeds& feeds);
   // TOWERJIT_CHECK_NUMERICS: waits for step `index`, copies the buffers back and checks them
@@ -138,6 +161,7 @@ class CudaProgram {
   cuda::DeviceContext* device_ = nullptr;
   std::unique_ptr<cuda::Stream> stream_;
   std::unique_ptr<cuda::Cublas> blas_;
+  std::unique_ptr<cuda::Cudnn> dnn_;  // null: no convolutions, or cuDNN unavailable (the fallback)
   cuda::CudaModule module_;
   cuda::CudaBinary binary_;
   std::unique_ptr<cuda::LoadedModule> loaded_;
@@ -167,6 +191,22 @@ class CudaProgram {
   std::vector<Transfer> back_;
   std::vector<size_t> back_offsets_;
   std::vector<uint64_t> slots_;    // one-hot error slots
+
+  // CUDA graphs (program_graphs.h): the run's pieces (split where a fetch is copied out or
+  // signalled to another stream), by what they baked in: the batch, buffer addresses,
+  // staging, transfers, cuts.
+  static constexpr size_t kGraphsKept = 8;
+  // A program whose runs needed a new capture this many times in a row (its caller's feeds
+  // are new tensors at every run, say) stops capturing: a capture costs more than it saves
+  // when it is replayed only once. Training needs at most two in a row (the last, smaller
+  // batch of an epoch, then the full batch where the addresses are still the first epoch's).
+  static constexpr int kMissesToGiveUp = 4;
+  int misses_in_a_row_ = 0;
+  bool graphs_enabled_ = false;  // TOWERJIT_CUDA_GRAPHS and a driver with graphs
+  std::map<std::vector<uint64_t>, std::vector<std::unique_ptr<cuda::GraphExec>>> graphs_;
+  GraphCounts graph_counts_;
+  cuda::DeviceBuffer step_slot_;  // the run's step, read by every kernel
+  bool fetches_in_place_ = false;
 };
 
 }  // namespace towerjit

@@ -47,6 +47,9 @@ const char* known_result_name(CuResult r) {
       {802, "CUDA_ERROR_SYSTEM_NOT_READY"},
       {803, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"},
       {804, "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE"},
+      {900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"},
+      {901, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"},
+      {907, "CUDA_ERROR_CAPTURED_EVENT"},
       {999, "CUDA_ERROR_UNKNOWN"},
   };
   auto it = names.find(r);
@@ -72,6 +75,20 @@ bool bind_all(void* handle, DriverApi& api, std::string& missing) {
 #define TOWERJIT_CUDA_BIND(member, name, symbol, signature) bind(api.member, #symbol);
   TOWERJIT_CUDA_DRIVER_FUNCTIONS(TOWERJIT_CUDA_BIND)
 #undef TOWERJIT_CUDA_BIND
+  // The graph entry points: all or none.
+  std::string no_graphs;
+  auto bind_graph = [&](auto& fn, const char* symbol) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(handle, symbol));
+    if (!fn) no_graphs = symbol;
+  };
+#define TOWERJIT_CUDA_BIND_GRAPH(member, name, symbol, signature) bind_graph(api.member, #symbol);
+  TOWERJIT_CUDA_GRAPH_FUNCTIONS(TOWERJIT_CUDA_BIND_GRAPH)
+#undef TOWERJIT_CUDA_BIND_GRAPH
+  if (!no_graphs.empty()) {
+#define TOWERJIT_CUDA_UNBIND(member, name, symbol, signature) api.member = nullptr;
+    TOWERJIT_CUDA_GRAPH_FUNCTIONS(TOWERJIT_CUDA_UNBIND)
+#undef TOWERJIT_CUDA_UNBIND
+  }
   api.EventElapsedTime = reinterpret_cast<decltype(api.EventElapsedTime)>(::dlsym(handle, "cuEventElapsedTime_v2"));
   if (!api.EventElapsedTime) bind(api.EventElapsedTime, "cuEventElapsedTime");
   return missing.empty();

@@ -23,6 +23,8 @@ typedef struct CUstream_st* CUstream;
 typedef struct CUevent_st* CUevent;
 typedef struct CUmod_st* CUmodule;
 typedef struct CUfunc_st* CUfunction;
+typedef struct CUgraph_st* CUgraph;
+typedef struct CUgraphExec_st* CUgraphExec;
 
 namespace towerjit::cuda {
 
@@ -40,6 +42,10 @@ inline constexpr int kAttrComputeCapabilityMinor = 76;  // CU_DEVICE_ATTRIBUTE_C
 inline constexpr unsigned kStreamNonBlocking = 1;      // CU_STREAM_NON_BLOCKING
 inline constexpr unsigned kEventDefault = 0;           // CU_EVENT_DEFAULT
 inline constexpr unsigned kEventDisableTiming = 2;     // CU_EVENT_DISABLE_TIMING
+inline constexpr int kStreamCaptureModeThreadLocal = 1;  // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+inline constexpr CuResult kCudaErrorStreamCaptureUnsupported = 900;
+inline constexpr CuResult kCudaErrorStreamCaptureInvalidated = 901;
+inline constexpr CuResult kCudaErrorCapturedEvent = 907;
 
 // Every entry point towerjit uses: X(member, name in cuda.h, symbol looked up, signature).
 // The symbol is the versioned one cuda.h maps the name to (without per-thread default stream).
@@ -85,13 +91,26 @@ inline constexpr unsigned kEventDisableTiming = 2;     // CU_EVENT_DISABLE_TIMIN
     CuResult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,     \
                  CUstream, void**, void**))
 
+// CUDA Graphs (stream capture, then launches of the instantiated graph): bound where the
+// driver has them; without them (a stand-in driver) every run is queued call by call.
+#define TOWERJIT_CUDA_GRAPH_FUNCTIONS(X)                                                               \
+  X(StreamBeginCapture, cuStreamBeginCapture, cuStreamBeginCapture_v2, CuResult (*)(CUstream, int))   \
+  X(StreamEndCapture, cuStreamEndCapture, cuStreamEndCapture, CuResult (*)(CUstream, CUgraph*))        \
+  X(GraphInstantiate, cuGraphInstantiate, cuGraphInstantiateWithFlags,                                 \
+    CuResult (*)(CUgraphExec*, CUgraph, unsigned long long))                                           \
+  X(GraphLaunch, cuGraphLaunch, cuGraphLaunch, CuResult (*)(CUgraphExec, CUstream))                    \
+  X(GraphExecDestroy, cuGraphExecDestroy, cuGraphExecDestroy, CuResult (*)(CUgraphExec))              \
+  X(GraphDestroy, cuGraphDestroy, cuGraphDestroy, CuResult (*)(CUgraph))
+
 // The driver's entry points, bound. EventElapsedTime is cuEventElapsedTime_v2 (what CUDA 13's
 // cuda.h maps the name to) where the driver has it, else the older cuEventElapsedTime, whose
 // parameters are the same.
 struct DriverApi {
 #define TOWERJIT_CUDA_MEMBER(member, name, symbol, signature) std::type_identity_t<signature> member = nullptr;
   TOWERJIT_CUDA_DRIVER_FUNCTIONS(TOWERJIT_CUDA_MEMBER)
+  TOWERJIT_CUDA_GRAPH_FUNCTIONS(TOWERJIT_CUDA_MEMBER)  // all null when the driver lacks one
 #undef TOWERJIT_CUDA_MEMBER
+  bool has_graphs() const { return GraphDestroy != nullptr; }
   CuResult (*EventElapsedTime)(float*, CUevent, CUevent) = nullptr;
   std::string library;  // the file dlopen loaded
   int driver_version = 0;  // 13000 for CUDA 13.0

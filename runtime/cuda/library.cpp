@@ -39,9 +39,10 @@ CUdeviceptr scratch(LibraryEnv& env, int64_t floats) {
   return env.scratch.ptr();
 }
 
-// Row-major matrix product of the last two axes; leading axes broadcast numpy-style. One
-// strided-batched GEMM when every operand's batch offset is a multiple of the batch index
-// (the usual case, a broadcast operand having stride 0), else one GEMM per batch.
+// Row-major matrix product of the last two axes; leading axes broadcast numpy-style, through
+// cuBLASLt (or cuBLAS without it: Cublas::matmul). One strided-batched GEMM when every
+// operand's batch offset is a multiple of the batch index (the usual case, a broadcast operand
+// having stride 0), else one GEMM per batch.
 void matmul(const kir::LibraryCall& c, const Node& node, const DeviceView& a, const DeviceView& b,
             const DeviceView& out, LibraryEnv& env) {
   const kir::MatMulGeometry g = kir::matmul_geometry(c, a.shape, b.shape, out.shape);
@@ -52,22 +53,44 @@ void matmul(const kir::LibraryCall& c, const Node& node, const DeviceView& a, co
     linear = linear && g.offset_a[bi] == bi * stride_a && g.offset_b[bi] == bi * stride_b;
   const std::string what = describe(node);
   if (linear) {
-    blas(env).gemm(c.transpose_a, c.transpose_b, m, n, g.k, a.ptr, g.lda, stride_a, b.ptr, g.ldb, stride_b, 0.0f,
-                  out.ptr, n, m * n, batches, what);
+    blas(env).matmul(c.transpose_a, c.transpose_b, m, n, g.k, a.ptr, g.lda, stride_a, b.ptr, g.ldb, stride_b,
+                     out.ptr, n, m * n, batches, what);
     return;
   }
   for (int64_t bi = 0; bi < batches; ++bi)
-    blas(env).gemm(c.transpose_a, c.transpose_b, m, n, g.k, a.ptr + g.offset_a[bi] * 4, g.lda, 0,
-                  b.ptr + g.offset_b[bi] * 4, g.ldb, 0, 0.0f, out.ptr + bi * m * n * 4, n, 0, 1, what);
+    blas(env).matmul(c.transpose_a, c.transpose_b, m, n, g.k, a.ptr + g.offset_a[bi] * 4, g.lda, 0,
+                     b.ptr + g.offset_b[bi] * 4, g.ldb, 0, out.ptr + bi * m * n * 4, n, 0, 1, what);
 }
 
 TjConvShape conv_shape(const Attrs& at, const Shape& x, const Shape& w, const Shape& y) {
   return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], at.stride[0], at.stride[1], at.pad[0], at.pad[1]};
 }
 
-// y_i[o, S] = W[o, CKK] cols_i[CKK, S] for every image i: one strided-batched GEMM.
-void conv2d(const Node& node, const DeviceView& x, const DeviceView& w, const DeviceView& y, LibraryEnv& env) {
-  TjConvShape g = conv_shape(node.attrs, x.shape, w.shape, y.shape);
+// The convolution's geometry and cuDNN pass, from the call's operands in their roles per op.
+struct ConvCall {
+  TjConvShape g;
+  ConvPass pass;
+};
+
+ConvCall conv_call(Op op, const Attrs& at, const std::vector<Shape>& in, const Shape& out) {
+  switch (op) {
+    case Op::Conv2D: return {conv_shape(at, in[0], in[1], out), ConvPass::forward};            // x, w -> y
+    case Op::Conv2DGradInput: return {conv_shape(at, out, in[1], in[0]), ConvPass::data_gradient};  // dy, w -> dx
+    default: return {conv_shape(at, in[0], out, in[1]), ConvPass::filter_gradient};           // x, dy -> dw
+  }
+}
+
+// The fallback's scratch, in floats: im2col's columns, n * C*KH*KW * OH*OW; the filter
+// gradient's per-image partial products after them, n * O * C*KH*KW.
+int64_t fallback_scratch_floats(const ConvCall& cc) {
+  const TjConvShape& g = cc.g;
+  const int64_t cols = g.n * g.c * g.kh * g.kw * g.oh * g.ow;
+  return cc.pass == ConvPass::filter_gradient ? cols + g.n * g.o * g.c * g.kh * g.kw : cols;
+}
+
+// Without cuDNN. y_i[o, S] = W[o, CKK] cols_i[CKK, S] for every image i: one strided-batched GEMM.
+void conv2d_fallback(const Node& node, TjConvShape g, const DeviceView& x, const DeviceView& w,
+                     const DeviceView& y, LibraryEnv& env) {
   const int64_t ckk = g.c * g.kh * g.kw, s = g.oh * g.ow;
   CUdeviceptr xp = x.ptr, cols = scratch(env, g.n * ckk * s);
   launch_library(env, "tj_im2col", g.n * ckk * s, node, xp, cols, g);
@@ -75,10 +98,9 @@ void conv2d(const Node& node, const DeviceView& x, const DeviceView& w, const De
                 describe(node));
 }
 
-// cols_i[CKK, S] = W^T[CKK, o] dy_i[o, S], then dx gathers the columns back (col2im).
-void conv2d_grad_input(const Node& node, const DeviceView& dy, const DeviceView& w, const DeviceView& dx,
-                       LibraryEnv& env) {
-  TjConvShape g = conv_shape(node.attrs, dx.shape, w.shape, dy.shape);
+// Without cuDNN. cols_i[CKK, S] = W^T[CKK, o] dy_i[o, S], then dx gathers the columns back (col2im).
+void conv2d_grad_input_fallback(const Node& node, TjConvShape g, const DeviceView& dy, const DeviceView& w,
+                                const DeviceView& dx, LibraryEnv& env) {
   const int64_t ckk = g.c * g.kh * g.kw, s = g.oh * g.ow;
   CUdeviceptr cols = scratch(env, g.n * ckk * s), dxp = dx.ptr;
   blas(env).gemm(true, false, ckk, s, g.o, w.ptr, ckk, 0, dy.ptr, s, g.o * s, 0.0f, cols, s, ckk * s, g.n,
@@ -86,17 +108,42 @@ void conv2d_grad_input(const Node& node, const DeviceView& dy, const DeviceView&
   launch_library(env, "tj_col2im", g.n * g.c * g.h * g.w, node, cols, dxp, g);
 }
 
-// dW[o, CKK] = sum over images of dy_i[o, S] cols_i^T[S, CKK], one GEMM per image in image
-// order (beta 1 after the first): the same sum order every run.
-void conv2d_grad_filter(const Node& node, const DeviceView& x, const DeviceView& dy, const DeviceView& dw,
-                        LibraryEnv& env) {
-  TjConvShape g = conv_shape(node.attrs, x.shape, dw.shape, dy.shape);
+// Without cuDNN. part_i[o, CKK] = dy_i[o, S] cols_i^T[S, CKK] for every image in one
+// strided-batched GEMM, then dW = the parts summed in image order by one kernel (a thread per
+// weight, no atomics): the same sum order every run.
+void conv2d_grad_filter_fallback(const Node& node, TjConvShape g, const DeviceView& x, const DeviceView& dy,
+                                 const DeviceView& dw, LibraryEnv& env) {
   const int64_t ckk = g.c * g.kh * g.kw, s = g.oh * g.ow;
-  CUdeviceptr xp = x.ptr, cols = scratch(env, g.n * ckk * s);
+  CUdeviceptr xp = x.ptr, cols = scratch(env, g.n * ckk * s + g.n * g.o * ckk), dwp = dw.ptr;
+  CUdeviceptr parts = cols + static_cast<CUdeviceptr>(g.n * ckk * s) * 4;
   launch_library(env, "tj_im2col", g.n * ckk * s, node, xp, cols, g);
-  for (int64_t i = 0; i < g.n; ++i)
-    blas(env).gemm(false, true, g.o, ckk, s, dy.ptr + i * g.o * s * 4, s, 0, cols + i * ckk * s * 4, s, 0,
-                  i == 0 ? 0.0f : 1.0f, dw.ptr, ckk, 0, 1, describe(node));
+  blas(env).gemm(false, true, g.o, ckk, s, dy.ptr, s, g.o * s, cols, s, ckk * s, 0.0f, parts, ckk, g.o * ckk, g.n,
+                describe(node));
+  long long images = g.n, count = g.o * ckk;
+  launch_library(env, "tj_sum_images", count, node, parts, dwp, images, count);
+}
+
+// Conv2D, its data gradient and its filter gradient: cuDNN's algorithm planned for the shape
+// (library_scratch_bytes planned it before the run), the scratch as its workspace; without
+// cuDNN, the fallbacks above.
+void convolution(const kir::LibraryCall& call, const Node& node, const std::vector<DeviceView>& in,
+                 const DeviceView& out, LibraryEnv& env) {
+  const ConvCall cc = conv_call(call.op, node.attrs, {in[0].shape, in[1].shape}, out.shape);
+  if (cc.g.n == 0) {  // no images: nothing to compute, and a filter gradient of zeros
+    if (cc.pass == ConvPass::filter_gradient)
+      check_cuda(require_driver().MemsetD32Async(out.ptr, 0, out.shape.elements(0), env.stream.handle()),
+                 "cuMemsetD32Async");
+    return;
+  }
+  if (env.dnn) {
+    env.dnn->run(cc.pass, cc.g, in[0].ptr, in[1].ptr, out.ptr, env.scratch.ptr(), env.scratch.bytes(), describe(node));
+    return;
+  }
+  switch (cc.pass) {
+    case ConvPass::forward: return conv2d_fallback(node, cc.g, in[0], in[1], out, env);
+    case ConvPass::data_gradient: return conv2d_grad_input_fallback(node, cc.g, in[0], in[1], out, env);
+    case ConvPass::filter_gradient: return conv2d_grad_filter_fallback(node, cc.g, in[0], in[1], out, env);
+  }
 }
 
 void pool(Op op, const Node& node, const std::vector<DeviceView>& in, const DeviceView& out, LibraryEnv& env) {
@@ -132,9 +179,8 @@ void run_library_call(const kir::LibraryCall& call, const Node& node, const std:
   env.device.make_current();
   switch (call.op) {
     case Op::MatMul: return matmul(call, node, in[0], in[1], out, env);
-    case Op::Conv2D: return conv2d(node, in[0], in[1], out, env);
-    case Op::Conv2DGradInput: return conv2d_grad_input(node, in[0], in[1], out, env);
-    case Op::Conv2DGradFilter: return conv2d_grad_filter(node, in[0], in[1], out, env);
+    case Op::Conv2D: case Op::Conv2DGradInput: case Op::Conv2DGradFilter:
+      return convolution(call, node, in, out, env);
     case Op::MaxPool2D: case Op::MaxPool2DGrad: case Op::AvgPool2D: case Op::AvgPool2DGrad:
       return pool(call.op, node, in, out, env);
     case Op::OneHot: {
@@ -173,17 +219,13 @@ void run_library_call(const kir::LibraryCall& call, const Node& node, const std:
   }
 }
 
-size_t library_scratch_bytes(const kir::LibraryCall& call, const std::vector<Shape>& in, const Shape& out) {
-  // im2col's columns: n * C*KH*KW * OH*OW floats, from x, w and y in their roles per op.
-  auto cols = [](const Shape& x, const Shape& w, const Shape& y) {
-    return static_cast<size_t>(x[0] * w[1] * w[2] * w[3] * y[2] * y[3]) * 4;
-  };
-  switch (call.op) {
-    case Op::Conv2D: return cols(in[0], in[1], out);
-    case Op::Conv2DGradInput: return cols(out, in[1], in[0]);
-    case Op::Conv2DGradFilter: return cols(in[0], out, in[1]);
-    default: return 0;
-  }
+size_t library_scratch_bytes(const kir::LibraryCall& call, const Node& node, const std::vector<Shape>& in,
+                             const Shape& out, Cudnn* dnn) {
+  if (call.op != Op::Conv2D && call.op != Op::Conv2DGradInput && call.op != Op::Conv2DGradFilter) return 0;
+  const ConvCall cc = conv_call(call.op, node.attrs, in, out);
+  if (cc.g.n == 0) return 0;
+  if (dnn) return dnn->plan(cc.pass, cc.g, describe(node)).workspace;
+  return static_cast<size_t>(fallback_scratch_floats(cc)) * 4;
 }
 
 void check_one_hot_slot(const Node& node, uint64_t slot) {

@@ -1,6 +1,6 @@
 // The GPU's library routines: what the kernel IR leaves to hand-written code, as on the CPU
-// (runtime/cpu/library.h). Matrix products go to cuBLAS; convolutions to the library kernels'
-// im2col / col2im around cuBLAS GEMMs; pools, one-hot, argmax, pad and concat to the library
+// (runtime/cpu/library.h). Matrix products go to cuBLAS; convolutions to cuDNN (cudnn.h), or
+// without it to the library kernels' im2col / col2im around cuBLAS GEMMs; pools, one-hot, argmax, pad and concat to the library
 // kernels of jit/cuda/device/library_kernels.cu. jit/cuda/cuda_dump.h's library_routine()
 // names what each call runs.
 #pragma once
@@ -10,6 +10,7 @@
 #include "dsl/graph.h"
 #include "jit/kir/kernel_ir.h"
 #include "runtime/cuda/cublas.h"
+#include "runtime/cuda/cudnn.h"
 #include "runtime/cuda/module.h"
 
 namespace towerjit::cuda {
@@ -31,6 +32,8 @@ struct LibraryEnv {
   // One-hot calls report a label out of range through an 8-byte slot each (set to all ones
   // before the launch); the runtime reads them after the run and raises the CPU's error.
   CUdeviceptr error_slot = 0;
+  // Convolutions go to cuDNN through this handle; null: to the im2col / col2im fallback.
+  Cudnn* dnn = nullptr;
 };
 
 // Queues one library call on env.stream. `node` is the graph node it computes (for errors).
@@ -38,8 +41,11 @@ void run_library_call(const kir::LibraryCall& call, const Node& node, const std:
                       const DeviceView& output, LibraryEnv& env);
 
 // The scratch bytes a call needs at these bound shapes (the runtime allocates the largest
-// before a run, so nothing is allocated or freed while the stream works).
-size_t library_scratch_bytes(const kir::LibraryCall& call, const std::vector<Shape>& inputs, const Shape& output);
+// before a run, so nothing is allocated or freed while the stream works). With `dnn`, a
+// convolution's is its cuDNN algorithm's workspace: the algorithm is found here, on the first
+// sight of the shape (synchronising dnn's stream), so call it before queuing the run.
+size_t library_scratch_bytes(const kir::LibraryCall& call, const Node& node, const std::vector<Shape>& inputs,
+                             const Shape& output, Cudnn* dnn);
 
 // The error a one-hot call raises for the slot value it left (~0: none), as the CPU's.
 void check_one_hot_slot(const Node& node, uint64_t slot);

@@ -40,6 +40,14 @@ class DeviceBuffer {
   explicit operator bool() const { return ptr_ != 0; }
   // Gives the block back to the cache now.
   void reset();
+  // A view of `bytes` at `ptr` that owns nothing (its destruction frees nothing): a buffer
+  // that stays valid only as long as its owner keeps it, such as a program's fetch read in
+  // place from the program's arena (CudaProgram::set_fetches_in_place).
+  static DeviceBuffer view(CUdeviceptr ptr, size_t bytes) {
+    DeviceBuffer b;
+    b.ptr_ = ptr, b.bytes_ = b.capacity_ = bytes;
+    return b;
+  }
 
  private:
   friend class DeviceAllocator;

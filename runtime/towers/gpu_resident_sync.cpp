@@ -1,5 +1,6 @@
 #include "runtime/towers/gpu_resident_sync.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -107,6 +108,11 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
       record_after_[t][bucket.back() + 1] = ready_[t].back().get();
     }
   }
+  // The towers' and the reductions' fetches are read in place (no copy each, and the same
+  // addresses every step, so the programs fed with them replay their CUDA graphs): the
+  // reductions, the loss's read and the apply are done with them before the next step queues
+  // the towers again, and the model's updates are copied into their variables (apply()).
+  for (CudaProgram* tower : setup_.towers) tower->set_fetches_in_place(true);
   for (auto& gpu : gpus_) {
     const Device device = towerjit::gpu(gpu->context->ordinal());
     gpu->copies = std::make_unique<cuda::Stream>(*gpu->context);
@@ -114,6 +120,7 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
     for (const std::vector<int>& bucket : buckets_) {
       gpu->reduce.push_back(
           weighted_sum(sets, pick(shapes, bucket), pick(is_update, bucket), device, "reduce", loc));
+      gpu->reduce.back()->set_fetches_in_place(true);
       gpu->reduce_feeds.emplace_back();
     }
     gpu->apply = std::make_unique<CudaProgram>(*setup_.apply_graph, setup_.apply_fetches, setup_.apply_updates,
@@ -177,6 +184,17 @@ void GpuResidentSync::set_weights(Gpu& gpu, const std::vector<double>& weights, 
 // all-reduce between the GPUs on the same streams. Nothing is waited for.
 void GpuResidentSync::queue_bucket(size_t b, std::vector<std::vector<DeviceTensor>>& outputs) {
   const std::vector<int>& bucket = buckets_[b];
+  // One tower alone, weighted 1, and a bucket of gradients only: its sum is the tower's own
+  // gradients, which the apply reads where they are (no pass scaling them by 1 first). The
+  // model's updates still pass through the sum: they become variables, which must not live in
+  // the tower's temporaries.
+  const size_t gradients = setup_.gradient_inputs.size();
+  if (gpus_.size() == 1 && gpus_[0]->towers.size() == 1 && !across_processes() &&
+      gpus_[0]->uploaded == std::vector<double>{1.0, 1.0} &&
+      std::all_of(bucket.begin(), bucket.end(), [&](int k) { return static_cast<size_t>(k) < gradients; })) {
+    for (int k : bucket) gpus_[0]->reduced[k] = std::move(outputs[gpus_[0]->towers[0]][k + 1]);
+    return;
+  }
   for (auto& gpu : gpus_) {
     std::vector<const cuda::Event*> wait;
     for (size_t i = 0; i < gpu->towers.size(); ++i) {
@@ -314,10 +332,15 @@ void GpuResidentSync::receive_buckets() {
 void GpuResidentSync::apply(Gpu& gpu, Result& result) {
   const size_t gradients = setup_.gradient_inputs.size();
   for (size_t j = 0; j < gradients; ++j) gpu.apply_feeds[setup_.gradient_inputs[j]] = std::move(gpu.reduced[j]);
+  // The model's updates are copied into their variables (which keep their addresses) on the
+  // apply's stream, which the apply's run waits for; the apply does not read them.
+  for (size_t u = 0; u < setup_.model_update_variables.size(); ++u) {
+    DeviceTensor& variable = gpu.variables.at(setup_.model_update_variables[u]);
+    const DeviceTensor& value = gpu.reduced[gradients + u];
+    cuda::copy_async(variable.ptr(), *gpu.context, value.ptr(), *value.device, value.bytes(), gpu.apply->stream());
+  }
   const std::vector<HostTensor> fetched = gpu.apply->run(gpu.apply_feeds, gpu.variables, 0, loc_);
   if (&gpu == gpus_[0].get()) result.learning_rate = fetched[0].f32[0];
-  for (size_t u = 0; u < setup_.model_update_variables.size(); ++u)
-    gpu.variables[setup_.model_update_variables[u]] = std::move(gpu.reduced[gradients + u]);
 }
 
 // Waits for every queued tower and reduce program, all of them even when one fails (a program
@@ -337,18 +360,15 @@ void GpuResidentSync::finish_all() {
   if (failure) std::rethrow_exception(failure);
 }
 
-// Tower t's loss (its first fetch) through its own page-locked word: allocating one per step
-// would cost more than the copy.
-double GpuResidentSync::loss_of(int t, const DeviceTensor& loss) {
+// Tower t's loss (its first fetch) into its own page-locked word, queued behind the tower's
+// run, so the wait for the run (finish_all) brings it: no wait of its own. Allocating a word
+// per step would cost more than the copy.
+void GpuResidentSync::queue_loss(int t, const DeviceTensor& loss) {
   CudaProgram& program = *setup_.towers[t];
   program.device().make_current();
   cuda::check_cuda(cuda::require_driver().MemcpyDtoHAsync(loss_staging_[t]->data(), loss.ptr(), 4,
                                                           program.stream().handle()),
                    "cuMemcpyDtoHAsync", " (a tower's loss)", loc_);
-  program.stream().synchronize("a tower's loss", loc_);
-  float value;
-  std::memcpy(&value, loss_staging_[t]->data(), 4);
-  return value;
 }
 
 GpuResidentSync::Result GpuResidentSync::step(const std::vector<HostFeeds>& slices, const std::vector<double>& weights,
@@ -367,6 +387,7 @@ GpuResidentSync::Result GpuResidentSync::step(const std::vector<HostFeeds>& slic
     on_towers(n, [&](int t) {
       outputs[t] = setup_.towers[t]->queue_to_device(slices[t], gpus_[gpu_of_tower_[t]]->variables, key(t), {},
                                                      record_after_[t], loc_);
+      queue_loss(t, outputs[t][0]);
     });
     for (size_t b = 0; b < buckets_.size(); ++b) queue_bucket(b, outputs);
     // Across processes, each bucket leaves as soon as its reduction on this process's GPUs has
@@ -381,7 +402,11 @@ GpuResidentSync::Result GpuResidentSync::step(const std::vector<HostFeeds>& slic
     throw;
   }
   finish_all();
-  for (int t = 0; t < n; ++t) result.losses[t] = loss_of(t, outputs[t][0]);
+  for (int t = 0; t < n; ++t) {
+    float value;
+    std::memcpy(&value, loss_staging_[t]->data(), 4);
+    result.losses[t] = value;
+  }
   if (combine_) combine_gpus();
   if (mpi_between_processes() && combine_)
     for (size_t b = 0; b < buckets_.size(); ++b) send_bucket(b);

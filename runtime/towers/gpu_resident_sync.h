@@ -79,7 +79,7 @@ class GpuResidentSync {
   void set_weights(Gpu& gpu, const std::vector<double>& weights, const std::vector<double>& update_weights);
   void queue_bucket(size_t b, std::vector<std::vector<DeviceTensor>>& outputs);
   void finish_all();
-  double loss_of(int t, const DeviceTensor& loss);
+  void queue_loss(int t, const DeviceTensor& loss);
   void combine_gpus();
   bool across_processes() const { return setup_.world && setup_.world->size() > 1; }
   bool mpi_between_processes() const { return across_processes() && !nccl_world_; }

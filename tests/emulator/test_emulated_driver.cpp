@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -273,4 +274,170 @@ TEST_CASE("emulated NCCL: ranks joined by a unique id sum their buffers in rank 
   }
   for (Handle s : streams) e.StreamDestroy(s);
   for (Comm c : comms) CommDestroy(c);
+}
+
+// Stream capture as CUDA defines it: work queued on a capturing stream (and on a stream that
+// joins the capture by waiting on one of its events) is recorded, not run; each launch of the
+// instantiated graph runs it, in order, with the arguments it was captured with. A call that
+// would wait for the capturing stream fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (900)
+// and invalidates the capture (cuStreamEndCapture: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, 901);
+// an event recorded in a capture cannot be queried (CUDA_ERROR_CAPTURED_EVENT, 907); a capture
+// may not wait on an event recorded outside it (CUDA_ERROR_STREAM_CAPTURE_ISOLATION, 905).
+TEST_CASE("emulated driver: a captured graph runs only when launched, and a synchronising call breaks a capture", "[emulator]") {
+  Emulator& e = emulator();
+  int (*BeginCapture)(Handle, int);
+  int (*EndCapture)(Handle, Handle*);
+  int (*Instantiate)(Handle*, Handle, unsigned long long);
+  int (*GraphLaunch)(Handle, Handle);
+  int (*GraphExecDestroy)(Handle);
+  int (*GraphDestroy)(Handle);
+  int (*EventQuery)(Handle);
+  int (*CtxSynchronize)();
+  e.bind(BeginCapture, "cuStreamBeginCapture_v2"), e.bind(EndCapture, "cuStreamEndCapture");
+  e.bind(Instantiate, "cuGraphInstantiateWithFlags"), e.bind(GraphLaunch, "cuGraphLaunch");
+  e.bind(GraphExecDestroy, "cuGraphExecDestroy"), e.bind(GraphDestroy, "cuGraphDestroy");
+  e.bind(EventQuery, "cuEventQuery"), e.bind(CtxSynchronize, "cuCtxSynchronize");
+  constexpr int kThreadLocal = 1, kGlobal = 0;
+  constexpr int kUnsupported = 900, kInvalidated = 901, kIsolation = 905, kCapturedEvent = 907;
+
+  Handle module = e.load(kKernels), copy, fill;
+  REQUIRE(e.ModuleGetFunction(&copy, module, "copy") == 0);
+  REQUIRE(e.ModuleGetFunction(&fill, module, "slow_fill") == 0);
+  Handle a, b, forked, joined;
+  e.StreamCreate(&a, 1), e.StreamCreate(&b, 1), e.EventCreate(&forked, 0), e.EventCreate(&joined, 0);
+  for (const int n : {1, 7, 127}) {
+    CUdeviceptr x, y;
+    REQUIRE(e.MemAlloc(&x, n * 4) == 0);
+    REQUIRE(e.MemAlloc(&y, n * 4) == 0);
+    int count = n;
+    float value = 3.0f;
+    void* fill_params[] = {&x, &count, &value};
+    void* copy_params[] = {&x, &y, &count};
+    // a fills x, b (joined through an event) copies x to y, a waits for b: one graph.
+    REQUIRE(BeginCapture(a, kThreadLocal) == 0);
+    REQUIRE(e.Launch(fill, 1, 1, 1, 64, 1, 1, 0, a, fill_params, nullptr) == 0);
+    REQUIRE(e.EventRecord(forked, a) == 0);
+    REQUIRE(e.StreamWaitEvent(b, forked, 0) == 0);
+    REQUIRE(e.Launch(copy, 1, 1, 1, 64, 1, 1, 0, b, copy_params, nullptr) == 0);
+    REQUIRE(e.EventRecord(joined, b) == 0);
+    REQUIRE(e.StreamWaitEvent(a, joined, 0) == 0);
+    CHECK(EventQuery(joined) == kCapturedEvent);
+    Handle graph = nullptr, exec = nullptr;
+    REQUIRE(EndCapture(a, &graph) == 0);
+    value = 5.0f;  // the graph keeps the arguments it was captured with
+    std::vector<float> back(n, 0.0f);
+    REQUIRE(e.DtoH(back.data(), y, n * 4, nullptr) == 0);
+    CHECK(std::isnan(back[0]));  // recorded, not run
+    REQUIRE(Instantiate(&exec, graph, 0) == 0);
+    for (int launch = 0; launch < 2; ++launch) {
+      std::vector<float> nan(n, std::nanf(""));
+      REQUIRE(e.HtoD(y, nan.data(), n * 4, a) == 0);
+      REQUIRE(GraphLaunch(exec, a) == 0);
+      REQUIRE(e.StreamSynchronize(a) == 0);
+      REQUIRE(e.DtoH(back.data(), y, n * 4, nullptr) == 0);
+      CHECK(back == std::vector<float>(n, 3.0f));
+    }
+    GraphExecDestroy(exec), GraphDestroy(graph);
+    e.MemFree(x), e.MemFree(y);
+  }
+  // Each synchronising call breaks the capture it is made in; the stream works on after it.
+  float v = 0;
+  CUdeviceptr word;
+  REQUIRE(e.MemAlloc(&word, 4) == 0);
+  const std::vector<std::pair<std::string, std::function<int()>>> breakers = {
+      {"cuStreamSynchronize", [&] { return e.StreamSynchronize(a); }},
+      {"cuCtxSynchronize", [&] { return CtxSynchronize(); }},
+      {"cuMemcpyDtoHAsync into pageable memory", [&] { return e.DtoH(&v, word, 4, a); }},
+  };
+  for (const auto& [call, make] : breakers) {
+    INFO(call);
+    REQUIRE(BeginCapture(a, kThreadLocal) == 0);
+    const int result = make();
+    CHECK(result == kUnsupported);
+    CHECK(e.error(result).find(call) != std::string::npos);
+    Handle graph = reinterpret_cast<Handle>(1);
+    CHECK(EndCapture(a, &graph) == kInvalidated);
+    CHECK(graph == nullptr);
+    CHECK(e.error(kInvalidated).find(call) != std::string::npos);
+    CHECK(e.StreamSynchronize(a) == 0);
+  }
+  e.MemFree(word);
+  // An allocation from the capturing thread, or during a global-mode capture.
+  for (const int mode : {kThreadLocal, kGlobal}) {
+    REQUIRE(BeginCapture(a, mode) == 0);
+    CUdeviceptr p = 0;
+    CHECK(e.MemAlloc(&p, 4) == kUnsupported);
+    Handle graph = nullptr;
+    CHECK(EndCapture(a, &graph) == kInvalidated);
+  }
+  // A wait on an event recorded outside the capture.
+  REQUIRE(e.EventRecord(forked, b) == 0);
+  REQUIRE(BeginCapture(a, kThreadLocal) == 0);
+  CHECK(e.StreamWaitEvent(a, forked, 0) == kIsolation);
+  Handle graph = nullptr;
+  CHECK(EndCapture(a, &graph) == kInvalidated);
+  REQUIRE(e.StreamSynchronize(b) == 0);
+  CHECK(EventQuery(forked) == 0);
+  e.StreamDestroy(a), e.StreamDestroy(b), e.EventDestroy(forked), e.EventDestroy(joined);
+  e.ModuleUnload(module);
+}
+
+// An all-reduce captured into a graph joins a collective of its own at every launch: each rank
+// replays its graph twice, with new inputs, and gets each time's sum.
+TEST_CASE("emulated NCCL: an all-reduce captured into a graph sums at every launch", "[emulator]") {
+  Emulator& e = emulator();
+  struct UniqueId {
+    char internal[128];
+  };
+  using Comm = void*;
+  int (*GetUniqueId)(UniqueId*);
+  int (*CommInitRank)(Comm*, int, UniqueId, int);
+  int (*AllReduce)(const void*, void*, size_t, int, int, Comm, Handle);
+  int (*CommDestroy)(Comm);
+  int (*BeginCapture)(Handle, int);
+  int (*EndCapture)(Handle, Handle*);
+  int (*Instantiate)(Handle*, Handle, unsigned long long);
+  int (*GraphLaunch)(Handle, Handle);
+  int (*GraphExecDestroy)(Handle);
+  int (*GraphDestroy)(Handle);
+  e.bind(GetUniqueId, "ncclGetUniqueId"), e.bind(CommInitRank, "ncclCommInitRank");
+  e.bind(AllReduce, "ncclAllReduce"), e.bind(CommDestroy, "ncclCommDestroy");
+  e.bind(BeginCapture, "cuStreamBeginCapture_v2"), e.bind(EndCapture, "cuStreamEndCapture");
+  e.bind(Instantiate, "cuGraphInstantiateWithFlags"), e.bind(GraphLaunch, "cuGraphLaunch");
+  e.bind(GraphExecDestroy, "cuGraphExecDestroy"), e.bind(GraphDestroy, "cuGraphDestroy");
+  UniqueId id;
+  REQUIRE(GetUniqueId(&id) == 0);
+  Comm comms[2];
+  REQUIRE(CommInitRank(&comms[0], 2, id, 0) == 0);
+  REQUIRE(CommInitRank(&comms[1], 2, id, 1) == 0);
+  const size_t n = 7;
+  Handle streams[2], graphs[2], execs[2];
+  CUdeviceptr buffer[2];
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(e.StreamCreate(&streams[r], 1) == 0);
+    REQUIRE(e.MemAlloc(&buffer[r], n * 4) == 0);
+    REQUIRE(BeginCapture(streams[r], 1) == 0);
+    auto* p = reinterpret_cast<void*>(buffer[r]);
+    REQUIRE(AllReduce(p, p, n, 7, 0, comms[r], streams[r]) == 0);
+    REQUIRE(EndCapture(streams[r], &graphs[r]) == 0);
+    REQUIRE(Instantiate(&execs[r], graphs[r], 0) == 0);
+  }
+  for (int launch = 1; launch <= 2; ++launch) {
+    for (int r = 0; r < 2; ++r) {
+      std::vector<float> in(n, static_cast<float>(launch * (r + 1)));
+      REQUIRE(e.HtoD(buffer[r], in.data(), n * 4, streams[r]) == 0);
+      REQUIRE(GraphLaunch(execs[r], streams[r]) == 0);
+    }
+    for (int r = 0; r < 2; ++r) {
+      std::vector<float> out(n);
+      REQUIRE(e.DtoH(out.data(), buffer[r], n * 4, streams[r]) == 0);
+      CHECK(out == std::vector<float>(n, static_cast<float>(3 * launch)));
+    }
+  }
+  for (int r = 0; r < 2; ++r) {
+    GraphExecDestroy(execs[r]), GraphDestroy(graphs[r]);
+    e.MemFree(buffer[r]);
+    e.StreamDestroy(streams[r]);
+    CommDestroy(comms[r]);
+  }
 }

@@ -168,6 +168,30 @@ gpu_towers_on_the_emulator_same_curve)
     done
     rm -f "$work/gpu.jsonl"
   done ;;
+cnn_on_the_emulated_gpu_with_and_without_cudnn)
+  # The cnn (convolutions and pools) on one emulated GPU trains as on one CPU tower, within
+  # 1e-4 relative at each of 3 steps: its convolutions through the emulator's cuDNN stand-in,
+  # then through the fallback (TOWERJIT_CUDNN=off), which warns once; then with no workspace
+  # allowed (TOWERJIT_CUDNN_WORKSPACE_MB=0), which passes over the algorithms that need one
+  # and says so once.
+  run="--model cnn --steps 3 --log-every 1 --seed 3"
+  "$bin" $run --towers cpu:0 --metrics "$work/cpu.jsonl" >/dev/null || fail "CPU tower"
+  for variant in "TOWERJIT_CUDNN=on" "TOWERJIT_CUDNN=off" "TOWERJIT_CUDNN_WORKSPACE_MB=0"; do
+    env $variant TOWERJIT_CUDA=emulator "$bin" $run --towers gpu:0 --metrics "$work/gpu.jsonl" >/dev/null \
+      2>"$work/err" || { cat "$work/err"; fail "GPU tower, $variant"; }
+    warnings=$(grep -c "cuDNN is not used for convolutions: TOWERJIT_CUDNN=off" "$work/err")
+    [ "$variant" = "TOWERJIT_CUDNN=off" ] && want=1 || want=0
+    [ "$warnings" = "$want" ] || { cat "$work/err"; fail "$variant: $warnings fallback warnings, expected $want"; }
+    notes=$(grep -c "of workspace, more than the 0 bytes available (free device memory, or TOWERJIT_CUDNN_WORKSPACE_MB); an algorithm that fits is used instead (further cases are not reported)" "$work/err")
+    [ "$variant" = "TOWERJIT_CUDNN_WORKSPACE_MB=0" ] && want=1 || want=0
+    [ "$notes" = "$want" ] || { cat "$work/err"; fail "$variant: $notes workspace notes, expected $want"; }
+    for step in 1 2 3; do
+      a=$(loss_at "$work/cpu.jsonl" $step); b=$(loss_at "$work/gpu.jsonl" $step)
+      awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b != "" && d <= 1e-4 * (a < 0 ? -a : a)) }' ||
+        fail "step $step, $variant: loss $a on a CPU tower, $b on the emulated GPU"
+    done
+    rm -f "$work/gpu.jsonl"
+  done ;;
 eval_every)
   # Evaluations every 10 steps and at the end (24), each step once.
   "$bin" $small --eval-every 10 --metrics "$work/e.jsonl" >/dev/null || fail "run"

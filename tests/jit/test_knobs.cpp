@@ -28,7 +28,8 @@ TEST_CASE("every switch knob takes on or off and names itself when set to anythi
                              {"TOWERJIT_CUDA_CACHING", knobs::cuda_caching, true},
                              {"TOWERJIT_GPU_VARIABLES", knobs::gpu_variables, false},
                              {"TOWERJIT_DIRECT_CONV", knobs::direct_conv, true},
-                             {"TOWERJIT_CHECK_NUMERICS", knobs::check_numerics, false}};
+                             {"TOWERJIT_CHECK_NUMERICS", knobs::check_numerics, false},
+                             {"TOWERJIT_ALLOW_TF32", knobs::allow_tf32, false}};
   for (const Switch& s : switches) {
     INFO(s.name);
     ::unsetenv(s.name);

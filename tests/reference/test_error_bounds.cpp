@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "tests/jit/error_bound_check.h"
@@ -66,6 +67,49 @@ TEST_CASE("float32 matrix products lie within their bounds in any order, a dropp
   Array dropped = float_matmul(av, bv, m, k, n, forward);
   dropped[5 * n + 3] -= av[5 * k + 100] * bv[100 * n + 3];
   CHECK(bound_violation(dropped, exact.value, exact.bound));
+}
+
+TEST_CASE("TF32 products lie within the TF32 bound, even summed by truncation; not within the f32 one",
+          "[reference][bounds]") {
+  // As TF32 tensor cores compute: inputs rounded to 10 mantissa bits (to nearest, ties away),
+  // exact products, summed in f32; here the sums truncate (round toward zero), as the tensor
+  // cores' are measured to, the worst the bound must take.
+  const int64_t m = 16, k = 1000, n = 8;
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto a = tj::input("a", {m, k}), b = tj::input("b", {k, n});
+  const Array av = random_array({m, k}, 31, 0.25, 1), bv = random_array({k, n}, 32, 0.25, 1);
+  tj::reference::Variables vars;
+  tj::reference::ErrorBounds f32_bounds, tf32_bounds;
+  const Array exact = tj::reference::run(g, {tj::matmul(a, b)}, {{"a", av}, {"b", bv}}, vars,
+                                         {.bounds = &f32_bounds}).at(0);
+  tj::reference::run(g, {tj::matmul(a, b)}, {{"a", av}, {"b", bv}}, vars, {.bounds = &tf32_bounds, .tf32_matmul = true});
+  auto tf32 = [](double x) {  // cvt.rna.tf32.f32
+    float f = static_cast<float>(x);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    u = (u + 0x1000u) & 0xffffe000u;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  Array got({m, n});
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double sum = static_cast<double>(acc) + static_cast<double>(tf32(av[i * k + p]) * tf32(bv[p * n + j]));
+        float rounded = static_cast<float>(sum);
+        if (std::fabs(rounded) > std::fabs(sum)) rounded = std::nextafter(rounded, 0.0f);  // toward zero
+        acc = rounded;
+      }
+      got[i * n + j] = acc;
+    }
+  CHECK_FALSE(bound_violation(got, exact, tf32_bounds.fetches[0]));
+  CHECK(bound_violation(got, exact, f32_bounds.fetches[0]));
+  // And the TF32 bound is about 2^-10 plus the sums' k 2^-23 of the magnitudes, no wider.
+  double magnitude = 0;
+  for (int64_t p = 0; p < k; ++p) magnitude += av[p] * bv[p * n];
+  CHECK(tf32_bounds.fetches[0][0] <= (0x1p-10 + 1.01 * k * 0x1p-23) * magnitude * 1.01);
 }
 
 TEST_CASE("a long float32 sum lies within its bound, one element counted twice does not", "[reference][bounds]") {

@@ -2,13 +2,17 @@
 // without one; cuda_device_count() is 0 and every request for a device (a CudaProgram
 // included) raises "no CUDA device" with the reason and the caller's line. On a machine with
 // a GPU those tests say so and leave the checking to the `gpu` tests (tests_gpu/). The rest
-// (error texts, size classes, loading cuBLAS, the one-hot error) need no device.
+// (error texts, size classes, loading cuBLAS and cuBLASLt, the one-hot error) need no device.
 #include <catch2/catch.hpp>
 
+#include "jit/knobs.h"
 #include "runtime/cuda/cublas.h"
+#include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/cudnn.h"
 #include "runtime/cuda/nccl.h"
 #include "runtime/cuda/cuda_program.h"
 #include "runtime/cuda/library.h"
+#include "tests/jit/cpu_test_env.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;
@@ -97,6 +101,62 @@ TEST_CASE("cuBLAS loads at run time where the CUDA toolkit is installed, GPU or 
   CHECK_THAT(api.library, Catch::Contains("libcublas.so"));
   CHECK(api.Sgemm != nullptr);
   CHECK(api.SgemmStridedBatched != nullptr);
+}
+
+TEST_CASE("cuBLASLt loads at run time where the CUDA toolkit is installed, GPU or not", "[cuda][runtime]") {
+  const cu::CublasLtLoad& lt = cu::cublaslt_load();
+  if (!lt.api) {
+    WARN("skipped: cuBLASLt not found");
+    CHECK_THAT(lt.tried, Catch::Contains("libcublasLt.so.13"));
+    return;
+  }
+  CHECK_THAT(lt.api->library, Catch::Contains("libcublasLt.so"));
+  CHECK(lt.api->GetVersion() >= 120000);  // cuBLAS 12 or later, as the names tried say
+  CHECK(lt.api->MatmulAlgoGetHeuristic != nullptr);
+  CHECK(lt.api->Matmul != nullptr);
+}
+
+TEST_CASE("cuDNN 9 loads at run time where it is installed (GPU or not) and otherwise the fallback warns", "[cuda][runtime]") {
+  if (!cu::loaded_cudnn()) {
+    WARN("skipped: " << cu::cudnn_unavailable_reason());
+    CHECK_FALSE(cu::cudnn_available());
+    CHECK_THAT(cu::cudnn_unavailable_reason(), Catch::Contains("libcudnn.so.9"));
+  } else {
+    const cu::CudnnApi& api = *cu::loaded_cudnn();
+    CHECK_THAT(api.library, Catch::Contains("libcudnn.so.9"));
+    CHECK(api.version / 10000 == 9);
+    CHECK(api.BackwardFilter != nullptr);
+    CHECK(cu::cudnn_available());
+    CHECK(cu::cudnn_unavailable_reason().empty());
+    // The descriptors need no device: the sub-library (libcudnn_cnn) loads from the same place.
+    cudnnConvolutionDescriptor_t conv = nullptr;
+    REQUIRE(api.CreateConvolutionDescriptor(&conv) == 0);
+    CHECK(api.SetConvolution2dDescriptor(conv, 1, 1, 2, 2, 1, 1, cu::kCudnnCrossCorrelation, cu::kCudnnDataFloat) == 0);
+    CHECK(api.SetConvolutionMathType(conv, cu::kCudnnFmaMath) == 0);
+    CHECK(api.DestroyConvolutionDescriptor(conv) == 0);
+  }
+  // Another major version is refused, naming it; the knob turns cuDNN off.
+  CHECK(cu::cudnn_version_problem(91900).empty());
+  CHECK(cu::cudnn_version_problem(8907) == "cuDNN 8.9.7 (cudnnGetVersion 8907), and towerjit binds cuDNN 9.x");
+  CHECK(cu::cudnn_version_problem(100100) == "cuDNN 10.1.0 (cudnnGetVersion 100100), and towerjit binds cuDNN 9.x");
+  {
+    tj::test::ScopedEnv off("TOWERJIT_CUDNN", "off");
+    CHECK_FALSE(cu::cudnn_available());
+    CHECK(cu::cudnn_unavailable_reason() == "TOWERJIT_CUDNN=off");
+  }
+  {
+    tj::test::ScopedEnv bad("TOWERJIT_CUDNN", "maybe");
+    CHECK_THROWS_WITH(tj::knobs::cudnn_enabled(), "towerjit: TOWERJIT_CUDNN=maybe is not a switch: set on or off");
+    tj::test::ScopedEnv cap("TOWERJIT_CUDNN_WORKSPACE_MB", "-3");
+    CHECK_THROWS_WITH(tj::knobs::cudnn_workspace_mb(), Catch::Contains("TOWERJIT_CUDNN_WORKSPACE_MB=-3 is not a size in MiB"));
+  }
+  const std::string w = cu::cudnn_fallback_warning(
+      "libcudnn.so.9 was not found (tried libcudnn.so.9, /usr/local/cuda/lib64/libcudnn.so.9, "
+      "/usr/local/cuda/lib/libcudnn.so.9)");
+  CHECK_THAT(w, Catch::StartsWith("towerjit: warning: cuDNN is not used for convolutions: libcudnn.so.9 was not "
+                                  "found (tried libcudnn.so.9, /usr/local/cuda/lib64/libcudnn.so.9, "
+                                  "/usr/local/cuda/lib/libcudnn.so.9). They fall back to towerjit's own im2col"));
+  CHECK_THAT(w, Catch::Contains("install cuDNN 9"));
 }
 
 TEST_CASE("NCCL loads at run time where it is installed, GPU or not", "[cuda][runtime]") {

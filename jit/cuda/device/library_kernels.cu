@@ -1,46 +1,85 @@
 // The library routines of the kernel IR that are not matrix products, as CUDA C. Compiled by
 // NVRTC after philox.h, preamble.cuh and library_params.h, once per architecture (module
-// "towerjit_library"). Matrix products and the GEMM half of convolutions go to cuBLAS.
+// "towerjit_library"). Matrix products go to cuBLAS, convolutions to cuDNN; the im2col /
+// col2im below are the GEMM path's halves where cuDNN is not used (runtime/cuda/library.cpp).
 //
 // Every kernel is a grid-stride loop over its outputs (launch any grid, 256 threads), and
 // every value is written by exactly one thread in a fixed order: no atomics on data, so
 // results are bitwise reproducible. The one atomic is one_hot's error report.
 
+// Index math in 32 bits where every index of the call, and the grid-stride loop's last step,
+// stay below 2^31 (a 32-bit division is a fraction of the cost of a 64-bit one on a GPU);
+// else in 64.
+__device__ __forceinline__ bool tj_fits_i32(tj_i64 largest) {
+  return largest + TJ_GRID_THREADS < 2147483647LL;
+}
+
 // cols[((i * c + ci) * kh + ky) * kw + kx][oy * ow + ox] = x[i][ci][oy*s - p + ky][ox*s - p + kx],
 // zero outside the image: im2col for all n images at once (a batched GEMM reads image i's
 // columns at offset i * c*kh*kw * oh*ow).
+template <typename I>
+__device__ __forceinline__ void tj_im2col_body(const float* __restrict__ x, float* __restrict__ cols,
+                                               const TjConvShape& s) {
+  const I n = (I)s.n, c = (I)s.c, h = (I)s.h, w = (I)s.w, kh = (I)s.kh, kw = (I)s.kw, oh = (I)s.oh, ow = (I)s.ow;
+  const I spatial = oh * ow, total = n * c * kh * kw * spatial;
+  for (I p = (I)TJ_GLOBAL_THREAD; p < total; p += (I)TJ_GRID_THREADS) {
+    TJ_WORK(1);
+    const I ox = p % ow, oy = p / ow % oh, row = p / spatial;
+    const I kx = row % kw, ky = row / kw % kh, ci = row / (kw * kh) % c;
+    const I i = row / (kw * kh * c);
+    const I iy = oy * s.stride_h - s.pad_h + ky, ix = ox * s.stride_w - s.pad_w + kx;
+    const bool in = iy >= 0 && iy < h && ix >= 0 && ix < w;
+    cols[p] = in ? x[((i * c + ci) * h + iy) * w + ix] : 0.0f;
+  }
+}
 extern "C" __global__ void tj_im2col(const float* __restrict__ x, float* __restrict__ cols,
                                      TjConvShape g) {
-  const tj_i64 spatial = g.oh * g.ow, total = g.n * g.c * g.kh * g.kw * spatial;
-  for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
-    const tj_i64 ox = p % g.ow, oy = p / g.ow % g.oh, row = p / spatial;
-    const tj_i64 kx = row % g.kw, ky = row / g.kw % g.kh, ci = row / (g.kw * g.kh) % g.c;
-    const tj_i64 i = row / (g.kw * g.kh * g.c);
-    const tj_i64 iy = oy * g.stride_h - g.pad_h + ky, ix = ox * g.stride_w - g.pad_w + kx;
-    const bool in = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-    cols[p] = in ? x[((i * g.c + ci) * g.h + iy) * g.w + ix] : 0.0f;
-  }
+  const tj_i64 cols_total = g.n * g.c * g.kh * g.kw * g.oh * g.ow, x_total = g.n * g.c * g.h * g.w;
+  if (tj_fits_i32(cols_total > x_total ? cols_total : x_total)) tj_im2col_body<int>(x, cols, g);
+  else tj_im2col_body<tj_i64>(x, cols, g);
 }
 
 // The adjoint of tj_im2col: each image element gathers, in (ky, kx) order, every column entry
 // read from it. One thread per element of x: no atomics.
-extern "C" __global__ void tj_col2im(const float* __restrict__ cols, float* __restrict__ x,
-                                     TjConvShape g) {
-  const tj_i64 spatial = g.oh * g.ow, total = g.n * g.c * g.h * g.w;
-  for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
-    const tj_i64 ix = p % g.w, iy = p / g.w % g.h, ci = p / (g.w * g.h) % g.c, i = p / (g.w * g.h * g.c);
+template <typename I>
+__device__ __forceinline__ void tj_col2im_body(const float* __restrict__ cols, float* __restrict__ x,
+                                               const TjConvShape& s) {
+  const I n = (I)s.n, c = (I)s.c, h = (I)s.h, w = (I)s.w, kh = (I)s.kh, kw = (I)s.kw, oh = (I)s.oh, ow = (I)s.ow;
+  const I spatial = oh * ow, total = n * c * h * w;
+  for (I p = (I)TJ_GLOBAL_THREAD; p < total; p += (I)TJ_GRID_THREADS) {
+    TJ_WORK(1);
+    const I ix = p % w, iy = p / w % h, ci = p / (w * h) % c, i = p / (w * h * c);
     float sum = 0.0f;
-    for (tj_i64 ky = 0; ky < g.kh; ++ky) {
-      const tj_i64 ty = iy + g.pad_h - ky;
-      if (ty < 0 || ty % g.stride_h != 0 || ty / g.stride_h >= g.oh) continue;
-      for (tj_i64 kx = 0; kx < g.kw; ++kx) {
-        const tj_i64 tx = ix + g.pad_w - kx;
-        if (tx < 0 || tx % g.stride_w != 0 || tx / g.stride_w >= g.ow) continue;
-        const tj_i64 row = ((i * g.c + ci) * g.kh + ky) * g.kw + kx;
-        sum += cols[row * spatial + (ty / g.stride_h) * g.ow + tx / g.stride_w];
+    for (I ky = 0; ky < kh; ++ky) {
+      const I ty = iy + s.pad_h - ky;
+      if (ty < 0 || ty % s.stride_h != 0 || ty / s.stride_h >= oh) continue;
+      for (I kx = 0; kx < kw; ++kx) {
+        const I tx = ix + s.pad_w - kx;
+        if (tx < 0 || tx % s.stride_w != 0 || tx / s.stride_w >= ow) continue;
+        const I row = ((i * c + ci) * kh + ky) * kw + kx;
+        sum += cols[row * spatial + (ty / s.stride_h) * ow + tx / s.stride_w];
       }
     }
     x[p] = sum;
+  }
+}
+extern "C" __global__ void tj_col2im(const float* __restrict__ cols, float* __restrict__ x,
+                                     TjConvShape g) {
+  const tj_i64 cols_total = g.n * g.c * g.kh * g.kw * g.oh * g.ow, x_total = g.n * g.c * g.h * g.w;
+  if (tj_fits_i32(cols_total > x_total ? cols_total : x_total)) tj_col2im_body<int>(cols, x, g);
+  else tj_col2im_body<tj_i64>(cols, x, g);
+}
+
+// The filter gradient's per-image partial products summed in image order: out[j] = sum over
+// i of parts[i * count + j], one thread per weight, so every run adds in the same order (no
+// atomics). The fallback's in place of one GEMM per image (runtime/cuda/library.cpp).
+extern "C" __global__ void tj_sum_images(const float* __restrict__ parts, float* __restrict__ out,
+                                         long long images, long long count) {
+  for (tj_i64 j = TJ_GLOBAL_THREAD; j < count; j += TJ_GRID_THREADS) {  // no division: 64 bits cost little
+    TJ_WORK(images);  // one read per image, in order
+    float sum = parts[j];
+    for (tj_i64 i = 1; i < images; ++i) sum += parts[i * count + j];
+    out[j] = sum;
   }
 }
 
@@ -67,6 +106,7 @@ extern "C" __global__ void tj_max_pool2d(const float* __restrict__ x, float* __r
                                          TjPoolShape s) {
   const tj_i64 total = s.planes * s.oh * s.ow;
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
     const tj_i64 arg = tj_window_argmax(x, s, p / (s.oh * s.ow), p / s.ow % s.oh, p % s.ow);
     y[p] = arg < 0 ? -TJ_INF : x[arg];
   }
@@ -85,6 +125,7 @@ extern "C" __global__ void tj_max_pool2d_grad(const float* __restrict__ x, const
                                               float* __restrict__ dx, TjPoolShape s) {
   const tj_i64 total = s.planes * s.h * s.w;
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
     const tj_i64 ix = p % s.w, iy = p / s.w % s.h, plane = p / (s.w * s.h);
     tj_i64 y_lo, y_hi, x_lo, x_hi;
     tj_windows_of(iy, s.kh, s.stride_h, s.pad_h, s.oh, &y_lo, &y_hi);
@@ -103,6 +144,7 @@ extern "C" __global__ void tj_avg_pool2d(const float* __restrict__ x, float* __r
                                          TjPoolShape s) {
   const tj_i64 total = s.planes * s.oh * s.ow;
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
     const tj_i64 ox = p % s.ow, oy = p / s.ow % s.oh, plane = p / (s.oh * s.ow);
     const tj_i64 y0 = oy * s.stride_h - s.pad_h, x0 = ox * s.stride_w - s.pad_w;
     float sum = 0.0f;
@@ -119,6 +161,7 @@ extern "C" __global__ void tj_avg_pool2d_grad(const float* __restrict__ dy, floa
                                               TjPoolShape s) {
   const tj_i64 total = s.planes * s.h * s.w;
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
     const tj_i64 ix = p % s.w, iy = p / s.w % s.h, plane = p / (s.w * s.h);
     tj_i64 y_lo, y_hi, x_lo, x_hi;
     tj_windows_of(iy, s.kh, s.stride_h, s.pad_h, s.oh, &y_lo, &y_hi);
@@ -138,6 +181,7 @@ extern "C" __global__ void tj_one_hot(const int* __restrict__ labels, float* __r
                                       tj_i64 count, tj_i64 depth, tj_u64* error) {
   const tj_i64 total = count * depth;
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
     const tj_i64 i = p / depth, j = p % depth;
     const int v = labels[i];
     out[p] = v == j ? 1.0f : 0.0f;
@@ -150,6 +194,7 @@ extern "C" __global__ void tj_argmax(const float* __restrict__ x, int* __restric
                                      tj_i64 outer, tj_i64 n, tj_i64 inner) {
   const tj_i64 total = outer * inner;
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
     const tj_i64 o = p / inner, in = p % inner;
     tj_i64 best = 0;
     for (tj_i64 j = 1; j < n; ++j) {  // the first maximum; a NaN is larger than every number
@@ -165,6 +210,7 @@ extern "C" __global__ void tj_pad(const tj_u32* __restrict__ src, tj_u32* __rest
   tj_i64 total = 1;
   for (int d = 0; d < box.rank; ++d) total *= box.dst[d];
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
     tj_i64 rem = p, s = 0, stride = 1;
     bool in = true;
     for (int d = box.rank - 1; d >= 0; --d) {
@@ -183,6 +229,7 @@ extern "C" __global__ void tj_copy_box(const tj_u32* __restrict__ src, tj_u32* _
   tj_i64 total = 1;
   for (int d = 0; d < box.rank; ++d) total *= box.src[d];
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
     tj_i64 rem = p, o = 0, stride = 1;
     for (int d = box.rank - 1; d >= 0; --d) {
       o += (rem % box.src[d] + box.origin[d]) * stride;

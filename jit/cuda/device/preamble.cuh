@@ -12,6 +12,12 @@ typedef long long tj_i64;
 #define TJ_GLOBAL_THREAD ((tj_i64)blockIdx.x * blockDim.x + threadIdx.x)
 #define TJ_GRID_THREADS ((tj_i64)gridDim.x * blockDim.x)
 
+// A unit of a thread's serial work (one point of a loop kernel, one output of a library
+// kernel): nothing on a GPU; the emulated GPU counts it for its launch records (cuda_host.h).
+#ifndef TJ_WORK
+#define TJ_WORK(n)
+#endif
+
 struct TjSum {
   template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
 };

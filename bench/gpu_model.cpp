@@ -1,0 +1,203 @@
+#include "bench/gpu_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "dsl/error.h"
+#include "examples/models.h"
+#include "runtime/cost/recorded_step.h"
+
+namespace towerjit::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Layers of the example's models, counted from examples/models.h: mlp 3 dense; cnn 2 conv,
+// 2 pools, 2 dense; resnet 5 conv, 5 batch norms, 2 pools, 1 dense.
+int layers_of(const std::string& workload) { return workload == "mlp" ? 3 : workload == "cnn" ? 6 : 13; }
+
+HostFeeds feeds_of(int64_t batch) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  std::uniform_int_distribution<int32_t> klass(0, 9);
+  HostTensor image(Shape{batch, 784}), label(Shape{batch}, DType::i32);
+  for (float& v : image.f32) v = pixel(rng);
+  for (int32_t& v : label.i32) v = klass(rng);
+  return {{"image", std::move(image)}, {"label", std::move(label)}};
+}
+
+}  // namespace
+
+int64_t default_batch(const std::string& workload) { return workload == "mlp" ? 4096 : 512; }
+
+ModelledStep record_workload(const cost::GpuSpec& gpu, const std::string& workload, int64_t batch) {
+  if (workload != "mlp" && workload != "cnn" && workload != "resnet")
+    throw Error("towerjit_bench: --workload " + workload + " is not a model of the GPU cost model; use mlp, cnn or resnet");
+  ModelledStep m{.workload = workload, .batch = batch > 0 ? batch : default_batch(workload), .layers = layers_of(workload)};
+  std::string tmpl = (std::filesystem::temp_directory_path() / "towerjit-gpu-model-XXXXXX").string();
+  if (!mkdtemp(tmpl.data())) throw Error("towerjit_bench: cannot create a temporary directory for the dumps");
+  cost::prepare_emulated_gpu(gpu, tmpl);
+
+  Graph graph;
+  GraphScope use(graph);
+  auto image = input("image", {kBatch, 784});
+  auto label = input("label", {kBatch}, DType::i32);
+  auto logits = workload == "cnn" ? examples::cnn(image) : workload == "resnet" ? examples::resnet(image) : examples::mlp(image, 512);
+  auto loss = mean(softmax_cross_entropy(logits, label));
+  // fashion_mnist's defaults: Adam at 1e-3, seed 1.
+  TowerTrainer trainer(graph, loss, Towers({towerjit::gpu(0)}), adam(1e-3), {.seed = 1, .logits = logits});
+  const HostFeeds feeds = feeds_of(m.batch);
+  auto t0 = Clock::now();
+  trainer.step(feeds);
+  m.warmup_seconds = seconds_since(t0);
+  t0 = Clock::now();
+  m.launches = cost::record_step(trainer, feeds, tmpl, m.batch);
+  m.record_seconds = seconds_since(t0);
+  unsetenv("TOWERJIT_DUMP");  // programs compiled later are not this step's
+  std::filesystem::remove_all(tmpl);
+  return m;
+}
+
+namespace {
+
+// --measure N on a real GPU: the same step, timed (median of N steps after 3 warm-up steps,
+// each step waited for: TowerTrainer::step returns the loss).
+int measure(const std::string& workload, int64_t batch, int steps) {
+  setenv("TOWERJIT_GPU_VARIABLES", "on", 1);
+  batch = batch > 0 ? batch : default_batch(workload);
+  Graph graph;
+  GraphScope use(graph);
+  auto image = input("image", {kBatch, 784});
+  auto label = input("label", {kBatch}, DType::i32);
+  auto logits = workload == "cnn" ? examples::cnn(image) : workload == "resnet" ? examples::resnet(image) : examples::mlp(image, 512);
+  auto loss = mean(softmax_cross_entropy(logits, label));
+  TowerTrainer trainer(graph, loss, Towers({towerjit::gpu(0)}), adam(1e-3), {.seed = 1, .logits = logits});
+  const HostFeeds feeds = feeds_of(batch);
+  for (int i = 0; i < 3; ++i) trainer.step(feeds);
+  std::vector<double> ms;
+  for (int i = 0; i < steps; ++i) {
+    const auto t0 = Clock::now();
+    trainer.step(feeds);
+    ms.push_back(seconds_since(t0) * 1e3);
+  }
+  std::sort(ms.begin(), ms.end());
+  std::printf("{\"workload\":\"%s\",\"batch\":%lld,\"measured_ms\":%.4f,\"min_ms\":%.4f,\"steps\":%d}\n",
+              workload.c_str(), static_cast<long long>(batch), ms[ms.size() / 2], ms.front(), steps);
+  return 0;
+}
+
+}  // namespace
+
+int gpu_model_main(int argc, char** argv) {
+  std::string gpu_name, workload = "mlp";
+  int64_t batch = 0;
+  cost::ModelOptions options;
+  int top = 15, measure_steps = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw Error("towerjit_bench: " + a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--gpu-model") gpu_name = value();
+    else if (a == "--workload") workload = value();
+    else if (a == "--batch") {
+      const std::string v = value();
+      char* end = nullptr;
+      batch = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || batch < 1)
+        throw Error("towerjit_bench: --batch " + v + " is not a batch size; give a whole number of at least 1");
+    }
+    else if (a == "--graph") options.graph = true;
+    else if (a == "--tf32") options.tf32 = true;
+    else if (a == "--top") top = std::stoi(value());
+    else if (a == "--measure") measure_steps = std::max(1, std::stoi(value()));
+    else throw Error("towerjit_bench --gpu-model: unknown argument " + a +
+                     "; use --gpu-model GPU --workload mlp|cnn|resnet [--batch N] [--graph] [--tf32] [--top N] [--measure STEPS]");
+  }
+  if (measure_steps > 0) return measure(workload, batch, measure_steps);
+  const cost::GpuSpec& gpu = cost::gpu_spec(gpu_name);
+  const ModelledStep m = record_workload(gpu, workload, batch);
+  const cost::StepPrediction p = cost::predict_step(gpu, m.launches, options);
+
+  std::printf("towerjit GPU cost model: %s, batch %lld, on %s (%d SMs, %.0f GB/s achievable, %.1f TFLOP/s %s)%s\n",
+              workload.c_str(), static_cast<long long>(m.batch), gpu.description.c_str(), gpu.sms,
+              gpu.hbm_achievable_gbps, options.tf32 ? gpu.tf32_tflops : gpu.fp32_tflops, options.tf32 ? "TF32" : "FP32",
+              options.graph ? ", replayed as a CUDA Graph" : "");
+  double points = 0, gemm_flops = 0;
+  for (const cost::Launch& l : m.launches) {
+    if (l.kind == "kernel") points += l.points();
+    if (l.kind == "library") gemm_flops += l.flops;
+  }
+  std::printf("emulator: first step %.1f s (compiles included), recorded step %.1f s: %.3g kernel points "
+              "(%.0f ns a point if they took it all) and %.3g GEMM FLOPs on OpenBLAS\n",
+              m.warmup_seconds, m.record_seconds, points, points > 0 ? m.record_seconds * 1e9 / points : 0.0, gemm_flops);
+  // The launches, most expensive first, those of one name together.
+  struct Row {
+    std::string name, bound;
+    int count = 0;
+    double us = 0, bytes = 0, flops = 0;
+    int64_t blocks = 0, threads = 0;
+    uint64_t work_max = 0;
+  };
+  std::map<std::string, Row> rows;
+  for (size_t i = 0; i < m.launches.size(); ++i) {
+    const cost::Launch& l = m.launches[i];
+    const std::string key = l.module.empty() ? l.name : l.module + "/" + l.name;
+    Row& r = rows[key];
+    r.name = key;
+    r.count++;
+    r.us += p.launches[i].us;
+    r.bytes += l.bytes;
+    r.flops += l.flops;
+    r.blocks = std::max(r.blocks, l.blocks);
+    r.threads = l.threads_per_block;
+    r.work_max = std::max(r.work_max, l.work_max);
+    r.bound = p.launches[i].bound;
+  }
+  std::vector<Row> sorted;
+  for (auto& [k, r] : rows) sorted.push_back(r);
+  std::sort(sorted.begin(), sorted.end(), [](const Row& a, const Row& b) { return a.us > b.us; });
+  std::printf("\n%-52s %6s %10s %10s %9s %9s %10s  %s\n", "launch (program/kernel)", "count", "pred us", "MB",
+              "GFLOP", "grid", "work max", "bound");
+  for (int i = 0; i < std::min<int>(top, static_cast<int>(sorted.size())); ++i) {
+    const Row& r = sorted[i];
+    std::printf("%-52s %6d %10.1f %10.2f %9.3f %9lld %10llu  %s\n", r.name.substr(0, 52).c_str(), r.count, r.us,
+                r.bytes / 1e6, r.flops / 1e9, static_cast<long long>(r.blocks),
+                static_cast<unsigned long long>(r.work_max), r.bound.c_str());
+  }
+  if (static_cast<int>(sorted.size()) > top) std::printf("... %zu more (--top N)\n", sorted.size() - top);
+  std::printf("\npredicted step (device): %.3f ms, of which launch overheads %.3f ms\n", p.device_us / 1e3,
+              p.overhead_us / 1e3);
+  {
+    double narrow_us = 0, gemm_us = 0;
+    int narrow = 0, gemms = 0;
+    for (size_t i = 0; i < m.launches.size(); ++i) {
+      const cost::Launch& l = m.launches[i];
+      if (l.kind == "kernel" && l.blocks < gpu.sms) narrow++, narrow_us += p.launches[i].us;
+      if (l.kind == "library") gemms++, gemm_us += p.launches[i].us;
+    }
+    std::printf("  kernels on fewer blocks than SMs: %d, %.3f ms; library calls: %d, %.3f ms\n", narrow, narrow_us / 1e3,
+                gemms, gemm_us / 1e3);
+  }
+  std::printf("host link copies:        %.3f ms (feeds and fetches; not in the step's ratio)\n", p.host_link_us / 1e3);
+  std::printf("roofline floor:          %.3f ms (%.1f MB, %.2f GFLOP)\n", p.floor_us / 1e3, p.bytes / 1e6, p.flops / 1e9);
+  std::printf("step / floor:            %.2f\n", p.ratio());
+  std::printf("launches a step:         %lld (%d layers: %.1f a layer)\n", static_cast<long long>(p.launches_count),
+              m.layers, static_cast<double>(p.launches_count) / m.layers);
+  std::printf("{\"workload\":\"%s\",\"gpu\":\"%s\",\"batch\":%lld,\"step_ms\":%.4f,\"host_link_ms\":%.4f,\"floor_ms\":%.4f,"
+              "\"ratio\":%.3f,\"launches\":%lld,\"emulator_s\":%.1f}\n",
+              workload.c_str(), gpu.name.c_str(), static_cast<long long>(m.batch), p.device_us / 1e3,
+              p.host_link_us / 1e3, p.floor_us / 1e3, p.ratio(), static_cast<long long>(p.launches_count),
+              m.record_seconds);
+  return 0;
+}
+
+}  // namespace towerjit::bench

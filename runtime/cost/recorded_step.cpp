@@ -1,0 +1,141 @@
+#include "runtime/cost/recorded_step.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "dsl/error.h"
+#include "jit/knobs.h"
+
+namespace towerjit::cost {
+namespace {
+
+using nlohmann::json;
+
+// "3136*B+40", "512" at B = batch.
+double affine_at(const std::string& text, int64_t batch) {
+  const auto star = text.find("*B");
+  if (star == std::string::npos) return std::stod(text);
+  double v = std::stod(text.substr(0, star)) * static_cast<double>(batch);
+  const auto plus = text.find('+', star);
+  if (plus != std::string::npos) v += std::stod(text.substr(plus + 1));
+  return v;
+}
+
+struct KernelIndex {
+  double bytes = 0;
+  int ops = 0;
+  bool reduces = false;
+};
+
+// module -> kernel -> what its index says, read once a module.
+class Indexes {
+ public:
+  Indexes(std::string dir, int64_t batch) : dir_(std::move(dir)), batch_(batch) {}
+  const KernelIndex& kernel(const std::string& module, const std::string& name) {
+    auto& m = modules_[module];
+    if (m.empty()) {
+      const std::string path = dir_ + "/" + module + ".index.json";
+      std::ifstream in(path);
+      if (!in)
+        throw Error("towerjit: cost model: no index " + path + " for the kernels of program \"" + module +
+                    "\"; record with TOWERJIT_DUMP set to the directory given (prepare_emulated_gpu does)");
+      const json index = json::parse(in);
+      for (const json& step : index["steps"]) {
+        if (step["kind"] != "kernel") continue;
+        KernelIndex k;
+        k.bytes = affine_at(step["bytes_read"], batch_) + affine_at(step["bytes_written"], batch_);
+        k.ops = static_cast<int>(step["ops"].size());
+        k.reduces = step.contains("reduce");
+        m[step["name"]] = k;
+        // A split reduction's pass 2 (jit/cuda/reduction_writer.h): it reads the partials and
+        // stores the outputs, bytes the index does not list per batch; its launch and its
+        // recorded work still count.
+        if (step.contains("launch") && step["launch"].contains("split")) {
+          const std::string combine = step["launch"]["split"].value("combine", "");
+          if (!combine.empty()) m[combine] = KernelIndex{.bytes = 0, .ops = 0, .reduces = true};
+        }
+      }
+    }
+    auto it = m.find(name);
+    if (it == m.end())
+      throw Error("towerjit: cost model: the index of program \"" + module + "\" has no kernel " + name);
+    return it->second;
+  }
+
+ private:
+  std::string dir_;
+  int64_t batch_;
+  std::map<std::string, std::map<std::string, KernelIndex>> modules_;
+};
+
+void* emulator_symbol(const char* name) {
+  void* handle = ::dlopen(knobs::emulator_library().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  void* f = handle ? ::dlsym(handle, name) : nullptr;
+  if (!f)
+    throw Error(std::string("towerjit: cost model: the emulated GPU's library is not loaded (") + name +
+                " not found); run the step with TOWERJIT_CUDA=emulator (prepare_emulated_gpu)");
+  return f;
+}
+
+}  // namespace
+
+void prepare_emulated_gpu(const GpuSpec& gpu, const std::string& dump_dir, int memory_mb) {
+  setenv("TOWERJIT_CUDA", "emulator", 1);
+  setenv("TOWERJIT_EMULATED_GPU_SMS", std::to_string(gpu.sms).c_str(), 1);
+  setenv("TOWERJIT_GPU_VARIABLES", "on", 1);
+  setenv("TOWERJIT_DUMP", dump_dir.c_str(), 1);
+  if (!std::getenv("TOWERJIT_EMULATED_GPU_MB")) setenv("TOWERJIT_EMULATED_GPU_MB", std::to_string(memory_mb).c_str(), 1);
+}
+
+std::vector<Launch> launches_from_records(const std::string& json_lines, const std::string& dump_dir, int64_t batch) {
+  Indexes indexes(dump_dir, batch);
+  std::vector<Launch> out;
+  std::istringstream lines(json_lines);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    const json r = json::parse(line);
+    Launch l;
+    l.kind = r["kind"];
+    l.name = r["name"];
+    l.module = r["module"];
+    const auto& g = r["grid"];
+    const auto& b = r["block"];
+    l.blocks = g[0].get<int64_t>() * g[1].get<int64_t>() * g[2].get<int64_t>();
+    l.threads_per_block = b[0].get<int64_t>() * b[1].get<int64_t>() * b[2].get<int64_t>();
+    l.shared_bytes = r["static_shared_bytes"].get<int64_t>() + r["dynamic_shared_bytes"].get<int64_t>();
+    l.work_max = r["work_max"];
+    l.work_mean = r["work_mean"];
+    l.bytes = r["bytes"];
+    l.flops = r["flops"];
+    l.gemm_m = r["gemm"][0], l.gemm_n = r["gemm"][1], l.gemm_k = r["gemm"][2], l.gemm_batch = r["gemm"][3];
+    l.host_link = r["host_link"];
+    if (l.kind == "kernel" && l.name.rfind("tj_", 0) != 0) {  // a loop kernel of a program
+      const KernelIndex& k = indexes.kernel(l.module, l.name);
+      l.bytes = k.bytes;
+      l.reduces = k.reduces;
+      l.flops = l.points() * k.ops;
+    }
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+std::vector<Launch> record_step(TowerTrainer& trainer, const HostFeeds& feeds, const std::string& dump_dir,
+                                int64_t batch) {
+  auto start = reinterpret_cast<void (*)()>(emulator_symbol("tj_emu_launch_log_start"));
+  auto stop = reinterpret_cast<const char* (*)()>(emulator_symbol("tj_emu_launch_log_stop"));
+  auto synchronize = reinterpret_cast<int (*)()>(emulator_symbol("cuCtxSynchronize"));
+  synchronize();
+  start();
+  trainer.step(feeds);
+  synchronize();  // every stream's work of the step has run, so has been recorded
+  const std::string records = stop();
+  return launches_from_records(records, dump_dir, batch);
+}
+
+}  // namespace towerjit::cost

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""The training-step table of scripts/gpu-check.sh: for each workload, the cost model's
+prediction (towerjit_bench --gpu-model, its last line), towerjit measured on this GPU
+(towerjit_bench --measure), and PyTorch eager and torch.compile on the same GPU
+(bench/torch_gpu_baseline.py), from the files gpu-check.sh leaves in DIR:
+
+  DIR/predict-<workload>.txt   DIR/measure.jsonl   DIR/torch.jsonl
+
+  python3 scripts/gpu_step_table.py DIR
+A missing or failed figure prints as "-" and its reason below the table.
+"""
+import json
+import os
+import sys
+
+WORKLOADS = ["mlp", "cnn", "resnet"]
+
+
+def json_lines(path):
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        rows.append(json.loads(line))
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return rows
+
+
+def ms(v):
+    return "-" if v is None else f"{v:.3f}"
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    d = sys.argv[1]
+    measured = {r["workload"]: r for r in json_lines(os.path.join(d, "measure.jsonl")) if "workload" in r}
+    torch = {}
+    notes = []
+    for r in json_lines(os.path.join(d, "torch.jsonl")):
+        if r.get("torch", True) is None:
+            notes.append(f"PyTorch: {r.get('error')}")
+        elif "error" in r:
+            notes.append(f"PyTorch {r['mode']} {r['workload']}: {r['error']}")
+        else:
+            torch[(r["workload"], r["mode"])] = r
+    head = ("workload", "batch", "predicted ms", "floor ms", "measured ms", "meas/pred", "torch eager", "torch.compile",
+            "launches")
+    print("%-8s %6s %13s %9s %12s %10s %12s %14s %9s" % head)
+    for w in WORKLOADS:
+        p = (json_lines(os.path.join(d, f"predict-{w}.txt")) or [None])[-1]
+        if p is None:
+            notes.append(f"{w}: no prediction (see predict-{w}.txt)")
+        m = measured.get(w)
+        if m is None:
+            notes.append(f"{w}: no measurement on the GPU (see measure.log)")
+        pred = p["step_ms"] if p else None
+        meas = m["measured_ms"] if m else None
+        ratio = f"{meas / pred:.2f}" if pred and meas else "-"
+        eager, comp = torch.get((w, "eager")), torch.get((w, "compile"))
+        batch = (p or m or {}).get("batch", "-")
+        print("%-8s %6s %13s %9s %12s %10s %12s %14s %9s" % (
+            w, batch, ms(pred), ms(p["floor_ms"] if p else None), ms(meas), ratio,
+            ms(eager["step_ms"] if eager else None), ms(comp["step_ms"] if comp else None),
+            p["launches"] if p else "-"))
+    for n in notes:
+        print("note: " + n)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

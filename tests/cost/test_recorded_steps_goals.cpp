@@ -1,0 +1,61 @@
+// Issue 21's goals as checks from the cost model's records (bench/gpu_model.h): they hold once
+// the reductions use the whole GPU, the convolutions stop making a GEMM per image and the step's
+// launches are few (kernels, library calls and copies all count). Each prints the figures it
+// judged.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+
+#include "bench/gpu_model.h"
+#include "jit/cost/gpu_specs.h"
+#include "jit/cost/launch_model.h"
+
+namespace cost = towerjit::cost;
+namespace bench = towerjit::bench;
+
+namespace {
+
+// Kernels that reduce over at least 64k points on fewer blocks than the GPU has SMs.
+int narrow_reductions(const cost::GpuSpec& gpu, const bench::ModelledStep& m) {
+  int narrow = 0;
+  for (const cost::Launch& l : m.launches)
+    if (l.kind == "kernel" && l.reduces && l.points() >= 65536 && l.blocks < gpu.sms) {
+      std::printf("%s b%lld: %s/%s reduces %.0f points on %lld blocks (%d SMs)\n", m.workload.c_str(),
+                  static_cast<long long>(m.batch), l.module.c_str(), l.name.c_str(), l.points(),
+                  static_cast<long long>(l.blocks), gpu.sms);
+      ++narrow;
+    }
+  return narrow;
+}
+
+}  // namespace
+
+TEST_CASE("cost goals: no reduction over 64k points or more runs on fewer blocks than the GPU has SMs") {
+  const cost::GpuSpec& h = cost::gpu_spec("h200");
+  // Batches where such reductions exist: the MLP's bias gradients over [256, 512]; the cnn's
+  // first convolution's bias gradient over [8, 16, 28, 28] (100k points).
+  CHECK(narrow_reductions(h, bench::record_workload(h, "mlp", 256)) == 0);
+  CHECK(narrow_reductions(h, bench::record_workload(h, "cnn", 8)) == 0);
+}
+
+TEST_CASE("cost goals: the cnn and resnet steps make at most 4 launches a layer, whatever the batch") {
+  const cost::GpuSpec& h = cost::gpu_spec("h200");
+  for (const char* workload : {"cnn", "resnet"}) {
+    const bench::ModelledStep small = bench::record_workload(h, workload, 4);
+    const bench::ModelledStep larger = bench::record_workload(h, workload, 8);
+    std::printf("%s: %zu launches at batch 4, %zu at batch 8, %d layers\n", workload, small.launches.size(),
+                larger.launches.size(), larger.layers);
+    INFO(workload);
+    CHECK(larger.launches.size() == small.launches.size());  // no launch per image
+    CHECK(larger.launches.size() <= static_cast<size_t>(4 * larger.layers));
+  }
+}
+
+TEST_CASE("cost goals: the MLP step at batch 4096 is predicted within 1.3x of its roofline floor") {
+  const cost::GpuSpec& h = cost::gpu_spec("h200");
+  const bench::ModelledStep m = bench::record_workload(h, "mlp", 4096);
+  const cost::StepPrediction p = cost::predict_step(h, m.launches);
+  std::printf("mlp b4096 on h200: predicted %.3f ms, floor %.3f ms, ratio %.2f, %lld launches\n",
+              p.device_us / 1e3, p.floor_us / 1e3, p.ratio(), static_cast<long long>(p.launches_count));
+  CHECK(p.ratio() <= 1.3);
+}

@@ -1,0 +1,166 @@
+// Convolutions on the GPU through cuDNN (runtime/cuda/cudnn.h) and through the fallback
+// (TOWERJIT_CUDNN=off: im2col / col2im around cuBLAS, the filter gradient one batched GEMM and
+// a fixed-order sum): the forward pass, the data gradient and the filter gradient against the
+// reference interpreter within its error bounds at odd sizes; the algorithm found once per
+// shape; a workspace cap that leaves out the fastest algorithm; the fallback's warning; runs
+// bitwise reproducible. On the emulated GPU cuDNN is the emulator's stand-in
+// (emulator/driver/cudnn.cpp), whose algorithm table the emulator-only checks name.
+#include <cstring>
+
+#include "gpu_check.h"
+#include "jit/knobs.h"
+#include "runtime/cuda/cudnn.h"
+#include "tests/jit/cpu_test_env.h"
+#include "towerjit.h"
+
+namespace tj = towerjit;
+namespace cu = towerjit::cuda;
+using tj::kBatch;
+using namespace tj::testing;
+
+namespace {
+
+struct Geometry {
+  int64_t c, h, w, o, k;
+  int stride, pad;
+  std::string str() const {
+    return "c=" + std::to_string(c) + " h=" + std::to_string(h) + " w=" + std::to_string(w) + " o=" + std::to_string(o) +
+           " k=" + std::to_string(k) + " stride=" + std::to_string(stride) + " pad=" + std::to_string(pad);
+  }
+};
+
+// y = conv2d(x, w), and the gradients of sum(y * r) (so dy is the random r) by x and w.
+struct ConvGraph {
+  tj::Graph g;
+  std::vector<tj::Tensor> fetches;
+  int64_t oh = 0, ow = 0;
+  explicit ConvGraph(const Geometry& ge) {
+    tj::GraphScope use(g);
+    auto x = tj::input("x", {kBatch, ge.c, ge.h, ge.w});
+    auto w = tj::input("w", {ge.o, ge.c, ge.k, ge.k});
+    auto y = tj::conv2d(x, w, {.stride = ge.stride, .pad = ge.pad});
+    oh = y.shape()[2], ow = y.shape()[3];
+    auto r = tj::input("r", {kBatch, ge.o, oh, ow});
+    auto grads = tj::grad(tj::sum(y * r), {x, w});
+    fetches = {y, grads[0], grads[1]};
+  }
+  tj::reference::Feeds feeds(const Geometry& ge, int64_t batch) const {
+    return {{"x", random_array({batch, ge.c, ge.h, ge.w}, 7)},
+            {"w", random_array({ge.o, ge.c, ge.k, ge.k}, 8)},
+            {"r", random_array({batch, ge.o, oh, ow}, 9)}};
+  }
+};
+
+const Geometry kGeometries[] = {{3, 9, 11, 4, 3, 2, 1}, {1, 7, 7, 7, 3, 1, 1}, {2, 8, 6, 1, 5, 1, 2},
+                                {5, 7, 9, 6, 1, 1, 0},  {4, 9, 7, 6, 3, 2, 1}, {2, 13, 5, 3, 3, 3, 0}};
+
+void match_reference(const std::string& path) {
+  for (const Geometry& ge : kGeometries) {
+    ConvGraph cg(ge);
+    for (int64_t batch : {1, 7, 127}) {
+      if (batch == 127 && ge.c * ge.h * ge.w > 200) continue;  // the emulator's time: one large case is enough
+      tj::reference::Variables vars;
+      auto r = run_gpu_and_reference(cg.g, cg.fetches, cg.feeds(ge, batch), vars);
+      require_close(r, "conv (" + path + ") " + ge.str() + " batch=" + std::to_string(batch));
+    }
+  }
+}
+
+std::vector<std::vector<float>> run_bits(const ConvGraph& cg, const Geometry& ge, int64_t batch) {
+  tj::HostFeeds hf;
+  for (const auto& [name, a] : cg.feeds(ge, batch)) hf[name] = to_host(a);
+  tj::HostVariables hv;
+  std::vector<std::vector<float>> out;
+  tj::CudaProgram program(cg.g, cg.fetches);
+  for (int run = 0; run < 2; ++run)
+    for (const auto& t : program.run(hf, hv)) out.push_back(t.f32);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("GPU: convolutions through cuDNN match the reference at odd sizes", "[gpu]") {
+  if (!cu::cudnn_available()) {
+    WARN("cuDNN not used here (" << cu::cudnn_unavailable_reason() << "): the fallback case covers this machine");
+    return;
+  }
+  const int64_t finds = cu::cudnn_find_count();
+  match_reference("cuDNN");
+  CHECK(cu::cudnn_find_count() > finds);  // the calls went to cuDNN
+  CHECK(cu::cudnn_warning_given().empty());
+}
+
+TEST_CASE("GPU: convolutions through the fallback match the reference and say so once", "[gpu]") {
+  tj::test::ScopedEnv off("TOWERJIT_CUDNN", "off");
+  CHECK_FALSE(cu::cudnn_available());
+  CHECK(cu::cudnn_unavailable_reason() == "TOWERJIT_CUDNN=off");
+  match_reference("fallback");
+  const std::string warning = cu::cudnn_warning_given();
+  CHECK_THAT(warning, Catch::Contains("cuDNN is not used for convolutions"));
+  CHECK_THAT(warning, Catch::Contains("im2col / col2im kernels around cuBLAS GEMMs"));
+  // The first warning of a process names its reason: here the knob (a machine without cuDNN
+  // gave its own reason in an earlier case of the same process).
+  CHECK_THAT(cu::cudnn_fallback_warning(cu::cudnn_unavailable_reason()), Catch::Contains("TOWERJIT_CUDNN=off. They fall back"));
+}
+
+TEST_CASE("GPU: cuDNN's algorithm is found once per shape and is deterministic", "[gpu]") {
+  if (!cu::cudnn_available()) return;
+  const Geometry ge{3, 11, 13, 5, 3, 1, 1};
+  ConvGraph cg(ge);
+  const int64_t before = cu::cudnn_find_count();
+  const auto first = run_bits(cg, ge, 3);  // two runs of one program
+  CHECK(cu::cudnn_find_count() - before == 3);  // forward, data gradient, filter gradient
+  const auto again = run_bits(cg, ge, 3);       // a second program, the same shapes
+  CHECK(cu::cudnn_find_count() - before == 3);
+  run_bits(cg, ge, 4);                          // a new batch: new shapes
+  CHECK(cu::cudnn_find_count() - before == 6);
+  // Bitwise the same, run after run and program after program.
+  REQUIRE(first.size() == 6);
+  REQUIRE(again.size() == 6);
+  for (size_t i = 0; i < 6; ++i) {
+    CHECK(std::memcmp(first[i].data(), first[i % 3].data(), first[i].size() * 4) == 0);
+    CHECK(std::memcmp(first[i].data(), again[i].data(), first[i].size() * 4) == 0);
+  }
+  // Only deterministic algorithms are chosen (the stand-in lists a faster non-deterministic one
+  // for each gradient first).
+  cu::DeviceContext& dev = cu::device(0);
+  cu::Stream stream(dev);
+  cu::Cudnn dnn(dev, stream);
+  const TjConvShape g{3, 3, 11, 13, 5, 3, 3, 11, 13, 1, 1, 1, 1};
+  if (tj::knobs::cuda_emulated()) {
+    CHECK(dnn.plan(cu::ConvPass::forward, g, "test").algo == 2);  // GEMM: the batch's columns
+    CHECK(dnn.plan(cu::ConvPass::data_gradient, g, "test").algo == 1);
+    CHECK(dnn.plan(cu::ConvPass::filter_gradient, g, "test").algo == 1);
+    CHECK(dnn.plan(cu::ConvPass::forward, g, "test").workspace == 3 * 3 * 3 * 3 * 11 * 13 * 4);
+  }
+}
+
+TEST_CASE("GPU: a cuDNN workspace larger than the memory allowed falls back to an algorithm that fits", "[gpu]") {
+  if (!cu::cudnn_available()) return;
+  tj::test::ScopedEnv cap("TOWERJIT_CUDNN_WORKSPACE_MB", "0");
+  cu::DeviceContext& dev = cu::device(0);
+  cu::Stream stream(dev);
+  cu::Cudnn dnn(dev, stream);
+  const TjConvShape g{5, 3, 9, 7, 4, 3, 3, 5, 4, 2, 2, 1, 1};
+  for (cu::ConvPass pass : {cu::ConvPass::forward, cu::ConvPass::data_gradient, cu::ConvPass::filter_gradient})
+    CHECK(dnn.plan(pass, g, "test").workspace == 0);
+  if (tj::knobs::cuda_emulated()) {
+    CHECK(dnn.plan(cu::ConvPass::forward, g, "test").algo == 0);
+    CHECK(dnn.plan(cu::ConvPass::filter_gradient, g, "test").algo == 6);
+    CHECK_THAT(cu::cudnn_workspace_note(), Catch::Contains("of workspace, more than the 0 bytes available"));
+    CHECK_THAT(cu::cudnn_workspace_note(), Catch::Contains("an algorithm that fits is used instead"));
+  }
+  // And the results still match the reference.
+  const Geometry ge{3, 9, 7, 4, 3, 2, 1};
+  ConvGraph cg(ge);
+  tj::reference::Variables vars;
+  require_close(run_gpu_and_reference(cg.g, cg.fetches, cg.feeds(ge, 5), vars), "conv without workspace");
+}
+
+TEST_CASE("GPU: the fallback's filter gradient is bitwise reproducible", "[gpu]") {
+  tj::test::ScopedEnv off("TOWERJIT_CUDNN", "off");
+  const Geometry ge{2, 9, 9, 3, 3, 2, 1};
+  ConvGraph cg(ge);
+  const auto a = run_bits(cg, ge, 7), b = run_bits(cg, ge, 7);
+  for (size_t i = 0; i < a.size(); ++i) CHECK(std::memcmp(a[i].data(), b[i].data(), a[i].size() * 4) == 0);
+}

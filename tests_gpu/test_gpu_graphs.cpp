@@ -1,0 +1,165 @@
+// A program's runs as CUDA graphs (runtime/cuda/program_graphs.h): a replayed run gives the
+// bits an uncaptured one gives (dropout included, whose step the kernels read from device
+// memory at every replay); each batch size is captured once and replayed after; a
+// synchronising call made while a run is captured is an error naming the call and the
+// program; and fit() over epochs whose last batch is smaller captures in the first epoch only.
+#include <cstring>
+#include <random>
+
+#include "gpu_check.h"
+#include "runtime/data/batch_pipeline.h"
+#include "runtime/data/tensor_dataset.h"
+#include "runtime/towers/fit.h"
+#include "tests/jit/cpu_test_env.h"
+#include "towerjit.h"
+
+namespace tj = towerjit;
+using tj::kBatch;
+using tj::Tensor;
+
+namespace {
+
+// 784-32-10 with dropout (keyed by the step), mean cross-entropy, SGD momentum as update ops.
+struct DropoutMlp {
+  tj::Graph graph;
+  Tensor loss;
+  DropoutMlp() {
+    tj::GraphScope use(graph);
+    auto image = tj::input("image", {kBatch, 784});
+    auto label = tj::input("label", {kBatch}, tj::DType::i32);
+    auto h = tj::dropout(tj::relu(tj::dense(image, 32, "fc1")), 0.5, /*training=*/true, /*seed=*/11);
+    loss = tj::mean(tj::softmax_cross_entropy(tj::dense(h, 10, "fc2"), label));
+    auto vars = tj::trainable_variables();
+    tj::momentum(0.05, 0.9).apply(tj::grad(loss, vars), vars);
+  }
+};
+
+// The same without update ops, for a trainer (whose optimiser is its own).
+struct DropoutClassifier {
+  tj::Graph graph;
+  Tensor loss;
+  DropoutClassifier() {
+    tj::GraphScope use(graph);
+    auto image = tj::input("image", {kBatch, 784});
+    auto label = tj::input("label", {kBatch}, tj::DType::i32);
+    auto h = tj::dropout(tj::relu(tj::dense(image, 32, "fc1")), 0.5, /*training=*/true, /*seed=*/11);
+    loss = tj::mean(tj::softmax_cross_entropy(tj::dense(h, 10, "fc2"), label));
+  }
+};
+
+tj::HostFeeds batch_feeds(int64_t batch, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  tj::HostTensor image(tj::Shape{batch, 784}), label(tj::Shape{batch}, tj::DType::i32);
+  for (float& v : image.f32) v = pixel(rng);
+  for (int32_t& v : label.i32) v = static_cast<int32_t>(rng() % 10);
+  return {{"image", image}, {"label", label}};
+}
+
+tj::HostVariables initial(const tj::Graph& g) {
+  tj::HostVariables out;
+  for (const auto& [name, a] : tj::reference::initialize_variables(g, 1)) out[name] = tj::testing::to_host(a);
+  return out;
+}
+
+struct Trained {
+  std::vector<float> losses;
+  tj::HostVariables variables;
+  tj::CudaProgram::GraphCounts counts;
+};
+
+// Steps 0.. of the dropout MLP on batches of `sizes`, the weights kept on the device.
+Trained train(const std::vector<int64_t>& sizes, bool graphs) {
+  tj::test::ScopedEnv knob("TOWERJIT_CUDA_GRAPHS", graphs ? "on" : "off");
+  DropoutMlp m;
+  tj::CudaProgram step(m.graph, {m.loss}, /*run_update_ops=*/true);
+  tj::DeviceVariables vars = tj::to_device(initial(m.graph), step.device(), step.stream());
+  Trained t;
+  for (size_t k = 0; k < sizes.size(); ++k)
+    t.losses.push_back(step.run(batch_feeds(sizes[k], 40 + static_cast<uint32_t>(k)), vars, k)[0].f32[0]);
+  t.variables = tj::to_host(vars, step.stream());
+  t.counts = step.graph_counts();
+  return t;
+}
+
+bool same_bits(const tj::HostVariables& a, const tj::HostVariables& b) {
+  for (const auto& [name, t] : b)
+    if (std::memcmp(a.at(name).data(), t.data(), t.size() * 4) != 0) return false;
+  return a.size() == b.size();
+}
+
+}  // namespace
+
+TEST_CASE("GPU: a replayed step gives the bits of an uncaptured one, dropout's step included", "[gpu]") {
+  const std::vector<int64_t> sizes(6, 7);
+  const Trained captured = train(sizes, true), uncaptured = train(sizes, false);
+  CHECK(captured.counts.captures == 1);
+  CHECK(captured.counts.replays == 6);
+  CHECK(captured.counts.uncaptured == 0);
+  CHECK(uncaptured.counts.captures == 0);
+  CHECK(uncaptured.counts.uncaptured == 6);
+  CHECK(captured.losses == uncaptured.losses);
+  CHECK(same_bits(captured.variables, uncaptured.variables));
+}
+
+TEST_CASE("GPU: each batch size is captured once, then replayed", "[gpu]") {
+  // The full batch, the last smaller one, again both (a second epoch), then a batch of 1.
+  const std::vector<int64_t> sizes = {8, 8, 3, 8, 3, 1, 8};
+  const Trained captured = train(sizes, true), uncaptured = train(sizes, false);
+  CHECK(captured.counts.captures == 3);
+  CHECK(captured.counts.replays == 7);
+  CHECK(captured.losses == uncaptured.losses);
+  CHECK(same_bits(captured.variables, uncaptured.variables));
+}
+
+TEST_CASE("GPU: a synchronising call while a run is captured is an error naming the call and the program", "[gpu]") {
+  tj::test::ScopedEnv knob("TOWERJIT_CUDA_GRAPHS", "on");
+  REQUIRE(tj::cuda::graphs_enabled());  // the driver and the emulator both have them
+  DropoutMlp m;
+  tj::CudaProgram step(m.graph, {m.loss}, /*run_update_ops=*/true, tj::gpu(0), "graph_breaker");
+  tj::DeviceVariables vars = tj::to_device(initial(m.graph), step.device(), step.stream());
+  step.during_capture = [&] { step.stream().synchronize(); };
+  CHECK_THROWS_WITH(step.run(batch_feeds(5, 1), vars, 0),
+                    Catch::Contains("capturing program \"" + step.name() + "\" on gpu:0 as a CUDA graph failed") &&
+                        Catch::Contains("cuStreamSynchronize") &&
+                        Catch::Contains("CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"));
+  // The program runs on once the call is gone: the broken capture left nothing behind.
+  step.during_capture = nullptr;
+  const float loss = step.run(batch_feeds(5, 1), vars, 0)[0].f32[0];
+  CHECK(std::isfinite(loss));
+  CHECK(step.graph_counts().captures == 1);
+  CHECK(step.graph_counts().replays == 1);
+}
+
+TEST_CASE("GPU: fit() captures each program in the first epoch and only replays after", "[gpu]") {
+  // 20 examples in batches of 8: 8, 8 and a last batch of 4, three epochs. The variables stay
+  // on the GPU (TOWERJIT_GPU_VARIABLES=on): a step runs the tower's program and the apply.
+  tj::test::ScopedEnv resident("TOWERJIT_GPU_VARIABLES", "on"), knob("TOWERJIT_CUDA_GRAPHS", "on");
+  const int64_t n = 20;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  tj::HostTensor image(tj::Shape{n, 784}), label(tj::Shape{n}, tj::DType::i32);
+  for (float& v : image.f32) v = pixel(rng);
+  for (int64_t i = 0; i < n; ++i) label.i32[i] = static_cast<int32_t>(i % 10);
+  const tj::data::TensorDataset data({{"image", image}, {"label", label}}, "label");
+  DropoutClassifier m;
+  tj::TowerTrainer trainer(m.graph, m.loss, tj::Towers{tj::gpu(0)}, tj::momentum(0.05, 0.9));
+  tj::data::BatchPipeline batches(data, {.batch = 8, .shuffle = false});
+  const auto before = tj::CudaProgram::total_graph_counts();
+  tj::fit(trainer, batches, {.epochs = 1, .stop_on_signals = false});
+  const auto first = tj::CudaProgram::total_graph_counts();
+  tj::fit(trainer, batches, {.epochs = 3, .stop_on_signals = false});
+  const auto after = tj::CudaProgram::total_graph_counts();
+  // First epoch: the tower's program captured for 8 and for 4; the apply (no batch) once for
+  // the gradients at the addresses the full batch leaves them, once more if the last batch's
+  // buffer plan puts them elsewhere. Each of the 3 steps replays both programs.
+  const int64_t first_captures = first.captures - before.captures;
+  CHECK(first_captures >= 3);
+  CHECK(first_captures <= 4);
+  CHECK(first.replays - before.replays == 2 * 3);
+  CHECK(first.uncaptured == before.uncaptured);
+  // Two more epochs: nothing captured, every run replayed.
+  CHECK(after.captures == first.captures);
+  CHECK(after.replays - first.replays == 2 * 6);
+  CHECK(after.uncaptured == before.uncaptured);
+}
