@@ -177,40 +177,59 @@ TEST_CASE("fake driver: kernels launch in order with each buffer's address, the 
   tj::GraphScope use(g);
   auto x = tj::input("x", {kBatch, 7});
   auto y = tj::relu(x) * 2;
-  auto s = tj::sum(y * y, {1});  // a second kernel: a row reduction
-  tj::CudaProgram p(g, {y, s});
+  auto s = tj::sum(y * y, {1});  // a row reduction
+  auto c = tj::sum(y, {0});      // a column reduction: split across blocks at 4099 rows
+  tj::CudaProgram p(g, {y, s, c});
   REQUIRE(p.program().kernels.size() >= 1);
-  for (const auto& k : p.module().kernels) fake.expect_params(k.symbol, static_cast<int>(k.buffers.size()) + 2);
-  for (int64_t batch : {5, 300}) {
+  // Reductions take two more parameters: the partials' workspace and the points per split.
+  for (const auto& k : p.module().kernels) {
+    const int n = static_cast<int>(k.buffers.size()) + (k.is_reduction() ? 4 : 2);
+    fake.expect_params(k.symbol, n);
+    if (k.may_split()) fake.expect_params(k.combine_symbol, n);
+  }
+  for (int64_t batch : {5, 300, 4099}) {
     tj::DeviceFeeds feeds;
     feeds.emplace("x", tj::to_device(values({batch, 7}, 0), p.device(), p.stream()));
     tj::DeviceVariables none;
     fake.reset();
     p.run(feeds, none, /*step=*/42);
     INFO("batch " << batch);
-    REQUIRE(fake.launches() == static_cast<int>(p.program().kernels.size()));
+    // One launch per kernel, and a second (the combine pass) for each split reduction.
+    int expected = 0, splits = 0;
+    for (const auto& k : p.module().kernels) {
+      expected += k.launch(batch, 4).splits > 1 ? 2 : 1;
+      splits += k.launch(batch, 4).splits > 1;
+    }
+    CHECK(splits == (batch == 4099 ? 1 : 0));  // the fake GPU has 4 SMs: only the column splits
+    REQUIRE(fake.launches() == expected);
     int launch = 0;
     for (const auto& step : p.program().steps) {
       if (step.kind != tj::kir::Step::Kind::kernel) continue;
       const auto& k = p.module().kernels[step.index];
-      CHECK(fake.kernel(launch) == k.symbol);
-      CHECK(fake.block(launch) == static_cast<unsigned>(k.block));
-      CHECK(fake.grid(launch) == static_cast<unsigned>(k.grid_size(batch, 32 * 4)));
-      REQUIRE(fake.params(launch) == static_cast<int>(k.buffers.size()) + 2);
-      for (size_t i = 0; i < k.buffers.size(); ++i) {
-        const auto& b = p.program().buffers[k.buffers[i]];
-        CHECK(fake.param(launch, static_cast<int>(i)) != 0);
-        if (b.kind == tj::kir::Buffer::Kind::input) CHECK(fake.param(launch, static_cast<int>(i)) == feeds.at("x").ptr());
+      const tj::cuda::Launch shape = k.launch(batch, 4);
+      const int n = static_cast<int>(k.buffers.size());
+      for (int pass = 0; pass < (shape.splits > 1 ? 2 : 1); ++pass, ++launch) {
+        CHECK(fake.kernel(launch) == (pass ? k.combine_symbol : k.symbol));
+        CHECK(fake.block(launch) == static_cast<unsigned>(k.block));
+        CHECK(fake.grid(launch) == static_cast<unsigned>(pass ? shape.combine_grid : shape.grid));
+        REQUIRE(fake.params(launch) == n + (k.is_reduction() ? 4 : 2));
+        for (int i = 0; i < n; ++i) {
+          const auto& b = p.program().buffers[k.buffers[i]];
+          CHECK(fake.param(launch, i) != 0);
+          if (b.kind == tj::kir::Buffer::Kind::input) CHECK(fake.param(launch, i) == feeds.at("x").ptr());
+        }
+        CHECK(fake.param(launch, n) == static_cast<unsigned long long>(batch));
+        // The step is read by the kernel from a device word (so a CUDA graph replays with each
+        // run's step); the fake's device memory is host memory.
+        const unsigned long long slot = fake.param(launch, n + 1);
+        REQUIRE(slot != 0);
+        unsigned long long step_value = 0;
+        std::memcpy(&step_value, reinterpret_cast<const void*>(slot), sizeof step_value);
+        CHECK(step_value == 42u);
+        if (!k.is_reduction()) continue;
+        CHECK((fake.param(launch, n + 2) != 0) == (shape.splits > 1));  // the workspace, when split
+        CHECK(fake.param(launch, n + 3) == static_cast<unsigned long long>(shape.chunk));
       }
-      CHECK(fake.param(launch, static_cast<int>(k.buffers.size())) == static_cast<unsigned long long>(batch));
-      // The step is read by the kernel from a device word (so a CUDA graph replays with each
-      // run's step); the fake's device memory is host memory.
-      const unsigned long long slot = fake.param(launch, static_cast<int>(k.buffers.size()) + 1);
-      REQUIRE(slot != 0);
-      unsigned long long step_value = 0;
-      std::memcpy(&step_value, reinterpret_cast<const void*>(slot), sizeof step_value);
-      CHECK(step_value == 42u);
-      ++launch;
     }
   }
 }

@@ -19,9 +19,9 @@ using nlohmann::json;
 const char* scheme_name(EmittedKernel::Scheme s) {
   switch (s) {
     case EmittedKernel::Scheme::elementwise: return "elementwise grid-stride";
-    case EmittedKernel::Scheme::row_per_warp: return "one warp per output row";
-    case EmittedKernel::Scheme::row_per_block: return "one block per output row";
-    case EmittedKernel::Scheme::column: return "32 outputs per block, 8 slices each";
+    case EmittedKernel::Scheme::row_per_warp: return "one warp per output row and split";
+    case EmittedKernel::Scheme::row_per_block: return "one block per output row and split";
+    case EmittedKernel::Scheme::column: return "32 outputs per block and split, 8 slices each";
   }
   return "";
 }
@@ -35,11 +35,32 @@ std::string grid_text(const EmittedKernel& k) {
   if (k.scheme == S::row_per_warp) per = k.block / 32;
   if (k.scheme == S::column) per = 32;
   const std::string w = detail::KernelWriter::affine(work);
-  if (work.b == 0) return std::to_string(std::max<int64_t>(1, (work.c + per - 1) / per));
-  return per == 1 ? w : "ceil(" + w + " / " + std::to_string(per) + ")";
+  std::string g;
+  if (work.b == 0) g = std::to_string(std::max<int64_t>(1, (work.c + per - 1) / per));
+  else g = per == 1 ? w : "ceil(" + w + " / " + std::to_string(per) + ")";
+  return k.is_reduction() ? g + " * splits" : g;
 }
 
-json launch_of(const kir::Program& p, const EmittedKernel& k) {
+// A reduction's split at a few batch sizes on the device the dump is for, and on an H200 when
+// that is another (an emulated GPU's 4 SMs split less): how many pieces, the blocks of each
+// pass and the partials' bytes (EmittedKernel::launch).
+json splits_of(const EmittedKernel& k, int sm_count) {
+  json on = json::object();
+  const std::vector<int64_t> batches = k.points.b == 0 ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 128, 512, 4096};
+  for (int sms : {sm_count, kDumpSmCount}) {
+    json at = json::object();
+    for (int64_t b : batches) {
+      const Launch l = k.launch(b, sms);
+      at[k.points.b == 0 ? "any B" : "B=" + std::to_string(b)] = {
+          {"splits", l.splits}, {"chunk", l.chunk}, {"grid", l.grid}, {"combine_grid", l.combine_grid},
+          {"partials_bytes", l.partials_bytes}};
+    }
+    on[std::to_string(sms) + " SMs"] = at;
+  }
+  return {{"rule", "EmittedKernel::launch (docs/cuda.md, Reductions)"}, {"combine", k.combine_symbol}, {"on", on}};
+}
+
+json launch_of(const kir::Program& p, const EmittedKernel& k, int sm_count) {
   json params = json::array();
   for (size_t i = 0; i < k.buffers.size(); ++i) {
     const kir::Buffer& b = p.buffers[k.buffers[i]];
@@ -48,8 +69,15 @@ json launch_of(const kir::Program& p, const EmittedKernel& k) {
   }
   params.push_back("tj_i64 batch");
   params.push_back("const tj_u64* step_slot");
-  return {{"scheme", scheme_name(k.scheme)}, {"block", k.block}, {"grid", grid_text(k)},
-          {"shared_bytes", k.shared_bytes}, {"vector_width", k.vector_width}, {"params", params}};
+  json launch = {{"scheme", scheme_name(k.scheme)}, {"block", k.block}, {"grid", grid_text(k)},
+                 {"shared_bytes", k.shared_bytes}, {"vector_width", k.vector_width}};
+  if (k.is_reduction()) {
+    params.push_back("void* tj_partials");
+    params.push_back("tj_i64 chunk");
+    launch["split"] = splits_of(k, sm_count);
+  }
+  launch["params"] = params;
+  return launch;
 }
 
 }  // namespace
@@ -76,12 +104,12 @@ std::string library_routine(const kir::LibraryCall& c, bool cudnn) {
 }
 
 std::string cuda_index_json(const Graph& g, const kir::Program& p, const CudaModule& m,
-                            const std::string& module_name, bool cudnn) {
+                            const std::string& module_name, bool cudnn, int sm_count) {
   json index = json::parse(dump_index_json(g, p, module_name));
   internal_check(index["steps"].size() == p.steps.size()) << "index and program disagree";
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const kir::Step& s = p.steps[i];
-    if (s.kind == kir::Step::Kind::kernel) index["steps"][i]["launch"] = launch_of(p, m.kernels[s.index]);
+    if (s.kind == kir::Step::Kind::kernel) index["steps"][i]["launch"] = launch_of(p, m.kernels[s.index], sm_count);
     if (s.kind == kir::Step::Kind::library) index["steps"][i]["cuda"] = library_routine(p.calls[s.index], cudnn);
     if (s.kind == kir::Step::Kind::copy) index["steps"][i]["cuda"] = "cuMemcpyDtoDAsync";
   }
@@ -91,11 +119,11 @@ std::string cuda_index_json(const Graph& g, const kir::Program& p, const CudaMod
 
 std::vector<std::string> write_cuda_dump(const std::string& dir, const Graph& g, const kir::Program& p,
                                          const CudaModule& m, const std::string& module_name,
-                                         const std::string& ptx, bool cudnn) {
+                                         const std::string& ptx, bool cudnn, int sm_count) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   std::vector<std::pair<std::string, std::string>> files = {
-      {".cu", m.source}, {".index.json", cuda_index_json(g, p, m, module_name, cudnn) + "\n"}, {".kir", kir::to_string(p)}};
+      {".cu", m.source}, {".index.json", cuda_index_json(g, p, m, module_name, cudnn, sm_count) + "\n"}, {".kir", kir::to_string(p)}};
   if (!ptx.empty()) files.push_back({".ptx", ptx});
   std::vector<std::string> paths;
   for (const auto& [ext, text] : files) {

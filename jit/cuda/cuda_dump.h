@@ -12,19 +12,25 @@
 
 namespace towerjit::cuda {
 
+// The SM count a dump's split tables are worked out for when the device is not known: an
+// NVIDIA H200's (and H100 SXM's) 132.
+constexpr int kDumpSmCount = 132;
+
 // dump_index_json's index plus, per kernel step, "launch": {"scheme", "block", "grid" (an
-// expression of B), "shared_bytes", "vector_width", "params"}, and per library step "cuda":
-// the library kernels or cuBLAS / cuDNN calls that run it (`cudnn`: whether convolutions go
-// to cuDNN, as where it loads, or to the fallback: runtime/cuda/cudnn.h).
+// expression of B; "* splits" for a reduction), "shared_bytes", "vector_width", "params", and
+// for a reduction "split": {"rule", "combine", "on": {"<sm_count> SMs": {"B=512": {"splits",
+// "chunk", "grid", "combine_grid", "partials_bytes"}, ...}, "132 SMs": ...}}}, and per library
+// step "cuda": the library kernels or cuBLAS / cuDNN calls that run it (`cudnn`: whether
+// convolutions go to cuDNN, as where it loads, or to the fallback: runtime/cuda/cudnn.h).
 std::string cuda_index_json(const Graph& graph, const kir::Program& program, const CudaModule& module,
-                            const std::string& module_name, bool cudnn = true);
+                            const std::string& module_name, bool cudnn = true, int sm_count = kDumpSmCount);
 
 // Writes <dir>/<module>.cu, <module>.index.json, <module>.kir and, when `ptx` is non-empty,
 // <module>.ptx. Returns the paths written. Throws towerjit::Error when `dir` is not writable.
 std::vector<std::string> write_cuda_dump(const std::string& dir, const Graph& graph,
                                          const kir::Program& program, const CudaModule& module,
                                          const std::string& module_name, const std::string& ptx = "",
-                                         bool cudnn = true);
+                                         bool cudnn = true, int sm_count = kDumpSmCount);
 
 // A program's files for reading its CUDA, emitted from its kernel IR whatever device runs it
 // (a CPU program's too): write_cuda_dump's files under `stem`, with the .ptx for `arch`

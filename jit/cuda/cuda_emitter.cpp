@@ -3,11 +3,10 @@
 //   - no reduction: a grid-stride loop over the flattened space; when every access is
 //     contiguous or constant along a last axis whose extent is a multiple of 4, a float4 path
 //     takes 4 points per thread (taken at run time when the pointers are 16-byte aligned);
-//   - trailing reduction: a warp (short rows) or a block (long or batch-sized rows) per
-//     output, combined with warp shuffles and shared memory;
-//   - other reductions: 32 outputs per block, each thread summing one of 8 slices of the
-//     reduced points, the slices combined in order through shared memory.
-// Every reduction order is fixed by the code and the block size: bitwise reproducible.
+//   - reductions: jit/cuda/reduction_writer.h (a warp or a block per output and split, or 32
+//     outputs per block and split; two passes when the launch splits the reduced points).
+// Every reduction order is fixed by the code, the block size and the split (a function of
+// the shape and the SM count): bitwise reproducible on a given device.
 #include "jit/cuda/cuda_emitter.h"
 
 #include <algorithm>
@@ -17,43 +16,20 @@
 #include "dsl/error.h"
 #include "jit/cuda/device_sources.h"
 #include "jit/cuda/kernel_writer.h"
+#include "jit/cuda/reduction_writer.h"
 
 namespace towerjit::cuda {
 namespace {
 
 using detail::KernelWriter;
+using detail::output_exprs;
 using detail::Point;
+using detail::point_of;
+using detail::range;
+using detail::store_outputs;
 using Scheme = EmittedKernel::Scheme;
 
 constexpr int kBlock = 256;
-constexpr int kWarpRowLimit = 1024;  // reduced length up to which a warp takes a whole row
-
-std::vector<int> range(int from, int to) {
-  std::vector<int> v;
-  for (int i = from; i < to; ++i) v.push_back(i);
-  return v;
-}
-
-Point point_of(int rank) {
-  Point pt;
-  for (int a = 0; a < rank; ++a) pt.index.push_back("i" + std::to_string(a));
-  return pt;
-}
-
-std::vector<int> output_exprs(const kir::Kernel& k, size_t first) {
-  std::vector<int> roots;
-  for (size_t i = first; i < k.outputs.size(); ++i) roots.push_back(k.outputs[i].expr);
-  return roots;
-}
-
-void store_outputs(std::ostream& out, const KernelWriter& w, const std::string& ind,
-                   const Point& pt, size_t first) {
-  const kir::Kernel& k = w.kernel();
-  for (size_t i = first; i < k.outputs.size(); ++i)
-    out << ind << w.buffer(k.outputs[i].access) << "[" << w.address(k.outputs[i].access, pt)
-        << "] = " << w.value(k.outputs[i].expr, pt) << ";\n";
-}
-
 // The accesses a float4 path loads or stores as vectors, or nothing when the kernel does not
 // allow one: each load or store must be contiguous (stride 1) or constant (stride 0) along the
 // last axis, whose extent is a multiple of 4, with every other stride and the offset multiples
@@ -145,127 +121,6 @@ void emit_elementwise(std::ostream& out, const KernelWriter& w, EmittedKernel& i
   out << "  }\n";
 }
 
-// Identity and combine of the kernel's reduction, in the accumulator's type.
-struct Reduction {
-  std::string type, identity, op;
-  std::string before = "", after = "";  // around the total: a mean's " / n", a log-sum-exp's result
-  int bytes = 4;                        // of the accumulator, for shared memory
-  std::string result(const std::string& acc) const { return before + acc + after; }
-};
-
-Reduction reduction_of(const KernelWriter& w, int out) {
-  const kir::Kernel& k = w.kernel();
-  const bool f = k.exprs[k.outputs[out].expr].dtype == DType::f32;
-  const Op op = k.outputs[out].reduce;
-  Reduction r{w.type(f ? DType::f32 : DType::i32), f ? "0.0f" : "0", "TjSum()"};
-  if (op == Op::ReduceMax) r.identity = f ? "(-TJ_INF)" : "TJ_INT_MIN", r.op = "TjMax()";
-  if (op == Op::ReduceMean) r.after = " / (float)len";
-  if (op == Op::ReduceLogSumExp)
-    r = Reduction{"TjLseAcc", "tj_lse_identity()", "TjLse()", "tj_lse_result(", ")", 8};
-  return r;
-}
-
-// Every reduction of the kernel (sibling reductions share the loop nest), in output order.
-std::vector<Reduction> reductions_of(const KernelWriter& w) {
-  std::vector<Reduction> rs;
-  for (int j = 0; j < w.kernel().reductions(); ++j) rs.push_back(reduction_of(w, j));
-  return rs;
-}
-
-std::string acc_name(size_t j) { return "acc" + (j ? std::to_string(j) : std::string()); }
-
-// The inner loop of a reduction: the body at each reduced point, side outputs, accumulate.
-void emit_accumulate(std::ostream& out, const KernelWriter& w, const std::string& ind,
-                     const std::string& from, const std::string& step, const std::vector<int>& reduced,
-                     const std::vector<Reduction>& rs) {
-  const kir::Kernel& k = w.kernel();
-  out << ind << "for (tj_i64 q = " << from << "; q < len; q += " << step << ") {\n";
-  w.decompose(out, ind + "  ", "q", reduced, "rq");
-  const Point pt = point_of(k.space.rank());
-  std::vector<int> roots = output_exprs(k, 0);
-  w.body(out, ind + "  ", pt, roots);
-  store_outputs(out, w, ind + "  ", pt, rs.size());
-  for (size_t j = 0; j < rs.size(); ++j)
-    out << ind << "  " << acc_name(j) << " = " << rs[j].op << "(" << acc_name(j) << ", "
-        << w.value(k.outputs[j].expr, pt) << ");\n";
-  out << ind << "}\n";
-}
-
-std::string out_address(const KernelWriter& w, const std::vector<int>& reduced, size_t out) {
-  Point pt = point_of(w.kernel().space.rank());
-  for (int a : reduced) pt.index[a] = "0";  // the output's strides along them are 0
-  return w.address(w.kernel().outputs[out].access, pt);
-}
-
-void emit_row_reduction(std::ostream& out, const KernelWriter& w, EmittedKernel& info,
-                        const std::vector<int>& kept, const std::vector<int>& reduced) {
-  const kir::Kernel& k = w.kernel();
-  const std::vector<Reduction> rs = reductions_of(w);
-  const kir::Affine len = w.count(reduced);
-  const bool warp = len.b == 0 && len.c <= kWarpRowLimit;
-  info.scheme = warp ? Scheme::row_per_warp : Scheme::row_per_block;
-  out << "  const tj_i64 rows = " << KernelWriter::affine(info.outputs) << ", len = " << KernelWriter::affine(len) << ";\n";
-  if (warp) {
-    out << "  const int lane = threadIdx.x & 31;\n";
-    out << "  for (tj_i64 row = TJ_GLOBAL_THREAD >> 5; row < rows; row += TJ_GRID_THREADS >> 5) {\n";
-  } else {
-    info.shared_bytes = 0;
-    for (size_t j = 0; j < rs.size(); ++j) {
-      info.shared_bytes += 32 * rs[j].bytes;
-      out << "  __shared__ " << rs[j].type << " smem" << (j ? std::to_string(j) : "") << "[32];\n";
-    }
-    out << "  for (tj_i64 row = blockIdx.x; row < rows; row += gridDim.x) {\n";
-  }
-  w.decompose(out, "    ", "row", kept, "ro");
-  for (size_t j = 0; j < rs.size(); ++j) out << "    " << rs[j].type << " " << acc_name(j) << " = " << rs[j].identity << ";\n";
-  emit_accumulate(out, w, "    ", warp ? "lane" : "threadIdx.x", warp ? "32" : "blockDim.x", reduced, rs);
-  for (size_t j = 0; j < rs.size(); ++j) {
-    const std::string a = acc_name(j);
-    if (warp) out << "    " << a << " = tj_warp_reduce(" << a << ", " << rs[j].op << ");\n";
-    else out << "    " << a << " = tj_block_reduce(" << a << ", " << rs[j].op << ", " << rs[j].identity
-             << ", smem" << (j ? std::to_string(j) : "") << ");\n";
-  }
-  for (size_t j = 0; j < rs.size(); ++j)
-    out << (warp ? "    if (lane == 0) " : "    if (threadIdx.x == 0) ") << w.buffer(k.outputs[j].access) << "["
-        << out_address(w, reduced, j) << "] = " << rs[j].result(acc_name(j)) << ";\n";
-  out << "  }\n";
-}
-
-void emit_column_reduction(std::ostream& out, const KernelWriter& w, EmittedKernel& info,
-                           const std::vector<int>& kept, const std::vector<int>& reduced) {
-  const kir::Kernel& k = w.kernel();
-  const std::vector<Reduction> rs = reductions_of(w);
-  info.scheme = Scheme::column;
-  info.shared_bytes = 0;
-  out << "  const tj_i64 outputs = " << KernelWriter::affine(info.outputs)
-      << ", len = " << KernelWriter::affine(w.count(reduced)) << ";\n";
-  for (size_t j = 0; j < rs.size(); ++j) {
-    info.shared_bytes += kBlock * rs[j].bytes;
-    out << "  __shared__ " << rs[j].type << " part" << (j ? std::to_string(j) : "") << "[" << kBlock
-        << "];  // [slice][output]\n";
-  }
-  out << "  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;\n";
-  out << "  for (tj_i64 o0 = (tj_i64)blockIdx.x * 32; o0 < outputs; o0 += (tj_i64)gridDim.x * 32) {\n";
-  out << "    const tj_i64 o = o0 + tx;\n";
-  for (size_t j = 0; j < rs.size(); ++j) out << "    tj_i64 at" << j << " = 0;\n";
-  for (size_t j = 0; j < rs.size(); ++j) out << "    " << rs[j].type << " " << acc_name(j) << " = " << rs[j].identity << ";\n";
-  out << "    if (o < outputs) {\n";
-  w.decompose(out, "      ", "o", kept, "ro");
-  for (size_t j = 0; j < rs.size(); ++j) out << "      at" << j << " = " << out_address(w, reduced, j) << ";\n";
-  emit_accumulate(out, w, "      ", "ty", "8", reduced, rs);
-  out << "    }\n";
-  for (size_t j = 0; j < rs.size(); ++j)
-    out << "    part" << (j ? std::to_string(j) : "") << "[threadIdx.x] = " << acc_name(j) << ";\n";
-  out << "    __syncthreads();\n";
-  out << "    if (ty == 0 && o < outputs) {\n";
-  for (size_t j = 0; j < rs.size(); ++j) {
-    const std::string a = acc_name(j), part = "part" + (j ? std::to_string(j) : std::string());
-    out << "      for (int y = 1; y < 8; ++y) " << a << " = " << rs[j].op << "(" << a << ", " << part << "[y * 32 + tx]);\n";
-    out << "      " << w.buffer(k.outputs[j].access) << "[at" << j << "] = " << rs[j].result(a) << ";\n";
-  }
-  out << "    }\n    __syncthreads();\n  }\n";
-}
-
 void emit_header(std::ostream& out, const Graph& g, const kir::Kernel& k) {
   out << "// " << k.name << ": loop over " << k.space.str();
   if (k.reduce != Op::Constant) {
@@ -331,45 +186,32 @@ std::string emit_kernel(const Graph& g, const kir::Program& p, const kir::Kernel
   const int rank = k.space.rank();
   info.points = w.count(range(0, rank));
   info.outputs = info.points;
-  emit_header(out, g, k);
-  out << "extern \"C\" __global__ void __launch_bounds__(" << kBlock << ") " << k.name << "(\n    "
-      << w.params() << ") {\n" << KernelWriter::prologue();
-  if (k.reduce == Op::Constant) {
-    emit_elementwise(out, w, info);
-  } else {
-    std::vector<int> kept, reduced = k.reduce_axes;
-    std::sort(reduced.begin(), reduced.end());
-    for (int a = 0; a < rank; ++a)
-      if (!std::binary_search(reduced.begin(), reduced.end(), a)) kept.push_back(a);
-    info.outputs = w.count(kept);
-    const bool trailing = kept.empty() || reduced.empty() || kept.back() < reduced.front();
-    if (trailing) emit_row_reduction(out, w, info, kept, reduced);
-    else emit_column_reduction(out, w, info, kept, reduced);
+  const bool reduction = k.reduce != Op::Constant;
+  if (reduction) {
+    detail::plan_reduction(w, info);
+    detail::emit_partial_struct(out, w);
   }
+  const std::string params = w.params() + (reduction ? detail::reduction_params() : "");
+  emit_header(out, g, k);
+  out << "extern \"C\" __global__ void __launch_bounds__(" << kBlock << ") " << k.name << "(\n    " << params
+      << ") {\n" << KernelWriter::prologue();
+  if (reduction) detail::emit_reduction_body(out, w, info);
+  else emit_elementwise(out, w, info);
   out << "}\n\n";
+  if (!info.combine_symbol.empty()) detail::emit_combine_kernel(out, w, info, params);
   return out.str();
 }
 
 }  // namespace
-
-int64_t EmittedKernel::grid_size(int64_t batch, int64_t max_blocks) const {
-  const int64_t n = outputs.at(batch), pts = points.at(batch);
-  int64_t blocks = 1;
-  switch (scheme) {
-    case Scheme::elementwise: blocks = (pts / vector_width + block - 1) / block; break;
-    case Scheme::row_per_warp: blocks = (n * 32 + block - 1) / block; break;
-    case Scheme::row_per_block: blocks = n; break;
-    case Scheme::column: blocks = (n + 31) / 32; break;
-  }
-  return std::clamp<int64_t>(blocks, 1, std::max<int64_t>(1, max_blocks));
-}
 
 CudaModule emit_cuda_module(const Graph& graph, const kir::Program& program, const std::string& module_name) {
   CudaModule m;
   std::ostringstream out;
   out << "// towerjit CUDA module \"" << module_name << "\": " << program.kernels.size()
       << " loop kernels, generated from the kernel IR.\n"
-      << "// Each kernel: (buffers..., tj_i64 batch, const tj_u64* step_slot), 256 threads per block; see\n"
+      << "// Each kernel: (buffers..., tj_i64 batch, const tj_u64* step_slot), 256 threads per block (a\n"
+      << "// reduction also takes its partials' workspace and the reduced points per split, and has a\n"
+      << "// _combine pass); see\n"
       << "// " << module_name << ".index.json for the launch shape and the bytes each kernel moves.\n\n"
       << kDevicePhilox << "\n" << kDevicePreamble << "\n";
   for (const kir::Kernel& k : program.kernels) {

@@ -6,13 +6,17 @@
 // Every kernel takes the same kind of parameter list, which a runtime can build from
 // EmittedKernel alone:
 //
-//   name(T0* __restrict__ b<id0>, ..., long long batch, const unsigned long long* step_slot)
+//   name(T0* __restrict__ b<id0>, ..., long long batch, const unsigned long long* step_slot
+//        [, void* tj_partials, long long chunk])
 //
 // one device pointer per entry of `buffers` (const for those it only reads; a view passes the
 // base of the buffer it views), then the bound batch size and a device word holding the step
 // that keys random numbers (read by the kernel, so a CUDA graph captured once replays with
-// each run's step). Launch with `block` threads in x and grid_size(...) blocks in x; the shared
-// memory is static (already in the cubin), reported in `shared_bytes` for occupancy.
+// each run's step); a reduction kernel also takes the workspace of its partials and the
+// reduced points per split (launch() says both). Launch with `block` threads in x and
+// launch().grid blocks in x; when launch().splits > 1, launch `combine_symbol` next, with the
+// same parameters, on launch().combine_grid blocks. The shared memory is static (already in
+// the cubin), reported in `shared_bytes` for occupancy.
 #pragma once
 
 #include <cstdint>
@@ -24,16 +28,31 @@
 
 namespace towerjit::cuda {
 
+// How a reduction kernel runs at one batch size on one device: the reduced points of each
+// output are cut into `splits` consecutive pieces of `chunk` points (the last may be shorter).
+// One split: pass 1 stores the results. Several: pass 1 writes one partial per (split, output)
+// into a workspace of `partials_bytes`, laid out [split][output], and the combine kernel (pass
+// 2) folds each output's partials in split order. A deterministic function of the shape and
+// the SM count (EmittedKernel::launch), so a given device always sums in the same order.
+struct Launch {
+  int64_t grid = 1;          // pass-1 blocks
+  int64_t splits = 1;        // pieces of the reduced points per output
+  int64_t chunk = 1;         // reduced points per piece (>= len when splits == 1)
+  int64_t combine_grid = 0;  // pass-2 blocks (0: no pass 2)
+  int64_t partials_bytes = 0;  // workspace pass 1 writes (0: none)
+};
+
 struct EmittedKernel {
   // How threads map onto the loop space.
   enum class Scheme {
     elementwise,   // grid-stride over the points; `vector_width` points per thread when it can
-    row_per_warp,  // trailing reduction: one warp per output, warp-shuffle combine
-    row_per_block, // trailing reduction: one block per output, shuffle + shared-memory combine
-    column,        // non-trailing reduction: 32 outputs per block, 8 slices of the reduced
+    row_per_warp,  // reduced axes innermost: one warp per (output, split), shuffle combine
+    row_per_block, // reduced axes innermost: one block per (output, split), shuffle + shared-memory
+    column,        // a kept axis innermost: 32 outputs per block, 8 slices of the split's reduced
                    // points each, combined in shared memory in slice order (no atomics)
   };
   std::string symbol;
+  std::string combine_symbol;   // reductions that may_split(): the pass-2 kernel ("<symbol>_combine")
   std::vector<int> buffers;     // program buffer ids, in parameter order
   std::vector<bool> written;    // per buffer: the kernel stores into it
   Scheme scheme = Scheme::elementwise;
@@ -41,15 +60,19 @@ struct EmittedKernel {
   int shared_bytes = 0;         // static shared memory per block
   kir::Affine points;           // points of the loop space (c + b * B)
   kir::Affine outputs;          // reductions: output elements (rows or columns); else = points
+  kir::Affine reduced{1, 0};    // reductions: reduced points per output (len); else 1
+  int partial_bytes = 0;        // reductions: bytes of one output's partial (every sibling's)
   // 4: when every pointer the vector path uses is 16-byte aligned (checked in the kernel), a
   // thread takes 4 consecutive points with float4/int4 loads and stores; else 1.
   int vector_width = 1;
 
-  // Blocks to launch for `batch`: enough for every thread to have work (at most one
-  // grid-stride turn), capped at `max_blocks` (e.g. 32 per SM), at least 1.
-  int64_t grid_size(int64_t batch, int64_t max_blocks = 1 << 20) const;
+  bool is_reduction() const { return scheme != Scheme::elementwise; }
+  // A reduction whose launch can split at some batch on some device (it then has a combine
+  // kernel): one over a batch-sized loop space, or a fixed one of at least 16384 points.
+  bool may_split() const;
+  // The launch at `batch` on a device of `sm_count` SMs (split rule: docs/cuda.md, "Reductions").
+  Launch launch(int64_t batch, int sm_count) const;
 };
-
 struct CudaModule {
   std::string source;                  // the whole .cu text
   std::vector<EmittedKernel> kernels;  // one per kir::Program::kernels entry, same order

@@ -26,6 +26,31 @@ std::string float_literal(double v) {
   return (f < 0 ? "(" + s + "f)" : s + "f");
 }
 
+std::vector<int> range(int from, int to) {
+  std::vector<int> v;
+  for (int i = from; i < to; ++i) v.push_back(i);
+  return v;
+}
+
+Point point_of(int rank) {
+  Point pt;
+  for (int a = 0; a < rank; ++a) pt.index.push_back("i" + std::to_string(a));
+  return pt;
+}
+
+std::vector<int> output_exprs(const kir::Kernel& k, size_t first) {
+  std::vector<int> roots;
+  for (size_t i = first; i < k.outputs.size(); ++i) roots.push_back(k.outputs[i].expr);
+  return roots;
+}
+
+void store_outputs(std::ostream& out, const KernelWriter& w, const std::string& ind, const Point& pt, size_t first) {
+  const kir::Kernel& k = w.kernel();
+  for (size_t i = first; i < k.outputs.size(); ++i)
+    out << ind << w.buffer(k.outputs[i].access) << "[" << w.address(k.outputs[i].access, pt)
+        << "] = " << w.value(k.outputs[i].expr, pt) << ";\n";
+}
+
 KernelWriter::KernelWriter(const kir::Program& p, const kir::Kernel& k, EmittedKernel& info)
     : p_(p), k_(k), info_(info) {
   for (const auto& a : k_.accesses)

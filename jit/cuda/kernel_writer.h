@@ -64,6 +64,16 @@ class KernelWriter {
   EmittedKernel& info_;
 };
 
+// The point whose index along each axis a is the variable "i<a>".
+Point point_of(int rank);
+// The kernel's output expressions from output `first` on.
+std::vector<int> output_exprs(const kir::Kernel& k, size_t first);
+// Stores outputs `first`.. at `pt` (each `b<id>[address] = e<id>;`).
+void store_outputs(std::ostream& out, const KernelWriter& w, const std::string& indent, const Point& pt,
+                   size_t first);
+// 0, 1, ..., to - 1 from `from`.
+std::vector<int> range(int from, int to);
+
 // A float constant as C that round-trips through f32: "0.5f", "1e-05f", "TJ_INF".
 std::string float_literal(double v);
 

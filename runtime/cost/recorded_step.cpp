@@ -52,6 +52,13 @@ class Indexes {
         k.ops = static_cast<int>(step["ops"].size());
         k.reduces = step.contains("reduce");
         m[step["name"]] = k;
+        // A split reduction's pass 2 (jit/cuda/reduction_writer.h): it reads the partials and
+        // stores the outputs, bytes the index does not list per batch; its launch and its
+        // recorded work still count.
+        if (step.contains("launch") && step["launch"].contains("split")) {
+          const std::string combine = step["launch"]["split"].value("combine", "");
+          if (!combine.empty()) m[combine] = KernelIndex{.bytes = 0, .ops = 0, .reduces = true};
+        }
       }
     }
     auto it = m.find(name);

@@ -77,6 +77,8 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
     loaded_ = std::make_unique<cuda::LoadedModule>(*device_, binary_, name_, loc);
     for (size_t i = 0; i < module_.kernels.size(); ++i) {
       functions_.push_back(loaded_->function(module_.kernels[i].symbol));
+      const std::string& combine = module_.kernels[i].combine_symbol;
+      combine_functions_.push_back(combine.empty() ? nullptr : loaded_->function(combine));
       kernel_what_.push_back(describe_kernel(graph_, program_.kernels[i]));
     }
   }
@@ -104,7 +106,8 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
   }) || (has_conv && !dnn_);
   if (needs_blas) blas_ = std::make_unique<cuda::Cublas>(*device_, *stream_, loc);
   if (auto dir = knobs::dump_dir())
-    cuda::write_cuda_dump(*dir, graph_, program_, module_, name_, binary_.ptx, dnn_ || !has_conv);
+    cuda::write_cuda_dump(*dir, graph_, program_, module_, name_, binary_.ptx, dnn_ || !has_conv,
+                          device_->sm_count());
   if (needs_library) device_->library_module();  // compile and load now: errors here, not mid-run
   if (!one_hot_calls_.empty()) error_slots_ = device_->allocate(8 * one_hot_calls_.size(), loc);
   step_slot_ = device_->allocate(8, loc);
@@ -176,6 +179,10 @@ void CudaProgram::prepare(int64_t batch) {
                                                                             program_.buffers[c.output].shape.bind(batch),
                                                                             dnn_.get()));
     }
+    // A split reduction's partials share the scratch: steps run one after another on the
+    // stream, so no two of them use it at once.
+    for (const cuda::EmittedKernel& k : module_.kernels)
+      scratch_bytes_ = std::max(scratch_bytes_, static_cast<size_t>(k.launch(batch, device_->sm_count()).partials_bytes));
     planned_batch_ = batch;
   }
   if (scratch_.bytes() < scratch_bytes_) scratch_ = device_->allocate(scratch_bytes_);
@@ -210,19 +217,30 @@ std::vector<CUdeviceptr> CudaProgram::bind_buffers(const DeviceFeeds& feeds, Dev
 
 void CudaProgram::run_kernel(int index, const std::vector<CUdeviceptr>& base, int64_t batch) {
   const cuda::EmittedKernel& k = module_.kernels[index];
-  // (buffers..., long long batch, const unsigned long long* step_slot): each passed by address.
+  // (buffers..., long long batch, const unsigned long long* step_slot[, void* partials,
+  // long long chunk]): each passed by address.
+  const cuda::Launch shape = k.launch(batch, device_->sm_count());
   std::vector<CUdeviceptr> ptrs;
   for (int b : k.buffers) ptrs.push_back(base[b]);
-  long long batch_arg = batch;
+  long long batch_arg = batch, chunk_arg = shape.chunk;
   CUdeviceptr step_arg = step_slot_.ptr();
+  CUdeviceptr partials = shape.partials_bytes > 0 ? scratch_.ptr() : 0;
   std::vector<void*> params;
   for (CUdeviceptr& p : ptrs) params.push_back(&p);
   params.push_back(&batch_arg);
   params.push_back(&step_arg);
-  const int64_t grid = k.grid_size(batch, int64_t{32} * device_->sm_count());
+  if (k.is_reduction()) {
+    internal_check(scratch_.bytes() >= static_cast<size_t>(shape.partials_bytes))
+        << k.symbol << ": scratch of " << scratch_.bytes() << " bytes for " << shape.partials_bytes << " of partials";
+    params.push_back(&partials);
+    params.push_back(&chunk_arg);
+  }
   const std::vector<int>& nodes = program_.kernels[index].nodes;
   const Loc at = nodes.empty() ? Loc::current() : graph_.node(nodes.front()).loc;
-  cuda::launch(functions_[index], grid, k.block, *stream_, params.data(), kernel_what_[index], at);
+  cuda::launch(functions_[index], shape.grid, k.block, *stream_, params.data(), kernel_what_[index], at);
+  if (shape.splits > 1)  // pass 2: fold the partials in split order
+    cuda::launch(combine_functions_[index], shape.combine_grid, k.block, *stream_, params.data(),
+                 kernel_what_[index] + " (combine)", at);
 }
 
 void CudaProgram::run_call(int index, const std::vector<CUdeviceptr>& base, int64_t batch) {

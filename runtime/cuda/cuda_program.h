@@ -166,6 +166,7 @@ class CudaProgram {
   cuda::CudaBinary binary_;
   std::unique_ptr<cuda::LoadedModule> loaded_;
   std::vector<CUfunction> functions_;
+  std::vector<CUfunction> combine_functions_;  // per kernel: a split reduction's pass 2 (else null)
   std::vector<std::string> kernel_what_;   // per kernel: its name and DSL ops, for errors
   std::vector<int> written_;               // variable buffers some step writes
   std::vector<std::string> written_names_;
@@ -176,10 +177,10 @@ class CudaProgram {
 
   // Per-run state, kept between runs so a steady training loop allocates nothing.
   BufferPlan plan_;               // the temporaries' layout for planned_batch_
-  size_t scratch_bytes_ = 0;      // the largest library scratch at planned_batch_
+  size_t scratch_bytes_ = 0;      // the largest scratch (library call or partials) at planned_batch_
   int64_t planned_batch_ = -1;
   cuda::DeviceBuffer arena_;      // temporaries
-  cuda::DeviceBuffer scratch_;    // library calls' scratch (im2col columns)
+  cuda::DeviceBuffer scratch_;    // library calls' scratch (im2col columns), split reductions' partials
   cuda::DeviceBuffer error_slots_;  // one 8-byte slot per one-hot call
   std::unique_ptr<cuda::PinnedBuffer> staging_;  // feeds up, fetches down
   std::vector<std::unique_ptr<cuda::Event>> timing_;  // step_times: one before each step, one after the last

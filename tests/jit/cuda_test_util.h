@@ -38,6 +38,7 @@ inline cuda::CudaModule require_compiles(const Graph& g, const std::vector<int>&
     for (const auto& k : m.kernels) {
       INFO("kernel " << k.symbol);
       CHECK(bin.ptx.find(".entry " + k.symbol + "(") != std::string::npos);
+      if (k.may_split()) CHECK(bin.ptx.find(".entry " + k.combine_symbol + "(") != std::string::npos);
     }
   }
   return m;

@@ -118,7 +118,11 @@ TEST_CASE("the CUDA dump index names every op of the training step with its laun
   for (const auto& step : index["steps"]) {
     if (step["kind"] == "kernel") {
       CHECK(step["launch"]["block"] == 256);
-      CHECK(step["launch"]["params"].back() == "const tj_u64* step_slot");
+      // A reduction also takes its partials' workspace and the points per split, and the index
+      // gives its split on the dump's device.
+      const bool reduction = step["launch"].contains("split");
+      CHECK(step["launch"]["params"].back() == (reduction ? "tj_i64 chunk" : "const tj_u64* step_slot"));
+      if (reduction) CHECK(step["launch"]["split"]["on"].contains("132 SMs"));
     }
     if (step.contains("ops"))
       for (const auto& op : step["ops"]) named.insert(op["node"].get<int>());

@@ -1,0 +1,68 @@
+// EmittedKernel::launch: the grid of every loop kernel, and for reductions the split rule.
+//
+// A reduction's natural grid is one unit per output (a warp or a block per row, a block per
+// 32 columns). When that is less than one full wave of the GPU and the kernel is large enough
+// to pay for a second launch, the reduced points are split so the grid covers about two waves.
+// Every number below is a function of the bound shape and the SM count alone: the same device
+// always splits, and so sums, in the same order. The assumptions, and where they come from:
+//   - 8 resident blocks of 256 threads per SM: 2048 resident threads per SM on sm_80 and sm_90
+//     (CUDA C++ Programming Guide, "Compute Capabilities", table of technical specifications);
+//   - two waves rather than one: a block that runs long, or an SM holding fewer blocks (a
+//     kernel with many registers), evens out in the second wave, and the partials stay few;
+//   - no split below 16384 points (64 KiB of f32): one block reads that in a few microseconds,
+//     about what the combine kernel's launch costs (a launch is a few microseconds on the
+//     driver API, less in a CUDA Graph);
+//   - every thread of a unit has at least one reduced point of its split.
+// With these, a reduction over >= 65536 points runs on at least points / 256 >= 256 blocks
+// (see the proof in docs/cuda.md), more than any current GPU's SM count.
+#include <algorithm>
+
+#include "jit/cuda/cuda_emitter.h"
+
+namespace towerjit::cuda {
+namespace {
+
+constexpr int64_t kBlocksPerSm = 8;         // resident 256-thread blocks per SM
+constexpr int64_t kWaves = 2;               // the split grid's target, in full waves
+constexpr int64_t kSplitMinPoints = 16384;  // smaller reductions never split
+constexpr int64_t kMaxBlocksPerSm = 32;     // grid-stride kernels: at most 4 waves of blocks
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+bool EmittedKernel::may_split() const {
+  return is_reduction() && (points.b != 0 || points.c >= kSplitMinPoints);
+}
+
+Launch EmittedKernel::launch(int64_t batch, int sm_count) const {
+  using S = Scheme;
+  const int64_t sms = std::max(1, sm_count), cap = kMaxBlocksPerSm * sms;
+  Launch l;
+  if (scheme == S::elementwise) {
+    l.grid = std::clamp<int64_t>(ceil_div(points.at(batch), int64_t{block} * vector_width), 1, cap);
+    return l;
+  }
+  const int64_t n = outputs.at(batch), len = reduced.at(batch), pts = points.at(batch);
+  // A unit: what one output's piece runs on. units_per_block of them share a block; `lanes`
+  // threads of a unit walk its reduced points.
+  const int64_t units = scheme == S::column ? ceil_div(n, 32) : n;
+  const int64_t per_block = scheme == S::row_per_warp ? block / 32 : 1;
+  const int64_t lanes = scheme == S::row_per_warp ? 32 : scheme == S::column ? block / 32 : block;
+  int64_t splits = 1;
+  if (may_split() && pts >= kSplitMinPoints && ceil_div(units, per_block) < kBlocksPerSm * sms) {
+    const int64_t want = ceil_div(kWaves * kBlocksPerSm * sms * per_block, std::max<int64_t>(units, 1));
+    splits = std::clamp<int64_t>(std::min(want, ceil_div(len, lanes)), 1, std::max<int64_t>(len, 1));
+  }
+  // Equal pieces of `chunk` points; recounting from chunk leaves no piece empty.
+  l.chunk = std::max<int64_t>(1, ceil_div(len, splits));
+  l.splits = std::max<int64_t>(1, ceil_div(len, l.chunk));
+  l.grid = std::clamp<int64_t>(ceil_div(units * l.splits, per_block), 1, cap);
+  if (l.splits > 1) {
+    l.combine_grid = std::clamp<int64_t>(ceil_div(n * 32, block), 1, cap);  // a warp per output
+    l.partials_bytes = l.splits * n * partial_bytes;
+  }
+  return l;
+}
+
+}  // namespace towerjit::cuda
