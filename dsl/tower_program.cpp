@@ -39,7 +39,7 @@ TowerProgram build_tower_program(Graph& graph, Tensor loss, const Optimizer& opt
   for (const auto& u : p.model_updates) p.tower_fetches.push_back(u.value);
 
   for (size_t i = 0; i < p.variables.size(); ++i) {
-    p.gradient_inputs.push_back("tower_gradient/" + p.variables[i].node().attrs.name);
+    p.gradient_inputs.push_back(std::string(TowerProgram::gradient_prefix) + p.variables[i].node().attrs.name);
     p.collectives.push_back(all_reduce(grads[i], p.gradient_inputs.back(), loc));
   }
   // Built before the apply so that the schedule reads the global step before its increment;

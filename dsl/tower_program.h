@@ -10,6 +10,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dsl/ema.h"
@@ -40,6 +41,8 @@ struct TowerProgram {
   // The scalar input the runtime's cut multiplies every collective's result by on the apply
   // side (jit/passes/cut_collectives.h), fed the strategy's factor after the collective.
   static constexpr const char* gradient_scale = "tower_gradient_scale";
+  // A gradient's name as the apply's input and its collective's key: this, then the variable's.
+  static constexpr std::string_view gradient_prefix = "tower_gradient/";
   std::vector<Tensor> apply_updates;
   Tensor learning_rate;
 

@@ -57,7 +57,8 @@ json splits_of(const EmittedKernel& k, int sm_count) {
     }
     on[std::to_string(sms) + " SMs"] = at;
   }
-  return {{"rule", "EmittedKernel::launch (docs/cuda.md, Reductions)"}, {"combine", k.combine_symbol}, {"on", on}};
+  return {{"rule", "EmittedKernel::launch (docs/cuda.md, Reductions)"}, {"combine", k.combine_symbol},
+          {"partial_bytes", k.partial_bytes}, {"on", on}};
 }
 
 json launch_of(const kir::Program& p, const EmittedKernel& k, int sm_count) {

@@ -250,6 +250,7 @@ void emit_combine_kernel(std::ostream& out, const KernelWriter& w, const Emitted
   out << "  for (tj_i64 o = TJ_GLOBAL_THREAD >> 5; o < outputs; o += TJ_GRID_THREADS >> 5) {\n";
   declare_accumulators(out, "    ", rs);
   out << "    for (tj_i64 s = lane; s < splits; s += 32) {\n";
+  out << "      TJ_WORK(1);\n";
   out << "      const " << t << " p = partials[s * outputs + o];\n";
   for (size_t j = 0; j < rs.size(); ++j)
     out << "      " << acc_name(j) << " = " << rs[j].op << "(" << acc_name(j) << ", p." << acc_name(j) << ");\n";

@@ -30,6 +30,7 @@ struct KernelIndex {
   double bytes = 0;
   int ops = 0;
   bool reduces = false;
+  double bytes_per_point = 0;  // bytes that scale with the recorded points instead (a combine pass)
 };
 
 // module -> kernel -> what its index says, read once a module.
@@ -52,12 +53,16 @@ class Indexes {
         k.ops = static_cast<int>(step["ops"].size());
         k.reduces = step.contains("reduce");
         m[step["name"]] = k;
-        // A split reduction's pass 2 (jit/cuda/reduction_writer.h): it reads the partials and
-        // stores the outputs, bytes the index does not list per batch; its launch and its
-        // recorded work still count.
+        // A split reduction's pass 2 (jit/cuda/reduction_writer.h): it reads each partial once,
+        // counted as its work (TJ_WORK(1) a partial), and stands for the partials' traffic of
+        // both passes: pass 1 wrote as many. (The outputs' stores move from pass 1 to pass 2;
+        // the index counts them once, in pass 1's bytes.)
         if (step.contains("launch") && step["launch"].contains("split")) {
-          const std::string combine = step["launch"]["split"].value("combine", "");
-          if (!combine.empty()) m[combine] = KernelIndex{.bytes = 0, .ops = 0, .reduces = true};
+          const json& split = step["launch"]["split"];
+          const std::string combine = split.value("combine", "");
+          if (!combine.empty())
+            m[combine] = KernelIndex{.bytes = 0, .ops = 0, .reduces = true,
+                                     .bytes_per_point = 2.0 * split.value("partial_bytes", 0)};
         }
       }
     }
@@ -117,7 +122,7 @@ std::vector<Launch> launches_from_records(const std::string& json_lines, const s
     l.graph = r.value("graph", false);
     if (l.kind == "kernel" && l.name.rfind("tj_", 0) != 0) {  // a loop kernel of a program
       const KernelIndex& k = indexes.kernel(l.module, l.name);
-      l.bytes = k.bytes;
+      l.bytes = k.bytes + k.bytes_per_point * l.points();
       l.reduces = k.reduces;
       l.flops = l.points() * k.ops;
     }

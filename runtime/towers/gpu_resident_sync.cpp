@@ -82,9 +82,8 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
   // then each updated variable's; bucketed in the order the towers' programs finish them.
   std::vector<Shape> shapes;
   std::vector<bool> is_update;
-  const std::string prefix = "tower_gradient/";
   for (const std::string& name : setup_.gradient_inputs) {
-    shapes.push_back(initial.at(name.substr(prefix.size())).shape);
+    shapes.push_back(initial.at(name.substr(TowerProgram::gradient_prefix.size())).shape);
     is_update.push_back(false);
   }
   for (const std::string& name : setup_.model_update_variables) {

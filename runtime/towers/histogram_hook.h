@@ -1,5 +1,8 @@
-// Histograms of the trainable variables for TensorBoard's Histograms and Distributions tabs:
-// every `every` steps, one histogram a variable, tagged "weights/<name>" ("weights/fc1/kernel").
+// Histograms of the trainable variables and their gradients for TensorBoard's Histograms and
+// Distributions tabs: every `every` steps, one histogram a variable, tagged "weights/<name>"
+// ("weights/fc1/kernel"), and one of the gradient the step applied, "gradients/<name>", where
+// the trainer keeps it (TowerTrainer::last_gradients: sync towers with host variables; a note
+// says once when it does not).
 // Off unless made (the examples' --histogram-every N); each costs a pass over the weights and a
 // record of a few hundred bytes, so every 100 steps or so is the usual choice.
 #pragma once
@@ -22,6 +25,7 @@ class HistogramHook : public Hook {
   const Graph& graph_;
   report::TensorBoardWriter& writer_;
   int64_t every_;
+  bool said_no_gradients_ = false;  // the note that this strategy has no gradients to draw, once
 };
 
 }  // namespace towerjit

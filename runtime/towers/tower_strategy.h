@@ -50,6 +50,9 @@ class TowerStrategy {
   virtual HostVariables& variables() = 0;
   // Replaces every copy of the variables (checked against variables() by the facade).
   virtual void restore(const HostVariables& values) = 0;
+  // The gradients the last step applied, by the apply's input names ("tower_gradient/<variable>"),
+  // where the strategy forms them in host memory; null where it does not (the default).
+  virtual const HostFeeds* last_gradients() const { return nullptr; }
   // Its programs besides the towers' and predict's: applies, reductions.
   virtual void list_programs(const AddProgram& add) const = 0;
   // Names its rows of a trace (the applies).

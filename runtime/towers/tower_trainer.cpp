@@ -52,6 +52,15 @@ bool TowerTrainer::parameter_server_rank() const { return async_world() && state
 const std::vector<int>& TowerTrainer::cores_of(int tower) const { return state_->tower_cores.at(tower); }
 int64_t TowerTrainer::applies() const { return state_->applies; }
 HostVariables& TowerTrainer::variables() { return strategy_->variables(); }
+
+std::map<std::string, const HostTensor*> TowerTrainer::last_gradients() const {
+  std::map<std::string, const HostTensor*> out;
+  const HostFeeds* feeds = strategy_->last_gradients();
+  if (feeds == nullptr) return out;
+  for (const auto& [name, value] : *feeds)
+    if (name.starts_with(TowerProgram::gradient_prefix)) out[name.substr(TowerProgram::gradient_prefix.size())] = &value;
+  return out;
+}
 TowerTrainer::AsyncReport TowerTrainer::async_report() const { return state_->async_report(); }
 
 std::pair<int64_t, int64_t> TowerTrainer::own_rows(int64_t batch, Loc loc) const {

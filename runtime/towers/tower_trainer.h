@@ -20,6 +20,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -155,6 +156,11 @@ class TowerTrainer {
   // With the variables on the GPUs (TOWERJIT_GPU_VARIABLES), the first GPU's copy, fetched
   // when it has changed since the last call.
   HostVariables& variables();
+  // The averaged gradients the last step applied, by variable name ("fc1/kernel"), with sync
+  // towers whose variables are in host memory (the seed's placement, the default); empty with
+  // the variables on the GPUs or async towers, whose gradients are never whole in host memory.
+  // Valid until the next step.
+  std::map<std::string, const HostTensor*> last_gradients() const;
   // Replaces every variable's value (e.g. from a checkpoint) and the apply count. Errors: a
   // variable missing from `values` or with another shape or dtype, an extra variable.
   void restore(const HostVariables& values, int64_t applies, Loc loc = Loc::current());

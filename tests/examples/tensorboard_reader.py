@@ -61,8 +61,12 @@ def load(directory):
 def check_histograms(directory, every, last_step, failures):
     acc = accumulator(directory)
     tags = acc.Tags()["histograms"]
-    # fashion_mnist's MLP: dense layers of a kernel and a bias each.
-    if not tags or not all(t.startswith("weights/") for t in tags) or not any(t.endswith("kernel") for t in tags):
+    # fashion_mnist's MLP (sync towers, variables on the host): dense layers of a kernel and a
+    # bias each, each drawn as weights and as the gradient the step applied.
+    weights = sorted(t[len("weights/"):] for t in tags if t.startswith("weights/"))
+    gradients = sorted(t[len("gradients/"):] for t in tags if t.startswith("gradients/"))
+    if not weights or weights != gradients or len(weights) + len(gradients) != len(tags) or \
+            not any(t.endswith("kernel") for t in weights):
         failures.append(f"histograms: tags {tags}")
     want_steps = list(range(every, last_step + 1, every))
     for tag in tags:

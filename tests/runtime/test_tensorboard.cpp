@@ -289,10 +289,20 @@ TEST_CASE("tensorboard: HistogramHook draws each trainable variable every N step
     seen[{static_cast<int64_t>(event.numbers.find(2)->second), value.bytes.find(1)->second}] =
         decode(value.bytes.find(5)->second);
   }
-  CHECK(seen.size() == 8);
+  CHECK(seen.size() == 16);
   for (int64_t step : {7, 14})
-    for (const char* name : {"fc1/kernel", "fc1/bias", "fc2/kernel", "fc2/bias"})
+    for (const char* name : {"fc1/kernel", "fc1/bias", "fc2/kernel", "fc2/bias"}) {
       CHECK(seen.count({step, std::string("weights/") + name}) == 1);
+      CHECK(seen.count({step, std::string("gradients/") + name}) == 1);
+    }
+  // At step 14, the last, each gradient's histogram describes the gradient that step applied.
+  const auto gradients = trainer->last_gradients();
+  REQUIRE(gradients.size() == 4);
+  for (const auto& [name, value] : gradients) {
+    const Fields& h = seen.at({14, "gradients/" + name});
+    CHECK(as_double(h.numbers.find(1)->second) == *std::min_element(value->f32.begin(), value->f32.end()));
+    CHECK(as_double(h.numbers.find(2)->second) == *std::max_element(value->f32.begin(), value->f32.end()));
+  }
   for (const auto& [name, value] : trainer->variables()) {
     const auto it = seen.find({14, "weights/" + name});
     if (it == seen.end()) continue;

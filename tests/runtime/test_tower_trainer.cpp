@@ -114,6 +114,29 @@ TEST_CASE("the seed's per-tower mean averages tower means, unlike the weighted a
   CHECK(seed_vs_weighted > 1e-4);
 }
 
+TEST_CASE("last_gradients: the averaged gradient a sync step applied; none with async towers", "[towers][runtime]") {
+  // Plain SGD at lr 0.5 applies w1 = fl(w0 - fl(0.5 g)): 0.5 g is exact, so
+  // |w0 - w1 - 0.5 g| <= u |w1| with u = 2^-24 (one rounding), checked with u = 2^-23.
+  Run sync = mlp_run(cpu_towers(3), tj::sgd(0.5));  // 7 examples over 3 towers: 2, 2, 3
+  CHECK(sync.trainer->last_gradients().empty());    // no step yet
+  const tj::HostVariables before = sync.trainer->variables();
+  sync.trainer->step(batch_of(7, 1));
+  const auto gradients = sync.trainer->last_gradients();
+  REQUIRE(gradients.size() == 4);  // the two layers' kernels and biases
+  for (const auto& [name, g] : gradients) {
+    INFO(name);
+    const tj::HostTensor& w0 = before.at(name);
+    const tj::HostTensor& w1 = sync.trainer->variables().at(name);
+    REQUIRE(g->shape == w0.shape);
+    for (int64_t k = 0; k < g->size(); ++k)
+      CHECK(std::abs(static_cast<double>(w0.f32[k]) - w1.f32[k] - 0.5 * g->f32[k]) <=
+            std::ldexp(std::abs(static_cast<double>(w1.f32[k])), -23));
+  }
+  Run async = mlp_run(cpu_towers(2).reduce(tj::AsyncApply{}), tj::sgd(0.5));
+  async.trainer->step(batch_of(7, 1));
+  CHECK(async.trainer->last_gradients().empty());
+}
+
 TEST_CASE("async with one tower equals sync", "[towers][runtime]") {
   Run sync = mlp_run(cpu_towers(1), tj::momentum(0.1, 0.9));
   Run async = mlp_run(cpu_towers(1).reduce(tj::AsyncApply{}), tj::momentum(0.1, 0.9));

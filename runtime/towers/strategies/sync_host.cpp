@@ -31,9 +31,10 @@ class SyncHost final : public TowerStrategy {
     StepResult result;
     result.slices = split.slices;
     report::Trace::Span reduce = state_.traced("all-reduce", "communication", kReduceRow);
-    const Reduced reduced = reducer_.reduce(std::move(outputs), split.weights, split.shares, loc);
+    Reduced reduced = reducer_.reduce(std::move(outputs), split.weights, split.shares, loc);
     reduce.end();
     apply(reduced, result);
+    last_ = std::move(reduced);  // kept, not copied: the step's reduction is made anew each step
     return result;
   }
 
@@ -77,9 +78,10 @@ class SyncHost final : public TowerStrategy {
     }
     const std::vector<double> shares = slice_shares(slices_all, examples);
     report::Trace::Span reduce = state_.traced("all-reduce", "communication", kReduceRow);
-    const Reduced reduced = reducer_.reduce(std::move(outputs), shares, shares, loc);
+    Reduced reduced = reducer_.reduce(std::move(outputs), shares, shares, loc);
     reduce.end();
     apply(reduced, result);
+    last_ = std::move(reduced);
     return result;
   }
 
@@ -115,9 +117,12 @@ class SyncHost final : public TowerStrategy {
     result.loss = reduced.loss;
   }
 
+  const HostFeeds* last_gradients() const override { return last_.gradients.empty() ? nullptr : &last_.gradients; }
+
   std::vector<HostVariables> copies_;
   std::vector<std::unique_ptr<CpuProgram>> apply_;  // one per copy
   Reducer reducer_;
+  Reduced last_;  // the last step's reduction, for last_gradients()
 };
 
 }  // namespace
