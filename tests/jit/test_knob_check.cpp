@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "dsl/error.h"
 #include "jit/knobs.h"
 #include "tests/faults/child_process.h"
 #include "tests/jit/cpu_test_env.h"
