@@ -35,6 +35,7 @@
 
 #include "emulator/driver/emulated_devices.h"
 #include "emulator/kernel/block_scheduler.h"
+#include "jit/knobs.h"
 
 namespace {
 
@@ -103,14 +104,17 @@ struct SharedHeader {
   int arrived, left;
 };
 
-double timeout_s() {
-  const char* v = std::getenv("TOWERJIT_EMULATED_NCCL_TIMEOUT");
-  return v && *v ? std::atof(v) : 120.0;
-}
-
 [[noreturn]] void fail(const std::string& what) {
   std::fprintf(stderr, "towerjit emulated NCCL: %s\n", what.c_str());
   std::abort();
+}
+
+double timeout_s() {
+  try {
+    return towerjit::knobs::emulated_nccl_timeout_s();
+  } catch (const std::exception& e) {  // (a C entry point: no exception may leave it)
+    fail(e.what());
+  }
 }
 
 void all_reduce_over_processes(const World& world, std::size_t sequence, int rank, const float* send, float* recv,
