@@ -26,11 +26,13 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "emulator/driver/emulated_devices.h"
+#include "emulator/driver/launch_log.h"
 
 namespace {
 
@@ -224,6 +226,30 @@ void compute(Pass p, const Geometry& g, float alpha, float beta, const float* a,
     for (long long j = 0; j < g.o * ckk; ++j) out[j] = beta == 0.0f ? 0.0f : beta * out[j];
 }
 
+// The call's launch record for the cost model (launch_log.h), as the implicit GEMM cuDNN's
+// kernels compute: forward M = N*OH*OW, N = O, K = C*KH*KW; the data gradient M = N*H*W,
+// N = C, K = O*KH*KW; the filter gradient M = O, N = C*KH*KW, K = N*OH*OW. 2 FLOPs a
+// multiply-add (the same count for the three passes); bytes: the two operands read and the
+// output written (and read when beta is not 0). Workspace traffic is the algorithm's own and
+// not counted.
+void record(Pass p, const Geometry& g, float beta, towerjit::emulator::Stream& stream) {
+  using namespace towerjit::emulator;
+  if (!launch_log_enabled()) return;
+  const double x = static_cast<double>(g.n * g.c * g.h * g.w), w = static_cast<double>(g.o * g.c * g.kh * g.kw),
+               y = static_cast<double>(g.n * g.o * g.oh * g.ow);
+  const double outs[3] = {y, x, w};
+  const double bytes = 4 * (x + w + y + (beta != 0.0f ? outs[p] : 0.0));
+  const std::int64_t ckk = g.c * g.kh * g.kw, okk = g.o * g.kh * g.kw;
+  const std::array<std::int64_t, 4> gemm[3] = {{g.n * g.oh * g.ow, g.o, ckk, 1},
+                                               {g.n * g.h * g.w, g.c, okk, 1},
+                                               {g.o, ckk, g.n * g.oh * g.ow, 1}};
+  static const char* names[3] = {"cudnnConvolutionForward", "cudnnConvolutionBackwardData",
+                                 "cudnnConvolutionBackwardFilter"};
+  record_launch({.name = names[p], .kind = LaunchKind::library, .stream = &stream,
+                 .device = device_owning(stream).index(), .bytes = bytes, .flops = 2.0 * y * static_cast<double>(ckk),
+                 .gemm = gemm[p]});
+}
+
 int run(Handle* h, Pass p, const float* alpha, const float* beta, const Geometry& g, const Conv* cv, int algo,
         const void* ws, std::size_t ws_bytes, const void* a, const void* b, void* out) {
   if (!h || !alpha || !beta) return kNullPointer;
@@ -232,7 +258,11 @@ int run(Handle* h, Pass p, const float* alpha, const float* beta, const Geometry
   const auto* ap = static_cast<const float*>(a);
   const auto* bp = static_cast<const float*>(b);
   auto* op = static_cast<float*>(out);
-  towerjit::emulator::stream_of(h->stream).enqueue([=] { compute(p, g, al, be, ap, bp, op); });
+  towerjit::emulator::Stream& stream = towerjit::emulator::stream_of(h->stream);
+  stream.enqueue([=, &stream] {
+    compute(p, g, al, be, ap, bp, op);
+    record(p, g, be, stream);
+  });
   return kSuccess;
 }
 

@@ -8,6 +8,7 @@
 
 #include "dsl/error.h"
 #include "dsl/ops.h"
+#include "dsl/tower_program.h"
 #include "jit/knobs.h"
 #include "runtime/towers/gradient_buckets.h"
 
