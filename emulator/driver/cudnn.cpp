@@ -23,8 +23,6 @@
 //                    6 FFT_TILING              yes            0                           4
 //
 // (columns: C*KH*KW * OH*OW floats per image). The others are CUDNN_STATUS_NOT_SUPPORTED.
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -32,23 +30,15 @@
 #include <vector>
 
 #include "emulator/driver/emulated_devices.h"
+#include "emulator/driver/host_blas.h"
 #include "emulator/driver/launch_log.h"
 
 namespace {
 
-using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
-
-Sgemm openblas_sgemm() {
-  static const Sgemm f = [] {
-    for (const char* name : {"libopenblas.so.0", "libopenblas.so", "libcblas.so.3", "libblas.so.3"})
-      if (void* h = ::dlopen(name, RTLD_NOW | RTLD_LOCAL))
-        if (auto fn = reinterpret_cast<Sgemm>(::dlsym(h, "cblas_sgemm"))) return fn;
-    return Sgemm{nullptr};
-  }();
-  return f;
-}
-
-constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+using towerjit::emulator::host_sgemm;
+using towerjit::emulator::kCblasNoTrans;
+using towerjit::emulator::kCblasTrans;
+constexpr int kCblasRowMajor = 101;
 
 constexpr int kSuccess = 0, kNotInitialized = 1001, kBadParam = 2000, kNullPointer = 2002, kShapeMismatch = 2008,
               kNotSupported = 3000, kExecutionFailed = 5000;
@@ -205,21 +195,21 @@ void col2im_add(const Geometry& g, const float* cols, float* dx) {
 void compute(Pass p, const Geometry& g, float alpha, float beta, const float* a, const float* b, float* out) {
   const long long ckk = g.c * g.kh * g.kw, s = g.oh * g.ow, xi = g.c * g.h * g.w, yi = g.o * s;
   std::vector<float> cols(static_cast<std::size_t>(ckk * s));
-  const Sgemm gemm = openblas_sgemm();
+  const towerjit::emulator::HostSgemm gemm = host_sgemm();
   const int o = static_cast<int>(g.o), k = static_cast<int>(ckk), n = static_cast<int>(s);
   for (long long i = 0; i < g.n; ++i) {
     if (p == kForward) {  // y_i[o, S] = alpha W[o, CKK] cols_i[CKK, S] + beta y_i
       im2col(g, a + i * xi, cols.data());
-      gemm(kRowMajor, kNoTrans, kNoTrans, o, n, k, alpha, b, k, cols.data(), n, beta, out + i * yi, n);
+      gemm(kCblasRowMajor, kCblasNoTrans, kCblasNoTrans, o, n, k, alpha, b, k, cols.data(), n, beta, out + i * yi, n);
     } else if (p == kData) {  // cols_i = W^T dy_i; dx_i = alpha col2im(cols_i) + beta dx_i
-      gemm(kRowMajor, kTrans, kNoTrans, k, n, o, 1.0f, b, k, a + i * yi, n, 0.0f, cols.data(), n);
+      gemm(kCblasRowMajor, kCblasTrans, kCblasNoTrans, k, n, o, 1.0f, b, k, a + i * yi, n, 0.0f, cols.data(), n);
       std::vector<float> dx(static_cast<std::size_t>(xi), 0.0f);
       col2im_add(g, cols.data(), dx.data());
       float* dst = out + i * xi;
       for (long long j = 0; j < xi; ++j) dst[j] = alpha * dx[j] + (beta == 0.0f ? 0.0f : beta * dst[j]);
     } else {  // dW = alpha sum_i dy_i[o, S] cols_i^T[S, CKK] + beta dW, images in order
       im2col(g, a + i * xi, cols.data());
-      gemm(kRowMajor, kNoTrans, kTrans, o, k, n, alpha, b + i * yi, n, cols.data(), n, i == 0 ? beta : 1.0f, out, k);
+      gemm(kCblasRowMajor, kCblasNoTrans, kCblasTrans, o, k, n, alpha, b + i * yi, n, cols.data(), n, i == 0 ? beta : 1.0f, out, k);
     }
   }
   if (g.n == 0 && p == kFilter)
@@ -287,7 +277,7 @@ const char* cudnnGetErrorString(int status) {
 
 int cudnnCreate(Handle** h) {
   if (!h) return kNullPointer;
-  if (!openblas_sgemm()) return kNotInitialized;
+  if (!host_sgemm()) return kNotInitialized;
   *h = new Handle();
   return kSuccess;
 }

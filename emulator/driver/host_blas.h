@@ -1,4 +1,4 @@
-// OpenBLAS's cblas_sgemm, which the emulator's cuBLAS and cuBLASLt compute with on the host
+// OpenBLAS's cblas_sgemm, which the emulator's cuBLAS, cuBLASLt and cuDNN compute with on the host
 // (loaded with dlopen, as towerjit's CPU backend does). Null when no CBLAS library opens.
 #pragma once
 

@@ -92,7 +92,6 @@ void* emulator_symbol(const char* name) {
 void prepare_emulated_gpu(const GpuSpec& gpu, const std::string& dump_dir, int memory_mb) {
   setenv("TOWERJIT_CUDA", "emulator", 1);
   setenv("TOWERJIT_EMULATED_GPU_SMS", std::to_string(gpu.sms).c_str(), 1);
-  setenv("TOWERJIT_GPU_VARIABLES", "on", 1);
   setenv("TOWERJIT_DUMP", dump_dir.c_str(), 1);
   if (!std::getenv("TOWERJIT_EMULATED_GPU_MB")) setenv("TOWERJIT_EMULATED_GPU_MB", std::to_string(memory_mb).c_str(), 1);
 }

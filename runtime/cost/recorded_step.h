@@ -19,9 +19,8 @@
 namespace towerjit::cost {
 
 // Sets the environment a recorded step needs, before the process first uses CUDA: the
-// emulated GPU (TOWERJIT_CUDA=emulator) reporting `gpu`'s SM count, variables on the GPU
-// (TOWERJIT_GPU_VARIABLES=on, as fashion_mnist with that knob), each program's index written
-// to `dump_dir`, and `memory_mb` of emulated memory unless TOWERJIT_EMULATED_GPU_MB says. A
+// emulated GPU (TOWERJIT_CUDA=emulator) reporting `gpu`'s SM count, each program's index
+// written to `dump_dir`, and `memory_mb` of emulated memory unless TOWERJIT_EMULATED_GPU_MB says. A
 // process that already loaded NVIDIA's driver keeps it (the libraries load once): call this
 // first.
 void prepare_emulated_gpu(const GpuSpec& gpu, const std::string& dump_dir, int memory_mb = 16384);
