@@ -52,7 +52,7 @@ TEST_CASE("a combination no row serves is one error naming the change and listin
                         Catch::Contains("async_worker: async") && Catch::Contains("test_strategy_factory.cpp:"));
 }
 
-TEST_CASE("strategy options are the trainer's; a TOWERJIT_ variable that is set overrides them", "[towers][strategy]") {
+TEST_CASE("strategy options are the trainer's, and a TOWERJIT_ variable that is set overrides them", "[towers][strategy]") {
   const tj::Towers towers{tj::cpu(0), tj::cpu(1)};
   tj::dist::Transport& world = tj::dist::world();
   ::unsetenv("TOWERJIT_BUCKET_MB");

@@ -114,7 +114,7 @@ TEST_CASE("the seed's per-tower mean averages tower means, unlike the weighted a
   CHECK(seed_vs_weighted > 1e-4);
 }
 
-TEST_CASE("last_gradients: the averaged gradient a sync step applied; none with async towers", "[towers][runtime]") {
+TEST_CASE("last_gradients: the averaged gradient a sync step applied, and none with async towers", "[towers][runtime]") {
   // Plain SGD at lr 0.5 applies w1 = fl(w0 - fl(0.5 g)): 0.5 g is exact, so
   // |w0 - w1 - 0.5 g| <= u |w1| with u = 2^-24 (one rounding), checked with u = 2^-23.
   Run sync = mlp_run(cpu_towers(3), tj::sgd(0.5));  // 7 examples over 3 towers: 2, 2, 3
