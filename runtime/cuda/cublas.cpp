@@ -91,13 +91,14 @@ Cublas::Cublas(DeviceContext& device, const Stream& stream, const CublasLtLoad& 
   }
   // Still correct, only slower: FP32 SIMT GEMMs, no TF32 and no fused epilogues.
   static std::once_flag warned;
-  std::call_once(warned, [&] {
-    std::fprintf(stderr,
-                 "towerjit: warning: cuBLASLt not found (tried %s); matrix products run through cuBLAS's "
-                 "cublasSgemmStridedBatched instead, in FP32 only%s. Install the CUDA toolkit's libcublasLt "
-                 "(it comes with libcublas) or add its directory to LD_LIBRARY_PATH\n",
-                 lt.tried.c_str(), tf32 ? " (TOWERJIT_ALLOW_TF32=on has no effect)" : "");
-  });
+  std::call_once(warned, [&] { std::fprintf(stderr, "%s\n", cublaslt_missing_warning(lt.tried, tf32).c_str()); });
+}
+
+std::string cublaslt_missing_warning(const std::string& tried, bool tf32) {
+  return "towerjit: warning: cuBLASLt not found (tried " + tried +
+         "); matrix products run through cuBLAS's cublasSgemmStridedBatched instead, in FP32 only" +
+         (tf32 ? " (TOWERJIT_ALLOW_TF32=on has no effect)" : "") +
+         ". Install the CUDA toolkit's libcublasLt (it comes with libcublas) or add its directory to LD_LIBRARY_PATH";
 }
 
 Cublas::~Cublas() {

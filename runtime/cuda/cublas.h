@@ -66,6 +66,10 @@ const CublasApi& require_cublas(std::source_location loc = std::source_location:
 class CublasLt;
 struct CublasLtLoad;
 
+// The warning a Cublas prints, once a process, when cuBLASLt did not load (`tried`: the names
+// and paths tried); `tf32`: TOWERJIT_ALLOW_TF32=on, which then has no effect.
+std::string cublaslt_missing_warning(const std::string& tried, bool tf32);
+
 // A cuBLAS handle on one device, issuing on one stream. Not copyable; use from one thread at
 // a time (as the program that owns it does).
 class Cublas {

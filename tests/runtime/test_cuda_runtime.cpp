@@ -116,6 +116,17 @@ TEST_CASE("cuBLASLt loads at run time where the CUDA toolkit is installed, GPU o
   CHECK(lt.api->Matmul != nullptr);
 }
 
+TEST_CASE("cuBLASLt missing: the warning names what was tried and the fallback", "[cuda][runtime]") {
+  // What Cublas prints once a process where cuBLASLt did not load (the GPU test
+  // "GPU: without cuBLASLt, products run through cuBLAS after a warning" makes it happen).
+  CHECK(cu::cublaslt_missing_warning("libcublasLt.so.13 (hidden by the test)", false) ==
+        "towerjit: warning: cuBLASLt not found (tried libcublasLt.so.13 (hidden by the test)); matrix products run "
+        "through cuBLAS's cublasSgemmStridedBatched instead, in FP32 only. Install the CUDA toolkit's libcublasLt "
+        "(it comes with libcublas) or add its directory to LD_LIBRARY_PATH");
+  CHECK_THAT(cu::cublaslt_missing_warning("libcublasLt.so.13", true),
+             Catch::Contains("in FP32 only (TOWERJIT_ALLOW_TF32=on has no effect). Install"));
+}
+
 TEST_CASE("cuDNN 9 loads at run time where it is installed (GPU or not) and otherwise the fallback warns", "[cuda][runtime]") {
   if (!cu::loaded_cudnn()) {
     WARN("skipped: " << cu::cudnn_unavailable_reason());
