@@ -11,6 +11,7 @@
 
 namespace tj = towerjit;
 using namespace towerjit::detail;
+using towerjit::testing::largest_relative_difference;
 
 namespace {
 
@@ -91,14 +92,6 @@ std::pair<std::unique_ptr<tj::Graph>, std::unique_ptr<tj::TowerTrainer>> trainer
   const tj::Tensor loss = tj::testing::small_mlp_loss(*graph);
   auto t = std::make_unique<tj::TowerTrainer>(*graph, loss, tj::Towers{tj::cpu(0), tj::cpu(1)}, opt);
   return {std::move(graph), std::move(t)};
-}
-
-double largest_relative_difference(const tj::HostVariables& a, const tj::HostVariables& b) {
-  double worst = 0;
-  for (const auto& [name, t] : a)
-    for (int64_t k = 0; k < t.size(); ++k)
-      worst = std::max<double>(worst, std::abs(t.f32[k] - b.at(name).f32[k]) / std::max(1.0f, std::abs(t.f32[k])));
-  return worst;
 }
 
 }  // namespace

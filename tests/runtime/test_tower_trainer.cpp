@@ -14,6 +14,7 @@
 namespace tj = towerjit;
 using tj::kBatch;
 using tj::testing::batch_of;
+using tj::testing::largest_relative_difference;
 using tj::testing::small_mlp_loss;
 
 namespace {
@@ -29,14 +30,6 @@ Run mlp_run(tj::Towers towers, const tj::Optimizer& opt) {
   const tj::Tensor loss = small_mlp_loss(*r.graph);
   r.trainer = std::make_unique<tj::TowerTrainer>(*r.graph, loss, std::move(towers), opt);
   return r;
-}
-
-double largest_relative_difference(const tj::HostVariables& a, const tj::HostVariables& b) {
-  double worst = 0;
-  for (const auto& [name, t] : a)
-    for (int64_t k = 0; k < t.size(); ++k)
-      worst = std::max<double>(worst, std::abs(t.f32[k] - b.at(name).f32[k]) / std::max(1.0f, std::abs(t.f32[k])));
-  return worst;
 }
 
 tj::Towers cpu_towers(int n) {

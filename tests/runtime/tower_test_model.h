@@ -2,6 +2,8 @@
 // mean softmax cross-entropy, inputs "x" [B, 5] and "labels" [B] (classes 0-2).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "towerjit.h"
@@ -25,6 +27,16 @@ inline HostFeeds batch_of(int64_t n, uint32_t seed) {
   for (float& v : x.f32) v = u(rng);
   for (int64_t i = 0; i < n; ++i) labels.i32[i] = static_cast<int32_t>(rng() % 3);
   return {{"x", x}, {"labels", labels}};
+}
+
+// The largest difference between two sets of the same variables, relative to a's values (and
+// absolute below 1).
+inline double largest_relative_difference(const HostVariables& a, const HostVariables& b) {
+  double worst = 0;
+  for (const auto& [name, t] : a)
+    for (int64_t k = 0; k < t.size(); ++k)
+      worst = std::max<double>(worst, std::abs(t.f32[k] - b.at(name).f32[k]) / std::max(1.0f, std::abs(t.f32[k])));
+  return worst;
 }
 
 }  // namespace towerjit::testing
