@@ -2,6 +2,8 @@
 // tests/jit/jit_check.h does for the CPU JIT, and compares with the same require_close (within the reference's error bounds).
 #pragma once
 
+#include <random>
+
 #include "jit/knobs.h"
 #include "runtime/cuda/cuda_program.h"
 #include "tests/jit/jit_check.h"
@@ -24,6 +26,24 @@ inline JitRun run_gpu_and_reference(const Graph& g, const std::vector<Tensor>& f
   if (updates)
     for (const auto& [name, a] : variables) r.jit.push_back(to_array(hv.at(name)));
   return r;
+}
+
+// A batch of `batch` MNIST-shaped examples: "image" [batch, 784] uniform in [0, 1), "label"
+// [batch] classes 0-9, drawn from `seed`.
+inline HostFeeds batch_feeds(int64_t batch, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  HostTensor image(Shape{batch, 784}), label(Shape{batch}, DType::i32);
+  for (float& v : image.f32) v = pixel(rng);
+  for (int32_t& v : label.i32) v = static_cast<int32_t>(rng() % 10);
+  return {{"image", image}, {"label", label}};
+}
+
+// `g`'s variables as the reference initialises them with seed 1, in host memory.
+inline HostVariables initial(const Graph& g) {
+  HostVariables out;
+  for (const auto& [name, a] : reference::initialize_variables(g, 1)) out[name] = to_host(a);
+  return out;
 }
 
 }  // namespace towerjit::testing

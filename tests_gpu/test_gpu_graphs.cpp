@@ -14,6 +14,8 @@
 #include "towerjit.h"
 
 namespace tj = towerjit;
+using tj::testing::batch_feeds;
+using tj::testing::initial;
 using tj::kBatch;
 using tj::Tensor;
 
@@ -46,21 +48,6 @@ struct DropoutClassifier {
     loss = tj::mean(tj::softmax_cross_entropy(tj::dense(h, 10, "fc2"), label));
   }
 };
-
-tj::HostFeeds batch_feeds(int64_t batch, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-  tj::HostTensor image(tj::Shape{batch, 784}), label(tj::Shape{batch}, tj::DType::i32);
-  for (float& v : image.f32) v = pixel(rng);
-  for (int32_t& v : label.i32) v = static_cast<int32_t>(rng() % 10);
-  return {{"image", image}, {"label", label}};
-}
-
-tj::HostVariables initial(const tj::Graph& g) {
-  tj::HostVariables out;
-  for (const auto& [name, a] : tj::reference::initialize_variables(g, 1)) out[name] = tj::testing::to_host(a);
-  return out;
-}
 
 struct Trained {
   std::vector<float> losses;

@@ -13,6 +13,8 @@
 #include "towerjit.h"
 
 namespace tj = towerjit;
+using tj::testing::batch_feeds;
+using tj::testing::initial;
 using tj::kBatch;
 using tj::Tensor;
 
@@ -34,21 +36,6 @@ struct Mlp {
     tj::momentum(0.05, 0.9).apply(tj::grad(loss, vars), vars);
   }
 };
-
-tj::HostFeeds batch_feeds(int64_t batch, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-  tj::HostTensor image(tj::Shape{batch, 784}), label(tj::Shape{batch}, tj::DType::i32);
-  for (float& v : image.f32) v = pixel(rng);
-  for (int32_t& v : label.i32) v = static_cast<int32_t>(rng() % 10);
-  return {{"image", image}, {"label", label}};
-}
-
-tj::HostVariables initial(const tj::Graph& g) {
-  tj::HostVariables out;
-  for (const auto& [name, a] : tj::reference::initialize_variables(g, 1)) out[name] = tj::testing::to_host(a);
-  return out;
-}
 
 // max |a - b| / max |b| over the elements of one tensor (b the CPU's).
 double relative(const tj::HostTensor& a, const tj::HostTensor& b) {
