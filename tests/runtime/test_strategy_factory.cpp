@@ -75,3 +75,29 @@ TEST_CASE("strategy options are the trainer's, and a TOWERJIT_ variable that is 
   CHECK_THROWS_WITH(tj::TowerTrainer(graph, loss, towers, tj::sgd(0.1), {.strategy = {.bucket_mb = -1}}),
                     Catch::Contains("TowerStrategyOptions::bucket_mb -1 is negative"));
 }
+
+TEST_CASE("async GPU towers keep each variable on a GPU by the seed's rule unless told not to", "[towers][strategy]") {
+  tj::dist::Transport& world = tj::dist::world();
+  ::unsetenv("TOWERJIT_GPU_VARIABLES");
+  const tj::Towers two{tj::gpu(0), tj::gpu(1)};
+  auto q = StrategyRequest::of(two.reduce(tj::AsyncApply{}), world, {});
+  CHECK(q.gpu_variables);
+  CHECK(chosen(q) == "async_placed");
+  CHECK(q.settings().at("the variables (TOWERJIT_GPU_VARIABLES and the towers' devices)") == "on the GPUs");
+  // Asked not to, or by the environment: host memory.
+  CHECK(chosen(StrategyRequest::of(two.reduce(tj::AsyncApply{}), world, {.gpu_variables = false})) == "async_local");
+  ::setenv("TOWERJIT_GPU_VARIABLES", "off", 1);
+  CHECK(chosen(StrategyRequest::of(two.reduce(tj::AsyncApply{}), world, {})) == "async_local");
+  ::unsetenv("TOWERJIT_GPU_VARIABLES");
+  // From 4 towers on (several on one GPU count), the seed keeps them on the CPU, asked or not.
+  const tj::Towers four{tj::gpu(0), tj::gpu(0), tj::gpu(1), tj::gpu(1)};
+  CHECK(chosen(StrategyRequest::of(four.reduce(tj::AsyncApply{}), world, {})) == "async_local");
+  CHECK(chosen(StrategyRequest::of(four.reduce(tj::AsyncApply{}), world, {.gpu_variables = true})) == "async_local");
+  // Sync GPU towers keep them in host memory unless asked; CPU towers always do.
+  CHECK(chosen(StrategyRequest::of(two, world, {})) == "sync_host");
+  CHECK(chosen(StrategyRequest::of(tj::Towers{tj::cpu(0)}.reduce(tj::AsyncApply{}), world, {})) == "async_local");
+  // Across processes the parameter server holds them.
+  StrategyRequest several = StrategyRequest::of(two.reduce(tj::AsyncApply{}), world, {});
+  several.processes = 2;
+  CHECK(chosen(several) == "async_server");
+}
