@@ -58,7 +58,9 @@ using Reduction = std::variant<SyncAverage, SyncPerTowerMean, SyncSum, AsyncAppl
 // Where the reduction of a synchronous strategy happens.
 enum class SyncVariant {
   replicated,        // every device holds the variables; all-reduce, every device applies
-  parameter_server,  // reduce onto the variables' device (place_variables), apply, broadcast
+  // one copy: reduce onto the variables' device, apply, every tower reads it; on GPU towers
+  // with TowerStrategyOptions::gpu_variables, each variable on its own GPU (place_variables)
+  parameter_server,
 };
 
 bool is_async(const Reduction& reduction);

@@ -152,3 +152,38 @@ TEST_CASE("GPU: an apply that cannot be cut by variable is named at the trainer'
                     Catch::Contains("clip_by_global_norm sums every gradient") &&
                         Catch::Contains("test_gpu_async_placement.cpp:" + std::to_string(line)));
 }
+
+TEST_CASE("GPU: sync parameter-server GPU towers with placed variables train as CPU towers do", "[gpu]") {
+  // Each variable on one of two GPUs, the towers' gradients summed there (n_i/B, in tower order)
+  // and applied by itself; batch norm's moving statistics averaged into their GPU. Against two
+  // CPU towers on the same uneven slices (7 + 8 of 15), within 1e-4 over 15 momentum steps, as
+  // test_gpu_training.cpp compares CPU and GPU towers.
+  auto train = [](tj::Towers towers, std::optional<bool> gpu_variables) {
+    tj::Graph g;
+    tj::GraphScope use(g);
+    auto image = tj::input("image", {kBatch, 784});
+    auto label = tj::input("label", {kBatch}, tj::DType::i32);
+    auto h = tj::relu(tj::batch_norm(tj::dense(image, 32, "fc1"), "bn1"));
+    auto loss = tj::mean(tj::softmax_cross_entropy(tj::dense(h, 10, "fc2"), label));
+    tj::TowerTrainer trainer(g, loss, towers.variant(tj::SyncVariant::parameter_server), tj::momentum(0.05, 0.9),
+                             {.strategy = {.gpu_variables = gpu_variables}});
+    std::vector<double> losses;
+    for (int k = 0; k < 15; ++k) losses.push_back(trainer.step(batch_feeds(15, 900 + k)).loss);
+    return std::tuple(losses, trainer.variables(), trainer.variable_devices());
+  };
+  const auto [cpu_losses, cpu_vars, cpu_devices] = train(tj::Towers{tj::cpu(0), tj::cpu(1)}, std::nullopt);
+  const auto [gpu_losses, gpu_vars, gpu_devices] = train(tj::Towers{tj::gpu(0), tj::gpu(1)}, true);
+  // fc1/kernel to gpu:0, then gpu:1 holds less after each of the others.
+  CHECK(gpu_devices.at("fc1/kernel") == std::vector<tj::Device>{tj::gpu(0)});
+  CHECK(gpu_devices.at("fc1/kernel/momentum") == std::vector<tj::Device>{tj::gpu(0)});
+  CHECK(gpu_devices.at("bn1/moving_mean") == std::vector<tj::Device>{tj::gpu(1)});
+  CHECK(gpu_devices.at("fc2/kernel") == std::vector<tj::Device>{tj::gpu(1)});
+  CHECK(cpu_devices.at("fc1/kernel") == std::vector<tj::Device>{tj::cpu(0)});
+  for (size_t k = 0; k < cpu_losses.size(); ++k) CHECK(gpu_losses[k] == Approx(cpu_losses[k]).epsilon(1e-4));
+  REQUIRE(gpu_vars.size() == cpu_vars.size());
+  for (const auto& [name, t] : cpu_vars)
+    for (int64_t i = 0; i < t.size(); ++i) {
+      INFO(name << "[" << i << "]");
+      CHECK(gpu_vars.at(name).f32[i] == Approx(t.f32[i]).epsilon(1e-4).margin(1e-5));
+    }
+}

@@ -13,6 +13,7 @@ namespace towerjit::detail {
 std::unique_ptr<TowerStrategy> make_sync_host_replicated(TowerState& state, Loc loc);
 std::unique_ptr<TowerStrategy> make_sync_host_one_copy(TowerState& state, Loc loc);
 std::unique_ptr<TowerStrategy> make_sync_gpu(TowerState& state, Loc loc);
+std::unique_ptr<TowerStrategy> make_sync_placed(TowerState& state, Loc loc);
 std::unique_ptr<TowerStrategy> make_async_local(TowerState& state, Loc loc);
 std::unique_ptr<TowerStrategy> make_async_placed(TowerState& state, Loc loc);
 std::unique_ptr<TowerStrategy> make_async_server(TowerState& state, Loc loc);
@@ -25,6 +26,7 @@ using R = StrategyRow;
 // First match wins.
 const std::vector<StrategyRow> kTable = {
     // name                   reduce          variant                       devices            processes                             variables              determinism towers  make
+    {"sync_placed",           R::Reduce::sync,  R::Variant::parameter_server, R::Devices::all_gpus, R::Processes::one,                 R::Variables::gpus,    true,  true,  make_sync_placed},
     {"sync_gpu",              R::Reduce::sync,  R::Variant::any,              R::Devices::all_gpus, R::Processes::any,                 R::Variables::gpus,    false, true,  make_sync_gpu},
     {"sync_host",             R::Reduce::sync,  R::Variant::replicated,       R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_host_replicated},
     {"sync_host_one_copy",    R::Reduce::sync,  R::Variant::parameter_server, R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_host_one_copy},
@@ -92,11 +94,13 @@ StrategyRequest StrategyRequest::of(const Towers& towers, const dist::Transport&
   q.processes = world.size();
   q.rank = world.rank();
   // The variables go on the GPUs where every tower is one: for sync towers when asked; for
-  // async towers unless asked not to, by the seed's rule (dsl/towers.h place_variables), which
-  // keeps them in host memory from 4 towers on. Elsewhere they stay in host memory.
-  const bool seed_rule = q.async && !places_variables_on_cpu(towers.devices().size());
-  q.gpu_variables = knobs::gpu_variables(options.gpu_variables.value_or(seed_rule)) && q.all_gpus &&
-                    (!q.async || seed_rule);
+  // async towers unless asked not to. Async towers and the sync parameter-server variant place
+  // each variable on one GPU by the seed's rule (dsl/towers.h place_variables), which keeps
+  // them in host memory from 4 towers on. Elsewhere they stay in host memory.
+  const bool placed = q.async || q.variant == SyncVariant::parameter_server;
+  const bool on_gpus_by_rule = !places_variables_on_cpu(towers.devices().size());
+  q.gpu_variables = knobs::gpu_variables(options.gpu_variables.value_or(q.async && on_gpus_by_rule)) && q.all_gpus &&
+                    (!placed || on_gpus_by_rule);
   q.deterministic_layout = knobs::deterministic_layout(options.deterministic_layout);
   const std::string text = towers.str();  // "Towers{cpu:0,cpu:1} split=... reduce=... variant=..."
   q.declared = text.substr(text.find("} ") + 2);
