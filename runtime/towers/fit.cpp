@@ -28,9 +28,18 @@ void TowerStrategy::fit(FitLoop& loop, int accumulate, Loc loc) {
 }  // namespace detail
 
 StepEvent fit(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOptions& options, Loc loc) {
-  user_check(options.epochs >= 1, loc) << "fit: epochs " << options.epochs << " must be at least 1";
+  user_check(options.epochs.value_or(1) >= 1, loc) << "fit: epochs " << *options.epochs << " must be at least 1";
   user_check(options.max_steps >= 0, loc)
       << "fit: max_steps " << options.max_steps << " must be 0 (no limit) or positive";
+  if (options.epochs && options.max_steps > 0) {
+    const int64_t per_epoch = pipeline.batches_per_epoch();
+    const int64_t held = *options.epochs * per_epoch;
+    user_check(options.max_steps <= held, loc)
+        << "fit: max_steps " << options.max_steps << " is more than the " << held << " steps that epochs = "
+        << *options.epochs << " holds (" << per_epoch << " batches an epoch), so training would stop at step " << held
+        << "; leave epochs unset to train " << options.max_steps << " steps, or set epochs = "
+        << (options.max_steps + per_epoch - 1) / per_epoch;
+  }
   detail::TowerStrategy& strategy = *trainer.strategy_;
   // Watching starts after the argument checks and stops when fit returns or throws. A strategy
   // whose ranks share no step to stop after (the parameter server and its workers) never

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "runtime/data/batch_pipeline.h"
@@ -63,8 +64,10 @@ class Hook {
 };
 
 struct FitOptions {
-  int64_t epochs = 1;     // train until the pipeline reaches the start of this epoch
-  int64_t max_steps = 0;  // > 0: also stop once the step number reaches it
+  // Train until the pipeline reaches the start of this epoch. Unset: 1 epoch, or, when
+  // max_steps is set, as many as max_steps takes.
+  std::optional<int64_t> epochs;
+  int64_t max_steps = 0;  // > 0: stop once the step number reaches it
   std::vector<Hook*> hooks;
   int accumulate = 1;     // micro-batches per apply (TowerTrainer::StepOptions::accumulate)
   // While training, SIGINT and SIGTERM stop the run after the step in progress (see fit());
@@ -76,7 +79,8 @@ struct FitOptions {
 
 // Trains until `options.epochs` epochs (counted from the first batch of training, so a resumed
 // run stops where an uninterrupted one would) or `max_steps` steps. Errors (towerjit::Error):
-// epochs < 1 or max_steps < 0; a loss that is NaN or infinite, naming the step and epoch, the
+// epochs < 1 or max_steps < 0; both given, with max_steps beyond the steps the epochs hold
+// (training would stop short of it, at the epochs' end); a loss that is NaN or infinite, naming the step and epoch, the
 // batch's first non-finite input if there is one (else the training diverged), and what the
 // hooks have kept — raised before any hook sees that step, so no checkpoint holds its
 // weights; whatever a hook or the trainer raises.

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 #include "dsl/error.h"
@@ -40,7 +41,9 @@ FitLoop::FitLoop(TowerTrainer& trainer, data::BatchPipeline& pipeline, const Fit
 
 bool FitLoop::done() const {
   const data::PipelinePosition p = pipeline_.position();
-  return p.epoch >= options_.epochs || (options_.max_steps > 0 && step_of(p) >= options_.max_steps) ||
+  // Without epochs, max_steps alone decides where it is set.
+  const int64_t epochs = options_.epochs.value_or(options_.max_steps > 0 ? std::numeric_limits<int64_t>::max() : 1);
+  return p.epoch >= epochs || (options_.max_steps > 0 && step_of(p) >= options_.max_steps) ||
          stop_signal() != 0;
 }
 

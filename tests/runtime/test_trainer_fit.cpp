@@ -191,6 +191,27 @@ TEST_CASE("fit runs whole epochs, calls the hooks in order and stops at max_step
   CHECK_THROWS_WITH(tj::fit(*m.trainer, pipeline, {.epochs = 0}), Catch::Contains("epochs 0 must be at least 1"));
 }
 
+TEST_CASE("fit with max_steps alone trains that many steps, and says when epochs would cut it short", "[towers][runtime]") {
+  const auto data = random_dataset(50, 8);
+  Model m = make_model(cpu_towers(2), tj::sgd(0.1));
+  tj::data::BatchPipeline pipeline(data, {.batch = 16, .min_batch = 2});  // 4 batches an epoch
+  Recorder r;
+  const auto last = tj::fit(*m.trainer, pipeline, {.max_steps = 11, .hooks = {&r}});  // into the third epoch
+  CHECK(r.steps.size() == 11);
+  CHECK(last.step == 11);
+  CHECK(r.epochs_ended == std::vector<int64_t>{0, 1});
+  // Nothing given: one epoch.
+  tj::data::BatchPipeline again(data, {.batch = 16, .min_batch = 2});
+  CHECK(tj::fit(*m.trainer, again, {}).step == 4);
+  // Both given, with max_steps out of the epochs' reach: the error says which to change.
+  const int line = __LINE__ + 1;
+  CHECK_THROWS_WITH(tj::fit(*m.trainer, again, {.epochs = 1, .max_steps = 100}),
+                    Catch::Contains("fit: max_steps 100 is more than the 4 steps that epochs = 1 holds (4 batches an "
+                                    "epoch), so training would stop at step 4; leave epochs unset to train 100 steps, or "
+                                    "set epochs = 25") &&
+                        Catch::Contains("test_trainer_fit.cpp:" + std::to_string(line)));
+}
+
 TEST_CASE("fit stops on a non-finite loss, naming the step, before any hook sees it", "[towers][runtime]") {
   const auto data = random_dataset(40, 9);
   Model m = make_model(cpu_towers(2), tj::sgd(1e30));  // the first update blows the weights up
