@@ -47,4 +47,16 @@ Tensor layer_norm(Tensor x, const std::string& name, NormOptions options = {}, L
 // x / sqrt(mean(x^2) + epsilon) * gain over the last axis, per row. Learns "<name>/gain" (ones).
 Tensor rms_norm(Tensor x, const std::string& name, NormOptions options = {}, Loc loc = Loc::current());
 
+// --- Attention --------------------------------------------------------------------------------
+struct AttentionOptions {
+  bool causal = false;  // query i sees keys j <= i (top-left aligned, as PyTorch's is_causal)
+  double scale = 0;     // 0: 1 / sqrt(the head dimension)
+};
+// softmax(q k^T * scale [masked]) v over the last two axes: q [..., Tq, d], k [..., Tk, d],
+// v [..., Tk, dv] -> [..., Tq, dv], leading axes broadcast as matmul's. The first, unfused
+// version: composed of matmul, the mask and softmax, so the forward holds the [..., Tq, Tk]
+// scores and probabilities (docs/dsl.md); a fused one is to replace it.
+Tensor scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, AttentionOptions options = {},
+                                    Loc loc = Loc::current());
+
 }  // namespace towerjit

@@ -35,6 +35,10 @@ TEST_CASE("GPU: layer_norm, rms_norm and softmax match the reference forward and
   cases::norms_and_softmax(on_gpu(), " (GPU)");
 }
 
+TEST_CASE("GPU: unfused attention matches the reference, causal and not, gradients included", "[gpu]") {
+  cases::attention(on_gpu(), " (GPU)");
+}
+
 TEST_CASE("GPU: a gather's gradient is bitwise the CPU backend's", "[gpu]") {
   tj::Graph g;
   tj::GraphScope use(g);

@@ -162,3 +162,67 @@ TEST_CASE("gradients of layer_norm and rms_norm match finite differences", "[gra
     check_op("rms_norm of [B," + n + "]", {{Shape{kBatch, width}}}, [](const Xs& x) { return rms_norm(x[0], "rms"); });
   }
 }
+
+namespace {
+
+// softmax(q k^T * scale, masked) v, written out in double: q [n, tq, d], k [n, tk, d], v [n, tk, dv].
+reference::Array attention_by_hand(const reference::Array& q, const reference::Array& k, const reference::Array& v,
+                                   bool causal, double scale) {
+  const int64_t n = q.shape[0], tq = q.shape[1], d = q.shape[2], tk = k.shape[1], dv = v.shape[2];
+  reference::Array out({n, tq, dv});
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t i = 0; i < tq; ++i) {
+      std::vector<double> s(tk);
+      double top = -1e300;
+      for (int64_t j = 0; j < tk; ++j) {
+        double dot = 0;
+        for (int64_t c = 0; c < d; ++c) dot += q[(b * tq + i) * d + c] * k[(b * tk + j) * d + c];
+        s[j] = causal && j > i ? -1e300 : dot * scale;
+        top = std::max(top, s[j]);
+      }
+      double total = 0;
+      for (double& e : s) total += (e = e <= -1e300 ? 0 : std::exp(e - top));
+      for (int64_t j = 0; j < tk; ++j)
+        for (int64_t c = 0; c < dv; ++c) out[(b * tq + i) * dv + c] += s[j] / total * v[(b * tk + j) * dv + c];
+    }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("scaled_dot_product_attention equals its closed form, causal and not", "[dsl][sequence]") {
+  for (int64_t t : {1, 7, 127})
+    for (bool causal : {false, true}) {
+      Graph g;
+      GraphScope use(g);
+      auto q = input("q", {2, t, 4}), k = input("k", {2, t, 4}), v = input("v", {2, t, 3});
+      auto y = scaled_dot_product_attention(q, k, v, {.causal = causal});
+      CHECK(y.shape() == Shape{2, t, 3});
+      std::mt19937 rng(static_cast<unsigned>(t));
+      reference::Feeds feeds{{"q", draw(Arg{Shape{2, t, 4}}, rng)}, {"k", draw(Arg{Shape{2, t, 4}}, rng)},
+                             {"v", draw(Arg{Shape{2, t, 3}}, rng)}};
+      reference::Variables none;
+      const Array got = reference::run(g, {y}, feeds, none)[0];
+      const Array want = attention_by_hand(feeds["q"], feeds["k"], feeds["v"], causal, 0.5);
+      double worst = 0;
+      for (int64_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+      INFO("T = " << t << (causal ? " causal" : "") << ": largest difference " << worst);
+      CHECK(worst <= 1e-12);
+    }
+  Graph g;
+  GraphScope use(g);
+  auto q = input("q", {2, 5, 4}), k = input("k", {2, 6, 4}), v = input("v", {2, 6, 3});
+  REQUIRE_THROWS_WITH(scaled_dot_product_attention(q, input("k8", {2, 6, 8}), v), Contains("differ in the head dimension") && Contains(here(__LINE__)));
+  REQUIRE_THROWS_WITH(scaled_dot_product_attention(q, k, input("v5", {2, 5, 3})), Contains("differ in the number of keys") && Contains(here(__LINE__)));
+  REQUIRE_THROWS_WITH(scaled_dot_product_attention(q, k, v, {.scale = -1}), Contains("scale -1") && Contains(here(__LINE__)));
+}
+
+TEST_CASE("gradients of scaled_dot_product_attention match finite differences", "[grad][sequence]") {
+  for (int64_t t : {1, 7})
+    for (bool causal : {false, true})
+      check_op("attention T = " + std::to_string(t) + (causal ? " causal" : ""),
+               {{Shape{kBatch, t, 3}}, {Shape{kBatch, t, 3}}, {Shape{kBatch, t, 2}}},
+               [causal](const Xs& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {.causal = causal, .scale = 0.7}); });
+  check_op("attention over heads [B,2,5,3], 4 keys", {{Shape{kBatch, 2, 5, 3}}, {Shape{kBatch, 2, 4, 3}}, {Shape{kBatch, 2, 4, 2}}},
+           [](const Xs& x) { return scaled_dot_product_attention(x[0], x[1], x[2]); });
+}

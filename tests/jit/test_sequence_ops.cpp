@@ -57,6 +57,10 @@ TEST_CASE("layer_norm, rms_norm and softmax match the reference forward and back
   cases::norms_and_softmax(on_cpu(), "");
 }
 
+TEST_CASE("unfused attention matches the reference, causal and not, gradients included", "[cpu][jit][sequence]") {
+  cases::attention(on_cpu(), "");
+}
+
 TEST_CASE("iota and a causal mask have the closed form's values", "[cpu][jit][sequence]") {
   tj::Graph g;
   tj::GraphScope use(g);
