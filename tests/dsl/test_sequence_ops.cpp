@@ -79,8 +79,8 @@ TEST_CASE("layer_norm and rms_norm: variables and mistakes", "[dsl][sequence]") 
   Graph g;
   GraphScope use(g);
   auto x = input("x", {kBatch, 5, 8});
-  CHECK(layer_norm(x, "ln").shape() == x.shape());
-  CHECK(rms_norm(x, "rms").shape() == x.shape());
+  CHECK(layer_norm(x, "ln").shape() == Shape{kBatch, 5, 8});
+  CHECK(rms_norm(x, "rms").shape() == Shape{kBatch, 5, 8});
   REQUIRE(g.find_variable("ln/gain") != nullptr);
   REQUIRE(g.find_variable("ln/bias") != nullptr);
   REQUIRE(g.find_variable("rms/gain") != nullptr);

@@ -63,7 +63,7 @@ inline void iota_and_masks(const Runner& run, const std::string& where) {
     auto x = input("x", {kBatch, t, t});
     auto along_batch = iota({kBatch, 3}, 0, DType::f32);
     auto along_last = iota({kBatch, 3}, -1);
-    auto scores = where(causal_mask(t) > 0.5, x, Operand(-1e9));
+    auto scores = towerjit::where(causal_mask(t) > 0.5, x, Operand(-1e9));
     auto p = softmax(scores);
     auto loss = sum(p * input("r", {kBatch, t, t}));
     auto dx = grad(loss, {x})[0];

@@ -2,7 +2,10 @@
 // error bounds (tests/jit/sequence_cases.h, run on a GPU too), an index out of range is the
 // same error on both, and the fusion plan of each op is what docs/dsl.md says it is.
 #include <algorithm>
-#include <regex>
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
 
 #include "graph_cases.h"
 #include "jit/passes/pipeline.h"
@@ -95,10 +98,11 @@ TEST_CASE("an index out of range names the input, its position and the row count
   try { tj::CpuProgram(g, {e}).run(hf, hv); } catch (const tj::Error& err) { cpu_message = err.what(); }
   CHECK(cpu_message == reference_message);
   // A computed index, and a negative one: "the indices", the value as it is.
+  const int gather_line = __LINE__ + 1;
   auto shifted = tj::gather(tj::input("table", {5, 2}), tj::input("k", {kBatch}, tj::DType::i32) - 1);
   tj::reference::Variables none;
   REQUIRE_THROWS_WITH(tj::reference::run(g, {shifted}, {{"table", tj::reference::Array({5, 2})}, {"k", tj::reference::Array({3}, {1, 0, 2}, tj::DType::i32)}}, none),
-                      Contains("gather: index -1 at 1 of the indices is out of range [0, 5)") && Contains(here(__LINE__ - 1)));
+                      Contains("gather: index -1 at 1 of the indices is out of range [0, 5)") && Contains(here(gather_line)));
 }
 
 TEST_CASE("an embedding's step gathers and scatters its rows without a one-hot [B,T,V] tensor", "[cpu][jit][sequence]") {
@@ -126,4 +130,56 @@ TEST_CASE("a causal mask is computed inside the kernel that reads it", "[cpu][ji
   CHECK(prog.calls.empty());
   for (const tj::kir::Buffer& b : prog.buffers) CHECK(b.shape != tj::Shape{7, 7});  // no mask buffer
   CHECK(count(prog, tj::kir::Step::Kind::kernel) == 2);  // the row's log-sum-exp, then exp(x - lse)
+}
+
+namespace {
+
+// The loop kernels and library calls of the program for `fetches`, and how many of the
+// kernels reduce.
+struct PlanCount {
+  int kernels = 0, reductions = 0, calls = 0;
+};
+
+PlanCount plan_of(const tj::Graph& g, const std::vector<Tensor>& fetches, bool print, const std::string& what) {
+  const tj::kir::Program p = lower(g, fetches);
+  PlanCount c;
+  for (const tj::kir::Kernel& k : p.kernels)
+    for (const tj::kir::Kernel* body : k.bodies()) c.reductions += body->reduce != tj::Op::Constant;
+  c.kernels = count(p, tj::kir::Step::Kind::kernel);
+  c.calls = count(p, tj::kir::Step::Kind::library);
+  if (print) std::printf("== %s: %d kernels (%d reducing), %d calls\n%s\n", what.c_str(), c.kernels, c.reductions, c.calls, tj::kir::to_string(p).c_str());
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("the normalisations and softmax: their kernels forward and backward", "[cpu][jit][sequence]") {
+  const bool print = std::getenv("SEQUENCE_PLAN_PRINT") != nullptr;
+  for (const char* op : {"layer_norm", "rms_norm", "softmax"}) {
+    tj::Graph g;
+    tj::GraphScope use(g);
+    auto x = tj::input("x", {kBatch, 16, 64});
+    const std::string name = op;
+    Tensor y = name == "layer_norm" ? tj::layer_norm(x, "ln") : name == "rms_norm" ? tj::rms_norm(x, "rms") : tj::softmax(x);
+    auto loss = tj::sum(y * tj::input("r", {kBatch, 16, 64}));
+    std::vector<Tensor> wrt = tj::trainable_variables();
+    wrt.push_back(x);
+    const auto grads = tj::grad(loss, wrt);
+    const PlanCount fwd = plan_of(g, {y}, print, name + " forward");
+    std::vector<Tensor> all{y};
+    all.insert(all.end(), grads.begin(), grads.end());
+    const PlanCount both = plan_of(g, all, print, name + " forward and backward");
+    INFO(name << ": forward " << fwd.kernels << " kernels, with the backward " << both.kernels);
+    CHECK(fwd.calls == 0);
+    CHECK(both.calls == 0);
+    // docs/dsl.md's table ("How the normalisations and softmax fuse"): a fused row kernel
+    // would make these 1 and 2.
+    const std::map<std::string, std::array<int, 4>> documented{
+        {"layer_norm", {4, 2, 12, 5}}, {"rms_norm", {2, 1, 7, 3}}, {"softmax", {2, 1, 4, 2}}};
+    const auto& want = documented.at(name);
+    CHECK(fwd.kernels == want[0]);
+    CHECK(fwd.reductions == want[1]);
+    CHECK(both.kernels == want[2]);
+    CHECK(both.reductions == want[3]);
+  }
 }
