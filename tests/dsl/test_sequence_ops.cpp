@@ -59,7 +59,7 @@ TEST_CASE("gather and embedding: mistakes are named at the user's line", "[dsl][
   REQUIRE_THROWS_WITH(embedding(ids, 10, 4, ""), Contains("embedding: the name is empty") && Contains(here(__LINE__)));
 }
 
-TEST_CASE("iota, arange, causal_mask and tril: shapes and mistakes", "[dsl][sequence]") {
+TEST_CASE("iota arange causal_mask and tril: shapes and mistakes", "[dsl][sequence]") {
   Graph g;
   GraphScope use(g);
   CHECK(iota({kBatch, 3}, 1).shape() == Shape{kBatch, 3});
@@ -190,7 +190,7 @@ reference::Array attention_by_hand(const reference::Array& q, const reference::A
 
 }  // namespace
 
-TEST_CASE("scaled_dot_product_attention equals its closed form, causal and not", "[dsl][sequence]") {
+TEST_CASE("scaled_dot_product_attention equals its closed form whether causal or not", "[dsl][sequence]") {
   for (int64_t t : {1, 7, 127})
     for (bool causal : {false, true}) {
       Graph g;
