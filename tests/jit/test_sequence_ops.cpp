@@ -3,6 +3,7 @@
 // same error on both, and the fusion plan of each op is what docs/dsl.md says it is.
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -182,4 +183,34 @@ TEST_CASE("the normalisations and softmax: their kernels forward and backward", 
     CHECK(both.kernels == want[2]);
     CHECK(both.reductions == want[3]);
   }
+}
+
+// Not run by default (hidden): the figures of docs/dsl.md's "A gather's gradient". Three
+// steps (the loss and the table's gradient) of an embedding of ids [64, 32] into D = 128, by
+// gather and by the one-hot product it replaces, and the largest temporary buffer of each.
+TEST_CASE("embedding by gather against one_hot times the table: time and largest buffer", "[.][bench][sequence]") {
+  for (int64_t vocab : {256, 4096, 16384})
+    for (bool by_gather : {true, false}) {
+      tj::Graph g;
+      tj::GraphScope use(g);
+      auto ids = tj::input("ids", {kBatch, 32}, tj::DType::i32);
+      auto table = tj::variable("table", {vocab, 128}, {.init = tj::init::normal(0, 1)});
+      Tensor h = by_gather ? tj::gather(table, ids) : tj::matmul(tj::one_hot(ids, vocab), table);
+      auto loss = tj::sum(h * h);
+      auto d = tj::grad(loss, {table})[0];
+      int64_t largest = 0;
+      for (const tj::kir::Buffer& b : lower(g, {loss, d}).buffers)
+        if (b.kind == tj::kir::Buffer::Kind::temp) largest = std::max(largest, b.shape.elements(64));
+      tj::HostTensor idv(tj::Shape{64, 32}, tj::DType::i32);
+      for (size_t i = 0; i < idv.i32.size(); ++i) idv.i32[i] = static_cast<int32_t>((i * 7919) % vocab);
+      tj::HostFeeds feeds{{"ids", idv}};
+      tj::HostVariables vars{{"table", tj::HostTensor(tj::Shape{vocab, 128})}};
+      tj::CpuProgram p(g, {loss, d});
+      p.run(feeds, vars);  // compiled and warm
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int s = 0; s < 3; ++s) p.run(feeds, vars);
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("V = %5ld  %-15s  3 steps %.3f s  largest temp %.1f MB\n", static_cast<long>(vocab),
+                  by_gather ? "gather" : "one_hot x table", secs, static_cast<double>(largest) * 4 / 1e6);
+    }
 }
