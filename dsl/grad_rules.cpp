@@ -13,7 +13,7 @@ bool passes_gradient(const Graph& graph, const Node& node, int k) {
   if (node.dtype != DType::f32) return false;
   if (op_is_comparison(node.op)) return false;
   switch (node.op) {
-    case Op::Input: case Op::Variable: case Op::Constant:
+    case Op::Input: case Op::Variable: case Op::Constant: case Op::Iota:
     case Op::Sign: case Op::StopGradient: case Op::Count: case Op::OneHot: case Op::ArgMax:
     case Op::RandomUniform: case Op::Assign: case Op::AllReduce:
       return false;
@@ -23,6 +23,10 @@ bool passes_gradient(const Graph& graph, const Node& node, int k) {
       return k != 0;  // the condition only picks
     case Op::PhaseSelect:
       return k == 0;  // a program is differentiated as it trains
+    case Op::Gather:
+      return k == 0;  // the indices only pick
+    case Op::GatherGrad:
+      return k == 1;
     default:
       return true;
   }

@@ -122,6 +122,18 @@ bool backward_structural(const GradContext& c, std::vector<Tensor>& dx) {
     case Op::AvgPool2D:
       dx[0] = primitive(c, Op::AvgPool2DGrad, {g.id()}, c.in_shape(0));
       return true;
+    // The seam of sparse gradients: a gather's gradient is the rows it read (its indices) and
+    // the values dy; GatherGrad is their dense sum into a table-shaped zero, the one place the
+    // [rows, ...] gradient is built.
+    case Op::Gather:
+      dx[0] = primitive(c, Op::GatherGrad, {c.x[1].id(), g.id()}, c.in_shape(0));
+      return true;
+    case Op::GatherGrad: {  // linear in dy: its gradient gathers the same rows back
+      Attrs attrs = c.node.attrs;
+      attrs.shape = Shape{};
+      dx[1] = make(c.graph, Op::Gather, {g.id(), c.x[0].id()}, c.in_shape(1), DType::f32, attrs, loc);
+      return true;
+    }
     case Op::Conv2DGradInput: case Op::Conv2DGradFilter: case Op::MaxPool2DGrad:
     case Op::AvgPool2DGrad:
       no_second_derivative(c);

@@ -24,8 +24,9 @@ namespace {
 
 // y = gain * (x - mean) / sqrt(var + eps) + bias over the last axis, with variables
 // "<name>/gain" (ones) and "<name>/bias" (zeros) created in a scope of its own, so a second
-// call with the same name under Reuse::reuse shares them.
-tj::Tensor layer_norm(tj::Tensor x, const std::string& name, double eps = 1e-5) {
+// call with the same name under Reuse::reuse shares them. (towerjit has this layer built in,
+// tj::layer_norm; it is written out here as the example of a layer of your own.)
+tj::Tensor my_layer_norm(tj::Tensor x, const std::string& name, double eps = 1e-5) {
   tj::VariableScope scope(name);
   const int64_t features = x.shape()[x.rank() - 1];
   auto gain = tj::variable("gain", {features}, {.init = tj::init::constant(1)});
@@ -44,8 +45,8 @@ tj::Tensor label_smoothing_cross_entropy(tj::Tensor logits, tj::Tensor labels, d
 }
 
 tj::Tensor model(tj::Tensor image) {
-  auto h = tj::relu(layer_norm(tj::dense(image, 256, "fc1"), "norm1"));
-  h = tj::relu(layer_norm(tj::dense(h, 128, "fc2"), "norm2"));
+  auto h = tj::relu(my_layer_norm(tj::dense(image, 256, "fc1"), "norm1"));
+  h = tj::relu(my_layer_norm(tj::dense(h, 128, "fc2"), "norm2"));
   return tj::dense(h, 10, "logits");
 }
 

@@ -11,6 +11,7 @@
 #include "dsl/optimizers.h"
 #include "dsl/phase.h"
 #include "dsl/schedules.h"
+#include "dsl/sequence.h"
 #include "dsl/state.h"
 #include "dsl/towers.h"
 #include "dsl/variables.h"

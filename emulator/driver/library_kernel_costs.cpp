@@ -47,6 +47,16 @@ KernelCost library_kernel_cost(const std::string& k, void** params) {
                  inner = static_cast<double>(param<long long>(params, 4));
     return {f * (outer * n * inner + outer * inner), 0};
   }
+  if (k == "tj_gather") {  // reads an index and an element, writes one, per output
+    const double n = static_cast<double>(param<long long>(params, 3)) * param<long long>(params, 5) *
+                     param<long long>(params, 6);
+    return {f * 3 * n, 0};
+  }
+  if (k == "tj_gather_grad") {  // per (column, index): reads the index and dy, adds into the table
+    const double n = static_cast<double>(param<long long>(params, 3)) * param<long long>(params, 5) *
+                     param<long long>(params, 6);
+    return {f * 4 * n, n};
+  }
   if (k == "tj_pad") {
     const auto& b = param<TjBox>(params, 2);
     return {f * (box_elements(b.src, b.rank) + box_elements(b.dst, b.rank)), 0};

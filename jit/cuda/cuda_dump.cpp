@@ -98,6 +98,8 @@ std::string library_routine(const kir::LibraryCall& c, bool cudnn) {
     case Op::AvgPool2DGrad: return "tj_avg_pool2d_grad";
     case Op::OneHot: return "tj_one_hot";
     case Op::ArgMax: return "tj_argmax";
+    case Op::Gather: return "tj_gather";
+    case Op::GatherGrad: return "cuMemsetD32Async + tj_gather_grad";
     case Op::Pad: return "tj_pad";
     case Op::Concat: return "tj_copy_box per part";
     default: return "none";

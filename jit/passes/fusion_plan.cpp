@@ -12,7 +12,7 @@ bool is_library(Op op) {
     case Op::MatMul: case Op::OneHot: case Op::ArgMax: case Op::Conv2D:
     case Op::Conv2DGradInput: case Op::Conv2DGradFilter: case Op::MaxPool2D:
     case Op::MaxPool2DGrad: case Op::AvgPool2D: case Op::AvgPool2DGrad: case Op::Pad:
-    case Op::Concat:
+    case Op::Concat: case Op::Gather: case Op::GatherGrad:
       return true;
     default:
       return false;
@@ -155,7 +155,7 @@ void Planner::decide_buffers(const std::vector<int>& fetches) {
     const OpKind kind = op_kind(node.op);
     const bool inlinable = kind == OpKind::Unary || kind == OpKind::Binary || node.op == Op::Select ||
                            node.op == Op::BroadcastTo || inline_reshape(g_, node);
-    reads_nothing[n] = node.op == Op::Constant || node.op == Op::Count ||
+    reads_nothing[n] = node.op == Op::Constant || node.op == Op::Count || node.op == Op::Iota ||
               (inlinable && std::all_of(node.inputs.begin(), node.inputs.end(), [&](int in) { return reads_nothing[in]; }));
   }
   for (int n = g_.size() - 1; n >= 0; --n) {
@@ -237,7 +237,7 @@ bool Planner::elementwise(int id) const {
   const OpKind k = op_kind(x.op);
   return k == OpKind::Unary || k == OpKind::Binary || x.op == Op::Select ||
          x.op == Op::BroadcastTo || x.op == Op::Transpose || x.op == Op::Slice ||
-         x.op == Op::Constant || x.op == Op::RandomUniform || inline_reshape(g_, x);
+         x.op == Op::Constant || x.op == Op::Iota || x.op == Op::RandomUniform || inline_reshape(g_, x);
 }
 
 void Planner::choose_hosts() {

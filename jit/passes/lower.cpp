@@ -288,6 +288,19 @@ int Lowering::expr(kir::Kernel& k, int node, const IndexMap& map, bool root) {
   switch (n.op) {
     case Op::Constant:
       return add_expr(k, {.kind = K::constant, .op = n.op, .dtype = n.dtype, .value = n.attrs.value});
+    case Op::Iota: {  // the loop index its axis maps to, plus where a slice starts it
+      const int axis = n.attrs.axis;
+      int v = map.axis[axis] >= 0
+                  ? add_expr(k, {.kind = K::loop_index, .op = n.op, .dtype = DType::i32, .axis = map.axis[axis]})
+                  : add_expr(k, {.kind = K::constant, .op = Op::Constant, .dtype = DType::i32, .value = 0});
+      if (map.offset[axis] != 0) {
+        const int off = add_expr(k, {.kind = K::constant, .op = Op::Constant, .dtype = DType::i32,
+                                     .value = static_cast<double>(map.offset[axis])});
+        v = add_expr(k, {.kind = K::binary, .op = Op::Add, .dtype = DType::i32, .args = {v, off}});
+      }
+      if (n.dtype == DType::i32) return v;
+      return add_expr(k, {.kind = K::unary, .op = Op::Cast, .dtype = n.dtype, .args = {v}});
+    }
     case Op::Count: {
       Affine count{1, 0};
       const Shape& s = g_.node(n.inputs[0]).shape;

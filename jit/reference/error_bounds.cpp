@@ -243,6 +243,40 @@ Array argmax_bound(const EvalArgs& a, const Array& bound, const Array& y) {
   return out;
 }
 
+// A gather moves elements: each output's bound is its source's. An index that might differ
+// (a computed one with an error) could pick another row: unbounded.
+Array gather_bound(const EvalArgs& a, const Array& table_bound, const Array& index_bound) {
+  for (double e : index_bound.data)
+    if (e != 0) {
+      Array out = a.result();
+      for (double& v : out.data) v = kInf;
+      return out;
+    }
+  return eval_as(a, Op::Gather, {&table_bound, &a.in(1)}, eval_gather);
+}
+
+// A gather's gradient sums, into each row, the slices of dy whose index names it, in index
+// order: the moved bounds plus the rounding of an n-term sum, n being how many indices name
+// that row (the gradient of ones counts them).
+Array gather_grad_bound(const EvalArgs& a, const Array& index_bound, const Array& dy_bound) {
+  for (double e : index_bound.data)
+    if (e != 0) {
+      Array out = a.result();
+      for (double& v : out.data) v = kInf;
+      return out;
+    }
+  const Array& indices = a.in(0);
+  const Array magnitude = abs_of(a.in(1));
+  Array ones = a.in(1);
+  for (double& v : ones.data) v = 1;
+  Array out = eval_as(a, Op::GatherGrad, {&indices, &dy_bound}, eval_gather_grad);
+  const Array mags = eval_as(a, Op::GatherGrad, {&indices, &magnitude}, eval_gather_grad);
+  const Array terms = eval_as(a, Op::GatherGrad, {&indices, &ones}, eval_gather_grad);
+  for (int64_t i = 0; i < out.size(); ++i)
+    if (terms[i] > 0) out[i] += rounding_gamma(terms[i]) * mags[i] + terms[i] * kFlushed;
+  return out;
+}
+
 }  // namespace
 
 double rounding_gamma(double n) {
@@ -284,7 +318,9 @@ Array float_rounding_bound(const Array& value) {
 Array error_bound(const EvalArgs& a, const std::vector<const Array*>& bounds, const Array& y) {
   const Attrs& at = a.node.attrs;
   switch (a.node.op) {
-    case Op::Input: case Op::Variable: case Op::Constant: return float_rounding_bound(y);
+    case Op::Input: case Op::Variable: case Op::Constant: case Op::Iota: return float_rounding_bound(y);
+    case Op::Gather: return gather_bound(a, *bounds[0], *bounds[1]);
+    case Op::GatherGrad: return gather_grad_bound(a, *bounds[0], *bounds[1]);
     case Op::Count: return Array(a.shape);
     case Op::Select: return elementwise_bound(a, bounds, y);
     case Op::Reshape: return moved_bound(a, bounds, eval_reshape);

@@ -59,6 +59,11 @@ Array eval_argmax(const EvalArgs& a);
 Array eval_random_uniform(const EvalArgs& a);
 Array eval_assign(const EvalArgs& a);
 
+// --- eval_sequence.cpp ----------------------------------------------------------------------
+Array eval_iota(const EvalArgs& a);
+Array eval_gather(const EvalArgs& a);
+Array eval_gather_grad(const EvalArgs& a);
+
 // --- eval_conv.cpp --------------------------------------------------------------------------
 Array eval_conv2d(const EvalArgs& a);
 Array eval_conv2d_grad_input(const EvalArgs& a);

@@ -155,6 +155,7 @@ Array evaluate(const EvalArgs& a, const Feeds& feeds, const Variables& variables
     case Op::Input: return feeds.at(a.node.attrs.name);
     case Op::Variable: return variables.at(a.node.attrs.name);
     case Op::Constant: return eval_constant(a);
+    case Op::Iota: return eval_iota(a);
     case Op::Neg: case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Rsqrt: case Op::Abs:
     case Op::Sign: case Op::Relu: case Op::Sigmoid: case Op::Tanh: case Op::Erf: case Op::Gelu:
     case Op::Softplus: case Op::Cast: case Op::StopGradient:
@@ -177,6 +178,8 @@ Array evaluate(const EvalArgs& a, const Feeds& feeds, const Variables& variables
     case Op::MatMul: return eval_matmul(a);
     case Op::OneHot: return eval_one_hot(a);
     case Op::ArgMax: return eval_argmax(a);
+    case Op::Gather: return eval_gather(a);
+    case Op::GatherGrad: return eval_gather_grad(a);
     case Op::Conv2D: return eval_conv2d(a);
     case Op::Conv2DGradInput: return eval_conv2d_grad_input(a);
     case Op::Conv2DGradFilter: return eval_conv2d_grad_filter(a);

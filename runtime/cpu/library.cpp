@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "dsl/error.h"
+#include "dsl/index_errors.h"
 #include "jit/kir/matmul_geometry.h"
 
 namespace towerjit::cpujit {
@@ -43,6 +44,48 @@ void one_hot(const Node& node, const View& labels, const View& out) {
         << "; labels must be class indices below the number of classes";
     out.f()[i * depth + v] = 1.0f;
   }
+}
+
+// A gather's table as [outer, rows, inner] around its axis, its output (or dy) as
+// [outer, count, inner]; every index checked against the rows first.
+struct GatherGeometry {
+  int64_t outer = 1, rows = 0, inner = 1, count = 0;
+};
+
+GatherGeometry gather_geometry(const Node& node, const Shape& table, const View& indices) {
+  const int axis = node.attrs.axis;
+  GatherGeometry g{1, table[axis], 1, indices.shape.elements(0)};
+  for (int d = 0; d < axis; ++d) g.outer *= table[d];
+  for (int d = axis + 1; d < table.rank(); ++d) g.inner *= table[d];
+  for (int64_t i = 0; i < g.count; ++i) {
+    const int32_t v = indices.i()[i];
+    user_check(v >= 0 && v < g.rows, node) << detail::gather_index_error(node, v, i, indices.shape, g.rows);
+  }
+  return g;
+}
+
+// Rows of 4-byte elements copied whole: any dtype.
+void gather(const Node& node, const View& table, const View& indices, const View& out) {
+  const GatherGeometry g = gather_geometry(node, table.shape, indices);
+  const auto* src = static_cast<const char*>(table.data);
+  auto* dst = static_cast<char*>(out.data);
+  const int64_t row = g.inner * 4;
+  for (int64_t o = 0; o < g.outer; ++o)
+    for (int64_t i = 0; i < g.count; ++i)
+      std::memcpy(dst + (o * g.count + i) * row, src + (o * g.rows + indices.i()[i]) * row, row);
+}
+
+// Zeros, then each slice of dy added into its row in index order: every element's sum runs in
+// the order the GPU's kernel (tj_gather_grad) uses, so the two agree bitwise.
+void gather_grad(const Node& node, const View& indices, const View& dy, const View& out) {
+  const GatherGeometry g = gather_geometry(node, out.shape, indices);
+  std::fill(out.f(), out.f() + out.shape.elements(0), 0.0f);
+  for (int64_t o = 0; o < g.outer; ++o)
+    for (int64_t i = 0; i < g.count; ++i) {
+      float* to = out.f() + (o * g.rows + indices.i()[i]) * g.inner;
+      const float* from = dy.f() + (o * g.count + i) * g.inner;
+      for (int64_t in = 0; in < g.inner; ++in) to[in] += from[in];
+    }
 }
 
 void argmax(const Node& node, const View& x, const View& out) {
@@ -94,6 +137,8 @@ void run_library_call(const kir::LibraryCall& call, const Node& node,
       return pool2d(call.op, call.attrs, in, out, pool);
     case Op::OneHot: return one_hot(node, in[0], out);
     case Op::ArgMax: return argmax(node, in[0], out);
+    case Op::Gather: return gather(node, in[0], in[1], out);
+    case Op::GatherGrad: return gather_grad(node, in[0], in[1], out);
     case Op::Pad:
       std::memset(out.data, 0, out.shape.elements(0) * 4);
       return copy_box(in[0], out, call.attrs.begin);

@@ -87,7 +87,7 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
     const Op op = program_.calls[i].op;
     has_conv |= op == Op::Conv2D || op == Op::Conv2DGradInput || op == Op::Conv2DGradFilter;
     needs_library |= op != Op::MatMul;
-    if (op == Op::OneHot) one_hot_calls_.push_back(static_cast<int>(i));
+    if (op == Op::OneHot || op == Op::Gather || op == Op::GatherGrad) one_hot_calls_.push_back(static_cast<int>(i));
   }
   stream_ = std::make_unique<cuda::Stream>(*device_);
   staging_ = std::make_unique<cuda::PinnedBuffer>(device_->context());
@@ -250,7 +250,7 @@ void CudaProgram::run_call(int index, const std::vector<CUdeviceptr>& base, int6
   const cuda::DeviceView out{program_.buffers[c.output].shape.bind(batch), base[c.output]};
   cuda::LibraryEnv env{*device_, *stream_, blas_.get(), scratch_, 0};
   env.dnn = dnn_.get();
-  if (c.op == Op::OneHot) {
+  if (c.op == Op::OneHot || c.op == Op::Gather || c.op == Op::GatherGrad) {
     const auto slot = std::find(one_hot_calls_.begin(), one_hot_calls_.end(), index) - one_hot_calls_.begin();
     env.error_slot = error_slots_.ptr() + 8 * slot;
   }
@@ -478,8 +478,16 @@ void CudaProgram::finish_run(Loc loc) {
                            " (a kernel failed: rerun with CUDA_LAUNCH_BLOCKING=1 to have the error name it)",
                        loc);
   for (size_t i = 0; i < back_.size(); ++i) std::memcpy(back_[i].host, staging_->data() + back_offsets_[i], back_[i].bytes);
-  for (size_t i = 0; i < slots_.size(); ++i)
-    cuda::check_one_hot_slot(graph_.node(program_.calls[one_hot_calls_[i]].node), slots_[i]);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Node& node = graph_.node(program_.calls[one_hot_calls_[i]].node);
+    if (node.op == Op::OneHot) {
+      cuda::check_one_hot_slot(node, slots_[i]);
+    } else {  // a gather (table, indices) or its gradient (indices, dy) -> table
+      const bool fwd = node.op == Op::Gather;
+      const Shape& table = fwd ? graph_.node(node.inputs[0]).shape : node.attrs.shape;
+      cuda::check_gather_slot(node, table, graph_.node(node.inputs[fwd ? 1 : 0]).shape, slots_[i]);
+    }
+  }
   if (step_times)
     for (size_t i = 0; i < program_.steps.size(); ++i) (*step_times)[i] += timing_[i]->elapsed_ms(*timing_[i + 1]);
 }

@@ -3,6 +3,7 @@
 #include "runtime/cuda/library.h"
 
 #include "dsl/error.h"
+#include "dsl/index_errors.h"
 #include "jit/kir/matmul_geometry.h"
 #include "jit/cuda/device/library_params.h"
 
@@ -191,6 +192,28 @@ void run_library_call(const kir::LibraryCall& call, const Node& node, const std:
       long long count = in[0].shape.elements(0), depth = node.attrs.depth;
       return launch_library(env, "tj_one_hot", count * depth, node, labels, o, count, depth, slot);
     }
+    case Op::Gather: case Op::GatherGrad: {
+      internal_check(env.error_slot != 0) << op_name(call.op) << " without an error slot";
+      check_cuda(require_driver().MemsetD32Async(env.error_slot, 0xffffffffu, 2, env.stream.handle()),
+                 "cuMemsetD32Async");
+      const bool fwd = call.op == Op::Gather;
+      const Shape& table = fwd ? in[0].shape : out.shape;
+      const DeviceView& indices = fwd ? in[1] : in[0];
+      const int axis = node.attrs.axis;
+      long long outer = 1, rows = table[axis], count = indices.shape.elements(0), inner = 1;
+      for (int i = 0; i < axis; ++i) outer *= table[i];
+      for (int i = axis + 1; i < table.rank(); ++i) inner *= table[i];
+      CUdeviceptr idx = indices.ptr, o = out.ptr, slot = env.error_slot;
+      if (fwd) {
+        CUdeviceptr t = in[0].ptr;
+        return launch_library(env, "tj_gather", outer * count * inner, node, t, idx, o, outer, rows, count, inner,
+                              slot);
+      }
+      check_cuda(require_driver().MemsetD32Async(out.ptr, 0u, out.shape.elements(0), env.stream.handle()),
+                 "cuMemsetD32Async");
+      CUdeviceptr dy = in[1].ptr;
+      return launch_library(env, "tj_gather_grad", outer * inner, node, idx, dy, o, outer, rows, count, inner, slot);
+    }
     case Op::ArgMax: {
       const int axis = node.attrs.axis;
       long long outer = 1, inner = 1, n = in[0].shape[axis];
@@ -232,10 +255,18 @@ void check_one_hot_slot(const Node& node, uint64_t slot) {
   if (slot == ~uint64_t{0}) return;
   const int64_t i = static_cast<int64_t>(slot >> 32);
   const int32_t v = static_cast<int32_t>(slot & 0xffffffffu);
+
   user_check(false, node) << "one_hot: label " << v << " at flat index " << i << " is out of range [0, "
                               << node.attrs.depth << ")"
                               << (node.scope.empty() ? "" : " in \"" + node.scope + "\"")
                               << "; labels must be class indices below the number of classes";
+}
+
+void check_gather_slot(const Node& node, const Shape& table, const Shape& indices, uint64_t slot) {
+  if (slot == ~uint64_t{0}) return;
+  const int64_t i = static_cast<int64_t>(slot >> 32);
+  const int32_t v = static_cast<int32_t>(slot & 0xffffffffu);
+  user_check(false, node) << detail::gather_index_error(node, v, i, indices, table[node.attrs.axis]);
 }
 
 }  // namespace towerjit::cuda

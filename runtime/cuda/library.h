@@ -49,5 +49,8 @@ size_t library_scratch_bytes(const kir::LibraryCall& call, const Node& node, con
 
 // The error a one-hot call raises for the slot value it left (~0: none), as the CPU's.
 void check_one_hot_slot(const Node& node, uint64_t slot);
+// The same for a gather or its gradient: `table` and `indices` are the shapes the graph gives
+// them (the message unravels the position where B is absent or the indices' first axis).
+void check_gather_slot(const Node& node, const Shape& table, const Shape& indices, uint64_t slot);
 
 }  // namespace towerjit::cuda

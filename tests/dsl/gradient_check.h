@@ -137,7 +137,8 @@ inline void check_op(const std::string& what, const std::vector<Arg>& args,
   reference::Feeds feeds;
   for (size_t i = 0; i < args.size(); ++i) feeds["x" + std::to_string(i)] = draw(args[i], rng);
   feeds["r"] = draw(Arg{y.shape()}, rng);
-  reference::Variables variables;
+  // A layer inside `op` (layer_norm) makes variables: their initial values, held fixed.
+  reference::Variables variables = reference::initialize_variables(graph, seed);
   // The loss is fetched too: a gradient such as that of sum(x) needs no fed value, and the
   // interpreter reads the batch size only from the inputs the fetches use.
   std::vector<Tensor> fetches = grads;

@@ -5,7 +5,8 @@
 //
 // Every kernel is a grid-stride loop over its outputs (launch any grid, 256 threads), and
 // every value is written by exactly one thread in a fixed order: no atomics on data, so
-// results are bitwise reproducible. The one atomic is one_hot's error report.
+// results are bitwise reproducible. The one atomic is the error report of one_hot and of the
+// gathers (the smallest bad position wins, so the report is deterministic too).
 
 // Index math in 32 bits where every index of the call, and the grid-stride loop's last step,
 // stay below 2^31 (a 32-bit division is a fraction of the cost of a 64-bit one on a GPU);
@@ -186,6 +187,47 @@ extern "C" __global__ void tj_one_hot(const int* __restrict__ labels, float* __r
     const int v = labels[i];
     out[p] = v == j ? 1.0f : 0.0f;
     if (j == 0 && (v < 0 || v >= depth)) atomicMin(error, ((tj_u64)i << 32) | (tj_u32)v);
+  }
+}
+
+// out[o][i][in] = table[o][indices[i]][in], 4-byte elements of any dtype. An index outside
+// [0, rows) writes 0 and reports the smallest such i as (i << 32 | index) through `error`, as
+// tj_one_hot does.
+extern "C" __global__ void tj_gather(const tj_u32* __restrict__ table, const int* __restrict__ indices,
+                                     tj_u32* __restrict__ out, tj_i64 outer, tj_i64 rows, tj_i64 count,
+                                     tj_i64 inner, tj_u64* error) {
+  const tj_i64 total = outer * count * inner;
+  for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
+    const tj_i64 in = p % inner, i = p / inner % count, o = p / (inner * count);
+    const int v = indices[i];
+    const bool ok = v >= 0 && v < rows;
+    out[p] = ok ? table[(o * rows + v) * inner + in] : 0u;
+    if (!ok && in == 0 && o == 0) atomicMin(error, ((tj_u64)i << 32) | (tj_u32)v);
+  }
+}
+
+// d table[o][v][in] += dy[o][i][in] for every i with indices[i] == v, into a table the host
+// zeroed. One thread owns column (o, in) of every row and adds its slices in index order: no
+// two threads write one element, so no atomics, and each sum runs in the CPU backend's order
+// (bitwise equal results). The parallelism is outer * inner (the embedding's width): enough
+// for the dense form, which sparse gradients (rows and values, never this table) are to
+// replace. A bad index is skipped and reported as in tj_gather.
+extern "C" __global__ void tj_gather_grad(const int* __restrict__ indices, const float* __restrict__ dy,
+                                          float* __restrict__ out, tj_i64 outer, tj_i64 rows, tj_i64 count,
+                                          tj_i64 inner, tj_u64* error) {
+  const tj_i64 total = outer * inner;
+  for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    const tj_i64 in = p % inner, o = p / inner;
+    for (tj_i64 i = 0; i < count; ++i) {
+      TJ_WORK(1);
+      const int v = indices[i];
+      if (v < 0 || v >= rows) {
+        if (p == 0) atomicMin(error, ((tj_u64)i << 32) | (tj_u32)v);
+        continue;
+      }
+      out[(o * rows + v) * inner + in] += dy[(o * count + i) * inner + in];
+    }
   }
 }
 

@@ -1,0 +1,62 @@
+// Ops and layers of sequence models: index ranges and causal masks, gathers and embeddings,
+// and the per-row normalisations of transformers. See docs/dsl.md ("Sequence models").
+#pragma once
+
+#include <string>
+
+#include "dsl/ops.h"
+#include "dsl/variables.h"
+
+namespace towerjit {
+
+// --- Index ranges and masks -----------------------------------------------------------------
+// Each element's index along `axis` of `shape` (numpy's indices()[axis]); `shape` may hold B.
+Tensor iota(Shape shape, int axis, DType dtype = DType::i32, Loc loc = Loc::current());
+// 0, 1, ..., n - 1 (a vector of n).
+Tensor arange(int64_t n, DType dtype = DType::i32, Loc loc = Loc::current());
+// f32 [t, t]: 1 where key j <= query i (a query sees itself and the past), else 0.
+Tensor causal_mask(int64_t t, Loc loc = Loc::current());
+// x with the elements above the diagonal of its last two axes set to 0 (numpy's tril).
+Tensor tril(Tensor x, Loc loc = Loc::current());
+
+// --- Gathers --------------------------------------------------------------------------------
+// The slices of `table` along `axis` at the i32 `indices` (numpy's take): the result's shape is
+// table[:axis] + indices + table[axis+1:]. An index outside [0, table.dim(axis)) is an error
+// when the graph runs, naming the input that fed the indices. The gradient w.r.t. the table
+// is, for now, dense: a scatter-add of the incoming gradient into a zero table, each row's sum
+// in index order (docs/dsl.md says what is to replace it).
+Tensor gather(Tensor table, Tensor indices, int axis = 0, Loc loc = Loc::current());
+
+struct EmbeddingOptions {
+  // PyTorch's nn.Embedding draws N(0, 1); Keras' uniform(-0.05, 0.05).
+  Initializer init = init::normal(0, 1);
+  bool trainable = true;
+};
+// i32 `ids` of any shape -> f32 ids.shape + [dim]: rows of the variable "<name>/embeddings"
+// [vocab, dim], gather(table, ids). Built again under a scope with reuse, it shares the table.
+Tensor embedding(Tensor ids, int64_t vocab, int64_t dim, const std::string& name,
+                 EmbeddingOptions options = {}, Loc loc = Loc::current());
+
+// --- Normalisations over the last axis --------------------------------------------------------
+struct NormOptions {
+  double epsilon = 1e-5;  // PyTorch's default for both
+};
+// (x - mean) / sqrt(var + epsilon) * gain + bias over the last axis, per row; var is biased.
+// Learns "<name>/gain" (ones) and "<name>/bias" (zeros), of the last axis' size.
+Tensor layer_norm(Tensor x, const std::string& name, NormOptions options = {}, Loc loc = Loc::current());
+// x / sqrt(mean(x^2) + epsilon) * gain over the last axis, per row. Learns "<name>/gain" (ones).
+Tensor rms_norm(Tensor x, const std::string& name, NormOptions options = {}, Loc loc = Loc::current());
+
+// --- Attention --------------------------------------------------------------------------------
+struct AttentionOptions {
+  bool causal = false;  // query i sees keys j <= i (top-left aligned, as PyTorch's is_causal)
+  double scale = 0;     // 0: 1 / sqrt(the head dimension)
+};
+// softmax(q k^T * scale [masked]) v over the last two axes: q [..., Tq, d], k [..., Tk, d],
+// v [..., Tk, dv] -> [..., Tq, dv], leading axes broadcast as matmul's. The first, unfused
+// version: composed of matmul, the mask and softmax, so the forward holds the [..., Tq, Tk]
+// scores and probabilities (docs/dsl.md); a fused one is to replace it.
+Tensor scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, AttentionOptions options = {},
+                                    Loc loc = Loc::current());
+
+}  // namespace towerjit

@@ -1,0 +1,133 @@
+// Graphs of the sequence-model ops every backend must run as the reference interpreter does:
+// gathers and embeddings with their gradients (repeated rows, a gather along an inner axis),
+// iota and causal masks, layer_norm, rms_norm and softmax forward and backward, at batches 1,
+// 7 and 127 and rows of 1, 7 and 127 features. Run on the CPU JIT by tests/jit/test_sequence_ops.cpp
+// and on a GPU by tests_gpu/test_gpu_sequence_ops.cpp; `where` names the backend.
+#pragma once
+
+#include <string>
+
+#include "graph_cases.h"
+#include "towerjit.h"
+
+namespace towerjit::testing::cases {
+
+// i32 ids [batch, t] below `vocab`, every row visited several times once batch * t > vocab,
+// the first and last rows always among them.
+inline reference::Array sequence_ids(int64_t batch, int64_t t, int64_t vocab) {
+  reference::Array ids({batch, t}, DType::i32);
+  for (int64_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<double>((i * 7 + i / 3) % vocab);
+  ids[0] = 0;
+  ids[ids.size() - 1] = static_cast<double>(vocab - 1);
+  return ids;
+}
+
+// An embedding plus learned positions (a gather at arange(T)), and a gather along axis 1 of a
+// fed table; the loss weighs every output element differently, so each gradient row is checked.
+inline void gathers_and_embeddings(const Runner& run, const std::string& where) {
+  constexpr int64_t kT = 5, kVocab = 11, kDim = 7;
+  Graph g;
+  GraphScope use(g);
+  auto ids = input("ids", {kBatch, kT}, DType::i32);
+  auto picks = input("picks", {kBatch}, DType::i32);
+  auto table = input("table", {3, 13, 4});
+  auto tokens = embedding(ids, kVocab, kDim, "embed");
+  Tensor positions = gather(variable("positions", {kT, kDim}, {.init = init::normal(0, 1)}), arange(kT));
+  auto h = tokens + positions;                         // [B, T, D]
+  auto side = gather(table, picks, 1);                 // [3, B, 4]
+  auto loss = sum(h * input("r", {kBatch, kT, kDim})) + sum(side * side);
+  const std::vector<Tensor> vars = trainable_variables();
+  std::vector<Tensor> wrt = vars;
+  wrt.push_back(table);
+  const std::vector<Tensor> grads = grad(loss, wrt);
+  for (int64_t batch : {1, 7, 127}) {
+    reference::Array p({batch}, DType::i32);
+    for (int64_t i = 0; i < batch; ++i) p[i] = static_cast<double>((i * 5) % 13);
+    reference::Variables v = reference::initialize_variables(g, 5);
+    std::vector<Tensor> fetches{h, side, loss};
+    fetches.insert(fetches.end(), grads.begin(), grads.end());
+    auto r = run(g, fetches,
+                 {{"ids", sequence_ids(batch, kT, kVocab)}, {"picks", p},
+                  {"table", random_array({3, 13, 4}, 8)}, {"r", random_array({batch, kT, kDim}, 9)}},
+                 v, false, 0);
+    require_close(r, "gathers at batch " + std::to_string(batch) + where);
+  }
+}
+
+// iota along the batch and another axis, arange, causal masks of 1, 7 and 127, tril, and a
+// causally masked softmax with its gradient.
+inline void iota_and_masks(const Runner& run, const std::string& where) {
+  for (int64_t t : {1, 7, 127}) {
+    Graph g;
+    GraphScope use(g);
+    auto x = input("x", {kBatch, t, t});
+    auto along_batch = iota({kBatch, 3}, 0, DType::f32);
+    auto along_last = iota({kBatch, 3}, -1);
+    auto scores = towerjit::where(causal_mask(t) > 0.5, x, Operand(-1e9));
+    auto p = softmax(scores);
+    auto loss = sum(p * input("r", {kBatch, t, t}));
+    auto dx = grad(loss, {x})[0];
+    for (int64_t batch : {1, 7}) {
+      reference::Variables v;
+      auto r = run(g, {along_batch, along_last, arange(t), causal_mask(t), tril(x), p, dx},
+                   {{"x", random_array({batch, t, t}, 10, -3, 3)}, {"r", random_array({batch, t, t}, 11)}}, v,
+                   false, 0);
+      require_close(r, "iota and masks, T = " + std::to_string(t) + " at batch " + std::to_string(batch) + where);
+    }
+  }
+}
+
+// layer_norm, rms_norm and softmax over rows of `width` features, forward and every gradient.
+inline void norms_and_softmax(const Runner& run, const std::string& where) {
+  for (int64_t width : {1, 7, 127}) {
+    Graph g;
+    GraphScope use(g);
+    auto x = input("x", {kBatch, 3, width});
+    auto ln = layer_norm(x, "ln");
+    auto rms = rms_norm(x, "rms");
+    auto sm = softmax(x);
+    auto loss = sum(ln * input("r1", {kBatch, 3, width})) + sum(rms * input("r2", {kBatch, 3, width})) +
+                sum(sm * input("r3", {kBatch, 3, width}));
+    std::vector<Tensor> wrt = trainable_variables();
+    wrt.push_back(x);
+    const std::vector<Tensor> grads = grad(loss, wrt);
+    for (int64_t batch : {1, 7, 127}) {
+      reference::Variables v = reference::initialize_variables(g, 3);
+      // Gains and biases away from their initial ones and zeros, so a wrong broadcast shows.
+      for (auto& [name, a] : v) a = random_array(a.shape, 20 + static_cast<uint32_t>(name.size()), 0.5, 1.5);
+      std::vector<Tensor> fetches{ln, rms, sm, loss};
+      fetches.insert(fetches.end(), grads.begin(), grads.end());
+      const Shape s{batch, 3, width};
+      auto r = run(g, fetches,
+                   {{"x", random_array(s, 12, -2, 2)}, {"r1", random_array(s, 13)}, {"r2", random_array(s, 14)},
+                    {"r3", random_array(s, 15)}},
+                   v, false, 0);
+      require_close(r, "norms and softmax, width " + std::to_string(width) + " at batch " + std::to_string(batch) +
+                           where);
+    }
+  }
+}
+
+// The unfused scaled_dot_product_attention, causal and not, forward and every gradient, at
+// sequence lengths 1, 7 and 127.
+inline void attention(const Runner& run, const std::string& where) {
+  for (int64_t t : {1, 7, 127}) {
+    Graph g;
+    GraphScope use(g);
+    auto q = input("q", {kBatch, 2, t, 4}), k = input("k", {kBatch, 2, t, 4}), v = input("v", {kBatch, 2, t, 3});
+    auto plain = scaled_dot_product_attention(q, k, v);
+    auto causal = scaled_dot_product_attention(q, k, v, {.causal = true});
+    auto loss = sum((plain + causal) * input("r", {kBatch, 2, t, 3}));
+    const std::vector<Tensor> grads = grad(loss, {q, k, v});
+    for (int64_t batch : {1, 3}) {
+      reference::Variables none;
+      auto r = run(g, {plain, causal, grads[0], grads[1], grads[2]},
+                   {{"q", random_array({batch, 2, t, 4}, 16, -2, 2)}, {"k", random_array({batch, 2, t, 4}, 17, -2, 2)},
+                    {"v", random_array({batch, 2, t, 3}, 18)}, {"r", random_array({batch, 2, t, 3}, 19)}},
+                   none, false, 0);
+      require_close(r, "attention, T = " + std::to_string(t) + " at batch " + std::to_string(batch) + where);
+    }
+  }
+}
+
+}  // namespace towerjit::testing::cases

@@ -1,0 +1,216 @@
+// The sequence-model ops through the CPU JIT equal the reference interpreter within their
+// error bounds (tests/jit/sequence_cases.h, run on a GPU too), an index out of range is the
+// same error on both, and the fusion plan of each op is what docs/dsl.md says it is.
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+#include "graph_cases.h"
+#include "jit/passes/pipeline.h"
+#include "jit_check.h"
+#include "sequence_cases.h"
+#include "towerjit.h"
+
+namespace tj = towerjit;
+using tj::kBatch;
+using tj::Tensor;
+using namespace tj::testing;
+using Catch::Contains;
+
+namespace {
+
+cases::Runner on_cpu() {
+  return [](const tj::Graph& g, const std::vector<Tensor>& fetches, const tj::reference::Feeds& feeds,
+            tj::reference::Variables& vars, bool updates, uint64_t step) {
+    return run_both(g, fetches, feeds, vars, updates, nullptr, step);
+  };
+}
+
+tj::kir::Program lower(const tj::Graph& g, const std::vector<Tensor>& fetches) {
+  std::vector<int> ids;
+  for (const Tensor& t : fetches) ids.push_back(t.id());
+  return tj::lower_graph(g, ids, {}).program;
+}
+
+int count(const tj::kir::Program& p, tj::kir::Step::Kind kind) {
+  return static_cast<int>(
+      std::count_if(p.steps.begin(), p.steps.end(), [&](const tj::kir::Step& s) { return s.kind == kind; }));
+}
+
+int calls_of(const tj::kir::Program& p, tj::Op op) {
+  return static_cast<int>(
+      std::count_if(p.calls.begin(), p.calls.end(), [&](const tj::kir::LibraryCall& c) { return c.op == op; }));
+}
+
+std::string here(int line) { return "tests/jit/test_sequence_ops.cpp:" + std::to_string(line); }
+
+}  // namespace
+
+TEST_CASE("gathers and embeddings match the reference, gradients included", "[cpu][jit][sequence]") {
+  cases::gathers_and_embeddings(on_cpu(), "");
+}
+
+TEST_CASE("iota, causal masks and a masked softmax match the reference", "[cpu][jit][sequence]") {
+  cases::iota_and_masks(on_cpu(), "");
+}
+
+TEST_CASE("layer_norm, rms_norm and softmax match the reference forward and backward", "[cpu][jit][sequence]") {
+  cases::norms_and_softmax(on_cpu(), "");
+}
+
+TEST_CASE("unfused attention matches the reference, causal and not, gradients included", "[cpu][jit][sequence]") {
+  cases::attention(on_cpu(), "");
+}
+
+TEST_CASE("iota and a causal mask have the closed form's values", "[cpu][jit][sequence]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 2});
+  auto rows = tj::iota({kBatch, 2}, 0);
+  auto mask = tj::causal_mask(3);
+  tj::HostFeeds feeds{{"x", tj::HostTensor(tj::Shape{4, 2})}};
+  tj::HostVariables vars;
+  const auto out = tj::CpuProgram(g, {rows, mask, x}).run(feeds, vars);
+  CHECK(out[0].i32 == std::vector<int32_t>{0, 0, 1, 1, 2, 2, 3, 3});
+  CHECK(out[1].f32 == std::vector<float>{1, 0, 0, 1, 1, 0, 1, 1, 1});
+}
+
+TEST_CASE("an index out of range is named with its input and position", "[cpu][jit][sequence]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto ids = tj::input("ids", {kBatch, 3}, tj::DType::i32);
+  tj::Tensor e;
+  {
+    tj::VariableScope scope("lm");
+    e = tj::embedding(ids, 10, 4, "embed");  // the line the message names
+  }
+  const int line = __LINE__ - 2;
+  tj::reference::Array bad({2, 3}, {1, 2, 3, 4, 12, -1}, tj::DType::i32);
+  tj::reference::Variables vars = tj::reference::initialize_variables(g, 1);
+  REQUIRE_THROWS_WITH(tj::reference::run(g, {e}, {{"ids", bad}}, vars),
+                      Contains("gather: index 12 at [1,1] of input \"ids\" is out of range [0, 10) in \"lm/embed\"; an index must name a row of the table's axis 0 (for an embedding: ids below the vocabulary size, 10)") && Contains(here(line)));
+  tj::HostVariables hv{{"lm/embed/embeddings", to_host(vars.at("lm/embed/embeddings"))}};
+  tj::HostFeeds hf{{"ids", to_host(bad)}};
+  std::string reference_message, cpu_message;
+  try { tj::reference::run(g, {e}, {{"ids", bad}}, vars); } catch (const tj::Error& err) { reference_message = err.what(); }
+  try { tj::CpuProgram(g, {e}).run(hf, hv); } catch (const tj::Error& err) { cpu_message = err.what(); }
+  CHECK(cpu_message == reference_message);
+  // A computed index, and a negative one: "the indices", the value as it is.
+  const int gather_line = __LINE__ + 1;
+  auto shifted = tj::gather(tj::input("table", {5, 2}), tj::input("k", {kBatch}, tj::DType::i32) - 1);
+  tj::reference::Variables none;
+  REQUIRE_THROWS_WITH(tj::reference::run(g, {shifted}, {{"table", tj::reference::Array({5, 2})}, {"k", tj::reference::Array({3}, {1, 0, 2}, tj::DType::i32)}}, none),
+                      Contains("gather: index -1 at 1 of the indices is out of range [0, 5)") && Contains(here(gather_line)));
+}
+
+TEST_CASE("an embedding's step gathers and scatters its rows without a one-hot [B,T,V] tensor", "[cpu][jit][sequence]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto ids = tj::input("ids", {kBatch, 16}, tj::DType::i32);
+  auto h = tj::embedding(ids, 4096, 8, "embed");
+  auto loss = tj::sum(h * h);
+  auto d = tj::grad(loss, tj::trainable_variables());
+  const tj::kir::Program p = lower(g, {loss, d[0]});
+  CHECK(calls_of(p, tj::Op::Gather) == 1);
+  CHECK(calls_of(p, tj::Op::GatherGrad) == 1);
+  CHECK(calls_of(p, tj::Op::MatMul) == 0);
+  CHECK(calls_of(p, tj::Op::OneHot) == 0);
+  for (const tj::kir::Buffer& b : p.buffers)  // nothing as large as [B,16,4096]
+    CHECK(b.shape.elements(1) <= 4096 * 8);
+}
+
+TEST_CASE("a causal mask is computed inside the kernel that reads it", "[cpu][jit][sequence]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 7, 7});
+  auto p = tj::softmax(tj::where(tj::causal_mask(7) > 0.5, x, tj::Operand(-1e9)));
+  const tj::kir::Program prog = lower(g, {p});
+  CHECK(prog.calls.empty());
+  for (const tj::kir::Buffer& b : prog.buffers) CHECK(b.shape != tj::Shape{7, 7});  // no mask buffer
+  CHECK(count(prog, tj::kir::Step::Kind::kernel) == 2);  // the row's log-sum-exp, then exp(x - lse)
+}
+
+namespace {
+
+// The loop kernels and library calls of the program for `fetches`, and how many of the
+// kernels reduce.
+struct PlanCount {
+  int kernels = 0, reductions = 0, calls = 0;
+};
+
+PlanCount plan_of(const tj::Graph& g, const std::vector<Tensor>& fetches, bool print, const std::string& what) {
+  const tj::kir::Program p = lower(g, fetches);
+  PlanCount c;
+  for (const tj::kir::Kernel& k : p.kernels)
+    for (const tj::kir::Kernel* body : k.bodies()) c.reductions += body->reduce != tj::Op::Constant;
+  c.kernels = count(p, tj::kir::Step::Kind::kernel);
+  c.calls = count(p, tj::kir::Step::Kind::library);
+  if (print) std::printf("== %s: %d kernels (%d reducing), %d calls\n%s\n", what.c_str(), c.kernels, c.reductions, c.calls, tj::kir::to_string(p).c_str());
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("the normalisations and softmax: their kernels forward and backward", "[cpu][jit][sequence]") {
+  const bool print = std::getenv("SEQUENCE_PLAN_PRINT") != nullptr;
+  for (const char* op : {"layer_norm", "rms_norm", "softmax"}) {
+    tj::Graph g;
+    tj::GraphScope use(g);
+    auto x = tj::input("x", {kBatch, 16, 64});
+    const std::string name = op;
+    Tensor y = name == "layer_norm" ? tj::layer_norm(x, "ln") : name == "rms_norm" ? tj::rms_norm(x, "rms") : tj::softmax(x);
+    auto loss = tj::sum(y * tj::input("r", {kBatch, 16, 64}));
+    std::vector<Tensor> wrt = tj::trainable_variables();
+    wrt.push_back(x);
+    const auto grads = tj::grad(loss, wrt);
+    const PlanCount fwd = plan_of(g, {y}, print, name + " forward");
+    std::vector<Tensor> all{y};
+    all.insert(all.end(), grads.begin(), grads.end());
+    const PlanCount both = plan_of(g, all, print, name + " forward and backward");
+    INFO(name << ": forward " << fwd.kernels << " kernels, with the backward " << both.kernels);
+    CHECK(fwd.calls == 0);
+    CHECK(both.calls == 0);
+    // docs/dsl.md's table ("How the normalisations and softmax fuse"): a fused row kernel
+    // would make these 1 and 2.
+    const std::map<std::string, std::array<int, 4>> documented{
+        {"layer_norm", {4, 2, 12, 5}}, {"rms_norm", {2, 1, 7, 3}}, {"softmax", {2, 1, 4, 2}}};
+    const auto& want = documented.at(name);
+    CHECK(fwd.kernels == want[0]);
+    CHECK(fwd.reductions == want[1]);
+    CHECK(both.kernels == want[2]);
+    CHECK(both.reductions == want[3]);
+  }
+}
+
+// Not run by default (hidden): the figures of docs/dsl.md's "A gather's gradient". Three
+// steps (the loss and the table's gradient) of an embedding of ids [64, 32] into D = 128, by
+// gather and by the one-hot product it replaces, and the largest temporary buffer of each.
+TEST_CASE("embedding by gather against one_hot times the table: time and largest buffer", "[.][bench][sequence]") {
+  for (int64_t vocab : {256, 4096, 16384})
+    for (bool by_gather : {true, false}) {
+      tj::Graph g;
+      tj::GraphScope use(g);
+      auto ids = tj::input("ids", {kBatch, 32}, tj::DType::i32);
+      auto table = tj::variable("table", {vocab, 128}, {.init = tj::init::normal(0, 1)});
+      Tensor h = by_gather ? tj::gather(table, ids) : tj::matmul(tj::one_hot(ids, vocab), table);
+      auto loss = tj::sum(h * h);
+      auto d = tj::grad(loss, {table})[0];
+      int64_t largest = 0;
+      for (const tj::kir::Buffer& b : lower(g, {loss, d}).buffers)
+        if (b.kind == tj::kir::Buffer::Kind::temp) largest = std::max(largest, b.shape.elements(64));
+      tj::HostTensor idv(tj::Shape{64, 32}, tj::DType::i32);
+      for (size_t i = 0; i < idv.i32.size(); ++i) idv.i32[i] = static_cast<int32_t>((i * 7919) % vocab);
+      tj::HostFeeds feeds{{"ids", idv}};
+      tj::HostVariables vars{{"table", tj::HostTensor(tj::Shape{vocab, 128})}};
+      tj::CpuProgram p(g, {loss, d});
+      p.run(feeds, vars);  // compiled and warm
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int s = 0; s < 3; ++s) p.run(feeds, vars);
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("V = %5ld  %-15s  3 steps %.3f s  largest temp %.1f MB\n", static_cast<long>(vocab),
+                  by_gather ? "gather" : "one_hot x table", secs, static_cast<double>(largest) * 4 / 1e6);
+    }
+}

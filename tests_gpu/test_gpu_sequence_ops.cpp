@@ -1,0 +1,72 @@
+// The sequence-model ops through CudaProgram equal the reference interpreter within their
+// error bounds, as the CPU JIT's tests run them (tests/jit/sequence_cases.h): gathers and
+// embeddings with their gradients, iota and causal masks, layer_norm, rms_norm and softmax
+// forward and backward, at batches and widths of 1, 7 and 127. An index out of range raises
+// the CPU backend's error, word for word.
+#include "gpu_check.h"
+#include "tests/jit/sequence_cases.h"
+#include "towerjit.h"
+
+namespace tj = towerjit;
+using tj::kBatch;
+using tj::Tensor;
+using namespace tj::testing;
+
+namespace {
+
+cases::Runner on_gpu() {
+  return [](const tj::Graph& g, const std::vector<Tensor>& fetches, const tj::reference::Feeds& feeds,
+            tj::reference::Variables& vars, bool updates, uint64_t step) {
+    return run_gpu_and_reference(g, fetches, feeds, vars, updates, step);
+  };
+}
+
+}  // namespace
+
+TEST_CASE("GPU: gathers and embeddings match the reference, gradients included", "[gpu]") {
+  cases::gathers_and_embeddings(on_gpu(), " (GPU)");
+}
+
+TEST_CASE("GPU: iota, causal masks and a masked softmax match the reference", "[gpu]") {
+  cases::iota_and_masks(on_gpu(), " (GPU)");
+}
+
+TEST_CASE("GPU: layer_norm, rms_norm and softmax match the reference forward and backward", "[gpu]") {
+  cases::norms_and_softmax(on_gpu(), " (GPU)");
+}
+
+TEST_CASE("GPU: unfused attention matches the reference, causal and not, gradients included", "[gpu]") {
+  cases::attention(on_gpu(), " (GPU)");
+}
+
+TEST_CASE("GPU: a gather's gradient is bitwise the CPU backend's", "[gpu]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto ids = tj::input("ids", {kBatch, 9}, tj::DType::i32);
+  auto table = tj::input("table", {6, 5});
+  auto loss = tj::sum(tj::gather(table, ids) * tj::input("r", {kBatch, 9, 5}));
+  auto dtable = tj::grad(loss, {table})[0];
+  tj::HostFeeds feeds{{"ids", to_host(cases::sequence_ids(13, 9, 6))},
+                      {"table", to_host(random_array({6, 5}, 1))},
+                      {"r", to_host(random_array({13, 9, 5}, 2))}};
+  tj::HostVariables vars;
+  const auto cpu = tj::CpuProgram(g, {dtable}).run(feeds, vars);
+  const auto gpu = tj::CudaProgram(g, {dtable}).run(feeds, vars);
+  CHECK(cpu[0].f32 == gpu[0].f32);  // the same additions in the same order
+}
+
+TEST_CASE("GPU: an index out of range raises the CPU backend's error", "[gpu]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto ids = tj::input("ids", {kBatch, 3}, tj::DType::i32);
+  auto e = tj::embedding(ids, 10, 4, "embed");
+  tj::HostTensor l(tj::Shape{2, 3}, tj::DType::i32);
+  l.i32 = {1, 2, 3, 4, 12, -1};
+  tj::HostFeeds feeds{{"ids", l}};
+  tj::HostVariables vars{{"embed/embeddings", to_host(random_array({10, 4}, 3))}};
+  std::string cpu_message, gpu_message;
+  try { tj::CpuProgram(g, {e}).run(feeds, vars); } catch (const tj::Error& err) { cpu_message = err.what(); }
+  try { tj::CudaProgram(g, {e}).run(feeds, vars); } catch (const tj::Error& err) { gpu_message = err.what(); }
+  CHECK_THAT(gpu_message, Catch::Contains("gather: index 12 at [1,1] of input \"ids\" is out of range [0, 10)"));
+  CHECK(gpu_message == cpu_message);
+}
