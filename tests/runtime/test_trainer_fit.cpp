@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/cpu/cpu_program.h"
 #include "runtime/towers/fit.h"
 #include "towerjit.h"
 
