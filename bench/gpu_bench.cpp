@@ -33,7 +33,6 @@
 #include "jit/kir/kernel_ir.h"
 #include "jit/reference/interpreter.h"
 #include "runtime/cuda/cuda_program.h"
-#include "runtime/towers/tower_trainer.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;

@@ -7,7 +7,6 @@
 #include "jit/passes/cut_collectives.h"
 #include "jit/reference/interpreter.h"
 #include "runtime/cpu/cpu_program.h"
-#include "runtime/towers/tower_trainer.h"
 #include "tower_test_model.h"
 #include "towerjit.h"
 

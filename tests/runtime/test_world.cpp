@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 
-#include "runtime/data/batch_pipeline.h"
 #include "runtime/dist/world.h"
 #include "runtime/towers/trainer_internals.h"
 #include "tower_test_model.h"
