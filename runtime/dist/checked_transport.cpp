@@ -22,13 +22,17 @@ constexpr const char* kFix =
     "; another rank stopped, stalled or failed first (its own message, above or in its log, says why), or the "
     "network between the ranks failed; docs/distributed.md has the fault model";
 
-[[noreturn]] void raise(const std::runtime_error& e, const char* call) {
+// A world of one has no other rank: a call that fails there is towerjit's mistake, not the world's.
+constexpr const char* kFixAlone = "; a world of one process has no other rank to exchange with: a towerjit bug, please report it";
+
+[[noreturn]] void raise(const std::runtime_error& e, const char* call, bool alone) {
   std::string where;
   {
     std::lock_guard lock(user_call_mutex);
     if (have_user_call) where = " (" + format_location(user_call) + ")";
   }
-  throw Error("towerjit: " + rank_prefix() + "the transport's " + call + " failed: " + e.what() + kFix + where);
+  throw Error("towerjit: " + rank_prefix() + "the transport's " + call + " failed: " + e.what() +
+              (alone ? kFixAlone : kFix) + where);
 }
 
 class CheckedTransport final : public Transport {
@@ -70,13 +74,13 @@ class CheckedTransport final : public Transport {
 
  private:
   template <class Call>
-  static auto checked(const char* call, Call&& body) -> decltype(body()) {
+  auto checked(const char* call, Call&& body) const -> decltype(body()) {
     try {
       return body();
     } catch (const Error&) {
       throw;  // already a towerjit::Error (a transport of this library's own)
     } catch (const std::runtime_error& e) {
-      raise(e, call);
+      raise(e, call, inner_->size() == 1);
     }
   }
 

@@ -19,8 +19,9 @@ constexpr const char* kStall = "MPI_Allreduce of 8 bytes (call 3) has waited 1 s
 // towerjit::Error instead, which must pass through untouched.
 class FailingTransport final : public tj::dist::Transport {
  public:
-  int rank() const override { return 1; }
-  int size() const override { return 3; }
+  explicit FailingTransport(int size = 3) : size_(size) {}
+  int rank() const override { return size_ > 1 ? 1 : 0; }
+  int size() const override { return size_; }
   std::string name() const override { return "failing"; }
   Ticket start_all_reduce_sum(float*, size_t, std::shared_ptr<const void>) override { return 5; }
   Ticket start_all_reduce_sum(double*, size_t, std::shared_ptr<const void>) override { return 6; }
@@ -36,6 +37,9 @@ class FailingTransport final : public tj::dist::Transport {
   int receive(std::vector<char>&, int, int) override { throw std::runtime_error("receive broke"); }
   [[noreturn]] void abort(int) override { throw std::logic_error("not in a test"); }
   int64_t payload_bytes() const override { return 42; }
+
+ private:
+  int size_;
 };
 
 std::string message_of(const std::function<void()>& call) {
@@ -76,6 +80,10 @@ TEST_CASE("a transport's failure is a towerjit::Error naming the call, its reaso
   CHECK_THAT(message_of([&] { world->receive(bytes, 0, 1); }), Contains("the transport's receive failed: receive broke"));
   // An Error of the transport's own is not wrapped again.
   CHECK(message_of([&] { world->wait(7); }) == "towerjit: already an Error");
+
+  // Alone in the world, no other rank can be the cause: the call itself was a mistake of ours.
+  auto alone = tj::dist::checked_transport(std::make_unique<FailingTransport>(1));
+  CHECK_THAT(message_of([&] { alone->send(bytes, 1, 1); }), Contains("send broke; a world of one process has no other rank"));
 }
 
 TEST_CASE("a transport's failure names the user's call in progress, the innermost one", "[runtime][mpi][errors]") {
