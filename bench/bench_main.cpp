@@ -24,6 +24,7 @@
 
 #include "bench/gemm_floor.h"
 #include "bench/gpu_model.h"
+#include "jit/compile_options.h"
 #include "jit/cpu/cpu_isa.h"
 #include "runtime/cpu/blas.h"
 #include "bench/torch_runner.h"
@@ -237,7 +238,7 @@ int main(int argc, char** argv) try {
   std::string tmpl = (std::filesystem::temp_directory_path() / "towerjit-bench-XXXXXX").string();
   const char* cache_dir = mkdtemp(tmpl.data());
   if (!cache_dir) throw tj::Error("towerjit_bench: cannot create a temporary cache directory");
-  setenv("TOWERJIT_CACHE_DIR", cache_dir, 1);
+  tj::set_compile_options({.cache_dir = cache_dir});  // TOWERJIT_CACHE_DIR still overrides it
 
   std::string torch_missing;
   std::optional<std::string> python;

@@ -30,9 +30,10 @@
 
 #include "bench/train_step.h"
 #include "dsl/error.h"
-#include "towerjit.h"
+#include "jit/kir/kernel_ir.h"
+#include "jit/reference/interpreter.h"
 #include "runtime/cuda/cuda_program.h"
-#include "runtime/towers/tower_trainer.h"
+#include "towerjit.h"
 
 namespace tj = towerjit;
 namespace cu = towerjit::cuda;

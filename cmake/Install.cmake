@@ -2,8 +2,8 @@
 #   lib/                      libtowerjit_{dsl,jit,runtime}.so, and the emulated GPU's
 #                             libtowerjit_cuda_emulator.so and (with OpenMPI) libtowerjit_mpi.so
 #                             beside them (found there at run time)
-#   include/towerjit/         towerjit.h and the dsl/, jit/, runtime/ headers, laid out as in the
-#                             repository (the headers include each other by those paths)
+#   include/towerjit/         towerjit.h and the public headers it includes (below), laid out as
+#                             in the repository (the headers include each other by those paths)
 #   lib/cmake/towerjit/       the package: find_package(towerjit CONFIG) gives towerjit::towerjit
 # The prefix may be moved: the libraries find each other and the emulator relative to themselves.
 include(CMakePackageConfigHelpers)
@@ -22,11 +22,29 @@ if(TARGET towerjit_mpi)
 endif()
 
 install(FILES ${PROJECT_SOURCE_DIR}/include/towerjit.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/towerjit)
-# Every header of the three libraries (the kernels' CUDA sources under jit/cuda/device/ are
-# compiled into libtowerjit_jit.so, so they stay out).
-foreach(dir dsl jit runtime)
-  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/towerjit
-          FILES_MATCHING PATTERN "*.h" PATTERN "*.def" PATTERN "device" EXCLUDE)
+# The public API and nothing else: the headers include/towerjit.h includes, directly or not
+# (`g++ -std=c++20 -MM -I. -Iinclude include/towerjit.h` lists them), and the opt-in ones
+# below. The kernel IR, the emitters, the reference interpreter, the transports and the CUDA
+# runtime stay in the repository; tests/package/outside_project.sh fails when an installed
+# header is not in towerjit.h's closure or when one the closure needs is missing.
+set(TOWERJIT_PUBLIC_HEADERS
+  dsl/autodiff.h dsl/call_stack.h dsl/collectives.h dsl/devices.h dsl/dtype.h dsl/ema.h
+  dsl/exception.h dsl/graph.h dsl/initializer.h dsl/layers.h dsl/node.h dsl/op.h dsl/ops.def
+  dsl/ops.h dsl/optimizers.h dsl/phase.h dsl/schedules.h dsl/shape.h dsl/state.h dsl/tensor.h
+  dsl/towers.h dsl/variables.h jit/compile_options.h jit/cuda/dump_graph.h
+  runtime/checkpoint/checkpoint.h runtime/checkpoint/directory_lock.h runtime/data/augment.h
+  runtime/data/batch_pipeline.h runtime/data/fashion_mnist.h runtime/data/tensor_dataset.h
+  runtime/dist/world_layout.h runtime/host_tensor.h runtime/report/metrics.h
+  runtime/report/progress.h runtime/report/smoothing.h runtime/report/svg_plot.h
+  runtime/report/tensorboard.h runtime/towers/dump_programs.h runtime/towers/fit.h
+  runtime/towers/histogram_hook.h runtime/towers/hooks.h runtime/towers/interrupts.h
+  runtime/towers/predictor.h runtime/towers/tower_trainer.h)
+# Public but not in towerjit.h: report::Trace (TowerTrainer::set_trace), whose inline spans need
+# <chrono>, which would add 17,000 lines to every user's translation unit.
+set(TOWERJIT_OPT_IN_HEADERS runtime/report/trace.h)
+foreach(header ${TOWERJIT_PUBLIC_HEADERS} ${TOWERJIT_OPT_IN_HEADERS})
+  get_filename_component(dir ${header} DIRECTORY)
+  install(FILES ${PROJECT_SOURCE_DIR}/${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/towerjit/${dir})
 endforeach()
 
 install(EXPORT towerjitTargets NAMESPACE towerjit:: DESTINATION ${TOWERJIT_CMAKE_DIR})

@@ -16,11 +16,6 @@
 #include <optional>
 
 #include "examples/models.h"
-#include "runtime/data/batch_pipeline.h"
-#include "runtime/report/svg_plot.h"
-#include "runtime/report/tensorboard.h"
-#include "runtime/towers/fit.h"
-#include "runtime/towers/interrupts.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;

@@ -12,10 +12,6 @@
 #include <optional>
 
 #include "jit/reference/interpreter.h"
-#include "runtime/data/batch_pipeline.h"
-#include "runtime/report/tensorboard.h"
-#include "runtime/towers/hooks.h"
-#include "runtime/towers/interrupts.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "dsl/tower_program.h"
 #include "jit/cuda/cuda_dump.h"
 #include "jit/cuda/cuda_emitter.h"
 #include "jit/cuda/nvrtc_compiler.h"

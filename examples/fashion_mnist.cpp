@@ -22,15 +22,8 @@
 
 #include "examples/models.h"
 #include "runtime/cuda/driver_api.h"
-#include "runtime/data/augment.h"
-#include "runtime/data/batch_pipeline.h"
 #include "runtime/dist/world.h"
-#include "runtime/report/svg_plot.h"
-#include "runtime/report/tensorboard.h"
 #include "runtime/report/trace.h"
-#include "runtime/towers/histogram_hook.h"
-#include "runtime/towers/hooks.h"
-#include "runtime/towers/interrupts.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;
@@ -167,8 +160,8 @@ int train(Flags f, const std::string& resume_command) {
   // dumps and writes checkpoints.
   tj::dist::Transport& world = tj::dist::world();
   const bool lead = world.rank() == 0;
-  if (lead && !f.dump.empty()) setenv("TOWERJIT_DUMP", f.dump.c_str(), 1);  // every program compiled below
-  if (f.check_numerics) setenv("TOWERJIT_CHECK_NUMERICS", "on", 1);
+  // Every program compiled below (TOWERJIT_DUMP and TOWERJIT_CHECK_NUMERICS still override).
+  tj::set_compile_options({.dump_dir = lead ? f.dump : "", .check_numerics = f.check_numerics});
   const auto train_set = tj::data::load_mnist_format("train", f.data);
   const auto test_set = tj::data::load_mnist_format("test", f.data);
   // Every rank's towers (a collective, so called on every rank whatever its flags say).

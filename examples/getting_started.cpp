@@ -3,8 +3,6 @@
 //   ./build/examples/getting_started
 #include <cstdio>
 
-#include "runtime/data/batch_pipeline.h"
-#include "runtime/towers/hooks.h"
 #include "towerjit.h"
 namespace tj = towerjit;
 

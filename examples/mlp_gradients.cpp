@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "dsl/philox.h"
+#include "jit/reference/interpreter.h"
 #include "runtime/cpu/cpu_program.h"
 #include "towerjit.h"
 

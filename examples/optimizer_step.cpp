@@ -6,6 +6,8 @@
 #include <cstdio>
 
 #include "dsl/philox.h"
+#include "jit/reference/interpreter.h"
+#include "runtime/cpu/cpu_program.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;

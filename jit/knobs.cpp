@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "dsl/error.h"
+#include "jit/compile_options.h"
 
 namespace towerjit::knobs {
 namespace {
@@ -270,7 +271,12 @@ std::string plugin_library(const char* knob, const char* name) {
 // ---- The compiler
 
 bool cache_enabled() { return switch_knob("TOWERJIT_CACHE", true); }
-std::optional<std::string> cache_dir_override() { return read("TOWERJIT_CACHE_DIR"); }
+// The three below: the environment variable when set, else the program's CompileOptions.
+std::optional<std::string> cache_dir_override() {
+  if (auto v = read("TOWERJIT_CACHE_DIR")) return v;
+  std::string option = compile_options().cache_dir;
+  return option.empty() ? std::nullopt : std::optional<std::string>(std::move(option));
+}
 std::optional<std::string> xdg_cache_home() { return read("XDG_CACHE_HOME"); }
 std::optional<std::string> home() { return read("HOME"); }
 std::string cache_dir() {
@@ -280,7 +286,11 @@ std::string cache_dir() {
   if (auto h = home()) return (fs::path(*h) / ".cache" / "towerjit").string();
   return (fs::temp_directory_path() / "towerjit-cache").string();
 }
-std::optional<std::string> dump_dir() { return read("TOWERJIT_DUMP"); }
+std::optional<std::string> dump_dir() {
+  if (auto v = read("TOWERJIT_DUMP")) return v;
+  std::string option = compile_options().dump_dir;
+  return option.empty() ? std::nullopt : std::optional<std::string>(std::move(option));
+}
 int debug_level() { return value_of("TOWERJIT_DEBUG", 0, parse_debug); }
 bool group_kernels_enabled() { return switch_knob("TOWERJIT_GROUP_KERNELS", true); }
 
@@ -293,7 +303,7 @@ bool direct_conv() {
   return value_of("TOWERJIT_DIRECT_CONV", true,
                   [](const char* n, const std::string& v) { return parse_switch(n, v, kDirectConvHint); });
 }
-bool check_numerics() { return switch_knob("TOWERJIT_CHECK_NUMERICS", false); }
+bool check_numerics() { return switch_knob("TOWERJIT_CHECK_NUMERICS", compile_options().check_numerics); }
 
 // ---- Towers and their strategy
 

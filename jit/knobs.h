@@ -22,7 +22,8 @@ namespace towerjit::knobs {
 bool cache_enabled();
 
 // TOWERJIT_CACHE_DIR: puts the compile cache in this directory instead of the default
-// (tests point it at a fresh temporary directory). Unset or empty: not set.
+// (tests point it at a fresh temporary directory). Unset or empty: CompileOptions::cache_dir
+// (jit/compile_options.h), which it overrides; both empty: not set.
 std::optional<std::string> cache_dir_override();
 
 // XDG_CACHE_HOME: the base directory for user caches (XDG spec); the cache lives in
@@ -38,7 +39,8 @@ std::optional<std::string> home();
 std::string cache_dir();
 
 // TOWERJIT_DUMP: a directory; when set, each compiled kernel's source (.ll, .cu), PTX and an
-// index are written there for reading. Unset or empty: no dumps.
+// index are written there for reading. Unset or empty: CompileOptions::dump_dir, which it
+// overrides; both empty: no dumps.
 std::optional<std::string> dump_dir();
 
 // TOWERJIT_DEBUG: how much the compiler tells on stderr. 1: one line per compiled program
@@ -70,7 +72,8 @@ bool direct_conv();
 
 // TOWERJIT_CHECK_NUMERICS: "on" makes every program, CPU or GPU, check each step's output for NaN and
 // infinities and stop at the first, naming the op (runtime/numerics_check.h), like
-// tf.debugging.check_numerics. Default: off. A value neither on nor off is an error.
+// tf.debugging.check_numerics. Unset: CompileOptions::check_numerics (off unless a program
+// sets it), which it overrides. A value neither on nor off is an error.
 bool check_numerics();
 
 

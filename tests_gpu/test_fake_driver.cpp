@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "jit/kir/kernel_ir.h"
 #include "runtime/cuda/cuda_program.h"
 #include "runtime/cuda/nccl.h"
 #include "towerjit.h"

@@ -9,6 +9,7 @@
 
 #include "gpu_check.h"
 #include "jit/knobs.h"
+#include "jit/reference/interpreter.h"
 #include "runtime/cuda/cudnn.h"
 #include "tests/jit/cpu_test_env.h"
 #include "towerjit.h"

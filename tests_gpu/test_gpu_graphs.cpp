@@ -7,9 +7,6 @@
 #include <random>
 
 #include "gpu_check.h"
-#include "runtime/data/batch_pipeline.h"
-#include "runtime/data/tensor_dataset.h"
-#include "runtime/towers/fit.h"
 #include "tests/jit/cpu_test_env.h"
 #include "towerjit.h"
 

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "gpu_check.h"
+#include "jit/reference/interpreter.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/device_tensor.h"
 #include "towerjit.h"

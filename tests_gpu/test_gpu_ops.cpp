@@ -4,6 +4,8 @@
 // (integer labels, convolutions and pools with their gradients, random numbers, update ops),
 // as the CPU JIT's tests run them.
 #include "gpu_check.h"
+#include "jit/reference/interpreter.h"
+#include "runtime/cpu/cpu_program.h"
 #include "tests/jit/graph_cases.h"
 #include "tests/jit/nan_cases.h"
 #include "tests/jit/op_cases.h"

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "gpu_check.h"
+#include "jit/reference/interpreter.h"
 #include "tests/jit/graph_cases.h"
 #include "tests/jit/op_cases.h"
 #include "towerjit.h"

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "gpu_check.h"
+#include "runtime/cpu/cpu_program.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;

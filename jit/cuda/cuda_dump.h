@@ -8,6 +8,7 @@
 #include "dsl/graph.h"
 #include "dsl/tensor.h"
 #include "jit/cuda/cuda_emitter.h"
+#include "jit/cuda/dump_graph.h"  // dump_cuda(graph, ...), the public part
 #include "jit/kir/kernel_ir.h"
 
 namespace towerjit::cuda {
@@ -45,15 +46,3 @@ std::vector<std::string> dump_cuda_of(const std::string& dir, const Graph& lower
 std::string library_routine(const kir::LibraryCall& call, bool cudnn = true);
 
 }  // namespace towerjit::cuda
-
-namespace towerjit {
-
-// The CUDA C (and the PTX, where NVRTC loads) of what `fetches` and `update_ops` of `graph`
-// need, as a GPU would run them, on any machine: <dir>/<name>.cu, .ptx, .index.json (each
-// kernel's DSL ops with the user's file:line, its launch shape, the bytes it moves) and .kir.
-// Returns the paths written. Errors (towerjit::Error): a directory that cannot be written.
-// TowerTrainer's programs: dump_cuda(trainer, dir) in runtime/towers/dump_programs.h.
-std::vector<std::string> dump_cuda(const Graph& graph, const std::vector<Tensor>& fetches, const std::string& dir,
-                                   const std::string& name = "program", const std::vector<Tensor>& update_ops = {});
-
-}  // namespace towerjit

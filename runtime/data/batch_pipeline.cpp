@@ -1,6 +1,11 @@
 #include "runtime/data/batch_pipeline.h"
 
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
 #include <numeric>
+#include <thread>
 
 #include "dsl/error.h"
 #include "dsl/philox.h"
@@ -65,6 +70,31 @@ int64_t batches_per_epoch(int64_t size, const PipelineOptions& o) {
   return size / o.batch + (keep_rest ? 1 : 0);
 }
 
+// Batches are numbered by one sequence over all epochs: epoch * batches_per_epoch + index.
+struct BatchPipeline::Workers {
+  struct Slot {
+    Batch batch;
+    std::exception_ptr error;
+  };
+  mutable std::mutex mutex;
+  std::condition_variable space;  // workers wait for room: claimed < next + depth
+  std::condition_variable ready;  // the consumer waits for slots[next]
+  int64_t next = 0;               // the batch next() returns
+  int64_t claimed = 0;            // the batch the next free worker prepares
+  std::map<int64_t, Slot> slots;  // prepared, not yet taken
+  std::exception_ptr error;       // the failure next() rethrows for ever once reached
+  bool failed = false;            // a worker failed: prepare nothing more
+  bool stop = false;
+
+  std::mutex orders_mutex;  // the shuffles of the epochs in flight, computed once each
+  std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> orders;
+
+  std::vector<std::thread> threads;  // last: started once everything above exists
+
+  std::shared_ptr<const std::vector<int64_t>> order_for(int64_t epoch, int64_t consumer_epoch, int64_t size,
+                                                        const PipelineOptions& options);
+};
+
 BatchPipeline::BatchPipeline(const Dataset& data, PipelineOptions options, PipelinePosition start, Loc loc)
     : BatchPipeline(view_of(data, loc), std::move(options), start, loc) {}
 
@@ -73,7 +103,8 @@ BatchPipeline::BatchPipeline(const TensorDataset& data, PipelineOptions options,
 
 BatchPipeline::BatchPipeline(DatasetView data, PipelineOptions options, PipelinePosition start, Loc loc)
     : data_(std::move(data)), options_(std::move(options)),
-      batches_per_epoch_(data::batches_per_epoch(data_.size(), options_)) {
+      batches_per_epoch_(data::batches_per_epoch(data_.size(), options_)),
+      w_(std::make_unique<Workers>()) {
   const PipelineOptions& o = options_;
   user_check(o.batch >= 1, loc) << "batch size " << o.batch << " is not positive; use a batch of at least 1";
   user_check(data_.size() > 0, loc) << "the dataset is empty: there is nothing to make batches of; check the data "
@@ -91,9 +122,9 @@ BatchPipeline::BatchPipeline(DatasetView data, PipelineOptions options, Pipeline
       << "cannot start at epoch " << start.epoch << ", batch " << start.batch << ": an epoch here has "
       << count_of(batches_per_epoch_, "batch", "batches") << " (" << count_of(data_.size(), "example") << ", batch " << o.batch
       << "); was the position saved with another batch size, dataset or drop_last?";
-  next_ = claimed_ = start.epoch * batches_per_epoch_ + start.batch;
+  w_->next = w_->claimed = start.epoch * batches_per_epoch_ + start.batch;
   try {
-    for (int t = 0; t < o.threads; ++t) workers_.emplace_back([this] { work(); });
+    for (int t = 0; t < o.threads; ++t) w_->threads.emplace_back([this] { work(); });
   } catch (...) {  // no destructor runs for a half-built object: join what started
     stop();
     throw;
@@ -102,33 +133,33 @@ BatchPipeline::BatchPipeline(DatasetView data, PipelineOptions options, Pipeline
 
 void BatchPipeline::stop() {
   {
-    std::lock_guard lock(mutex_);
-    stop_ = true;
+    std::lock_guard lock(w_->mutex);
+    w_->stop = true;
   }
-  space_.notify_all();
-  for (auto& t : workers_) t.join();
+  w_->space.notify_all();
+  for (auto& t : w_->threads) t.join();
 }
 
 BatchPipeline::~BatchPipeline() { stop(); }
 
 PipelinePosition BatchPipeline::position() const {
-  std::lock_guard lock(mutex_);
-  return {next_ / batches_per_epoch_, next_ % batches_per_epoch_};
+  std::lock_guard lock(w_->mutex);
+  return {w_->next / batches_per_epoch_, w_->next % batches_per_epoch_};
 }
 
 Batch BatchPipeline::next() {
-  std::unique_lock lock(mutex_);
-  if (error_) std::rethrow_exception(error_);
-  ready_.wait(lock, [&] { return slots_.count(next_) > 0; });
-  Slot slot = std::move(slots_.extract(next_).mapped());
+  std::unique_lock lock(w_->mutex);
+  if (w_->error) std::rethrow_exception(w_->error);
+  w_->ready.wait(lock, [&] { return w_->slots.count(w_->next) > 0; });
+  Workers::Slot slot = std::move(w_->slots.extract(w_->next).mapped());
   if (slot.error) {
     // The position stays here: a checkpoint taken now resumes at the batch that failed.
-    error_ = slot.error;
-    std::rethrow_exception(error_);
+    w_->error = slot.error;
+    std::rethrow_exception(w_->error);
   }
-  ++next_;
+  ++w_->next;
   lock.unlock();
-  space_.notify_one();  // one batch taken: room for one more
+  w_->space.notify_one();  // one batch taken: room for one more
   return std::move(slot.batch);
 }
 
@@ -136,13 +167,13 @@ void BatchPipeline::work() {
   for (;;) {
     int64_t sequence, consumer_epoch;
     {
-      std::unique_lock lock(mutex_);
-      space_.wait(lock, [&] { return stop_ || failed_ || claimed_ < next_ + options_.depth; });
-      if (stop_ || failed_) return;
-      sequence = claimed_++;
-      consumer_epoch = next_ / batches_per_epoch_;
+      std::unique_lock lock(w_->mutex);
+      w_->space.wait(lock, [&] { return w_->stop || w_->failed || w_->claimed < w_->next + options_.depth; });
+      if (w_->stop || w_->failed) return;
+      sequence = w_->claimed++;
+      consumer_epoch = w_->next / batches_per_epoch_;
     }
-    Slot slot;
+    Workers::Slot slot;
     try {
       slot.batch = make(sequence, consumer_epoch);
     } catch (...) {
@@ -150,12 +181,12 @@ void BatchPipeline::work() {
     }
     const bool failed = slot.error != nullptr;
     {
-      std::lock_guard lock(mutex_);
-      failed_ = failed_ || failed;
-      slots_.emplace(sequence, std::move(slot));
+      std::lock_guard lock(w_->mutex);
+      w_->failed = w_->failed || failed;
+      w_->slots.emplace(sequence, std::move(slot));
     }
-    ready_.notify_all();
-    if (failed) space_.notify_all();  // idle workers: nothing more to prepare
+    w_->ready.notify_all();
+    if (failed) w_->space.notify_all();  // idle workers: nothing more to prepare
   }
 }
 
@@ -164,7 +195,7 @@ Batch BatchPipeline::make(int64_t sequence, int64_t consumer_epoch) {
   b.epoch = sequence / batches_per_epoch_;
   b.index = sequence % batches_per_epoch_;
   b.batches_in_epoch = batches_per_epoch_;
-  const auto order = order_for(b.epoch, consumer_epoch);
+  const auto order = w_->order_for(b.epoch, consumer_epoch, data_.size(), options_);
   const int64_t begin = b.index * options_.batch;
   const int64_t end = std::min(begin + options_.batch, data_.size());
   std::vector<int64_t> rows(order->begin() + begin, order->begin() + end);
@@ -178,16 +209,16 @@ Batch BatchPipeline::make(int64_t sequence, int64_t consumer_epoch) {
   return b;
 }
 
-std::shared_ptr<const std::vector<int64_t>> BatchPipeline::order_for(int64_t epoch, int64_t consumer_epoch) {
+std::shared_ptr<const std::vector<int64_t>> BatchPipeline::Workers::order_for(int64_t epoch, int64_t consumer_epoch,
+                                                                            int64_t size,
+                                                                            const PipelineOptions& options) {
   // Computed under the lock: a worker that needs the same epoch waits for it rather than
   // shuffling it again. Epochs before the consumer's are done with (every batch not yet taken
   // is at or after it), so they are dropped; a worker still holding one keeps its copy alive.
-  std::lock_guard lock(orders_mutex_);
-  orders_.erase(orders_.begin(), orders_.lower_bound(consumer_epoch));
-  auto& order = orders_[epoch];
-  if (!order)
-    order = std::make_shared<const std::vector<int64_t>>(
-        epoch_order(data_.size(), options_.seed, epoch, options_.shuffle));
+  std::lock_guard lock(orders_mutex);
+  orders.erase(orders.begin(), orders.lower_bound(consumer_epoch));
+  auto& order = orders[epoch];
+  if (!order) order = std::make_shared<const std::vector<int64_t>>(epoch_order(size, options.seed, epoch, options.shuffle));
   return order;
 }
 

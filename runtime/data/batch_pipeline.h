@@ -5,15 +5,10 @@
 // batches an uninterrupted run would have seen.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <exception>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <source_location>
-#include <thread>
 #include <vector>
 
 #include "runtime/data/fashion_mnist.h"
@@ -99,35 +94,16 @@ class BatchPipeline {
   const PipelineOptions& options() const { return options_; }
 
  private:
-  struct Slot {
-    Batch batch;
-    std::exception_ptr error;
-  };
+  struct Workers;  // the threads, the batches they prepared and their lock (batch_pipeline.cpp)
   BatchPipeline(DatasetView data, PipelineOptions options, PipelinePosition start, Loc loc);
   void work();
   void stop();
   Batch make(int64_t sequence, int64_t consumer_epoch);
-  std::shared_ptr<const std::vector<int64_t>> order_for(int64_t epoch, int64_t consumer_epoch);
 
   const DatasetView data_;  // the arrays, not owned
   const PipelineOptions options_;
   const int64_t batches_per_epoch_;
-
-  // Batches are numbered by one sequence over all epochs: epoch * batches_per_epoch + index.
-  mutable std::mutex mutex_;
-  std::condition_variable space_;  // workers wait for room: claimed_ < next_ + depth
-  std::condition_variable ready_;  // the consumer waits for slots_[next_]
-  int64_t next_ = 0;               // the batch next() returns
-  int64_t claimed_ = 0;            // the batch the next free worker prepares
-  std::map<int64_t, Slot> slots_;  // prepared, not yet taken
-  std::exception_ptr error_;       // the failure next() rethrows for ever once reached
-  bool failed_ = false;            // a worker failed: prepare nothing more
-  bool stop_ = false;
-
-  std::mutex orders_mutex_;  // the shuffles of the epochs in flight, computed once each
-  std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> orders_;
-
-  std::vector<std::thread> workers_;  // last: started once everything above exists
+  std::unique_ptr<Workers> w_;
 };
 
 // The order in which epoch `epoch` visits the examples 0..size-1: a Fisher-Yates shuffle

@@ -6,8 +6,10 @@
 // UCC) is one file implementing this class.
 //
 // Every collective is called by every rank, in the same order, with the same counts (as MPI
-// requires). Failures throw std::runtime_error (the plugin cannot see towerjit::Error's type);
-// runtime/dist/world.h turns them into towerjit::Error naming the rank.
+// requires). An implementation throws std::runtime_error (the MPI plugin is a library of its
+// own); world() wraps the transport it makes (runtime/dist/checked_transport.h), so every
+// failure reaches its caller as a towerjit::Error naming the rank, the call, the user's line
+// in progress and what to do: callers never catch and rewrap one.
 //
 // A call may outlive the wait that gave up on it: a stall timeout, or another call's failure,
 // throws while the communication thread is still inside the library, which may go on writing

@@ -15,6 +15,7 @@
 
 #include "dsl/error.h"
 #include "jit/knobs.h"
+#include "runtime/dist/checked_transport.h"
 
 namespace towerjit::dist {
 namespace {
@@ -114,7 +115,8 @@ Transport& world(Loc loc) {
   if (!the_world) {
     const Launch launch = detect_launch();
     if (!launch.launched) check_not_srun_without_pmi(loc);
-    the_world = launch.launched ? load_mpi(launch, loc) : std::make_unique<InProcessTransport>();
+    // Every failure of a call is a towerjit::Error from here on (checked_transport.h).
+    the_world = checked_transport(launch.launched ? load_mpi(launch, loc) : std::make_unique<InProcessTransport>());
   }
   return *the_world;
 }
@@ -136,11 +138,8 @@ WorldLayout world_layout(int own_towers, Loc loc) {
   WorldLayout layout;
   layout.rank = w.rank();
   layout.towers_of_rank.resize(w.size());
-  try {
-    w.all_gather(&own_towers, sizeof(int), layout.towers_of_rank.data());
-  } catch (const std::runtime_error& e) {
-    user_check(false, loc) << rank_prefix() << "gathering every rank's tower count failed: " << e.what();
-  }
+  const UserCall at(loc);
+  w.all_gather(&own_towers, sizeof(int), layout.towers_of_rank.data());
   for (int r = 0; r < layout.rank; ++r) layout.first_tower += layout.towers_of_rank[r];
   return layout;
 }
@@ -164,12 +163,8 @@ void check_agreement(const std::map<std::string, std::string>& items, Loc loc) {
     mine.insert(mine.end(), value.begin(), value.end());
     mine.push_back('\0');
   }
-  std::vector<std::vector<char>> all;
-  try {
-    all = w.all_gather(mine);
-  } catch (const std::runtime_error& e) {
-    user_check(false, loc) << rank_prefix() << "comparing the ranks' settings failed: " << e.what();
-  }
+  const UserCall at(loc);
+  const std::vector<std::vector<char>> all = w.all_gather(mine);
   std::vector<std::map<std::string, std::string>> of_rank(all.size());
   for (size_t r = 0; r < all.size(); ++r) {
     const std::vector<char>& bytes = all[r];

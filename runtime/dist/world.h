@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "runtime/dist/transport.h"
+#include "runtime/dist/world_layout.h"
 
 namespace towerjit::dist {
 
@@ -40,15 +41,8 @@ bool world_is_shared();
 // prints about itself.
 std::string rank_prefix();
 
-// Where each process's towers sit in the world's tower order.
-struct WorldLayout {
-  std::vector<int> towers_of_rank;  // every rank's tower count, in rank order
-  int rank = 0;
-  int first_tower = 0;  // this rank's first tower's global index
-  int towers() const;   // every rank's together
-  int own() const { return towers_of_rank.at(rank); }
-};
-// Gathers every rank's tower count (collective: every rank calls it).
+// Gathers every rank's tower count into a WorldLayout (runtime/dist/world_layout.h); collective:
+// every rank calls it.
 WorldLayout world_layout(int own_towers, Loc loc = Loc::current());
 
 // Checks that every rank has the same value for each key (a hash of the graph, the flags):

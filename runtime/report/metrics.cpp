@@ -8,6 +8,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <mutex>
 
 #include "dsl/error.h"
 
@@ -140,10 +141,15 @@ std::FILE* open_report_file(const std::string& path, std::string_view what, Loc 
   return nullptr;
 }
 
-MetricsWriter::MetricsWriter(const std::string& path, Loc loc)
-    : path_(path), file_(open_report_file(path, "metrics file", loc)) {}
+struct MetricsWriter::Lock {
+  std::mutex mutex;
+};
 
-MetricsWriter::MetricsWriter(const std::string& path, int64_t resumed_at, Loc loc) : path_(path) {
+MetricsWriter::MetricsWriter(const std::string& path, Loc loc)
+    : path_(path), file_(open_report_file(path, "metrics file", loc)), lock_(std::make_unique<Lock>()) {}
+
+MetricsWriter::MetricsWriter(const std::string& path, int64_t resumed_at, Loc loc)
+    : path_(path), lock_(std::make_unique<Lock>()) {
   MetricsLog kept;
   if (std::filesystem::exists(path)) kept = read_metrics(path, loc);
   file_ = open_report_file(path, "metrics file", loc);
@@ -194,7 +200,7 @@ void MetricsWriter::log_eval(const EvalRecord& r, Loc loc) {
 }
 
 void MetricsWriter::write_line(const std::string& line, Loc loc) {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(lock_->mutex);
   // Flushing per line costs one write() per logged step, nothing next to a training step, and
   // a reader (or a crash) sees every line that was logged.
   errno = 0;

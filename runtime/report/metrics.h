@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
-#include <mutex>
+#include <memory>
 #include <source_location>
 #include <string>
 #include <string_view>
@@ -91,7 +91,8 @@ class MetricsWriter : public MetricsSink {
 
   std::string path_;
   std::FILE* file_ = nullptr;
-  std::mutex mutex_;
+  struct Lock;  // a std::mutex (metrics.cpp): write_line may be called from several threads
+  std::unique_ptr<Lock> lock_;
 };
 
 struct MetricsLog {

@@ -4,13 +4,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 namespace towerjit::report {
 namespace {
 
 constexpr int kBarWidth = 20;
-constexpr auto kRedrawEvery = std::chrono::milliseconds(100);
+constexpr double kRedrawEvery = 0.1;  // seconds
+
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 // "\r" returns to the line's start, "\033[K" erases to its end: a shorter redraw leaves no
 // stale characters behind. Every terminal in use understands this ANSI sequence.
 constexpr const char* kClearLine = "\r\033[K";
@@ -70,12 +75,12 @@ std::string Progress::render(int64_t epoch, int64_t step, double loss, double sa
 double Progress::eta_seconds() const {
   const int64_t done = step_ - first_step_;
   if (total_ == 0 || done <= 0) return NAN;
-  const double elapsed = std::chrono::duration<double>(Clock::now() - first_time_).count();
+  const double elapsed = steady_seconds() - first_time_;
   return elapsed / static_cast<double>(done) * static_cast<double>(std::max<int64_t>(total_ - step_, 0));
 }
 
 void Progress::update(int64_t epoch, int64_t step, double loss, double samples_per_s) {
-  const auto now = Clock::now();
+  const double now = steady_seconds();
   if (!started_) started_ = true, first_step_ = step, first_time_ = now;
   epoch_ = epoch, step_ = step, loss_ = loss, samples_per_s_ = samples_per_s;
   if (!interactive_) return;

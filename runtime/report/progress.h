@@ -10,7 +10,6 @@
 // the training loop's thread. No errors are raised; output failures are ignored, as for printf.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -45,7 +44,6 @@ class Progress {
                      double eta_seconds) const;
 
  private:
-  using Clock = std::chrono::steady_clock;
   void draw();
   double eta_seconds() const;
 
@@ -60,7 +58,7 @@ class Progress {
   // compiling) weighs on the estimate only until later steps dilute it.
   bool started_ = false;
   int64_t first_step_ = 0;
-  Clock::time_point first_time_{}, last_draw_{};
+  double first_time_ = 0, last_draw_ = 0;  // seconds on the steady clock (progress.cpp)
 };
 
 }  // namespace towerjit::report

@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -36,10 +40,17 @@ std::atomic<int> files_made{0};  // this process's writers so far: the file name
 
 }  // namespace
 
+struct TensorBoardWriter::Flusher {
+  std::mutex mutex;
+  std::condition_variable stop;
+  bool stopping = false;
+  std::thread thread;
+};
+
 TensorBoardWriter::TensorBoardWriter(const std::string& dir, Loc loc) : TensorBoardWriter(dir, 0, 2.0, loc) {}
 
 TensorBoardWriter::TensorBoardWriter(const std::string& dir, int rank, double flush_seconds, Loc loc)
-    : flush_seconds_(flush_seconds) {
+    : flush_seconds_(flush_seconds), f_(std::make_unique<Flusher>()) {
   if (rank != 0) return;  // SummaryWriter's convention: one process writes a run's events
   user_check(!dir.empty(), loc) << "the TensorBoard directory's path is empty; give a directory, e.g. "
                                    "--tensorboard runs/tb";
@@ -57,17 +68,17 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, int rank, double fl
   first.set_wall_time(now);
   first.set_file_version("brain.Event:2");
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(f_->mutex);
     write_record(first.SerializeAsString(), loc);
   }
   flush(loc);  // the file is recognisable from the start
-  flusher_ = std::thread([this] { flush_every_interval(); });
+  f_->thread = std::thread([this] { flush_every_interval(); });
 }
 
 void TensorBoardWriter::flush_every_interval() {
   const auto interval = std::chrono::duration<double>(flush_seconds_);
-  std::unique_lock lock(mutex_);
-  while (!stop_.wait_for(lock, interval, [this] { return stopping_; }))
+  std::unique_lock lock(f_->mutex);
+  while (!f_->stop.wait_for(lock, interval, [this] { return f_->stopping; }))
     if (unflushed_) {
       // A failure here has no caller to raise to; the next write or the destructor reports it.
       if (std::fflush(file_) == 0) unflushed_ = false;
@@ -77,11 +88,11 @@ void TensorBoardWriter::flush_every_interval() {
 TensorBoardWriter::~TensorBoardWriter() {
   if (file_ == nullptr) return;
   {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
+    std::lock_guard lock(f_->mutex);
+    f_->stopping = true;
   }
-  stop_.notify_all();
-  flusher_.join();
+  f_->stop.notify_all();
+  f_->thread.join();
   const bool ok = std::fflush(file_) == 0;
   const bool closed = std::fclose(file_) == 0;
   if (!ok || !closed)
@@ -123,7 +134,7 @@ void TensorBoardWriter::scalar(const std::string& tag, int64_t step, double valu
   v->set_tag(tag);
   v->set_simple_value(static_cast<float>(value));
   const std::string data = event.SerializeAsString();
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(f_->mutex);
   write_record(data, loc);
 }
 
@@ -158,7 +169,7 @@ void TensorBoardWriter::histogram(const std::string& tag, int64_t step, const st
   }
   const std::string data = event.SerializeAsString();
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(f_->mutex);
     write_record(data, loc);
   }
   if (nonfinite > 0) scalar(tag + "/nonfinite", step, static_cast<double>(nonfinite), loc);
@@ -178,7 +189,7 @@ void TensorBoardWriter::log_eval(const EvalRecord& r, Loc loc) {
 
 void TensorBoardWriter::flush(Loc loc) {
   if (file_ == nullptr) return;
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(f_->mutex);
   flush_locked(loc);
 }
 

@@ -18,12 +18,9 @@
 // with another rank creates nothing and ignores every call. Thread-safe.
 #pragma once
 
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
-#include <mutex>
-#include <thread>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -61,8 +58,8 @@ class TensorBoardWriter : public MetricsSink {
   void flush(Loc loc = Loc::current());
 
  private:
-  void write_record(const std::string& data, Loc loc);  // under mutex_
-  void flush_locked(Loc loc);                            // under mutex_
+  void write_record(const std::string& data, Loc loc);  // under f_->mutex
+  void flush_locked(Loc loc);                            // under f_->mutex
   void check(bool ok, Loc loc);
   void flush_every_interval();  // the flusher thread's loop
 
@@ -70,10 +67,8 @@ class TensorBoardWriter : public MetricsSink {
   std::FILE* file_ = nullptr;
   double flush_seconds_;
   bool unflushed_ = false;  // records written since the last flush
-  bool stopping_ = false;
-  std::mutex mutex_;
-  std::condition_variable stop_;
-  std::thread flusher_;
+  struct Flusher;  // the lock, and the thread that flushes every flush_seconds_ (tensorboard.cpp)
+  std::unique_ptr<Flusher> f_;
 };
 
 }  // namespace towerjit::report

@@ -67,8 +67,6 @@ int64_t push_bytes(const std::vector<Shape>& gradient_shapes, const std::vector<
   return bytes;
 }
 
-std::string rank_failure(const std::exception& e) { return dist::rank_prefix() + e.what(); }
-
 }  // namespace
 
 AsyncServer::AsyncServer(TowerState& state, HostVariables& values, CpuProgram& apply)
@@ -88,11 +86,7 @@ bool AsyncServer::may_apply(const Push& push) const {
 
 AsyncServer::Push AsyncServer::receive(Loc loc) {
   Push p;
-  try {
-    p.from = state_.world->receive(p.bytes, dist::Transport::kAnySource, kPushTag);
-  } catch (const std::runtime_error& e) {
-    user_check(false, loc) << "the parameter server's receive failed: " << rank_failure(e);
-  }
+  p.from = state_.world->receive(p.bytes, dist::Transport::kAnySource, kPushTag);
   Header h;
   // Every rank built the same model (checked at start-up), so the size is known.
   internal_check(static_cast<int64_t>(p.bytes.size()) == push_bytes_)
@@ -139,12 +133,7 @@ AsyncServer::Applied AsyncServer::apply(Push push, Loc loc) {
     lead_ = std::max(lead_, lead);
   }
   state_.count_lead(lead_);
-  try {
-    state_.world->send(reply, push.from, kReplyTag);
-  } catch (const std::runtime_error& e) {
-    user_check(false, loc) << "the parameter server's reply to rank " << push.from
-                                      << " failed: " << rank_failure(e);
-  }
+  state_.world->send(reply, push.from, kReplyTag);
   return a;
 }
 
@@ -183,12 +172,8 @@ double AsyncWorker::work(int64_t step, const HostFeeds& feeds, int64_t examples,
       put(push, value.f32.data(), value.size() * sizeof(float));
     }
     std::vector<char> reply;
-    try {
-      state_.world->send(push, 0, kPushTag);
-      state_.world->receive(reply, 0, kReplyTag);
-    } catch (const std::runtime_error& e) {
-      user_check(false, loc) << "pushing to the parameter server failed: " << rank_failure(e);
-    }
+    state_.world->send(push, 0, kPushTag);
+    state_.world->receive(reply, 0, kReplyTag);
     internal_check(static_cast<int64_t>(reply.size()) == reply_bytes_)
         << "a reply of " << reply.size() << " bytes from the parameter server, not " << reply_bytes_;
     int64_t applies = 0;

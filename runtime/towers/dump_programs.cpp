@@ -6,6 +6,7 @@
 
 #include "dsl/error.h"
 #include "jit/cuda/cuda_dump.h"
+#include "runtime/towers/trainer_internals.h"
 
 namespace towerjit {
 
@@ -19,7 +20,7 @@ std::vector<std::string> dump_cuda(const TowerTrainer& trainer, const std::strin
   std::vector<std::string> paths;
   std::ostringstream summary;
   summary << trainer.towers().str() << "\n";
-  for (const TowerTrainer::ProgramView& p : trainer.programs()) {
+  for (const detail::ProgramView& p : detail::programs(trainer)) {
     const auto written = cuda::dump_cuda_of(dir, *p.graph, *p.program, p.name);
     paths.insert(paths.end(), written.begin(), written.end());
     summary << p.name << ": " << p.runs << "; " << p.program->kernels.size() << " kernels, "

@@ -8,11 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "jit/cuda/dump_graph.h"  // dump_cuda of a bare graph
 #include "runtime/towers/tower_trainer.h"
 
 namespace towerjit {
 
-// Writes, for each of the trainer's programs (TowerTrainer::programs()), <dir>/<name>.cu, .ptx
+// Writes, for each program the trainer compiled (tower step, apply, predict, ...), <dir>/<name>.cu, .ptx
 // where NVRTC loads, .index.json (each kernel's DSL ops with the user's file:line, its launch
 // shape, the bytes it moves) and .kir, and <dir>/programs.txt saying when each runs. Returns
 // the paths written. Errors (towerjit::Error): a directory that cannot be written.

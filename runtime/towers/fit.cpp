@@ -3,9 +3,11 @@
 #include "runtime/towers/fit.h"
 
 #include "dsl/error.h"
+#include "runtime/dist/checked_transport.h"
 #include "runtime/dist/world.h"
 #include "runtime/towers/fit_loop.h"
 #include "runtime/towers/tower_strategy.h"
+#include "runtime/towers/trainer_internals.h"
 
 namespace towerjit {
 namespace detail {
@@ -28,6 +30,7 @@ void TowerStrategy::fit(FitLoop& loop, int accumulate, Loc loc) {
 }  // namespace detail
 
 StepEvent fit(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOptions& options, Loc loc) {
+  const dist::UserCall at(loc);  // a transport failure while training names this call
   user_check(options.epochs.value_or(1) >= 1, loc) << "fit: epochs " << *options.epochs << " must be at least 1";
   user_check(options.max_steps >= 0, loc)
       << "fit: max_steps " << options.max_steps << " must be 0 (no limit) or positive";
@@ -40,7 +43,7 @@ StepEvent fit(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOpt
         << "; leave epochs unset to train " << options.max_steps << " steps, or set epochs = "
         << (options.max_steps + per_epoch - 1) / per_epoch;
   }
-  detail::TowerStrategy& strategy = *trainer.strategy_;
+  detail::TowerStrategy& strategy = detail::TrainerAccess::strategy(trainer);
   // Watching starts after the argument checks and stops when fit returns or throws. A strategy
   // whose ranks share no step to stop after (the parameter server and its workers) never
   // watches: mpirun ends them all.

@@ -128,12 +128,7 @@ void FitLoop::non_finite_loss(const StepEvent& e, const std::vector<Suspect>& su
 void FitLoop::agree_on_signals() {
   const int mine = watch_.received();  // SIGINT, SIGTERM or 0
   double seen[2] = {mine == SIGINT ? 1.0 : 0.0, mine == SIGTERM ? 1.0 : 0.0};
-  try {
-    agree_over_->all_reduce_sum(seen, 2);
-  } catch (const std::runtime_error& e) {
-    user_check(false, loc_) << dist::rank_prefix() << "agreeing on a stop after step " << last_.step
-                            << " failed: " << e.what();
-  }
+  agree_over_->all_reduce_sum(seen, 2);
   agreed_signal_ = seen[0] > 0 ? SIGINT : seen[1] > 0 ? SIGTERM : 0;
 }
 

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/dist/transport.h"
 #include "runtime/towers/fit.h"
 
 namespace towerjit::detail {

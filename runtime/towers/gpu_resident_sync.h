@@ -107,4 +107,18 @@ class GpuResidentSync {
   Loc loc_;
 };
 
+// One GPU's share (gpu_resident_sync.cpp and gpu_resident_world.cpp both use it).
+struct GpuResidentSync::Gpu {
+  cuda::DeviceContext* context = nullptr;
+  std::vector<int> towers;  // the towers on this GPU, in tower order
+  DeviceVariables variables;
+  std::vector<std::unique_ptr<CudaProgram>> reduce;  // per bucket: the towers' weighted sum
+  std::vector<DeviceFeeds> reduce_feeds;  // per bucket: w<i>, m<i> (kept), and each step's tower outputs
+  std::vector<double> uploaded;           // the weights now in reduce_feeds
+  std::unique_ptr<CudaProgram> apply;
+  std::unique_ptr<cuda::Stream> copies;
+  DeviceFeeds apply_feeds;                // the scale (1), then the reduced gradients each step
+  std::vector<DeviceTensor> reduced;      // per tensor (gradients, then model updates)
+};
+
 }  // namespace towerjit

@@ -11,6 +11,7 @@
 #include "runtime/checkpoint/atomic_file.h"
 #include "runtime/checkpoint/checkpoint_format.h"
 #include "runtime/checkpoint/directory_lock.h"
+#include "runtime/dist/checked_transport.h"
 #include "runtime/dist/world.h"
 
 namespace towerjit {
@@ -226,6 +227,7 @@ namespace {
 Checkpoint load_for_world(const std::string& path, Loc loc) {
   dist::Transport& world = dist::world(loc);
   if (world.size() == 1) return load_checkpoint(path, loc);
+  const dist::UserCall at(loc);  // names the user's line if the broadcast fails
   std::string bytes, error;
   if (world.rank() == 0) {
     try {
@@ -235,11 +237,7 @@ Checkpoint load_for_world(const std::string& path, Loc loc) {
     }
   }
   std::vector<char> sent(bytes.begin(), bytes.end());
-  try {
-    world.broadcast(sent, 0);
-  } catch (const std::runtime_error& e) {
-    user_check(false, loc) << dist::rank_prefix() << "receiving checkpoint " << path << " from rank 0 failed: " << e.what();
-  }
+  world.broadcast(sent, 0);
   user_check(!sent.empty() && sent[0] == 'C', loc)
       << dist::rank_prefix() << "rank 0 could not read checkpoint " << path << ": "
       << std::string(sent.begin() + (sent.empty() ? 0 : 1), sent.end());

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "dsl/error.h"
+#include "dsl/exception.h"
 
 namespace towerjit {
 

@@ -3,6 +3,9 @@
 #include "dsl/ema.h"
 #include "dsl/error.h"
 #include "jit/passes/select_phase.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/device_program.h"
+#include "runtime/thread_pool.h"
 #include "runtime/cpu_affinity.h"
 
 namespace towerjit {

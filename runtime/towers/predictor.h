@@ -18,12 +18,12 @@
 
 #include "dsl/devices.h"
 #include "dsl/tensor.h"
-#include "runtime/checkpoint/checkpoint.h"
-#include "runtime/device_program.h"
 #include "runtime/host_tensor.h"
-#include "runtime/thread_pool.h"
 
 namespace towerjit {
+
+class DeviceProgram;
+class ThreadPool;
 
 struct PredictorOptions {
   // Load each variable's EMA shadow ("<variable>/ema") in its place, where the checkpoint has
@@ -67,7 +67,6 @@ class Predictor {
   // The variables the program reads, by name, with their shapes and dtypes (values zero).
   const HostVariables& needed() const { return needed_; }
   const HostVariables& values() const { return values_; }
-  const DeviceProgram& program() const { return *program_; }
 
  private:
   PredictorOptions options_;

@@ -125,12 +125,7 @@ Reduced Reducer::reduce(std::vector<TowerOutputs> outputs, const std::vector<dou
   std::vector<HostTensor>& reduced = exchange->reduced;
   for (size_t v = 0; v < gradients; ++v) reduced.emplace_back(outputs[0].gradient(v).shape);
   exchange->flat.resize(buckets_.size());
-  try {
-    sum_and_exchange(outputs, w, exchange, r);
-  } catch (const std::runtime_error& e) {
-    user_check(false, loc) << dist::rank_prefix() << "the all-reduce across processes failed at apply "
-                                      << state_.applies << ": " << e.what();
-  }
+  sum_and_exchange(outputs, w, exchange, r);
   const std::vector<std::string>& names = state_.compiled.gradient_inputs;
   for (size_t v = 0; v < gradients; ++v) r.gradients[names[v]] = std::move(reduced[v]);
   r.gradients[TowerProgram::gradient_scale] = scalar(1.0);  // the weights are in the sum

@@ -5,6 +5,10 @@
 #include <cmath>
 
 #include "dsl/error.h"
+#include "dsl/tower_program.h"
+#include "runtime/dist/checked_transport.h"
+#include "runtime/dist/world.h"
+#include "runtime/towers/batch_split.h"
 #include "runtime/towers/non_finite_inputs.h"
 #include "runtime/towers/tower_state.h"
 #include "runtime/towers/tower_strategy.h"
@@ -29,6 +33,7 @@ std::map<std::string, std::string> trainer_settings(const Graph& graph, const de
 TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optimizer& optimizer,
                            TowerTrainerOptions options, Loc loc) {
   dist::Transport& world = dist::world(loc);
+  const dist::UserCall at(loc);  // a transport failure while building names this call
   const detail::StrategyRequest request = detail::StrategyRequest::of(towers, world, options.strategy);
   const detail::StrategyRow* row = detail::find_strategy(request);
   state_ = std::make_unique<detail::TowerState>(std::move(towers), world, !row || row->runs_towers, loc);
@@ -45,11 +50,6 @@ TowerTrainer::~TowerTrainer() = default;
 
 const Towers& TowerTrainer::towers() const { return state_->towers; }
 const dist::WorldLayout& TowerTrainer::world_layout() const { return state_->layout; }
-bool TowerTrainer::async_world() const {
-  return is_async(state_->towers.reduction()) && state_->layout.towers_of_rank.size() > 1;
-}
-bool TowerTrainer::parameter_server_rank() const { return async_world() && state_->layout.rank == 0; }
-const std::vector<int>& TowerTrainer::cores_of(int tower) const { return state_->tower_cores.at(tower); }
 int64_t TowerTrainer::applies() const { return state_->applies; }
 HostVariables& TowerTrainer::variables() { return strategy_->variables(); }
 
@@ -70,14 +70,10 @@ std::pair<int64_t, int64_t> TowerTrainer::own_rows(int64_t batch, Loc loc) const
   return detail::rows_of_rank(batch, state_->towers, state_->layout, loc);
 }
 
-std::vector<HostFeeds> TowerTrainer::slice_batch(const HostFeeds& batch, const std::vector<int64_t>& slices,
-                                                 Loc loc) const {
-  return detail::cut_batch(batch, slices, loc);
-}
-
 TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, Loc loc) { return step(batch, {}, loc); }
 
 TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, StepOptions options, Loc loc) {
+  const dist::UserCall at(loc);
   user_check(options.accumulate >= 1, loc) << "step: accumulate " << options.accumulate
                                             << " must be at least 1 (1: one apply per batch, as without it)";
   StepResult result = options.accumulate > 1 ? strategy_->accumulated_step(batch, options.accumulate, loc)
@@ -96,33 +92,8 @@ TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, StepOptions 
 
 TowerTrainer::AsyncReport TowerTrainer::run_async(int steps_per_tower,
                                                   const std::function<HostFeeds(int, int)>& batch_for, Loc loc) {
+  const dist::UserCall at(loc);
   return strategy_->run_async(steps_per_tower, batch_for, loc);
-}
-
-std::vector<TowerTrainer::ProgramView> TowerTrainer::programs() const {
-  // Named by role within this trainer: a program's dump stem may carry a suffix other trainers
-  // of the process caused (tower_step_2), and the towers' copies of one program are one.
-  std::vector<ProgramView> out;
-  std::vector<const kir::Program*> seen;
-  std::map<std::string, int> per_role;
-  auto add = [&](const std::string& stem, const std::string& runs, const Graph& g, const kir::Program& p) {
-    if (std::find(seen.begin(), seen.end(), &p) != seen.end()) return;
-    seen.push_back(&p);
-    std::string role = stem;
-    if (const size_t cut = stem.find_last_of('_'); cut != std::string::npos && cut + 1 < stem.size() &&
-        stem.find_first_not_of("0123456789", cut + 1) == std::string::npos)
-      role = stem.substr(0, cut);
-    const int n = ++per_role[role];
-    out.push_back({n == 1 ? role : role + "_" + std::to_string(n), runs, &g, &p});
-  };
-  const detail::CompiledTowers& c = state_->compiled;
-  add(c.tower_step.front()->name(), "every tower, on its slice of each batch: the loss and the gradients",
-      c.tower_step.front()->lowered_graph(), c.tower_step.front()->program());
-  strategy_->list_programs(add);
-  if (!c.predict.empty())
-    add(c.predict[0]->name(), "predict() and evaluate(), on every tower's slice, in inference",
-        c.predict[0]->lowered_graph(), c.predict[0]->program());
-  return out;
 }
 
 void TowerTrainer::set_trace(report::Trace* trace) {

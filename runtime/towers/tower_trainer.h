@@ -29,16 +29,12 @@
 
 #include "dsl/ema.h"
 #include "dsl/optimizers.h"
-#include "dsl/tower_program.h"  // build_tower_program, which users of towerjit.h reach through here
 #include "dsl/towers.h"
-#include "runtime/dist/world.h"
+#include "runtime/dist/world_layout.h"
 #include "runtime/host_tensor.h"
 
 namespace towerjit {
 
-namespace kir {
-struct Program;
-}
 namespace report {
 class Trace;
 }
@@ -48,11 +44,8 @@ class BatchPipeline;
 namespace detail {
 class TowerState;
 class TowerStrategy;
+struct TrainerAccess;  // towerjit's own code and tests: runtime/towers/trainer_internals.h
 }  // namespace detail
-struct FitOptions;
-struct StepEvent;
-class TowerTrainer;
-StepEvent fit(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOptions& options, Loc loc);
 
 
 // How the strategy places the variables and reduces, agreed across the ranks of a world. Each
@@ -176,38 +169,16 @@ class TowerTrainer {
   const Towers& towers() const;
   // Where this process's towers sit among the world's (one process: all of them).
   const dist::WorldLayout& world_layout() const;
-  // Async towers across processes: rank 0 is the parameter server (its towers stay idle), the
-  // other ranks' towers push to it (runtime/towers/async_world.h; fit() only).
-  bool parameter_server_rank() const;
-  bool async_world() const;
   // The rows [first, first + count) of a batch of `batch` examples that this process's towers
-  // train on: the world's split, this rank's towers' slices. Errors: more world towers than
-  // examples.
+  // train on: the world's split, this rank's towers' slices (under mpirun, a pipeline's
+  // PipelineOptions::part; docs/distributed.md). Errors: more world towers than examples.
   std::pair<int64_t, int64_t> own_rows(int64_t batch, Loc loc = Loc::current()) const;
-  // Each program the trainer compiled, once (the towers' copies of one are alike): the tower
-  // step, the apply, predict, and with the variables on the GPUs the reductions. Their CUDA:
-  // dump_cuda (runtime/towers/dump_programs.h).
-  struct ProgramView {
-    std::string name;  // its dump stem: "tower_step", "apply", "predict", "reduce", ...
-    std::string runs;  // when it runs, in words
-    const Graph* graph = nullptr;  // the optimised graph `program` refers to
-    const kir::Program* program = nullptr;
-  };
-  std::vector<ProgramView> programs() const;
-  // The cores CPU tower `tower`'s threads run on, pinned unless TOWERJIT_PIN_TOWERS=off (a
-  // group of the process's cores of its own while there are as many cores as CPU towers);
-  // empty for a GPU tower.
-  const std::vector<int>& cores_of(int tower) const;
-  // `batch` cut into consecutive slices of `slices` examples (every input alike). Errors: a
-  // scalar input.
-  std::vector<HostFeeds> slice_batch(const HostFeeds& batch, const std::vector<int64_t>& slices,
-                                     Loc loc = Loc::current()) const;
   int64_t applies() const;  // optimiser applies so far
   // Spans for each tower's compute, the reduction and the applies go to `trace` (null: off).
   void set_trace(report::Trace* trace);
 
  private:
-  friend StepEvent fit(TowerTrainer&, data::BatchPipeline&, const FitOptions&, Loc);
+  friend struct detail::TrainerAccess;
   HostTensor predict_with(const HostFeeds& inputs, HostVariables& values, Loc loc);
   HostVariables ema_weights_of(const HostVariables& values) const;
 

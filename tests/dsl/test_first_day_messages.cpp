@@ -5,7 +5,6 @@
 
 #include <string>
 
-#include "runtime/data/fashion_mnist.h"
 #include "tests/jit/cpu_test_env.h"
 #include "towerjit.h"
 

@@ -4,7 +4,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "dsl/ops.h"
+#include "towerjit.h"
 
 using namespace towerjit;
 using Catch::Contains;

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
-#include "dsl/initializer.h"
+#include "towerjit.h"
 
 using namespace towerjit;
 

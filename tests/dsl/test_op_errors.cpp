@@ -2,8 +2,7 @@
 // and the line of this file that made the mistake.
 #include <catch2/catch.hpp>
 
-#include "dsl/ops.h"
-#include "dsl/variables.h"
+#include "towerjit.h"
 
 using namespace towerjit;
 using Catch::Contains;

@@ -2,8 +2,7 @@
 // broadcasting, odd sizes, and conv / pool output sizes with stride and padding.
 #include <catch2/catch.hpp>
 
-#include "dsl/ops.h"
-#include "dsl/variables.h"
+#include "towerjit.h"
 
 using namespace towerjit;
 

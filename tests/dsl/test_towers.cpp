@@ -4,7 +4,7 @@
 
 #include <numeric>
 
-#include "dsl/towers.h"
+#include "towerjit.h"
 
 using namespace towerjit;
 using Catch::Contains;

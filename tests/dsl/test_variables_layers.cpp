@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "dsl/layers.h"
+#include "towerjit.h"
 
 using namespace towerjit;
 

@@ -11,6 +11,7 @@
 #include <functional>
 #include <string>
 
+#include "jit/reference/interpreter.h"
 #include "jit_check.h"
 #include "op_cases.h"
 #include "towerjit.h"

@@ -13,7 +13,9 @@
 
 #include "cpu_test_env.h"
 #include "jit/passes/pipeline.h"
+#include "jit/reference/interpreter.h"
 #include "jit_check.h"
+#include "runtime/cpu/cpu_program.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;

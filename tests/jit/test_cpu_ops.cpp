@@ -8,11 +8,13 @@
 #endif
 
 #include "cpu_test_env.h"
-#include "jit/cpu/cpu_isa.h"
-#include "jit_check.h"
 #include "graph_cases.h"
+#include "jit/cpu/cpu_isa.h"
+#include "jit/reference/interpreter.h"
+#include "jit_check.h"
 #include "nan_cases.h"
 #include "op_cases.h"
+#include "runtime/cpu/cpu_program.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;

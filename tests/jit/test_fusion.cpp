@@ -10,7 +10,9 @@
 #include "jit/passes/fusion_plan.h"
 #include "jit/passes/lower.h"
 #include "jit/passes/pipeline.h"
+#include "jit/reference/interpreter.h"
 #include "jit_check.h"
+#include "runtime/cpu/cpu_program.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;

@@ -11,9 +11,7 @@
 #include <random>
 #include <string>
 
-#include "runtime/data/batch_pipeline.h"
 #include "runtime/dist/world.h"
-#include "runtime/towers/fit.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;

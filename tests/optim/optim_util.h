@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "jit/reference/interpreter.h"
+#include "runtime/cpu/cpu_program.h"
 #include "tests/jit/jit_check.h"
 #include "towerjit.h"
 

@@ -60,6 +60,15 @@ installed)
            lib/cmake/towerjit/towerjitTargets.cmake; do
     [ -f "$prefix/$f" ] || fail "the install has no $f"
   done
+  # Only the public API is installed: every installed header is towerjit.h's or the opt-in
+  # trace.h's, directly or not (cmake/Install.cmake), and none of them misses one it includes.
+  inc=$prefix/include/towerjit
+  ( cd "$inc" && g++ -std=c++20 -MM -I. towerjit.h runtime/report/trace.h ) >"$work/closure" 2>&1 ||
+    { cat "$work/closure"; fail "an installed public header includes one that is not installed"; }
+  tr ' \\' '\n\n' <"$work/closure" | grep -v -e '^$' -e ':$' -e '^/' | sed 's|^\./||' | sort -u >"$work/needed"
+  ( cd "$inc" && find . -type f | sed 's|^\./||' | sort ) >"$work/installed"
+  extra=$(comm -23 "$work/installed" "$work/needed")
+  [ -z "$extra" ] || fail "the install has headers outside the public API (towerjit.h's closure): $extra"
   # A movable prefix: the package names no path of the build or the source.
   if grep -rlF -e "$build" -e "$src" "$prefix/lib/cmake"; then fail "the package names the build's paths"; fi
   run_block getting-started.md "build installed"

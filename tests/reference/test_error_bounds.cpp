@@ -8,6 +8,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "jit/reference/interpreter.h"
 #include "tests/jit/error_bound_check.h"
 #include "tests/jit/jit_check.h"
 #include "towerjit.h"

@@ -3,8 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 
-#include "runtime/data/augment.h"
-#include "runtime/data/batch_pipeline.h"
+#include "towerjit.h"
 
 // Where each mistake below is reported: the line of this file that made it (checked as the
 // file, the line being the call's).

@@ -3,11 +3,12 @@
 // whole graph (forward, backward, collectives, apply) runs as one program equal to one tower.
 #include <catch2/catch.hpp>
 
+#include "dsl/tower_program.h"
 #include "jit/passes/cut_collectives.h"
 #include "jit/reference/interpreter.h"
-#include "runtime/towers/tower_trainer.h"
-#include "towerjit.h"
+#include "runtime/cpu/cpu_program.h"
 #include "tower_test_model.h"
+#include "towerjit.h"
 
 // Where each mistake below is reported: the line of this file that made it (checked as the
 // file, the line being the call's).

@@ -5,6 +5,7 @@
 
 #include "runtime/cpu_affinity.h"
 #include "runtime/thread_pool.h"
+#include "runtime/towers/trainer_internals.h"
 #include "tower_test_model.h"
 #include "towerjit.h"
 
@@ -48,8 +49,8 @@ TEST_CASE("a trainer pins each CPU tower to cores of its own and gives the calle
   const tj::Tensor loss = tj::testing::small_mlp_loss(g);
   tj::TowerTrainer trainer(g, loss, tj::Towers{tj::cpu(0), tj::cpu(1)}, tj::sgd(0.1));
   const auto expected = tj::tower_cores(2, all);
-  CHECK(trainer.cores_of(0) == expected[0]);
-  CHECK(trainer.cores_of(1) == expected[1]);
+  CHECK(tj::detail::cores_of(trainer, 0) == expected[0]);
+  CHECK(tj::detail::cores_of(trainer, 1) == expected[1]);
   trainer.step(tj::testing::batch_of(9, 1));
   CHECK(tj::current_thread_cores() == all);  // tower 0 ran on this thread, pinned meanwhile
   CHECK(trainer.applies() == 1);

@@ -6,12 +6,13 @@
 #include <catch2/catch.hpp>
 
 #include "jit/knobs.h"
+#include "runtime/cpu/cpu_program.h"
 #include "runtime/cuda/cublas.h"
 #include "runtime/cuda/cublaslt.h"
-#include "runtime/cuda/cudnn.h"
-#include "runtime/cuda/nccl.h"
 #include "runtime/cuda/cuda_program.h"
+#include "runtime/cuda/cudnn.h"
 #include "runtime/cuda/library.h"
+#include "runtime/cuda/nccl.h"
 #include "tests/jit/cpu_test_env.h"
 #include "towerjit.h"
 

@@ -6,8 +6,6 @@
 #include <random>
 #include <unistd.h>
 
-#include "runtime/checkpoint/checkpoint.h"
-#include "runtime/towers/hooks.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;

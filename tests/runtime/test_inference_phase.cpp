@@ -6,6 +6,8 @@
 
 #include "../jit/jit_check.h"
 #include "jit/passes/select_phase.h"
+#include "jit/reference/interpreter.h"
+#include "runtime/cpu/cpu_program.h"
 #include "tower_test_model.h"
 #include "towerjit.h"
 

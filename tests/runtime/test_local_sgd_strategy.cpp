@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "runtime/towers/tower_strategy.h"
+#include "runtime/towers/trainer_internals.h"
 #include "tests/runtime/tower_test_model.h"
 
 namespace tj = towerjit;
@@ -130,5 +131,5 @@ TEST_CASE("without its row the factory picks the table's sync strategy again", "
   { const ExtraStrategyRow row(kLocalSgdRow); }
   auto [graph, t] = trainer(tj::sgd(0.1));
   CHECK(g_made == nullptr);
-  CHECK(t->programs().at(1).runs == "once per step per copy of the variables, on the reduced gradients");
+  CHECK(programs(*t).at(1).runs == "once per step per copy of the variables, on the reduced gradients");
 }

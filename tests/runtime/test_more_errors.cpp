@@ -11,17 +11,11 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_format.h"
-#include "runtime/data/augment.h"
-#include "runtime/data/batch_pipeline.h"
-#include "runtime/report/metrics.h"
-#include "runtime/report/progress.h"
-#include "runtime/towers/fit.h"
-#include "runtime/towers/hooks.h"
+#include "runtime/cpu/cpu_program.h"
+#include "tests/jit/cpu_test_env.h"
 #include "tower_test_model.h"
 #include "towerjit.h"
-#include "tests/jit/cpu_test_env.h"
 
 namespace tj = towerjit;
 namespace fs = std::filesystem;

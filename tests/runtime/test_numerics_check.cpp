@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "runtime/cpu/cpu_program.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;

@@ -5,8 +5,6 @@
 #include <random>
 #include <unistd.h>
 
-#include "runtime/checkpoint/checkpoint.h"
-#include "runtime/towers/predictor.h"
 #include "towerjit.h"
 
 // Where each mistake below is reported: the line of this file that made it (checked as the

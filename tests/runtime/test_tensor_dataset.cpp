@@ -5,9 +5,6 @@
 #include <random>
 #include <set>
 
-#include "runtime/data/batch_pipeline.h"
-#include "runtime/data/tensor_dataset.h"
-#include "runtime/towers/hooks.h"
 #include "towerjit.h"
 
 // Where each mistake below is reported: the line of this file that made it (checked as the

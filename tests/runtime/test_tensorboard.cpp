@@ -15,10 +15,6 @@
 
 #include "dsl/error.h"
 #include "runtime/report/crc32c.h"
-#include "runtime/data/batch_pipeline.h"
-#include "runtime/data/tensor_dataset.h"
-#include "runtime/report/tensorboard.h"
-#include "runtime/towers/histogram_hook.h"
 #include "towerjit.h"
 
 namespace fs = std::filesystem;

@@ -7,7 +7,6 @@
 #include <random>
 
 #include "runtime/cuda/driver_api.h"
-#include "runtime/towers/tower_trainer.h"
 #include "tower_test_model.h"
 #include "towerjit.h"
 

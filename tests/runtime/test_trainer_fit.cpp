@@ -11,8 +11,7 @@
 #include <thread>
 #include <unistd.h>
 
-#include "runtime/checkpoint/checkpoint.h"
-#include "runtime/towers/fit.h"
+#include "runtime/cpu/cpu_program.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;

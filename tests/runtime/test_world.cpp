@@ -5,9 +5,8 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 
-#include "runtime/data/batch_pipeline.h"
 #include "runtime/dist/world.h"
-#include "runtime/towers/tower_trainer.h"
+#include "runtime/towers/trainer_internals.h"
 #include "tower_test_model.h"
 #include "towerjit.h"
 
@@ -92,7 +91,7 @@ TEST_CASE("alone, a trainer's own rows are the whole batch, and a part of the wh
   CHECK(a.own_rows(15) == std::pair<int64_t, int64_t>{0, 15});
   CHECK(a.world_layout().towers() == 2);
   CHECK(a.world_layout().first_tower == 0);
-  CHECK_FALSE(a.async_world());
+  CHECK_FALSE(tj::detail::async_world(a));
   tj::Graph graph_b;
   tj::Tensor loss_b = tj::testing::small_mlp_loss(graph_b);
   tj::TowerTrainer b(graph_b, loss_b, tj::Towers{tj::cpu(0), tj::cpu(1)}, tj::sgd(0.1));

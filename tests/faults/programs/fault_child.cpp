@@ -32,10 +32,7 @@
 #include <vector>
 
 #include "runtime/checkpoint/atomic_file.h"
-#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/idx.h"
-#include "runtime/towers/hooks.h"
-#include "runtime/towers/interrupts.h"
 #include "tests/runtime/tower_test_model.h"
 #include "towerjit.h"
 
