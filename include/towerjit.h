@@ -19,6 +19,7 @@
 #include "runtime/cpu/cpu_program.h"
 #include "runtime/data/fashion_mnist.h"
 #include "runtime/data/tensor_dataset.h"
+#include "runtime/interop/onnx_export.h"
 #include "runtime/towers/dump_programs.h"
 #include "runtime/towers/predictor.h"
 #include "runtime/towers/tower_trainer.h"

@@ -52,6 +52,7 @@ bool TowerTrainer::parameter_server_rank() const { return async_world() && state
 const std::vector<int>& TowerTrainer::cores_of(int tower) const { return state_->tower_cores.at(tower); }
 int64_t TowerTrainer::applies() const { return state_->applies; }
 HostVariables& TowerTrainer::variables() { return strategy_->variables(); }
+Tensor TowerTrainer::inference_logits() const { return state_->compiled.inference_logits; }
 
 std::map<std::string, const HostTensor*> TowerTrainer::last_gradients() const {
   std::map<std::string, const HostTensor*> out;
