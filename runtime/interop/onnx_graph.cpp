@@ -9,7 +9,8 @@
 //   - a shape that holds the batch B (broadcast_to, a constant, count) is computed at run time
 //     from the first input that has the batch; a reshape writes B as -1.
 // Convolution weights are [O, C, KH, KW] in both, so they go in unchanged; max pooling pads
-// with -infinity in both, average pooling counts the padding (count_include_pad = 1).
+// with -infinity in both, average pooling counts the padding (count_include_pad = 1). Batch
+// norm in inference, recognised (onnx_batch_norm.h), is one BatchNormalization node.
 #include "runtime/interop/onnx_graph.h"
 
 #include <cmath>
@@ -20,6 +21,7 @@
 
 #include "dsl/error.h"
 #include "onnx/onnx.pb.h"
+#include "runtime/interop/onnx_batch_norm.h"
 
 namespace towerjit::detail {
 namespace {
@@ -53,9 +55,16 @@ class Builder {
   void build(int output) {
     std::vector<bool> live(g_.size(), false);
     live[output] = true;
-    for (int id = output; id >= 0; --id)
-      if (live[id])
-        for (int in : g_.node(id).inputs) live[in] = true;
+    for (int id = output; id >= 0; --id) {
+      if (!live[id]) continue;
+      // Batch norm's arithmetic becomes one node, which reads x and the four variables only.
+      if (auto bn = match_batch_norm(g_, id)) {
+        for (int in : {bn->x, bn->gamma, bn->beta, bn->mean, bn->variance}) live[in] = true;
+        batch_norms_[id] = *bn;
+        continue;
+      }
+      for (int in : g_.node(id).inputs) live[in] = true;
+    }
     for (int id = 0; id <= output; ++id)
       if (live[id] && g_.node(id).op == Op::Input) add_input(id);
     for (int id = 0; id <= output; ++id)
@@ -174,6 +183,17 @@ class Builder {
     user_check(*why == '\0', n) << "export_onnx: " << op_name(n.op)
                                 << (n.scope.empty() ? "" : " (in \"" + n.scope + "\")")
                                 << " has no ONNX form: " << why;
+    if (auto bn = batch_norms_.find(id); bn != batch_norms_.end()) {
+      const BatchNormMatch& m = bn->second;
+      auto& b = add("BatchNormalization", {name_[m.x], name_[m.gamma], name_[m.beta], name_[m.mean], name_[m.variance]},
+                    n);
+      auto* eps = b.add_attribute();
+      eps->set_name("epsilon");
+      eps->set_type(onnx::AttributeProto::FLOAT);
+      eps->set_f(static_cast<float>(m.epsilon));
+      name_[id] = out(b);
+      return;
+    }
     std::vector<std::string> in;
     for (int i : n.inputs) in.push_back(name_[i]);
     name_[id] = value(id, in);
@@ -381,6 +401,7 @@ class Builder {
   Loc loc_;
   std::vector<std::string> name_;  // node id -> the ONNX value that holds it
   std::map<std::string, std::string> i64_;
+  std::map<int, BatchNormMatch> batch_norms_;  // by the id of the node that ends each
   std::string batch_;
   int batch_source_ = -1, batch_axis_ = 0;
   int counter_ = 0;

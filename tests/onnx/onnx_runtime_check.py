@@ -54,11 +54,11 @@ def main(d):
     exact = np.fromfile(d + "/exact.f64", dtype="<f8").reshape(k, classes)
     bound = np.fromfile(d + "/bound.f64", dtype="<f8").reshape(k, classes)
     err = np.abs(got[:k] - exact)
-    worst = np.unravel_index(np.argmax(err - bound), err.shape)
+    worst = tuple(int(i) for i in np.unravel_index(np.argmax(err - bound), err.shape))
     print(f"ONNX Runtime vs the exact logits on {k} examples: largest error {err.max():.3g}, "
           f"largest error / bound {np.max(err / np.maximum(bound, 1e-300)):.3g}")
     if np.any(err > bound):
-        fail(f"ONNX Runtime's output {worst} is {got[:k][worst]!r}, the exact value {exact[worst]!r}: "
+        fail(f"ONNX Runtime's output {worst} is {got[:k][worst]:.9g}, the exact value {exact[worst]:.9g}: "
              f"error {err[worst]:.3g} over the bound {bound[worst]:.3g}")
 
     try:

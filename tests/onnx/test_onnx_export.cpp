@@ -96,6 +96,8 @@ TEST_CASE("onnx export: the file holds the inference graph, opset 17, a dynamic 
   CHECK(ops.count("MatMul") == 2);
   CHECK(ops.count("Relu") == 2);
   CHECK(ops.count("ReduceMean") == 0);  // no batch statistics
+  CHECK(ops.count("BatchNormalization") == 1);  // its arithmetic recognised, on the moving ones
+  CHECK(ops.count("Sqrt") == 0);
   for (const auto& op : ops) CHECK_THAT(op, !Contains("Random"));
   // The variables the model reads, with their trained values; no optimiser slot, no gradient.
   std::map<std::string, const onnx::TensorProto*> init;

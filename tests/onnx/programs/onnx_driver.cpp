@@ -164,7 +164,8 @@ int main(int argc, char** argv) {
   try {
     const std::string what = argv[1];
     if (what == "ops") return run_ops(argv[2]);
-    return run_model(what, argv[2], argc > 3 ? std::stoll(argv[3]) : 32);
+    // The reference interpreter takes about half a second per resnet example on one core.
+    return run_model(what, argv[2], argc > 3 ? std::stoll(argv[3]) : what == "resnet" ? 16 : 32);
   } catch (const tj::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;
