@@ -66,7 +66,7 @@ int run_model(const std::string& model, const std::string& dir, int64_t k) {
   auto logits = model == "cnn" ? examples::cnn(image) : model == "resnet" ? examples::resnet(image)
                                                                          : examples::mlp(image, 64);
   auto loss = tj::mean(tj::softmax_cross_entropy(logits, label));
-  tj::TowerTrainer trainer(graph, loss, tj::Towers({tj::cpu(0)}), tj::adam(0.01), {.seed = 3, .logits = logits});
+  tj::TowerTrainer trainer(graph, loss, tj::Towers({tj::cpu(0)}), tj::adam(0.001), {.seed = 3, .logits = logits});
   // A few steps: enough to move every weight and the moving statistics off their first values.
   const int64_t batch = 64;
   for (int64_t s = 0; s < 4; ++s) {
