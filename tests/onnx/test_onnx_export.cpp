@@ -145,12 +145,16 @@ TEST_CASE("onnx export: an op with no ONNX form is named with the line that buil
   tj::Graph g;
   tj::GraphScope use(g);
   auto x = tj::input("x", {kBatch, 4});
-  const int line = __LINE__ + 1;
-  auto noisy = x * tj::random_uniform_like(x, 7);  // random numbers in inference too
+  tj::Tensor noisy;
+  const int line = __LINE__ + 3;
+  {
+    tj::VariableScope scope("noise");
+    noisy = x * tj::random_uniform_like(x, 7);  // random numbers in inference too
+  }
   tj::HostVariables none;
   CHECK_THROWS_WITH(tj::export_onnx(g, noisy, none, temp_path("noise.onnx")),
-                    Contains("export_onnx: random_uniform has no ONNX form: ONNX's random ops draw other numbers "
-                             "than towerjit's Philox streams") &&
+                    Contains("export_onnx: random_uniform (in \"noise\") has no ONNX form: ONNX's random ops draw "
+                             "other numbers than towerjit's Philox streams") &&
                         Contains("tests/onnx/test_onnx_export.cpp:" + std::to_string(line)));
 }
 
@@ -172,6 +176,13 @@ TEST_CASE("onnx export: a trainer without logits, EMA weights without EMA, an un
     const tj::Tensor logits = t->trainer->inference_logits();
     CHECK_THROWS_WITH(tj::export_onnx(logits.graph(), logits, partial, temp_path("x.onnx")),
                       Contains("export_onnx: no value for the variable \"fc1/bias\" that the model reads"));
+    tj::HostVariables reshaped = t->trainer->variables();
+    reshaped.at("fc1/bias") = tj::HostTensor(tj::Shape{9});
+    CHECK_THROWS_WITH(tj::export_onnx(logits.graph(), logits, reshaped, temp_path("x.onnx")),
+                      Contains("export_onnx: the variable \"fc1/bias\" is f32[9] in the values given but f32[8] in "
+                               "the model; pass the values of this model's variables"));
+    CHECK_THROWS_WITH(tj::export_onnx(*t->trainer, ""),
+                      Contains("export_onnx: the path is empty; give a file, e.g. \"model.onnx\""));
   }
 }
 
