@@ -102,7 +102,9 @@ tj::Tensor every_op(tj::Tensor x) {
   auto c = tj::conv2d(x, 3, 3, "conv", {.pad = 1});                     // [B,3,6,6]
   auto s = tj::conv2d(x, 2, 2, "strided", {.stride = 2, .use_bias = false});  // [B,2,3,3]
   flat(s);
-  flat(tj::batch_norm(c, "bn"));
+  flat(tj::batch_norm(c, "bn"));                                               // BatchNormalization
+  flat(tj::batch_norm(tj::transpose(c, {0, 2, 3, 1}), "bn_last", {.axis = 3}));  // its arithmetic
+  flat(tj::batch_norm(tj::dense(tj::reshape(x, {kBatch, 72}), 5, "fc_in"), "bn_dense"));  // [N, C]
   flat(tj::dropout(tj::relu(c), 0.5));
   flat(tj::max_pool2d(c, {.kernel = 3, .stride = 2, .pad = 1}));
   flat(tj::avg_pool2d(c, {.kernel = 2, .stride = 2, .pad = 1}));
