@@ -74,6 +74,7 @@ struct Flags {
   int accumulate = 1;       // micro-batches of --batch per apply
   int64_t step_batch() const { return batch * accumulate; }
   bool augment = false;  // random crop (pad 2) and horizontal flip of the training images
+  std::string export_onnx;  // --export-onnx FILE: the inference program as ONNX, after training
 };
 
 // --lr under --lr-schedule, over f.decay_steps (counted in the optimiser's applies, as the
@@ -282,6 +283,10 @@ int train(Flags f, const std::string& resume_command) {
                 static_cast<long long>(staleness.max_staleness), static_cast<long long>(staleness.max_lead));
   }
   if (save) std::printf("checkpoint: %s\n", save->last_path().c_str());
+  if (!f.export_onnx.empty()) {  // with the weights the evaluation used (the EMA's under --ema)
+    tj::export_onnx(trainer, f.export_onnx, {.ema_weights = f.ema > 0});
+    std::printf("onnx: %s (docs/interop.md runs it in onnxruntime)\n", f.export_onnx.c_str());
+  }
   if (save && !save->best_path().empty())
     std::printf("best checkpoint: %s (test %s %.4f at step %lld)\n", save->best_path().c_str(), f.keep_best.c_str(),
                 save->best_value(), static_cast<long long>(save->best_step()));
@@ -374,6 +379,9 @@ int main(int argc, char** argv) {
                  "with --checkpoint, also keep best.tjck: the checkpoint of the best test accuracy or loss")
       ->check(CLI::IsMember({"accuracy", "loss"}));
   app.add_option("--trace", f.trace, "write a Chrome/Perfetto trace of the towers' work");
+  app.add_option("--export-onnx", f.export_onnx,
+                 "after training, write the model's inference program (batch norm on its moving statistics, no "
+                 "dropout) as an ONNX file, with the EMA weights under --ema (docs/interop.md)");
   app.add_flag("--drop-last", f.drop_last, "drop each epoch's last partial batch");
   app.add_flag("--check-numerics", f.check_numerics,
                "stop at the first op whose output holds a NaN or an infinity, naming it (TOWERJIT_CHECK_NUMERICS=on)");

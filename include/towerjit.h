@@ -37,6 +37,7 @@
 #include "runtime/data/batch_pipeline.h"
 #include "runtime/data/fashion_mnist.h"
 #include "runtime/data/tensor_dataset.h"
+#include "runtime/interop/onnx_export.h"
 #include "runtime/report/metrics.h"
 #include "runtime/report/progress.h"
 #include "runtime/report/svg_plot.h"

@@ -8,6 +8,7 @@ packages=(
   llvm-19-dev libzstd-dev zlib1g-dev libedit-dev libxml2-dev libffi-dev
   libopenblas-dev librange-v3-dev catch2 libcli11-dev nlohmann-json3-dev libfmt-dev
   libprotobuf-dev protobuf-compiler  # TensorBoard event files (runtime/report/tensorboard.cpp)
+  libonnx-dev  # ONNX's schema, onnx.proto, compiled for export_onnx (runtime/interop/onnx_model.cpp)
   dataset-fashion-mnist
   libopenmpi-dev openmpi-bin
   slurm-wlm  # srun, slurmctld, slurmd and the PMIx plugin (slurm-wlm-basic-plugins), for tests/mpi/srun_cli.sh
@@ -17,7 +18,8 @@ packages=(
 bench_packages=(python3 python3-torch)
 if [[ "${1:-}" == "--bench" ]]; then packages+=("${bench_packages[@]}"); fi
 # Only for CI (--ci, .ci/run): pip, which installs TensorBoard's reader for
-# tests/examples/tensorboard_reader.sh (skipped where it is absent).
+# tests/examples/tensorboard_reader.sh and ONNX's checker and ONNX Runtime for
+# tests/onnx/onnx_runtime_check.sh (each skipped where its package is absent).
 ci_packages=(python3 python3-pip)
 if [[ "${1:-}" == "--ci" ]]; then packages+=("${ci_packages[@]}"); fi
 # Only for `make fuzz` (--fuzz): clang 19, the one that matches the LLVM 19 the CPU JIT links,

@@ -39,11 +39,12 @@ CompiledTowers compile_towers(Graph& graph, Tensor loss, const Towers& towers, c
   if (options.logits.valid()) {
     user_check(&options.logits.graph() == &graph, loc)
         << "TowerTrainerOptions::logits belongs to another graph; pass the model's output tensor";
-    Rewritten inference = select_phase(graph, Phase::inference);
-    const std::vector<Tensor> logits = remap_tensors(inference, {options.logits});
+    c.inference = std::make_unique<Rewritten>(select_phase(graph, Phase::inference));
+    const std::vector<Tensor> logits = remap_tensors(*c.inference, {options.logits});
+    c.inference_logits = logits[0];
     for (int t = 0; t < towers.size(); ++t)
       c.predict.push_back(
-          DeviceProgram::compile(inference.graph, logits, towers.devices()[t], pools[t], "predict", loc));
+          DeviceProgram::compile(c.inference->graph, logits, towers.devices()[t], pools[t], "predict", loc));
   }
   // 4. The apply side, cut at the collectives; each strategy compiles it where its variables are.
   c.apply_side = std::make_unique<Rewritten>(cut_at_collectives(graph, TowerProgram::gradient_scale));

@@ -22,6 +22,10 @@ struct CompiledTowers {
   std::vector<std::unique_ptr<DeviceProgram>> tower_step;
   // Per tower, when TowerTrainerOptions::logits is given: the logits in inference.
   std::vector<std::unique_ptr<DeviceProgram>> predict;
+  // The graph predict was compiled from (selected for inference) and the logits in it, for
+  // exporters (runtime/interop/onnx_export.h). Held by pointer: the tensor refers to its graph.
+  std::unique_ptr<Rewritten> inference;
+  Tensor inference_logits;
   // The apply side: the graph cut at the collectives, whose results it reads as inputs (the
   // reduced gradients, `gradient_inputs`, scaled by TowerProgram::gradient_scale); it fetches
   // the learning rate. Held by pointer: the tensors below refer to its graph.

@@ -52,6 +52,7 @@ const Towers& TowerTrainer::towers() const { return state_->towers; }
 const dist::WorldLayout& TowerTrainer::world_layout() const { return state_->layout; }
 int64_t TowerTrainer::applies() const { return state_->applies; }
 HostVariables& TowerTrainer::variables() { return strategy_->variables(); }
+Tensor TowerTrainer::inference_logits() const { return state_->compiled.inference_logits; }
 
 std::map<std::string, const HostTensor*> TowerTrainer::last_gradients() const {
   std::map<std::string, const HostTensor*> out;

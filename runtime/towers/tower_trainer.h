@@ -148,6 +148,11 @@ class TowerTrainer {
   Evaluation evaluate(const HostFeeds& inputs, const HostTensor& labels, bool ema_weights = false,
                       int64_t chunk = 2000, Loc loc = Loc::current());
 
+  // The model's output in the graph predict() compiles (selected for inference: batch norm on
+  // its moving statistics, no dropout), for exporters (runtime/interop/onnx_export.h); an
+  // invalid tensor when the trainer was built without the `logits` option.
+  Tensor inference_logits() const;
+
   // The trained values of every variable (model, optimiser slots, EMA shadows, global step):
   // what a checkpoint stores. With replicated sync towers, tower 0's copy (all are equal).
   // With the variables on the GPUs (TOWERJIT_GPU_VARIABLES), the first GPU's copy, fetched

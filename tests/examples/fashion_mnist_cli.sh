@@ -254,6 +254,28 @@ flags_out_of_range)
   expect_error "--hidden 0 --steps 1" "dense \"fc1\": units must be positive but is 0" "examples/models.h:" ;;
 unwritable_metrics)
   expect_error "--metrics $work/no/such/dir/m.jsonl" "cannot write the metrics file" "create it first" ;;
+export_onnx)
+  # --export-onnx writes the inference program after training; onnx.checker accepts it where
+  # the Python package is installed (tests/onnx/ runs it in ONNX Runtime).
+  if ! "$bin" $small --steps 2 --export-onnx "$work/m.onnx" >"$work/out" 2>"$work/err"; then
+    grep -q "built without ONNX's schema" "$work/err" && { echo "SKIP: built without ONNX's schema"; exit 77; }
+    cat "$work/err"; fail "the run failed"
+  fi
+  grep -qF "onnx: $work/m.onnx" "$work/out" || fail "the run does not name the ONNX file"
+  [ -s "$work/m.onnx" ] || fail "no ONNX file"
+  if python3 -c 'import onnx' 2>/dev/null; then
+    python3 -c 'import onnx, sys; onnx.checker.check_model(onnx.load(sys.argv[1]), full_check=True)' "$work/m.onnx" ||
+      fail "onnx.checker refuses the file"
+  else
+    echo "note: the Python package onnx is not installed; onnx.checker skipped"
+  fi ;;
+export_onnx_unwritable)
+  if "$bin" $small --steps 1 --export-onnx "$work/no-such-dir/m.onnx" >"$work/out" 2>"$work/err"; then
+    fail "the run succeeded"
+  fi
+  grep -q "built without ONNX's schema" "$work/err" && { echo "SKIP: built without ONNX's schema"; exit 77; }
+  grep -qF -- "export_onnx: cannot write \"$work/no-such-dir/m.onnx\": No such file or directory; give a path" \
+    "$work/err" || { cat "$work/err"; fail "no message naming the path"; } ;;
 unwritable_checkpoint)
   touch "$work/file"
   expect_error "--checkpoint $work/file/ckpt" "cannot write checkpoints to \"$work/file/ckpt\"" ;;
