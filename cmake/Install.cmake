@@ -30,11 +30,11 @@ install(FILES ${PROJECT_SOURCE_DIR}/include/towerjit.h DESTINATION ${CMAKE_INSTA
 set(TOWERJIT_PUBLIC_HEADERS
   dsl/autodiff.h dsl/call_stack.h dsl/collectives.h dsl/devices.h dsl/dtype.h dsl/ema.h
   dsl/exception.h dsl/graph.h dsl/initializer.h dsl/layers.h dsl/node.h dsl/op.h dsl/ops.def
-  dsl/ops.h dsl/optimizers.h dsl/phase.h dsl/schedules.h dsl/shape.h dsl/state.h dsl/tensor.h
+  dsl/ops.h dsl/optimizers.h dsl/phase.h dsl/schedules.h dsl/sequence.h dsl/shape.h dsl/state.h dsl/tensor.h
   dsl/towers.h dsl/variables.h jit/compile_options.h jit/cuda/dump_graph.h
   runtime/checkpoint/checkpoint.h runtime/checkpoint/directory_lock.h runtime/data/augment.h
   runtime/data/batch_pipeline.h runtime/data/fashion_mnist.h runtime/data/tensor_dataset.h
-  runtime/dist/world_layout.h runtime/host_tensor.h runtime/report/metrics.h
+  runtime/dist/world_layout.h runtime/host_tensor.h runtime/interop/onnx_export.h runtime/report/metrics.h
   runtime/report/progress.h runtime/report/smoothing.h runtime/report/svg_plot.h
   runtime/report/tensorboard.h runtime/towers/dump_programs.h runtime/towers/fit.h
   runtime/towers/histogram_hook.h runtime/towers/hooks.h runtime/towers/interrupts.h
