@@ -58,7 +58,8 @@ struct Flags {
   int64_t batch = 128;
   int64_t hidden = 256;
   int64_t max_staleness = -1;  // --strategy async: a tower at most this many applies ahead (-1: no bound)
-  int64_t steps = 0;  // stop early after this many steps (0: whole epochs)
+  int64_t steps = 0;  // stop after this many steps (0: whole epochs)
+  bool epochs_given = false;  // --epochs on the command line
   int64_t log_every = 10;
   int64_t checkpoint_every = 0;
   int64_t eval_every = 0;  // 0: after each epoch only
@@ -73,6 +74,14 @@ struct Flags {
   int64_t decay_steps = 0;  // 0: the whole run (set by train() from the data once loaded)
   int accumulate = 1;       // micro-batches of --batch per apply
   int64_t step_batch() const { return batch * accumulate; }
+  // --steps alone trains that many steps; with --epochs too, the epochs must hold them (fit
+  // says so when they do not).
+  std::optional<int64_t> fit_epochs() const {
+    return steps > 0 && !epochs_given ? std::nullopt : std::optional<int64_t>(epochs);
+  }
+  int64_t total_steps(int64_t per_epoch) const {
+    return steps > 0 ? (fit_epochs() ? std::min(steps, epochs * per_epoch) : steps) : epochs * per_epoch;
+  }
   bool augment = false;  // random crop (pad 2) and horizontal flip of the training images
   std::string export_onnx;  // --export-onnx FILE: the inference program as ONNX, after training
 };
@@ -173,8 +182,7 @@ int train(Flags f, const std::string& resume_command) {
     const int64_t applying = world.size() > 1 ? towers - layout.towers_of_rank[0] : towers;
     const int64_t per_epoch = tj::data::batches_per_epoch(
         train_set.size(), {.batch = f.step_batch(), .drop_last = f.drop_last, .min_batch = towers * f.accumulate});
-    const int64_t steps = f.steps > 0 ? std::min(f.steps, f.epochs * per_epoch) : f.epochs * per_epoch;
-    f.decay_steps = steps * (f.strategy == "async" ? applying : 1);
+    f.decay_steps = f.total_steps(per_epoch) * (f.strategy == "async" ? applying : 1);
   }
   // Opened before training, so a bad path fails now rather than after an epoch.
   tj::report::Trace trace(lead ? f.trace : "");
@@ -218,7 +226,7 @@ int train(Flags f, const std::string& resume_command) {
       start);
   const int64_t per_epoch = pipeline.batches_per_epoch();
   const int64_t start_step = start.epoch * per_epoch + start.batch;
-  const int64_t total = f.steps > 0 ? std::min(f.steps, f.epochs * per_epoch) : f.epochs * per_epoch;
+  const int64_t total = f.total_steps(per_epoch);
   // A resumed run continues its metrics file from the checkpoint's step.
   std::optional<tj::report::MetricsWriter> metrics;
   if (lead && !f.metrics.empty() && f.resume) metrics.emplace(f.metrics, start_step, tj::Loc::current());
@@ -252,7 +260,7 @@ int train(Flags f, const std::string& resume_command) {
   const int64_t payload_before = world.payload_bytes();
   tj::StepEvent last;
   try {
-    last = tj::fit(trainer, pipeline, {.epochs = f.epochs, .max_steps = f.steps, .hooks = hooks,
+    last = tj::fit(trainer, pipeline, {.epochs = f.fit_epochs(), .max_steps = f.steps, .hooks = hooks,
                                        .accumulate = f.accumulate});
   } catch (const tj::Interrupted& stop) {
     // Ctrl-C or SIGTERM: fit finished the step and wrote the final checkpoint; say where the
@@ -349,7 +357,7 @@ int main(int argc, char** argv) {
                  "apply once per N batches of --batch (gradient accumulation: one step on N x --batch examples)")
       ->check(at_least(1, "1: one apply per batch"));
   app.add_option("--epochs", f.epochs, "passes over the training set");
-  app.add_option("--steps", f.steps, "stop after this many steps");
+  app.add_option("--steps", f.steps, "stop after this many steps (alone: as many epochs as they take)");
   app.add_option("--seed", f.seed, "initial weights and the shuffle");
   app.add_option("--hidden", f.hidden, "units in each of the MLP's two hidden layers");
   app.add_option("--ema", f.ema, "keep moving averages of the weights with this decay (e.g. 0.999) and evaluate with them");
@@ -386,6 +394,7 @@ int main(int argc, char** argv) {
   app.add_flag("--check-numerics", f.check_numerics,
                "stop at the first op whose output holds a NaN or an infinity, naming it (TOWERJIT_CHECK_NUMERICS=on)");
   CLI11_PARSE(app, argc, argv);
+  f.epochs_given = app.count("--epochs") > 0;
   if (f.resume && f.checkpoint.empty()) {
     std::fprintf(stderr, "fashion_mnist: --resume needs --checkpoint DIR (the directory to resume from)\n");
     return 2;

@@ -212,6 +212,14 @@ cnn_on_the_emulated_gpu_with_and_without_cudnn)
     done
     rm -f "$work/gpu.jsonl"
   done ;;
+steps_alone_run_past_the_epochs)
+  # --steps alone trains that many steps, past the default 3 epochs (10 batches each at batch
+  # 6000); with --epochs too, steps the epochs cannot hold are refused, saying which to change.
+  "$bin" --batch 6000 --hidden 16 --steps 35 --log-every 1 --metrics "$work/s.jsonl" >/dev/null || fail "run"
+  [ "$(grep -c '"kind":"step"' "$work/s.jsonl")" = 35 ] || fail "not 35 steps"
+  expect_error "--batch 6000 --hidden 16 --epochs 1 --steps 35" \
+    "fit: max_steps 35 is more than the 10 steps that epochs = 1 holds (10 batches an epoch)" \
+    "leave epochs unset to train 35 steps, or set epochs = 4" ;;
 eval_every)
   # Evaluations every 10 steps and at the end (24), each step once.
   "$bin" $small --eval-every 10 --metrics "$work/e.jsonl" >/dev/null || fail "run"
