@@ -4,8 +4,9 @@
 //     trains the example model 3 steps on random data with Adam and EMA, then writes
 //     weights.safetensors and weights_ema.safetensors (save_safetensors, EMA off and on),
 //     x.npy (7 images), logits.npy and logits_ema.npy (Predictor's logits of x with each set of
-//     weights loaded back from its file) and bound.npy, bound_ema.npy (the reference
-//     interpreter's error bound of each f32 logit: how far from the exact value it may lie).
+//     weights loaded back from its file), bound.npy, bound_ema.npy (the reference
+//     interpreter's error bound of each f32 logit: how far from the exact value it may lie) and
+//     exact.json, exact_ema.json (the interpreter's logits, computed in double).
 //   interop_tool first-step <mlp|cnn> DIR
 //     loads DIR/init.safetensors (weights written by PyTorch or NumPy) into a trainer, takes one
 //     step on DIR/batch.npz (x, y) and prints {"loss": ..., "bound": ...}: the step's loss and
@@ -52,16 +53,22 @@ tj::HostTensor to_host(const tj::reference::Array& a) {
   return t;
 }
 
-// The f32 logits' error bounds with `values` loaded, from the reference interpreter on the
-// graph selected for inference.
-tj::HostTensor logit_bounds(const tj::Graph& graph, tj::Tensor logits, const tj::HostVariables& values,
-                            const tj::HostTensor& x) {
+// The reference interpreter's logits (exact, in double) with `values` loaded, on the graph
+// selected for inference, written as JSON to `path`; returns their error bounds for an f32
+// result.
+tj::HostTensor exact_logits(const tj::Graph& graph, tj::Tensor logits, const tj::HostVariables& values,
+                            const tj::HostTensor& x, const fs::path& path) {
   tj::Rewritten inference = tj::select_phase(graph, tj::Phase::inference);
   tj::reference::Variables vars;
   for (const auto& [name, t] : values) vars.emplace(name, to_array(t));
   tj::reference::ErrorBounds bounds;
-  tj::reference::run(inference.graph, tj::remap_tensors(inference, {logits}), {{"image", to_array(x)}}, vars,
-                     {.bounds = &bounds});
+  const auto exact = tj::reference::run(inference.graph, tj::remap_tensors(inference, {logits}),
+                                        {{"image", to_array(x)}}, vars, {.bounds = &bounds});
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) throw tj::Error("cannot write " + path.string());
+  for (int64_t i = 0; i < exact.at(0).size(); ++i) std::fprintf(f, "%s%.17g", i ? ", " : "[", exact.at(0)[i]);
+  std::fprintf(f, "]\n");
+  std::fclose(f);
   return to_host(bounds.fetches.at(0));
 }
 
@@ -93,7 +100,8 @@ int export_weights(const std::string& name, const fs::path& dir) {
     const tj::HostVariables values = tj::load_safetensors(file, predictor.needed());
     predictor.load(values);
     tj::data::save_npy((dir / ("logits" + suffix + ".npy")).string(), predictor.predict({{"image", x}}));
-    tj::data::save_npy((dir / ("bound" + suffix + ".npy")).string(), logit_bounds(model_only, served, values, x));
+    tj::data::save_npy((dir / ("bound" + suffix + ".npy")).string(),
+                       exact_logits(model_only, served, values, x, dir / ("exact" + suffix + ".json")));
   }
   return 0;
 }
