@@ -59,7 +59,8 @@ class Parser {
       if (!take(':')) return fail("a missing ':'");
       Value member;
       if (!value(member, depth + 1)) return false;
-      v.members.emplace_back(std::move(key), std::move(member));
+      v.keys.push_back(std::move(key));
+      v.values.push_back(std::move(member));
     } while (take(','));
     return take('}') || fail("a missing ',' or '}'");
   }
@@ -165,8 +166,8 @@ class Parser {
 }  // namespace
 
 const Value* Value::find(std::string_view key) const {
-  for (const auto& [k, v] : members)
-    if (k == key) return &v;
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (keys[i] == key) return &values[i];
   return nullptr;
 }
 

@@ -8,15 +8,17 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 namespace towerjit::json {
 
 struct Value {
   enum class Kind { object, array, string, integer } kind = Kind::object;
-  std::vector<std::pair<std::string, Value>> members;  // an object's, in file order
-  std::vector<Value> items;                             // an array's
+  // An object's members in file order: keys[i] names values[i]. (Two vectors, not one of
+  // pairs: a pair needs Value complete where it is declared.)
+  std::vector<std::string> keys;
+  std::vector<Value> values;
+  std::vector<Value> items;  // an array's
   std::string text;                                     // a string's, decoded to UTF-8
   uint64_t integer = 0;
 

@@ -58,7 +58,7 @@ class HeaderReader {
   Entry entry(const std::string& name, const json::Value& v) const {
     const std::string at = "tensor \"" + name + "\"";
     if (v.kind != json::Value::Kind::object) fail(at + " is a " + json::kind_name(v.kind) + ", not an object");
-    for (const auto& [key, _] : v.members)
+    for (const std::string& key : v.keys)
       if (key != "dtype" && key != "shape" && key != "data_offsets") fail(at + " has an unknown field \"" + key + "\"");
     const json::Value* dtype = v.find("dtype");
     const json::Value* shape = v.find("shape");
@@ -179,15 +179,17 @@ SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& fi
 
   SafetensorsFile out;
   std::vector<Entry> entries;
-  for (const auto& [name, v] : header.members) {
+  for (size_t i = 0; i < header.keys.size(); ++i) {
+    const std::string& name = header.keys[i];
+    const json::Value& v = header.values[i];
     if (name != "__metadata__") {
       entries.push_back(reader.entry(name, v));
       continue;
     }
     if (v.kind != json::Value::Kind::object) reader.fail("\"__metadata__\" is not an object");
-    for (const auto& [k, s] : v.members) {
-      if (s.kind != json::Value::Kind::string) reader.fail("metadata \"" + k + "\" is not a string");
-      out.metadata[k] = s.text;
+    for (size_t j = 0; j < v.keys.size(); ++j) {
+      if (v.values[j].kind != json::Value::Kind::string) reader.fail("metadata \"" + v.keys[j] + "\" is not a string");
+      out.metadata[v.keys[j]] = v.values[j].text;
     }
   }
   // The buffer, covered exactly: sorted by offset, each tensor begins where the last ended.
