@@ -38,6 +38,12 @@ float half_to_float(uint16_t h) {
   return sign ? -v : v;
 }
 
+// "an array", "a string": a JSON kind in a sentence.
+std::string a_kind(json::Value::Kind kind) {
+  const std::string name = json::kind_name(kind);
+  return (name[0] == 'a' || name[0] == 'i' || name[0] == 'o' ? "an " : "a ") + name;
+}
+
 // One tensor's entry, checked.
 struct Entry {
   std::string name;
@@ -57,7 +63,7 @@ class HeaderReader {
 
   Entry entry(const std::string& name, const json::Value& v) const {
     const std::string at = "tensor \"" + name + "\"";
-    if (v.kind != json::Value::Kind::object) fail(at + " is a " + json::kind_name(v.kind) + ", not an object");
+    if (v.kind != json::Value::Kind::object) fail(at + " is " + a_kind(v.kind) + ", not an object");
     for (const std::string& key : v.keys)
       if (key != "dtype" && key != "shape" && key != "data_offsets") fail(at + " has an unknown field \"" + key + "\"");
     const json::Value* dtype = v.find("dtype");
@@ -77,7 +83,7 @@ class HeaderReader {
     e.count = 1;
     uint64_t nonzero = 1;
     for (const json::Value& d : shape->items) {
-      if (d.kind != json::Value::Kind::integer) fail(at + "'s shape holds a " + json::kind_name(d.kind));
+      if (d.kind != json::Value::Kind::integer) fail(at + "'s shape holds " + a_kind(d.kind));
       e.count = d.integer == 0 ? 0 : e.count > UINT64_MAX / d.integer ? UINT64_MAX : e.count * d.integer;
       if (d.integer) nonzero = nonzero > UINT64_MAX / d.integer ? UINT64_MAX : nonzero * d.integer;
       e.shape.push_back(static_cast<int64_t>(std::min<uint64_t>(d.integer, INT64_MAX)));

@@ -182,6 +182,18 @@ TEST_CASE("npz: stored and deflated archives read every array", "[data][npy]") {
                                                                    false));
   CHECK_THROWS_WITH(tj::data::TensorDataset::from_npz(path, {.features = "x", .labels = "y"}),
                     Contains("holds float32 labels; labels are class numbers: save them with astype(numpy.int32)"));
+  // Integer features float32 cannot hold exactly.
+  const std::string big = write("big-features.npz", tt::zip_bytes({{"x.npy", tt::npy_bytes(header("<i4", "(2,)"),
+      tt::element_bytes(int32_t{16777216}, false) + tt::element_bytes(int32_t{16777217}, false))}}, false));
+  CHECK_THROWS_WITH(tj::data::TensorDataset::from_npz(big, {.features = "x"}),
+                    Contains("holds the integer 16777217 at element 1, which float32 features cannot hold exactly "
+                             "(beyond 2^24); scale it in numpy first"));
+}
+
+TEST_CASE("npy: a tensor whose values do not fill its shape is not written", "[data][npy][errors]") {
+  tj::HostTensor t(tj::Shape{2, 3});
+  t.f32.pop_back();
+  CHECK_THROWS_WITH(tj::data::encode_npy(t), Contains("the tensor [2,3] holds 5 values, not 6; fill it"));
 }
 
 TEST_CASE("npz: damaged and hostile archives are named errors", "[data][npy][errors]") {
@@ -223,6 +235,29 @@ TEST_CASE("npz: damaged and hostile archives are named errors", "[data][npy][err
   std::string broken = tt::zip_bytes({{"a.npy", npy}}, true);
   broken[30 + 5] = '\xff';
   CHECK_THROWS_WITH(parse_npz(broken), Contains("does not inflate to the 136 bytes it claims"));
+  // A member whose directory entry has lost its signature, an encrypted member, a stored member
+  // whose two sizes differ, a local header that is not there, one part of a multi-part archive,
+  // and a zip64 end record announced but missing.
+  const size_t entry = stored.size() - 22 - (46 + 5);
+  std::string unsigned_entry = stored;
+  unsigned_entry[entry] = 'X';
+  CHECK_THROWS_WITH(parse_npz(unsigned_entry), Contains("directory entry 0 at byte 171 has no signature"));
+  std::string encrypted = stored;
+  encrypted.replace(entry + 8, 2, tt::le(1, 2));
+  CHECK_THROWS_WITH(parse_npz(encrypted), Contains("member \"a.npy\" of \"a.npz\" is encrypted; towerjit reads only "
+                                                   "unencrypted archives"));
+  std::string sizes = stored;
+  sizes.replace(entry + 24, 4, tt::le(100, 4));
+  CHECK_THROWS_WITH(parse_npz(sizes), Contains("is stored but its sizes differ (136 and 100 bytes)"));
+  std::string no_local = stored;
+  no_local[0] = 'X';
+  CHECK_THROWS_WITH(parse_npz(no_local), Contains("member \"a.npy\" of \"a.npz\" has no local header at byte 0"));
+  std::string part = stored;
+  part.replace(part.size() - 22 + 4, 2, tt::le(1, 2));
+  CHECK_THROWS_WITH(parse_npz(part), Contains("is one part of a multi-part zip archive, which towerjit does not read"));
+  std::string zip64 = stored;
+  zip64.replace(zip64.size() - 22 + 16, 4, tt::le(0xffffffff, 4));
+  CHECK_THROWS_WITH(parse_npz(zip64), Contains("a zip64 end record is announced but missing"));
   std::string method = stored;
   method.replace(stored.size() - 22 - (46 + 5) + 10, 2, tt::le(12, 2));  // bzip2
   CHECK_THROWS_WITH(parse_npz(method), Contains("is compressed with zip method 12, which towerjit does not read"));

@@ -223,6 +223,38 @@ TEST_CASE("safetensors: damaged and hostile files are named errors", "[interop][
                     Contains("\"/nonexistent/w.safetensors\" does not exist or is not a file"));
 }
 
+TEST_CASE("safetensors: a header of the wrong shape names the field", "[interop][safetensors][errors]") {
+  auto header = [](const std::string& json, size_t data = 0) {
+    return decode(tt::safetensors_bytes(json, std::string(data, '\0')));
+  };
+  CHECK_THROWS_WITH(header("[1]"), Contains("has a damaged safetensors header: it is not a JSON object"));
+  CHECK_THROWS_WITH(header(R"({"w":[0,4]})"), Contains("tensor \"w\" is an array, not an object"));
+  CHECK_THROWS_WITH(header(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"device":"cuda"}})", 4),
+                    Contains("tensor \"w\" has an unknown field \"device\""));
+  CHECK_THROWS_WITH(header(R"({"w":{"dtype":"F32","shape":[1]}})"),
+                    Contains("tensor \"w\" lacks \"dtype\", \"shape\" or \"data_offsets\""));
+  CHECK_THROWS_WITH(header(R"({"w":{"dtype":32,"shape":[1],"data_offsets":[0,4]}})", 4),
+                    Contains("tensor \"w\"'s dtype is not a string"));
+  CHECK_THROWS_WITH(header(R"({"w":{"dtype":"F32","shape":"1","data_offsets":[0,4]}})", 4),
+                    Contains("tensor \"w\"'s shape is not an array of at most 32 dimensions"));
+  CHECK_THROWS_WITH(header(R"({"w":{"dtype":"F32","shape":["1"],"data_offsets":[0,4]}})", 4),
+                    Contains("tensor \"w\"'s shape holds a string"));
+  CHECK_THROWS_WITH(header(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", 4),
+                    Contains("tensor \"w\"'s data_offsets is not [begin, end]"));
+  CHECK_THROWS_WITH(header(R"({"__metadata__":[]})"), Contains("\"__metadata__\" is not an object"));
+  CHECK_THROWS_WITH(header(R"({"__metadata__":{"epoch":3}})"), Contains("metadata \"epoch\" is not a string"));
+}
+
+TEST_CASE("safetensors: what cannot be written is named", "[interop][safetensors][errors]") {
+  tj::HostTensor short_of_values(tj::Shape{2, 3});
+  short_of_values.f32.pop_back();
+  const auto loc = std::source_location::current();
+  CHECK_THROWS_WITH(tj::encode_safetensors({{{"w", short_of_values}}}, loc),
+                    Contains("tensor \"w\" is [2,3] but holds 5 values; fill it"));
+  CHECK_THROWS_WITH(tj::encode_safetensors({{{"__metadata__", tj::scalar(1)}}}, loc),
+                    Contains("a tensor may not be named \"__metadata__\" in a safetensors file; rename it"));
+}
+
 TEST_CASE("json subset: strict where a lenient reader would guess", "[interop][safetensors]") {
   tj::json::Value v;
   std::string error;
