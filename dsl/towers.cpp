@@ -104,6 +104,9 @@ std::vector<double> reduction_weights(const std::vector<int64_t>& slices,
   return out;
 }
 
+// The seed: ps_device = cpu if len(towers) >= 4.
+bool places_variables_on_cpu(size_t towers) { return towers >= 4; }
+
 std::vector<Device> place_variables(const std::vector<int64_t>& variable_bytes,
                                     const std::vector<Device>& towers,
                                     const std::map<int, Device>& overrides, Loc loc) {
@@ -126,7 +129,7 @@ std::vector<Device> place_variables(const std::vector<int64_t>& variable_bytes,
     if (std::find(candidates.begin(), candidates.end(), d) == candidates.end())
       candidates.push_back(d);
   std::vector<int64_t> load(candidates.size(), 0);
-  const bool on_cpu = towers.size() >= 4;  // the seed: ps_device = cpu if len(towers) >= 4
+  const bool on_cpu = places_variables_on_cpu(towers.size());
 
   std::vector<Device> out;
   for (int i = 0; i < count; ++i) {

@@ -58,7 +58,9 @@ using Reduction = std::variant<SyncAverage, SyncPerTowerMean, SyncSum, AsyncAppl
 // Where the reduction of a synchronous strategy happens.
 enum class SyncVariant {
   replicated,        // every device holds the variables; all-reduce, every device applies
-  parameter_server,  // reduce onto the variables' device (place_variables), apply, broadcast
+  // one copy: reduce onto the variables' device, apply, every tower reads it; on GPU towers
+  // with TowerStrategyOptions::gpu_variables, each variable on its own GPU (place_variables)
+  parameter_server,
 };
 
 bool is_async(const Reduction& reduction);
@@ -88,6 +90,9 @@ std::vector<double> reduction_weights(const std::vector<int64_t>& slices,
 //    several towers is one candidate with one load (the seed would count it once per tower).
 // `overrides` (variable index -> device) win and, as in the seed, do not add to any load.
 // Errors: no towers, a negative size, an override index out of range.
+// The async strategies follow it (docs/strategies.md, "Where async towers' variables live").
+// The first half of that rule: whether `towers` towers keep every variable on cpu(0).
+bool places_variables_on_cpu(size_t towers);
 std::vector<Device> place_variables(const std::vector<int64_t>& variable_bytes,
                                     const std::vector<Device>& towers,
                                     const std::map<int, Device>& overrides = {},

@@ -82,9 +82,10 @@ bool check_numerics();
 bool pin_towers();
 
 // TOWERJIT_GPU_VARIABLES: "on" (also "1", "true", "yes") keeps the variables of sync towers that
-// are all GPUs on the GPUs, reduces and applies there (runtime/towers/gpu_resident_sync.h).
-// Default: off — the variables live in host memory and the CPU reduces and applies — until
-// the path has been measured on GPUs.
+// are all GPUs on the GPUs, reduces and applies there (runtime/towers/gpu_resident_sync.h), and
+// places each variable of async GPU towers on a GPU (runtime/towers/placed_variables.cpp);
+// "off" keeps them in host memory. Default for sync towers: off — the CPU reduces and applies —
+// until the path has been measured on GPUs; for async towers, the seed's placement.
 bool gpu_variables();
 // The same as an override of a program's option: the knob's value when set, else `option`.
 bool gpu_variables(bool option);

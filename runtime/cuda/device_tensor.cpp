@@ -17,14 +17,20 @@ DeviceTensor empty_device_tensor(cuda::DeviceContext& device, const Shape& shape
 
 DeviceTensor to_device(const HostTensor& h, cuda::DeviceContext& device, const cuda::Stream& stream) {
   DeviceTensor t = empty_device_tensor(device, h.shape, h.dtype);
-  if (t.bytes() == 0) return t;
-  cuda::PinnedBuffer staging(device.context());
+  upload(h, t, stream);
+  return t;
+}
+
+void upload(const HostTensor& h, DeviceTensor& t, const cuda::Stream& stream) {
+  internal_check(t.device && h.shape == t.shape && h.dtype == t.dtype)
+      << "an upload of " << h.shape.str() << " into a device tensor of " << t.shape.str();
+  if (t.bytes() == 0) return;
+  cuda::PinnedBuffer staging(t.device->context());
   std::memcpy(staging.reserve(t.bytes()), h.data(), t.bytes());
-  device.make_current();
+  t.device->make_current();
   cuda::check_cuda(cuda::require_driver().MemcpyHtoDAsync(t.ptr(), staging.data(), t.bytes(), stream.handle()),
                   "cuMemcpyHtoDAsync");
   stream.synchronize("a copy to the device");
-  return t;
 }
 
 HostTensor to_host(const DeviceTensor& t, const cuda::Stream& stream) {

@@ -34,6 +34,9 @@ DeviceTensor empty_device_tensor(cuda::DeviceContext& device, const Shape& shape
 
 // Copies `t` to `device` (through page-locked staging on `stream`) and waits for the copy.
 DeviceTensor to_device(const HostTensor& t, cuda::DeviceContext& device, const cuda::Stream& stream);
+// Copies `value` into `into` (same shape and dtype, which keeps its address: programs fed
+// with it replay their CUDA graphs) on `stream`, and waits for the copy.
+void upload(const HostTensor& value, DeviceTensor& into, const cuda::Stream& stream);
 // Copies `t` to the host and waits for the copy.
 HostTensor to_host(const DeviceTensor& t, const cuda::Stream& stream);
 

@@ -53,6 +53,7 @@ CompiledTowers compile_towers(Graph& graph, Tensor loss, const Towers& towers, c
   c.ema_shadows = ema_names(graph);
   c.has_ema = options.ema.has_value();
   for (auto& [name, value] : reference::initialize_variables(graph, options.seed)) c.initial[name] = to_host(value);
+  for (const VariableInfo& v : graph.variables()) c.variable_order.push_back(v.name);
   return c;
 }
 

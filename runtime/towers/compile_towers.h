@@ -34,6 +34,7 @@ struct CompiledTowers {
   std::map<std::string, std::string> ema_shadows;         // variable -> its EMA shadow
   bool has_ema = false;
   HostVariables initial;  // every variable's first value (TowerTrainerOptions::seed)
+  std::vector<std::string> variable_order;  // every variable's name, in creation order
 
   // A new CPU apply program (one per copy of the variables a strategy keeps in host memory).
   std::unique_ptr<CpuProgram> make_apply() const;

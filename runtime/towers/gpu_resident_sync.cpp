@@ -11,36 +11,10 @@
 #include "dsl/tower_program.h"
 #include "jit/knobs.h"
 #include "runtime/towers/gradient_buckets.h"
+#include "runtime/towers/weighted_sum.h"
 
 namespace towerjit {
 namespace {
-
-std::string part(int set, size_t k) { return "s" + std::to_string(set) + "/" + std::to_string(k); }
-std::string gradient_weight(int set) { return "w" + std::to_string(set); }
-std::string update_weight(int set) { return "m" + std::to_string(set); }
-
-// A program on `device` forming, for every k, Σ_i weight_i · s<i>/<k> over `sets` sets of
-// tensors of `shapes`: gradients weighted by the scalar input w<i>, the model's updates
-// (`is_update[k]`) by m<i>. towerjit fuses it into a few elementwise kernels.
-std::unique_ptr<CudaProgram> weighted_sum(int sets, const std::vector<Shape>& shapes, const std::vector<bool>& is_update,
-                                          const Device& device, const std::string& name, Loc loc) {
-  Graph g;
-  GraphScope use(g);
-  std::vector<Tensor> w, m, sums;
-  for (int i = 0; i < sets; ++i) {
-    w.push_back(input(gradient_weight(i), Shape{}));
-    m.push_back(input(update_weight(i), Shape{}));
-  }
-  for (size_t k = 0; k < shapes.size(); ++k) {
-    Tensor sum;
-    for (int i = 0; i < sets; ++i) {
-      const Tensor term = input(part(i, k), shapes[k]) * (is_update[k] ? m[i] : w[i]);
-      sum = i == 0 ? term : sum + term;
-    }
-    sums.push_back(sum);
-  }
-  return std::make_unique<CudaProgram>(g, sums, /*run_update_ops=*/false, device, name, loc);
-}
 
 template <typename T>
 std::vector<T> pick(const std::vector<T>& all, const std::vector<int>& which) {

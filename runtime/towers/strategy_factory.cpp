@@ -13,7 +13,9 @@ namespace towerjit::detail {
 std::unique_ptr<TowerStrategy> make_sync_host_replicated(TowerState& state, Loc loc);
 std::unique_ptr<TowerStrategy> make_sync_host_one_copy(TowerState& state, Loc loc);
 std::unique_ptr<TowerStrategy> make_sync_gpu(TowerState& state, Loc loc);
+std::unique_ptr<TowerStrategy> make_sync_placed(TowerState& state, Loc loc);
 std::unique_ptr<TowerStrategy> make_async_local(TowerState& state, Loc loc);
+std::unique_ptr<TowerStrategy> make_async_placed(TowerState& state, Loc loc);
 std::unique_ptr<TowerStrategy> make_async_server(TowerState& state, Loc loc);
 std::unique_ptr<TowerStrategy> make_async_worker(TowerState& state, Loc loc);
 
@@ -24,9 +26,11 @@ using R = StrategyRow;
 // First match wins.
 const std::vector<StrategyRow> kTable = {
     // name                   reduce          variant                       devices            processes                             variables              determinism towers  make
+    {"sync_placed",           R::Reduce::sync,  R::Variant::parameter_server, R::Devices::all_gpus, R::Processes::one,                 R::Variables::gpus,    true,  true,  make_sync_placed},
     {"sync_gpu",              R::Reduce::sync,  R::Variant::any,              R::Devices::all_gpus, R::Processes::any,                 R::Variables::gpus,    false, true,  make_sync_gpu},
     {"sync_host",             R::Reduce::sync,  R::Variant::replicated,       R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_host_replicated},
     {"sync_host_one_copy",    R::Reduce::sync,  R::Variant::parameter_server, R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_host_one_copy},
+    {"async_placed",          R::Reduce::async, R::Variant::any,              R::Devices::all_gpus, R::Processes::one,                 R::Variables::gpus,    true,  true,  make_async_placed},
     {"async_local",           R::Reduce::async, R::Variant::any,              R::Devices::any,      R::Processes::one,                 R::Variables::either,  true,  true,  make_async_local},
     {"async_server",          R::Reduce::async, R::Variant::any,              R::Devices::any,      R::Processes::several_rank_0,      R::Variables::either,  true,  false, make_async_server},
     {"async_worker",          R::Reduce::async, R::Variant::any,              R::Devices::any,      R::Processes::several_other_ranks, R::Variables::either,  true,  true,  make_async_worker},
@@ -89,9 +93,14 @@ StrategyRequest StrategyRequest::of(const Towers& towers, const dist::Transport&
   for (const Device& d : towers.devices()) q.all_gpus = q.all_gpus && d.kind == DeviceKind::gpu;
   q.processes = world.size();
   q.rank = world.rank();
-  // The knob asks for the variables on the GPUs where every tower is one; elsewhere it has
-  // nothing to place and the variables stay in host memory.
-  q.gpu_variables = knobs::gpu_variables(options.gpu_variables) && q.all_gpus;
+  // The variables go on the GPUs where every tower is one: for sync towers when asked; for
+  // async towers unless asked not to. Async towers and the sync parameter-server variant place
+  // each variable on one GPU by the seed's rule (dsl/towers.h place_variables), which keeps
+  // them in host memory from 4 towers on. Elsewhere they stay in host memory.
+  const bool placed = q.async || q.variant == SyncVariant::parameter_server;
+  const bool on_gpus_by_rule = !places_variables_on_cpu(towers.devices().size());
+  q.gpu_variables = knobs::gpu_variables(options.gpu_variables.value_or(q.async && on_gpus_by_rule)) && q.all_gpus &&
+                    (!placed || on_gpus_by_rule);
   q.deterministic_layout = knobs::deterministic_layout(options.deterministic_layout);
   const std::string text = towers.str();  // "Towers{cpu:0,cpu:1} split=... reduce=... variant=..."
   q.declared = text.substr(text.find("} ") + 2);

@@ -14,6 +14,12 @@ void TowerStrategy::no_accumulation(int micro, Loc loc) {
   std::abort();  // not reached: user_check threw
 }
 
+std::map<std::string, std::vector<Device>> TowerStrategy::variable_devices() const {
+  std::map<std::string, std::vector<Device>> out;
+  for (const auto& [name, value] : state_.compiled.initial) out[name] = {cpu(0)};
+  return out;
+}
+
 TowerStrategy::StepResult TowerStrategy::accumulated_step(const HostFeeds&, int micro, Loc loc) {
   no_accumulation(micro, loc);
 }

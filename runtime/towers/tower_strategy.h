@@ -53,6 +53,9 @@ class TowerStrategy {
   // The gradients the last step applied, by the apply's input names ("tower_gradient/<variable>"),
   // where the strategy forms them in host memory; null where it does not (the default).
   virtual const HostFeeds* last_gradients() const { return nullptr; }
+  // The devices holding a copy of each variable (TowerTrainer::variable_devices). Default:
+  // every variable in host memory, {cpu(0)}.
+  virtual std::map<std::string, std::vector<Device>> variable_devices() const;
   // Its programs besides the towers' and predict's: applies, reductions.
   virtual void list_programs(const AddProgram& add) const = 0;
   // Names its rows of a trace (the applies).
@@ -71,7 +74,9 @@ struct StrategyRequest {
   bool all_gpus = false;
   int processes = 1;
   int rank = 0;
-  bool gpu_variables = false;         // TOWERJIT_GPU_VARIABLES (sync towers that are all GPUs)
+  // The variables on the GPUs (towers that are all GPUs): sync, a copy on each; async, each
+  // variable on one (the seed's rule, which keeps them on the host from 4 towers on).
+  bool gpu_variables = false;
   bool deterministic_layout = false;  // TOWERJIT_DETERMINISTIC=layout
   std::string declared;               // the strategy but its devices: "split=... reduce=... variant=..."
   double bucket_mb = 25;              // TOWERJIT_BUCKET_MB

@@ -61,6 +61,9 @@ std::map<std::string, const HostTensor*> TowerTrainer::last_gradients() const {
     if (name.starts_with(TowerProgram::gradient_prefix)) out[name.substr(TowerProgram::gradient_prefix.size())] = &value;
   return out;
 }
+std::map<std::string, std::vector<Device>> TowerTrainer::variable_devices() const {
+  return strategy_->variable_devices();
+}
 TowerTrainer::AsyncReport TowerTrainer::async_report() const { return state_->async_report(); }
 
 std::pair<int64_t, int64_t> TowerTrainer::own_rows(int64_t batch, Loc loc) const {

@@ -59,9 +59,13 @@ StepEvent fit(TowerTrainer& trainer, data::BatchPipeline& pipeline, const FitOpt
 // field has an environment variable that, when set, overrides it (jit/knobs.h): a way to try
 // a placement without rebuilding; a program chooses through these fields.
 struct TowerStrategyOptions {
-  // TOWERJIT_GPU_VARIABLES: sync towers that are all GPUs keep the variables, the reduction
-  // and the apply on the GPUs (runtime/towers/gpu_resident_sync.h); elsewhere no effect.
-  bool gpu_variables = false;
+  // TOWERJIT_GPU_VARIABLES: where towers that are all GPUs keep the variables. Sync towers:
+  // true keeps a copy on each GPU, reduced and applied there (runtime/towers/gpu_resident_sync.h);
+  // unset or false, in host memory. Async towers in one process: unset or true follows the
+  // seed's rule (dsl/towers.h place_variables): with fewer than 4 towers each variable lives on
+  // one GPU and is applied there (runtime/towers/placed_variables.cpp), from 4 towers on in
+  // host memory; false keeps them in host memory. No effect on CPU towers.
+  std::optional<bool> gpu_variables;
   // TOWERJIT_DETERMINISTIC=layout: sync training is bitwise the same whatever the split of the
   // towers into processes (every tower's gradients gathered and summed in world order).
   bool deterministic_layout = false;
@@ -161,6 +165,10 @@ class TowerTrainer {
   // the variables on the GPUs or async towers, whose gradients are never whole in host memory.
   // Valid until the next step.
   std::map<std::string, const HostTensor*> last_gradients() const;
+  // The devices holding a copy of each variable, by name: {cpu(0)} for host memory; each GPU
+  // with sync towers keeping the variables on the GPUs; the one GPU the seed's rule chose with
+  // async GPU towers (TowerStrategyOptions::gpu_variables).
+  std::map<std::string, std::vector<Device>> variable_devices() const;
   // Replaces every variable's value (e.g. from a checkpoint) and the apply count. Errors: a
   // variable missing from `values` or with another shape or dtype, an extra variable.
   void restore(const HostVariables& values, int64_t applies, Loc loc = Loc::current());

@@ -168,6 +168,26 @@ gpu_towers_on_the_emulator_same_curve)
     done
     rm -f "$work/gpu.jsonl"
   done ;;
+async_gpu_towers_place_each_variable)
+  # Async towers on emulated GPUs keep each variable on a GPU and apply it there (the seed's
+  # rule, docs/strategies.md): one tower trains as with the variables in host memory, within
+  # 1e-4 relative at each of 20 Adam steps; two towers on two GPUs train, checkpoint and resume.
+  run="--steps 20 --batch 64 --hidden 32 --optimizer adam --lr 0.003 --seed 7 --log-every 1 --strategy async"
+  TOWERJIT_CUDA=emulator TOWERJIT_GPU_VARIABLES=off "$bin" $run --towers gpu:0 --metrics "$work/host.jsonl" \
+    >/dev/null 2>"$work/err" || { cat "$work/err"; fail "variables in host memory"; }
+  TOWERJIT_CUDA=emulator "$bin" $run --towers gpu:0 --metrics "$work/placed.jsonl" >/dev/null 2>"$work/err" ||
+    { cat "$work/err"; fail "placed variables"; }
+  for step in $(seq 1 20); do
+    a=$(loss_at "$work/host.jsonl" $step); b=$(loss_at "$work/placed.jsonl" $step)
+    awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b != "" && d <= 1e-4 * (a < 0 ? -a : a)) }' ||
+      fail "step $step: loss $a with the variables in host memory, $b placed on the GPU"
+  done
+  two="--batch 64 --hidden 32 --strategy async --towers gpu:0,gpu:1 --checkpoint $work/c --checkpoint-every 3"
+  TOWERJIT_CUDA=emulator TOWERJIT_EMULATED_GPUS=2 "$bin" $two --steps 6 >/dev/null 2>"$work/err" ||
+    { cat "$work/err"; fail "two GPUs"; }
+  TOWERJIT_CUDA=emulator TOWERJIT_EMULATED_GPUS=2 "$bin" $two --steps 9 --resume >"$work/out" 2>"$work/err" ||
+    { cat "$work/err"; fail "two GPUs, resumed"; }
+  grep -q "resumed at step 6" "$work/out" || { cat "$work/out"; fail "the resumed run does not say where it resumed"; } ;;
 cnn_on_the_emulated_gpu_with_and_without_cudnn)
   # The cnn (convolutions and pools) on one emulated GPU trains as on one CPU tower, within
   # 1e-4 relative at each of 3 steps: its convolutions through the emulator's cuDNN stand-in,

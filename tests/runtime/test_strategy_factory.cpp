@@ -25,8 +25,11 @@ TEST_CASE("the factory's table picks one strategy per combination", "[towers][st
   CHECK(chosen(q) == "sync_host_one_copy");
   q.all_gpus = true;
   q.gpu_variables = true;
-  CHECK(chosen(q) == "sync_gpu");  // either variant: one copy per GPU
+  CHECK(chosen(q) == "sync_placed");  // each variable on one GPU
   q.processes = 2;
+  CHECK(chosen(q) == "sync_gpu");  // one copy per GPU, either variant
+  q.variant = tj::SyncVariant::replicated;
+  q.processes = 1;
   CHECK(chosen(q) == "sync_gpu");
   StrategyRequest a;
   a.async = true;
@@ -74,4 +77,37 @@ TEST_CASE("strategy options are the trainer's, and a TOWERJIT_ variable that is 
   const tj::Tensor loss = tj::testing::small_mlp_loss(graph);
   CHECK_THROWS_WITH(tj::TowerTrainer(graph, loss, towers, tj::sgd(0.1), {.strategy = {.bucket_mb = -1}}),
                     Catch::Contains("TowerStrategyOptions::bucket_mb -1 is negative"));
+}
+
+TEST_CASE("async GPU towers keep each variable on a GPU by the seed's rule unless told not to", "[towers][strategy]") {
+  tj::dist::Transport& world = tj::dist::world();
+  ::unsetenv("TOWERJIT_GPU_VARIABLES");
+  const tj::Towers two{tj::gpu(0), tj::gpu(1)};
+  auto q = StrategyRequest::of(two.reduce(tj::AsyncApply{}), world, {});
+  CHECK(q.gpu_variables);
+  CHECK(chosen(q) == "async_placed");
+  CHECK(q.settings().at("the variables (TOWERJIT_GPU_VARIABLES and the towers' devices)") == "on the GPUs");
+  // Asked not to, or by the environment: host memory.
+  CHECK(chosen(StrategyRequest::of(two.reduce(tj::AsyncApply{}), world, {.gpu_variables = false})) == "async_local");
+  ::setenv("TOWERJIT_GPU_VARIABLES", "off", 1);
+  CHECK(chosen(StrategyRequest::of(two.reduce(tj::AsyncApply{}), world, {})) == "async_local");
+  ::unsetenv("TOWERJIT_GPU_VARIABLES");
+  // From 4 towers on (several on one GPU count), the seed keeps them on the CPU, asked or not.
+  const tj::Towers four{tj::gpu(0), tj::gpu(0), tj::gpu(1), tj::gpu(1)};
+  CHECK(chosen(StrategyRequest::of(four.reduce(tj::AsyncApply{}), world, {})) == "async_local");
+  CHECK(chosen(StrategyRequest::of(four.reduce(tj::AsyncApply{}), world, {.gpu_variables = true})) == "async_local");
+  // Sync GPU towers keep them in host memory unless asked; the parameter-server variant then
+  // places each by the same rule; CPU towers always keep them in host memory.
+  CHECK(chosen(StrategyRequest::of(two, world, {})) == "sync_host");
+  const tj::Towers ps = two.variant(tj::SyncVariant::parameter_server);
+  CHECK(chosen(StrategyRequest::of(ps, world, {})) == "sync_host_one_copy");
+  CHECK(chosen(StrategyRequest::of(ps, world, {.gpu_variables = true})) == "sync_placed");
+  CHECK(chosen(StrategyRequest::of(four.variant(tj::SyncVariant::parameter_server), world, {.gpu_variables = true})) ==
+        "sync_host_one_copy");
+  CHECK(chosen(StrategyRequest::of(four, world, {.gpu_variables = true})) == "sync_gpu");
+  CHECK(chosen(StrategyRequest::of(tj::Towers{tj::cpu(0)}.reduce(tj::AsyncApply{}), world, {})) == "async_local");
+  // Across processes the parameter server holds them.
+  StrategyRequest several = StrategyRequest::of(two.reduce(tj::AsyncApply{}), world, {});
+  several.processes = 2;
+  CHECK(chosen(several) == "async_server");
 }

@@ -2,12 +2,15 @@
 // variables; each tower computes its gradients from the variables as they are and applies them
 // itself (scaled by 1/N with scale_gradient), one apply at a time under the apply lock, with no
 // barrier between towers. step() waits for every tower's apply of the batch; run_async() and
-// fit() let several towers run free (runtime/towers/async_towers.h).
+// fit() let several towers run free (runtime/towers/async_towers.h). Where the variables live
+// and where they are applied is an AsyncVariables (runtime/towers/async_variables.h): host
+// memory (async_local), or each variable on a GPU by the seed's rule (async_placed).
 #include <algorithm>
 #include <deque>
 
 #include "dsl/error.h"
 #include "runtime/towers/async_towers.h"
+#include "runtime/towers/async_variables.h"
 #include "runtime/towers/fit_loop.h"
 #include "runtime/towers/tower_strategy.h"
 
@@ -16,8 +19,8 @@ namespace {
 
 class AsyncLocal final : public TowerStrategy {
  public:
-  explicit AsyncLocal(TowerState& state)
-      : TowerStrategy(state), values_(state.compiled.initial), apply_(state.compiled.make_apply()) {}
+  AsyncLocal(TowerState& state, std::unique_ptr<AsyncVariables> variables)
+      : TowerStrategy(state), variables_(std::move(variables)) {}
 
   StepResult step(const HostFeeds& batch, int64_t whole_batch, Loc loc) override {
     const BatchSplit split = split_step_batch(batch, whole_batch, state_.towers, state_.layout, loc);
@@ -54,11 +57,10 @@ class AsyncLocal final : public TowerStrategy {
   }
   bool applies_each_gradient() const override { return true; }
 
-  HostVariables& variables() override { return values_; }
-  void restore(const HostVariables& values) override { values_ = values; }
-  void list_programs(const AddProgram& add) const override {
-    add(apply_->name(), "after each tower's step, on its own gradients", apply_->lowered_graph(), apply_->program());
-  }
+  HostVariables& variables() override { return variables_->host(); }
+  void restore(const HostVariables& values) override { variables_->restore(values); }
+  std::map<std::string, std::vector<Device>> variable_devices() const override { return variables_->devices(); }
+  void list_programs(const AddProgram& add) const override { variables_->list_programs(add); }
 
  private:
   AsyncTowers towers() {
@@ -70,24 +72,17 @@ class AsyncLocal final : public TowerStrategy {
   // Tower `tower`'s gradients on `feeds` from the variables as they are now, then its own apply
   // of them times `scale`; the model's updates take this tower's values.
   OwnApply compute_and_apply(int tower, const HostFeeds& feeds, double scale) {
-    const int64_t read_at = state_.applies;
     report::Trace::Span compute = state_.traced("forward+backward", "compute", tower);
     compute.arg("examples", feeds.begin()->second.shape[0]);
-    TowerOutputs out = state_.run_tower(tower, feeds, values_, random_key(read_at, tower));
+    const AsyncVariables::Read read = variables_->compute(tower, feeds);
     compute.end();
-    HostFeeds gradients;
-    const auto& names = state_.compiled.gradient_inputs;
-    for (size_t v = 0; v < names.size(); ++v) gradients[names[v]] = std::move(out.gradient(v));
-    gradients[TowerProgram::gradient_scale] = scalar(scale);
     std::lock_guard lock(state_.apply_mutex);
-    OwnApply result{.loss = out.loss(), .staleness = state_.applies - read_at, .applied_at = state_.applies};
+    OwnApply result{.loss = read.loss, .staleness = state_.applies - read.read_at, .applied_at = state_.applies};
     report::Trace::Span span = state_.traced("apply", "apply", tower);
     span.arg("staleness", result.staleness);
     state_.count_async_apply(result.staleness);
-    result.learning_rate = apply_->run(gradients, values_, static_cast<uint64_t>(state_.applies))[0].f32[0];
+    result.learning_rate = variables_->apply(tower, scale);
     ++state_.applies;
-    const auto& updates = state_.compiled.model_updates;
-    for (size_t u = 0; u < updates.size(); ++u) values_.at(updates[u].variable) = std::move(out.update(u));
     return result;
   }
 
@@ -141,12 +136,16 @@ class AsyncLocal final : public TowerStrategy {
     }
   }
 
-  HostVariables values_;
-  std::unique_ptr<CpuProgram> apply_;
+  std::unique_ptr<AsyncVariables> variables_;
 };
 
 }  // namespace
 
-std::unique_ptr<TowerStrategy> make_async_local(TowerState& state, Loc) { return std::make_unique<AsyncLocal>(state); }
+std::unique_ptr<TowerStrategy> make_async_local(TowerState& state, Loc) {
+  return std::make_unique<AsyncLocal>(state, host_async_variables(state));
+}
+std::unique_ptr<TowerStrategy> make_async_placed(TowerState& state, Loc loc) {
+  return std::make_unique<AsyncLocal>(state, placed_async_variables(state, loc));
+}
 
 }  // namespace towerjit::detail

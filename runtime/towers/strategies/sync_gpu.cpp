@@ -2,6 +2,8 @@
 // (TOWERJIT_GPU_VARIABLES=on): one copy per GPU, the reduction (in-device sums, NCCL between
 // GPUs, MPI between processes) and the apply on the GPUs (runtime/towers/gpu_resident_sync.h);
 // the host copy is a cache refreshed when asked for.
+#include <algorithm>
+
 #include "dsl/error.h"
 #include "runtime/towers/gpu_resident_sync.h"
 #include "runtime/towers/tower_strategy.h"
@@ -54,6 +56,14 @@ class SyncGpu final : public TowerStrategy {
     host_ = values;
     gpus_->upload(values);
     host_stale_ = false;
+  }
+  std::map<std::string, std::vector<Device>> variable_devices() const override {
+    std::vector<Device> gpus;
+    for (const Device& d : state_.towers.devices())
+      if (std::find(gpus.begin(), gpus.end(), d) == gpus.end()) gpus.push_back(d);
+    std::map<std::string, std::vector<Device>> out;
+    for (const auto& [name, value] : host_) out[name] = gpus;
+    return out;
   }
   void list_programs(const AddProgram& add) const override {
     for (const CudaProgram* p : gpus_->programs())

@@ -1,0 +1,58 @@
+// The variables of async towers in host memory: one copy, one CPU apply of every variable
+// (the seed's placement with 4 or more towers, and the only one for CPU towers).
+#include "runtime/towers/async_variables.h"
+
+#include "runtime/towers/tower_state.h"
+
+namespace towerjit::detail {
+namespace {
+
+class HostAsyncVariables final : public AsyncVariables {
+ public:
+  explicit HostAsyncVariables(TowerState& state)
+      : state_(state), values_(state.compiled.initial), apply_(state.compiled.make_apply()),
+        kept_(static_cast<size_t>(state.towers.size())) {}
+
+  Read compute(int tower, const HostFeeds& feeds) override {
+    const int64_t read_at = state_.applies;
+    kept_[tower] = state_.run_tower(tower, feeds, values_, random_key(read_at, tower));
+    return {kept_[tower].loss(), read_at};
+  }
+
+  double apply(int tower, double scale) override {
+    TowerOutputs& out = kept_[tower];
+    HostFeeds gradients;
+    const auto& names = state_.compiled.gradient_inputs;
+    for (size_t v = 0; v < names.size(); ++v) gradients[names[v]] = std::move(out.gradient(v));
+    gradients[TowerProgram::gradient_scale] = scalar(scale);
+    const double rate = apply_->run(gradients, values_, static_cast<uint64_t>(state_.applies.load()))[0].f32[0];
+    const auto& updates = state_.compiled.model_updates;
+    for (size_t u = 0; u < updates.size(); ++u) values_.at(updates[u].variable) = std::move(out.update(u));
+    return rate;
+  }
+
+  HostVariables& host() override { return values_; }
+  void restore(const HostVariables& values) override { values_ = values; }
+  std::map<std::string, std::vector<Device>> devices() const override {
+    std::map<std::string, std::vector<Device>> out;
+    for (const auto& [name, value] : values_) out[name] = {cpu(0)};
+    return out;
+  }
+  void list_programs(const TowerStrategy::AddProgram& add) const override {
+    add(apply_->name(), "after each tower's step, on its own gradients", apply_->lowered_graph(), apply_->program());
+  }
+
+ private:
+  TowerState& state_;
+  HostVariables values_;
+  std::unique_ptr<CpuProgram> apply_;
+  std::vector<TowerOutputs> kept_;  // per tower: its last step's outputs, until its apply
+};
+
+}  // namespace
+
+std::unique_ptr<AsyncVariables> host_async_variables(TowerState& state) {
+  return std::make_unique<HostAsyncVariables>(state);
+}
+
+}  // namespace towerjit::detail
