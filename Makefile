@@ -7,7 +7,7 @@ BUILD := build
 FUZZ_BUILD := build-fuzz
 JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := idx_reader checkpoint_reader compile_cache_entry graph_builder
+FUZZ_TARGETS := idx_reader checkpoint_reader compile_cache_entry graph_builder npy_reader safetensors_reader
 
 .PHONY: all deps bench-deps fuzz-deps configure build demo test bench fuzz clean test-sanitize test-asan test-tsan
 

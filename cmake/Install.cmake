@@ -33,8 +33,8 @@ set(TOWERJIT_PUBLIC_HEADERS
   dsl/ops.h dsl/optimizers.h dsl/phase.h dsl/schedules.h dsl/sequence.h dsl/shape.h dsl/state.h dsl/tensor.h
   dsl/towers.h dsl/variables.h jit/compile_options.h jit/cuda/dump_graph.h
   runtime/checkpoint/checkpoint.h runtime/checkpoint/directory_lock.h runtime/data/augment.h
-  runtime/data/batch_pipeline.h runtime/data/fashion_mnist.h runtime/data/tensor_dataset.h
-  runtime/dist/world_layout.h runtime/host_tensor.h runtime/interop/onnx_export.h runtime/report/metrics.h
+  runtime/data/batch_pipeline.h runtime/data/fashion_mnist.h runtime/data/npy.h runtime/data/npz.h runtime/data/tensor_dataset.h
+  runtime/dist/world_layout.h runtime/host_tensor.h runtime/interop/onnx_export.h runtime/interop/safetensors.h runtime/report/metrics.h
   runtime/report/progress.h runtime/report/smoothing.h runtime/report/svg_plot.h
   runtime/report/tensorboard.h runtime/towers/dump_programs.h runtime/towers/fit.h
   runtime/towers/histogram_hook.h runtime/towers/hooks.h runtime/towers/interrupts.h

@@ -3,6 +3,7 @@
 //   ./build/examples/fashion_mnist --model mlp --towers cpu:0,cpu:1 --strategy sync --epochs 3
 //   ./build/examples/fashion_mnist --model cnn --epochs 5 --metrics runs/cnn.jsonl --checkpoint runs/cnn
 //   ./build/examples/fashion_mnist --model cnn --epochs 5 --checkpoint runs/cnn --resume
+//   ./build/examples/fashion_mnist --data-npz fashion_mnist.npz --export-safetensors mlp.safetensors
 //
 // Ctrl-C (SIGINT) or SIGTERM stops after the current step, writes a final checkpoint (with
 // --checkpoint), prints the command that resumes the run and exits 130 or 143; a second
@@ -50,6 +51,8 @@ struct Flags {
   std::string strategy = "sync";
   std::string optimizer = "adam";
   std::string data = tj::data::kFashionMnistDir;
+  std::string data_npz;            // --data-npz FILE: x_train, y_train, x_test, y_test in place of --data
+  std::string export_safetensors;  // --export-safetensors FILE: the trained weights, PyTorch's names
   std::string dump, checkpoint, metrics, trace;
   std::string tensorboard;  // --tensorboard DIR: event files of the metrics
   int64_t histogram_every = 0;  // --histogram-every N: the weights' histograms there too
@@ -160,9 +163,26 @@ std::map<std::string, std::string> shared_flags(const Flags& f, std::map<std::st
   metadata["strategy"] = f.strategy;
   metadata["epochs"] = std::to_string(f.epochs);
   metadata["steps"] = std::to_string(f.steps);
-  metadata["data"] = f.data;
+  metadata["data"] = f.data_npz.empty() ? f.data : "npz " + f.data_npz;
   metadata["checkpoint"] = f.checkpoint + (f.resume ? " (resume)" : "");
   return metadata;
+}
+
+// --data-npz: one split of an archive laid out as Keras' fashion_mnist.npz (x_train, y_train,
+// x_test, y_test; images [N, 28, 28] or [N, 784], uint8 pixels or floats in [0, 1]).
+tj::data::Dataset npz_split(const std::string& path, const std::string& split) {
+  const auto data = tj::data::TensorDataset::from_npz(
+      path, {.features = "x_" + split, .labels = "y_" + split, .flatten = true}, tj::Loc::current());
+  const tj::HostTensor& images = data.array("image");
+  if (images.shape[1] != 784)
+    throw tj::Error("towerjit: array \"x_" + split + "\" of \"" + path + "\" has " + std::to_string(images.shape[1]) +
+                    " values an image; the models take 28 x 28 images (784 values): save them as [N, 28, 28] or "
+                    "[N, 784]");
+  return {images, data.labels()};
+}
+
+tj::data::Dataset load_split(const Flags& f, const std::string& split) {
+  return f.data_npz.empty() ? tj::data::load_mnist_format(split, f.data) : npz_split(f.data_npz, split);
 }
 
 int train(Flags f, const std::string& resume_command) {
@@ -172,8 +192,8 @@ int train(Flags f, const std::string& resume_command) {
   const bool lead = world.rank() == 0;
   // Every program compiled below (TOWERJIT_DUMP and TOWERJIT_CHECK_NUMERICS still override).
   tj::set_compile_options({.dump_dir = lead ? f.dump : "", .check_numerics = f.check_numerics});
-  const auto train_set = tj::data::load_mnist_format("train", f.data);
-  const auto test_set = tj::data::load_mnist_format("test", f.data);
+  const auto train_set = load_split(f, "train");
+  const auto test_set = load_split(f, "test");
   // Every rank's towers (a collective, so called on every rank whatever its flags say).
   const tj::dist::WorldLayout layout = tj::dist::world_layout(static_cast<int>(make_towers(f).size()));
   if (f.decay_steps == 0) {  // the whole run's applies: steps, times the towers when each applies
@@ -291,6 +311,10 @@ int train(Flags f, const std::string& resume_command) {
                 static_cast<long long>(staleness.max_staleness), static_cast<long long>(staleness.max_lead));
   }
   if (save) std::printf("checkpoint: %s\n", save->last_path().c_str());
+  if (!f.export_safetensors.empty()) {  // the weights evaluated above: the EMA's with --ema
+    tj::save_safetensors(trainer, f.export_safetensors, {.ema = f.ema > 0, .metadata = {{"model", metadata.at("model")}}});
+    std::printf("safetensors: %s\n", f.export_safetensors.c_str());
+  }
   if (!f.export_onnx.empty()) {  // with the weights the evaluation used (the EMA's under --ema)
     tj::export_onnx(trainer, f.export_onnx, {.ema_weights = f.ema > 0});
     std::printf("onnx: %s (docs/interop.md runs it in onnxruntime)\n", f.export_onnx.c_str());
@@ -362,6 +386,10 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", f.hidden, "units in each of the MLP's two hidden layers");
   app.add_option("--ema", f.ema, "keep moving averages of the weights with this decay (e.g. 0.999) and evaluate with them");
   app.add_option("--data", f.data, "a directory in MNIST's layout");
+  app.add_option("--data-npz", f.data_npz,
+                 "an .npz archive with x_train, y_train, x_test, y_test (as Keras' fashion_mnist.npz), in place of --data");
+  app.add_option("--export-safetensors", f.export_safetensors,
+                 "after training, write the weights (the EMA's with --ema) as safetensors under PyTorch's names");
   app.add_option("--dump", f.dump, "write each compiled program's CUDA C, PTX, LLVM IR, kernel IR and index here (tower_step, apply, predict, ...)");
   app.add_option("--checkpoint", f.checkpoint,
                  "write checkpoints to this directory after every epoch (with --resume: a directory or a checkpoint file)");

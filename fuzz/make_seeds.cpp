@@ -16,6 +16,9 @@
 #include "jit/cpu/compile_cache.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_format.h"
+#include "runtime/data/npy.h"
+#include "runtime/interop/safetensors_format.h"
+#include "tests/runtime/interop_bytes.h"
 
 namespace fs = std::filesystem;
 namespace tj = towerjit;
@@ -57,6 +60,40 @@ void idx_seeds(const fs::path& dir) {
   put(dir / "labels-compressed-by-target", 1, idx({4}));
   put(dir / "images-gzip", 0, gzip(idx({1, 2, 2})));
   put(dir / "empty-images", 0, idx({0, 28, 28}));
+}
+
+// .npy files from encode_npy and by hand (a big-endian Fortran-order int64 array, a bool one),
+// alone and in stored and deflated archives.
+void npy_seeds(const fs::path& dir) {
+  namespace tt = tj::testing;
+  tj::HostTensor x(tj::Shape{3, 2});
+  for (int i = 0; i < 6; ++i) x.f32[i] = 0.25f * static_cast<float>(i);
+  const std::string f32 = tj::data::encode_npy(x);
+  std::string i64;
+  for (int i = 0; i < 6; ++i) i64 += tt::element_bytes(static_cast<int64_t>(i - 2), true);
+  const std::string fortran =
+      tt::npy_bytes("{'descr': '>i8', 'fortran_order': True, 'shape': (2, 3), }", i64);
+  const std::string bools = tt::npy_bytes("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", "\x01\x00\x01");
+  put(dir / "f32", 0, f32);
+  put(dir / "fortran-big-endian-i64", 0, fortran);
+  put(dir / "npz-stored", 1, tt::zip_bytes({{"x.npy", f32}, {"y.npy", bools}}, false));
+  put(dir / "npz-deflated", 1, tt::zip_bytes({{"x.npy", fortran}, {"y.npy", bools}}, true));
+  put(dir / "deflated-by-target", 2, bools);
+}
+
+// A file from encode_safetensors, and one by hand with the element types other writers use.
+void safetensors_seeds(const fs::path& dir) {
+  namespace tt = tj::testing;
+  tj::SafetensorsFile file{{}, {{"format", "pt"}}};
+  file.tensors["fc1.weight"] = tj::HostTensor(tj::Shape{3, 2});
+  file.tensors["fc1.bias"] = tj::HostTensor(tj::Shape{3});
+  file.tensors["step"] = tj::HostTensor(tj::Shape{}, tj::DType::i32);
+  fs::create_directories(dir);
+  std::ofstream(dir / "encoded", std::ios::binary) << tj::encode_safetensors(file, std::source_location::current());
+  std::ofstream(dir / "other-types", std::ios::binary) << tt::safetensors_bytes(
+      R"({"h":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},"b":{"dtype":"BF16","shape":[1],"data_offsets":[4,6]},)"
+      R"("i":{"dtype":"I64","shape":[1],"data_offsets":[6,14]},"__metadata__":{"k":"\u00e9"}})",
+      std::string(14, '\x01'));
 }
 
 tj::Checkpoint small_checkpoint() {
@@ -122,5 +159,7 @@ int main(int argc, char** argv) {
   checkpoint_seeds(root / "checkpoint_reader");
   cache_seeds(root / "compile_cache_entry");
   graph_seeds(root / "graph_builder");
+  npy_seeds(root / "npy_reader");
+  safetensors_seeds(root / "safetensors_reader");
   return 0;
 }

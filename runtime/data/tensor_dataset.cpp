@@ -1,8 +1,10 @@
 #include "runtime/data/tensor_dataset.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "dsl/error.h"
+#include "runtime/data/npz.h"
 
 namespace towerjit::data {
 namespace {
@@ -49,6 +51,44 @@ TensorDataset::TensorDataset(HostFeeds arrays, std::string label, Loc loc)
 TensorDataset::TensorDataset(Dataset data, Loc loc)
     : TensorDataset(HostFeeds{{"image", std::move(data.images)}, {"label", std::move(data.labels)}}, "label",
                     loc) {}
+
+TensorDataset TensorDataset::from_npz(const std::string& path, const NpzColumns& columns, Loc loc) {
+  auto arrays = load_npz_arrays(path, loc);
+  std::string names;
+  for (const auto& [name, a] : arrays) names += (names.empty() ? "\"" : ", \"") + name + "\"";
+  auto take = [&](const std::string& name, const char* role) {
+    auto it = arrays.find(name);
+    user_check(it != arrays.end(), loc) << "\"" << path << "\" has no array \"" << name << "\" for the " << role
+                                        << " (its arrays: " << (names.empty() ? "none" : names)
+                                        << "); name one of them in NpzColumns";
+    return std::move(it->second);
+  };
+  NpyArray features = take(columns.features, "features");
+  const double scale = columns.scale.value_or(features.stored == NpyType::u8 ? 1.0 / 255 : 1.0);
+  HostTensor x(features.values.shape, DType::f32);
+  if (columns.flatten && x.shape.rank() >= 1) x.shape = Shape{x.shape[0], x.shape[0] ? x.size() / x.shape[0] : 0};
+  for (int64_t i = 0; i < x.size(); ++i) {
+    if (features.values.dtype == DType::f32) {
+      x.f32[i] = static_cast<float>(features.values.f32[i] * scale);
+      continue;
+    }
+    const int32_t v = features.values.i32[i];
+    user_check(std::abs(static_cast<int64_t>(v)) <= (1 << 24), loc)
+        << "array \"" << columns.features << "\" of \"" << path << "\" holds the integer " << v << " at element " << i
+        << ", which float32 features cannot hold exactly (beyond 2^24); scale it in numpy first";
+    x.f32[i] = static_cast<float>(v * scale);
+  }
+  HostFeeds feeds{{columns.feature_name, std::move(x)}};
+  if (!columns.labels.empty()) {
+    NpyArray labels = take(columns.labels, "labels");
+    user_check(labels.values.dtype == DType::i32, loc)
+        << "array \"" << columns.labels << "\" of \"" << path << "\" holds " << npy_type_name(labels.stored)
+        << " labels; labels are class numbers: save them with astype(numpy.int32)";
+    feeds.emplace(columns.label_name, std::move(labels.values));
+  }
+  return columns.labels.empty() ? TensorDataset(std::move(feeds), loc)
+                                : TensorDataset(std::move(feeds), columns.label_name, loc);
+}
 
 const HostTensor& TensorDataset::array(const std::string& name, Loc loc) const {
   auto it = arrays_.find(name);

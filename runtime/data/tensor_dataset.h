@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <source_location>
 #include <string>
 #include <utility>
@@ -15,8 +16,27 @@
 
 namespace towerjit::data {
 
+// Which arrays of an .npz archive make a dataset (TensorDataset::from_npz).
+struct NpzColumns {
+  std::string features;                // the features' array, e.g. "x_train"
+  std::string labels = "";             // the labels' array, e.g. "y_train" (empty: no labels)
+  std::string feature_name = "image";  // the feeds they become, as the model's inputs name them
+  std::string label_name = "label";
+  // The features are f32, multiplied by this. By default a uint8 array (pixels) is scaled by
+  // 1/255 to [0, 1], as torchvision's ToTensor does, and any other by 1.
+  std::optional<double> scale = std::nullopt;
+  bool flatten = false;  // features [N, d1, d2, ...] as [N, d1 * d2 * ...] (an MLP's input)
+};
+
 class TensorDataset {
  public:
+  // A dataset of two arrays of an .npz archive (runtime/data/npz.h reads it): the features as
+  // f32 (integers converted exactly, uint8 scaled as NpzColumns says) under `feature_name`, the
+  // labels as i32 under `label_name`, which is the label. Errors (at `loc`): the archive's own;
+  // an array it lacks (naming those it has); float labels (convert them with astype(int32));
+  // an integer feature beyond 2^24 (not exact in f32); and the constructor's.
+  static TensorDataset from_npz(const std::string& path, const NpzColumns& columns, Loc loc = Loc::current());
+
   // `arrays` by feed name (f32 or i32, rank 1 or more). The label is the array named "label"
   // if there is one; a dataset without labels (an autoencoder's) is fine until something
   // asks for them. Errors (towerjit::Error, at `loc`): no arrays, a scalar array, an array

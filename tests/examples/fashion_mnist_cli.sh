@@ -234,6 +234,13 @@ plots_and_trace)
   tail -c 40 "$work/trace.json" | tr -d '\n' | grep -q '"displayTimeUnit":"ms"}$' || fail "the trace is not closed" ;;
 missing_data)
   expect_error "--data $work/none" "data directory \"$work/none\" does not exist" "dataset-fashion-mnist" ;;
+data_npz_missing)
+  expect_error "--data-npz $work/none.npz" "\"$work/none.npz\" does not exist or is not a file; check the path" \
+    "examples/fashion_mnist.cpp" ;;
+data_npz_not_an_archive)
+  # An IDX file where an .npz archive should be.
+  expect_error "--data-npz /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz" \
+    "is not an .npz file (no zip end record); write it with numpy.savez" ;;
 unknown_device)
   expect_error "--towers cpu:0,tpu:1" "unknown device \"tpu:1\"" ;;
 gpu_without_a_device)
