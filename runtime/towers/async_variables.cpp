@@ -2,6 +2,8 @@
 // (the seed's placement with 4 or more towers, and the only one for CPU towers).
 #include "runtime/towers/async_variables.h"
 
+#include <cstring>
+
 #include "runtime/towers/tower_state.h"
 
 namespace towerjit::detail {
@@ -26,8 +28,13 @@ class HostAsyncVariables final : public AsyncVariables {
     for (size_t v = 0; v < names.size(); ++v) gradients[names[v]] = std::move(out.gradient(v));
     gradients[TowerProgram::gradient_scale] = scalar(scale);
     const double rate = apply_->run(gradients, values_, static_cast<uint64_t>(state_.applies.load()))[0].f32[0];
+    // Copied into the variables' buffers rather than swapped for them: another tower's step may
+    // be reading them now (the seed's towers read the variables as they are, unlocked).
     const auto& updates = state_.compiled.model_updates;
-    for (size_t u = 0; u < updates.size(); ++u) values_.at(updates[u].variable) = std::move(out.update(u));
+    for (size_t u = 0; u < updates.size(); ++u) {
+      HostTensor& into = values_.at(updates[u].variable);
+      std::memcpy(into.data(), out.update(u).data(), static_cast<size_t>(into.size()) * dtype_bytes(into.dtype));
+    }
     return rate;
   }
 
