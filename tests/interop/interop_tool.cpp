@@ -20,6 +20,7 @@
 
 #include "examples/models.h"
 #include "jit/passes/select_phase.h"
+#include "jit/reference/interpreter.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;
