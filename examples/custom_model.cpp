@@ -89,12 +89,15 @@ int main(int argc, char** argv) {
               tensorboard_dir;
   CLI::App app{"A custom layer (layer norm) and loss (label smoothing) written in the DSL, trained on Fashion-MNIST"};
   app.add_option("--epochs", epochs, "passes over the training set");
-  app.add_option("--steps", steps, "stop after this many steps");
+  app.add_option("--steps", steps, "stop after this many steps (alone: as many epochs as they take)");
   app.add_option("--towers", towers_flag, "devices, e.g. cpu:0,cpu:1");
   app.add_option("--data", data_dir, "a directory in MNIST's layout");
   app.add_option("--dump", dump_dir, "write the CUDA C and PTX of every program the trainer compiled here");
   app.add_option("--tensorboard", tensorboard_dir, "write TensorBoard event files of the loss and evaluations to DIR");
   CLI11_PARSE(app, argc, argv);
+  // --steps alone trains that many steps; with --epochs too, the epochs must hold them.
+  const std::optional<int64_t> fit_epochs =
+      steps > 0 && app.count("--epochs") == 0 ? std::nullopt : std::optional<int64_t>(epochs);
   try {
     const auto train_set = tj::data::load_mnist_format("train", data_dir);
     const auto test_set = tj::data::load_mnist_format("test", data_dir);
@@ -117,7 +120,7 @@ int main(int argc, char** argv) {
     if (!tensorboard_dir.empty()) tensorboard.emplace(tensorboard_dir, tj::Loc::current());
     tj::LogHook log(progress, tensorboard ? &*tensorboard : nullptr);
     tj::EvalHook eval(test_set, progress, tensorboard ? &*tensorboard : nullptr);
-    tj::fit(trainer, pipeline, {.epochs = epochs, .max_steps = steps, .hooks = {&log, &eval}});
+    tj::fit(trainer, pipeline, {.epochs = fit_epochs, .max_steps = steps, .hooks = {&log, &eval}});
     progress.finish();
     std::printf("test accuracy %.4f\n", eval.last().accuracy);
   } catch (const tj::Interrupted& stop) {  // Ctrl-C or SIGTERM: fit finished the step

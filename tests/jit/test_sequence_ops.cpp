@@ -106,7 +106,7 @@ TEST_CASE("an index out of range is named with its input and position", "[cpu][j
                       Contains("gather: index -1 at 1 of the indices is out of range [0, 5)") && Contains(here(gather_line)));
 }
 
-TEST_CASE("an embedding's step gathers and scatters its rows without a one-hot [B,T,V] tensor", "[cpu][jit][sequence]") {
+TEST_CASE("an embedding's step gathers and scatters its rows without a one-hot B x T x V tensor", "[cpu][jit][sequence]") {
   tj::Graph g;
   tj::GraphScope use(g);
   auto ids = tj::input("ids", {kBatch, 16}, tj::DType::i32);

@@ -99,7 +99,7 @@ int64_t train(const Run& run) {
   probe.at_step = run.at_step;
   probe.linger = run.linger;
   hooks.push_back(&probe);
-  return tj::fit(trainer, pipeline, {.epochs = 1000, .max_steps = run.steps, .hooks = hooks}).step;
+  return tj::fit(trainer, pipeline, {.max_steps = run.steps, .hooks = hooks}).step;
 }
 
 // Fills the file system holding `dir` until write fails (ENOSPC), then gives `keep_free`
