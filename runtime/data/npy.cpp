@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dsl/error.h"
+#include "runtime/data/whole_file.h"
 #include "runtime/checkpoint/atomic_file.h"
 
 namespace towerjit::data {
@@ -268,12 +269,7 @@ NpyArray parse_npy(std::string_view bytes, const std::string& file, std::source_
 }
 
 NpyArray load_npy_array(const std::string& path, std::source_location loc) {
-  std::error_code ec;
-  user_check(std::filesystem::is_regular_file(path, ec), loc)
-      << "\"" << path << "\" does not exist or is not a file; check the path";
-  std::ifstream in(path, std::ios::binary);
-  user_check(in.good(), loc) << "cannot open \"" << path << "\"; check its permissions";
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string bytes = read_whole_file(path, loc);
   NpyArray a = parse_npy(bytes, path, loc);
   if (a.stored == NpyType::f64)
     std::fprintf(stderr, "towerjit: note: \"%s\" holds float64; read as float32 (rounded to nearest)\n", path.c_str());

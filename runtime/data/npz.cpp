@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dsl/error.h"
+#include "runtime/data/whole_file.h"
 
 namespace towerjit::data {
 namespace {
@@ -221,12 +222,7 @@ std::map<std::string, NpyArray> parse_npz(std::string_view bytes, const std::str
 }
 
 std::map<std::string, NpyArray> load_npz_arrays(const std::string& path, std::source_location loc) {
-  std::error_code ec;
-  user_check(std::filesystem::is_regular_file(path, ec), loc)
-      << "\"" << path << "\" does not exist or is not a file; check the path";
-  std::ifstream in(path, std::ios::binary);
-  user_check(in.good(), loc) << "cannot open \"" << path << "\"; check its permissions";
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string bytes = read_whole_file(path, loc);
   auto arrays = parse_npz(bytes, path, loc);
   for (const auto& [name, a] : arrays)
     if (a.stored == NpyType::f64)

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "dsl/error.h"
+#include "runtime/data/whole_file.h"
 #include "runtime/checkpoint/atomic_file.h"
 #include "runtime/interop/safetensors_format.h"
 #include "runtime/towers/tower_trainer.h"
@@ -98,12 +99,7 @@ void save_safetensors(TowerTrainer& trainer, const std::string& path, const Safe
 
 HostVariables load_safetensors(const std::string& path, const HostVariables& like, const SafetensorsOptions& options,
                                std::source_location loc) {
-  std::error_code ec;
-  user_check(std::filesystem::is_regular_file(path, ec), loc)
-      << "\"" << path << "\" does not exist or is not a file; check the path";
-  std::ifstream in(path, std::ios::binary);
-  user_check(in.good(), loc) << "cannot open \"" << path << "\"; check its permissions";
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string bytes = data::read_whole_file(path, loc);
   SafetensorsFile file = decode_safetensors(bytes, path, loc);
 
   HostVariables out;
