@@ -9,26 +9,11 @@
 #include <mutex>
 
 #include "dsl/error.h"
+#include "runtime/interop/json_subset.h"
 #include "runtime/report/metrics.h"
 
 namespace towerjit::report {
 namespace {
-
-std::string json_string(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\', out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 std::string microseconds(Trace::Clock::duration d) {
   char buf[32];
@@ -40,7 +25,7 @@ std::string args_json(const TraceArgs& args) {
   std::string out = "{";
   for (const auto& [key, value] : args) {
     if (out.size() > 1) out += ',';
-    out.append(json_string(key)).append(":").append(value.json());
+    out.append(json::quote(key)).append(":").append(value.json());
   }
   return out + "}";
 }
@@ -57,7 +42,7 @@ TraceValue::TraceValue(double v) {
   json_.assign(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
 }
 TraceValue::TraceValue(int64_t v) : json_(std::to_string(v)) {}
-TraceValue::TraceValue(std::string_view v) : json_(json_string(v)) {}
+TraceValue::TraceValue(std::string_view v) : json_(json::quote(v)) {}
 
 struct Trace::Impl {
   std::string path;
@@ -77,8 +62,8 @@ struct Trace::Impl {
     first = false;
   }
   std::string head(std::string_view phase, std::string_view name, std::string_view category, int tid) const {
-    std::string e = "{\"name\":" + json_string(name);
-    if (!category.empty()) e += ",\"cat\":" + json_string(category);
+    std::string e = "{\"name\":" + json::quote(name);
+    if (!category.empty()) e += ",\"cat\":" + json::quote(category);
     return e + ",\"ph\":\"" + std::string(phase) + "\",\"pid\":1,\"tid\":" + std::to_string(tid);
   }
 };
@@ -117,7 +102,7 @@ Trace& Trace::operator=(Trace&& other) noexcept {
 
 void Trace::name_thread(int tid, std::string_view name) {
   if (impl_ == nullptr) return;
-  impl_->put(impl_->head("M", "thread_name", "", tid) + ",\"args\":{\"name\":" + json_string(name) + "}}");
+  impl_->put(impl_->head("M", "thread_name", "", tid) + ",\"args\":{\"name\":" + json::quote(name) + "}}");
   impl_->put(impl_->head("M", "thread_sort_index", "", tid) + ",\"args\":{\"sort_index\":" + std::to_string(tid) +
              "}}");
 }
