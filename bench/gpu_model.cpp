@@ -130,6 +130,8 @@ int gpu_model_main(int argc, char** argv) {
   }
   if (measure_steps > 0) return measure(workload, batch, measure_steps);
   const cost::GpuSpec& gpu = cost::gpu_spec(gpu_name);
+  // The step the model prices is the one that ran: with --tf32, cuBLASLt and cuDNN in TF32.
+  if (options.tf32) setenv("TOWERJIT_ALLOW_TF32", "on", 1);
   const ModelledStep m = record_workload(gpu, workload, batch);
   const cost::StepPrediction p = cost::predict_step(gpu, m.launches, options);
 

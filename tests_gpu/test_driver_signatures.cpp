@@ -128,6 +128,7 @@ TOWERJIT_CHECK_PERF(cudnnConvolutionBwdFilterAlgoPerf_t)
 #undef TOWERJIT_CHECK_PERF
 static_assert(kCudnnTensorNchw == CUDNN_TENSOR_NCHW && kCudnnDataFloat == CUDNN_DATA_FLOAT);
 static_assert(kCudnnCrossCorrelation == CUDNN_CROSS_CORRELATION && kCudnnFmaMath == CUDNN_FMA_MATH);
+static_assert(kCudnnTensorOpMath == CUDNN_TENSOR_OP_MATH);
 static_assert(kCudnnDeterministic == CUDNN_DETERMINISTIC && kCudnnStatusNotSupported == CUDNN_STATUS_NOT_SUPPORTED);
 static_assert(CUDNN_MAJOR == kCudnnMinVersion / 10000);
 #pragma GCC diagnostic pop

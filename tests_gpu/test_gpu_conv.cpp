@@ -3,8 +3,9 @@
 // a fixed-order sum): the forward pass, the data gradient and the filter gradient against the
 // reference interpreter within its error bounds at odd sizes; the algorithm found once per
 // shape; a workspace cap that leaves out the fastest algorithm; the fallback's warning; runs
-// bitwise reproducible. On the emulated GPU cuDNN is the emulator's stand-in
-// (emulator/driver/cudnn.cpp), whose algorithm table the emulator-only checks name.
+// bitwise reproducible; TF32's error under TOWERJIT_ALLOW_TF32=on. On the emulated GPU cuDNN is
+// the emulator's stand-in (emulator/driver/cudnn.cpp), whose algorithm table the emulator-only
+// checks name.
 #include <cstring>
 
 #include "gpu_check.h"
@@ -164,4 +165,35 @@ TEST_CASE("GPU: the fallback's filter gradient is bitwise reproducible", "[gpu]"
   ConvGraph cg(ge);
   const auto a = run_bits(cg, ge, 7), b = run_bits(cg, ge, 7);
   for (size_t i = 0; i < a.size(); ++i) CHECK(std::memcmp(a[i].data(), b[i].data(), a[i].size() * 4) == 0);
+}
+
+TEST_CASE("GPU: TF32 convolutions show TF32's error: beyond the f32 bound, within the TF32 one", "[gpu]") {
+  if (!cu::cudnn_available()) return;  // the fallback's products are the matmul cases' TF32
+  // Inputs with all 23 mantissa bits in use and sums of 288 to 4608 terms, in each pass.
+  const Geometry ge{32, 8, 8, 16, 3, 1, 1};
+  ConvGraph cg(ge);
+  const int64_t batch = 8;
+  tj::reference::Feeds feeds{{"x", random_array({batch, ge.c, ge.h, ge.w}, 31, 0.5, 1)},
+                             {"w", random_array({ge.o, ge.c, ge.k, ge.k}, 32, 0.5, 1)},
+                             {"r", random_array({batch, ge.o, cg.oh, cg.ow}, 33, 0.5, 1)}};
+  JitRun f32, tf32;
+  {
+    tj::test::ScopedEnv off("TOWERJIT_ALLOW_TF32", "off");
+    tj::reference::Variables vars;
+    f32 = run_gpu_and_reference(cg.g, cg.fetches, feeds, vars);
+  }
+  {
+    tj::test::ScopedEnv on("TOWERJIT_ALLOW_TF32", "on");
+    tj::reference::Variables vars;
+    tf32 = run_gpu_and_reference(cg.g, cg.fetches, feeds, vars);
+  }
+  require_close(f32, "f32 convolutions within the f32 bound");
+  require_close(tf32, "TF32 convolutions within the TF32 bound");
+  // The f32 bound is what f32 results are held to: each TF32 pass must break it.
+  const char* passes[] = {"forward", "data gradient", "filter gradient"};
+  for (size_t i = 0; i < 3; ++i) {
+    INFO(passes[i]);
+    CHECK(bound_violation(tf32.jit[i], f32.ref[i], f32.bound[i]).has_value());
+    CHECK(tf32.bound[i][0] > 10 * f32.bound[i][0]);  // bounded as TF32 (2^-10 against k 2^-24)
+  }
 }

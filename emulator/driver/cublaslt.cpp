@@ -27,6 +27,7 @@
 #include "emulator/driver/emulated_devices.h"
 #include "emulator/driver/host_blas.h"
 #include "emulator/driver/launch_log.h"
+#include "emulator/driver/tf32.h"
 #include "emulator/kernel/block_scheduler.h"
 
 using namespace towerjit::emulator;
@@ -99,17 +100,6 @@ uint64_t fingerprint(const Desc& d, const Problem& p) {
                      static_cast<uint64_t>(d.trans_a), static_cast<uint64_t>(d.trans_b), uint64_t{d.epilogue}})
     h = (h ^ v) * 1099511628211ull;
   return h;
-}
-
-// Round to nearest TF32, ties away from zero (cvt.rna.tf32.f32): add half of the 13 dropped
-// bits' weight, then drop them. A carry into the exponent is the correct rounding up (to
-// infinity past the largest finite float); infinities and NaNs pass unchanged.
-float round_to_tf32(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
-  std::memcpy(&x, &u, 4);
-  return x;
 }
 
 bool inside(const float* p, const Layout& l, int32_t i) {

@@ -23,6 +23,11 @@
 //                    6 FFT_TILING              yes            0                           4
 //
 // (columns: C*KH*KW * OH*OW floats per image). The others are CUDNN_STATUS_NOT_SUPPORTED.
+//
+// Math types: CUDNN_FMA_MATH computes in full f32. Under CUDNN_DEFAULT_MATH and the tensor-op
+// math types cuDNN 8 and later may run f32 convolutions on TF32 tensor cores (cuDNN's
+// cudnnMathType_t reference; NVIDIA_TF32_OVERRIDE aside), so here both operands are then
+// rounded to TF32 (tf32.h) before the products, the worst case a caller must allow for.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -32,6 +37,7 @@
 #include "emulator/driver/emulated_devices.h"
 #include "emulator/driver/host_blas.h"
 #include "emulator/driver/launch_log.h"
+#include "emulator/driver/tf32.h"
 
 namespace {
 
@@ -43,6 +49,7 @@ constexpr int kCblasRowMajor = 101;
 constexpr int kSuccess = 0, kNotInitialized = 1001, kBadParam = 2000, kNullPointer = 2002, kShapeMismatch = 2008,
               kNotSupported = 3000, kExecutionFailed = 5000;
 constexpr int kNchw = 0, kFloat = 0, kCrossCorrelation = 1, kFmaMath = 3, kDefaultMath = 0;
+constexpr int kLastMathType = 3;  // CUDNN_TENSOR_OP_MATH 1, ..._ALLOW_CONVERSION 2, CUDNN_FMA_MATH 3
 
 struct Handle {
   CUstream stream = nullptr;
@@ -145,7 +152,6 @@ bool inside(const void* p, std::size_t bytes) {
 // The checks every compute call makes: the algorithm, its workspace, the operands' memory.
 int check_call(Pass p, const Geometry& g, const Conv* cv, int algo, const void* ws, std::size_t ws_bytes,
                const void* a, const void* b, const void* out) {
-  if (cv->math != kFmaMath && cv->math != kDefaultMath) return kNotSupported;
   const Algo* al = find_algo(p, algo);
   if (!al) return kNotSupported;
   if (ws_bytes < workspace_of(*al, g) || !inside(ws, workspace_of(*al, g))) return kBadParam;
@@ -192,8 +198,16 @@ void col2im_add(const Geometry& g, const float* cols, float* dx) {
       }
 }
 
-void compute(Pass p, const Geometry& g, float alpha, float beta, const float* a, const float* b, float* out) {
+void compute(Pass p, const Geometry& g, bool tf32, float alpha, float beta, const float* a, const float* b,
+             float* out) {
   const long long ckk = g.c * g.kh * g.kw, s = g.oh * g.ow, xi = g.c * g.h * g.w, yi = g.o * s;
+  std::vector<float> rounded_a, rounded_b;
+  if (tf32) {  // a and b per pass: (x, w), (dy, w), (x, dy)
+    const long long a_count[3] = {g.n * xi, g.n * yi, g.n * xi}, b_count[3] = {g.o * ckk, g.o * ckk, g.n * yi};
+    rounded_a = towerjit::emulator::tf32_copy(a, static_cast<std::size_t>(a_count[p]));
+    rounded_b = towerjit::emulator::tf32_copy(b, static_cast<std::size_t>(b_count[p]));
+    a = rounded_a.data(), b = rounded_b.data();
+  }
   std::vector<float> cols(static_cast<std::size_t>(ckk * s));
   const towerjit::emulator::HostSgemm gemm = host_sgemm();
   const int o = static_cast<int>(g.o), k = static_cast<int>(ckk), n = static_cast<int>(s);
@@ -222,7 +236,7 @@ void compute(Pass p, const Geometry& g, float alpha, float beta, const float* a,
 // multiply-add (the same count for the three passes); bytes: the two operands read and the
 // output written (and read when beta is not 0). Workspace traffic is the algorithm's own and
 // not counted.
-void record(Pass p, const Geometry& g, float beta, towerjit::emulator::Stream& stream) {
+void record(Pass p, const Geometry& g, bool tf32, float beta, towerjit::emulator::Stream& stream) {
   using namespace towerjit::emulator;
   if (!launch_log_enabled()) return;
   const double x = static_cast<double>(g.n * g.c * g.h * g.w), w = static_cast<double>(g.o * g.c * g.kh * g.kw),
@@ -233,9 +247,11 @@ void record(Pass p, const Geometry& g, float beta, towerjit::emulator::Stream& s
   const std::array<std::int64_t, 4> gemm[3] = {{g.n * g.oh * g.ow, g.o, ckk, 1},
                                                {g.n * g.h * g.w, g.c, okk, 1},
                                                {g.o, ckk, g.n * g.oh * g.ow, 1}};
-  static const char* names[3] = {"cudnnConvolutionForward", "cudnnConvolutionBackwardData",
-                                 "cudnnConvolutionBackwardFilter"};
-  record_launch({.name = names[p], .kind = LaunchKind::library, .stream = &stream,
+  static const char* names[2][3] = {
+      {"cudnnConvolutionForward", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter"},
+      {"cudnnConvolutionForward (TF32)", "cudnnConvolutionBackwardData (TF32)",
+       "cudnnConvolutionBackwardFilter (TF32)"}};
+  record_launch({.name = names[tf32][p], .kind = LaunchKind::library, .stream = &stream,
                  .device = device_owning(stream).index(), .bytes = bytes, .flops = 2.0 * y * static_cast<double>(ckk),
                  .gemm = gemm[p]});
 }
@@ -249,9 +265,10 @@ int run(Handle* h, Pass p, const float* alpha, const float* beta, const Geometry
   const auto* bp = static_cast<const float*>(b);
   auto* op = static_cast<float*>(out);
   towerjit::emulator::Stream& stream = towerjit::emulator::stream_of(h->stream);
+  const bool tf32 = cv->math != kFmaMath;
   stream.enqueue([=, &stream] {
-    compute(p, g, al, be, ap, bp, op);
-    record(p, g, be, stream);
+    compute(p, g, tf32, al, be, ap, bp, op);
+    record(p, g, tf32, be, stream);
   });
   return kSuccess;
 }
@@ -322,7 +339,7 @@ int cudnnSetConvolution2dDescriptor(Conv* c, int pad_h, int pad_w, int u, int v,
 }
 int cudnnSetConvolutionMathType(Conv* c, int math) {
   if (!c) return kNullPointer;
-  if (math < 0 || math > 3) return kBadParam;
+  if (math < 0 || math > kLastMathType) return kBadParam;
   c->math = math;
   return kSuccess;
 }

@@ -50,7 +50,7 @@ Array eval_as(const EvalArgs& a, Op op, std::vector<const Array*> inputs,
   Node node = a.node;
   node.op = op;
   EvalArgs args{.node = node, .inputs = std::move(inputs), .shape = a.shape, .batch = a.batch,
-                .step = a.step, .tf32_matmul = a.tf32_matmul};
+                .step = a.step, .tf32_products = a.tf32_products};
   return eval(args);
 }
 
@@ -203,6 +203,12 @@ Array tf32_bilinear_bound(const EvalArgs& a, const std::vector<const Array*>& bo
   return out;
 }
 
+// A product in the mode the backend computes it in: f32, or TF32 tensor cores.
+Array product_bound(const EvalArgs& a, const std::vector<const Array*>& bounds, double terms,
+                    Array (*eval)(const EvalArgs&)) {
+  return a.tf32_products ? tf32_bilinear_bound(a, bounds, terms, eval) : bilinear_bound(a, bounds, terms, eval);
+}
+
 // A linear op of one input summing `terms` terms (the average pool and its gradient).
 Array linear_bound(const EvalArgs& a, const Array& bound, double terms, Array (*eval)(const EvalArgs&)) {
   const Array magnitude = abs_of(a.in(0));
@@ -332,20 +338,20 @@ Array error_bound(const EvalArgs& a, const std::vector<const Array*>& bounds, co
     case Op::MatMul: {
       const Shape& s = a.in(0).shape;
       const double terms = static_cast<double>(s[s.rank() - 1]);
-      return a.tf32_matmul ? tf32_bilinear_bound(a, bounds, terms, eval_matmul)
-                           : bilinear_bound(a, bounds, terms, eval_matmul);
+      return product_bound(a, bounds, terms, eval_matmul);
     }
+    // Convolutions are products too: cuDNN runs them on TF32 tensor cores under the same knob.
     case Op::Conv2D: {
       const Shape& w = a.in(1).shape;  // [O, C, KH, KW]
-      return bilinear_bound(a, bounds, static_cast<double>(w[1] * w[2] * w[3]), eval_conv2d);
+      return product_bound(a, bounds, static_cast<double>(w[1] * w[2] * w[3]), eval_conv2d);
     }
     case Op::Conv2DGradInput: {
       const Shape& w = a.in(1).shape;
-      return bilinear_bound(a, bounds, static_cast<double>(w[0] * w[2] * w[3]), eval_conv2d_grad_input);
+      return product_bound(a, bounds, static_cast<double>(w[0] * w[2] * w[3]), eval_conv2d_grad_input);
     }
     case Op::Conv2DGradFilter: {
       const Shape& dy = a.in(1).shape;  // [N, O, OH, OW]
-      return bilinear_bound(a, bounds, static_cast<double>(dy[0] * dy[2] * dy[3]), eval_conv2d_grad_filter);
+      return product_bound(a, bounds, static_cast<double>(dy[0] * dy[2] * dy[3]), eval_conv2d_grad_filter);
     }
     case Op::MaxPool2D: return moved_bound(a, bounds, eval_max_pool2d);  // the window's largest error
     case Op::MaxPool2DGrad: return max_pool2d_grad_bound(a, *bounds[0], *bounds[1]);

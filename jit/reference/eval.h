@@ -18,7 +18,7 @@ struct EvalArgs {
   Shape shape;         // node.shape with the batch bound
   int64_t batch = 0;   // the bound batch size (0 when no input fixed it)
   uint64_t step = 0;   // RunOptions::step
-  bool tf32_matmul = false;  // RunOptions::tf32_matmul: bound MatMul as TF32 products
+  bool tf32_products = false;  // RunOptions::tf32_products: bound products and convolutions as TF32
 
   const Array& in(int i) const { return *inputs.at(i); }
   // An empty result of the node's shape and dtype.

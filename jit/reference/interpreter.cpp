@@ -251,7 +251,7 @@ std::vector<Array> run(const Graph& graph, const std::vector<Tensor>& fetches, c
     check_batch_known(graph, id, batch);
     const Node& node = graph.node(id);
     EvalArgs args{.node = node, .inputs = {}, .shape = node.shape.bind(batch.value_or(0)),
-                  .batch = batch.value_or(0), .step = options.step, .tf32_matmul = options.tf32_matmul};
+                  .batch = batch.value_or(0), .step = options.step, .tf32_products = options.tf32_products};
     for (int in : node.inputs) args.inputs.push_back(&values[in]);
     values[id] = evaluate(args, feeds, variables);
     internal_check(values[id].shape == args.shape && values[id].dtype == node.dtype &&

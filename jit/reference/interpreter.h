@@ -31,9 +31,9 @@ struct RunOptions {
   uint64_t step = 0;           // keys random_uniform, so dropout masks change per step
   bool run_update_ops = false; // evaluate the graph's update ops and write them to the variables
   ErrorBounds* bounds = nullptr;  // when set, filled with the results' error bounds
-  // Bound MatMul as a backend computing on TF32 tensor cores does (a GPU with
-  // TOWERJIT_ALLOW_TF32=on) instead of in full f32.
-  bool tf32_matmul = false;
+  // Bound matrix products and convolutions as a backend computing them on TF32 tensor cores
+  // does (a GPU with TOWERJIT_ALLOW_TF32=on: cuBLASLt and cuDNN) instead of in full f32.
+  bool tf32_products = false;
 };
 
 // Evaluates `fetches`. The batch size is read from the fed inputs whose shape holds B. Errors

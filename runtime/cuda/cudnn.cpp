@@ -115,7 +115,7 @@ struct Descriptors {
   CudnnT x = nullptr, y = nullptr;
   CudnnF w = nullptr;
   CudnnC conv = nullptr;
-  Descriptors(const TjConvShape& g, const std::string& what) {
+  Descriptors(const TjConvShape& g, bool tf32, const std::string& what) {
     const CudnnApi& api = loaded().api;
     check_cudnn(api.CreateTensorDescriptor(&x), "cudnnCreateTensorDescriptor", what);
     check_cudnn(api.CreateTensorDescriptor(&y), "cudnnCreateTensorDescriptor", what);
@@ -133,7 +133,10 @@ struct Descriptors {
     check_cudnn(api.SetConvolution2dDescriptor(conv, g.pad_h, g.pad_w, g.stride_h, g.stride_w, 1, 1,
                                                kCudnnCrossCorrelation, kCudnnDataFloat),
                 "cudnnSetConvolution2dDescriptor", what);
-    check_cudnn(api.SetConvolutionMathType(conv, kCudnnFmaMath), "cudnnSetConvolutionMathType", what);
+    // f32 FMA unless TOWERJIT_ALLOW_TF32=on, as PyTorch does with torch.backends.cudnn.allow_tf32
+    // (whose default is on; towerjit's is off, for matmuls and convolutions alike).
+    check_cudnn(api.SetConvolutionMathType(conv, tf32 ? kCudnnTensorOpMath : kCudnnFmaMath),
+                "cudnnSetConvolutionMathType", what);
   }
   ~Descriptors() {
     const CudnnApi& api = loaded().api;
@@ -151,7 +154,7 @@ struct Plan {
   std::unique_ptr<Descriptors> desc;
 };
 
-// Per device and process: (pass, shape, workspace cap) -> plan.
+// Per device and process: (pass, shape, workspace cap, TF32 or not) -> plan.
 struct PlanCache {
   std::mutex mutex;
   std::map<std::vector<long long>, Plan> plans;
@@ -165,9 +168,11 @@ PlanCache& cache() {
   return c;
 }
 
-std::vector<long long> key_of(int device, ConvPass pass, const TjConvShape& g, size_t cap) {
+std::vector<long long> key_of(int device, ConvPass pass, const TjConvShape& g, bool tf32) {
+  const auto cap = knobs::cudnn_workspace_mb();
   return {device, static_cast<long long>(pass), g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.oh, g.ow,
-          g.stride_h, g.stride_w, g.pad_h, g.pad_w, static_cast<long long>(cap)};
+          g.stride_h, g.stride_w, g.pad_h, g.pad_w, cap ? static_cast<long long>(*cap) : -1,
+          tf32 ? 1 : 0};
 }
 
 // The memory a workspace may take: the device's free memory plus the allocator's cached
@@ -253,7 +258,7 @@ std::string cudnn_workspace_note() {
 int64_t cudnn_find_count() { return cache().finds.load(); }
 
 Cudnn::Cudnn(DeviceContext& device, const Stream& stream, std::source_location loc)
-    : device_(&device), stream_(&stream) {
+    : device_(&device), stream_(&stream), tf32_(knobs::allow_tf32()) {
   user_check(loaded().ok, loc) << "cuDNN cannot be used: " << loaded().problem;
   const CudnnApi& api = loaded().api;
   device.make_current();  // the handle belongs to the context current now
@@ -273,13 +278,13 @@ Cudnn::~Cudnn() {
 ConvAlgorithm Cudnn::plan(ConvPass pass, const TjConvShape& g, const std::string& what) {
   const CudnnApi& api = loaded().api;
   const auto cap = knobs::cudnn_workspace_mb();
-  const auto key = key_of(device_->ordinal(), pass, g, cap ? static_cast<size_t>(*cap) : ~size_t{0});
+  const auto key = key_of(device_->ordinal(), pass, g, tf32_);
   PlanCache& pc = cache();
   std::lock_guard<std::mutex> lock(pc.mutex);
   if (auto it = pc.plans.find(key); it != pc.plans.end()) return it->second.chosen;
   device_->make_current();
   Plan plan;
-  plan.desc = std::make_unique<Descriptors>(g, what);
+  plan.desc = std::make_unique<Descriptors>(g, tf32_, what);
   const Descriptors& d = *plan.desc;
 
   // Every algorithm the library has for the shape, with its workspace and determinism.
@@ -389,8 +394,7 @@ void Cudnn::run(ConvPass pass, const TjConvShape& g, CUdeviceptr a, CUdeviceptr 
                 CUdeviceptr workspace, size_t workspace_bytes, const std::string& what) {
   if (g.n == 0 || g.o == 0 || g.c == 0) return;
   const CudnnApi& api = loaded().api;
-  const auto cap = knobs::cudnn_workspace_mb();
-  const auto key = key_of(device_->ordinal(), pass, g, cap ? static_cast<size_t>(*cap) : ~size_t{0});
+  const auto key = key_of(device_->ordinal(), pass, g, tf32_);
   const Plan* plan = nullptr;
   {
     std::lock_guard<std::mutex> lock(cache().mutex);

@@ -104,6 +104,7 @@ inline constexpr int kCudnnTensorNchw = 0;         // CUDNN_TENSOR_NCHW
 inline constexpr int kCudnnDataFloat = 0;          // CUDNN_DATA_FLOAT
 inline constexpr int kCudnnCrossCorrelation = 1;   // CUDNN_CROSS_CORRELATION (no filter flip)
 inline constexpr int kCudnnFmaMath = 3;            // CUDNN_FMA_MATH: f32 FMA only, no TF32
+inline constexpr int kCudnnTensorOpMath = 1;       // CUDNN_TENSOR_OP_MATH: f32 may run as TF32
 inline constexpr int kCudnnDeterministic = 1;      // CUDNN_DETERMINISTIC
 inline constexpr int kCudnnStatusNotSupported = 3000;  // CUDNN_STATUS_NOT_SUPPORTED
 inline constexpr size_t kCudnnMinVersion = 90000, kCudnnMaxVersion = 99999;  // 9.x
@@ -178,6 +179,7 @@ class Cudnn {
   DeviceContext* device_;
   const Stream* stream_;
   cudnnHandle_t handle_ = nullptr;
+  bool tf32_ = false;  // TOWERJIT_ALLOW_TF32 when the handle was made, as cuBLASLt's handle has it
 };
 
 }  // namespace towerjit::cuda

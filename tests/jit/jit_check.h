@@ -43,14 +43,14 @@ struct JitRun {
 
 // The reference's results and their error bounds into `r`: the fetches, then with `updates`
 // every variable after the update ops.
-// `tf32_matmul`: bound the matrix products as TF32 tensor cores compute them (a GPU with
-// TOWERJIT_ALLOW_TF32=on).
+// `tf32_products`: bound the matrix products and convolutions as TF32 tensor cores compute
+// them (a GPU with TOWERJIT_ALLOW_TF32=on).
 inline void reference_side(JitRun& r, const Graph& g, const std::vector<Tensor>& fetches,
                            const reference::Feeds& feeds, reference::Variables& variables,
-                           bool updates, uint64_t step, bool tf32_matmul = false) {
+                           bool updates, uint64_t step, bool tf32_products = false) {
   reference::ErrorBounds bounds;
   r.ref = reference::run(g, fetches, feeds, variables,
-                         {.step = step, .run_update_ops = updates, .bounds = &bounds, .tf32_matmul = tf32_matmul});
+                         {.step = step, .run_update_ops = updates, .bounds = &bounds, .tf32_products = tf32_products});
   r.bound = bounds.fetches;
   if (updates)
     for (const auto& [name, a] : variables) {

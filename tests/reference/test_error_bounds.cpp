@@ -84,7 +84,7 @@ TEST_CASE("TF32 products lie within the TF32 bound, even summed by truncation, a
   tj::reference::ErrorBounds f32_bounds, tf32_bounds;
   const Array exact = tj::reference::run(g, {tj::matmul(a, b)}, {{"a", av}, {"b", bv}}, vars,
                                          {.bounds = &f32_bounds}).at(0);
-  tj::reference::run(g, {tj::matmul(a, b)}, {{"a", av}, {"b", bv}}, vars, {.bounds = &tf32_bounds, .tf32_matmul = true});
+  tj::reference::run(g, {tj::matmul(a, b)}, {{"a", av}, {"b", bv}}, vars, {.bounds = &tf32_bounds, .tf32_products = true});
   auto tf32 = [](double x) {  // cvt.rna.tf32.f32
     float f = static_cast<float>(x);
     uint32_t u;
