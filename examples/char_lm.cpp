@@ -5,7 +5,7 @@
 //   ./build/examples/char_lm                                  # the licences in /usr/share/common-licenses, 2 CPU towers
 //   ./build/examples/char_lm --corpus book.txt --steps 2000 --layers 4 --dim 128
 //   ./build/examples/char_lm --steps 600 --checkpoint runs/lm && ./build/examples/char_lm --steps 900 --checkpoint runs/lm --resume
-//   TOWERJIT_CUDA=emulator ./build/examples/char_lm --towers gpu:0,gpu:1 --steps 40
+//   TOWERJIT_CUDA=emulator TOWERJIT_EMULATED_GPUS=2 ./build/examples/char_lm --towers gpu:0,gpu:1 --steps 40
 //
 // The corpus is split into a training part and a held-out part (the last --held-out share of
 // every file). Training windows of --context characters start every --context / 2 characters;
