@@ -129,3 +129,18 @@ TEST_CASE("TokenEvalHook made through make_unique names the user's line in its e
                              "[n, 6, V]") &&
                         Contains(here + std::to_string(line)));
 }
+
+TEST_CASE("EvalHook made through make_unique names the user's line in its errors", "[towers][eval][errors]") {
+  tj::report::Progress quiet(0, std::tmpfile(), false);
+  tj::HostTensor pixels({4, 2}), labels({4, 2}, tj::DType::i32);
+  const tj::data::TensorDataset per_token({{"pixels", pixels}, {"cls", labels}}, "cls");
+  int line = __LINE__ + 1;
+  CHECK_THROWS_WITH(std::make_unique<tj::EvalHook>(per_token, quiet, nullptr),
+                    Contains("EvalHook: the label array \"cls\" is i32[4,2]") && Contains(here + std::to_string(line)) &&
+                        !Contains("unique_ptr.h"));
+  const tj::data::TensorDataset unlabelled({{"pixels", pixels}});
+  line = __LINE__ + 1;
+  CHECK_THROWS_WITH(std::make_unique<tj::EvalHook>(unlabelled, quiet, nullptr),
+                    Contains("the dataset has no label array \"label\" (its arrays: \"pixels\")") &&
+                        Contains(here + std::to_string(line)) && !Contains("unique_ptr.h"));
+}
