@@ -145,6 +145,7 @@ int train(const Flags& f) {
   auto loss = tj::mean(tj::softmax_cross_entropy(logits, targets));
   const tj::Towers towers = make_towers(f);
   towers.slices(f.batch);  // more towers than examples in a batch: say so before compiling
+  const int model_nodes = graph.size();  // the forward pass and the loss, before autodiff
   const auto building = std::chrono::steady_clock::now();
   tj::TowerTrainer trainer(graph, loss, towers, make_optimizer(f), {.seed = f.seed, .logits = logits});
   const double compile_seconds = seconds_since(building);
@@ -155,8 +156,8 @@ int train(const Flags& f) {
   tj::data::BatchPipeline pipeline(train_set, {.batch = f.batch, .seed = f.seed, .min_batch = towers.size()}, start);
   const int64_t per_epoch = pipeline.batches_per_epoch();
   const int64_t total = f.steps > 0 && !f.epochs_given ? f.steps : f.epochs * per_epoch;
-  std::printf("towerjit: %s (%lld graph nodes) on %s, %s, %s, batch %lld\n", config.str().c_str(),
-              static_cast<long long>(graph.size()), towers.str().c_str(), f.strategy.c_str(),
+  std::printf("towerjit: %s (%d graph nodes, loss included) on %s, %s, %s, batch %lld\n", config.str().c_str(),
+              model_nodes, towers.str().c_str(), f.strategy.c_str(),
               make_optimizer(f).str().c_str(), static_cast<long long>(f.batch));
   std::printf("corpus: %zu files, %zu characters to train on (%lld windows), %zu held out (%lld windows), %lld "
               "distinct characters\n",
