@@ -28,6 +28,21 @@ case "$case_name" in
       grep -qF -- "$text" "$work/out" || fail "no \"$text\" in the output"
     done
     ;;
+  resume_is_the_uninterrupted_run)
+    # 20 steps, then 10 more resumed from the checkpoint, end where 30 straight steps end: the
+    # same held-out figures to every printed digit.
+    [ -d /usr/share/common-licenses ] || { echo "SKIP: no /usr/share/common-licenses"; exit 77; }
+    # shellcheck disable=SC2086
+    "$bin" $small --steps 30 --sample 0 >"$work/straight" 2>&1 || { cat "$work/straight"; fail "the straight run failed"; }
+    # shellcheck disable=SC2086
+    "$bin" $small --steps 20 --sample 0 --checkpoint "$work/ck" >"$work/first" 2>&1 || { cat "$work/first"; fail "the first part failed"; }
+    # shellcheck disable=SC2086
+    "$bin" $small --steps 30 --sample 0 --checkpoint "$work/ck" --resume >"$work/resumed" 2>&1 ||
+      { cat "$work/resumed"; fail "the resumed run failed"; }
+    grep -qF "held-out loss" "$work/resumed" && grep -q "at step 20 " "$work/resumed" || { cat "$work/resumed"; fail "it did not resume at step 20"; }
+    a=$(grep '^held-out loss .*perplexity' "$work/straight"); b=$(grep '^held-out loss .*perplexity' "$work/resumed")
+    [ -n "$a" ] && [ "$a" = "$b" ] || fail "straight: \"$a\", resumed: \"$b\""
+    ;;
   missing_corpus)
     "$bin" --corpus "$work/none.txt" >"$work/out" 2>&1 && fail "a missing corpus was accepted"
     grep -qF "char_lm: no corpus at $work/none.txt" "$work/out" || { cat "$work/out"; fail "no clear message"; }
