@@ -32,8 +32,10 @@ std::string IndexOutOfRange::message(const Facts& f) {
       << in_scope_of(f.scope) << "; " << f.fix;
   } else {
     // A trainer's step: the example's row in the global batch, and the step.
-    s << (f.input.empty() ? "the computed indices of " + f.op : "input \"" + f.input + "\"") << " holds " << f.noun
-      << " " << f.value;
+    s << (f.input.empty() ? "the computed " + std::string(f.noun == "index" ? "indices" : "labels") + " of " + f.op +
+                                " hold "
+                          : "input \"" + f.input + "\" holds ")
+      << f.noun << " " << f.value;
     if (f.example >= 0) {
       s << " at example " << f.example;
       if (f.in_example >= 0) s << " (element " << f.in_example << " of it)";

@@ -70,3 +70,16 @@ TEST_CASE("a program run by itself says where in its indices the bad label sits"
   CHECK_THROWS_WITH(tj::CpuProgram(g, {hot}).run({{"labels", labels}}, vars),
                     Contains("one_hot: label 3 at flat index 3 of input \"labels\" is out of range [0, 3)"));
 }
+
+TEST_CASE("out-of-range labels computed from the inputs are named as computed", "[towers][errors]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto logits = tj::embedding(tj::input("tokens", {tj::kBatch, 3}, tj::DType::i32), 5, 4, "embed");  // [B,3,4]
+  auto shifted = tj::input("targets", {tj::kBatch, 3}, tj::DType::i32) + 1;  // computed: no input's values
+  auto loss = tj::mean(tj::softmax_cross_entropy(logits, shifted));
+  tj::TowerTrainer trainer(g, loss, tj::Towers{tj::cpu(0), tj::cpu(1)}, tj::sgd(0.1));
+  tj::HostFeeds batch = tokens_and_targets(4);  // targets 0..3: 3 + 1 is out of range
+  CHECK_THROWS_WITH(trainer.step(batch), Contains("the computed labels of one_hot hold label 4 at example ") &&
+                                             Contains(", out of range [0, 4) for one_hot; labels must be class indices") &&
+                                             !Contains("the data is the cause"));
+}
