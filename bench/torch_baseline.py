@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch's side of towerjit_bench: the same three training steps (model, batch, optimiser,
+"""PyTorch's side of towerjit_bench: the same training steps (model, batch, optimiser,
 fp32, data shape) as bench/train_step.cpp, timed step by step. Prints one JSON line per
 workload: {"workload", "threads", "step_ms" (median), "step_ms_min", "step_ms_max",
 "samples_per_s", "steps"}. Without torch it prints {"torch": null, "error": ...} and exits 0.
@@ -15,7 +15,9 @@ import statistics
 import sys
 import time
 
-WORKLOADS = {"mlp-large": 256, "mlp-small": 64, "cnn": 128, "resnet-bn": 128}
+WORKLOADS = {"mlp-large": 256, "mlp-small": 64, "cnn": 128, "resnet-bn": 128, "gpt-small": 32}
+# gpt-small: examples/gpt.h with examples/char_lm's defaults.
+GPT = {"vocab": 86, "context": 64, "dim": 64, "heads": 4, "layers": 2}
 
 
 def resnet(torch):
@@ -41,8 +43,52 @@ def resnet(torch):
         nn.Flatten(), nn.Dropout(0.25), nn.Linear(32 * 7 * 7, 10))
 
 
+def gpt(torch):
+    """examples/gpt.h: token embedding and learned positions (N(0, 0.02)), pre-norm blocks of
+    causal multi-head attention (softmax of the masked scores, unfused, as towerjit's) and an
+    exact-erf GELU MLP, a final layer norm, the output tied to the embedding."""
+    nn = torch.nn
+    v, t, d, h = GPT["vocab"], GPT["context"], GPT["dim"], GPT["heads"]
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.q, self.k, self.v, self.out = (nn.Linear(d, d) for _ in range(4))
+            self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+            self.register_buffer("mask", torch.tril(torch.ones(t, t, dtype=torch.bool)))
+
+        def heads(self, x):  # [B, T, D] -> [B, H, T, D/H]
+            return x.view(x.shape[0], t, h, d // h).transpose(1, 2)
+
+        def forward(self, x):
+            a = self.ln1(x)
+            q, k, w = self.heads(self.q(a)), self.heads(self.k(a)), self.heads(self.v(a))
+            scores = (q @ k.transpose(-1, -2)) / (d // h) ** 0.5
+            p = torch.softmax(scores.masked_fill(~self.mask, float("-inf")), dim=-1)
+            x = x + self.out((p @ w).transpose(1, 2).reshape(x.shape[0], t, d))
+            return x + self.down(nn.functional.gelu(self.up(self.ln2(x))))
+
+    class Gpt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(v, d)
+            nn.init.normal_(self.tok.weight, 0, 0.02)
+            self.pos = nn.Parameter(torch.randn(t, d) * 0.02)
+            self.blocks = nn.Sequential(*(Block() for _ in range(GPT["layers"])))
+            self.ln_f = nn.LayerNorm(d)
+
+        def forward(self, tokens):  # [B, T] -> [B * T, V]
+            x = self.ln_f(self.blocks(self.tok(tokens) + self.pos))
+            return (x @ self.tok.weight.t()).reshape(-1, v)
+
+    return Gpt()
+
+
 def build(torch, name):
     nn = torch.nn
+    if name == "gpt-small":
+        return gpt(torch), (WORKLOADS[name], GPT["context"])
     if name == "resnet-bn":
         return resnet(torch), (WORKLOADS[name], 784)
     if name == "cnn":
@@ -63,10 +109,14 @@ def measure(torch, name, steps, warmup):
     torch.manual_seed(0)
     model, shape = build(torch, name)
     # Fixed random data, the same every step (as the C++ side does).
-    x = torch.rand(shape, dtype=torch.float32)
-    y = torch.randint(0, 10, (shape[0],))
+    if name == "gpt-small":  # tokens and next-token targets, [B, T] each
+        x = torch.randint(0, GPT["vocab"], shape)
+        y = torch.randint(0, GPT["vocab"], shape).reshape(-1)
+    else:
+        x = torch.rand(shape, dtype=torch.float32)
+        y = torch.randint(0, 10, (shape[0],))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()  # mean over the batch
+    loss_fn = torch.nn.CrossEntropyLoss()  # mean over the batch (over its tokens for gpt-small)
 
     def step():
         opt.zero_grad(set_to_none=True)

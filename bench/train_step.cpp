@@ -3,6 +3,7 @@
 #include <random>
 
 #include "dsl/autodiff.h"
+#include "examples/gpt.h"
 #include "examples/models.h"
 #include "dsl/error.h"
 #include "dsl/layers.h"
@@ -46,7 +47,7 @@ void sgd_momentum(const std::vector<Tensor>& weights, const std::vector<Tensor>&
 
 }  // namespace
 
-std::vector<std::string> workload_names() { return {"mlp-large", "mlp-small", "cnn", "resnet-bn"}; }
+std::vector<std::string> workload_names() { return {"mlp-large", "mlp-small", "cnn", "resnet-bn", "gpt-small"}; }
 
 TrainStep build_train_step(const std::string& workload) {
   TrainStep s;
@@ -68,12 +69,18 @@ TrainStep build_train_step(const std::string& workload) {
     s.batch = 128;
     s.image = Shape{s.batch, 784};
     logits = examples::resnet(input("image", {kBatch, 784}));
+  } else if (workload == "gpt-small") {
+    const examples::GptConfig c{.vocab = 86, .context = 64, .dim = 64, .heads = 4, .layers = 2};
+    s.batch = 32;
+    s.context = c.context;
+    s.vocab = c.vocab;
+    logits = examples::gpt(input("tokens", {kBatch, c.context}, DType::i32), c);
+    s.loss = mean(softmax_cross_entropy(logits, input("targets", {kBatch, c.context}, DType::i32)));
   } else {
     throw Error("towerjit_bench: unknown workload \"" + workload +
-                "\"; choose one of mlp-large, mlp-small, cnn, resnet-bn");
+                "\"; choose one of mlp-large, mlp-small, cnn, resnet-bn, gpt-small");
   }
-  Tensor label = input("label", {kBatch}, DType::i32);
-  s.loss = mean(softmax_cross_entropy(logits, label));
+  if (s.vocab == 0) s.loss = mean(softmax_cross_entropy(logits, input("label", {kBatch}, DType::i32)));
   s.trainable = trainable_variables();
   sgd_momentum(s.trainable, grad(s.loss, s.trainable));
   return s;
@@ -81,6 +88,13 @@ TrainStep build_train_step(const std::string& workload) {
 
 HostFeeds random_feeds(const TrainStep& step, uint32_t seed) {
   std::mt19937 rng(seed);
+  if (step.vocab > 0) {
+    std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(step.vocab) - 1);
+    HostTensor tokens(Shape{step.batch, step.context}, DType::i32), targets(Shape{step.batch, step.context}, DType::i32);
+    for (int32_t& v : tokens.i32) v = token(rng);
+    for (int32_t& v : targets.i32) v = token(rng);
+    return {{"tokens", std::move(tokens)}, {"targets", std::move(targets)}};
+  }
   std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
   std::uniform_int_distribution<int32_t> klass(0, kClasses - 1);
   HostTensor image(step.image), label(Shape{step.batch}, DType::i32);

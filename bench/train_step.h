@@ -6,6 +6,10 @@
 //   mlp-small  784-64-64-10, ReLU, batch 64
 //   cnn        conv3x3(1->16, pad 1)+ReLU+maxpool2, conv3x3(16->32, pad 1)+ReLU+maxpool2,
 //              dense 1568->10, batch 128; input [B, 1, 28, 28]
+//   resnet-bn  examples/models.h's ResNet, batch 128
+//   gpt-small  examples/char_lm's model with its defaults (examples/gpt.h): 2 pre-norm blocks
+//              of width 64, 4 heads, context 64, vocabulary 86 (the licence corpus' alphabet),
+//              batch 32; inputs "tokens" and "targets" i32 [B, 64], per-token cross-entropy
 //
 // The optimiser is PyTorch's SGD momentum (dampening 0, no Nesterov): for each trainable w
 // with gradient g and a non-trainable momentum variable m (zeros), m' = 0.9 m + g and
@@ -27,6 +31,9 @@ struct TrainStep {
   std::string workload;
   int64_t batch = 0;
   Shape image;  // the "image" input with the batch bound, e.g. [256, 784] or [128, 1, 28, 28]
+  // A language model's step (gpt-small) instead: "tokens" and "targets" i32 [batch, context]
+  // below `vocab` in place of "image" and "label".
+  int64_t context = 0, vocab = 0;
   std::unique_ptr<Graph> graph;  // owned here: programs compiled from it must not outlive it
   Tensor loss;                   // the mean cross-entropy, the step's one fetch
   std::vector<Tensor> trainable;
@@ -39,7 +46,8 @@ std::vector<std::string> workload_names();
 // towerjit::Error for an unknown name.
 TrainStep build_train_step(const std::string& workload);
 
-// Fixed random data: "image" uniform in [0, 1), "label" uniform over the 10 classes.
+// Fixed random data: "image" uniform in [0, 1), "label" uniform over the 10 classes (or
+// "tokens" and "targets" uniform over the vocabulary).
 HostFeeds random_feeds(const TrainStep& step, uint32_t seed);
 
 // Every variable's initial value (weights from their initialisers, momenta zero).

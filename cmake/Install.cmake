@@ -40,8 +40,10 @@ set(TOWERJIT_PUBLIC_HEADERS
   runtime/towers/histogram_hook.h runtime/towers/hooks.h runtime/towers/interrupts.h
   runtime/towers/predictor.h runtime/towers/tower_trainer.h)
 # Public but not in towerjit.h: report::Trace (TowerTrainer::set_trace), whose inline spans need
-# <chrono>, which would add 17,000 lines to every user's translation unit.
-set(TOWERJIT_OPT_IN_HEADERS runtime/report/trace.h)
+# <chrono>, which would add 17,000 lines to every user's translation unit; the language-model
+# evaluation (TokenEvalHook, evaluate_tokens), included by the programs that score tokens.
+set(TOWERJIT_OPT_IN_HEADERS runtime/report/trace.h runtime/towers/token_eval_hook.h runtime/towers/token_evaluation.h
+    dsl/call_site.h)
 foreach(header ${TOWERJIT_PUBLIC_HEADERS} ${TOWERJIT_OPT_IN_HEADERS})
   get_filename_component(dir ${header} DIRECTORY)
   install(FILES ${PROJECT_SOURCE_DIR}/${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/towerjit/${dir})

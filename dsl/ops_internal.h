@@ -39,4 +39,8 @@ int one_axis(int axis, const Tensor& x, const char* op, Loc loc);
 // Checks that `x` is f32 (the op computes on real numbers).
 void require_f32(const Tensor& x, const char* op, Loc loc);
 
+// The name of the input whose values node `id` carries unchanged (through layout ops and
+// casts), for an out-of-range message (dsl/index_errors.h); "" when the values are computed.
+std::string source_input(const Graph& g, int id);
+
 }  // namespace towerjit::detail

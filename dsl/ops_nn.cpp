@@ -123,6 +123,7 @@ Tensor one_hot(Tensor indices, int64_t depth, Loc loc) {
   dims.push_back(depth);
   Attrs attrs;
   attrs.depth = depth;
+  attrs.name = source_input(g, indices.id());
   return make(g, Op::OneHot, {indices.id()}, Shape(std::move(dims)), DType::f32, attrs, loc);
 }
 

@@ -12,7 +12,7 @@ namespace towerjit {
 
 using namespace detail;
 
-namespace {
+namespace detail {
 
 // The name of the input whose values `id` carries unchanged (through layout ops and casts),
 // for the out-of-range message; "" when the indices are computed.
@@ -26,7 +26,7 @@ std::string source_input(const Graph& g, int id) {
   }
 }
 
-}  // namespace
+}  // namespace detail
 
 Tensor iota(Shape shape, int axis, DType dtype, Loc loc) {
   Graph& g = Graph::current();
@@ -85,33 +85,5 @@ Tensor gather(Tensor table, Tensor indices, int axis, Loc loc) {
   attrs.name = source_input(g, indices.id());
   return make(g, Op::Gather, {table.id(), indices.id()}, Shape(std::move(dims)), table.dtype(), attrs, loc);
 }
-
-namespace detail {
-
-std::string gather_index_error(const Node& node, int64_t value, int64_t flat, const Shape& indices,
-                               int64_t rows) {
-  std::ostringstream s;
-  s << op_name(node.op) << ": index " << value << " at ";
-  // The multi-index of a higher rank's element; a batch axis first needs no size to unravel.
-  const bool unravels = indices.rank() >= 2 && std::find(indices.dims().begin() + 1, indices.dims().end(),
-                                                         kBatch) == indices.dims().end();
-  if (unravels) {
-    std::vector<int64_t> at(indices.rank());
-    int64_t rest = flat;
-    for (int d = indices.rank() - 1; d >= 1; --d) at[d] = rest % indices[d], rest /= indices[d];
-    at[0] = rest;
-    for (int d = 0; d < indices.rank(); ++d) s << (d ? "," : "[") << at[d];
-    s << "]";
-  } else {
-    s << (indices.rank() <= 1 ? "" : "flat position ") << flat;
-  }
-  s << " of " << (node.attrs.name.empty() ? std::string("the indices") : "input \"" + node.attrs.name + "\"")
-    << " is out of range [0, " << rows << ")" << (node.scope.empty() ? "" : " in \"" + node.scope + "\"")
-    << "; an index must name a row of the table's axis " << node.attrs.axis
-    << " (for an embedding: ids below the vocabulary size, " << rows << ")";
-  return s.str();
-}
-
-}  // namespace detail
 
 }  // namespace towerjit

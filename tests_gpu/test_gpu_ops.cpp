@@ -56,7 +56,7 @@ TEST_CASE("GPU: a label out of range raises the CPU backend's error", "[gpu]") {
   std::string cpu_message, gpu_message;
   try { tj::CpuProgram(g, {hot}).run(feeds, vars); } catch (const tj::Error& e) { cpu_message = e.what(); }
   try { tj::CudaProgram(g, {hot}).run(feeds, vars); } catch (const tj::Error& e) { gpu_message = e.what(); }
-  CHECK_THAT(gpu_message, Catch::Contains("label 12 at flat index 2 is out of range [0, 10)"));
+  CHECK_THAT(gpu_message, Catch::Contains("label 12 at flat index 2 of input \"labels\" is out of range [0, 10)"));
   CHECK(gpu_message == cpu_message);
 }
 

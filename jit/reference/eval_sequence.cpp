@@ -26,8 +26,8 @@ GatherGeometry geometry(const Shape& table, int axis, int64_t count) {
 void check_indices(const Node& node, const Array& indices, int64_t rows) {
   for (int64_t i = 0; i < indices.size(); ++i) {
     const double v = indices[i];
-    user_check(v >= 0 && v < static_cast<double>(rows), node)
-        << detail::gather_index_error(node, static_cast<int64_t>(v), i, indices.shape, rows);
+    if (!(v >= 0 && v < static_cast<double>(rows)))
+      throw detail::gather_out_of_range(node, static_cast<int64_t>(v), i, indices.shape, rows);
   }
 }
 

@@ -38,10 +38,7 @@ void one_hot(const Node& node, const View& labels, const View& out) {
   std::fill(out.f(), out.f() + count * depth, 0.0f);
   for (int64_t i = 0; i < count; ++i) {
     const int32_t v = labels.i()[i];
-    user_check(v >= 0 && v < depth, node)
-        << "one_hot: label " << v << " at flat index " << i << " is out of range [0, " << depth
-        << ")" << (node.scope.empty() ? "" : " in \"" + node.scope + "\"")
-        << "; labels must be class indices below the number of classes";
+    if (v < 0 || v >= depth) throw detail::one_hot_out_of_range(node, v, i);
     out.f()[i * depth + v] = 1.0f;
   }
 }
@@ -59,7 +56,7 @@ GatherGeometry gather_geometry(const Node& node, const Shape& table, const View&
   for (int d = axis + 1; d < table.rank(); ++d) g.inner *= table[d];
   for (int64_t i = 0; i < g.count; ++i) {
     const int32_t v = indices.i()[i];
-    user_check(v >= 0 && v < g.rows, node) << detail::gather_index_error(node, v, i, indices.shape, g.rows);
+    if (v < 0 || v >= g.rows) throw detail::gather_out_of_range(node, v, i, indices.shape, g.rows);
   }
   return g;
 }

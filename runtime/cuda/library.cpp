@@ -256,17 +256,14 @@ void check_one_hot_slot(const Node& node, uint64_t slot) {
   const int64_t i = static_cast<int64_t>(slot >> 32);
   const int32_t v = static_cast<int32_t>(slot & 0xffffffffu);
 
-  user_check(false, node) << "one_hot: label " << v << " at flat index " << i << " is out of range [0, "
-                              << node.attrs.depth << ")"
-                              << (node.scope.empty() ? "" : " in \"" + node.scope + "\"")
-                              << "; labels must be class indices below the number of classes";
+  throw detail::one_hot_out_of_range(node, v, i);
 }
 
 void check_gather_slot(const Node& node, const Shape& table, const Shape& indices, uint64_t slot) {
   if (slot == ~uint64_t{0}) return;
   const int64_t i = static_cast<int64_t>(slot >> 32);
   const int32_t v = static_cast<int32_t>(slot & 0xffffffffu);
-  user_check(false, node) << detail::gather_index_error(node, v, i, indices, table[node.attrs.axis]);
+  throw detail::gather_out_of_range(node, v, i, indices, table[node.attrs.axis]);
 }
 
 }  // namespace towerjit::cuda

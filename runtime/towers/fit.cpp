@@ -3,6 +3,7 @@
 #include "runtime/towers/fit.h"
 
 #include "dsl/error.h"
+#include "dsl/index_errors.h"
 #include "runtime/dist/checked_transport.h"
 #include "runtime/dist/world.h"
 #include "runtime/towers/fit_loop.h"
@@ -18,8 +19,12 @@ void TowerStrategy::fit(FitLoop& loop, int accumulate, Loc loc) {
   while (!loop.done()) {
     auto [batch, event] = loop.next();
     const auto start = Clock::now();
-    const StepResult result = accumulate > 1 ? accumulated_step(batch.feeds, accumulate, loc)
-                                             : step(batch.feeds, batch.whole, loc);
+    StepResult result;
+    try {
+      result = accumulate > 1 ? accumulated_step(batch.feeds, accumulate, loc) : step(batch.feeds, batch.whole, loc);
+    } catch (const IndexOutOfRange& e) {
+      throw e.at_step(loop.step_in_words(event));
+    }
     event.seconds = seconds_since(start);
     event.loss = result.loss;
     event.learning_rate = result.learning_rate;

@@ -77,6 +77,11 @@ void FitLoop::trained(StepEvent e, const std::vector<Suspect>& suspects) {
   previous_ = Clock::now();  // the hooks' time (an evaluation) is not the next step's
 }
 
+std::string FitLoop::step_in_words(const StepEvent& e) {
+  return "step " + std::to_string(e.step) + "'s batch (epoch " + std::to_string(e.epoch + 1) + ", batch " +
+         std::to_string(e.batch_in_epoch + 1) + " of " + std::to_string(e.batches_per_epoch) + ")";
+}
+
 StepEvent FitLoop::end() {
   // Read once: a signal that comes during the hooks' end still counts as this stop (alone;
   // over several processes only what the ranks agreed on counts).

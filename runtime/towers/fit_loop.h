@@ -37,6 +37,8 @@ class FitLoop {
   // Batch `e` is trained, loss, rate and seconds filled in: the NaN check (naming a
   // non-finite input of `suspects`, the batches that may have fed the loss), then the hooks.
   void trained(StepEvent e, const std::vector<Suspect>& suspects);
+  // "step 3's batch (epoch 1, batch 3 of 34)": which batch `e` is, for messages.
+  static std::string step_in_words(const StepEvent& e);
   // The hooks' end; then, when a signal stopped the run, Interrupted.
   StepEvent end();
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "dsl/call_site.h"
 #include "dsl/error.h"
 #include "runtime/checkpoint/atomic_file.h"
 #include "runtime/checkpoint/checkpoint_format.h"
@@ -20,6 +21,18 @@ namespace {
 constexpr const char* kAppliesKey = "optimizer_applies";
 
 bool epoch_ends(const StepEvent& e) { return e.batch_in_epoch + 1 == e.batches_per_epoch; }
+
+// The dataset's label array; without one, TensorDataset::labels' error at `site`, the user's line
+// also when std::make_unique made the hook.
+const HostTensor& labels_of(const data::TensorDataset& test, const CallSite& site) {
+  if (!test.has_labels()) {
+    std::string names;
+    for (const auto& [name, t] : test.arrays()) names += (names.empty() ? "\"" : ", \"") + name + "\"";
+    user_check(false, site) << "the dataset has no label array \"" << test.label_name() << "\" (its arrays: " << names
+                            << "); name the label when building it: TensorDataset(arrays, \"<label array>\")";
+  }
+  return test.labels();
+}
 
 std::string format(const char* fmt, auto... args) {
   char text[256];
@@ -73,12 +86,14 @@ EvalHook::EvalHook(const data::Dataset& test, report::Progress& progress, report
 
 EvalHook::EvalHook(const data::TensorDataset& test, report::Progress& progress, report::MetricsSink* metrics,
                    bool ema_weights, int64_t every, Loc loc)
-    : test_inputs_(test.inputs()), test_labels_(test.labels(loc)), progress_(progress), metrics_(metrics),
+    : test_inputs_(test.inputs()), test_labels_(labels_of(test, CallSite(loc))), progress_(progress), metrics_(metrics),
       ema_weights_(ema_weights), every_(every) {
-  user_check(test_labels_.dtype == DType::i32 && test_labels_.shape.rank() == 1, loc)
+  // Made through std::make_unique, `loc` names <bits/unique_ptr.h>: CallSite finds the user's line.
+  const CallSite site(loc);
+  user_check(test_labels_.dtype == DType::i32 && test_labels_.shape.rank() == 1, site)
       << "EvalHook: the label array \"" << test.label_name() << "\" is " << dtype_name(test_labels_.dtype)
       << test_labels_.shape.str() << "; evaluation scores class indices, i32 [N]";
-  user_check(!test_inputs_.empty(), loc)
+  user_check(!test_inputs_.empty(), site)
       << "EvalHook: the dataset holds only its label array \"" << test.label_name() << "\"; add the model's inputs";
 }
 

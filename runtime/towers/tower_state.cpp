@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "dsl/error.h"
+#include "dsl/index_errors.h"
 #include "jit/knobs.h"
 #include "runtime/cpu_affinity.h"
 
@@ -78,6 +79,8 @@ void TowerState::on_slice(const BatchSplit& split, int t, const std::function<vo
   const int64_t row = split.first_row_of(t);
   try {
     body();
+  } catch (const IndexOutOfRange& e) {
+    throw e.in_batch_from(row);
   } catch (const Error& e) {
     if (row == 0) throw;
     throw Error(std::string(e.what()) + " [tower " + std::to_string(split.first + t) + " (" +

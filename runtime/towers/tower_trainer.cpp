@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "dsl/error.h"
+#include "dsl/index_errors.h"
 #include "dsl/tower_program.h"
 #include "runtime/dist/checked_transport.h"
 #include "runtime/dist/world.h"
@@ -77,8 +78,13 @@ TowerTrainer::StepResult TowerTrainer::step(const HostFeeds& batch, StepOptions 
   const dist::UserCall at(loc);
   user_check(options.accumulate >= 1, loc) << "step: accumulate " << options.accumulate
                                             << " must be at least 1 (1: one apply per batch, as without it)";
-  StepResult result = options.accumulate > 1 ? strategy_->accumulated_step(batch, options.accumulate, loc)
-                                             : strategy_->step(batch, options.whole_batch, loc);
+  StepResult result;
+  try {
+    result = options.accumulate > 1 ? strategy_->accumulated_step(batch, options.accumulate, loc)
+                                    : strategy_->step(batch, options.whole_batch, loc);
+  } catch (const detail::IndexOutOfRange& e) {
+    throw e.at_step("step()'s batch (apply " + std::to_string(applies() + 1) + ")");
+  }
   if (options.check_loss && !std::isfinite(result.loss)) {
     const std::string bad = first_non_finite_input(batch);
     user_check(false, loc) << "step: the loss is " << (std::isnan(result.loss) ? "NaN" : "infinite") << " at apply "

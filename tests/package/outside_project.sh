@@ -61,9 +61,10 @@ installed)
     [ -f "$prefix/$f" ] || fail "the install has no $f"
   done
   # Only the public API is installed: every installed header is towerjit.h's or the opt-in
-  # trace.h's, directly or not (cmake/Install.cmake), and none of them misses one it includes.
+  # trace.h's or token_eval_hook.h's, directly or not (cmake/Install.cmake), and none of them
+  # misses one it includes.
   inc=$prefix/include/towerjit
-  ( cd "$inc" && g++ -std=c++20 -MM -I. towerjit.h runtime/report/trace.h ) >"$work/closure" 2>&1 ||
+  ( cd "$inc" && g++ -std=c++20 -MM -I. towerjit.h runtime/report/trace.h runtime/towers/token_eval_hook.h ) >"$work/closure" 2>&1 ||
     { cat "$work/closure"; fail "an installed public header includes one that is not installed"; }
   tr ' \\' '\n\n' <"$work/closure" | grep -v -e '^$' -e ':$' -e '^/' | sed 's|^\./||' | sort -u >"$work/needed"
   ( cd "$inc" && find . -type f | sed 's|^\./||' | sort ) >"$work/installed"

@@ -198,6 +198,6 @@ TEST_CASE("a one-hot label out of range on the GPU reads as the CPU backend's er
   // What tj_one_hot leaves in its slot: the smallest bad index and its label.
   CHECK_NOTHROW(cu::check_one_hot_slot(hot.node(), ~uint64_t{0}));
   try { cu::check_one_hot_slot(hot.node(), (uint64_t{2} << 32) | 12u); } catch (const tj::Error& e) { gpu_message = e.what(); }
-  CHECK_THAT(cpu_message, Catch::Contains("label 12 at flat index 2 is out of range [0, 10)"));
+  CHECK_THAT(cpu_message, Catch::Contains("label 12 at flat index 2 of input \"labels\" is out of range [0, 10)"));
   CHECK(gpu_message == cpu_message);
 }
