@@ -23,7 +23,7 @@ Tensor on_rows(Tensor base, const SparseGradient& g, Loc loc, F f) {
 
 // torch.optim.SGD (dampening 0). Momentum's velocity decays on every row, touched or not, as
 // the dense form's does: buf = mu buf is a dense elementwise pass (written in place in the
-// slot), the touched rows mu buf + g; w -= lr buf is dense too. No [rows, ...] gradient is
+// slot), the touched rows mu buf + g; w -= lr buf is dense too. No table-sized gradient is
 // built, only the passes over the weights and the slot that dense momentum makes anyway.
 void sgd(const Optimizer& o, Tensor lr, Tensor w, const SparseGradient& g, Tensor rows_g,
          std::vector<Tensor>& out, Loc loc) {

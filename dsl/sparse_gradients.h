@@ -5,7 +5,7 @@
 // inputs are the pair (indices, values) and its shape is the table's. The node stays unevaluated
 // unless something reads it densely (a fetch, a sum with a dense gradient, a collective);
 // Optimizer::apply reads the pair instead and updates the touched rows alone
-// (dsl/optimizers.cpp), so no [rows, ...] temporary is ever built. docs/dsl.md states the rule.
+// (dsl/optimizers.cpp), so no table-sized gradient is ever built. docs/dsl.md states the rule.
 #pragma once
 
 #include <optional>

@@ -364,7 +364,7 @@ void Planner::choose_in_place(const std::vector<int>& update_ops) {
 // A sparse apply's scatter_rows (dsl/optimizers_sparse.cpp) writes the rows into its variable
 // in place when the table it starts from is the variable itself, or a loop kernel of the
 // variable's shape (momentum's decayed slot) that can itself be written in place: then no
-// [rows, ...] temporary exists. The variable's old value must be read before the first of
+// table-sized temporary exists. The variable's old value must be read before the first of
 // these writes, and the base kernel's own value before the scatter changes it.
 void Planner::scatter_in_place(int update, const std::vector<int>& pos) {
   const int var = g_.node(update).inputs[0], value = g_.node(update).inputs[1];
