@@ -237,11 +237,6 @@ void run_library_call(const kir::LibraryCall& call, const Node& node, const std:
       }
       return;
     }
-    case Op::CombineRows: case Op::ScatterRows:
-      user_check(false, node) << "the sparse apply of a gather's gradient (" << op_name(call.op) << ") has no "
-                              << "GPU routine yet; run this program on CPU towers, or create the embedding "
-                              << "with sparse = false (gather(table, ids, 0, false)) for a dense gradient";
-      return;
     default:
       internal_check(false) << "no GPU library routine for " << op_name(call.op);
   }
