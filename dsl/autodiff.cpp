@@ -4,6 +4,7 @@
 #include "dsl/autodiff.h"
 
 #include "dsl/grad_rules.h"
+#include "dsl/sparse_gradients.h"
 
 namespace towerjit {
 
@@ -101,7 +102,7 @@ void propagate(Graph& graph, int id, std::vector<Tensor>& grads, const std::vect
         << dx[k].describe() << ", expected the shape " << c.x[k].shape().str();
     // The sum is the gradient of the input node, so it points at where that node was built.
     const Loc input_loc = graph.node(in).loc;
-    grads[in] = grads[in].valid() ? add(grads[in], dx[k], input_loc) : dx[k];
+    grads[in] = grads[in].valid() ? add_gradients(grads[in], dx[k], input_loc) : dx[k];
   }
 }
 

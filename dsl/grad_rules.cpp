@@ -16,6 +16,7 @@ bool passes_gradient(const Graph& graph, const Node& node, int k) {
     case Op::Input: case Op::Variable: case Op::Constant: case Op::Iota:
     case Op::Sign: case Op::StopGradient: case Op::Count: case Op::OneHot: case Op::ArgMax:
     case Op::RandomUniform: case Op::Assign: case Op::AllReduce:
+    case Op::CombineRows: case Op::ScatterRows:  // the optimiser's sparse apply
       return false;
     case Op::Cast:  // only f32 -> f32 passes; i32 -> f32 starts from integers
       return graph.node(node.inputs[k]).dtype == DType::f32;

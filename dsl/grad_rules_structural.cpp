@@ -122,9 +122,9 @@ bool backward_structural(const GradContext& c, std::vector<Tensor>& dx) {
     case Op::AvgPool2D:
       dx[0] = primitive(c, Op::AvgPool2DGrad, {g.id()}, c.in_shape(0));
       return true;
-    // The seam of sparse gradients: a gather's gradient is the rows it read (its indices) and
-    // the values dy; GatherGrad is their dense sum into a table-shaped zero, the one place the
-    // [rows, ...] gradient is built.
+    // A gather's gradient is the rows it read (its indices) and the values dy: GatherGrad holds
+    // the pair (dsl/sparse_gradients.h), which the optimiser applies row by row; the node's own
+    // value, their dense sum into a table-shaped zero, is computed only if something reads it.
     case Op::Gather:
       dx[0] = primitive(c, Op::GatherGrad, {c.x[1].id(), g.id()}, c.in_shape(0));
       return true;

@@ -105,7 +105,7 @@ std::string attrs_str(const Node& n) {
     case Op::Count: out << " axes=" << list(a.axes); break;
     case Op::OneHot: out << " depth=" << a.depth; break;
     case Op::ArgMax: case Op::Concat: case Op::Iota: case Op::Gather: case Op::GatherGrad:
-      out << " axis=" << a.axis;
+      out << " axis=" << a.axis << (a.dense_gradient ? " dense_gradient" : "");
       break;
     case Op::RandomUniform: out << " seed=" << a.seed; break;
     case Op::Conv2D: case Op::Conv2DGradInput: case Op::Conv2DGradFilter:

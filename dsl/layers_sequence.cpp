@@ -47,7 +47,7 @@ Tensor embedding(Tensor ids, int64_t vocab, int64_t dim, const std::string& name
   GraphScope use(g);
   VariableScope scope(name);
   Tensor table = variable("embeddings", {vocab, dim}, {.init = options.init, .trainable = options.trainable}, loc);
-  return gather(table, ids, 0, loc);
+  return gather(table, ids, 0, options.sparse, loc);
 }
 
 Tensor layer_norm(Tensor x, const std::string& name, NormOptions options, Loc loc) {

@@ -27,6 +27,9 @@ struct Attrs {
   int kernel[2] = {1, 1}, stride[2] = {1, 1}, pad[2] = {0, 0};  // conv, pools: (h, w)
   uint64_t seed = 0;                  // random_uniform
   std::string name;                   // input, variable
+  // gather: the table's gradient is the dense scatter (GatherGrad) even where the optimiser
+  // could apply it sparsely (gather's and embedding's sparse = false; docs/dsl.md).
+  bool dense_gradient = false;
 
   bool operator==(const Attrs&) const = default;
 };

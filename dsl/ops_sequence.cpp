@@ -66,6 +66,10 @@ Tensor tril(Tensor x, Loc loc) {
 }
 
 Tensor gather(Tensor table, Tensor indices, int axis, Loc loc) {
+  return gather(table, indices, axis, /*sparse=*/true, loc);
+}
+
+Tensor gather(Tensor table, Tensor indices, int axis, bool sparse, Loc loc) {
   Operand ot(table, loc), oi(indices, loc);
   Graph& g = graph_of({&ot, &oi}, "gather", loc);
   user_check(indices.dtype() == DType::i32, loc)
@@ -83,6 +87,7 @@ Tensor gather(Tensor table, Tensor indices, int axis, Loc loc) {
   Attrs attrs;
   attrs.axis = a;
   attrs.name = source_input(g, indices.id());
+  attrs.dense_gradient = !sparse;
   return make(g, Op::Gather, {table.id(), indices.id()}, Shape(std::move(dims)), table.dtype(), attrs, loc);
 }
 

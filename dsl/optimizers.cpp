@@ -3,10 +3,12 @@
 #include "dsl/optimizers.h"
 
 #include <cmath>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "dsl/ops_internal.h"
+#include "dsl/optimizers_sparse.h"
 #include "dsl/state.h"
 
 namespace towerjit {
@@ -207,10 +209,21 @@ std::vector<Tensor> Optimizer::apply(const std::vector<Tensor>& grads,
   GraphScope in(g);  // the global step and constants belong to the variables' graph
   Tensor step = global_step(loc);
   const Step s{&g, learning_rate.at(step, loc), add(step, 1.0, loc), loc};
+  // A sparse gradient (dsl/sparse_gradients.h) is applied to the rows it touched; checked
+  // first, as clipping and weight decay would read it densely.
+  std::vector<std::optional<SparseGradient>> sparse;
+  for (size_t i = 0; i < variables.size(); ++i) {
+    sparse.push_back(as_sparse(grads[i]));
+    if (sparse.back()) detail::check_sparse_apply(*this, variables[i], loc);
+  }
   std::vector<Tensor> clipped = clip_norm > 0 ? clip_by_global_norm(grads, clip_norm, loc) : grads;
   std::vector<Tensor> out;
   for (size_t i = 0; i < variables.size(); ++i) {
     const Tensor w = variables[i];
+    if (sparse[i]) {
+      detail::sparse_apply(*this, s.lr, s.t, w, *sparse[i], out, loc);
+      continue;
+    }
     Tensor grad = clipped[i];
     if (kind != OptimizerKind::adamw && weight_decay != 0)
       grad = add(grad, mul(weight_decay, w, loc), loc);  // L2 through the gradient

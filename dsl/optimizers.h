@@ -46,8 +46,11 @@ struct Optimizer {
   // Appends the update ops for `variables` given their `grads` (same order and shapes) to
   // their graph, increments the global step once (see increment_global_step) and returns the
   // update ops it added. The learning rate is evaluated at the global step's value before the
-  // increment. Errors: sizes differ, a target is not an f32 variable, a gradient is missing
-  // or has another shape, a variable is listed twice, a hyperparameter is out of range.
+  // increment. A sparse gradient (dsl/sparse_gradients.h: a table read only through gathers)
+  // is applied to the rows it touched (docs/optimizers.md, "Sparse gradients"). Errors: sizes
+  // differ, a target is not an f32 variable, a gradient is missing or has another shape, a
+  // variable is listed twice, a hyperparameter is out of range, a sparse gradient given to
+  // rmsprop, weight decay or clipping (the fix: sparse = false on its gather or embedding).
   std::vector<Tensor> apply(const std::vector<Tensor>& grads, const std::vector<Tensor>& variables,
                             Loc loc = Loc::current()) const;
 

@@ -22,15 +22,20 @@ Tensor tril(Tensor x, Loc loc = Loc::current());
 // --- Gathers --------------------------------------------------------------------------------
 // The slices of `table` along `axis` at the i32 `indices` (numpy's take): the result's shape is
 // table[:axis] + indices + table[axis+1:]. An index outside [0, table.dim(axis)) is an error
-// when the graph runs, naming the input that fed the indices. The gradient w.r.t. the table
-// is, for now, dense: a scatter-add of the incoming gradient into a zero table, each row's sum
-// in index order (docs/dsl.md says what is to replace it).
+// when the graph runs, naming the input that fed the indices. Along axis 0 the gradient
+// w.r.t. the table is sparse (dsl/sparse_gradients.h): the rows read and the values flowing
+// back, which the optimiser applies to the touched rows alone. With `sparse` false (or along
+// another axis) it is the dense scatter-add into a zero table, each row's sum in index order.
 Tensor gather(Tensor table, Tensor indices, int axis = 0, Loc loc = Loc::current());
+Tensor gather(Tensor table, Tensor indices, int axis, bool sparse, Loc loc = Loc::current());
 
 struct EmbeddingOptions {
   // PyTorch's nn.Embedding draws N(0, 1); Keras' uniform(-0.05, 0.05).
   Initializer init = init::normal(0, 1);
   bool trainable = true;
+  // The table's gradient as rows plus values (PyTorch's sparse=True, here the default);
+  // false: the dense [vocab, dim] gradient, for an optimiser without a sparse apply.
+  bool sparse = true;
 };
 // i32 `ids` of any shape -> f32 ids.shape + [dim]: rows of the variable "<name>/embeddings"
 // [vocab, dim], gather(table, ids). Built again under a scope with reuse, it shares the table.

@@ -70,3 +70,24 @@ TEST_CASE("GPU: an index out of range raises the CPU backend's error", "[gpu]") 
   CHECK_THAT(gpu_message, Catch::Contains("gather: index 12 at [1,1] of input \"ids\" is out of range [0, 10)"));
   CHECK(gpu_message == cpu_message);
 }
+
+TEST_CASE("GPU: a sparse apply is refused when the program is built, naming sparse = false", "[gpu]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto ids = tj::input("ids", {kBatch, 3}, tj::DType::i32);
+  auto e = tj::embedding(ids, 10, 4, "embed");
+  auto loss = tj::sum(e * e);
+  auto table = tj::trainable_variables();
+  tj::sgd(0.1).apply(tj::grad(loss, table), table);
+  CHECK_THROWS_WITH(tj::CudaProgram(g, {loss}, true),
+                    Catch::Contains("the sparse apply has no GPU routine yet") && Catch::Contains("sparse = false"));
+  // The dense path still runs there.
+  tj::Graph dense;
+  tj::GraphScope use_dense(dense);
+  auto ids2 = tj::input("ids", {kBatch, 3}, tj::DType::i32);
+  auto e2 = tj::embedding(ids2, 10, 4, "embed", {.sparse = false});
+  auto loss2 = tj::sum(e2 * e2);
+  auto table2 = tj::trainable_variables();
+  tj::sgd(0.1).apply(tj::grad(loss2, table2), table2);
+  CHECK_NOTHROW(tj::CudaProgram(dense, {loss2}, true));
+}

@@ -100,6 +100,7 @@ std::string library_routine(const kir::LibraryCall& c, bool cudnn) {
     case Op::ArgMax: return "tj_argmax";
     case Op::Gather: return "tj_gather";
     case Op::GatherGrad: return "cuMemsetD32Async + tj_gather_grad";
+    case Op::CombineRows: case Op::ScatterRows: return "none yet (CPU only)";
     case Op::Pad: return "tj_pad";
     case Op::Concat: return "tj_copy_box per part";
     default: return "none";

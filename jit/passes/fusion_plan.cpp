@@ -12,7 +12,7 @@ bool is_library(Op op) {
     case Op::MatMul: case Op::OneHot: case Op::ArgMax: case Op::Conv2D:
     case Op::Conv2DGradInput: case Op::Conv2DGradFilter: case Op::MaxPool2D:
     case Op::MaxPool2DGrad: case Op::AvgPool2D: case Op::AvgPool2DGrad: case Op::Pad:
-    case Op::Concat: case Op::Gather: case Op::GatherGrad:
+    case Op::Concat: case Op::Gather: case Op::GatherGrad: case Op::CombineRows: case Op::ScatterRows:
       return true;
     default:
       return false;
@@ -68,6 +68,7 @@ class Planner {
   void merge_sibling_reductions();
   bool sibling_reads_ok(int r2, int r1) const;
   void choose_in_place(const std::vector<int>& update_ops);
+  void scatter_in_place(int update, const std::vector<int>& pos);
   bool elementwise(int id) const;
   // Distinct nodes that read `n`: a + a reads a twice but inlines it into one kernel.
   int readers(int n) const {
@@ -343,6 +344,10 @@ void Planner::choose_in_place(const std::vector<int>& update_ops) {
   for (int u : update_ops) {
     const int var = g_.node(u).inputs[0], value = g_.node(u).inputs[1];
     const Node& v = g_.node(value);
+    if (v.op == Op::ScatterRows) {
+      if (assigned[var] == 1) scatter_in_place(u, pos);
+      continue;
+    }
     const OpKind kind = op_kind(v.op);
     const bool loop_kernel = kind == OpKind::Unary || kind == OpKind::Binary || v.op == Op::Select;
     if (assigned[var] != 1 || !loop_kernel || v.shape != g_.node(var).shape || p_.in_place[value] >= 0)
@@ -354,6 +359,31 @@ void Planner::choose_in_place(const std::vector<int>& update_ops) {
     // The value's other readers must see the new value: they run after it anyway.
     if (old_read_before) p_.in_place[value] = var;
   }
+}
+
+// A sparse apply's scatter_rows (dsl/optimizers_sparse.cpp) writes the rows into its variable
+// in place when the table it starts from is the variable itself, or a loop kernel of the
+// variable's shape (momentum's decayed slot) that can itself be written in place: then no
+// table-sized temporary exists. The variable's old value must be read before the first of
+// these writes, and the base kernel's own value before the scatter changes it.
+void Planner::scatter_in_place(int update, const std::vector<int>& pos) {
+  const int var = g_.node(update).inputs[0], value = g_.node(update).inputs[1];
+  const int base = g_.node(value).inputs[0];
+  const Node& b = g_.node(base);
+  const bool loop_kernel = op_kind(b.op) == OpKind::Unary || op_kind(b.op) == OpKind::Binary;
+  const bool chained = base != var && loop_kernel && p_.buffered[base] && p_.host[base] < 0 &&
+                       p_.in_place[base] < 0 && b.shape == g_.node(var).shape;
+  if (base != var && !chained) return;
+  const int first = chained ? pos[base] : pos[value];
+  const bool old_read_before = std::all_of(consumers_[var].begin(), consumers_[var].end(), [&](int c) {
+    return c == update || c == value || pos[c] < first || (chained && c == base);
+  });
+  const bool base_read_before = !chained || std::all_of(consumers_[base].begin(), consumers_[base].end(), [&](int c) {
+    return c == value || pos[c] < pos[value];
+  });
+  if (!old_read_before || !base_read_before) return;
+  if (chained) p_.in_place[base] = var;
+  p_.in_place[value] = var;
 }
 
 }  // namespace

@@ -249,6 +249,19 @@ Array argmax_bound(const EvalArgs& a, const Array& bound, const Array& y) {
   return out;
 }
 
+bool any_nonzero(const Array& bound) {
+  for (double e : bound.data)
+    if (e != 0) return true;
+  return false;
+}
+
+// Every element unbounded: an index that might be off could pick another row.
+Array unbounded(const EvalArgs& a) {
+  Array out = a.result();
+  for (double& v : out.data) v = kInf;
+  return out;
+}
+
 // A gather moves elements: each output's bound is its source's. An index that might differ
 // (a computed one with an error) could pick another row: unbounded.
 Array gather_bound(const EvalArgs& a, const Array& table_bound, const Array& index_bound) {
@@ -281,6 +294,28 @@ Array gather_grad_bound(const EvalArgs& a, const Array& index_bound, const Array
   for (int64_t i = 0; i < out.size(); ++i)
     if (terms[i] > 0) out[i] += rounding_gamma(terms[i]) * mags[i] + terms[i] * kFlushed;
   return out;
+}
+
+// combine_rows sums, at each position, the values sharing its index in index order: the
+// bound of gather_grad's row, read at each position.
+Array combine_rows_bound(const EvalArgs& a, const Array& index_bound, const Array& values_bound) {
+  if (any_nonzero(index_bound)) return unbounded(a);
+  const Array& indices = a.in(0);
+  const Array magnitude = abs_of(a.in(1));
+  Array ones = a.in(1);
+  for (double& v : ones.data) v = 1;
+  Array out = eval_as(a, Op::CombineRows, {&indices, &values_bound}, eval_combine_rows);
+  const Array mags = eval_as(a, Op::CombineRows, {&indices, &magnitude}, eval_combine_rows);
+  const Array terms = eval_as(a, Op::CombineRows, {&indices, &ones}, eval_combine_rows);
+  for (int64_t i = 0; i < out.size(); ++i)
+    if (terms[i] > 0) out[i] += rounding_gamma(terms[i]) * mags[i] + terms[i] * kFlushed;
+  return out;
+}
+
+// scatter_rows moves elements: the table's bounds with the written rows' bounds in place.
+Array scatter_rows_bound(const EvalArgs& a, const std::vector<const Array*>& bounds) {
+  if (any_nonzero(*bounds[1])) return unbounded(a);
+  return eval_as(a, Op::ScatterRows, {bounds[0], &a.in(1), bounds[2]}, eval_scatter_rows);
 }
 
 }  // namespace
@@ -327,6 +362,8 @@ Array error_bound(const EvalArgs& a, const std::vector<const Array*>& bounds, co
     case Op::Input: case Op::Variable: case Op::Constant: case Op::Iota: return float_rounding_bound(y);
     case Op::Gather: return gather_bound(a, *bounds[0], *bounds[1]);
     case Op::GatherGrad: return gather_grad_bound(a, *bounds[0], *bounds[1]);
+    case Op::CombineRows: return combine_rows_bound(a, *bounds[0], *bounds[1]);
+    case Op::ScatterRows: return scatter_rows_bound(a, bounds);
     case Op::Count: return Array(a.shape);
     case Op::Select: return elementwise_bound(a, bounds, y);
     case Op::Reshape: return moved_bound(a, bounds, eval_reshape);

@@ -63,6 +63,8 @@ Array eval_assign(const EvalArgs& a);
 Array eval_iota(const EvalArgs& a);
 Array eval_gather(const EvalArgs& a);
 Array eval_gather_grad(const EvalArgs& a);
+Array eval_combine_rows(const EvalArgs& a);
+Array eval_scatter_rows(const EvalArgs& a);
 
 // --- eval_conv.cpp --------------------------------------------------------------------------
 Array eval_conv2d(const EvalArgs& a);

@@ -74,3 +74,34 @@ Array eval_gather_grad(const EvalArgs& a) {
 }
 
 }  // namespace towerjit::reference
+
+namespace towerjit::reference {
+
+// Rows of axis 0: the table [rows, inner...], the values [count, inner...].
+Array eval_combine_rows(const EvalArgs& a) {
+  const Array &indices = a.in(0), &values = a.in(1);
+  const GatherGeometry g = geometry(a.node.attrs.shape, 0, indices.size());
+  check_indices(a.node, indices, g.rows);
+  std::vector<double> sums(g.rows * g.inner, 0.0);
+  for (int64_t i = 0; i < g.count; ++i)
+    for (int64_t in = 0; in < g.inner; ++in)
+      sums[static_cast<int64_t>(indices[i]) * g.inner + in] += values[i * g.inner + in];
+  Array out = a.result();
+  for (int64_t i = 0; i < g.count; ++i)
+    for (int64_t in = 0; in < g.inner; ++in)
+      out[i * g.inner + in] = sums[static_cast<int64_t>(indices[i]) * g.inner + in];
+  return out;
+}
+
+Array eval_scatter_rows(const EvalArgs& a) {
+  const Array &table = a.in(0), &indices = a.in(1), &rows = a.in(2);
+  const GatherGeometry g = geometry(table.shape, 0, indices.size());
+  check_indices(a.node, indices, g.rows);
+  Array out = table;
+  for (int64_t i = 0; i < g.count; ++i)
+    for (int64_t in = 0; in < g.inner; ++in)
+      out[static_cast<int64_t>(indices[i]) * g.inner + in] = rows[i * g.inner + in];
+  return out;
+}
+
+}  // namespace towerjit::reference

@@ -180,6 +180,8 @@ Array evaluate(const EvalArgs& a, const Feeds& feeds, const Variables& variables
     case Op::ArgMax: return eval_argmax(a);
     case Op::Gather: return eval_gather(a);
     case Op::GatherGrad: return eval_gather_grad(a);
+    case Op::CombineRows: return eval_combine_rows(a);
+    case Op::ScatterRows: return eval_scatter_rows(a);
     case Op::Conv2D: return eval_conv2d(a);
     case Op::Conv2DGradInput: return eval_conv2d_grad_input(a);
     case Op::Conv2DGradFilter: return eval_conv2d_grad_filter(a);

@@ -85,6 +85,36 @@ void gather_grad(const Node& node, const View& indices, const View& dy, const Vi
     }
 }
 
+// Positions sorted stably by index, so each row's values are summed in index order (as
+// gather_grad sums them: the same row bitwise), then the sum written at every position of it.
+void combine_rows(const Node& node, const View& indices, const View& values, const View& out) {
+  const GatherGeometry g = gather_geometry(node, node.attrs.shape, indices);
+  std::vector<int64_t> order(g.count);
+  for (int64_t i = 0; i < g.count; ++i) order[i] = i;
+  const int32_t* idx = indices.i();
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return idx[a] < idx[b]; });
+  std::vector<float> sum(g.inner);
+  for (int64_t first = 0; first < g.count;) {
+    int64_t last = first;
+    while (last < g.count && idx[order[last]] == idx[order[first]]) ++last;
+    std::fill(sum.begin(), sum.end(), 0.0f);
+    for (int64_t k = first; k < last; ++k) {
+      const float* from = values.f() + order[k] * g.inner;
+      for (int64_t in = 0; in < g.inner; ++in) sum[in] += from[in];
+    }
+    for (int64_t k = first; k < last; ++k) std::copy(sum.begin(), sum.end(), out.f() + order[k] * g.inner);
+    first = last;
+  }
+}
+
+// The table copied unless the output is the table itself (written in place), then each row.
+void scatter_rows(const Node& node, const View& table, const View& indices, const View& rows, const View& out) {
+  const GatherGeometry g = gather_geometry(node, table.shape, indices);
+  if (out.data != table.data) std::memcpy(out.data, table.data, table.shape.elements(0) * 4);
+  for (int64_t i = 0; i < g.count; ++i)
+    std::memcpy(out.f() + indices.i()[i] * g.inner, rows.f() + i * g.inner, g.inner * 4);
+}
+
 void argmax(const Node& node, const View& x, const View& out) {
   const int axis = node.attrs.axis;
   int64_t outer = 1, inner = 1;
@@ -136,6 +166,8 @@ void run_library_call(const kir::LibraryCall& call, const Node& node,
     case Op::ArgMax: return argmax(node, in[0], out);
     case Op::Gather: return gather(node, in[0], in[1], out);
     case Op::GatherGrad: return gather_grad(node, in[0], in[1], out);
+    case Op::CombineRows: return combine_rows(node, in[0], in[1], out);
+    case Op::ScatterRows: return scatter_rows(node, in[0], in[1], in[2], out);
     case Op::Pad:
       std::memset(out.data, 0, out.shape.elements(0) * 4);
       return copy_box(in[0], out, call.attrs.begin);

@@ -67,6 +67,13 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
   LoweredProgram lowered = lower_graph(graph, ids, update_ops);
   graph_ = std::move(lowered.graph);
   program_ = std::move(lowered.program);
+  // The sparse apply of a gather's gradient (dsl/sparse_gradients.h) has CPU routines only.
+  for (const kir::LibraryCall& call : program_.calls)
+    user_check(call.op != Op::CombineRows && call.op != Op::ScatterRows, loc)
+        << "CudaProgram \"" << name << "\": the optimiser applies a sparse gradient (" << op_name(call.op)
+        << ", built at " << format_location(graph_.node(call.node)) << ") and the sparse apply has no GPU "
+        << "routine yet; run the apply on the CPU (CpuProgram, or a tower trainer), or create the table with "
+        << "sparse = false (embedding(..., {.sparse = false}) or gather(table, ids, 0, false))";
   // The same program keeps its name on every run, so the module's text (and the compile
   // cache's key) is the same.
   name_ = dump_stem(name, kir::to_string(program_));

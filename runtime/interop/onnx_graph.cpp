@@ -40,7 +40,7 @@ const char* no_onnx_form(Op op) {
              "would not compute what predict() computes; draw random numbers only in training "
              "(dropout() and by_phase() leave them out of inference), or export a model without them";
     case Op::Assign: case Op::AllReduce: case Op::Conv2DGradInput: case Op::Conv2DGradFilter:
-    case Op::MaxPool2DGrad: case Op::AvgPool2DGrad:
+    case Op::MaxPool2DGrad: case Op::AvgPool2DGrad: case Op::CombineRows: case Op::ScatterRows:
       return "it belongs to training (an update, a collective or a gradient), not to a model's "
              "output; export the model's output tensor (TowerTrainerOptions::logits)";
     default: return "";
