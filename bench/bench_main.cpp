@@ -187,7 +187,7 @@ json profile(tj::CpuProgram& program, const tj::HostFeeds& feeds, tj::HostVariab
 // median.
 json run_workload(const std::string& name, const Options& o, tj::ThreadPool& pool,
                   const bench::SgemmPeak& peak, const bench::CopyBandwidth& bw,
-                  const std::function<void(int)>& before_round) {
+                  const bench::CopyBandwidth& bw_cache, const std::function<void(int)>& before_round) {
   bench::TrainStep step = bench::build_train_step(name);
   const tj::HostFeeds feeds = bench::random_feeds(step, 42);
   tj::HostVariables vars = bench::initial_variables(step, 1);
@@ -271,6 +271,12 @@ json run_workload(const std::string& name, const Options& o, tj::ThreadPool& poo
   j["sgemm_peak_gflops"] = {{"one_thread", round3(peak.one_thread)}, {"pool", round3(peak.pool)}};
   j["copy_bandwidth_gbps"] = {{"one_thread", round3(bw.one_thread)}, {"pool", round3(bw.pool)},
                               {"buffer_mb", round3(bw.buffer_bytes / 1e6)}};
+  j["copy_bandwidth_cache_gbps"] = {{"one_thread", round3(bw_cache.one_thread)}, {"pool", round3(bw_cache.pool)},
+                                    {"buffer_mb", round3(bw_cache.buffer_bytes / 1e6)}};
+  {  // the loop kernels' total against the cache-sized copy too
+    json& lk = j["profile"]["loop_kernel_rates"];
+    lk["of_cache_copy_bandwidth"] = round3(lk["gbps"].get<double>() / bw_cache.pool);
+  }
   j["cpu_isa"] = tj::cpujit::isa_name(tj::cpujit::cpu_isa());
   return j;
 }
@@ -299,6 +305,7 @@ int main(int argc, char** argv) try {
   tj::ThreadPool pool(kThreads);
   const bench::SgemmPeak peak = bench::sgemm_peak(pool);
   const bench::CopyBandwidth bw = bench::copy_bandwidth(pool);
+  const bench::CopyBandwidth bw_cache = bench::copy_bandwidth(pool, int64_t{8} << 20);
   for (const std::string& name : o.workloads) {
     // PyTorch and ours in turn, round by round, so both see the same machine load.
     std::map<std::string, std::vector<double>> torch_rounds;  // setting -> each round's step ms
@@ -312,7 +319,7 @@ int main(int argc, char** argv) try {
         if (per.count(name)) torch_rounds[setting].push_back(per.at(name).step_ms);
       std::cerr << "towerjit_bench: " << name << ": round " << round + 1 << ": towerjit...\n";
     };
-    json j = run_workload(name, o, pool, peak, bw, torch_round);
+    json j = run_workload(name, o, pool, peak, bw, bw_cache, torch_round);
     if (python && torch_rounds.empty()) torch_missing = "the baseline script produced no figures (see stderr)";
     const double batch = j["batch"].get<double>();
     json all = json::object();

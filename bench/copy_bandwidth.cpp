@@ -7,8 +7,8 @@
 
 namespace towerjit::bench {
 
-CopyBandwidth copy_bandwidth(ThreadPool& pool) {
-  constexpr int64_t kBytes = int64_t{64} << 20;
+CopyBandwidth copy_bandwidth(ThreadPool& pool, int64_t bytes) {
+  const int64_t kBytes = bytes / 4096 * 4096;
   std::vector<char> src(kBytes, 1), dst(kBytes, 0);
   auto best_gbps = [&](bool split) {
     double best_s = 1e30;
