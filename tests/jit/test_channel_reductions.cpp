@@ -82,7 +82,7 @@ bool bitwise_equal(const std::vector<tj::HostTensor>& a, const std::vector<tj::H
 
 }  // namespace
 
-TEST_CASE("per-channel reductions over N, H and W match the reference at odd sizes", "[cpu][jit][isa]") {
+TEST_CASE("per-channel reductions over N H and W match the reference at odd sizes", "[cpu][jit][isa][channel]") {
   tj::ThreadPool pool(2);
   for (int64_t c : {1, 7, 127})
     for (auto [h, w] : {std::pair<int64_t, int64_t>{1, 1}, {7, 7}, {1, 127}, {127, 1}, {7, 13}})
@@ -94,7 +94,7 @@ TEST_CASE("per-channel reductions over N, H and W match the reference at odd siz
   channel_reductions(3, 127, 11, 13, &pool);
 }
 
-TEST_CASE("batch norm forward and backward with a residual ReLU match the reference at odd sizes", "[cpu][jit][isa]") {
+TEST_CASE("batch norm forward and backward with a residual ReLU match the reference at odd sizes", "[cpu][jit][isa][channel]") {
   tj::ThreadPool pool(2);
   for (int64_t c : {1, 7, 127})
     for (auto [h, w] : {std::pair<int64_t, int64_t>{1, 1}, {7, 7}, {1, 127}})
@@ -106,7 +106,7 @@ TEST_CASE("batch norm forward and backward with a residual ReLU match the refere
   batch_norm_matches(9, 7, 23, 29, &pool);
 }
 
-TEST_CASE("batch norm steps are bitwise the same run to run and on 1, 2 or 3 threads", "[cpu][jit]") {
+TEST_CASE("batch norm steps are bitwise the same run to run and on 1 2 or 3 threads", "[cpu][jit][channel]") {
   std::vector<Tensor> fetches;
   tj::Graph g = batch_norm_step(7, 23, 29, &fetches);
   tj::HostFeeds feeds;
@@ -128,7 +128,7 @@ TEST_CASE("batch norm steps are bitwise the same run to run and on 1, 2 or 3 thr
   CHECK(bitwise_equal(alone, run(&three)));
 }
 
-TEST_CASE("the CPU emitter walks a per-channel statistic over [B,C,H,W] as [B,C,H*W]", "[cpu][jit][fusion]") {
+TEST_CASE("the CPU emitter merges H and W of a per-channel statistic into one contiguous loop", "[cpu][jit][fusion][channel]") {
   tj::Graph g;
   tj::GraphScope use(g);
   auto x = tj::input("x", {kBatch, 16, 28, 28});
