@@ -8,7 +8,8 @@
 // again: a cache hit); run warm-up steps, then rounds of PyTorch's settings and our timed
 // steps in turn, on fixed random data (the same batch every step); each side's figure is the
 // median over rounds of a round's median step. The GEMM floor times each sgemm of the step alone on
-// its shape. A profiled pass (CpuProgram::step_times) says where the step's time goes.
+// its shape. A profiled pass (CpuProgram::step_times) says where the step's time goes, and each
+// loop kernel's bytes and GB/s against the machine's measured copy bandwidth (bench/copy_bandwidth.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -17,11 +18,13 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "bench/copy_bandwidth.h"
 #include "bench/gemm_floor.h"
 #include "bench/gpu_model.h"
 #include "jit/compile_options.h"
@@ -95,9 +98,49 @@ std::string describe(const tj::kir::Program& p, const tj::kir::Step& s, int64_t 
          " (" + std::to_string(k.nodes.size()) + " nodes)";
 }
 
-// Where the time of a step goes: the top steps, and totals by kind of step.
+// The bytes a loop kernel moves at `batch`: every buffer it loads counted once, whole, and
+// every buffer it stores likewise (a group: each part's). A per-channel statistic reads its
+// input once and writes C floats; a broadcast operand counts its own size, not the space's.
+double kernel_bytes(const tj::kir::Program& p, const tj::kir::Kernel& kernel, int64_t batch) {
+  double bytes = 0;
+  for (const tj::kir::Kernel* k : kernel.bodies()) {
+    std::set<std::pair<int, bool>> touched;  // (buffer, written)
+    for (const auto& o : k->outputs) touched.insert({k->accesses[o.access].buffer, true});
+    for (const auto& e : k->exprs)
+      if (e.kind == tj::kir::Expr::Kind::load) touched.insert({k->accesses[e.access].buffer, false});
+    for (const auto& [b, written] : touched)
+      bytes += static_cast<double>(tj::dtype_bytes(p.buffers[b].dtype)) * p.buffers[b].shape.elements(batch);
+  }
+  return bytes;
+}
+
+// Each loop kernel's bytes and rate against the machine's copy bandwidth on the pool's
+// threads, the slowest first, and their total: the memory roofline of the loop kernels.
+json loop_kernel_rates(const tj::kir::Program& p, const std::vector<double>& ms_per_step, int64_t batch,
+                       const bench::CopyBandwidth& bw) {
+  double total_ms = 0, total_bytes = 0;
+  std::vector<std::pair<double, int>> order;
+  for (size_t i = 0; i < p.steps.size(); ++i)
+    if (p.steps[i].kind == tj::kir::Step::Kind::kernel) order.push_back({ms_per_step[i], static_cast<int>(i)});
+  std::sort(order.rbegin(), order.rend());
+  json each = json::array();
+  for (const auto& [ms, i] : order) {
+    const tj::kir::Kernel& k = p.kernels[p.steps[i].index];
+    const double bytes = kernel_bytes(p, k, batch);
+    const double gbps = ms > 0 ? bytes / (ms * 1e6) : 0;
+    total_ms += ms, total_bytes += bytes;
+    each.push_back({{"step", i}, {"what", describe(p, p.steps[i], batch)}, {"ms", round3(ms)},
+                    {"mb", round3(bytes / 1e6)}, {"gbps", round3(gbps)}, {"of_copy_bandwidth", round3(gbps / bw.pool)}});
+  }
+  const double gbps = total_ms > 0 ? total_bytes / (total_ms * 1e6) : 0;
+  return {{"ms", round3(total_ms)}, {"mb", round3(total_bytes / 1e6)}, {"gbps", round3(gbps)},
+          {"of_copy_bandwidth", round3(gbps / bw.pool)}, {"kernels", each}};
+}
+
+// Where the time of a step goes: the top steps, totals by kind of step, and the loop kernels'
+// bytes and GB/s.
 json profile(tj::CpuProgram& program, const tj::HostFeeds& feeds, tj::HostVariables& vars,
-             int64_t batch, int steps) {
+             int64_t batch, int steps, const bench::CopyBandwidth& bw) {
   std::vector<double> times;
   program.step_times = &times;
   const auto start = Clock::now();
@@ -132,8 +175,10 @@ json profile(tj::CpuProgram& program, const tj::HostFeeds& feeds, tj::HostVariab
   for (const auto& [k, v] : by_kind) kinds[k] = round3(v);
   int kernels = 0, calls = 0;
   for (const auto& s : p.steps) (s.kind == tj::kir::Step::Kind::kernel ? kernels : calls)++;
+  std::vector<double> per_step(times.size());
+  for (size_t i = 0; i < times.size(); ++i) per_step[i] = times[i] / steps;
   return {{"profiled_step_ms", round3(step_ms)}, {"steps", p.steps.size()}, {"loop_kernels", kernels}, {"other_steps", calls},
-          {"by_kind_ms", kinds}, {"top_steps", top}};
+          {"by_kind_ms", kinds}, {"top_steps", top}, {"loop_kernel_rates", loop_kernel_rates(p, per_step, batch, bw)}};
 }
 
 // Compiles and times one workload. The timed steps come in o.rounds rounds of o.steps, each
@@ -141,7 +186,8 @@ json profile(tj::CpuProgram& program, const tj::HostFeeds& feeds, tj::HostVariab
 // same stretches of this noisy machine; step_ms is the median over rounds of each round's
 // median.
 json run_workload(const std::string& name, const Options& o, tj::ThreadPool& pool,
-                  const bench::SgemmPeak& peak, const std::function<void(int)>& before_round) {
+                  const bench::SgemmPeak& peak, const bench::CopyBandwidth& bw,
+                  const bench::CopyBandwidth& bw_cache, const std::function<void(int)>& before_round) {
   bench::TrainStep step = bench::build_train_step(name);
   const tj::HostFeeds feeds = bench::random_feeds(step, 42);
   tj::HostVariables vars = bench::initial_variables(step, 1);
@@ -210,7 +256,7 @@ json run_workload(const std::string& name, const Options& o, tj::ThreadPool& poo
   j["openblas_core"] = towerjit::cpujit::blas().core;
   j["openblas_threads"] = 1;  // towerjit's setting; the pool splits products (runtime/cpu/gemm.h)
   j["gemms"] = gemm_list;
-  j["profile"] = profile(program, feeds, vars, step.batch, o.profile_steps);
+  j["profile"] = profile(program, feeds, vars, step.batch, o.profile_steps, bw);
   // Each convolution op's rate in its profiled time, against the sgemm peak on as many threads.
   std::map<std::string, double> conv_flops;
   for (const auto& g : gemms)
@@ -223,6 +269,14 @@ json run_workload(const std::string& name, const Options& o, tj::ThreadPool& poo
   }
   if (!conv.empty()) j["convolutions"] = conv;
   j["sgemm_peak_gflops"] = {{"one_thread", round3(peak.one_thread)}, {"pool", round3(peak.pool)}};
+  j["copy_bandwidth_gbps"] = {{"one_thread", round3(bw.one_thread)}, {"pool", round3(bw.pool)},
+                              {"buffer_mb", round3(bw.buffer_bytes / 1e6)}};
+  j["copy_bandwidth_cache_gbps"] = {{"one_thread", round3(bw_cache.one_thread)}, {"pool", round3(bw_cache.pool)},
+                                    {"buffer_mb", round3(bw_cache.buffer_bytes / 1e6)}};
+  {  // the loop kernels' total against the cache-sized copy too
+    json& lk = j["profile"]["loop_kernel_rates"];
+    lk["of_cache_copy_bandwidth"] = round3(lk["gbps"].get<double>() / bw_cache.pool);
+  }
   j["cpu_isa"] = tj::cpujit::isa_name(tj::cpujit::cpu_isa());
   return j;
 }
@@ -250,6 +304,8 @@ int main(int argc, char** argv) try {
   const std::vector<bench::TorchSetting> settings = bench::torch_settings(user_core, tj::cpujit::blas().core);
   tj::ThreadPool pool(kThreads);
   const bench::SgemmPeak peak = bench::sgemm_peak(pool);
+  const bench::CopyBandwidth bw = bench::copy_bandwidth(pool);
+  const bench::CopyBandwidth bw_cache = bench::copy_bandwidth(pool, int64_t{8} << 20);
   for (const std::string& name : o.workloads) {
     // PyTorch and ours in turn, round by round, so both see the same machine load.
     std::map<std::string, std::vector<double>> torch_rounds;  // setting -> each round's step ms
@@ -263,7 +319,7 @@ int main(int argc, char** argv) try {
         if (per.count(name)) torch_rounds[setting].push_back(per.at(name).step_ms);
       std::cerr << "towerjit_bench: " << name << ": round " << round + 1 << ": towerjit...\n";
     };
-    json j = run_workload(name, o, pool, peak, torch_round);
+    json j = run_workload(name, o, pool, peak, bw, bw_cache, torch_round);
     if (python && torch_rounds.empty()) torch_missing = "the baseline script produced no figures (see stderr)";
     const double batch = j["batch"].get<double>();
     json all = json::object();

@@ -12,6 +12,7 @@
 #include "dsl/error.h"
 #include "dsl/philox.h"
 #include "jit/cpu/cpu_compiler.h"
+#include "jit/passes/coalesce_axes.h"
 
 namespace towerjit::cpujit {
 namespace {
@@ -488,7 +489,7 @@ std::string KernelEmitter::emit_group() {
   for (int n : group.nodes) out_ << " %" << n;
   out_ << "\ndefine void @" << group.name
        << "(ptr noalias nocapture readonly %args, i64 %batch, i64 %begin, i64 %end, i64 %step) {\nentry:\n";
-  for (int a = 0; a < rank; ++a) out_ << "  %i" << a << " = alloca i64\n";
+  for (int a = 0; a < std::max(rank, 1); ++a) out_ << "  %i" << a << " = alloca i64\n";
   out_ << "  %p = alloca i64\n";
   for (size_t s = 0; s < info_.buffers.size(); ++s) {
     const std::string pp = tmp(), b = "%b" + std::to_string(s);
@@ -507,6 +508,9 @@ std::string KernelEmitter::emit_group() {
 }
 
 // Part j covers [start, end) of the flat range: here [max(begin, start), min(end, end_j)).
+// The range is walked a row (the last axis) at a time: the loop indices come from dividing
+// the flat index once per row, and the row itself is a plain counted loop the vectoriser
+// takes, where dividing at every point (a 64-bit division per axis) kept it scalar.
 void KernelEmitter::emit_part(int j, const kir::Affine& start, const kir::Affine& end) {
   const std::string P = "%P" + std::to_string(j), L = "P" + std::to_string(j);
   const std::string s = i64_affine(start), e = i64_affine(end);
@@ -522,24 +526,57 @@ void KernelEmitter::emit_part(int j, const kir::Affine& start, const kir::Affine
   const std::string p = tmp(), c = tmp();
   out_ << "  " << p << " = load i64, ptr %p\n";
   out_ << "  " << c << " = icmp slt i64 " << p << ", " << hi << "\n";
-  out_ << "  br i1 " << c << ", label " << P << ".body, label " << P << ".exit\n" << L << ".body:\n";
-  std::string rest = p;  // row-major: the last axis varies fastest
-  for (int a = k_->space.rank() - 1; a >= 0; --a) {
-    if (a == 0) {
-      out_ << "  store i64 " << rest << ", ptr %i0\n";
-      break;
+  out_ << "  br i1 " << c << ", label " << P << ".row, label " << P << ".exit\n" << L << ".row:\n";
+  const int rank = k_->space.rank();
+  const int last = rank - 1;
+  // The row's first index along the last axis (`from`) and where the row ends (`to`).
+  std::string from = p, to = hi;
+  if (rank == 0) {
+    out_ << "  store i64 " << p << ", ptr %i0\n";  // a scalar part: one point, no index read
+    from = p;
+  } else if (rank > 1) {
+    std::string rest = p;  // row-major: the last axis varies fastest
+    for (int a = last; a >= 0; --a) {
+      if (a == 0) {
+        out_ << "  store i64 " << rest << ", ptr %i0\n";
+        break;
+      }
+      const std::string ext = k_->space[a] == kBatch ? "%batch" : std::to_string(k_->space[a]);
+      const std::string r = tmp(), q = tmp();
+      out_ << "  " << r << " = urem i64 " << rest << ", " << ext << "\n";
+      if (a != last) out_ << "  store i64 " << r << ", ptr %i" << a << "\n";
+      else from = r;
+      out_ << "  " << q << " = udiv i64 " << rest << ", " << ext << "\n";
+      rest = q;
     }
-    const std::string ext = k_->space[a] == kBatch ? "%batch" : std::to_string(k_->space[a]);
-    const std::string r = tmp(), q = tmp();
-    out_ << "  " << r << " = urem i64 " << rest << ", " << ext << "\n";
-    out_ << "  store i64 " << r << ", ptr %i" << a << "\n";
-    out_ << "  " << q << " = udiv i64 " << rest << ", " << ext << "\n";
-    rest = q;
+    const std::string ext = k_->space[last] == kBatch ? "%batch" : std::to_string(k_->space[last]);
+    const std::string left = tmp(), want = tmp(), cut = tmp();
+    to = tmp();
+    out_ << "  " << left << " = sub i64 " << hi << ", " << p << "\n";
+    out_ << "  " << want << " = add i64 " << from << ", " << left << "\n";
+    out_ << "  " << cut << " = icmp slt i64 " << want << ", " << ext << "\n";
+    out_ << "  " << to << " = select i1 " << cut << ", i64 " << want << ", i64 " << ext << "\n";
   }
+  const std::string iv = "%i" + std::to_string(std::max(last, 0));
+  out_ << "  store i64 " << from << ", ptr " << iv << "\n";
+  out_ << "  br label " << P << ".in\n" << L << ".in:\n";
+  const std::string i = tmp(), ci = tmp();
+  out_ << "  " << i << " = load i64, ptr " << iv << "\n";
+  out_ << "  " << ci << " = icmp slt i64 " << i << ", " << (rank == 0 ? hi : to) << "\n";
+  out_ << "  br i1 " << ci << ", label " << P << ".body, label " << P << ".next\n" << L << ".body:\n";
   for (const auto& o : k_->outputs) emit_store(o, expr(o.expr));
-  const std::string n = tmp();
-  out_ << "  " << n << " = add i64 " << p << ", 1\n";
-  out_ << "  store i64 " << n << ", ptr %p\n";
+  values_.assign(values_.size(), "");  // the body's values do not dominate what follows
+  const std::string i2 = tmp(), n = tmp();
+  out_ << "  " << i2 << " = load i64, ptr " << iv << "\n";
+  out_ << "  " << n << " = add i64 " << i2 << ", 1\n";
+  out_ << "  store i64 " << n << ", ptr " << iv << "\n";
+  out_ << "  br label " << P << ".in\n" << L << ".next:\n";
+  // The next row starts where this one ended: p + (to - from) points on.
+  const std::string i3 = tmp(), done = tmp(), np = tmp();
+  out_ << "  " << i3 << " = load i64, ptr " << iv << "\n";
+  out_ << "  " << done << " = sub i64 " << i3 << ", " << from << "\n";
+  out_ << "  " << np << " = add i64 " << p << ", " << done << "\n";
+  out_ << "  store i64 " << np << ", ptr %p\n";
   out_ << "  br label " << P << ".head\n" << L << ".exit:\n";
 }
 
@@ -549,6 +586,7 @@ std::string KernelEmitter::emit() {
     if (a.buffer >= 0 && std::find(info_.buffers.begin(), info_.buffers.end(), a.buffer) == info_.buffers.end())
       info_.buffers.push_back(a.buffer);
   info_.symbol = k_->name;
+  info_.space = k_->space;
   const int rank = k_->space.rank();
   // Threads split the first axis that is not reduced: each then owns its outputs outright.
   for (int a = 0; a < rank && info_.split_axis < 0; ++a)
@@ -601,8 +639,9 @@ std::string emit_llvm_module(const kir::Program& program, std::vector<EmittedKer
       "declare float @log1pf(float)\n"
       "declare float @towerjit_philox_uniform(i64, i64, i64)\n\n";
   kernels->clear();
-  for (const auto& k : program.kernels) {
+  for (const auto& kernel : program.kernels) {
     EmittedKernel info;
+    const kir::Kernel k = coalesce_axes(kernel);  // long contiguous inner loops to vectorise
     text += KernelEmitter(program, k, info).emit();
     kernels->push_back(std::move(info));
   }

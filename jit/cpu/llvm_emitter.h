@@ -19,6 +19,9 @@ struct EmittedKernel {
   std::string symbol;
   std::vector<int> buffers;  // program buffer ids
   int split_axis = -1;  // the loop axis [begin, end) ranges over; -1: none
+  // The loop space as emitted: the kernel's, with the axes that every access walks as one
+  // merged (jit/passes/coalesce_axes.h); split_axis indexes it. Empty for a group kernel.
+  Shape space;
   // A group kernel (kir::Kernel::parts): [begin, end) ranges over the parts' concatenated
   // points, `points` of them in all, and threads may split it anywhere.
   bool flat = false;

@@ -64,6 +64,7 @@ class Planner {
  private:
   void mark_needed(const std::vector<int>& roots);
   void decide_buffers(const std::vector<int>& fetches);
+  std::vector<bool> recomputed(const std::vector<int>& fetches, const std::vector<bool>& reads_nothing) const;
   void choose_hosts();
   void merge_sibling_reductions();
   bool sibling_reads_ok(int r2, int r1) const;
@@ -159,6 +160,7 @@ void Planner::decide_buffers(const std::vector<int>& fetches) {
     reads_nothing[n] = node.op == Op::Constant || node.op == Op::Count || node.op == Op::Iota ||
               (inlinable && std::all_of(node.inputs.begin(), node.inputs.end(), [&](int in) { return reads_nothing[in]; }));
   }
+  const std::vector<bool> recompute = recomputed(fetches, reads_nothing);
   for (int n = g_.size() - 1; n >= 0; --n) {
     if (!p_.needed[n]) continue;
     const Node& node = g_.node(n);
@@ -168,7 +170,7 @@ void Planner::decide_buffers(const std::vector<int>& fetches) {
         is_library(node.op))
       p_.buffered[n] = true;
     if ((kind == OpKind::Unary || kind == OpKind::Binary || kind == OpKind::Layout ||
-         node.op == Op::Select) && readers(n) > 1 && !reads_nothing[n])
+         node.op == Op::Select) && readers(n) > 1 && !reads_nothing[n] && !recompute[n])
       p_.buffered[n] = true;
     if (node.op == Op::Assign) p_.buffered[node.inputs[1]] = true;
     if (moves || (is_library(node.op) && node.op != Op::MatMul))
@@ -225,6 +227,75 @@ void Planner::decide_buffers(const std::vector<int>& fetches) {
     if (too_big && !p_.buffered[n] && !p_.folded[n] && g_.node(n).op != Op::Assign)
       p_.buffered[n] = true, limited_[n] = true, size[n] = 1, depth[n] = 1;
   }
+}
+
+// Elementwise values with several readers that every reader recomputes instead of one kernel
+// storing them, because that moves fewer bytes: a value whose inlined body loads f buffers of
+// its own size (plus smaller ones: per-channel statistics, broadcasts) and has r readers costs
+// r*f full-size reads recomputed, against f reads + 1 write + r reads stored. Batch norm's
+// centred input x - mean (f = 1) and gamma * (x - mean) are read again by the variance, the
+// normalisation and the backward's sums: recomputed, they cost one read of x each, where storing
+// them cost a pass of their own and a write. Only cheap arithmetic is recomputed (no
+// transcendental, no random numbers), so the work added is a few operations a point. Whether
+// an input will have a buffer is predicted in node order from the rules of decide_buffers; a
+// wrong guess costs bytes, never correctness.
+std::vector<bool> Planner::recomputed(const std::vector<int>& fetches, const std::vector<bool>& reads_nothing) const {
+  const int size = g_.size();
+  std::vector<bool> forced(size, false);  // has a buffer whatever this decides
+  for (int f : fetches) forced[f] = true;
+  for (int n = 0; n < size; ++n) {
+    if (!p_.needed[n]) continue;
+    const Node& node = g_.node(n);
+    const bool moves = node.op == Op::Reshape && !inline_reshape(g_, node);
+    if (node.op == Op::Input || node.op == Op::Variable || op_kind(node.op) == OpKind::Reduce || moves ||
+        is_library(node.op))
+      forced[n] = true;
+    if (node.op == Op::Assign) forced[node.inputs[1]] = true;
+    if (moves || is_library(node.op))
+      for (int in : node.inputs) {
+        forced[in] = true;
+        if (node.op == Op::MatMul && swaps_last_two(g_.node(in))) forced[g_.node(in).inputs[0]] = true;
+      }
+  }
+  auto cheap_op = [&](const Node& x) {
+    switch (x.op) {
+      case Op::Neg: case Op::Abs: case Op::Sign: case Op::Relu: case Op::Cast: case Op::StopGradient:
+      case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Max: case Op::Min:
+      case Op::Less: case Op::LessEqual: case Op::Greater: case Op::GreaterEqual: case Op::Equal:
+      case Op::NotEqual: case Op::Select: case Op::BroadcastTo:
+        return true;
+      default:
+        return inline_reshape(g_, x);
+    }
+  };
+  auto same_size = [&](int a, int b) {
+    const Shape& x = g_.node(a).shape;
+    const Shape& y = g_.node(b).shape;
+    return x.elements(1) == y.elements(1) && x.elements(2) == y.elements(2);
+  };
+  std::vector<bool> recompute(size, false), stored(size, false), valid(size, false);
+  std::vector<std::set<int>> full(size);  // buffers of the node's own size its body loads
+  for (int n = 0; n < size; ++n) {
+    if (!p_.needed[n]) continue;
+    const Node& node = g_.node(n);
+    valid[n] = !forced[n] && cheap_op(node);
+    for (int in : node.inputs) {
+      if (!valid[n]) break;
+      if (stored[in]) {
+        if (same_size(in, n)) full[n].insert(in);
+      } else if (reads_nothing[in]) {
+      } else if (valid[in]) {
+        if (same_size(in, n)) full[n].insert(full[in].begin(), full[in].end());
+      } else {
+        valid[n] = false;
+      }
+    }
+    const int r = readers(n), f = static_cast<int>(full[n].size());
+    recompute[n] = valid[n] && r > 1 && !reads_nothing[n] && r * f <= f + 1 + r;
+    stored[n] = forced[n] || (r > 1 && !reads_nothing[n] && !recompute[n]);
+    if (stored[n]) valid[n] = false;
+  }
+  return recompute;
 }
 
 // Multi-output fusion: an elementwise node with a buffer of its own (it has several consumers)

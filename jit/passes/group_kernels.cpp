@@ -1,5 +1,7 @@
 #include "jit/passes/group_kernels.h"
 
+#include "jit/passes/coalesce_axes.h"
+
 #include <algorithm>
 #include <set>
 
@@ -56,30 +58,6 @@ bool groupable(const kir::Program& p, const kir::Step& s) {
   if (s.kind != kir::Step::Kind::kernel) return false;
   const kir::Kernel& k = p.kernels[s.index];
   return k.parts.empty() && k.reduce == Op::Constant;
-}
-
-// Merges loop axes a and a+1 wherever every access walks them as one (stride of a = stride of
-// a+1 times its extent), both extents constant; a kernel that reads its loop indices keeps them.
-kir::Kernel coalesce(kir::Kernel k) {
-  for (const auto& e : k.exprs)
-    if (e.kind == kir::Expr::Kind::loop_index) return k;
-  std::vector<int64_t> dims = k.space.dims();
-  for (int a = static_cast<int>(dims.size()) - 2; a >= 0; --a) {
-    const int64_t n = dims[a + 1];
-    if (dims[a] == kBatch || n == kBatch) continue;
-    const bool walks = std::all_of(k.accesses.begin(), k.accesses.end(), [&](const kir::Access& x) {
-      return x.strides[a] == Affine{x.strides[a + 1].c * n, x.strides[a + 1].b * n};
-    });
-    if (!walks) continue;
-    dims[a] *= n;
-    dims.erase(dims.begin() + a + 1);
-    for (auto& x : k.accesses) {
-      x.strides[a] = x.strides[a + 1];
-      x.strides.erase(x.strides.begin() + a + 1);
-    }
-  }
-  k.space = Shape(dims);
-  return k;
 }
 
 // Whether consumer `c` may be computed point by point together with its producer `pk` (which
@@ -212,7 +190,7 @@ kir::Program group_kernels(kir::Program p) {
         const std::string& first = p.kernels[at.members[0]].name;
         group.name = first.substr(0, first.find('_')) + "_group";
         for (int m : at.members) {
-          group.parts.push_back(coalesce(std::move(p.kernels[m])));
+          group.parts.push_back(coalesce_axes(std::move(p.kernels[m])));
           const auto& nodes = group.parts.back().nodes;
           group.nodes.insert(group.nodes.end(), nodes.begin(), nodes.end());
         }

@@ -81,7 +81,7 @@ void CpuProgram::run_kernel(int index, const std::vector<void*>& base, int64_t b
   std::vector<void*> args;
   for (int b : k.buffers) args.push_back(base[b]);
   KernelFn fn = functions_[index];
-  const Shape& space = program_.kernels[index].space;
+  const Shape& space = k.space;  // as emitted: contiguous axes merged
   // A group kernel ranges over its parts' points, one flat range.
   const int64_t outer = k.flat ? k.points.at(batch)
                         : k.split_axis >= 0 ? Shape{space[k.split_axis]}.elements(batch) : 1;
