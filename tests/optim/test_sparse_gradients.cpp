@@ -187,10 +187,13 @@ TEST_CASE("sparse momentum decays every row's velocity as dense momentum does", 
   }
 }
 
-TEST_CASE("sparse adagrad equals the dense path bit for bit", "[optim][sparse]") {
+// Within the bounds, not bit for bit: the dense apply's fused kernel recomputes its shared
+// values in each reader (jit/passes/fusion_plan.cpp), so its square root and division may be
+// contracted differently from the row-wise apply's.
+TEST_CASE("sparse adagrad equals the dense path within the error bound", "[optim][sparse]") {
   for (const Size& s : kSizes)
     check_against_dense(tj::adagrad(0.1, {.lr_decay = 0.01, .initial_accumulator = 0.1}), s.vocab, s.dim, s.n,
-                        /*bitwise=*/true);
+                        /*bitwise=*/false);
 }
 
 // loss = sum(b * embedding(ids)): the gradient of row r is the sum of b over the positions
