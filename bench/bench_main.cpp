@@ -29,6 +29,7 @@
 #include "bench/peers.h"
 #include "jit/compile_options.h"
 #include "jit/cpu/cpu_isa.h"
+#include "jit/cpu/dedupe_functions.h"
 #include "runtime/cpu/blas.h"
 #include "bench/torch_runner.h"
 #include "bench/train_step.h"
@@ -233,6 +234,10 @@ json run_workload(const std::string& name, const Options& o, tj::ThreadPool& poo
   j["compile_cold_ms"] = round3(cold_ms);
   j["compile_warm_ms"] = round3(warm_ms);
   j["cold_cache_hit"] = cold_hit;
+  // Kernels the LLVM module defines, and those compiled: the rest equal one of these but for
+  // their names and share its code (jit/cpu/dedupe_functions.h).
+  const tj::cpujit::DedupedModule deduped = tj::cpujit::dedupe_functions(program.llvm_ir());
+  j["compiled_functions"] = {{"defined", deduped.functions}, {"compiled", deduped.distinct}};
   j["warm_cache_hit"] = program.compile_stats().cache_hit;
   j["peak_bytes"] = program.peak_bytes(step.batch);
   j["loss_first"] = losses.front();
