@@ -90,10 +90,13 @@ std::vector<PythonProbe> probe_pythons(const std::string& bench_dir) {
     int status = 0;
     const std::string out = capture("'" + py + "' '" + bench_dir + "/peer_probe.py' 2>/dev/null", &status);
     const std::string line = out.substr(0, out.find('\n'));
-    probes.push_back(status == 0 ? parse_probe(py, line)
-                                 : parse_probe(py, "{\"torch_error\": \"the probe exited " + std::to_string(status) +
-                                                       "\", \"jax_error\": \"the probe exited " +
-                                                       std::to_string(status) + "\"}"));
+    PythonProbe probe = status == 0 ? parse_probe(py, line)
+                                    : parse_probe(py, "{\"torch_error\": \"the probe exited " + std::to_string(status) +
+                                                          "\", \"jax_error\": \"the probe exited " +
+                                                          std::to_string(status) + "\"}");
+    // Two names for one interpreter (python3 on PATH is often /usr/bin/python3): probed once.
+    if (probe.python != py && !seen.insert(probe.python).second) continue;
+    probes.push_back(std::move(probe));
   }
   return probes;
 }
