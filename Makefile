@@ -1,6 +1,6 @@
 # A thin layer over CMake + Ninja. `make demo` and `make test` are the README's two commands:
 # each installs what is missing, configures, builds, then runs the example or the tests.
-# `make bench` does the same with PyTorch added (the benchmark's baseline) and runs the
+# `make bench` does the same with PyTorch and JAX added (the benchmark's baselines) and runs the
 # benchmark: one JSON line per workload (docs/performance.md). `make fuzz` builds the libFuzzer
 # targets with clang-19 in build-fuzz/ and runs each for FUZZ_SECONDS (docs/fuzzing.md).
 BUILD := build
@@ -16,8 +16,12 @@ all: build
 deps:
 	@scripts/install-deps.sh
 
+# The bench's baselines: Debian's PyTorch 1.13 (apt), and today's peers, PyTorch 2.x and JAX
+# from PyPI (pip; scripts/install-peers.sh says what it could not install). PEERS=0 skips pip.
+PEERS ?= 1
 bench-deps:
 	@scripts/install-deps.sh --bench
+	@if [ "$(PEERS)" != 0 ]; then scripts/install-peers.sh; fi
 
 fuzz-deps:
 	@scripts/install-deps.sh --fuzz

@@ -1,7 +1,9 @@
 // towerjit_bench: the CPU backend's training step against PyTorch's, on this machine, in one
-// run (issue 3, "Speed"). One JSON line per workload on stdout; progress on stderr.
+// run (issue 3, "Speed"), and against today's peers (bench/peers.h: PyTorch 2.x eager and
+// torch.compile, JAX). One JSON line per workload on stdout; progress on stderr.
 //
-//   build/bench/towerjit_bench [--steps 50] [--warmup 10] [--rounds 3] [--workload cnn]... [--no-torch]
+//   build/bench/towerjit_bench [--steps 50] [--warmup 10] [--rounds 3] [--workload cnn]...
+//                              [--peers torch-eager,torch-compile,jax | --peers none] [--no-torch]
 //   build/bench/towerjit_bench --gpu-model h200 --workload mlp|cnn|resnet [--batch N]   (bench/gpu_model.h)
 //
 // For each workload: compile cold (a fresh TOWERJIT_CACHE_DIR) and warm (the same program
@@ -27,8 +29,10 @@
 #include "bench/copy_bandwidth.h"
 #include "bench/gemm_floor.h"
 #include "bench/gpu_model.h"
+#include "bench/peers.h"
 #include "jit/compile_options.h"
 #include "jit/cpu/cpu_isa.h"
+#include "jit/cpu/dedupe_functions.h"
 #include "runtime/cpu/blas.h"
 #include "bench/torch_runner.h"
 #include "bench/train_step.h"
@@ -47,8 +51,20 @@ struct Options {
   int steps = 50, warmup = 10, profile_steps = 20;
   int rounds = 3;  // PyTorch then ours, this many times in turn
   std::vector<std::string> workloads;
-  bool torch = true;
+  bool torch = true;  // false: no Python baseline at all, Debian's PyTorch nor the peers
+  std::vector<std::string> peers = bench::peer_names();
 };
+
+std::vector<std::string> split_commas(const std::string& list) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    const size_t end = std::min(list.find(',', pos), list.size());
+    if (end > pos) out.push_back(list.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  return out;
+}
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -64,8 +80,17 @@ Options parse(int argc, char** argv) {
     else if (a == "--rounds") o.rounds = std::max(1, std::stoi(value()));
     else if (a == "--workload") o.workloads.push_back(value());
     else if (a == "--no-torch") o.torch = false;
-    else throw tj::Error("towerjit_bench: unknown argument " + a +
-                         "; use --steps N, --warmup N, --profile-steps N, --rounds N, --workload NAME, --no-torch");
+    else if (a == "--peers") {
+      const std::string v = value();
+      o.peers = v == "none" ? std::vector<std::string>{} : split_commas(v);
+      const std::vector<std::string> known = bench::peer_names();
+      for (const std::string& p : o.peers)
+        if (std::find(known.begin(), known.end(), p) == known.end())
+          throw tj::Error("towerjit_bench: unknown peer \"" + p + "\" in --peers " + v +
+                          "; name some of torch-eager, torch-compile, jax (commas between), or none");
+    } else throw tj::Error("towerjit_bench: unknown argument " + a +
+                           "; use --steps N, --warmup N, --profile-steps N, --rounds N, --workload NAME, "
+                           "--peers LIST|none, --no-torch");
   }
   if (o.workloads.empty()) o.workloads = bench::workload_names();
   return o;
@@ -81,6 +106,14 @@ double median(std::vector<double> v) {
 }
 
 double round3(double v) { return std::round(v * 1000) / 1000; }
+
+// The 1-, 5- and 15-minute load averages: the machine is shared, and its load says how far
+// a run's figures can be trusted.
+json load_average() {
+  double l[3] = {0, 0, 0};
+  if (getloadavg(l, 3) != 3) return nullptr;
+  return {round3(l[0]), round3(l[1]), round3(l[2])};
+}
 
 // A step of the program in words: "MatMul [256,512]", "kernel k12 [B,512] (7 ops)", "copy".
 std::string describe(const tj::kir::Program& p, const tj::kir::Step& s, int64_t batch) {
@@ -247,6 +280,10 @@ json run_workload(const std::string& name, const Options& o, tj::ThreadPool& poo
   j["compile_cold_ms"] = round3(cold_ms);
   j["compile_warm_ms"] = round3(warm_ms);
   j["cold_cache_hit"] = cold_hit;
+  // Kernels the LLVM module defines, and those compiled: the rest equal one of these but for
+  // their names and share its code (jit/cpu/dedupe_functions.h).
+  const tj::cpujit::DedupedModule deduped = tj::cpujit::dedupe_functions(program.llvm_ir());
+  j["compiled_functions"] = {{"defined", deduped.functions}, {"compiled", deduped.distinct}};
   j["warm_cache_hit"] = program.compile_stats().cache_hit;
   j["peak_bytes"] = program.peak_bytes(step.batch);
   j["loss_first"] = losses.front();
@@ -298,6 +335,14 @@ int main(int argc, char** argv) try {
   std::optional<std::string> python;
   if (!o.torch) torch_missing = "skipped (--no-torch)";
   else python = bench::find_torch_python(&torch_missing);
+  std::vector<bench::Peer> peers;
+  if (o.torch && !o.peers.empty()) {
+    std::cerr << "towerjit_bench: looking for the peers (" << TOWERJIT_BENCH_DIR "/peer_probe.py)...\n";
+    peers = bench::choose_peers(bench::probe_pythons(TOWERJIT_BENCH_DIR), o.peers, TOWERJIT_BENCH_DIR);
+    for (const bench::Peer& p : peers)
+      std::cerr << "towerjit_bench: peer " << p.name << ": "
+                << (p.unavailable.empty() ? p.version + " (" + p.python + ")" : "unavailable: " + p.unavailable) << "\n";
+  }
 
   // Read before towerjit loads OpenBLAS, which sets OPENBLAS_CORETYPE in this process.
   const char* user_core = std::getenv("OPENBLAS_CORETYPE");  // null: unset
@@ -309,7 +354,23 @@ int main(int argc, char** argv) try {
   for (const std::string& name : o.workloads) {
     // PyTorch and ours in turn, round by round, so both see the same machine load.
     std::map<std::string, std::vector<double>> torch_rounds;  // setting -> each round's step ms
+    // peer -> setting -> each round's step ms; peer -> its first step (compile) in round 1.
+    std::map<std::string, std::map<std::string, std::vector<double>>> peer_rounds;
+    std::map<std::string, double> peer_first_ms;
+    const json load_before = load_average();
     auto torch_round = [&](int round) {
+      for (const bench::Peer& peer : peers) {
+        if (!peer.unavailable.empty()) continue;
+        std::cerr << "towerjit_bench: " << name << ": round " << round + 1 << ": " << peer.name << " ("
+                  << peer.version << ", " << peer.settings.size() << " settings)...\n";
+        const bench::TorchResults r = bench::run_torch(peer.python, peer.script, peer.settings, {name}, o.steps,
+                                                       o.warmup, peer.args);
+        for (const auto& [setting, per] : r)
+          if (per.count(name)) {
+            peer_rounds[peer.name][setting].push_back(per.at(name).step_ms);
+            if (round == 0) peer_first_ms[peer.name] = std::max(peer_first_ms[peer.name], per.at(name).first_step_ms);
+          }
+      }
       if (!python) return;
       std::cerr << "towerjit_bench: " << name << ": round " << round + 1 << ": PyTorch (" << *python << ", "
                 << settings.size() << " settings)...\n";
@@ -352,12 +413,53 @@ int main(int argc, char** argv) try {
       j["torch_same_kernels"] = {{"samples_per_s", round3(t)}, {"config", best[1]}, {"ratio", round3(ours / t)}};
     }
     j["torch_all"] = all;
+    // Today's peers: each at its best setting, and towerjit against the best of them. A peer
+    // without a figure is named with the reason in "missing", never silently left out.
+    json peer_json = json::object(), ratios = json::object(), missing = json::object();
+    std::string best_peer;
+    double best_peer_ms = 0;
+    for (const bench::Peer& peer : peers) {
+      std::string why = peer.unavailable;
+      const auto pr = peer_rounds.find(peer.name);
+      if (why.empty() && pr == peer_rounds.end()) why = "its script produced no figures for this workload (see stderr)";
+      if (!why.empty()) {
+        peer_json[peer.name] = {{"unavailable", why}};
+        ratios[peer.name] = nullptr;
+        missing[peer.name] = why;
+        continue;
+      }
+      json per_setting = json::object();
+      std::string best;
+      double best_ms = 0;
+      for (const auto& [setting, rounds] : pr->second) {
+        const double ms = median(rounds);
+        json per_round = json::array();
+        for (double r : rounds) per_round.push_back(round3(r));
+        per_setting[setting] = {{"step_ms", round3(ms)}, {"round_step_ms", per_round}};
+        if (best.empty() || ms < best_ms) best = setting, best_ms = ms;
+      }
+      const double t = batch / best_ms * 1e3;
+      peer_json[peer.name] = {{"version", peer.version}, {"python", peer.python}, {"config", best},
+                              {"step_ms", round3(best_ms)}, {"samples_per_s", round3(t)}, {"ratio", round3(ours / t)},
+                              {"first_step_ms", round3(peer_first_ms[peer.name])}, {"all", per_setting}};
+      ratios[peer.name] = round3(ours / t);
+      if (best_peer.empty() || best_ms < best_peer_ms) best_peer = peer.name, best_peer_ms = best_ms;
+    }
+    if (!peers.empty()) {
+      j["peers"] = peer_json;
+      j["peer_ratios"] = ratios;
+      j["vs_best_peer"] = best_peer.empty()
+          ? json{{"peer", nullptr}, {"ratio", nullptr}, {"missing", missing}}
+          : json{{"peer", best_peer}, {"step_ms", round3(best_peer_ms)},
+                 {"ratio", round3(ours / (batch / best_peer_ms * 1e3))}, {"missing", missing}};
+    }
+    j["load_average"] = {{"before", load_before}, {"after", load_average()}};
     // The headline fields first, then the detail.
     json line;
     for (const char* k : {"workload", "samples_per_s", "step_ms", "torch_samples_per_s", "torch_config", "ratio",
-                          "torch_same_kernels", "gemm_floor_ms", "compile_cold_ms", "compile_warm_ms", "peak_bytes"})
+                          "torch_same_kernels", "peer_ratios", "vs_best_peer", "gemm_floor_ms", "compile_cold_ms", "compile_warm_ms", "peak_bytes"})
       line[k] = j[k];
-    for (auto& [k, v] : j.items()) if (!line.contains(k)) line[k] = v;
+    for (auto& [k, v] : j.items()) if (!line.contains(k) && j.contains(k)) line[k] = v;
     std::cout << line.dump() << std::endl;
   }
   std::filesystem::remove_all(cache_dir);

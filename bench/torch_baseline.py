@@ -2,9 +2,14 @@
 """PyTorch's side of towerjit_bench: the same training steps (model, batch, optimiser,
 fp32, data shape) as bench/train_step.cpp, timed step by step. Prints one JSON line per
 workload: {"workload", "threads", "step_ms" (median), "step_ms_min", "step_ms_max",
-"samples_per_s", "steps"}. Without torch it prints {"torch": null, "error": ...} and exits 0.
+"samples_per_s", "steps", "first_step_ms"}. Without torch it prints {"torch": null, "error": ...}
+and exits 0.
 
-  python3 bench/torch_baseline.py --threads 2 [--steps 50] [--warmup 10] [--workload cnn]
+  python3 bench/torch_baseline.py --threads 2 [--mode eager|compile] [--steps 50] [--warmup 10] [--workload cnn]
+
+--mode compile runs the model through torch.compile (Inductor's C++ backend on the CPU; its
+backward too, through AOTAutograd); the loss and the optimiser step stay eager, as in
+bench/torch_gpu_baseline.py. The first step compiles: first_step_ms says how long it took.
 
 Thread settings other than the count (OMP_WAIT_POLICY, OPENBLAS_NUM_THREADS) come from the
 environment the caller sets; they must be set before torch loads.
@@ -105,9 +110,10 @@ def build(torch, name):
     return model, shape
 
 
-def measure(torch, name, steps, warmup):
+def measure(torch, name, steps, warmup, mode="eager"):
     torch.manual_seed(0)
     model, shape = build(torch, name)
+    forward = torch.compile(model) if mode == "compile" else model
     # Fixed random data, the same every step (as the C++ side does).
     if name == "gpt-small":  # tokens and next-token targets, [B, T] each
         x = torch.randint(0, GPT["vocab"], shape)
@@ -120,12 +126,15 @@ def measure(torch, name, steps, warmup):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        loss = loss_fn(forward(x), y)
         loss.backward()
         opt.step()
         return loss
 
-    for _ in range(warmup):
+    start = time.perf_counter()
+    step()
+    first_ms = (time.perf_counter() - start) * 1e3
+    for _ in range(warmup - 1):
         step()
     times = []
     for _ in range(steps):
@@ -134,7 +143,8 @@ def measure(torch, name, steps, warmup):
         times.append((time.perf_counter() - start) * 1e3)
     median = statistics.median(times)
     return {"workload": name, "step_ms": median, "step_ms_min": min(times),
-            "step_ms_max": max(times), "samples_per_s": shape[0] / median * 1e3, "steps": steps}
+            "step_ms_max": max(times), "samples_per_s": shape[0] / median * 1e3, "steps": steps,
+            "first_step_ms": first_ms}
 
 
 def main():
@@ -143,6 +153,7 @@ def main():
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--workload", action="append", choices=sorted(WORKLOADS))
+    p.add_argument("--mode", choices=["eager", "compile"], default="eager")
     args = p.parse_args()
     try:
         import torch
@@ -154,8 +165,8 @@ def main():
     # PyTorch here, so that neither side pays for the slow path on tiny values.
     torch.set_flush_denormal(True)
     for name in args.workload or list(WORKLOADS):
-        r = measure(torch, name, args.steps, args.warmup)
-        r.update(threads=args.threads, torch_version=torch.__version__)
+        r = measure(torch, name, args.steps, max(1, args.warmup), args.mode)
+        r.update(threads=args.threads, torch_version=torch.__version__, mode=args.mode)
         print(json.dumps(r), flush=True)
     return 0
 

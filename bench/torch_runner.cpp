@@ -41,8 +41,6 @@ std::optional<std::string> find_torch_python(std::string* why) {
   return std::nullopt;
 }
 
-namespace {
-
 std::string capture(const std::string& command, int* status) {
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
   std::string out;
@@ -54,16 +52,15 @@ std::string capture(const std::string& command, int* status) {
   return out;
 }
 
-}  // namespace
-
 TorchResults run_torch(const std::string& python, const std::string& script,
                        const std::vector<TorchSetting>& settings,
-                       const std::vector<std::string>& workloads, int steps, int warmup) {
+                       const std::vector<std::string>& workloads, int steps, int warmup,
+                       const std::string& args) {
   TorchResults results;
   for (const TorchSetting& s : settings) {
     std::string cmd = "env " + s.env + " '" + python + "' '" + script + "' --threads " +
                       std::to_string(s.threads) + " --steps " + std::to_string(steps) +
-                      " --warmup " + std::to_string(warmup);
+                      " --warmup " + std::to_string(warmup) + (args.empty() ? "" : " " + args);
     for (const std::string& w : workloads) cmd += " --workload " + w;
     int status = 0;
     const std::string out = capture(cmd, &status);
@@ -78,7 +75,8 @@ TorchResults run_torch(const std::string& python, const std::string& script,
         continue;
       }
       results[s.name][j["workload"].get<std::string>()] =
-          TorchResult{j["step_ms"], j["step_ms_min"], j["step_ms_max"], j["samples_per_s"]};
+          TorchResult{j["step_ms"], j["step_ms_min"], j["step_ms_max"], j["samples_per_s"],
+                      j.value("first_step_ms", 0.0)};
     }
     if (status != 0) std::cerr << "towerjit_bench: torch (" << s.name << ") exited " << status << "\n";
   }

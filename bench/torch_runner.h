@@ -28,6 +28,7 @@ std::vector<TorchSetting> torch_settings(const char* user_core, const std::strin
 
 struct TorchResult {
   double step_ms = 0, step_ms_min = 0, step_ms_max = 0, samples_per_s = 0;
+  double first_step_ms = 0;  // the first step alone: torch.compile's and jax.jit's compile
 };
 
 // setting name -> workload -> result.
@@ -38,10 +39,15 @@ using TorchResults = std::map<std::string, std::map<std::string, TorchResult>>;
 // nullopt when none does; `why` then says what was tried.
 std::optional<std::string> find_torch_python(std::string* why);
 
-// Runs the script once per setting for `workloads`; a setting that fails is left out and
+// Runs the script once per setting for `workloads`, with `args` added (bench/peers.h's peers
+// share this runner and the scripts' output format); a setting that fails is left out and
 // reported on stderr.
 TorchResults run_torch(const std::string& python, const std::string& script,
                        const std::vector<TorchSetting>& settings,
-                       const std::vector<std::string>& workloads, int steps, int warmup);
+                       const std::vector<std::string>& workloads, int steps, int warmup,
+                       const std::string& args = "");
+
+// Runs `command` through the shell; its stdout, and its exit status in `status`.
+std::string capture(const std::string& command, int* status);
 
 }  // namespace towerjit::bench

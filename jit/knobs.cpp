@@ -195,6 +195,8 @@ constexpr Knob kKnobs[] = {
     // Read by the project's own programs, not the library: declared so the check knows them.
     {"TOWERJIT_BENCH_PYTHON", "file", nullptr, "bench/torch_runner.cpp (towerjit_bench)"},
     {"TOWERJIT_FUZZ_VERBOSE", "anything: set means on", nullptr, "fuzz/graph_builder.cpp (the fuzzers)"},
+    // towerjit_bench's peers (bench/peers.h): the Python to try first for PyTorch 2.x and JAX.
+    {"TOWERJIT_BENCH_PEER_PYTHON", "file", nullptr, "bench/peers.cpp (towerjit_bench)"},
 };
 
 const Knob* find_knob(std::string_view name) {

@@ -21,6 +21,7 @@
 
 #include "dsl/error.h"
 #include "jit/cpu/compile_cache.h"
+#include "jit/cpu/dedupe_functions.h"
 #include "jit/cpu/llvm_codegen.h"
 #include "jit/knobs.h"
 
@@ -192,8 +193,9 @@ llvm::Expected<SymbolTable> link_objects(JitSession& s, CompiledModule::JitHandl
   return table;
 }
 
-std::shared_ptr<CompiledModule> load(const std::vector<std::string>& objects, const std::string& ll_text,
+std::shared_ptr<CompiledModule> load(const std::vector<std::string>& objects, const DedupedModule& deduped,
                                      const std::string& module_name) {
+  const std::string& ll_text = deduped.text;
   auto s = session();
   auto handle = std::make_unique<CompiledModule::JitHandle>();
   handle->session = s;
@@ -207,6 +209,9 @@ std::shared_ptr<CompiledModule> load(const std::vector<std::string>& objects, co
     if (!reported.empty()) message = reported + " (" + message + ")";
     fail("cannot link", ll_text, module_name, message);
   }
+  // A duplicate's name finds the code of the function it equals.
+  for (const auto& [duplicate, original] : deduped.aliases)
+    if (auto it = table->find(original); it != table->end()) (*table)[duplicate] = it->second;
   return std::make_shared<CompiledModule>(module_name, std::move(*table), std::move(handle));
 }
 
@@ -262,7 +267,10 @@ std::shared_ptr<CompiledModule> compile(const std::string& ll_text, const std::s
     if (stats) *stats = local;
     return module;
   };
-  const std::string key = make_cache_key({ll_text, target_description(), llvm_version(), kCodegenFlags});
+  // Functions equal but for their names are compiled once (dedupe_functions.h); the kept text
+  // names the duplicates, so it alone keys the cache.
+  const DedupedModule deduped = dedupe_functions(ll_text);
+  const std::string key = make_cache_key({deduped.text, target_description(), llvm_version(), kCodegenFlags});
   {
     std::lock_guard lock(alive_mutex);
     if (auto it = alive.find(key); it != alive.end())
@@ -280,12 +288,12 @@ std::shared_ptr<CompiledModule> compile(const std::string& ll_text, const std::s
     local.cache_hit = !objects.empty();
   }
   if (!local.cache_hit) {
-    ObjectCode code = compile_ir_to_objects(ll_text, module_name, usable_cores());
-    if (!code.error.empty()) fail("cannot compile", ll_text, module_name, code.error);
+    ObjectCode code = compile_ir_to_objects(deduped.text, module_name, usable_cores());
+    if (!code.error.empty()) fail("cannot compile", deduped.text, module_name, code.error);
     objects = std::move(code.objects);
     if (cache && !cache->store(key, pack_objects(objects))) warn_once_cache_unwritable(cache->dir());
   }
-  auto module = load(objects, ll_text, module_name);
+  auto module = load(objects, deduped, module_name);
   {
     std::lock_guard lock(alive_mutex);
     std::erase_if(alive, [](const auto& entry) { return entry.second.expired(); });
