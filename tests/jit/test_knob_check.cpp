@@ -57,7 +57,7 @@ const Values kChecked[] = {
 // Knobs whose value is any text (a path, or set-means-on), read as given.
 const char* const kText[] = {"TOWERJIT_CACHE_DIR",        "TOWERJIT_DUMP",         "TOWERJIT_MPI_LIBRARY",
                              "TOWERJIT_CUDA_ARCH",        "TOWERJIT_EMULATOR_LIBRARY", "TOWERJIT_BENCH_PYTHON",
-                             "TOWERJIT_FUZZ_VERBOSE"};
+                             "TOWERJIT_FUZZ_VERBOSE",     "TOWERJIT_BENCH_PEER_PYTHON"};
 
 bool is_towerjit(const std::string& name) { return name.rfind("TOWERJIT_", 0) == 0; }
 
