@@ -58,7 +58,9 @@ void write_file(const fs::path& path, const std::string& bytes) {
 
 }  // namespace
 
-TEST_CASE("compile cache: miss then hit, the hit faster and running the same", "[cpu]") {
+// The hit skips optimisation and code generation (cache_hit says so); how much faster that is
+// depends on the machine's load, so it is printed, not asserted.
+TEST_CASE("compile cache: miss then hit, the hit running the same", "[cpu]") {
   CacheSandbox sandbox;
   cpujit::CompileStats cold, warm;
   auto first = cpujit::compile(kSaxpyIR, "saxpy_cache", &cold);
@@ -68,7 +70,6 @@ TEST_CASE("compile cache: miss then hit, the hit faster and running the same", "
   CHECK_FALSE(cold.cache_hit);
   CHECK(warm.cache_hit);
   CHECK_FALSE(warm.shared);
-  CHECK(warm.compile_ms < cold.compile_ms);
   CHECK(entries(sandbox.dir).size() == 1);
   CHECK(saxpy_works(*second));
   WARN("saxpy: cold compile " << cold.compile_ms << " ms, warm (cache hit) load "
