@@ -15,6 +15,7 @@
 #include "dsl/tower_program.h"
 #include "jit/cuda/cuda_dump.h"
 #include "jit/cuda/cuda_emitter.h"
+#include "jit/cuda/module_parts.h"
 #include "jit/cuda/nvrtc_compiler.h"
 #include "jit/passes/cut_collectives.h"
 #include "jit/passes/pipeline.h"
@@ -155,9 +156,10 @@ int run(const Options& o) {
   for (const Module& m : modules) {
     std::string ptx;
     if (tj::cuda::nvrtc_available()) {
-      const auto bin = tj::cuda::compile_cuda(m.cuda.source, m.name, arch);
-      ptx = bin.ptx;
-      std::printf("%s: compiled in %.0f ms%s\n", m.name.c_str(), bin.compile_ms, bin.cache_hit ? " (cached)" : "");
+      const auto compiled = tj::cuda::compile_cuda_module(m.cuda, m.name, arch);
+      ptx = compiled.ptx();
+      std::printf("%s: compiled in %.0f ms (%zu parts)%s\n", m.name.c_str(), compiled.compile_ms, compiled.parts.size(),
+                  compiled.cache_hit ? " (cached)" : "");
     }
     const auto paths = tj::cuda::write_cuda_dump(o.out, m.lowered.graph, m.lowered.program, m.cuda, m.name, ptx);
     const auto& p = m.lowered.program;

@@ -7,6 +7,7 @@
 
 #include "dsl/error.h"
 #include "jit/cuda/kernel_writer.h"
+#include "jit/cuda/module_parts.h"
 #include "jit/cuda/nvrtc_compiler.h"
 #include "jit/dump.h"
 #include "jit/passes/pipeline.h"
@@ -147,7 +148,7 @@ std::vector<std::string> dump_cuda_of(const std::string& dir, const Graph& g, co
   std::string ptx;
   if (!p.kernels.empty() && nvrtc_available()) {
     try {
-      ptx = compile_cuda(module.source, stem, resolve_arch(arch)).ptx;
+      ptx = compile_cuda_module(module, stem, resolve_arch(arch)).ptx();
     } catch (const Error& e) {
       std::fprintf(stderr, "towerjit: dump of \"%s\": no PTX, NVRTC failed: %s\n", stem.c_str(), e.what());
     }

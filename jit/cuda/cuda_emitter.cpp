@@ -212,11 +212,13 @@ CudaModule emit_cuda_module(const Graph& graph, const kir::Program& program, con
       << "// Each kernel: (buffers..., tj_i64 batch, const tj_u64* step_slot), 256 threads per block (a\n"
       << "// reduction also takes its partials' workspace and the reduced points per split, and has a\n"
       << "// _combine pass); see\n"
-      << "// " << module_name << ".index.json for the launch shape and the bytes each kernel moves.\n\n"
-      << kDevicePhilox << "\n" << kDevicePreamble << "\n";
+      << "// " << module_name << ".index.json for the launch shape and the bytes each kernel moves.\n\n";
+  m.prelude = std::string(kDevicePhilox) + "\n" + kDevicePreamble + "\n";
+  out << m.prelude;
   for (const kir::Kernel& k : program.kernels) {
     EmittedKernel info;
-    out << emit_kernel(graph, program, k, info);
+    m.kernel_sources.push_back(emit_kernel(graph, program, k, info));
+    out << m.kernel_sources.back();
     m.kernels.push_back(std::move(info));
   }
   m.source = out.str();

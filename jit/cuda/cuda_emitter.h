@@ -74,8 +74,13 @@ struct EmittedKernel {
   Launch launch(int64_t batch, int sm_count) const;
 };
 struct CudaModule {
-  std::string source;                  // the whole .cu text
+  std::string source;                  // the whole .cu text: a header comment, `prelude`, then
+                                       // every entry of `kernel_sources` in order
   std::vector<EmittedKernel> kernels;  // one per kir::Program::kernels entry, same order
+  std::string prelude;                 // what every kernel needs: random numbers, helpers
+  std::vector<std::string> kernel_sources;  // per kernel: its text (partials struct and
+                                            // combine pass included), self-contained but for
+                                            // `prelude`, so a run of them compiles alone
 };
 
 // Emits every loop kernel of `program`. `graph` is the graph the program's node ids refer to

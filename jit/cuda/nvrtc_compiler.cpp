@@ -201,11 +201,17 @@ const std::vector<std::string>& nvrtc_flags() {
 }
 
 CudaBinary compile_cuda(const std::string& source, const std::string& module_name, const std::string& arch) {
+  if (auto dump = knobs::dump_dir()) write_file(*dump, module_name + ".cu", source);
+  CudaBinary b = compile_cuda_undumped(source, module_name, arch);
+  if (auto dump = knobs::dump_dir()) write_file(*dump, module_name + ".ptx", b.ptx);
+  return b;
+}
+
+CudaBinary compile_cuda_undumped(const std::string& source, const std::string& module_name, const std::string& arch) {
   const auto start = std::chrono::steady_clock::now();
   CudaBinary b;
   b.arch = resolve_arch(arch);
   const std::string version = nvrtc_version();  // throws when NVRTC is missing
-  if (auto dump = knobs::dump_dir()) write_file(*dump, module_name + ".cu", source);
   std::string flags;
   for (const auto& f : nvrtc_flags()) flags += f + " ";
   auto cache = cpujit::CompileCache::from_knobs();
@@ -220,7 +226,6 @@ CudaBinary compile_cuda(const std::string& source, const std::string& module_nam
     run_nvrtc(source, module_name, b);
     if (cache) cache->store(key, pack(b));
   }
-  if (auto dump = knobs::dump_dir()) write_file(*dump, module_name + ".ptx", b.ptx);
   b.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return b;
 }

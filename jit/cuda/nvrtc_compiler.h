@@ -48,6 +48,11 @@ const std::vector<std::string>& nvrtc_flags();
 CudaBinary compile_cuda(const std::string& source, const std::string& module_name,
                         const std::string& arch);
 
+// compile_cuda without the dump files: for the parts of a module (module_parts.h), which is
+// dumped whole. A compile error still writes the source it names, as compile_cuda's does.
+CudaBinary compile_cuda_undumped(const std::string& source, const std::string& module_name,
+                                 const std::string& arch);
+
 // The `extern "C" __global__` function whose body holds line `line` (1-based) of `source`,
 // or "" when the line is outside every kernel (the preamble).
 std::string kernel_at_line(const std::string& source, int line);

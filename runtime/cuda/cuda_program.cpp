@@ -80,12 +80,15 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
   check_numerics_ = knobs::check_numerics();
   module_ = cuda::emit_cuda_module(graph_, program_, name_);
   if (!program_.kernels.empty()) {
-    binary_ = cuda::compile_cuda(module_.source, name_, cuda::resolve_arch("", device_->arch()));
-    loaded_ = std::make_unique<cuda::LoadedModule>(*device_, binary_, name_, loc);
+    compiled_ = cuda::compile_cuda_module(module_, name_, cuda::resolve_arch("", device_->arch()));
+    for (size_t i = 0; i < compiled_.parts.size(); ++i)
+      loaded_.push_back(std::make_unique<cuda::LoadedModule>(*device_, compiled_.parts[i],
+                                                             name_ + ".part" + std::to_string(i), loc));
     for (size_t i = 0; i < module_.kernels.size(); ++i) {
-      functions_.push_back(loaded_->function(module_.kernels[i].symbol));
+      const cuda::LoadedModule& part = *loaded_[compiled_.part_of_kernel[i]];
+      functions_.push_back(part.function(module_.kernels[i].symbol));
       const std::string& combine = module_.kernels[i].combine_symbol;
-      combine_functions_.push_back(combine.empty() ? nullptr : loaded_->function(combine));
+      combine_functions_.push_back(combine.empty() ? nullptr : part.function(combine));
       kernel_what_.push_back(describe_kernel(graph_, program_.kernels[i]));
     }
   }
@@ -113,7 +116,7 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
   }) || (has_conv && !dnn_);
   if (needs_blas) blas_ = std::make_unique<cuda::Cublas>(*device_, *stream_, loc);
   if (auto dir = knobs::dump_dir())
-    cuda::write_cuda_dump(*dir, graph_, program_, module_, name_, binary_.ptx, dnn_ || !has_conv,
+    cuda::write_cuda_dump(*dir, graph_, program_, module_, name_, compiled_.ptx(), dnn_ || !has_conv,
                           device_->sm_count());
   if (needs_library) device_->library_module();  // compile and load now: errors here, not mid-run
   if (!one_hot_calls_.empty()) error_slots_ = device_->allocate(8 * one_hot_calls_.size(), loc);
@@ -144,7 +147,7 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
   if (knobs::debug_level() >= 1)
     std::fprintf(stderr, "towerjit: %s on %s: %zu kernels, %zu library calls, %zu copies; compiled in %.1f ms%s\n",
                  name_.c_str(), device_->str().c_str(), program_.kernels.size(), program_.calls.size(),
-                 program_.copies.size(), binary_.compile_ms, binary_.cache_hit ? " (cache hit)" : "");
+                 program_.copies.size(), compiled_.compile_ms, compiled_.cache_hit ? " (cache hit)" : "");
 }
 
 CudaProgram::~CudaProgram() {

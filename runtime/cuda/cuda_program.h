@@ -24,6 +24,7 @@
 #include "dsl/devices.h"
 #include "dsl/tensor.h"
 #include "jit/cuda/cuda_emitter.h"
+#include "jit/cuda/module_parts.h"
 #include "jit/cuda/nvrtc_compiler.h"
 #include "jit/kir/kernel_ir.h"
 #include "jit/passes/buffer_plan.h"
@@ -88,7 +89,7 @@ class CudaProgram {
   const Graph& lowered_graph() const { return graph_; }  // the optimised copy program() refers to
   const std::string& name() const { return name_; }
   const cuda::CudaModule& module() const { return module_; }  // the .cu text and launch shapes
-  const cuda::CudaBinary& binary() const { return binary_; }  // arch, PTX, compile time
+  const cuda::CompiledCudaModule& compiled() const { return compiled_; }  // parts, PTX, compile time
   cuda::DeviceContext& device() const { return *device_; }
   const cuda::Stream& stream() const { return *stream_; }
   // Bytes of temporaries one run needs at this batch size (after buffer reuse).
@@ -163,8 +164,8 @@ class CudaProgram {
   std::unique_ptr<cuda::Cublas> blas_;
   std::unique_ptr<cuda::Cudnn> dnn_;  // null: no convolutions, or cuDNN unavailable (the fallback)
   cuda::CudaModule module_;
-  cuda::CudaBinary binary_;
-  std::unique_ptr<cuda::LoadedModule> loaded_;
+  cuda::CompiledCudaModule compiled_;
+  std::vector<std::unique_ptr<cuda::LoadedModule>> loaded_;  // per part of compiled_
   std::vector<CUfunction> functions_;
   std::vector<CUfunction> combine_functions_;  // per kernel: a split reduction's pass 2 (else null)
   std::vector<std::string> kernel_what_;   // per kernel: its name and DSL ops, for errors

@@ -1,5 +1,5 @@
 // Helpers for the CUDA compile tests: skip where NVRTC is missing, and compile a graph's
-// whole program for sm_80 and sm_90, checking every kernel made it into the PTX.
+// whole program for sm_80 and sm_90, checking every kernel made it into its part's PTX.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -8,6 +8,7 @@
 
 #include "cpu_test_env.h"
 #include "jit/cuda/cuda_emitter.h"
+#include "jit/cuda/module_parts.h"
 #include "jit/cuda/nvrtc_compiler.h"
 #include "jit/passes/pipeline.h"
 #include "towerjit.h"
@@ -31,14 +32,15 @@ inline cuda::CudaModule require_compiles(const Graph& g, const std::vector<int>&
   REQUIRE(m.kernels.size() == lowered.program.kernels.size());
   for (const char* arch : {"sm_80", "sm_90"}) {
     INFO(name << " for " << arch);
-    cuda::CudaBinary bin;
-    REQUIRE_NOTHROW(bin = cuda::compile_cuda(m.source, name, arch));
-    CHECK(!bin.cubin.empty());
-    CHECK(bin.cubin.compare(0, 4, "\x7f" "ELF") == 0);
-    for (const auto& k : m.kernels) {
+    cuda::CompiledCudaModule compiled;  // as a CudaProgram compiles it: in parts (module_parts.h)
+    REQUIRE_NOTHROW(compiled = cuda::compile_cuda_module(m, name, arch));
+    for (const cuda::CudaBinary& bin : compiled.parts) CHECK(bin.cubin.compare(0, 4, "\x7f" "ELF") == 0);
+    for (size_t i = 0; i < m.kernels.size(); ++i) {
+      const auto& k = m.kernels[i];
+      const std::string& ptx = compiled.parts.at(compiled.part_of_kernel.at(i)).ptx;
       INFO("kernel " << k.symbol);
-      CHECK(bin.ptx.find(".entry " + k.symbol + "(") != std::string::npos);
-      if (k.may_split()) CHECK(bin.ptx.find(".entry " + k.combine_symbol + "(") != std::string::npos);
+      CHECK(ptx.find(".entry " + k.symbol + "(") != std::string::npos);
+      if (k.may_split()) CHECK(ptx.find(".entry " + k.combine_symbol + "(") != std::string::npos);
     }
   }
   return m;
