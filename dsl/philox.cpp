@@ -1,15 +1,12 @@
 // Philox 4x32-10 exactly as Random123's philox4x32_R(10, ...): the known-answer vectors of
 // Random123's kat_vectors pass (tests/dsl/test_philox.cpp). The backends emit the same rounds
-// in CUDA C and LLVM IR, so keep this file the readable definition.
+// in CUDA C and LLVM IR (jit/cpu/llvm_emitter.cpp), so keep this file the readable definition.
 #include "dsl/philox.h"
 
 namespace towerjit {
 
 namespace {
 
-constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;  // round multipliers
-// The key schedule's Weyl increments: the golden ratio and sqrt(3) - 1, in 32 bits.
-constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
 
 inline void mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
   const uint64_t p = static_cast<uint64_t>(a) * b;
@@ -19,8 +16,8 @@ inline void mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
 
 inline PhiloxCounter round(const PhiloxCounter& c, const PhiloxKey& k) {
   uint32_t hi0, lo0, hi1, lo1;
-  mulhilo(kMul0, c[0], hi0, lo0);
-  mulhilo(kMul1, c[2], hi1, lo1);
+  mulhilo(kPhiloxMul0, c[0], hi0, lo0);
+  mulhilo(kPhiloxMul1, c[2], hi1, lo1);
   return {hi1 ^ c[1] ^ k[0], lo1, hi0 ^ c[3] ^ k[1], lo0};
 }
 
@@ -29,8 +26,8 @@ inline PhiloxCounter round(const PhiloxCounter& c, const PhiloxKey& k) {
 PhiloxCounter philox4x32_10(PhiloxCounter counter, PhiloxKey key) {
   for (int r = 0; r < 10; ++r) {
     if (r > 0) {  // the key is bumped between rounds, not before the first
-      key[0] += kWeyl0;
-      key[1] += kWeyl1;
+      key[0] += kPhiloxWeyl0;
+      key[1] += kPhiloxWeyl1;
     }
     counter = round(counter, key);
   }

@@ -8,6 +8,11 @@
 
 namespace towerjit {
 
+// The rounds' multipliers, and the key schedule's Weyl increments (the golden ratio and
+// sqrt(3) - 1, in 32 bits): here for the backends that write the rounds out themselves.
+inline constexpr uint32_t kPhiloxMul0 = 0xD2511F53u, kPhiloxMul1 = 0xCD9E8D57u;
+inline constexpr uint32_t kPhiloxWeyl0 = 0x9E3779B9u, kPhiloxWeyl1 = 0xBB67AE85u;
+
 using PhiloxCounter = std::array<uint32_t, 4>;
 using PhiloxKey = std::array<uint32_t, 2>;
 

@@ -11,7 +11,6 @@
 
 #include "dsl/error.h"
 #include "dsl/philox.h"
-#include "jit/cpu/cpu_compiler.h"
 #include "jit/passes/coalesce_axes.h"
 
 namespace towerjit::cpujit {
@@ -40,6 +39,7 @@ class KernelEmitter {
   std::string tmp() { return "%t" + std::to_string(next_++); }
   std::string i64_affine(const kir::Affine& a);
   std::string address(int access);
+  std::string philox_uniform(uint64_t seed, const std::string& index);
   std::string expr(int e);
   std::string unary(const Expr& e, const std::string& x);
   std::string binary(const Expr& e, const std::string& a, const std::string& b);
@@ -213,6 +213,72 @@ std::string KernelEmitter::binary(const Expr& e, const std::string& a, const std
   }
 }
 
+// Philox 4x32-10 written out in the kernel, round for round as dsl/philox.cpp defines it, for
+// element `index` of the stream %step: the seed is a constant, so the whole key schedule is too,
+// and the loop vectoriser makes each 32 x 32 -> 64-bit multiply one vpmuludq over a vector of
+// elements. (A call into the host per element kept such loops scalar: resnet-bn's dropout mask,
+// 200k numbers, took 5-10 ms of a step.) The value: word index % 4 of the block, its top 24
+// bits times 2^-24, exact in f32 as philox_uniform's double is.
+std::string KernelEmitter::philox_uniform(uint64_t seed, const std::string& index) {
+  const auto i32 = [](uint32_t v) { return std::to_string(static_cast<int32_t>(v)); };
+  const auto trunc = [&](const std::string& wide) {
+    const std::string t = tmp();
+    out_ << "  " << t << " = trunc i64 " << wide << " to i32\n";
+    return t;
+  };
+  const auto shift32 = [&](const std::string& wide) {
+    const std::string t = tmp();
+    out_ << "  " << t << " = lshr i64 " << wide << ", 32\n";
+    return t;
+  };
+  const std::string block = tmp();
+  out_ << "  " << block << " = lshr i64 " << index << ", 2\n";
+  std::string c[4] = {trunc(block), trunc(shift32(block)), trunc("%step"), trunc(shift32("%step"))};
+  uint32_t key0 = static_cast<uint32_t>(seed), key1 = static_cast<uint32_t>(seed >> 32);
+  // hi and lo words of multiplier * word, as dsl/philox.cpp's mulhilo
+  const auto mulhilo = [&](uint32_t multiplier, const std::string& word, std::string& hi, std::string& lo) {
+    const std::string wide = tmp(), product = tmp();
+    out_ << "  " << wide << " = zext i32 " << word << " to i64\n";
+    out_ << "  " << product << " = mul nuw i64 " << wide << ", " << multiplier << "\n";
+    hi = trunc(shift32(product));
+    lo = trunc(product);
+  };
+  const auto xor3 = [&](const std::string& a, const std::string& b, uint32_t key) {
+    const std::string t = tmp(), u = tmp();
+    out_ << "  " << t << " = xor i32 " << a << ", " << b << "\n";
+    out_ << "  " << u << " = xor i32 " << t << ", " << i32(key) << "\n";
+    return u;
+  };
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      key0 += kPhiloxWeyl0;
+      key1 += kPhiloxWeyl1;
+    }
+    std::string hi0, lo0, hi1, lo1;
+    mulhilo(kPhiloxMul0, c[0], hi0, lo0);
+    mulhilo(kPhiloxMul1, c[2], hi1, lo1);
+    const std::string next0 = xor3(hi1, c[1], key0), next2 = xor3(hi0, c[3], key1);
+    c[0] = next0;
+    c[1] = lo1;
+    c[2] = next2;
+    c[3] = lo0;
+  }
+  const std::string lane = tmp();
+  out_ << "  " << lane << " = and i64 " << index << ", 3\n";
+  std::string word = c[0];
+  for (int w = 1; w < 4; ++w) {
+    const std::string is = tmp(), picked = tmp();
+    out_ << "  " << is << " = icmp eq i64 " << lane << ", " << w << "\n";
+    out_ << "  " << picked << " = select i1 " << is << ", i32 " << c[w] << ", i32 " << word << "\n";
+    word = picked;
+  }
+  const std::string top = tmp(), as_float = tmp(), v = tmp();
+  out_ << "  " << top << " = lshr i32 " << word << ", 8\n";
+  out_ << "  " << as_float << " = uitofp i32 " << top << " to float\n";
+  out_ << "  " << v << " = fmul float " << as_float << ", 0x3E70000000000000\n";  // 2^-24
+  return v;
+}
+
 std::string KernelEmitter::expr(int id) {
   if (!values_[id].empty()) return values_[id];
   const Expr& e = k_->exprs[id];
@@ -237,13 +303,7 @@ std::string KernelEmitter::expr(int id) {
       out_ << "  " << v << " = load " << ty(e.dtype) << ", ptr " << ptr << ", align 4\n";
       break;
     }
-    case Expr::Kind::random: {
-      const std::string off = address(e.access);
-      v = tmp();
-      out_ << "  " << v << " = call float @towerjit_philox_uniform(i64 " << e.seed
-           << ", i64 %step, i64 " << off << ")\n";
-      break;
-    }
+    case Expr::Kind::random: v = philox_uniform(e.seed, address(e.access)); break;
     case Expr::Kind::unary: v = unary(e, expr(e.args[0])); break;
     case Expr::Kind::binary: {
       const std::string a = expr(e.args[0]), b = expr(e.args[1]);
@@ -619,10 +679,6 @@ std::string KernelEmitter::emit() {
   return out_.str();
 }
 
-extern "C" float towerjit_philox_uniform(uint64_t seed, uint64_t step, uint64_t index) {
-  return static_cast<float>(philox_uniform(seed, step, index));
-}
-
 }  // namespace
 
 std::string emit_llvm_module(const kir::Program& program, std::vector<EmittedKernel>* kernels) {
@@ -636,8 +692,7 @@ std::string emit_llvm_module(const kir::Program& program, std::vector<EmittedKer
       "declare i32 @llvm.abs.i32(i32, i1)\n"
       "declare float @tanhf(float)\n"
       "declare float @erff(float)\n"
-      "declare float @log1pf(float)\n"
-      "declare float @towerjit_philox_uniform(i64, i64, i64)\n\n";
+      "declare float @log1pf(float)\n\n";
   kernels->clear();
   for (const auto& kernel : program.kernels) {
     EmittedKernel info;
@@ -646,10 +701,6 @@ std::string emit_llvm_module(const kir::Program& program, std::vector<EmittedKer
     kernels->push_back(std::move(info));
   }
   return text;
-}
-
-void register_kernel_helpers() {
-  define_host_symbol("towerjit_philox_uniform", reinterpret_cast<void*>(&towerjit_philox_uniform));
 }
 
 }  // namespace towerjit::cpujit

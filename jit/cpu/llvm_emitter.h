@@ -31,7 +31,4 @@ struct EmittedKernel {
 // One module holding every kernel of the program (one optimiser run, one cache entry).
 std::string emit_llvm_module(const kir::Program& program, std::vector<EmittedKernel>* kernels);
 
-// The host functions the emitted code may call besides libm, registered with the compiler.
-void register_kernel_helpers();
-
 }  // namespace towerjit::cpujit

@@ -34,7 +34,6 @@ CpuProgram::CpuProgram(const Graph& graph, const std::vector<int>& ids,
   graph_ = std::move(lowered.graph);
   program_ = std::move(lowered.program);
   llvm_ir_ = cpujit::emit_llvm_module(program_, &emitted_);
-  cpujit::register_kernel_helpers();
   // Named after the kernel IR, which a GPU's copy of the program shares.
   name_ = dump_stem(name, kir::to_string(program_));
   check_numerics_ = knobs::check_numerics();

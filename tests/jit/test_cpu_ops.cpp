@@ -8,6 +8,7 @@
 #endif
 
 #include "cpu_test_env.h"
+#include "dsl/philox.h"
 #include "graph_cases.h"
 #include "jit/cpu/cpu_isa.h"
 #include "jit/reference/interpreter.h"
@@ -170,6 +171,33 @@ TEST_CASE("a run flushes denormals to zero and restores the caller's mode", "[cp
 
 TEST_CASE("random_uniform draws the reference's numbers, fresh each step", "[cpu][jit]") {
   cases::random_uniform_steps(on_cpu(), "");
+}
+
+// The kernels write Philox's rounds out themselves (jit/cpu/llvm_emitter.cpp), vectorised: every
+// number must be dsl/philox.cpp's, bit for bit, in the vector body and the remainder alike, on
+// every word of a block, for a seed and a step with their high words set, at every ISA level.
+TEST_CASE("random_uniform in the CPU kernels is philox_uniform bit for bit", "[cpu][jit][isa]") {
+  const uint64_t seed = 0x9E3779B97F4A7C15ull;
+  for (int64_t width : {1, 7, 1031}) {
+    tj::Graph g;
+    tj::GraphScope use(g);
+    auto x = tj::input("x", {kBatch, width});
+    auto u = tj::random_uniform_like(x, seed);
+    tj::ThreadPool threads(2);
+    tj::CpuProgram program(g, {u}, false, &threads);
+    for (int64_t batch : {1, 7, 127}) {
+      tj::HostTensor in(tj::Shape{batch, width});
+      tj::HostVariables none;
+      for (uint64_t step : {0ull, 3ull, (1ull << 32) + 5}) {
+        const auto out = program.run({{"x", in}}, none, step);
+        int wrong = 0;
+        for (int64_t i = 0; i < batch * width; ++i)
+          wrong += out[0].f32[i] != static_cast<float>(tj::philox_uniform(seed, step, static_cast<uint64_t>(i)));
+        INFO("width " << width << ", batch " << batch << ", step " << step);
+        CHECK(wrong == 0);
+      }
+    }
+  }
 }
 
 TEST_CASE("relu keeps a NaN, and its gradient there is 0", "[cpu][jit]") {
