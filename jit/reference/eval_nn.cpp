@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "dsl/error.h"
+#include "dsl/index_errors.h"
 #include "dsl/philox.h"
 #include "jit/reference/eval.h"
 
@@ -36,32 +37,15 @@ Array eval_matmul(const EvalArgs& a) {
   return out;
 }
 
-namespace {
-
-// "3" for a vector's element, "[1,2]" for a higher rank's.
-std::string position(int64_t flat, const Shape& shape) {
-  if (shape.rank() <= 1) return std::to_string(flat);
-  std::ostringstream s;
-  const std::vector<int64_t> index = unravel(flat, shape);
-  for (size_t i = 0; i < index.size(); ++i) s << (i ? "," : "[") << index[i];
-  s << "]";
-  return s.str();
-}
-
-}  // namespace
-
 Array eval_one_hot(const EvalArgs& a) {
   const Array& labels = a.in(0);
   const int64_t depth = a.node.attrs.depth;
   Array out = a.result();  // zeros
   internal_check(out.size() == labels.size() * depth) << "one_hot output " << out.shape.str();
-  const std::string where = a.node.scope.empty() ? "" : " in \"" + a.node.scope + "\"";
   for (int64_t i = 0; i < labels.size(); ++i) {
-    const double v = labels[i];
-    user_check(v >= 0 && v < static_cast<double>(depth) && v == std::trunc(v), a.node)
-        << "one_hot: label " << v << " at index " << position(i, labels.shape)
-        << " is out of range [0, " << depth << ")" << where
-        << "; labels must be class indices below the number of classes";
+    const double v = labels[i];  // an i32 label: whole
+    // The backends' words (dsl/index_errors.h), so the oracle and a program agree.
+    if (!(v >= 0 && v < static_cast<double>(depth))) throw detail::one_hot_out_of_range(a.node, static_cast<int64_t>(v), i);
     out[i * depth + static_cast<int64_t>(v)] = 1;
   }
   return out;
