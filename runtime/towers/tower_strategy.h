@@ -109,6 +109,9 @@ struct StrategyRow {
   bool layout_determinism;  // TOWERJIT_DETERMINISTIC=layout over several processes
   bool runs_towers;         // false: this rank's towers stay idle (a parameter server)
   MakeStrategy make;
+  // The strategy concatenates sparse gradients' rows and values (runtime/towers/sparse_reduction.h)
+  // instead of reducing their dense value: the towers then fetch them sparse (CPU towers).
+  bool sparse_gradients = false;
   std::string str() const;  // "sync_gpu: sync, all GPUs, any processes, variables on the GPUs"
 };
 
