@@ -146,3 +146,19 @@ TEST_CASE("sparse gradients over sync CPU towers weigh the towers as the reducti
                [&](int64_t e) { return share / ((e < 4 ? 4 : 5) * kSparseReads * kSparseDim); });
   }
 }
+
+TEST_CASE("sparse gradients over sync CPU towers with accumulated micro-batches follow the dense path",
+          "[towers][runtime][sparse]") {
+  // 3 micro-batches of 13 examples (5 + 4 + 4), each over 2 towers: every (micro-batch, tower)
+  // part joins the concatenation in batch order, weighted by its examples' share.
+  Run dense = sparse_run(cpu_towers(2, tj::Split::remainder_last), 7, false, 0.5);
+  Run sparse = sparse_run(cpu_towers(2, tj::Split::remainder_last), 7, true, 0.5);
+  const tj::HostFeeds batch = sparse_tower_batch(13, 7, 8);
+  const tj::HostVariables before = dense.trainer->variables();
+  dense.trainer->step(batch, {.accumulate = 3});
+  sparse.trainer->step(batch, {.accumulate = 3});
+  REQUIRE(sparse.trainer->last_gradients().at("embed/embeddings")->shape == tj::Shape{13, kSparseReads, kSparseDim});
+  check_step(before, batch, dense.trainer->variables().at("embed/embeddings"),
+             sparse.trainer->variables().at("embed/embeddings"), 7, 0.5,
+             [](int64_t) { return 1.0 / (13 * kSparseReads * kSparseDim); });
+}
