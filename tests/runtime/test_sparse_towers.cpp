@@ -5,7 +5,9 @@
 // bounds, on 1, 2 and 3 towers with uneven splits and V = 1, 7, 127; bitwise the same run to
 // run; and fed to the apply as [B, 3, 4] values, not a [V, 4] table.
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -161,4 +163,34 @@ TEST_CASE("sparse gradients over sync CPU towers with accumulated micro-batches 
   check_step(before, batch, dense.trainer->variables().at("embed/embeddings"),
              sparse.trainer->variables().at("embed/embeddings"), 7, 0.5,
              [](int64_t) { return 1.0 / (13 * kSparseReads * kSparseDim); });
+}
+
+// Not run by default (hidden): the figures of docs/strategies.md's "Sparse gradients across
+// towers". Two CPU towers, SGD, an embedding [V, 128] read by ids [128, 16] (2048 rows) plus a
+// bias, loss mean(c h + h^2 / 2): the time of a step, sparse against sparse = false.
+TEST_CASE("sparse against dense gradients over two CPU towers: step time", "[.][bench][sparse]") {
+  for (const int64_t vocab : {256, 32768})
+    for (const bool sparse : {true, false}) {
+      tj::Graph graph;
+      tj::Tensor loss;
+      {
+        tj::GraphScope use(graph);
+        auto ids = tj::input("ids", {tj::kBatch, 16}, tj::DType::i32);
+        auto c = tj::input("c", {tj::kBatch, 16, 128});
+        auto h = tj::embedding(ids, vocab, 128, "embed", {.sparse = sparse}) + tj::variable("bias", {128});
+        loss = tj::mean(c * h + 0.5 * h * h);
+      }
+      tj::TowerTrainer trainer(graph, loss, tj::Towers{tj::cpu(0), tj::cpu(1)}, tj::sgd(0.1));
+      tj::HostTensor ids(tj::Shape{128, 16}, tj::DType::i32), c(tj::Shape{128, 16, 128});
+      for (size_t i = 0; i < ids.i32.size(); ++i) ids.i32[i] = static_cast<int32_t>((i * 7919) % vocab);
+      for (size_t i = 0; i < c.f32.size(); ++i) c.f32[i] = static_cast<float>(i % 13) / 13.0f - 0.5f;
+      const tj::HostFeeds batch{{"ids", ids}, {"c", c}};
+      trainer.step(batch);  // warm
+      const int steps = 10;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int s = 0; s < steps; ++s) trainer.step(batch);
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("V = %5ld  %-6s  %.2f ms a step\n", static_cast<long>(vocab), sparse ? "sparse" : "dense",
+                  1e3 * secs / steps);
+    }
 }
