@@ -17,14 +17,17 @@ HostTensor concat_rows(const std::vector<const HostTensor*>& parts, const std::v
   int64_t at = 0;
   for (size_t t = 0; t < parts.size(); ++t) {
     const HostTensor& p = *parts[t];
+    const int64_t n = p.size();
     if (weights == nullptr) {
-      std::memcpy(static_cast<char*>(out.data()) + at * 4, p.data(), p.size() * 4);
+      std::memcpy(static_cast<char*>(out.data()) + at * 4, p.data(), n * 4);
     } else {
       // In double, rounded once: the dense reduction's weighting of one term.
       const double w = (*weights)[t];
-      for (int64_t e = 0; e < p.size(); ++e) out.f32[at + e] = static_cast<float>(w * p.f32[e]);
+      const float* from = p.f32.data();
+      float* to = out.f32.data() + at;
+      for (int64_t e = 0; e < n; ++e) to[e] = static_cast<float>(w * from[e]);
     }
-    at += p.size();
+    at += n;
   }
   return out;
 }
