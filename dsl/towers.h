@@ -129,9 +129,9 @@ class Towers {
   // The variables `selection` names are reduced by `reduction` instead of the towers' own
   // (TF's parameter servers plus Horovod in one program: `.with(variables("embed/*"),
   // AsyncApply{})` applies an embedding's sparse gradient from each tower as it comes while
-  // the rest is averaged). Built: AsyncApply rules on sync towers in one process, variables in
-  // host memory (docs/strategies.md, "Per-variable reductions"); the trainer checks the rules
-  // against the model. Errors: a rule that is not AsyncApply, an empty pattern.
+  // the rest is averaged). Built: AsyncApply rules on sync towers, variables in host memory,
+  // in one process or several (docs/strategies.md, "Per-variable reductions"); the trainer
+  // checks the rules against the model. Errors: a rule that is not AsyncApply, an empty pattern.
   Towers with(VariableSelection selection, Reduction reduction, Loc loc = Loc::current()) const;
   const std::vector<VariableRule>& rules() const { return rules_; }
 

@@ -258,7 +258,15 @@ sparse_gradients_across_processes)
   "$sparse_towers" compare "$work/one" "$work/two" 1e-6 || fail "2 processes and 2 towers differ"
   TOWERJIT_DETERMINISTIC=layout mpi 2 -x TOWERJIT_DETERMINISTIC "$sparse_towers" train 1 "$work/layout" \
     >"$work/out" 2>&1 || { cat "$work/out"; fail "two processes, layout"; }
-  "$sparse_towers" compare "$work/one" "$work/layout" 0 || fail "layout determinism: not bitwise" ;;
+  "$sparse_towers" compare "$work/one" "$work/layout" 0 || fail "layout determinism: not bitwise"
+  # The per-variable rule (Towers::with): every rank applies every world tower's rows of the
+  # table, in world tower order, after an all-gather; as 2 towers in one process (which apply
+  # in the order they finish) within 1e-6 relative, and bitwise between two runs.
+  "$sparse_towers" train 2 "$work/rules_one" rules >"$work/out" 2>&1 || { cat "$work/out"; fail "rules, one process"; }
+  mpi 2 "$sparse_towers" train 1 "$work/rules_a" rules >"$work/out" 2>&1 || { cat "$work/out"; fail "rules, two processes"; }
+  mpi 2 "$sparse_towers" train 1 "$work/rules_b" rules >"$work/out" 2>&1 || { cat "$work/out"; fail "rules, two processes again"; }
+  "$sparse_towers" compare "$work/rules_one" "$work/rules_a" 1e-6 || fail "rules: 2 processes and 2 towers differ"
+  "$sparse_towers" compare "$work/rules_a" "$work/rules_b" 0 || fail "rules: two runs of 2 processes differ" ;;
 trainer_misuse_is_named)
   # The mistakes only a world allows, each named with its line and fix on every rank
   # (tests/mpi/trainer_misuse.cpp): step() and run_async() with async towers, a sync step fed

@@ -1,12 +1,18 @@
 // Per-variable reductions (Towers::with): the variables an AsyncApply rule names are applied
-// from each tower's own gradient as soon as that tower has run (s g_i, s = 1/N with
-// scale_gradient), one apply at a time under the apply lock, in the order the towers finish;
+// from each tower's own gradient (s g_i, s = 1/N with scale_gradient), one apply at a time;
 // the rest are reduced as the towers declare (the Reducer: sync average, per-tower mean or
 // sum) and applied once per step, with the global step's increment. The recommender layout:
-// an embedding's sparse rows pushed as they come, the dense layers averaged. One process, the
-// variables in host memory: one copy, which the rules' applies write while other towers still
-// run, so each tower reads a copy of its own, refreshed at the start of every step.
+// an embedding's sparse rows pushed as they come, the dense layers averaged. The variables
+// live in host memory, one copy a process, which the rules' applies write while other towers
+// may still run, so each tower reads a copy of its own, refreshed at the start of every step.
+//   - In one process a tower's applies run as soon as it has run, under the apply lock, in the
+//     order the towers finish.
+//   - Across processes every rank applies every world tower's gradients of the rules'
+//     variables, in world tower order, after an all-gather of them (each rank's towers' rows
+//     and values, with their sizes): the ranks' copies stay equal, and the order is the same
+//     on every rank and for any split of the towers into processes.
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 
 #include "dsl/error.h"
@@ -66,7 +72,7 @@ class SyncAsyncByVariable final : public TowerStrategy {
       : TowerStrategy(state),
         values_(state.compiled.initial),
         reads_(state.towers.size(), state.compiled.initial),
-        reducer_(state, false, static_cast<int64_t>(state.options.bucket_mb * (1 << 20))) {
+        reducer_(state, state.options.deterministic_layout, static_cast<int64_t>(state.options.bucket_mb * (1 << 20))) {
     const CompiledTowers& c = state.compiled;
     split_ = split_apply_by_variable(c, loc);
     rule_of_ = match_rules(state, split_);
@@ -77,8 +83,11 @@ class SyncAsyncByVariable final : public TowerStrategy {
         rest.insert(rest.end(), a.updates.begin(), a.updates.end());
         continue;
       }
-      own_.push_back({v, std::make_unique<CpuProgram>(c.apply_side->graph, c.apply_fetches, a.updates, nullptr,
-                                                      "apply_" + a.variable)});
+      int rows = -1;
+      for (size_t k = 0; k < c.sparse.size(); ++k)
+        if (c.sparse[k].variable == v) rows = static_cast<int>(k);
+      own_.push_back({v, rows, std::make_unique<CpuProgram>(c.apply_side->graph, c.apply_fetches, a.updates, nullptr,
+                                                            "apply_" + a.variable)});
     }
     rest.insert(rest.end(), split_.shared.begin(), split_.shared.end());
     apply_ = std::make_unique<CpuProgram>(c.apply_side->graph, c.apply_fetches, rest, nullptr, "apply");
@@ -89,11 +98,15 @@ class SyncAsyncByVariable final : public TowerStrategy {
     for (HostVariables& copy : reads_) copy = values_;
     std::vector<TowerOutputs> outputs(split.own);
     const uint64_t key = static_cast<uint64_t>(state_.applies);
+    const bool alone = state_.world->size() == 1;
     state_.on_tower_threads(split.own, [&](int t) {
       outputs[t] = state_.run_tower(t, split, reads_[t]);
+      if (!alone) return;
       const std::lock_guard<std::mutex> lock(state_.apply_mutex);
-      apply_own(outputs[t], split.slices, key);
+      apply_own(own_gradients(outputs[t]), split.slices, key);
+      empty_own(outputs[t]);
     });
+    if (!alone) apply_world(outputs, split.slices, key);
     StepResult result;
     result.slices = split.slices;
     Reduced reduced = reducer_.reduce(std::move(outputs), split.weights, split.shares, loc);
@@ -118,33 +131,84 @@ class SyncAsyncByVariable final : public TowerStrategy {
  private:
   struct Own {
     size_t variable;
+    int rows;  // its index in CompiledTowers::sparse, or -1 (a dense gradient)
     std::unique_ptr<CpuProgram> apply;
   };
 
-  // A tower's gradients of the rules' variables, each applied by its own program times the
-  // rule's factor; then emptied, so the Reducer passes over them.
-  void apply_own(TowerOutputs& out, const std::vector<int64_t>& slices, uint64_t key) {
+  // A tower's gradients of the rules' variables, in `own_`'s order: for each, the gradient
+  // (a sparse one's values), then a sparse one's rows.
+  std::vector<HostTensor> own_gradients(const TowerOutputs& out) const {
+    std::vector<HostTensor> g;
+    for (const Own& o : own_) {
+      g.push_back(out.gradient(o.variable));
+      if (o.rows >= 0) g.push_back(out.rows(static_cast<size_t>(o.rows)));
+    }
+    return g;
+  }
+  // Empties them in the tower's outputs, so the Reducer passes over them.
+  void empty_own(TowerOutputs& out) const {
+    for (const Own& o : own_) {
+      out.gradient(o.variable) = HostTensor(Shape{0});
+      if (o.rows >= 0) out.rows(static_cast<size_t>(o.rows)) = HostTensor(Shape{0});
+    }
+  }
+
+  // One tower's gradients (own_gradients' layout), each applied by its own program times the
+  // rule's factor.
+  void apply_own(std::vector<HostTensor> g, const std::vector<int64_t>& slices, uint64_t key) {
     const CompiledTowers& c = state_.compiled;
+    size_t at = 0;
     for (const Own& o : own_) {
       const double s = reduction_weights(slices, state_.towers.rules()[rule_of_[o.variable]].reduction)[0];
-      HostTensor& g = out.gradient(o.variable);
       HostFeeds feeds;
-      if (c.is_sparse(o.variable)) {
-        size_t k = 0;
-        while (c.sparse[k].variable != o.variable) ++k;
-        HostTensor values = g;
-        for (float& x : values.f32) x = static_cast<float>(s * x);
-        feeds[split_.variables[o.variable].gradient_input] = std::move(values);
-        feeds[c.sparse[k].rows_input] = out.rows(k);
+      HostTensor& gradient = g[at++];
+      if (o.rows >= 0) {
+        for (float& x : gradient.f32) x = static_cast<float>(s * x);
+        feeds[c.sparse[static_cast<size_t>(o.rows)].rows_input] = std::move(g[at++]);
         feeds[TowerProgram::gradient_scale] = scalar(1.0);
-        out.rows(k) = HostTensor(Shape{0});
       } else {
-        feeds[split_.variables[o.variable].gradient_input] = g;
         feeds[TowerProgram::gradient_scale] = scalar(s);
       }
+      feeds[split_.variables[o.variable].gradient_input] = std::move(gradient);
       o.apply->run(feeds, values_, key);
-      g = HostTensor(Shape{0});
     }
+  }
+
+  // Across processes: every world tower's gradients of the rules' variables, all-gathered
+  // (each tensor as its leading size and its elements; the other axes are the same on every
+  // rank), applied in world tower order on every rank.
+  void apply_world(std::vector<TowerOutputs>& outputs, const std::vector<int64_t>& slices, uint64_t key) {
+    std::vector<char> mine;
+    auto put = [&mine](const void* p, size_t bytes) {
+      const char* c = static_cast<const char*>(p);
+      mine.insert(mine.end(), c, c + bytes);
+    };
+    std::vector<HostTensor> like;
+    for (TowerOutputs& out : outputs) {
+      like = own_gradients(out);
+      for (const HostTensor& t : like) {
+        const int64_t lead = t.shape.rank() > 0 ? t.shape[0] : 1;
+        put(&lead, sizeof lead);
+        put(t.data(), static_cast<size_t>(t.size()) * 4);
+      }
+      empty_own(out);
+    }
+    const std::vector<std::vector<char>> all = state_.world->all_gather(mine);
+    for (const std::vector<char>& rank : all)
+      for (const char* from = rank.data(); from < rank.data() + rank.size();) {
+        std::vector<HostTensor> tower;
+        for (const HostTensor& l : like) {
+          int64_t lead = 0;
+          std::memcpy(&lead, from, sizeof lead);
+          from += sizeof lead;
+          Shape shape = l.shape;
+          if (shape.rank() > 0) shape[0] = lead;
+          HostTensor& t = tower.emplace_back(shape, l.dtype);
+          std::memcpy(t.data(), from, static_cast<size_t>(t.size()) * 4);
+          from += t.size() * 4;
+        }
+        apply_own(std::move(tower), slices, key);
+      }
   }
 
   HostVariables values_;               // the one copy, in host memory
