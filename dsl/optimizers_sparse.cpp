@@ -85,15 +85,24 @@ void adagrad(const Optimizer& o, Tensor lr, Tensor t, Tensor w, const SparseGrad
 
 }  // namespace
 
-void check_sparse_apply(const Optimizer& o, const Tensor& w, Loc loc) {
-  const char* why = nullptr;
+namespace {
+
+// Why `o` cannot apply a sparse gradient, or null when it can.
+const char* why_not_sparse(const Optimizer& o) {
   if (o.kind == OptimizerKind::rmsprop)
-    why = "rmsprop decays every row's squared-gradient average at every step, which a sparse apply "
-          "cannot do";
-  else if (o.weight_decay != 0)
-    why = "weight decay reads every row of the weight at every step, so the gradient is not sparse";
-  else if (o.clip_norm != 0)
-    why = "clipping by global norm is not computed from a sparse gradient's rows";
+    return "rmsprop decays every row's squared-gradient average at every step, which a sparse apply "
+           "cannot do";
+  if (o.weight_decay != 0) return "weight decay reads every row of the weight at every step, so the gradient is not sparse";
+  if (o.clip_norm != 0) return "clipping by global norm is not computed from a sparse gradient's rows";
+  return nullptr;
+}
+
+}  // namespace
+
+bool can_apply_sparse(const Optimizer& o) { return why_not_sparse(o) == nullptr; }
+
+void check_sparse_apply(const Optimizer& o, const Tensor& w, Loc loc) {
+  const char* why = why_not_sparse(o);
   if (!why) return;
   user_check(false, loc) << "optimizer apply: variable \"" << w.node().attrs.name << "\" (created at "
                          << format_location(w.node()) << ") has a sparse gradient (the rows its gather "

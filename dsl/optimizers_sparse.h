@@ -15,6 +15,8 @@ namespace towerjit::detail {
 // cannot apply a sparse gradient to `w`: rmsprop (its slots decay on every row), weight
 // decay (it reads every row), clipping by global norm (not computed from rows yet).
 void check_sparse_apply(const Optimizer& o, const Tensor& w, Loc loc);
+// Whether `o` applies sparse gradients (check_sparse_apply would not refuse it).
+bool can_apply_sparse(const Optimizer& o);
 
 // Appends the update ops of `w` for the sparse gradient `g` to `out`; `lr` is the learning
 // rate at the step before the update, `t` the update's number (global step + 1).

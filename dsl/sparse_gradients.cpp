@@ -45,6 +45,13 @@ Tensor add_gradients(Tensor a, Tensor b, Loc loc) {
   return make(a.graph(), Op::GatherGrad, {indices.id(), values.id()}, sa->dense_shape, DType::f32, attrs, loc);
 }
 
+Tensor sparse_gradient_like(const Tensor& like, Tensor indices, Tensor values, Loc loc) {
+  const std::optional<SparseGradient> s = as_sparse(like);
+  internal_check(s.has_value()) << "sparse_gradient_like of " << like.describe();
+  return make(like.graph(), Op::GatherGrad, {indices.id(), values.id()}, s->dense_shape, DType::f32,
+              like.node().attrs, loc);
+}
+
 Tensor combine_rows(const SparseGradient& g, Loc loc) {
   Attrs attrs;
   attrs.shape = g.dense_shape;

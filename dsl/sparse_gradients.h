@@ -34,6 +34,11 @@ namespace detail {
 // is a dense sum.
 Tensor add_gradients(Tensor a, Tensor b, Loc loc);
 
+// A sparse gradient of the same table as the sparse gradient `like` (its shape, its source for
+// index errors) made of other `indices` and `values`: the apply side of a tower program reads
+// the towers' concatenated rows and values through one (dsl/tower_program.h).
+Tensor sparse_gradient_like(const Tensor& like, Tensor indices, Tensor values, Loc loc);
+
 // At every position, the sum of the values whose index is the same, in index order: each
 // touched row's gradient, bitwise what the dense GatherGrad computes for that row.
 Tensor combine_rows(const SparseGradient& g, Loc loc);

@@ -29,10 +29,11 @@ struct TowerProgram {
 
   std::vector<Tensor> variables;             // the trainable variables, in creation order
   // The towers' fetches: the loss, then the gradient of each variable (in `variables`' order),
-  // then each model update's value.
+  // then each model update's value, then the rows of each of `sparse`.
   std::vector<Tensor> tower_fetches;
   std::vector<ModelUpdate> model_updates;
-  // The collectives: an all_reduce of each gradient (in `variables`' order), keyed
+  // The collectives: an all_reduce of each gradient (in `variables`' order; for one of `sparse`,
+  // the sparse gradient of its rows and values inputs instead), keyed
   // "tower_gradient/<variable>" (`gradient_inputs`: the names the cut apply side reads them
   // under); the update ops (optimiser, then EMA), which read the collectives; the learning
   // rate the apply uses.
@@ -46,6 +47,21 @@ struct TowerProgram {
   std::vector<Tensor> apply_updates;
   Tensor learning_rate;
 
+  // A sparse gradient crossing the cut as its rows and values (built with sparse_collectives):
+  // the towers fetch the values as the variable's gradient and the rows after the model
+  // updates; the strategy concatenates every tower's rows and values in tower order along the
+  // batch axis (the values weighted as the reduction weighs a dense gradient, the rows as they
+  // are) and feeds them to the apply side as the inputs `gradient_inputs[variable]` (values) and
+  // `rows_input`, which the optimiser applies to the touched rows alone.
+  struct SparseCollective {
+    size_t variable;         // index in `variables`
+    std::string rows_input;  // "tower_gradient/<variable>/rows"
+    Tensor indices, values;  // the tower's: i32 [B, ...] and f32 [B, ..., D...]
+  };
+  std::vector<SparseCollective> sparse;
+  // Every gradient's dense shape, in `variables`' order (a sparse one's is its table's).
+  std::vector<Shape> gradient_shapes;
+
   Tensor gradient(size_t variable) const { return tower_fetches[1 + variable]; }
 };
 
@@ -54,6 +70,14 @@ struct TowerProgram {
 // does not depend on (the towers would never update it), and the optimiser's or EMA's own.
 TowerProgram build_tower_program(Graph& graph, Tensor loss, const Optimizer& optimizer,
                                  const std::optional<ExponentialMovingAverage>& ema = std::nullopt,
+                                 Loc loc = Loc::current());
+// The same, and with `sparse_collectives` every sparse gradient (dsl/sparse_gradients.h) whose
+// rows lead with the batch axis, where the optimiser applies sparse gradients, crosses the cut
+// as a SparseCollective instead of an all_reduce of its dense [V, D...] value. Other gradients
+// (rows not led by the batch, e.g. gather(pos, arange(T)): their count would grow with the
+// towers) keep the all_reduce. For strategies that concatenate (runtime/towers/sparse_reduction.h).
+TowerProgram build_tower_program(Graph& graph, Tensor loss, const Optimizer& optimizer,
+                                 const std::optional<ExponentialMovingAverage>& ema, bool sparse_collectives,
                                  Loc loc = Loc::current());
 
 }  // namespace towerjit

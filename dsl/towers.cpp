@@ -187,6 +187,39 @@ Towers Towers::variant(SyncVariant variant, Loc loc) const {
   return out;
 }
 
+VariableSelection variables(std::string pattern, Loc loc) { return {std::move(pattern), loc}; }
+
+bool matches_pattern(const std::string& pattern, const std::string& name) {
+  // Iterative glob with one backtrack point: the last '*' and where it stood in `name`.
+  size_t p = 0, n = 0, star = std::string::npos, mark = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
+      ++p, ++n;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++, mark = n;
+    } else if (star != std::string::npos) {
+      p = star + 1, n = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+Towers Towers::with(VariableSelection selection, Reduction reduction, Loc loc) const {
+  user_check(!selection.pattern.empty(), loc)
+      << "with: the variable pattern is empty; name the variables, e.g. variables(\"embed/*\")";
+  user_check(is_async(reduction), loc)
+      << "with(variables(\"" << selection.pattern << "\"), " << to_string(reduction)
+      << "): per-variable rules are built for AsyncApply (the variables it names applied from each tower "
+      << "as it comes, the rest reduced as the towers declare); declare the towers' own reduction with "
+      << "reduce() instead";
+  Towers out = *this;
+  out.rules_.push_back({std::move(selection), reduction});
+  return out;
+}
+
 std::vector<int64_t> Towers::slices(int64_t batch, Loc loc) const {
   return split_batch(batch, size(), split_, loc);
 }
@@ -204,6 +237,7 @@ std::string Towers::str() const {
   std::string out = "Towers{" + towerjit::str(devices_) + "} split=" + to_string(split_) +
                     " reduce=" + to_string(reduction_);
   if (!is_async(reduction_)) out += " variant=" + to_string(sync_variant());
+  for (const VariableRule& r : rules_) out += " with(" + r.selection.pattern + ")=" + to_string(r.reduction);
   return out;
 }
 

@@ -98,8 +98,24 @@ std::vector<Device> place_variables(const std::vector<int64_t>& variable_bytes,
                                     const std::map<int, Device>& overrides = {},
                                     Loc loc = Loc::current());
 
+// Variables by name, for a per-variable reduction (Towers::with): a glob over the trainable
+// variables' names, '*' any run of characters ('/' included), '?' any one character.
+struct VariableSelection {
+  std::string pattern;  // "embed/*"
+  Loc loc;              // where it was written, for the trainer's errors
+};
+VariableSelection variables(std::string pattern, Loc loc = Loc::current());
+// Whether `name` matches the glob `pattern`.
+bool matches_pattern(const std::string& pattern, const std::string& name);
+
+struct VariableRule {
+  VariableSelection selection;
+  Reduction reduction;
+};
+
 // A strategy: the tower devices (several towers on one device allowed), the split, the
-// reduction and, for synchronous reductions, the variant. Builder calls return a new value.
+// reduction and, for synchronous reductions, the variant; and per-variable rules that reduce
+// some variables otherwise. Builder calls return a new value.
 class Towers {
  public:
   Towers(std::initializer_list<Device> devices, Loc loc = Loc::current());
@@ -110,6 +126,14 @@ class Towers {
   Towers reduce(Reduction reduction, Loc loc = Loc::current()) const;
   // Errors: the reduction is AsyncApply (it has no variant: each tower applies by itself).
   Towers variant(SyncVariant variant, Loc loc = Loc::current()) const;
+  // The variables `selection` names are reduced by `reduction` instead of the towers' own
+  // (TF's parameter servers plus Horovod in one program: `.with(variables("embed/*"),
+  // AsyncApply{})` applies an embedding's sparse gradient from each tower as it comes while
+  // the rest is averaged). Built: AsyncApply rules on sync towers, variables in host memory,
+  // in one process or several (docs/strategies.md, "Per-variable reductions"); the trainer
+  // checks the rules against the model. Errors: a rule that is not AsyncApply, an empty pattern.
+  Towers with(VariableSelection selection, Reduction reduction, Loc loc = Loc::current()) const;
+  const std::vector<VariableRule>& rules() const { return rules_; }
 
   int size() const { return static_cast<int>(devices_.size()); }
   const std::vector<Device>& devices() const { return devices_; }
@@ -134,6 +158,7 @@ class Towers {
   Split split_ = Split::remainder_last;
   Reduction reduction_ = SyncAverage{};
   std::optional<SyncVariant> variant_;
+  std::vector<VariableRule> rules_;
   Loc loc_;
 };
 

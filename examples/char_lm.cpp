@@ -63,6 +63,9 @@ tj::Towers make_towers(const Flags& f) {
   auto towers = tj::Towers(tj::parse_devices(f.towers));
   if (f.strategy == "async") return towers.reduce(tj::AsyncApply{});
   if (f.strategy == "sync-ps") return towers.variant(tj::SyncVariant::parameter_server);
+  // The token table applied from each tower's own gradient, the rest averaged (Towers::with;
+  // the table is tied to the output, so its gradient is dense: a small one may follow a rule).
+  if (f.strategy == "sync-async-embed") return towers.with(tj::variables("tok/*"), tj::AsyncApply{});
   return towers;
 }
 
@@ -206,8 +209,10 @@ int main(int argc, char** argv) {
   app.add_option("--corpus", f.corpus, "a text file, or a directory of them (default: the licences of Debian's base-files)");
   app.add_option("--held-out", f.held_out, "the share of every file held out for evaluation")->check(CLI::Range(0.01, 0.5));
   app.add_option("--towers", f.towers, "devices, e.g. cpu:0,cpu:1 or gpu:0,gpu:1");
-  app.add_option("--strategy", f.strategy, "sync (weighted average, replicated), sync-ps (parameter server) or async")
-      ->check(CLI::IsMember({"sync", "sync-ps", "async"}));
+  app.add_option("--strategy", f.strategy,
+                 "sync (weighted average, replicated), sync-ps (parameter server), async, or sync-async-embed (the "
+                 "token table applied from each tower's gradient, the rest averaged)")
+      ->check(CLI::IsMember({"sync", "sync-ps", "async", "sync-async-embed"}));
   app.add_option("--optimizer", f.optimizer, "adam, momentum (0.9) or sgd")->check(CLI::IsMember({"adam", "momentum", "sgd"}));
   app.add_option("--lr", f.lr, "learning rate");
   app.add_option("--batch", f.batch, "windows per step, split over the towers")->check(CLI::PositiveNumber);

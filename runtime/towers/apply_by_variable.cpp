@@ -57,6 +57,8 @@ ApplyByVariable split_apply_by_variable(const CompiledTowers& compiled, Loc loc)
     VariableApply a;
     a.gradient_input = input;
     a.variable = input.substr(TowerProgram::gradient_prefix.size());
+    for (const CompiledTowers::Sparse& sparse : compiled.sparse)
+      if (sparse.variable == out.variables.size()) a.rows_input = sparse.rows_input;
     variables[a.variable] = out.variables.size();
     if (auto shadow = compiled.ema_shadows.find(a.variable); shadow != compiled.ema_shadows.end())
       shadows[shadow->second] = out.variables.size();
@@ -85,7 +87,7 @@ ApplyByVariable split_apply_by_variable(const CompiledTowers& compiled, Loc loc)
   // Each variable's apply reads its own gradient, the scale, its own state and the global step.
   for (const VariableApply& a : out.variables) {
     std::set<std::string> allowed(a.state.begin(), a.state.end());
-    allowed.insert({a.variable, a.gradient_input, TowerProgram::gradient_scale, out.global_step});
+    allowed.insert({a.variable, a.gradient_input, a.rows_input, TowerProgram::gradient_scale, out.global_step});
     for (const std::string& read : leaves_read(g, a.updates))
       user_check(allowed.count(read) != 0, loc)
           << "the apply of \"" << a.variable << "\" reads \"" << read << "\""

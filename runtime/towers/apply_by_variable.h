@@ -17,7 +17,8 @@ struct CompiledTowers;
 
 struct VariableApply {
   std::string variable;            // a trainable variable
-  std::string gradient_input;      // "tower_gradient/<variable>"
+  std::string gradient_input;      // "tower_gradient/<variable>" (a sparse gradient's values)
+  std::string rows_input;          // a sparse gradient's rows (CompiledTowers::sparse), else ""
   std::vector<Tensor> updates;     // in the apply's order
   std::vector<std::string> state;  // the variables they write: the variable, its slots, its shadow
 };

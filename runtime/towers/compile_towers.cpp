@@ -23,14 +23,24 @@ std::unique_ptr<CpuProgram> CompiledTowers::make_apply() const {
   return std::make_unique<CpuProgram>(apply_side->graph, apply_fetches, apply_updates, nullptr, "apply");
 }
 
+bool CompiledTowers::is_sparse(size_t variable) const {
+  for (const Sparse& s : sparse)
+    if (s.variable == variable) return true;
+  return false;
+}
+
 CompiledTowers compile_towers(Graph& graph, Tensor loss, const Towers& towers, const Optimizer& optimizer,
-                              const TowerTrainerOptions& options, const std::vector<ThreadPool*>& pools, Loc loc) {
+                              const TowerTrainerOptions& options, const std::vector<ThreadPool*>& pools, bool sparse,
+                              Loc loc) {
   CompiledTowers c;
   // 1. The training graph: gradients, their collectives, the optimiser's and the EMA's updates.
-  const TowerProgram program = build_tower_program(graph, loss, optimizer, options.ema, loc);
+  // Sparse collectives on CPU towers only: a GPU tower keeps the dense gradient it reduces today.
+  for (const Device& d : towers.devices()) sparse = sparse && d.kind == DeviceKind::cpu;
+  const TowerProgram program = build_tower_program(graph, loss, optimizer, options.ema, sparse, loc);
   c.model_updates = program.model_updates;
   c.gradient_inputs = program.gradient_inputs;
-  for (size_t v = 0; v < c.gradient_inputs.size(); ++v) c.gradient_shapes.push_back(program.gradient(v).shape());
+  c.gradient_shapes = program.gradient_shapes;
+  for (const TowerProgram::SparseCollective& s : program.sparse) c.sparse.push_back({s.variable, s.rows_input});
   // 2. Every tower's step, for any slice size (the batch is symbolic), on the tower's device.
   for (int t = 0; t < towers.size(); ++t)
     c.tower_step.push_back(

@@ -33,7 +33,15 @@ struct CompiledTowers {
   std::vector<Tensor> apply_fetches;
   std::vector<Tensor> apply_updates;
   std::vector<std::string> gradient_inputs;  // "tower_gradient/<variable>", in fetch order
-  std::vector<Shape> gradient_shapes;
+  std::vector<Shape> gradient_shapes;  // dense (a sparse gradient's: its table's)
+  // The gradients that cross as rows and values (TowerProgram::SparseCollective), in order:
+  // the towers fetch each one's rows after the model updates (TowerOutputs::rows).
+  struct Sparse {
+    size_t variable;
+    std::string rows_input;
+  };
+  std::vector<Sparse> sparse;
+  bool is_sparse(size_t variable) const;
   std::vector<TowerProgram::ModelUpdate> model_updates;  // in fetch order, after the gradients
   std::map<std::string, std::string> ema_shadows;         // variable -> its EMA shadow
   bool has_ema = false;
@@ -46,8 +54,11 @@ struct CompiledTowers {
 
 // Builds the training graph (gradients, optimiser, EMA), compiles the towers' step and predict
 // programs on their devices (`pools[t]`: CPU tower t's threads, or null) and cuts the apply
-// side. Errors: those of build_tower_program, a GPU the machine lacks, logits of another graph.
+// side. `sparse`: the strategy concatenates sparse gradients (StrategyRow::sparse_gradients),
+// so build_tower_program makes them sparse collectives where every tower is a CPU.
+// Errors: those of build_tower_program, a GPU the machine lacks, logits of another graph.
 CompiledTowers compile_towers(Graph& graph, Tensor loss, const Towers& towers, const Optimizer& optimizer,
-                              const TowerTrainerOptions& options, const std::vector<ThreadPool*>& pools, Loc loc);
+                              const TowerTrainerOptions& options, const std::vector<ThreadPool*>& pools, bool sparse,
+                              Loc loc);
 
 }  // namespace towerjit::detail

@@ -6,6 +6,7 @@
 
 #include "dsl/error.h"
 #include "runtime/towers/gradient_buckets.h"
+#include "runtime/towers/sparse_reduction.h"
 
 namespace towerjit::detail {
 
@@ -41,7 +42,7 @@ std::vector<TowerOutputs> Reducer::gather(const std::vector<TowerOutputs>& outpu
         std::memcpy(t.f32.data(), from, t.size() * bytes);
         from += t.size() * bytes;
       }
-      out.emplace_back(std::move(tower), outputs[0].gradients());
+      out.emplace_back(std::move(tower), outputs[0].gradients(), outputs[0].sparse());
     }
   return out;
 }
@@ -76,20 +77,25 @@ void Reducer::sum(const std::vector<TowerOutputs>& outputs, const std::vector<do
 // The buckets: one of every gradient where nothing crosses processes; otherwise by size, in the
 // order the backward pass finishes them (the last layers first). Every rank has the same
 // buckets in the same order (they depend on the shapes alone).
+// Sparse gradients are not summed: the concatenation stage has reduced them.
 void Reducer::plan(const std::vector<TowerOutputs>& outputs) {
   const size_t gradients = outputs[0].gradients();
+  std::vector<int> dense;
+  for (size_t v = 0; v < gradients; ++v)
+    if (!state_.compiled.is_sparse(v)) dense.push_back(static_cast<int>(v));
   if (!across_) {
-    buckets_.emplace_back();
-    for (size_t v = 0; v < gradients; ++v) buckets_.back().push_back(static_cast<int>(v));
+    buckets_.push_back(dense);
     return;
   }
-  std::vector<int> ready(gradients);
-  std::vector<int64_t> bytes(gradients);
-  for (size_t v = 0; v < gradients; ++v) {
-    ready[v] = static_cast<int>(gradients - v);
-    bytes[v] = outputs[0].gradient(v).size() * static_cast<int64_t>(dtype_bytes(DType::f32));
+  std::vector<int> ready;
+  std::vector<int64_t> bytes;
+  for (int v : dense) {
+    ready.push_back(static_cast<int>(gradients - v));
+    bytes.push_back(outputs[0].gradient(v).size() * static_cast<int64_t>(dtype_bytes(DType::f32)));
   }
   buckets_ = plan_buckets(ready, bytes, bucket_bytes_, std::min<int64_t>(bucket_bytes_, 1 << 20));
+  for (std::vector<int>& bucket : buckets_)
+    for (int& k : bucket) k = dense[k];
 }
 
 // Every buffer the all-reduces write into, held by the calls too: a call given up on (a stall
@@ -103,6 +109,12 @@ struct Reducer::Exchange {
 
 Reduced Reducer::reduce(std::vector<TowerOutputs> outputs, const std::vector<double>& weights,
                         const std::vector<double>& shares, Loc loc) {
+  // Stage 0: the sparse gradients, concatenated (over the world) from this process's towers.
+  const size_t own_first = outputs.size() == weights.size() ? 0 : static_cast<size_t>(state_.layout.first_tower);
+  HostFeeds sparse;
+  concatenate_sparse(outputs,
+                     std::vector<double>(weights.begin() + own_first, weights.begin() + own_first + outputs.size()),
+                     state_.compiled, *state_.world, sparse);
   if (gather_first_) outputs = gather(outputs);
   // The towers `outputs` holds: this process's, or (gathered, or alone) all of them.
   const size_t n = outputs.size();
@@ -128,6 +140,7 @@ Reduced Reducer::reduce(std::vector<TowerOutputs> outputs, const std::vector<dou
   sum_and_exchange(outputs, w, exchange, r);
   const std::vector<std::string>& names = state_.compiled.gradient_inputs;
   for (size_t v = 0; v < gradients; ++v) r.gradients[names[v]] = std::move(reduced[v]);
+  for (auto& [name, value] : sparse) r.gradients[name] = std::move(value);
   r.gradients[TowerProgram::gradient_scale] = scalar(1.0);  // the weights are in the sum
   return r;
 }

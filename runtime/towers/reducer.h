@@ -1,6 +1,9 @@
 // The host reducer (PyTorch DDP's reducer, on CPU memory): what a synchronous step applies,
 // formed from every tower's outputs by a fixed list of stages chosen once, at construction:
 //
+//   0. concatenation of sparse gradients (CompiledTowers::sparse; runtime/towers/sparse_reduction.h):
+//      every tower's rows and values joined in world tower order, all-gathered across
+//      processes; the later stages pass over them;
 //   1. layout-ordered gather (TOWERJIT_DETERMINISTIC=layout, several processes): every
 //      process's towers' outputs are gathered and the rest runs on the world's towers, in world
 //      tower order, as one process would (P/2 times a ring all-reduce's traffic);

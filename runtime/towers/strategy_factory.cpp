@@ -18,6 +18,7 @@ std::unique_ptr<TowerStrategy> make_async_local(TowerState& state, Loc loc);
 std::unique_ptr<TowerStrategy> make_async_placed(TowerState& state, Loc loc);
 std::unique_ptr<TowerStrategy> make_async_server(TowerState& state, Loc loc);
 std::unique_ptr<TowerStrategy> make_async_worker(TowerState& state, Loc loc);
+std::unique_ptr<TowerStrategy> make_sync_async_by_variable(TowerState& state, Loc loc);
 
 namespace {
 
@@ -25,11 +26,12 @@ using R = StrategyRow;
 
 // First match wins.
 const std::vector<StrategyRow> kTable = {
-    // name                   reduce          variant                       devices            processes                             variables              determinism towers  make
+    // name                   reduce          variant                       devices            processes                             variables              determinism towers  make  sparse
+    {"sync_async_by_variable", R::Reduce::sync,  R::Variant::any,              R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_async_by_variable, true, true},
     {"sync_placed",           R::Reduce::sync,  R::Variant::parameter_server, R::Devices::all_gpus, R::Processes::one,                 R::Variables::gpus,    true,  true,  make_sync_placed},
     {"sync_gpu",              R::Reduce::sync,  R::Variant::any,              R::Devices::all_gpus, R::Processes::any,                 R::Variables::gpus,    false, true,  make_sync_gpu},
-    {"sync_host",             R::Reduce::sync,  R::Variant::replicated,       R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_host_replicated},
-    {"sync_host_one_copy",    R::Reduce::sync,  R::Variant::parameter_server, R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_host_one_copy},
+    {"sync_host",             R::Reduce::sync,  R::Variant::replicated,       R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_host_replicated, true},
+    {"sync_host_one_copy",    R::Reduce::sync,  R::Variant::parameter_server, R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_host_one_copy,   true},
     {"async_placed",          R::Reduce::async, R::Variant::any,              R::Devices::all_gpus, R::Processes::one,                 R::Variables::gpus,    true,  true,  make_async_placed},
     {"async_local",           R::Reduce::async, R::Variant::any,              R::Devices::any,      R::Processes::one,                 R::Variables::either,  true,  true,  make_async_local},
     {"async_server",          R::Reduce::async, R::Variant::any,              R::Devices::any,      R::Processes::several_rank_0,      R::Variables::either,  true,  false, make_async_server},
@@ -42,6 +44,9 @@ struct Column {
   const char* fix;
 };
 const Column kColumns[] = {
+    {[](const R& r, const StrategyRequest& q) { return r.per_variable == q.per_variable; },
+     "per-variable rules (Towers::with) are built for sync towers in one process with the variables in host memory; "
+     "drop the rules or train that way"},
     {[](const R& r, const StrategyRequest& q) { return (r.reduce == R::Reduce::async) == q.async; },
      "declare the towers with the reduction this combination takes"},
     {[](const R& r, const StrategyRequest& q) {
@@ -106,6 +111,7 @@ StrategyRequest StrategyRequest::of(const Towers& towers, const dist::Transport&
   q.declared = text.substr(text.find("} ") + 2);
   q.bucket_mb = knobs::bucket_mb(options.bucket_mb);
   q.nccl_world = knobs::nccl_world();
+  q.per_variable = !towers.rules().empty();
   user_check(options.bucket_mb >= 0, towers.declared_at())
       << "TowerStrategyOptions::bucket_mb " << options.bucket_mb << " is negative; set 0 (a bucket per gradient) or more";
   return q;
@@ -126,7 +132,7 @@ std::string StrategyRequest::str() const {
   s << (async ? "async" : "sync") << (async ? "" : variant == SyncVariant::replicated ? " replicated" : " parameter_server")
     << ", " << (all_gpus ? "all GPUs" : "not all GPUs") << ", " << processes << " process" << (processes > 1 ? "es" : "")
     << ", variables " << (gpu_variables ? "on the GPUs" : "in host memory")
-    << (deterministic_layout ? ", TOWERJIT_DETERMINISTIC=layout" : "");
+    << (deterministic_layout ? ", TOWERJIT_DETERMINISTIC=layout" : "") << (per_variable ? ", per-variable rules" : "");
   return s.str();
 }
 
@@ -137,7 +143,8 @@ std::string StrategyRow::str() const {
     << ", " << (devices == Devices::all_gpus ? "all GPUs" : "any devices") << ", " << name_of(processes) << ", "
     << (variables == Variables::gpus ? "variables on the GPUs" : variables == Variables::host ? "variables in host memory"
                                                                                               : "variables in host memory")
-    << (layout_determinism ? "" : ", no TOWERJIT_DETERMINISTIC=layout over several processes");
+    << (layout_determinism ? "" : ", no TOWERJIT_DETERMINISTIC=layout over several processes")
+    << (per_variable ? ", per-variable rules (Towers::with)" : "");
   return s.str();
 }
 

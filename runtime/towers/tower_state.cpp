@@ -59,7 +59,8 @@ report::Trace::Span TowerState::traced(std::string_view name, std::string_view c
 }
 
 TowerOutputs TowerState::run_tower(int t, const HostFeeds& feeds, HostVariables& values, uint64_t key) {
-  return TowerOutputs(compiled.tower_step[t]->run(feeds, values, key), compiled.gradient_inputs.size());
+  return TowerOutputs(compiled.tower_step[t]->run(feeds, values, key), compiled.gradient_inputs.size(),
+                      compiled.sparse.size());
 }
 
 TowerOutputs TowerState::run_tower(int t, const BatchSplit& split, HostVariables& values) {

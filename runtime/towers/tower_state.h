@@ -31,25 +31,32 @@ inline constexpr int kApplyRow = 1001;
 // index, so a tower draws the same masks in whichever process it runs. The one formula.
 uint64_t random_key(int64_t applies, int tower, int micro = 0);
 
-// A tower step's fetches, by name: the loss, each gradient, each model update's new value.
+// A tower step's fetches, by name: the loss, each gradient, each model update's new value,
+// then the rows of each sparse gradient (CompiledTowers::sparse; its values are its gradient).
 class TowerOutputs {
  public:
   TowerOutputs() = default;
-  TowerOutputs(std::vector<HostTensor> fetched, size_t gradients) : fetched_(std::move(fetched)), gradients_(gradients) {}
+  TowerOutputs(std::vector<HostTensor> fetched, size_t gradients, size_t sparse = 0)
+      : fetched_(std::move(fetched)), gradients_(gradients), sparse_(sparse) {}
   double loss() const { return fetched_.at(0).f32[0]; }
   HostTensor& gradient(size_t v) { return fetched_.at(1 + v); }
   const HostTensor& gradient(size_t v) const { return fetched_.at(1 + v); }
   HostTensor& update(size_t u) { return fetched_.at(1 + gradients_ + u); }
   const HostTensor& update(size_t u) const { return fetched_.at(1 + gradients_ + u); }
   size_t gradients() const { return gradients_; }
-  size_t updates() const { return fetched_.size() - 1 - gradients_; }
-  // Every fetch in order (loss, gradients, updates): what a gather packs.
+  size_t updates() const { return fetched_.size() - 1 - gradients_ - sparse_; }
+  // The k-th sparse gradient's rows (i32).
+  HostTensor& rows(size_t k) { return fetched_.at(fetched_.size() - sparse_ + k); }
+  const HostTensor& rows(size_t k) const { return fetched_.at(fetched_.size() - sparse_ + k); }
+  size_t sparse() const { return sparse_; }
+  // Every fetch in order (loss, gradients, updates, rows): what a gather packs.
   std::vector<HostTensor>& all() { return fetched_; }
   const std::vector<HostTensor>& all() const { return fetched_; }
 
  private:
   std::vector<HostTensor> fetched_;
   size_t gradients_ = 0;
+  size_t sparse_ = 0;
 };
 
 // The staleness a set of async applies saw, accumulated: the one place it is counted (the

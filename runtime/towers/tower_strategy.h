@@ -81,6 +81,7 @@ struct StrategyRequest {
   std::string declared;               // the strategy but its devices: "split=... reduce=... variant=..."
   double bucket_mb = 25;              // TOWERJIT_BUCKET_MB
   bool nccl_world = false;            // TOWERJIT_NCCL_WORLD
+  bool per_variable = false;          // Towers::with rules
   // The request for `towers` in `world`, `options` overridden by the environment.
   static StrategyRequest of(const Towers& towers, const dist::Transport& world, const TowerStrategyOptions& options);
   // The options as resolved (the environment's overrides applied).
@@ -109,6 +110,12 @@ struct StrategyRow {
   bool layout_determinism;  // TOWERJIT_DETERMINISTIC=layout over several processes
   bool runs_towers;         // false: this rank's towers stay idle (a parameter server)
   MakeStrategy make;
+  // The strategy concatenates sparse gradients' rows and values (runtime/towers/sparse_reduction.h)
+  // instead of reducing their dense value: the towers then fetch them sparse (CPU towers).
+  bool sparse_gradients = false;
+  // The strategy applies the variables of Towers::with rules by their own reduction; only such a
+  // row serves towers with rules, and it serves no others.
+  bool per_variable = false;
   std::string str() const;  // "sync_gpu: sync, all GPUs, any processes, variables on the GPUs"
 };
 

@@ -43,7 +43,8 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   if (world.size() > 1) dist::check_agreement(trainer_settings(graph, request, optimizer, options), loc);
   std::vector<ThreadPool*> pools;
   for (const auto& pool : state_->tower_pools) pools.push_back(pool.get());
-  state_->compiled = detail::compile_towers(graph, loss, state_->towers, optimizer, options, pools, loc);
+  state_->compiled = detail::compile_towers(graph, loss, state_->towers, optimizer, options, pools,
+                                            row && row->sparse_gradients, loc);
   strategy_ = detail::require_strategy(request, loc).make(*state_, loc);
 }
 
@@ -60,7 +61,8 @@ std::map<std::string, const HostTensor*> TowerTrainer::last_gradients() const {
   const HostFeeds* feeds = strategy_->last_gradients();
   if (feeds == nullptr) return out;
   for (const auto& [name, value] : *feeds)
-    if (name.starts_with(TowerProgram::gradient_prefix)) out[name.substr(TowerProgram::gradient_prefix.size())] = &value;
+    if (name.starts_with(TowerProgram::gradient_prefix) && value.dtype == DType::f32)  // not a sparse one's rows
+      out[name.substr(TowerProgram::gradient_prefix.size())] = &value;
   return out;
 }
 std::map<std::string, std::vector<Device>> TowerTrainer::variable_devices() const {

@@ -43,6 +43,18 @@ case "$case_name" in
     a=$(grep '^held-out loss .*perplexity' "$work/straight"); b=$(grep '^held-out loss .*perplexity' "$work/resumed")
     [ -n "$a" ] && [ "$a" = "$b" ] || fail "straight: \"$a\", resumed: \"$b\""
     ;;
+  sync_async_embedding_trains)
+    # The per-variable strategy: the token table applied from each of two towers' gradients as
+    # it comes, the rest averaged; the held-out loss falls as the sync run's does.
+    [ -d /usr/share/common-licenses ] || { echo "SKIP: no /usr/share/common-licenses"; exit 77; }
+    # shellcheck disable=SC2086
+    "$bin" $small --strategy sync-async-embed >"$work/out" 2>&1 || { cat "$work/out"; fail "the run failed"; }
+    grep -qF "with(tok/*)=async_apply" "$work/out" || { cat "$work/out"; fail "the towers do not show the rule"; }
+    before=$(sed -n 's/^held-out loss \([0-9.]*\) at step 0 .*/\1/p' "$work/out")
+    after=$(sed -n 's/^held-out loss \([0-9.]*\), perplexity.*/\1/p' "$work/out")
+    [ -n "$before" ] && [ -n "$after" ] || { cat "$work/out"; fail "no held-out loss before and after training"; }
+    awk -v a="$after" -v b="$before" 'BEGIN { exit !(a < b - 0.2) }' || fail "held-out loss $before -> $after: no fall"
+    ;;
   missing_corpus)
     "$bin" --corpus "$work/none.txt" >"$work/out" 2>&1 && fail "a missing corpus was accepted"
     grep -qF "char_lm: no corpus at $work/none.txt" "$work/out" || { cat "$work/out"; fail "no clear message"; }

@@ -2,7 +2,8 @@
 # examples/fashion_mnist over several processes under the real mpirun, on loopback: run by
 # ctest (label `mpi`) as
 #   mpi_cli.sh <path to fashion_mnist> <case> <path to towerjit_mpi_async_check> \
-#              <path to towerjit_mpi_given_up_call> <path to towerjit_mpi_trainer_misuse>
+#              <path to towerjit_mpi_given_up_call> <path to towerjit_mpi_trainer_misuse> \
+#              <path to towerjit_mpi_sparse_towers>
 # Each case exits 0 when the run behaves as docs/distributed.md says, 77 (skipped) when mpirun
 # is missing, and prints why otherwise.
 set -u
@@ -11,6 +12,7 @@ case_name=$2
 async_check=${3:-}
 given_up_call=${4:-}
 trainer_misuse=${5:-}
+sparse_towers=${6:-}
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (install openmpi-bin)"; exit 77; }
 # Under ASan (make test-asan), the complete unwinder for allocations: Open MPI has no frame
 # pointers, and the leaks it leaves at exit must show their Open MPI frames to match
@@ -245,6 +247,26 @@ a_call_given_up_on_keeps_its_buffer)
   TOWERJIT_MPI_STALL_TIMEOUT=1 mpi 2 -x TOWERJIT_MPI_STALL_TIMEOUT "$given_up_call" "$work" >"$work/out" 2>&1 ||
     { cat "$work/out"; fail "see above"; }
   [ "$(grep -c ': ok$' "$work/out")" = 2 ] || { cat "$work/out"; fail "not every rank reported"; } ;;
+sparse_gradients_across_processes)
+  # An embedding's sparse gradient over 2 processes x 1 tower, batch 11 (5 + 6): the world's
+  # rows and values all-gathered and concatenated (tests/mpi/sparse_towers.cpp), as 2 towers
+  # in one process: within 1e-6 relative (the dense bias is summed in float across processes,
+  # in double in one), and bitwise under TOWERJIT_DETERMINISTIC=layout.
+  "$sparse_towers" train 2 "$work/one" >"$work/out" 2>&1 || { cat "$work/out"; fail "one process"; }
+  mpi 2 "$sparse_towers" train 1 "$work/two" >"$work/out" 2>&1 || { cat "$work/out"; fail "two processes"; }
+  [ "$(grep -c ': ok$' "$work/out")" = 2 ] || { cat "$work/out"; fail "not every rank reported"; }
+  "$sparse_towers" compare "$work/one" "$work/two" 1e-6 || fail "2 processes and 2 towers differ"
+  TOWERJIT_DETERMINISTIC=layout mpi 2 -x TOWERJIT_DETERMINISTIC "$sparse_towers" train 1 "$work/layout" \
+    >"$work/out" 2>&1 || { cat "$work/out"; fail "two processes, layout"; }
+  "$sparse_towers" compare "$work/one" "$work/layout" 0 || fail "layout determinism: not bitwise"
+  # The per-variable rule (Towers::with): every rank applies every world tower's rows of the
+  # table, in world tower order, after an all-gather; as 2 towers in one process (which apply
+  # in the order they finish) within 1e-6 relative, and bitwise between two runs.
+  "$sparse_towers" train 2 "$work/rules_one" rules >"$work/out" 2>&1 || { cat "$work/out"; fail "rules, one process"; }
+  mpi 2 "$sparse_towers" train 1 "$work/rules_a" rules >"$work/out" 2>&1 || { cat "$work/out"; fail "rules, two processes"; }
+  mpi 2 "$sparse_towers" train 1 "$work/rules_b" rules >"$work/out" 2>&1 || { cat "$work/out"; fail "rules, two processes again"; }
+  "$sparse_towers" compare "$work/rules_one" "$work/rules_a" 1e-6 || fail "rules: 2 processes and 2 towers differ"
+  "$sparse_towers" compare "$work/rules_a" "$work/rules_b" 0 || fail "rules: two runs of 2 processes differ" ;;
 trainer_misuse_is_named)
   # The mistakes only a world allows, each named with its line and fix on every rank
   # (tests/mpi/trainer_misuse.cpp): step() and run_async() with async towers, a sync step fed

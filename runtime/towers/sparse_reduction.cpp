@@ -1,0 +1,103 @@
+#include "runtime/towers/sparse_reduction.h"
+
+#include <cstring>
+
+#include "dsl/error.h"
+
+namespace towerjit::detail {
+namespace {
+
+// `parts` end to end along axis 0 (every part's other axes are the same).
+HostTensor concat_rows(const std::vector<const HostTensor*>& parts, const std::vector<double>* weights) {
+  Shape shape = parts[0]->shape;
+  int64_t rows = 0;
+  for (const HostTensor* p : parts) rows += p->shape[0];
+  shape[0] = rows;
+  HostTensor out(shape, parts[0]->dtype);
+  int64_t at = 0;
+  for (size_t t = 0; t < parts.size(); ++t) {
+    const HostTensor& p = *parts[t];
+    const int64_t n = p.size();
+    if (weights == nullptr) {
+      std::memcpy(static_cast<char*>(out.data()) + at * 4, p.data(), n * 4);
+    } else {
+      // In double, rounded once: the dense reduction's weighting of one term.
+      const double w = (*weights)[t];
+      const float* from = p.f32.data();
+      float* to = out.f32.data() + at;
+      for (int64_t e = 0; e < n; ++e) to[e] = static_cast<float>(w * from[e]);
+    }
+    at += n;
+  }
+  return out;
+}
+
+// This rank's concatenated tensors, packed: for each, its leading count (int64), then its
+// elements (4 bytes each). The other axes are the same on every rank.
+std::vector<char> pack(const std::vector<HostTensor>& mine) {
+  std::vector<char> out;
+  for (const HostTensor& t : mine) {
+    const int64_t rows = t.shape[0];
+    const char* count = reinterpret_cast<const char*>(&rows);
+    out.insert(out.end(), count, count + sizeof rows);
+    const char* data = static_cast<const char*>(t.data());
+    out.insert(out.end(), data, data + t.size() * 4);
+  }
+  return out;
+}
+
+// Every rank's packed tensors, concatenated in rank order, tensor by tensor.
+std::vector<HostTensor> unpack(const std::vector<std::vector<char>>& ranks, const std::vector<HostTensor>& like) {
+  std::vector<std::vector<HostTensor>> parts(like.size());
+  for (const std::vector<char>& rank : ranks) {
+    const char* from = rank.data();
+    for (size_t k = 0; k < like.size(); ++k) {
+      int64_t rows = 0;
+      std::memcpy(&rows, from, sizeof rows);
+      from += sizeof rows;
+      Shape shape = like[k].shape;
+      shape[0] = rows;
+      HostTensor& t = parts[k].emplace_back(shape, like[k].dtype);
+      std::memcpy(t.data(), from, t.size() * 4);
+      from += t.size() * 4;
+    }
+    internal_check(from == rank.data() + rank.size()) << "a rank's sparse gradients unpack to another size";
+  }
+  std::vector<HostTensor> out;
+  for (const std::vector<HostTensor>& k : parts) {
+    std::vector<const HostTensor*> p;
+    for (const HostTensor& t : k) p.push_back(&t);
+    out.push_back(concat_rows(p, nullptr));
+  }
+  return out;
+}
+
+}  // namespace
+
+void concatenate_sparse(std::vector<TowerOutputs>& outputs, const std::vector<double>& weights,
+                        const CompiledTowers& compiled, dist::Transport& world, HostFeeds& into) {
+  if (compiled.sparse.empty()) return;
+  // This process's part: per sparse gradient, its values then its rows.
+  std::vector<HostTensor> mine;
+  for (size_t k = 0; k < compiled.sparse.size(); ++k) {
+    std::vector<const HostTensor*> values, rows;
+    for (const TowerOutputs& t : outputs) {
+      values.push_back(&t.gradient(compiled.sparse[k].variable));
+      rows.push_back(&t.rows(k));
+    }
+    mine.push_back(concat_rows(values, &weights));
+    mine.push_back(concat_rows(rows, nullptr));
+  }
+  if (world.size() > 1) mine = unpack(world.all_gather(pack(mine)), mine);
+  for (size_t k = 0; k < compiled.sparse.size(); ++k) {
+    into[compiled.gradient_inputs[compiled.sparse[k].variable]] = std::move(mine[2 * k]);
+    into[compiled.sparse[k].rows_input] = std::move(mine[2 * k + 1]);
+  }
+  for (TowerOutputs& t : outputs)
+    for (size_t k = 0; k < compiled.sparse.size(); ++k) {
+      t.gradient(compiled.sparse[k].variable) = HostTensor(Shape{0});
+      t.rows(k) = HostTensor(Shape{0});
+    }
+}
+
+}  // namespace towerjit::detail
