@@ -270,6 +270,8 @@ TEST_CASE("half floats: ops that compute refuse bf16 and f16 operands", "[half][
   auto f = tj::cast(w, DType::f16);
   CHECK_THROWS_WITH(tj::matmul(h, f), Catch::Contains("both bf16 or both f16"));
   CHECK(tj::matmul(h, tj::cast(w, DType::bf16)).dtype() == DType::f32);
+  CHECK_THROWS_WITH(tj::iota({4}, 0, DType::bf16),
+                    Catch::Contains("iota: cannot produce bf16; compute in f32 and cast the result"));
 }
 
 TEST_CASE("half floats: the CUDA backend refuses a bf16 program with a clear error", "[half][errors][cuda]") {
