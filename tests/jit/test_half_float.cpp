@@ -12,6 +12,7 @@
 #include "dsl/half_float.h"
 #include "jit/cpu/cpu_isa.h"
 #include "jit/cuda/cuda_emitter.h"
+#include "jit/passes/half_matmuls.h"
 #include "jit/passes/pipeline.h"
 #include "jit/reference/interpreter.h"
 #include "jit_check.h"
@@ -313,4 +314,63 @@ kernel k0 over [B,8]
 call matmul b2, b1 -> b3
 fetch b3
 )").substr(1));
+}
+
+// The policy's pass on a training graph: every product (forward and backward) takes bf16
+// operands, the weights stay f32 masters, and the activation's cast fuses into the kernel of
+// its bias add and ReLU. The gradients match the reference run on the same rewritten graph.
+TEST_CASE("half floats: the matmul policy pass casts every product's operands and fuses the activation's cast",
+          "[half][jit][fusion]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 6});
+  auto h = tj::relu(tj::dense(x, 5, "fc1"));
+  auto y = tj::dense(h, 3, "fc2");
+  auto grads = tj::grad(tj::mean(y * y), tj::trainable_variables());
+  std::vector<tj::Tensor> fetches{y};
+  fetches.insert(fetches.end(), grads.begin(), grads.end());
+  tj::Rewritten r = tj::half_matmul_operands(g, DType::bf16);
+  const std::vector<tj::Tensor> mixed = tj::remap_tensors(r, fetches);
+  int products = 0, casts = 0;
+  for (int id = 0; id < r.graph.size(); ++id) {
+    const tj::Node& n = r.graph.node(id);
+    if (n.op == tj::Op::MatMul) {
+      ++products;
+      CHECK(r.graph.node(n.inputs[0]).dtype == DType::bf16);
+      CHECK(r.graph.node(n.inputs[1]).dtype == DType::bf16);
+      CHECK(n.dtype == DType::f32);
+    }
+    casts += n.op == tj::Op::Cast && n.dtype == DType::bf16;
+    if (n.op == tj::Op::Variable) CHECK(n.dtype == DType::f32);
+  }
+  CHECK(products == 5);  // 2 forward, 3 backward (fc1's input gradient is not needed)
+  CHECK(casts == 10);
+  std::vector<int> ids;
+  for (const tj::Tensor& t : mixed) ids.push_back(t.id());
+  const tj::kir::Program p = tj::lower_graph(r.graph, ids, {}).program;
+  // The kernel of fc1's bias add and ReLU also rounds its result to bf16 for fc2's product: no
+  // kernel of the program is a cast alone with an activation as its operand.
+  const std::string text = tj::kir::to_string(p);
+  INFO(text);
+  CHECK(text.find("_cast_add_relu over [B,5]") != std::string::npos);
+  // A cast alone in a kernel (or a group's part) reads a variable or an input, never a value
+  // another kernel computed.
+  auto check_part = [&](const tj::kir::Kernel& k) {
+    bool cast = false, computes = false;
+    for (const auto& e : k.exprs) {
+      cast = cast || e.op == tj::Op::Cast;
+      computes = computes || e.kind == tj::kir::Expr::Kind::binary ||
+                 (e.kind == tj::kir::Expr::Kind::unary && e.op != tj::Op::Cast);
+    }
+    if (!cast || computes) return;
+    for (const auto& e : k.exprs)
+      if (e.kind == tj::kir::Expr::Kind::load)
+        CHECK(p.buffers[k.accesses[e.access].buffer].kind != tj::kir::Buffer::Kind::temp);
+  };
+  for (const tj::kir::Kernel& k : p.kernels) {
+    if (k.parts.empty()) check_part(k);
+    for (const tj::kir::Kernel& part : k.parts) check_part(part);
+  }
+  tj::reference::Feeds feeds{{"x", random_array({7, 6}, 9, -1, 1)}};
+  require_jit_matches(r.graph, mixed, feeds, tj::reference::initialize_variables(r.graph, 3), "bf16 policy MLP");
 }

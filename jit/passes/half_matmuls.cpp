@@ -1,0 +1,21 @@
+#include "jit/passes/half_matmuls.h"
+
+#include "dsl/error.h"
+
+namespace towerjit {
+
+Rewritten half_matmul_operands(const Graph& graph, DType dtype) {
+  internal_check(is_half_float(dtype)) << "half_matmul_operands to " << dtype_name(dtype);
+  return rewrite_graph(graph, [dtype](Node n, Graph& out) {
+    if (n.op != Op::MatMul || out.node(n.inputs[0]).dtype != DType::f32) return out.add(std::move(n));
+    for (int& in : n.inputs) {
+      // The cast keeps the matmul's location and scope: a dump names the line of the product.
+      Node cast{.op = Op::Cast, .inputs = {in}, .shape = out.node(in).shape, .dtype = dtype,
+                .attrs = {}, .loc = n.loc, .stack = n.stack, .scope = n.scope, .grad_of = n.grad_of};
+      in = out.add(std::move(cast));
+    }
+    return out.add(std::move(n));
+  });
+}
+
+}  // namespace towerjit
