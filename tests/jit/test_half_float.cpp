@@ -191,7 +191,8 @@ TEST_CASE("half floats: matmul of bf16 and f16 operands within the derived bound
   struct Dims { int64_t m, k, n; };
   for (const char* level : levels())
     for (DType t : {DType::bf16, DType::f16})
-      for (Dims d : {Dims{1, 1, 1}, Dims{7, 7, 7}, Dims{127, 33, 17}, Dims{5, 127, 127}, Dims{3, 8, 40}}) {
+      for (Dims d : {Dims{1, 1, 1}, Dims{7, 7, 7}, Dims{127, 33, 17}, Dims{5, 127, 127}, Dims{3, 8, 40},
+                     Dims{9, 600, 300}}) {  // several pair and column blocks of the vdpbf16ps kernel
         tj::test::ScopedEnv isa("TOWERJIT_CPU_ISA", level);
         INFO("level " << level << " (" << tj::cpujit::half_gemm_path(t) << "), " << tj::dtype_name(t) << ", "
                       << d.m << "x" << d.k << "x" << d.n);
