@@ -1,8 +1,32 @@
 #include "jit/passes/half_matmuls.h"
 
+#include <mutex>
+
 #include "dsl/error.h"
 
 namespace towerjit {
+namespace {
+
+std::mutex policy_mutex;
+PrecisionPolicy& policy() {
+  static PrecisionPolicy set;
+  return set;
+}
+
+}  // namespace
+
+void set_precision_policy(const PrecisionPolicy& p) {
+  user_check(p.matmul_operands == DType::f32 || is_half_float(p.matmul_operands), std::source_location::current())
+      << "set_precision_policy: matmul operands of " << dtype_name(p.matmul_operands)
+      << " cannot be; set DType::f32, DType::bf16 or DType::f16";
+  std::lock_guard lock(policy_mutex);
+  policy() = p;
+}
+
+PrecisionPolicy precision_policy() {
+  std::lock_guard lock(policy_mutex);
+  return policy();
+}
 
 Rewritten half_matmul_operands(const Graph& graph, DType dtype) {
   internal_check(is_half_float(dtype)) << "half_matmul_operands to " << dtype_name(dtype);

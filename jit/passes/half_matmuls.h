@@ -16,4 +16,14 @@ namespace towerjit {
 // since it runs on the training graph after autodiff.
 Rewritten half_matmul_operands(const Graph& graph, DType dtype);
 
+// The process's precision policy, declared once: programs lowered after set_precision_policy
+// (every CpuProgram, a trainer's too) run half_matmul_operands first when matmul_operands is
+// bf16 or f16. f32 (the default) leaves graphs as they are. Thread-safe. A first cut of the
+// issue's policy: a Towers / trainer option and the examples' --precision flag are to come.
+struct PrecisionPolicy {
+  DType matmul_operands = DType::f32;
+};
+void set_precision_policy(const PrecisionPolicy& policy);
+PrecisionPolicy precision_policy();
+
 }  // namespace towerjit

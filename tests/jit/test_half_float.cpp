@@ -375,3 +375,40 @@ TEST_CASE("half floats: the matmul policy pass casts every product's operands an
   tj::reference::Feeds feeds{{"x", random_array({7, 6}, 9, -1, 1)}};
   require_jit_matches(r.graph, mixed, feeds, tj::reference::initialize_variables(r.graph, 3), "bf16 policy MLP");
 }
+
+// The policy declared once: a CpuProgram of a training graph compiled under it computes what the
+// reference computes on the rewritten graph, an SGD step included.
+TEST_CASE("half floats: programs compiled under the bf16 policy match the reference on the rewritten graph",
+          "[half][cpu][jit]") {
+  struct Restore {
+    ~Restore() { tj::set_precision_policy({}); }
+  } restore;
+  tj::set_precision_policy({.matmul_operands = DType::bf16});
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 6});
+  auto y = tj::dense(tj::relu(tj::dense(x, 5, "fc1")), 3, "fc2");
+  auto loss = tj::mean(y * y);
+  auto vars = tj::trainable_variables();
+  auto grads = tj::grad(loss, vars);
+  for (size_t i = 0; i < vars.size(); ++i) tj::assign(vars[i], vars[i] - 0.1f * grads[i]);
+  const tj::reference::Variables initial = tj::reference::initialize_variables(g, 3);
+  tj::HostVariables hv;
+  for (const auto& [name, a] : initial) hv[name] = to_host(a);
+  tj::CpuProgram program(g, {loss}, true);
+  const std::vector<tj::HostTensor> out = program.run({{"x", to_host(random_array({7, 6}, 9, -1, 1))}}, hv);
+  CHECK(program.llvm_ir().find(", 4194304") != std::string::npos);  // the kernels round to bf16
+  // The reference on the graph the pass wrote, update ops included.
+  tj::Rewritten r = tj::half_matmul_operands(g, DType::bf16);
+  const std::vector<tj::Tensor> fetches = tj::remap_tensors(r, {loss});
+  tj::reference::Variables rv = initial;
+  JitRun run;
+  reference_side(run, r.graph, fetches, {{"x", random_array({7, 6}, 9, -1, 1)}}, rv, true, 0);
+  run.jit.push_back(to_array(out[0]));
+  for (const auto& [name, a] : rv) run.jit.push_back(to_array(hv.at(name)));
+  require_close(run, "bf16 policy SGD step");
+  tj::set_precision_policy({});
+  CHECK(tj::precision_policy().matmul_operands == DType::f32);
+  CHECK_THROWS_WITH(tj::set_precision_policy({.matmul_operands = DType::i32}),
+                    Catch::Contains("matmul operands of i32 cannot be"));
+}
