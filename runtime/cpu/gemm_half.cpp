@@ -25,7 +25,7 @@ constexpr int64_t kLanes = 16;  // f32 lanes of a 512-bit register: columns per 
 // a panel's pairs one after another (a 4 KiB stride between them aliased in L1: 4x slower at
 // n = 1024). An odd k pads with zeros.
 struct Packed {
-  int64_t pairs = 0, rows = 0, columns = 0;  // rows padded to kRows, columns to kLanes
+  int64_t pairs = 0, rows = 0, columns = 0;  // rows padded to kRows, columns to 2 kLanes
   std::vector<uint32_t> a;                   // [rows / kRows][pairs][kRows]: a block's 4 words together
   std::vector<uint16_t> b;                   // [columns / kLanes][pairs][kLanes][2]: a panel's pairs in a row
 };
@@ -35,7 +35,7 @@ Packed pack(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a
   Packed p;
   p.pairs = (k + 1) / 2;
   p.rows = (m + kRows - 1) / kRows * kRows;
-  p.columns = (n + kLanes - 1) / kLanes * kLanes;
+  p.columns = (n + 2 * kLanes - 1) / (2 * kLanes) * (2 * kLanes);  // whole pairs of panels
   p.a.assign(p.rows * p.pairs, 0);
   p.b.assign(p.pairs * p.columns * 2, 0);
   auto at_a = [&](int64_t i, int64_t kk) -> uint32_t { return ta ? a[kk * lda + i] : a[i * lda + kk]; };
@@ -63,17 +63,30 @@ __attribute__((target("avx512f,avx512bf16"))) void dot_rows(const Packed& p, int
       for (int64_t i = first; i < last; i += kRows) {
         const uint32_t* a = p.a.data() + i * p.pairs;  // the block of rows i..i+3
         const int64_t rows = std::min(kRows, m - i);
-        for (int64_t j = j0; j < j1; j += kLanes) {
-          const __mmask16 mask = n - j >= kLanes ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
-          __m512 acc[kRows];
-          for (int64_t r = 0; r < kRows; ++r)
-            acc[r] = q0 == 0 || r >= rows ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, c + (i + r) * ldc + j);
-          for (int64_t q = q0; q < q1; ++q) {
-            const __m512bh bv = (__m512bh)_mm512_loadu_si512(p.b.data() + (j / kLanes * p.pairs + q) * kLanes * 2);
+        // Two panels (32 columns) at a time: 8 accumulators hide vdpbf16ps's latency, where 4
+        // left it exposed (the padding panel past n is zeros, stored nowhere).
+        for (int64_t j = j0; j < j1; j += 2 * kLanes) {
+          auto mask_at = [&](int64_t col) {
+            return col >= n ? __mmask16{0} : n - col >= kLanes ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (n - col)) - 1);
+          };
+          const __mmask16 mask[2] = {mask_at(j), mask_at(j + kLanes)};
+          __m512 acc[2][kRows];
+          for (int h = 0; h < 2; ++h)
             for (int64_t r = 0; r < kRows; ++r)
-              acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_set1_epi32(static_cast<int>(a[q * kRows + r])), bv);
+              acc[h][r] = q0 == 0 || r >= rows ? _mm512_setzero_ps()
+                                               : _mm512_maskz_loadu_ps(mask[h], c + (i + r) * ldc + j + h * kLanes);
+          const uint16_t* panel = p.b.data() + j / kLanes * p.pairs * kLanes * 2;
+          for (int64_t q = q0; q < q1; ++q) {
+            const __m512bh b0 = (__m512bh)_mm512_loadu_si512(panel + q * kLanes * 2);
+            const __m512bh b1 = (__m512bh)_mm512_loadu_si512(panel + (p.pairs + q) * kLanes * 2);
+            for (int64_t r = 0; r < kRows; ++r) {
+              const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[q * kRows + r]));
+              acc[0][r] = _mm512_dpbf16_ps(acc[0][r], av, b0);
+              acc[1][r] = _mm512_dpbf16_ps(acc[1][r], av, b1);
+            }
           }
-          for (int64_t r = 0; r < rows; ++r) _mm512_mask_storeu_ps(c + (i + r) * ldc + j, mask, acc[r]);
+          for (int h = 0; h < 2; ++h)
+            for (int64_t r = 0; r < rows; ++r) _mm512_mask_storeu_ps(c + (i + r) * ldc + j + h * kLanes, mask[h], acc[h][r]);
         }
       }
     }
