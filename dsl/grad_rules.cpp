@@ -9,8 +9,9 @@
 namespace towerjit::detail {
 
 bool passes_gradient(const Graph& graph, const Node& node, int k) {
-  // Integers carry no gradient; this also stops casts to i32, argmax and i32 arithmetic.
-  if (node.dtype != DType::f32) return false;
+  // Integers carry no gradient; this also stops casts to i32, argmax and i32 arithmetic. A bf16
+  // or f16 node passes one, held in f32 (gradients are f32 tensors whatever the node stores).
+  if (!is_real(node.dtype)) return false;
   if (op_is_comparison(node.op)) return false;
   switch (node.op) {
     case Op::Input: case Op::Variable: case Op::Constant: case Op::Iota:
@@ -18,8 +19,8 @@ bool passes_gradient(const Graph& graph, const Node& node, int k) {
     case Op::RandomUniform: case Op::Assign: case Op::AllReduce:
     case Op::CombineRows: case Op::ScatterRows:  // the optimiser's sparse apply
       return false;
-    case Op::Cast:  // only f32 -> f32 passes; i32 -> f32 starts from integers
-      return graph.node(node.inputs[k]).dtype == DType::f32;
+    case Op::Cast:  // between f32, bf16 and f16 it passes; i32 -> f32 starts from integers
+      return is_real(graph.node(node.inputs[k]).dtype);
     case Op::Select:
       return k != 0;  // the condition only picks
     case Op::PhaseSelect:
@@ -83,7 +84,7 @@ Tensor unary_grad(const GradContext& c) {
       return mul(g, add(cdf, mul(x, pdf, loc), loc), loc);
     }
     case Op::Softplus: return mul(g, sigmoid(x, loc), loc);
-    case Op::Cast: return g;  // f32 -> f32 only (passes_gradient)
+    case Op::Cast: return g;  // between real dtypes only (passes_gradient); g is f32 either way
     default:
       internal_check(false) << "no unary gradient rule for " << op_name(c.node.op);
       return g;

@@ -70,9 +70,12 @@ Tensor swap_last(Tensor x, Loc loc) {
 void matmul_grad(const GradContext& c, std::vector<Tensor>& dx) {
   const Loc loc = c.loc();
   const Tensor a = c.x[0], b = c.x[1];
+  // With bf16 or f16 operands the backward products take them too: dy is rounded to the
+  // operands' dtype and each product accumulates in f32, giving f32 gradients (as the forward).
+  const Tensor dy = cast(c.dy, a.dtype(), loc);
   // Broadcast batch dimensions of an operand are summed back by unbroadcast.
-  if (c.want[0]) dx[0] = unbroadcast(matmul(c.dy, swap_last(b, loc), loc), c.in_shape(0), loc);
-  if (c.want[1]) dx[1] = unbroadcast(matmul(swap_last(a, loc), c.dy, loc), c.in_shape(1), loc);
+  if (c.want[0]) dx[0] = unbroadcast(matmul(dy, swap_last(b, loc), loc), c.in_shape(0), loc);
+  if (c.want[1]) dx[1] = unbroadcast(matmul(swap_last(a, loc), dy, loc), c.in_shape(1), loc);
 }
 
 // A gradient-only primitive with `inputs`, of the shape `shape`, keeping the forward node's

@@ -18,11 +18,43 @@ void check_batch_once(const Shape& shape, std::string_view op, const std::vector
                             "reshape one) or give one its size";
 }
 
+namespace {
+
+// bf16 and f16 are storage types: they enter through inputs, constants, variables and casts,
+// move through the layout ops that only read elements elsewhere, and feed matrix products;
+// every op that computes takes f32 (the policy's casts go around it).
+bool takes_half_float(Op op) {
+  switch (op) {
+    case Op::Input: case Op::Variable: case Op::Constant: case Op::Cast: case Op::MatMul:
+    case Op::Reshape: case Op::Transpose: case Op::BroadcastTo: case Op::Slice:
+      return true;
+    default: return false;
+  }
+}
+
+void check_half_float(Op op, const std::vector<int>& inputs, DType dtype, const Graph& graph, Loc loc) {
+  if (takes_half_float(op)) return;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Node& in = graph.node(inputs[i]);
+    user_check(!is_half_float(in.dtype), loc)
+        << op_name(op) << ": operand " << i << " is " << dtype_name(in.dtype) << in.shape.str()
+        << in_scope(graph) << ", but " << op_name(op) << " computes in f32 only; "
+        << dtype_name(in.dtype) << " is a storage type (matmul, casts and layout ops take it): "
+        << "convert the operand with cast(x, DType::f32) first";
+  }
+  user_check(!is_half_float(dtype), loc)
+      << op_name(op) << ": cannot produce " << dtype_name(dtype) << in_scope(graph)
+      << "; compute in f32 and cast the result with cast(x, DType::" << dtype_name(dtype) << ")";
+}
+
+}  // namespace
+
 Tensor make(Graph& graph, Op op, std::vector<int> inputs, Shape shape, DType dtype,
             Attrs attrs, Loc loc) {
   // Broadcasting can put B in two places ([1,B] with [B,1] is [B,B]), which no program can run:
   // refused here for every op at once, unless the op checked first under its DSL name.
   check_batch_once(shape, op_name(op), inputs, graph, loc);
+  check_half_float(op, inputs, dtype, graph, loc);
   // Gradient rules build nodes too; theirs take the forward node's stack (Graph::add).
   Node n{.op = op, .inputs = std::move(inputs), .shape = std::move(shape), .dtype = dtype,
          .attrs = std::move(attrs), .loc = loc,

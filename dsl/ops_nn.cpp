@@ -84,8 +84,12 @@ Tensor matmul(Tensor a, Tensor b, Loc loc) {
   user_check(a.rank() >= 2 && b.rank() >= 2, loc)
       << "matmul: expects operands of rank 2 or more but got " << a.describe() << " x "
       << b.describe() << in_scope(g) << "; reshape a vector to [1,K] or [K,1]";
-  require_f32(a, "matmul", loc);
-  require_f32(b, "matmul", loc);
+  // f32 x f32, or two bf16 or two f16 operands multiplied with an f32 accumulator.
+  user_check(a.dtype() != DType::i32 && a.dtype() == b.dtype(), loc)
+      << "matmul: operands " << a.describe() << " x " << b.describe() << in_scope(g)
+      << " must both be f32, both bf16 or both f16 (the result is f32); convert one with cast(x, DType::"
+      << dtype_name(a.dtype() == DType::i32 ? b.dtype() == DType::i32 ? DType::f32 : b.dtype() : a.dtype())
+      << ")";
   const Shape& sa = a.shape();
   const Shape& sb = b.shape();
   const int64_t m = sa[sa.rank() - 2], k = sa[sa.rank() - 1];

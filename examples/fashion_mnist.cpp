@@ -25,6 +25,7 @@
 #include "runtime/cuda/driver_api.h"
 #include "runtime/dist/world.h"
 #include "runtime/report/trace.h"
+#include "jit/passes/half_matmuls.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;
@@ -72,6 +73,7 @@ struct Flags {
   bool resume = false;
   bool drop_last = false;
   bool check_numerics = false;
+  std::string precision = "f32";  // "bf16": every matmul takes bf16 operands (f32 masters)
   std::string lr_schedule = "constant";
   int64_t warmup_steps = 0;
   int64_t decay_steps = 0;  // 0: the whole run (set by train() from the data once loaded)
@@ -192,6 +194,7 @@ int train(Flags f, const std::string& resume_command) {
   const bool lead = world.rank() == 0;
   // Every program compiled below (TOWERJIT_DUMP and TOWERJIT_CHECK_NUMERICS still override).
   tj::set_compile_options({.dump_dir = lead ? f.dump : "", .check_numerics = f.check_numerics});
+  if (f.precision == "bf16") tj::set_precision_policy({.matmul_operands = tj::DType::bf16});
   const auto train_set = load_split(f, "train");
   const auto test_set = load_split(f, "test");
   // Every rank's towers (a collective, so called on every rank whatever its flags say).
@@ -421,6 +424,10 @@ int main(int argc, char** argv) {
   app.add_flag("--drop-last", f.drop_last, "drop each epoch's last partial batch");
   app.add_flag("--check-numerics", f.check_numerics,
                "stop at the first op whose output holds a NaN or an infinity, naming it (TOWERJIT_CHECK_NUMERICS=on)");
+  app.add_option("--precision", f.precision,
+                 "f32, or bf16: matrix products take bf16 operands with f32 accumulation, the weights stay f32 "
+                 "(CPU towers; docs/dsl.md)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   CLI11_PARSE(app, argc, argv);
   f.epochs_given = app.count("--epochs") > 0;
   if (f.resume && f.checkpoint.empty()) {

@@ -42,7 +42,7 @@ void buffers_of(const kir::Program& p, const kir::Step& s, std::set<int>& read, 
 
 reference::Array to_array(const HostTensor& t) {
   reference::Array a(t.shape, t.dtype);
-  for (int64_t i = 0; i < a.size(); ++i) a[i] = t.dtype == DType::f32 ? t.f32[i] : t.i32[i];
+  for (int64_t i = 0; i < a.size(); ++i) a[i] = value_at(t, i);
   return a;
 }
 

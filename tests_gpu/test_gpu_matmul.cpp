@@ -211,3 +211,16 @@ TEST_CASE("GPU: TF32 products show TF32's error: beyond the f32 bound, within th
   CHECK(bound_violation(tf32.jit[0], f32.ref[0], f32.bound[0]).has_value());
   CHECK(tf32.bound[0][0] > 100 * f32.bound[0][0]);
 }
+
+// The CUDA backend does not know bf16 or f16 yet: a program holding one is refused when it is
+// made, naming the node and the way out, before anything reaches the device.
+TEST_CASE("GPU: a program with bf16 operands is refused with an error naming the node", "[gpu][matmul][half]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {tj::kBatch, 4});
+  auto w = tj::input("w", {4, 3});
+  auto y = tj::matmul(tj::cast(x, tj::DType::bf16), tj::cast(w, tj::DType::bf16));
+  CHECK_THROWS_WITH(tj::CudaProgram(g, {y}, false),
+                    Catch::Contains("the CUDA backend does not run bf16 or f16 yet: cast %") && Catch::Contains("test_gpu_matmul.cpp") &&
+                        Catch::Contains("run this model on CPU towers"));
+}

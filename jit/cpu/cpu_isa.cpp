@@ -12,8 +12,11 @@ struct Level {
   const char* name;
   const char* openblas_core;
 };
-constexpr Level kLevels[] = {{"baseline", "Prescott"}, {"avx2", "Haswell"}, {"avx512", "SkylakeX"}};
-static_assert(static_cast<int>(CpuIsa::baseline) == 0 && static_cast<int>(CpuIsa::avx512) == 2);
+// AVX512_BF16 adds only bf16 dot products, which Debian's OpenBLAS does not offer (no sbgemm):
+// its core type stays SkylakeX's.
+constexpr Level kLevels[] = {
+    {"baseline", "Prescott"}, {"avx2", "Haswell"}, {"avx512", "SkylakeX"}, {"avx512bf16", "SkylakeX"}};
+static_assert(static_cast<int>(CpuIsa::baseline) == 0 && static_cast<int>(CpuIsa::avx512bf16) == 3);
 }  // namespace
 
 const char* isa_name(CpuIsa isa) { return kLevels[static_cast<int>(isa)].name; }
@@ -23,7 +26,8 @@ const char* openblas_core(CpuIsa level) { return kLevels[static_cast<int>(level)
 CpuIsa widest_isa() {
   static const CpuIsa widest = [] {
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return CpuIsa::avx512;
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
+      return __builtin_cpu_supports("avx512bf16") ? CpuIsa::avx512bf16 : CpuIsa::avx512;
     return avx2 ? CpuIsa::avx2 : CpuIsa::baseline;
   }();
   return widest;
@@ -49,16 +53,19 @@ std::string cpu_description() {
   add("fma", __builtin_cpu_supports("fma"));
   add("avx512f", __builtin_cpu_supports("avx512f"));
   add("avx512bw", __builtin_cpu_supports("avx512bw"));
+  add("avx512_bf16", __builtin_cpu_supports("avx512bf16"));
   return model + ": " + features;
 }
 
 CpuIsa checked_isa(CpuIsa requested, CpuIsa widest, const std::string& cpu) {
   if (requested <= widest) return requested;
   std::string levels;
-  for (CpuIsa l : {CpuIsa::avx512, CpuIsa::avx2, CpuIsa::baseline})
+  for (CpuIsa l : {CpuIsa::avx512bf16, CpuIsa::avx512, CpuIsa::avx2, CpuIsa::baseline})
     if (l <= widest) levels += std::string(levels.empty() ? "" : " or ") + isa_name(l);
   throw Error(std::string("towerjit: TOWERJIT_CPU_ISA=") + isa_name(requested) + " asks for " +
-              (requested == CpuIsa::avx512 ? "AVX-512 (avx512f and avx512bw)" : "AVX2 and FMA") +
+              (requested == CpuIsa::avx512bf16 ? "AVX-512 with AVX512_BF16 (avx512f, avx512bw and avx512_bf16)"
+               : requested == CpuIsa::avx512   ? "AVX-512 (avx512f and avx512bw)"
+                                               : "AVX2 and FMA") +
               ", which this CPU lacks (" + cpu + "); set TOWERJIT_CPU_ISA=" + levels +
               ", or unset it for the widest this CPU has (" + isa_name(widest) + ")");
 }

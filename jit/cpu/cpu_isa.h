@@ -13,10 +13,11 @@ namespace towerjit::cpujit {
 
 using knobs::CpuIsa;
 
-// "avx512", "avx2", "baseline": the knob's spelling.
+// "avx512bf16", "avx512", "avx2", "baseline": the knob's spelling.
 const char* isa_name(CpuIsa isa);
 
-// The widest level this CPU runs: AVX-512 F and BW, else AVX2 and FMA, else the baseline.
+// The widest level this CPU runs: AVX-512 F and BW with AVX512_BF16, else AVX-512 F and BW,
+// else AVX2 and FMA, else the baseline.
 CpuIsa widest_isa();
 
 // This CPU's model name and its vector features, for messages ("AMD EPYC: sse2 sse3 ... avx2 fma").
@@ -32,6 +33,11 @@ CpuIsa checked_isa(CpuIsa requested, CpuIsa widest, const std::string& cpu);
 // The OpenBLAS core type (OPENBLAS_CORETYPE) of a level: SkylakeX, Haswell, and for the
 // baseline Prescott's SSE3 kernels, OpenBLAS's own fallback for CPUs it does not know.
 const char* openblas_core(CpuIsa level);
+
+// The level of the vector code generated for `level`: avx512bf16 adds only the bf16 dot
+// products of runtime/cpu/gemm_half.cpp, so the JIT'd kernels and the direct convolutions of
+// avx512bf16 are avx512's.
+constexpr CpuIsa vector_level(CpuIsa level) { return level == CpuIsa::avx512bf16 ? CpuIsa::avx512 : level; }
 
 // Whether towerjit's CPU code may use `level`.
 inline bool isa_allows(CpuIsa level) { return cpu_isa() >= level; }

@@ -38,6 +38,9 @@ namespace {
 // AVX-512 machine compiles the kernels an AVX2-only or SSE2-only machine would.
 const char* generic_cpu(CpuIsa level) { return level == CpuIsa::avx2 ? "x86-64-v3" : "x86-64"; }
 
+// Whether the kernels are compiled for a generic CPU below this one's vector level.
+bool capped() { return vector_level(cpu_isa()) < vector_level(widest_isa()); }
+
 // The machine as JITTargetMachineBuilder sees it (real CPU name and features, not a generic
 // x86-64) or, where TOWERJIT_CPU_ISA caps it below, the generic CPU of that level; with the
 // settings kCodegenFlags names. LLJIT links these objects with the host's own builder, which
@@ -45,9 +48,9 @@ const char* generic_cpu(CpuIsa level) { return level == CpuIsa::avx2 ? "x86-64-v
 llvm::Expected<llvm::orc::JITTargetMachineBuilder> target_builder() {
   auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
   if (!jtmb) return jtmb.takeError();
-  if (const CpuIsa level = cpu_isa(); level < widest_isa()) {
+  if (capped()) {
     jtmb = llvm::orc::JITTargetMachineBuilder(jtmb->getTargetTriple());
-    jtmb->setCPU(generic_cpu(level));
+    jtmb->setCPU(generic_cpu(cpu_isa()));
   }
   jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
   // PIC + small code model: JITLink reaches externals (libm, OpenBLAS) through GOT/PLT
@@ -93,8 +96,7 @@ void initialize_native_target() {
 
 std::string target_description() {
   const std::string triple = llvm::sys::getProcessTriple();
-  if (const CpuIsa level = cpu_isa(); level < widest_isa())
-    return triple + ";cpu=" + generic_cpu(level) + ";features=";
+  if (capped()) return triple + ";cpu=" + generic_cpu(cpu_isa()) + ";features=";
   // Sorted so the description (and so the cache key) does not depend on hash-map order.
   std::vector<std::string> features;
   for (const auto& feature : llvm::sys::getHostCPUFeatures()) {

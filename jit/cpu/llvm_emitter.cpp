@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "dsl/error.h"
+#include "dsl/half_float.h"
 #include "dsl/philox.h"
 #include "jit/passes/coalesce_axes.h"
 
@@ -25,7 +26,17 @@ std::string float_literal(double v) {
   return buf;
 }
 
-const char* ty(DType t) { return t == DType::f32 ? "float" : "i32"; }
+// The type a value has while the kernel computes: bf16 and f16 values are held in float.
+const char* ty(DType t) { return is_real(t) ? "float" : "i32"; }
+
+// The type an element has in memory.
+const char* storage(DType t) {
+  switch (t) {
+    case DType::bf16: return "i16";  // bf16 as its bits: widened and rounded with integer ops
+    case DType::f16: return "half";  // LLVM's half: F16C's conversions where the target has them
+    default: return ty(t);
+  }
+}
 
 class KernelEmitter {
  public:
@@ -45,6 +56,8 @@ class KernelEmitter {
   std::string binary(const Expr& e, const std::string& a, const std::string& b);
   std::string pick_nan_first(const char* fp, const std::string& a, const std::string& b, const std::string& v);
   std::string call(const char* fn, const std::string& x);
+  std::string narrow(DType t, const std::string& x);
+  std::string widen(DType t, const std::string& bits);
   void open_loop(int axis);
   void close_loop(int axis);
   std::string index(int axis);
@@ -93,6 +106,44 @@ std::string KernelEmitter::address(int access) {
   return off;
 }
 
+// A float as a bf16 (i16 bits) or f16 (half), rounded to nearest even. bf16: add 0x7FFF plus
+// the lowest kept bit, then drop the low half (an overflow carries into the exponent: the
+// largest values round to infinity); a NaN is made quiet first so that its dropped payload
+// cannot turn it into an infinity. f16: LLVM's fptrunc, one vcvtps2ph with F16C.
+std::string KernelEmitter::narrow(DType t, const std::string& x) {
+  const std::string v = tmp();
+  if (t == DType::f16) {
+    out_ << "  " << v << " = fptrunc float " << x << " to half\n";
+    return v;
+  }
+  const std::string b = tmp(), lsb = tmp(), odd = tmp(), up = tmp(), r = tmp(), nan = tmp(), q = tmp(), pick = tmp(), hi = tmp();
+  out_ << "  " << b << " = bitcast float " << x << " to i32\n";
+  out_ << "  " << lsb << " = lshr i32 " << b << ", 16\n";
+  out_ << "  " << odd << " = and i32 " << lsb << ", 1\n";
+  out_ << "  " << up << " = add i32 " << b << ", 32767\n";
+  out_ << "  " << r << " = add i32 " << up << ", " << odd << "\n";
+  out_ << "  " << nan << " = fcmp uno float " << x << ", 0.0\n";
+  out_ << "  " << q << " = or i32 " << b << ", 4194304\n";  // 0x00400000: the quiet bit
+  out_ << "  " << pick << " = select i1 " << nan << ", i32 " << q << ", i32 " << r << "\n";
+  out_ << "  " << hi << " = lshr i32 " << pick << ", 16\n";
+  out_ << "  " << v << " = trunc i32 " << hi << " to i16\n";
+  return v;
+}
+
+// A bf16 (i16 bits) or f16 (half) as float, exactly.
+std::string KernelEmitter::widen(DType t, const std::string& bits) {
+  const std::string v = tmp();
+  if (t == DType::f16) {
+    out_ << "  " << v << " = fpext half " << bits << " to float\n";
+    return v;
+  }
+  const std::string z = tmp(), s = tmp();
+  out_ << "  " << z << " = zext i16 " << bits << " to i32\n";
+  out_ << "  " << s << " = shl i32 " << z << ", 16\n";
+  out_ << "  " << v << " = bitcast i32 " << s << " to float\n";
+  return v;
+}
+
 std::string KernelEmitter::call(const char* fn, const std::string& x) {
   const std::string v = tmp();
   out_ << "  " << v << " = call float @" << fn << "(float " << x << ")\n";
@@ -101,7 +152,7 @@ std::string KernelEmitter::call(const char* fn, const std::string& x) {
 
 std::string KernelEmitter::unary(const Expr& e, const std::string& x) {
   const std::string v = tmp();
-  const bool f = e.dtype == DType::f32;
+  const bool f = is_real(e.dtype);
   auto line = [&](const std::string& rhs) { out_ << "  " << v << " = " << rhs << "\n"; return v; };
   switch (e.op) {
     case Op::Neg: return line(f ? "fneg float " + x : "sub i32 0, " + x);
@@ -155,7 +206,12 @@ std::string KernelEmitter::unary(const Expr& e, const std::string& x) {
     case Op::Cast: {
       const DType from = k_->exprs[e.args[0]].dtype;
       if (from == e.dtype) return x;
-      return line(from == DType::f32 ? "fptosi float " + x + " to i32" : "sitofp i32 " + x + " to float");
+      if (e.dtype == DType::i32) return line("fptosi float " + x + " to i32");
+      const std::string real = from == DType::i32 ? line("sitofp i32 " + x + " to float") : x;
+      if (!is_half_float(e.dtype)) return real;  // bf16 and f16 values are exact in f32
+      // To bf16 / f16: the nearest value of the format, held in float (a store then narrows
+      // it exactly).
+      return widen(e.dtype, narrow(e.dtype, real));
     }
     default:
       internal_check(false) << "no CPU lowering for unary " << op_name(e.op);
@@ -177,7 +233,7 @@ std::string KernelEmitter::pick_nan_first(const char* fp, const std::string& a, 
 }
 
 std::string KernelEmitter::binary(const Expr& e, const std::string& a, const std::string& b) {
-  const bool f = k_->exprs[e.args[0]].dtype == DType::f32;
+  const bool f = is_real(k_->exprs[e.args[0]].dtype);
   const std::string v = tmp(), T = ty(k_->exprs[e.args[0]].dtype);
   auto line = [&](const std::string& rhs) { out_ << "  " << v << " = " << rhs << "\n"; return v; };
   auto cmp = [&](const char* fp, const char* in) {
@@ -285,7 +341,8 @@ std::string KernelEmitter::expr(int id) {
   std::string v;
   switch (e.kind) {
     case Expr::Kind::constant:
-      v = e.dtype == DType::f32 ? float_literal(e.value) : std::to_string(static_cast<int64_t>(e.value));
+      // A bf16 / f16 constant: its value rounded once, as the reference rounds it.
+      v = is_real(e.dtype) ? float_literal(round_to(e.dtype, e.value)) : std::to_string(static_cast<int64_t>(e.value));
       break;
     case Expr::Kind::count: {
       const std::string n = i64_affine(e.count);
@@ -299,8 +356,10 @@ std::string KernelEmitter::expr(int id) {
                                         info_.buffers.begin());
       const std::string off = address(e.access), ptr = tmp();
       v = tmp();
-      out_ << "  " << ptr << " = getelementptr inbounds " << ty(e.dtype) << ", ptr " << base_[slot] << ", i64 " << off << "\n";
-      out_ << "  " << v << " = load " << ty(e.dtype) << ", ptr " << ptr << ", align 4\n";
+      const std::string raw = is_half_float(e.dtype) ? tmp() : v;
+      out_ << "  " << ptr << " = getelementptr inbounds " << storage(e.dtype) << ", ptr " << base_[slot] << ", i64 " << off << "\n";
+      out_ << "  " << raw << " = load " << storage(e.dtype) << ", ptr " << ptr << ", align " << dtype_bytes(e.dtype) << "\n";
+      if (is_half_float(e.dtype)) v = widen(e.dtype, raw);
       break;
     }
     case Expr::Kind::random: v = philox_uniform(e.seed, address(e.access)); break;
@@ -312,7 +371,7 @@ std::string KernelEmitter::expr(int id) {
     }
     case Expr::Kind::select: {
       const std::string c = expr(e.args[0]), a = expr(e.args[1]), b = expr(e.args[2]), t = tmp();
-      const bool cf = k_->exprs[e.args[0]].dtype == DType::f32;
+      const bool cf = is_real(k_->exprs[e.args[0]].dtype);
       out_ << "  " << t << " = " << (cf ? "fcmp une float " : "icmp ne i32 ") << c << ", " << (cf ? "0.0" : "0") << "\n";
       v = tmp();
       out_ << "  " << v << " = select i1 " << t << ", " << ty(e.dtype) << " " << a << ", " << ty(e.dtype) << " " << b << "\n";
@@ -329,7 +388,7 @@ std::string KernelEmitter::expr(int id) {
 }
 
 std::string KernelEmitter::identity(int out) const {
-  const bool f = k_->exprs[k_->outputs[out].expr].dtype == DType::f32;
+  const bool f = is_real(k_->exprs[k_->outputs[out].expr].dtype);
   const Op op = k_->outputs[out].reduce;
   if (op == Op::ReduceMax || op == Op::ReduceLogSumExp) return f ? "0xFFF0000000000000" : "-2147483648";
   return f ? "0.0" : "0";
@@ -342,8 +401,8 @@ std::string KernelEmitter::combine(int out, const std::string& acc, const std::s
     // The new value wins when strictly greater or NaN; a NaN acc then stays (nothing is greater),
     // so a NaN anywhere in the slice is the maximum, as the reference's.
     std::string c = tmp();
-    out_ << "  " << c << " = " << (t == DType::f32 ? "fcmp ogt float " : "icmp sgt i32 ") << v << ", " << acc << "\n";
-    if (t == DType::f32) {
+    out_ << "  " << c << " = " << (is_real(t) ? "fcmp ogt float " : "icmp sgt i32 ") << v << ", " << acc << "\n";
+    if (is_real(t)) {
       const std::string n = tmp(), take = tmp();
       out_ << "  " << n << " = fcmp uno float " << v << ", 0.0\n";
       out_ << "  " << take << " = or i1 " << c << ", " << n << "\n";
@@ -353,7 +412,7 @@ std::string KernelEmitter::combine(int out, const std::string& acc, const std::s
   } else {
     // reassoc lets the vectoriser keep several partial sums; the order is still fixed by the
     // code, so a run is bitwise reproducible.
-    out_ << "  " << r << " = " << (t == DType::f32 ? "fadd reassoc contract float " : "add i32 ") << acc << ", " << v << "\n";
+    out_ << "  " << r << " = " << (is_real(t) ? "fadd reassoc contract float " : "add i32 ") << acc << ", " << v << "\n";
   }
   return r;
 }
@@ -383,8 +442,9 @@ void KernelEmitter::emit_store(const kir::Kernel::Output& o, const std::string& 
                                     info_.buffers.begin());
   const DType t = k_->exprs[o.expr].dtype;
   const std::string off = address(o.access), ptr = tmp();
-  out_ << "  " << ptr << " = getelementptr inbounds " << ty(t) << ", ptr " << base_[slot] << ", i64 " << off << "\n";
-  out_ << "  store " << ty(t) << " " << value << ", ptr " << ptr << ", align 4\n";
+  const std::string stored = is_half_float(t) ? narrow(t, value) : value;
+  out_ << "  " << ptr << " = getelementptr inbounds " << storage(t) << ", ptr " << base_[slot] << ", i64 " << off << "\n";
+  out_ << "  store " << storage(t) << " " << stored << ", ptr " << ptr << ", align " << dtype_bytes(t) << "\n";
 }
 
 // Outputs after the reductions are producers fused into this kernel whose values other steps read

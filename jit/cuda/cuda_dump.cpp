@@ -144,6 +144,7 @@ std::vector<std::string> write_cuda_dump(const std::string& dir, const Graph& g,
 
 std::vector<std::string> dump_cuda_of(const std::string& dir, const Graph& g, const kir::Program& p,
                                       const std::string& stem, const std::string& arch) {
+  if (first_half_float_node(g) >= 0) return {};  // a bf16 / f16 program has no CUDA to show yet
   const CudaModule module = emit_cuda_module(g, p, stem);
   std::string ptx;
   if (!p.kernels.empty() && nvrtc_available()) {

@@ -204,7 +204,22 @@ std::string emit_kernel(const Graph& g, const kir::Program& p, const kir::Kernel
 
 }  // namespace
 
+// The first node of `graph` that holds bf16 or f16 values, or -1.
+int first_half_float_node(const Graph& graph) {
+  for (int id = 0; id < graph.size(); ++id)
+    if (is_half_float(graph.node(id).dtype)) return id;
+  return -1;
+}
+
 CudaModule emit_cuda_module(const Graph& graph, const kir::Program& program, const std::string& module_name) {
+  // The CUDA emitter, cuBLASLt's call and the emulator do not yet know 16-bit floats
+  // (__nv_bfloat16, __half): such a program runs on CPU towers only.
+  if (const int id = first_half_float_node(graph); id >= 0) {
+    const Node& n = graph.node(id);
+    user_check(false, n) << "the CUDA backend does not run bf16 or f16 yet: " << op_name(n.op) << " %" << id
+                         << " is " << dtype_name(n.dtype) << n.shape.str() << " in program \"" << module_name
+                         << "\"; run this model on CPU towers (tj::cpu(0)), or keep it in f32 for a GPU";
+  }
   CudaModule m;
   std::ostringstream out;
   out << "// towerjit CUDA module \"" << module_name << "\": " << program.kernels.size()

@@ -7,6 +7,10 @@
 // counterpart, about 10 sqrt(n) u: see rounding_gamma). The math library's
 // functions (expf, logf, tanhf, erff, powf, log1pf; CUDA's are within 2 ulp) get 4 ulp.
 //
+// bf16 and f16 round at each cast to them, with their own unit roundoff (2^-8, 2^-11): see
+// half_cast_bound. Their products are exact in f32, so a matmul of bf16 or f16 operands
+// accumulating in f32 keeps the f32 bound of its (rounded) operands.
+//
 // Discontinuous ops (comparisons, sign, casts to i32, argmax, the max pool's routing) are
 // exact when their inputs' intervals decide them, and otherwise bounded by the largest jump
 // their result can make: a test that feeds well-separated values checks them exactly.
@@ -14,6 +18,7 @@
 #include <limits>
 
 #include "dsl/error.h"
+#include "dsl/half_float.h"
 #include "jit/reference/eval.h"
 
 namespace towerjit::reference {
@@ -66,6 +71,20 @@ double peak_at_zero_slope(double x, double e, Derivative f) {
   return f(nearest);
 }
 
+// A cast to bf16 / f16 of a value the reference holds as x and a backend as x' within e of it.
+// Both round to nearest even (the reference rounds too: jit/reference/eval_elementwise.cpp), so
+// an exact input (e = 0) rounds to the same bits; otherwise the two may round to neighbours:
+// |round(x') - round(x)| <= e + u |x'| + u |x| with the format's unit roundoff u (2^-8 for
+// bf16, 2^-11 for f16), plus half a subnormal step on each side, and nothing bounds a value that
+// may round to infinity on one side only.
+double half_cast_bound(DType t, double x, double e) {
+  if (e == 0 || std::isnan(e)) return e;
+  const HalfFormat f = half_format(t);
+  if (std::fabs(x) + e >= f.max_finite) return kInf;
+  const double subnormal_step = std::ldexp(1.0, f.min_exponent - (f.precision - 1));
+  return e + unit_roundoff(t) * (2 * std::fabs(x) + e) + subnormal_step;
+}
+
 double unary_bound(const Node& node, double x, double e, double y) {
   const double u = kUnitRoundoff;
   const double libm = rounding(node.dtype, y, kLibmUlps);
@@ -97,6 +116,7 @@ double unary_bound(const Node& node, double x, double e, double y) {
       return e / (1 + std::exp(-(x + e))) + rounding(node.dtype, y, 2 * kLibmUlps + 2);
     case Op::Cast:
       if (node.dtype == DType::i32) return std::fabs(std::trunc(x + e) - std::trunc(x - e));
+      if (is_half_float(node.dtype)) return half_cast_bound(node.dtype, x, e);
       return e + rounding(node.dtype, y);
     default: break;
   }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "dsl/error.h"
+#include "dsl/half_float.h"
 #include "jit/reference/eval.h"
 
 namespace towerjit::reference {
@@ -62,7 +63,10 @@ double binary_value(Op op, double x, double y, bool integer) {
 
 Array eval_constant(const EvalArgs& a) {
   Array out = a.result();
-  const double v = a.node.dtype == DType::i32 ? to_i32(a.node.attrs.value) : a.node.attrs.value;
+  // A bf16 / f16 constant is its value rounded once, as the JIT's literal is.
+  const double v = a.node.dtype == DType::i32 ? to_i32(a.node.attrs.value)
+                   : is_half_float(a.node.dtype) ? round_to(a.node.dtype, a.node.attrs.value)
+                                                 : a.node.attrs.value;
   std::fill(out.data.begin(), out.data.end(), v);
   return out;
 }
@@ -73,8 +77,10 @@ Array eval_unary(const EvalArgs& a) {
   const Op op = a.node.op;
   for (int64_t i = 0; i < out.size(); ++i) {
     if (op == Op::Cast) {
-      // To i32 truncates toward zero; to f32 every i32 value is already exact.
-      out[i] = a.node.dtype == DType::i32 ? to_i32(x[i]) : x[i];
+      // To i32 truncates toward zero; to f32 every i32 value is already exact; to bf16 and
+      // f16 rounds to nearest even (the cast is where a reduced precision's rounding happens).
+      out[i] = a.node.dtype == DType::i32 ? to_i32(x[i])
+               : is_half_float(a.node.dtype) ? round_to(a.node.dtype, x[i]) : x[i];
     } else {
       out[i] = unary_value(op, x[i]);
     }

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "dsl/error.h"
+#include "dsl/half_float.h"
 #include "jit/reference/eval.h"
 
 namespace towerjit::reference {
@@ -28,6 +29,9 @@ Variables initialize_variables(const Graph& graph, uint64_t seed) {
     internal_check(static_cast<int64_t>(values.size()) == info.shape.elements(0))
         << info.name << ": initial_values gave " << values.size() << " values for "
         << info.shape.str();
+    // bf16 / f16 variables start at their initial values rounded once (to nearest even).
+    if (is_half_float(info.dtype))
+      for (double& v : values) v = round_to(info.dtype, v);
     out[info.name] = Array(info.shape, std::move(values), info.dtype);
   }
   return out;
@@ -150,10 +154,19 @@ void check_batch_known(const Graph& graph, int id, std::optional<int64_t> batch)
       << "declared with kBatch";
 }
 
+// A fed or held value as its dtype stores it: a bf16 / f16 value rounded as a backend's 16-bit
+// storage holds it (callers may pass any doubles).
+Array as_stored(const Array& value) {
+  if (!is_half_float(value.dtype)) return value;
+  Array out = value;
+  for (double& v : out.data) v = round_to(value.dtype, v);
+  return out;
+}
+
 Array evaluate(const EvalArgs& a, const Feeds& feeds, const Variables& variables) {
   switch (a.node.op) {
-    case Op::Input: return feeds.at(a.node.attrs.name);
-    case Op::Variable: return variables.at(a.node.attrs.name);
+    case Op::Input: return as_stored(feeds.at(a.node.attrs.name));
+    case Op::Variable: return as_stored(variables.at(a.node.attrs.name));
     case Op::Constant: return eval_constant(a);
     case Op::Iota: return eval_iota(a);
     case Op::Neg: case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Rsqrt: case Op::Abs:

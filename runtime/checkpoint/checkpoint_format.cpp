@@ -26,7 +26,19 @@ uint32_t crc32_of(std::string_view bytes) {
   return static_cast<uint32_t>(crc);
 }
 
-uint32_t dtype_code(DType t) { return t == DType::f32 ? 0 : 1; }
+// A variable's dtype in the file: 0 f32, 1 i32, 2 bf16, 3 f16 (bf16 and f16 stored as they
+// are, 2 bytes an element; codes 2 and 3 came after version 1 files were first written, and
+// older builds refuse them as an unknown code).
+uint32_t dtype_code(DType t) {
+  switch (t) {
+    case DType::f32: return 0;
+    case DType::i32: return 1;
+    case DType::bf16: return 2;
+    case DType::f16: return 3;
+  }
+  return 0;
+}
+constexpr DType kDtypeOfCode[] = {DType::f32, DType::i32, DType::bf16, DType::f16};
 
 class Writer {
  public:
@@ -41,17 +53,14 @@ class Writer {
     u64(s.size());
     out.append(s);
   }
-  // `n` 4-byte elements (f32 bits or i32), little-endian.
-  void words(const void* data, int64_t n) {
+  // `n` elements of `size` bytes (f32 bits, i32, or bf16 / f16 bits), little-endian.
+  void words(const void* data, int64_t n, int size) {
     if (n == 0) return;  // an empty tensor's data() may be null, which memcpy may not take
     if constexpr (std::endian::native == std::endian::little) {
-      out.append(static_cast<const char*>(data), static_cast<size_t>(n) * 4);
+      out.append(static_cast<const char*>(data), static_cast<size_t>(n) * size);
     } else {
-      for (int64_t i = 0; i < n; ++i) {
-        uint32_t w;
-        std::memcpy(&w, static_cast<const char*>(data) + i * 4, 4);
-        u32(w);
-      }
+      for (int64_t i = 0; i < n; ++i)
+        for (int b = size - 1; b >= 0; --b) out.push_back(static_cast<const char*>(data)[i * size + b]);
     }
   }
   std::string out;
@@ -82,17 +91,15 @@ class Reader {
     at_ += n;
     return s;
   }
-  void words(void* data, int64_t n, const char* what) {
-    need(static_cast<uint64_t>(n) * 4, what);
+  void words(void* data, int64_t n, int size, const char* what) {
+    need(static_cast<uint64_t>(n) * size, what);
     if (n == 0) return;  // an empty tensor's data() may be null, which memcpy may not take
     if constexpr (std::endian::native == std::endian::little) {
-      std::memcpy(data, bytes_.data() + at_, static_cast<size_t>(n) * 4);
-      at_ += n * 4;
+      std::memcpy(data, bytes_.data() + at_, static_cast<size_t>(n) * size);
+      at_ += n * size;
     } else {
-      for (int64_t i = 0; i < n; ++i) {
-        const uint32_t w = u32(what);
-        std::memcpy(static_cast<char*>(data) + i * 4, &w, 4);
-      }
+      for (int64_t i = 0; i < n; ++i)
+        for (int b = size - 1; b >= 0; --b) static_cast<char*>(data)[i * size + b] = bytes_[at_++];
     }
   }
   size_t left() const { return bytes_.size() - at_; }
@@ -113,8 +120,10 @@ class Reader {
 
 HostTensor read_variable(Reader& in, const std::string& name) {
   const uint32_t code = in.u32("a variable's dtype");
-  user_check(code <= 1, in.loc()) << "\"" << in.file() << "\" is malformed: variable \"" << name
-                                  << "\" has dtype code " << code << " (0 is f32, 1 is i32); load an earlier checkpoint";
+  user_check(code <= 3, in.loc()) << "\"" << in.file() << "\" is malformed: variable \"" << name
+                                  << "\" has dtype code " << code
+                                  << " (0 is f32, 1 is i32, 2 is bf16, 3 is f16); load an earlier checkpoint";
+  const DType dtype = kDtypeOfCode[code];
   const uint32_t rank = in.u32("a variable's rank");
   in.need(static_cast<uint64_t>(rank) * 8, "variable \"" + name + "\"'s shape");
   std::vector<int64_t> dims(rank);
@@ -128,7 +137,7 @@ HostTensor read_variable(Reader& in, const std::string& name) {
   // Shape multiplies every dimension in order ([2^40, 2^40, 0] overflows before the 0), so the
   // others must still multiply within int64.
   const bool empty = std::find(dims.begin(), dims.end(), 0) != dims.end();
-  const uint64_t limit = empty ? uint64_t{INT64_MAX} : in.left() / 4;
+  const uint64_t limit = empty ? uint64_t{INT64_MAX} : in.left() / dtype_bytes(dtype);
   uint64_t elements = 1;
   for (int64_t d : dims) {
     if (d == 0) continue;
@@ -137,8 +146,8 @@ HostTensor read_variable(Reader& in, const std::string& name) {
         << (empty ? " has more elements than a tensor can hold" : " needs more bytes than the file has left");
     elements *= static_cast<uint64_t>(d);
   }
-  HostTensor t(Shape(std::move(dims)), code == 0 ? DType::f32 : DType::i32);
-  in.words(t.data(), t.size(), "a variable's data");
+  HostTensor t(Shape(std::move(dims)), dtype);
+  in.words(t.data(), t.size(), dtype_bytes(dtype), "a variable's data");
   return t;
 }
 
@@ -169,7 +178,7 @@ std::string encode_checkpoint(const Checkpoint& c, Loc loc) {
     user_check(std::all_of(dims.begin(), dims.end(), [](int64_t d) { return d >= 0; }), loc)
         << "cannot save variable \"" << name << "\" of shape " << t.shape.str()
         << ": a checkpoint holds concrete shapes; bind the batch first";
-    const size_t held = t.dtype == DType::f32 ? t.f32.size() : t.i32.size();
+    const size_t held = t.dtype == DType::f32 ? t.f32.size() : t.dtype == DType::i32 ? t.i32.size() : t.b16.size();
     user_check(held == static_cast<size_t>(t.size()), loc)
         << "cannot save variable \"" << name << "\": it holds " << held << " " << dtype_name(t.dtype)
         << " elements but its shape " << t.shape.str() << " needs " << t.size();
@@ -177,7 +186,7 @@ std::string encode_checkpoint(const Checkpoint& c, Loc loc) {
     out.u32(dtype_code(t.dtype));
     out.u32(static_cast<uint32_t>(dims.size()));
     for (int64_t d : dims) out.i64(d);
-    out.words(t.data(), t.size());
+    out.words(t.data(), t.size(), dtype_bytes(t.dtype));
   }
   Writer size;
   size.u64(out.out.size() + kCrcBytes);

@@ -105,12 +105,12 @@ std::vector<HostTensor> CpuProgram::run(const HostFeeds& feeds, HostVariables& v
     } else if (s.kind == kir::Step::Kind::library) {
       const kir::LibraryCall& c = program_.calls[s.index];
       std::vector<cpujit::View> in;
-      for (int b : c.inputs) in.push_back({program_.buffers[b].shape.bind(batch), base[b]});
-      const cpujit::View out{program_.buffers[c.output].shape.bind(batch), base[c.output]};
+      for (int b : c.inputs) in.push_back({program_.buffers[b].shape.bind(batch), base[b], program_.buffers[b].dtype});
+      const cpujit::View out{program_.buffers[c.output].shape.bind(batch), base[c.output], program_.buffers[c.output].dtype};
       cpujit::run_library_call(c, graph_.node(c.node), in, out, pool_);
     } else {
       const kir::Copy& c = program_.copies[s.index];
-      std::memmove(base[c.to], base[c.from], program_.buffers[c.to].shape.elements(batch) * 4);
+      std::memmove(base[c.to], base[c.from], program_.buffers[c.to].shape.elements(batch) * dtype_bytes(program_.buffers[c.to].dtype));
     }
     if (step_times)
       (*step_times)[i] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -120,7 +120,7 @@ std::vector<HostTensor> CpuProgram::run(const HostFeeds& feeds, HostVariables& v
   std::vector<HostTensor> out;
   for (int f : program_.fetches) {
     HostTensor t(program_.buffers[f].shape.bind(batch), program_.buffers[f].dtype);
-    std::memcpy(t.data(), base[f], t.size() * 4);
+    std::memcpy(t.data(), base[f], t.bytes());
     out.push_back(std::move(t));
   }
   return out;

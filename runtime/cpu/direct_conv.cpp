@@ -175,7 +175,8 @@ const Kernels* kernels_for(int64_t o) {
   static const Kernels k512 = avx512_kernels<2>(std::make_integer_sequence<int, 12>());
   static const Kernels k512_narrow = avx512_kernels<1>(std::make_integer_sequence<int, 24>());
   if (!knobs::direct_conv()) return nullptr;
-  switch (cpu_isa()) {
+  switch (vector_level(cpu_isa())) {
+    case CpuIsa::avx512bf16:
     case CpuIsa::avx512: return o > 16 ? &k512 : &k512_narrow;
     case CpuIsa::avx2: return &k2;
     case CpuIsa::baseline: return nullptr;

@@ -2,6 +2,7 @@
 
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/gemm.h"
+#include "runtime/cpu/gemm_half.h"
 #include "runtime/cpu/pool.h"
 
 #include <algorithm>
@@ -21,6 +22,11 @@ namespace {
 void matmul(const kir::LibraryCall& c, const View& a, const View& b, const View& out, ThreadPool* pool) {
   const kir::MatMulGeometry g = kir::matmul_geometry(c, a.shape, b.shape, out.shape);
   auto product = [&](int64_t bi, ThreadPool* split) {
+    if (is_half_float(a.dtype)) {  // bf16 or f16 operands, f32 accumulator and result
+      half_gemm(split, a.dtype, c.transpose_a, c.transpose_b, g.m, g.n, g.k, a.h() + g.offset_a[bi], g.lda,
+                b.h() + g.offset_b[bi], g.ldb, out.f() + bi * g.m * g.n, g.n);
+      return;
+    }
     sgemm(split, c.transpose_a, c.transpose_b, g.m, g.n, g.k, a.f() + g.offset_a[bi], g.lda,
           b.f() + g.offset_b[bi], g.ldb, 0.0f, out.f() + bi * g.m * g.n, g.n);
   };

@@ -16,8 +16,10 @@ namespace towerjit::cpujit {
 struct View {
   Shape shape;  // concrete
   void* data;
+  DType dtype = DType::f32;
   float* f() const { return static_cast<float*>(data); }
   int32_t* i() const { return static_cast<int32_t*>(data); }
+  uint16_t* h() const { return static_cast<uint16_t*>(data); }  // bf16 / f16 bit patterns
 };
 
 // Runs one library call. `node` is the graph node it computes (for error locations).

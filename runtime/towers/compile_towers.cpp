@@ -10,10 +10,7 @@ namespace {
 
 HostTensor to_host(const reference::Array& a) {
   HostTensor t(a.shape, a.dtype);
-  for (int64_t i = 0; i < a.size(); ++i) {
-    if (a.dtype == DType::f32) t.f32[i] = static_cast<float>(a[i]);
-    else t.i32[i] = static_cast<int32_t>(a[i]);
-  }
+  for (int64_t i = 0; i < a.size(); ++i) set_value(t, i, a[i]);  // bf16 / f16 rounded once
   return t;
 }
 

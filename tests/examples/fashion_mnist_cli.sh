@@ -399,5 +399,16 @@ second_sigint_exits_at_once)
   wait $pid; code=$?
   [ $code = 130 ] || { cat "$work/out"; fail "exit $code, expected death by SIGINT (130)"; }
   if grep -q "training stopped by" "$work/out"; then cat "$work/out"; fail "it wound down instead of stopping at once"; fi ;;
+precision_bf16)
+  # --precision bf16: every matmul takes bf16 operands (f32 weights); the curve differs from
+  # f32's, stays finite, and is bitwise reproducible. f16 (it needs loss scaling) is refused.
+  "$bin" $small --metrics "$work/f32.jsonl" >/dev/null || fail "f32 run"
+  "$bin" $small --precision bf16 --metrics "$work/a.jsonl" >/dev/null || fail "bf16 run"
+  "$bin" $small --precision bf16 --metrics "$work/b.jsonl" >/dev/null || fail "second bf16 run"
+  a=$(loss_at "$work/a.jsonl" 24); b=$(loss_at "$work/b.jsonl" 24); f=$(loss_at "$work/f32.jsonl" 24)
+  [ -n "$a" ] && [ "$a" = "$b" ] || fail "the bf16 runs' step-24 losses differ: $a, $b"
+  [ "$a" != "$f" ] || fail "the bf16 run's loss equals the f32 run's ($a): was the policy applied?"
+  case $a in *nan*|*inf*) fail "the bf16 loss is $a" ;; esac
+  expect_error "--precision f16" "--precision" "f16" ;;
 *) fail "unknown case $case_name" ;;
 esac

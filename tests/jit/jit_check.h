@@ -14,16 +14,13 @@ namespace towerjit::testing {
 
 inline HostTensor to_host(const reference::Array& a) {
   HostTensor t(a.shape, a.dtype);
-  for (int64_t i = 0; i < a.size(); ++i) {
-    if (a.dtype == DType::f32) t.f32[i] = static_cast<float>(a[i]);
-    else t.i32[i] = static_cast<int32_t>(a[i]);
-  }
+  for (int64_t i = 0; i < a.size(); ++i) set_value(t, i, a[i]);
   return t;
 }
 
 inline reference::Array to_array(const HostTensor& t) {
   reference::Array a(t.shape, t.dtype);
-  for (int64_t i = 0; i < a.size(); ++i) a[i] = t.dtype == DType::f32 ? t.f32[i] : t.i32[i];
+  for (int64_t i = 0; i < a.size(); ++i) a[i] = value_at(t, i);
   return a;
 }
 

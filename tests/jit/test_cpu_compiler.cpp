@@ -215,7 +215,7 @@ TEST_CASE("cpu compiler: the CPU level caps the LLVM target and the OpenBLAS cor
   const cpujit::CpuIsa level = cpujit::cpu_isa();
   const std::string target = cpujit::target_description();
   INFO("level " << cpujit::isa_name(level) << ", target " << target);
-  if (level < cpujit::widest_isa())
+  if (cpujit::vector_level(level) < cpujit::vector_level(cpujit::widest_isa()))
     CHECK_THAT(target, Catch::Contains(level == cpujit::CpuIsa::avx2 ? ";cpu=x86-64-v3;" : ";cpu=x86-64;"));
   else
     CHECK_THAT(target, Catch::Contains(";features=+"));
@@ -230,7 +230,7 @@ TEST_CASE("cpu compiler: the CPU level caps the LLVM target and the OpenBLAS cor
   // OpenBLAS runs the core type of the level (unless the user chose one: theirs wins).
   const std::string core = cpujit::blas().core;
   const char* asked = std::getenv("OPENBLAS_CORETYPE");  // set by towerjit unless by the user
-  const char* want = level == cpujit::CpuIsa::avx512 ? "skylakex" : level == cpujit::CpuIsa::avx2 ? "haswell" : "prescott";
+  const char* want = cpujit::vector_level(level) == cpujit::CpuIsa::avx512 ? "skylakex" : level == cpujit::CpuIsa::avx2 ? "haswell" : "prescott";
   std::string lower_core;
   for (char c : core) lower_core += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   INFO("OpenBLAS core " << core << ", OPENBLAS_CORETYPE " << (asked ? asked : "unset"));
@@ -245,6 +245,9 @@ TEST_CASE("cpu compiler: a CPU level the CPU lacks is an error naming its featur
                     Catch::Contains("TOWERJIT_CPU_ISA=avx512 asks for AVX-512") &&
                         Catch::Contains("AMD EPYC: sse2 avx2 fma") &&
                         Catch::Contains("set TOWERJIT_CPU_ISA=avx2 or baseline"));
+  CHECK_THROWS_WITH(cpujit::checked_isa(CpuIsa::avx512bf16, CpuIsa::avx512, "Xeon: sse2 avx2 fma avx512f avx512bw"),
+                    Catch::Contains("TOWERJIT_CPU_ISA=avx512bf16 asks for AVX-512 with AVX512_BF16") &&
+                        Catch::Contains("set TOWERJIT_CPU_ISA=avx512 or avx2 or baseline"));
   CHECK_THROWS_WITH(cpujit::checked_isa(CpuIsa::avx2, CpuIsa::baseline, "old: sse2"),
                     Catch::Contains("asks for AVX2 and FMA") && Catch::Contains("TOWERJIT_CPU_ISA=baseline"));
   // A spelling the knob does not know, and the old TOWERJIT_DIRECT_CONV=avx2.

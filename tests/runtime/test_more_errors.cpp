@@ -160,7 +160,7 @@ TEST_CASE("a checkpoint whose checksum is right but whose contents are not a che
   const std::string w = le64(1) + "w" + le32(0) + le32(1) + le64(2);  // name, dtype f32, rank 1, [2]
   const std::string path = dir / "ckpt-0.tjck";
   write_text(path, resealed(good, w, le64(1) + "w" + le32(7) + le32(1) + le64(2)));
-  REQUIRE_THROWS_WITH(tj::load_checkpoint(path), Contains("is malformed: variable \"w\" has dtype code 7 (0 is f32, 1 is i32)") && Contains(here(__LINE__)));
+  REQUIRE_THROWS_WITH(tj::load_checkpoint(path), Contains("is malformed: variable \"w\" has dtype code 7 (0 is f32, 1 is i32, 2 is bf16, 3 is f16)") && Contains(here(__LINE__)));
   write_text(path, resealed(good, w, le64(1) + "w" + le32(0) + le32(1) + le64(static_cast<uint64_t>(-2))));
   REQUIRE_THROWS_WITH(tj::load_checkpoint(path), Contains("is malformed: variable \"w\" has a negative dimension -2") && Contains(here(__LINE__)));
   const std::string data = le32(0) + le32(0);  // the two zeros of w's data, then the checksum

@@ -1,0 +1,45 @@
+#include "jit/passes/half_matmuls.h"
+
+#include <mutex>
+
+#include "dsl/error.h"
+
+namespace towerjit {
+namespace {
+
+std::mutex policy_mutex;
+PrecisionPolicy& policy() {
+  static PrecisionPolicy set;
+  return set;
+}
+
+}  // namespace
+
+void set_precision_policy(const PrecisionPolicy& p) {
+  user_check(p.matmul_operands == DType::f32 || is_half_float(p.matmul_operands), std::source_location::current())
+      << "set_precision_policy: matmul operands of " << dtype_name(p.matmul_operands)
+      << " cannot be; set DType::f32, DType::bf16 or DType::f16";
+  std::lock_guard lock(policy_mutex);
+  policy() = p;
+}
+
+PrecisionPolicy precision_policy() {
+  std::lock_guard lock(policy_mutex);
+  return policy();
+}
+
+Rewritten half_matmul_operands(const Graph& graph, DType dtype) {
+  internal_check(is_half_float(dtype)) << "half_matmul_operands to " << dtype_name(dtype);
+  return rewrite_graph(graph, [dtype](Node n, Graph& out) {
+    if (n.op != Op::MatMul || out.node(n.inputs[0]).dtype != DType::f32) return out.add(std::move(n));
+    for (int& in : n.inputs) {
+      // The cast keeps the matmul's location and scope: a dump names the line of the product.
+      Node cast{.op = Op::Cast, .inputs = {in}, .shape = out.node(in).shape, .dtype = dtype,
+                .attrs = {}, .loc = n.loc, .stack = n.stack, .scope = n.scope, .grad_of = n.grad_of};
+      in = out.add(std::move(cast));
+    }
+    return out.add(std::move(n));
+  });
+}
+
+}  // namespace towerjit

@@ -1,0 +1,144 @@
+#include "runtime/cpu/gemm_half.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <bit>
+#include <vector>
+
+#include "dsl/half_float.h"
+#include "runtime/cpu/cpu_features.h"
+#include "runtime/cpu/gemm.h"
+
+namespace towerjit::cpujit {
+namespace {
+
+// Below this many flops a product runs on the calling thread (as gemm.cpp's kSplitFlops).
+constexpr double kSplitFlops = 4e6;
+constexpr int64_t kRows = 4;    // rows of C a kernel call keeps in registers
+constexpr int64_t kLanes = 16;  // f32 lanes of a 512-bit register: columns per block
+
+// vdpbf16ps multiplies pairs: lane j of the result gains a[2j] b[2j] + a[2j+1] b[2j+1] (each
+// product exact in f32; the two additions round to nearest even, subnormals flushed). So A is
+// packed as pairs along k, one 32-bit word per (row, pair), broadcast to every lane, and B in
+// panels of 16 columns, each [pair][column][2]: the two k-neighbours of a column side by side,
+// a panel's pairs one after another (a 4 KiB stride between them aliased in L1: 4x slower at
+// n = 1024). An odd k pads with zeros.
+struct Packed {
+  int64_t pairs = 0, rows = 0, columns = 0;  // rows padded to kRows, columns to 2 kLanes
+  std::vector<uint32_t> a;                   // [rows / kRows][pairs][kRows]: a block's 4 words together
+  std::vector<uint16_t> b;                   // [columns / kLanes][pairs][kLanes][2]: a panel's pairs in a row
+};
+
+Packed pack(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+            const uint16_t* b, int64_t ldb) {
+  Packed p;
+  p.pairs = (k + 1) / 2;
+  p.rows = (m + kRows - 1) / kRows * kRows;
+  p.columns = (n + 2 * kLanes - 1) / (2 * kLanes) * (2 * kLanes);  // whole pairs of panels
+  p.a.assign(p.rows * p.pairs, 0);
+  p.b.assign(p.pairs * p.columns * 2, 0);
+  auto at_a = [&](int64_t i, int64_t kk) -> uint32_t { return ta ? a[kk * lda + i] : a[i * lda + kk]; };
+  auto at_b = [&](int64_t kk, int64_t j) { return tb ? b[j * ldb + kk] : b[kk * ldb + j]; };
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t kk = 0; kk < k; ++kk)
+      p.a[(i / kRows * p.pairs + kk / 2) * kRows + i % kRows] |= at_a(i, kk) << (16 * (kk % 2));
+  for (int64_t kk = 0; kk < k; ++kk)
+    for (int64_t j = 0; j < n; ++j) p.b[((j / kLanes * p.pairs + kk / 2) * kLanes + j % kLanes) * 2 + kk % 2] = at_b(kk, j);
+  return p;
+}
+
+// Rows [first, last) of C (multiples of kRows, within the padded rows), every column. The
+// pairs are taken kPairBlock at a time and the columns kColumnBlock at a time, so that the
+// slice of packed B a block reads (128 KiB) stays in L2 while every row block passes over it;
+// C is the accumulator between pair blocks (still one f32 sum per element, in a fixed order).
+constexpr int64_t kPairBlock = 128, kColumnBlock = 256;
+
+__attribute__((target("avx512f,avx512bf16"))) void dot_rows(const Packed& p, int64_t n, int64_t m,
+                                                            int64_t first, int64_t last, float* c, int64_t ldc) {
+  for (int64_t q0 = 0; q0 < p.pairs; q0 += kPairBlock) {
+    const int64_t q1 = std::min(p.pairs, q0 + kPairBlock);
+    for (int64_t j0 = 0; j0 < n; j0 += kColumnBlock) {
+      const int64_t j1 = std::min(n, j0 + kColumnBlock);
+      for (int64_t i = first; i < last; i += kRows) {
+        const uint32_t* a = p.a.data() + i * p.pairs;  // the block of rows i..i+3
+        const int64_t rows = std::min(kRows, m - i);
+        // Two panels (32 columns) at a time: 8 accumulators hide vdpbf16ps's latency, where 4
+        // left it exposed (the padding panel past n is zeros, stored nowhere).
+        for (int64_t j = j0; j < j1; j += 2 * kLanes) {
+          auto mask_at = [&](int64_t col) {
+            return col >= n ? __mmask16{0} : n - col >= kLanes ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (n - col)) - 1);
+          };
+          const __mmask16 mask[2] = {mask_at(j), mask_at(j + kLanes)};
+          __m512 acc[2][kRows];
+          for (int h = 0; h < 2; ++h)
+            for (int64_t r = 0; r < kRows; ++r)
+              acc[h][r] = q0 == 0 || r >= rows ? _mm512_setzero_ps()
+                                               : _mm512_maskz_loadu_ps(mask[h], c + (i + r) * ldc + j + h * kLanes);
+          const uint16_t* panel = p.b.data() + j / kLanes * p.pairs * kLanes * 2;
+          for (int64_t q = q0; q < q1; ++q) {
+            const __m512bh b0 = (__m512bh)_mm512_loadu_si512(panel + q * kLanes * 2);
+            const __m512bh b1 = (__m512bh)_mm512_loadu_si512(panel + (p.pairs + q) * kLanes * 2);
+            for (int64_t r = 0; r < kRows; ++r) {
+              const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[q * kRows + r]));
+              acc[0][r] = _mm512_dpbf16_ps(acc[0][r], av, b0);
+              acc[1][r] = _mm512_dpbf16_ps(acc[1][r], av, b1);
+            }
+          }
+          for (int h = 0; h < 2; ++h)
+            for (int64_t r = 0; r < rows; ++r) _mm512_mask_storeu_ps(c + (i + r) * ldc + j + h * kLanes, mask[h], acc[h][r]);
+        }
+      }
+    }
+  }
+}
+
+void dot_bf16(ThreadPool* pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+              int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
+  const Packed p = pack(ta, tb, m, n, k, a, lda, b, ldb);
+  const int64_t blocks = p.rows / kRows;
+  if (!pool || 2.0 * m * n * k < kSplitFlops || blocks < 2) {
+    dot_rows(p, n, m, 0, p.rows, c, ldc);
+    return;
+  }
+  pool->parallel_for(blocks, [&](int64_t first, int64_t last) { dot_rows(p, n, m, first * kRows, last * kRows, c, ldc); });
+}
+
+// Every f16 bit pattern's value as a float: widening by table is as fast as F16C's scalar
+// conversion and needs no CPU feature.
+const float* f16_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(0x10000);
+    for (uint32_t b = 0; b < 0x10000; ++b) t[b] = static_cast<float>(half_value(static_cast<uint16_t>(b), DType::f16));
+    return t;
+  }();
+  return table.data();
+}
+
+// The operands widened to f32 (exact), transposes resolved, then sgemm.
+void widened(ThreadPool* pool, DType dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+             int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
+  std::vector<float> af(m * k), bf(k * n);
+  const float* f16 = dtype == DType::f16 ? f16_table() : nullptr;
+  auto widen = [&](uint16_t bits) { return f16 ? f16[bits] : std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); };
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t kk = 0; kk < k; ++kk) af[i * k + kk] = widen(ta ? a[kk * lda + i] : a[i * lda + kk]);
+  for (int64_t kk = 0; kk < k; ++kk)
+    for (int64_t j = 0; j < n; ++j) bf[kk * n + j] = widen(tb ? b[j * ldb + kk] : b[kk * ldb + j]);
+  sgemm(pool, false, false, m, n, k, af.data(), k, bf.data(), n, 0.0f, c, ldc);
+}
+
+bool use_dot_bf16(DType dtype) { return dtype == DType::bf16 && isa_allows(CpuIsa::avx512bf16); }
+
+}  // namespace
+
+const char* half_gemm_path(DType dtype) { return use_dot_bf16(dtype) ? "vdpbf16ps" : "widened to f32 + sgemm"; }
+
+void half_gemm(ThreadPool* pool, DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
+               int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (use_dot_bf16(dtype)) dot_bf16(pool, transpose_a, transpose_b, m, n, k, a, lda, b, ldb, c, ldc);
+  else widened(pool, dtype, transpose_a, transpose_b, m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+}  // namespace towerjit::cpujit
