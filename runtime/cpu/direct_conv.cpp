@@ -257,8 +257,8 @@ bool direct_conv2d_grad_input(const Attrs& at, const View& dy, const View& w, co
 // owned by one thread for the whole batch: a tile adds image after image into its own part of
 // dw, in image order, so there are no per-thread partial sums to combine at the end and the bits
 // do not depend on the number of threads (nor on the tile or group sizes: each image's sum over
-// its pixels is added on its own). The batch goes in groups of images: the pool packs a group
-// (each image channels-last, its dy transposed), then works through the group's tiles.
+// its pixels is added on its own). The batch goes in groups of images, each packed (the image
+// channels-last, its dy transposed) before its tiles are summed.
 bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, const View& dw, ThreadPool* pool) {
   const ConvGeometry geometry = conv_geometry(at, x.shape, dw.shape, dy.shape);
   const Kernels* k = kernels_for(geometry.o);
@@ -283,38 +283,50 @@ bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, c
       for (int64_t b = 0; b < g.blocks(); ++b)
         tiles.push_back({r * run + parts.cut(part), parts.cut(part + 1) - parts.cut(part), b});
   // Images per group: a few MB of packed data, a multiple of the threads.
-  const int64_t image_floats = g.hp() * g.wp() * g.c + s * g.opad();
-  int64_t group = std::clamp<int64_t>((int64_t{1} << 20) / image_floats, 1, 32);
+  // Images per group: about 4 MB packed, a multiple of the threads. Two groups' buffers: while
+  // the pool works through one group's tiles it packs the next, one pass (one wait for the
+  // slowest thread) per group.
+  const int64_t x_floats = g.hp() * g.wp() * g.c, d_floats = s * g.opad();
+  int64_t group = std::clamp<int64_t>((int64_t{1} << 20) / (x_floats + d_floats), 1, 64);
   group = std::min(g.n, std::max(threads, group / threads * threads));
-  float* xg = conv_scratch(0, group * g.hp() * g.wp() * g.c);
-  float* dg = conv_scratch(1, group * s * g.opad());
+  const int64_t groups = (g.n + group - 1) / group;
+  float* xg = conv_scratch(0, 2 * group * x_floats);
+  float* dg = conv_scratch(1, 2 * group * d_floats);
+  auto buffer = [&](int64_t gi, int64_t j) {
+    return std::pair{xg + ((gi % 2) * group + j) * x_floats, dg + ((gi % 2) * group + j) * d_floats};
+  };
+  auto pack = [&](int64_t gi, int64_t j) {
+    const int64_t i = gi * group + j;
+    auto [xp, dyt] = buffer(gi, j);
+    pack_image(g, x.f() + i * g.c * g.h * g.w, xp);
+    if (g.o != g.opad()) std::fill(dyt, dyt + d_floats, 0.0f);
+    transpose(dy.f() + i * g.o * s, g.o, s, s, dyt, g.opad());
+  };
   std::vector<float> acc(taps * g.opad(), 0.0f);
-  for (int64_t first = 0; first < g.n; first += group) {
-    const int64_t count = std::min(group, g.n - first);
-    parallel(pool, count, [&](int64_t begin, int64_t end) {
-      for (int64_t j = begin; j < end; ++j) {
-        const int64_t i = first + j;
-        pack_image(g, x.f() + i * g.c * g.h * g.w, xg + j * g.hp() * g.wp() * g.c);
-        float* dyt = dg + j * s * g.opad();
-        if (g.o != g.opad()) std::fill(dyt, dyt + s * g.opad(), 0.0f);
-        transpose(dy.f() + i * g.o * s, g.o, s, s, dyt, g.opad());
+  auto sum_tiles = [&](int64_t gi, int64_t begin, int64_t end) {
+    for (int64_t j = 0; j < std::min(group, g.n - gi * group); ++j) {
+      auto [xp, dyt] = buffer(gi, j);
+      for (int64_t t = begin; t < end; ++t) {
+        const Tile& tile = tiles[t];
+        float* out = acc.data() + tile.tap * g.opad() + tile.block * g.lanes;
+        if (by_row)
+          k->filter_row[tile.count](g, xp + offsets[tile.tap], nullptr, dyt + tile.block * g.lanes, out);
+        else
+          k->filter[tile.count](g, xp, offsets.data() + tile.tap, dyt + tile.block * g.lanes, out);
       }
-    });
-    parallel(pool, static_cast<int64_t>(tiles.size()), [&](int64_t begin, int64_t end) {
-      for (int64_t j = 0; j < count; ++j) {
-        const float* xp = xg + j * g.hp() * g.wp() * g.c;
-        const float* dyt = dg + j * s * g.opad();
-        for (int64_t t = begin; t < end; ++t) {
-          const Tile& tile = tiles[t];
-          float* out = acc.data() + tile.tap * g.opad() + tile.block * g.lanes;
-          if (by_row)
-            k->filter_row[tile.count](g, xp + offsets[tile.tap], nullptr, dyt + tile.block * g.lanes, out);
-          else
-            k->filter[tile.count](g, xp, offsets.data() + tile.tap, dyt + tile.block * g.lanes, out);
+    }
+  };
+  const int64_t tile_count = static_cast<int64_t>(tiles.size());
+  for (int64_t round = 0; round <= groups; ++round)  // packs group `round`, sums group `round - 1`
+    parallel(pool, threads, [&](int64_t first, int64_t last) {
+      for (int64_t p = first; p < last; ++p) {
+        if (round < groups) {
+          const int64_t count = std::min(group, g.n - round * group);
+          for (int64_t j = count * p / threads; j < count * (p + 1) / threads; ++j) pack(round, j);
         }
+        if (round > 0) sum_tiles(round - 1, tile_count * p / threads, tile_count * (p + 1) / threads);
       }
     });
-  }
   for (int64_t o = 0; o < g.o; ++o)
     for (int64_t ci = 0; ci < g.c; ++ci)
       for (int64_t ky = 0; ky < g.kh; ++ky)
