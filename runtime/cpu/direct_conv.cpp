@@ -253,85 +253,65 @@ bool direct_conv2d_grad_input(const Attrs& at, const View& dy, const View& w, co
   return true;
 }
 
-// The filter gradient is cut into tiles (a block of taps x a block of output channels), each
-// owned by one thread for the whole batch: a tile adds image after image into its own part of
-// dw, in image order, so there are no per-thread partial sums to combine at the end and the bits
-// do not depend on the number of threads (nor on the tile or group sizes: each image's sum over
-// its pixels is added on its own). The batch goes in groups of images, each packed (the image
-// channels-last, its dy transposed) before its tiles are summed.
+// The filter gradient sums each image's contribution into the partial sum of its chunk of the
+// batch: a fixed number of chunks, whatever the thread count, each a run of consecutive images
+// added in order. Threads take whole chunks, so an image is packed (channels-last, its dy
+// transposed) into the thread's own cache and used at once by every tile (a block of taps x a
+// block of output channels) of the filter; the chunks' partial sums are then added in chunk
+// order, split over the pool by element. The bits do not depend on the number of threads.
 bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, const View& dw, ThreadPool* pool) {
   const ConvGeometry geometry = conv_geometry(at, x.shape, dw.shape, dy.shape);
   const Kernels* k = kernels_for(geometry.o);
   if (!k) return false;
   const Conv g{geometry, k->lanes};
-  const int64_t taps = g.ckk(), s = g.spatial(), threads = pool ? pool->size() : 1;
+  const int64_t taps = g.ckk(), s = g.spatial(), size = taps * g.opad();
   std::vector<int64_t> offsets;  // tap (ky, kx, ci) -> its element in a window of the packed image
   for (int64_t ky = 0; ky < g.kh; ++ky)
     for (int64_t kx = 0; kx < g.kw; ++kx)
       for (int64_t ci = 0; ci < g.c; ++ci) offsets.push_back((ky * g.wp() + kx) * g.c + ci);
   // Tiles of consecutive channels of one (ky, kx) where there are enough channels (the kernel
-  // then finds its taps at fixed distances), else of any taps; small enough that every thread
-  // gets one.
+  // then finds its taps at fixed distances), else of any taps.
   struct Tile { int64_t tap, count, block; };
   std::vector<Tile> tiles;
   const bool by_row = g.c >= std::min<int64_t>(k->most, 8);
   const int64_t run = by_row ? g.c : taps, runs = taps / run;
-  const int64_t wanted = (threads + runs * g.blocks() - 1) / (runs * g.blocks());  // tiles per run
-  const EvenBlocks parts(run, std::min<int64_t>(k->most, (run + wanted - 1) / wanted));
+  const EvenBlocks parts(run, k->most);
   for (int64_t r = 0; r < runs; ++r)
     for (int64_t part = 0; part < parts.count; ++part)
       for (int64_t b = 0; b < g.blocks(); ++b)
         tiles.push_back({r * run + parts.cut(part), parts.cut(part + 1) - parts.cut(part), b});
-  // Images per group: a few MB of packed data, a multiple of the threads.
-  // Images per group: about 4 MB packed, a multiple of the threads. Two groups' buffers: while
-  // the pool works through one group's tiles it packs the next, one pass (one wait for the
-  // slowest thread) per group.
-  const int64_t x_floats = g.hp() * g.wp() * g.c, d_floats = s * g.opad();
-  int64_t group = std::clamp<int64_t>((int64_t{1} << 20) / (x_floats + d_floats), 1, 64);
-  group = std::min(g.n, std::max(threads, group / threads * threads));
-  const int64_t groups = (g.n + group - 1) / group;
-  float* xg = conv_scratch(0, 2 * group * x_floats);
-  float* dg = conv_scratch(1, 2 * group * d_floats);
-  auto buffer = [&](int64_t gi, int64_t j) {
-    return std::pair{xg + ((gi % 2) * group + j) * x_floats, dg + ((gi % 2) * group + j) * d_floats};
-  };
-  auto pack = [&](int64_t gi, int64_t j) {
-    const int64_t i = gi * group + j;
-    auto [xp, dyt] = buffer(gi, j);
-    pack_image(g, x.f() + i * g.c * g.h * g.w, xp);
-    if (g.o != g.opad()) std::fill(dyt, dyt + d_floats, 0.0f);
-    transpose(dy.f() + i * g.o * s, g.o, s, s, dyt, g.opad());
-  };
-  std::vector<float> acc(taps * g.opad(), 0.0f);
-  auto sum_tiles = [&](int64_t gi, int64_t begin, int64_t end) {
-    for (int64_t j = 0; j < std::min(group, g.n - gi * group); ++j) {
-      auto [xp, dyt] = buffer(gi, j);
-      for (int64_t t = begin; t < end; ++t) {
-        const Tile& tile = tiles[t];
-        float* out = acc.data() + tile.tap * g.opad() + tile.block * g.lanes;
-        if (by_row)
-          k->filter_row[tile.count](g, xp + offsets[tile.tap], nullptr, dyt + tile.block * g.lanes, out);
-        else
-          k->filter[tile.count](g, xp, offsets.data() + tile.tap, dyt + tile.block * g.lanes, out);
-      }
-    }
-  };
-  const int64_t tile_count = static_cast<int64_t>(tiles.size());
-  for (int64_t round = 0; round <= groups; ++round)  // packs group `round`, sums group `round - 1`
-    parallel(pool, threads, [&](int64_t first, int64_t last) {
-      for (int64_t p = first; p < last; ++p) {
-        if (round < groups) {
-          const int64_t count = std::min(group, g.n - round * group);
-          for (int64_t j = count * p / threads; j < count * (p + 1) / threads; ++j) pack(round, j);
+  // 16 chunks: enough to share out over a pool of a few threads evenly.
+  const int64_t chunks = std::min<int64_t>(g.n, 16);
+  std::vector<float> partial(chunks * size, 0.0f);
+  parallel(pool, chunks, [&](int64_t first, int64_t last) {
+    float* xp = conv_scratch(0, g.hp() * g.wp() * g.c);
+    float* dyt = conv_scratch(1, s * g.opad());
+    if (g.o != g.opad()) std::fill(dyt, dyt + s * g.opad(), 0.0f);
+    for (int64_t chunk = first; chunk < last; ++chunk)
+      for (int64_t i = g.n * chunk / chunks; i < g.n * (chunk + 1) / chunks; ++i) {
+        pack_image(g, x.f() + i * g.c * g.h * g.w, xp);
+        transpose(dy.f() + i * g.o * s, g.o, s, s, dyt, g.opad());
+        for (const Tile& tile : tiles) {
+          float* out = partial.data() + chunk * size + tile.tap * g.opad() + tile.block * g.lanes;
+          if (by_row)
+            k->filter_row[tile.count](g, xp + offsets[tile.tap], nullptr, dyt + tile.block * g.lanes, out);
+          else
+            k->filter[tile.count](g, xp, offsets.data() + tile.tap, dyt + tile.block * g.lanes, out);
         }
-        if (round > 0) sum_tiles(round - 1, tile_count * p / threads, tile_count * (p + 1) / threads);
       }
-    });
-  for (int64_t o = 0; o < g.o; ++o)
-    for (int64_t ci = 0; ci < g.c; ++ci)
-      for (int64_t ky = 0; ky < g.kh; ++ky)
-        for (int64_t kx = 0; kx < g.kw; ++kx)
-          dw.f()[((o * g.c + ci) * g.kh + ky) * g.kw + kx] = acc[((ky * g.kw + kx) * g.c + ci) * g.opad() + o];
+  });
+  // dw[o][ci][ky][kx] = the chunks' sums of partial[tap = (ky, kx, ci)][o], in chunk order.
+  parallel(pool, g.o, [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o)
+      for (int64_t ci = 0; ci < g.c; ++ci)
+        for (int64_t ky = 0; ky < g.kh; ++ky)
+          for (int64_t kx = 0; kx < g.kw; ++kx) {
+            const int64_t e = ((ky * g.kw + kx) * g.c + ci) * g.opad() + o;
+            float sum = partial[e];
+            for (int64_t chunk = 1; chunk < chunks; ++chunk) sum += partial[chunk * size + e];
+            dw.f()[((o * g.c + ci) * g.kh + ky) * g.kw + kx] = sum;
+          }
+  });
   return true;
 }
 

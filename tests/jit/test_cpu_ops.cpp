@@ -96,7 +96,7 @@ TEST_CASE("convolution: direct and im2col paths match the reference at odd geome
     }
 }
 
-// The filter gradient's tiles each sum the whole batch in image order, and the forward and
+// The filter gradient sums a fixed number of chunks of the batch, and the forward and
 // input-gradient kernels split images: the same bits whatever the number of threads, at every
 // instruction set level and on the im2col path.
 TEST_CASE("convolution: the same bits whatever the thread count", "[cpu][jit][isa]") {
