@@ -285,12 +285,13 @@ bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, c
         tiles.push_back({r * run + parts.cut(part), parts.cut(part + 1) - parts.cut(part), b});
   // 16 chunks: enough to share out over a pool of a few threads evenly.
   const int64_t chunks = std::min<int64_t>(g.n, 16);
-  std::vector<float> partial(chunks * size, 0.0f);
+  std::vector<float> partial(chunks * size);  // zeroed by the thread that sums the chunk
   std::atomic<int64_t> finished{0};
   parallel(pool, chunks, [&](int64_t first, int64_t last) {
     float* xp = conv_scratch(0, g.hp() * g.wp() * g.c);
     float* dyt = conv_scratch(1, s * g.opad());
     if (g.o != g.opad()) std::fill(dyt, dyt + s * g.opad(), 0.0f);
+    std::fill(partial.data() + first * size, partial.data() + last * size, 0.0f);
     for (int64_t chunk = first; chunk < last; ++chunk)
       for (int64_t i = g.n * chunk / chunks; i < g.n * (chunk + 1) / chunks; ++i) {
         pack_image(g, x.f() + i * g.c * g.h * g.w, xp);
@@ -308,16 +309,20 @@ bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, c
     // second round of waking the pool (milliseconds on a loaded machine).
     finished.fetch_add(last - first, std::memory_order_acq_rel);
     while (finished.load(std::memory_order_acquire) < chunks) std::this_thread::yield();
-    // dw[o][ci][ky][kx] = the chunks' sum of partial[tap = (ky, kx, ci)][o].
-    for (int64_t o = g.o * first / chunks; o < g.o * last / chunks; ++o)
-      for (int64_t ci = 0; ci < g.c; ++ci)
-        for (int64_t ky = 0; ky < g.kh; ++ky)
-          for (int64_t kx = 0; kx < g.kw; ++kx) {
-            const int64_t e = ((ky * g.kw + kx) * g.c + ci) * g.opad() + o;
-            float sum = partial[e];
-            for (int64_t chunk = 1; chunk < chunks; ++chunk) sum += partial[chunk * size + e];
-            dw.f()[((o * g.c + ci) * g.kh + ky) * g.kw + kx] = sum;
-          }
+    // dw[o][ci][ky][kx] = the chunks' sum of partial[tap = (ky, kx, ci)][o], over a share of
+    // the partial sums' elements, each chunk's read in one sweep.
+    const int64_t e0 = size * first / chunks, e1 = size * last / chunks;
+    std::vector<float> sum(partial.begin() + e0, partial.begin() + e1);
+    for (int64_t chunk = 1; chunk < chunks; ++chunk) {
+      const float* from = partial.data() + chunk * size;
+      for (int64_t e = e0; e < e1; ++e) sum[e - e0] += from[e];
+    }
+    for (int64_t e = e0; e < e1; ++e) {
+      const int64_t o = e % g.opad(), tap = e / g.opad();
+      if (o >= g.o) continue;
+      const int64_t ci = tap % g.c, kx = tap / g.c % g.kw, ky = tap / g.c / g.kw;
+      dw.f()[((o * g.c + ci) * g.kh + ky) * g.kw + kx] = sum[e - e0];
+    }
   });
   return true;
 }
