@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -306,9 +305,14 @@ bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, c
       }
     // Every thread runs one range of chunks at once (ThreadPool::parallel_for), so it can wait
     // here for the others and then add its share of dw's elements, the chunks in order: no
-    // second round of waking the pool (milliseconds on a loaded machine).
-    finished.fetch_add(last - first, std::memory_order_acq_rel);
-    while (finished.load(std::memory_order_acquire) < chunks) std::this_thread::yield();
+    // second round of waking the pool (milliseconds on a loaded machine). It sleeps while it
+    // waits (a futex; yielding in a loop left it queued behind other programs' threads).
+    int64_t done = finished.fetch_add(last - first, std::memory_order_acq_rel) + (last - first);
+    if (done == chunks) finished.notify_all();
+    while (done < chunks) {
+      finished.wait(done, std::memory_order_acquire);
+      done = finished.load(std::memory_order_acquire);
+    }
     // dw[o][ci][ky][kx] = the chunks' sum of partial[tap = (ky, kx, ci)][o], over a share of
     // the partial sums' elements, each chunk's read in one sweep.
     const int64_t e0 = size * first / chunks, e1 = size * last / chunks;
