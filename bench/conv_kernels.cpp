@@ -1,9 +1,10 @@
 // towerjit_conv_bench: the CPU convolutions of the bench's cnn and resnet-bn (3x3, pad 1, batch
 // 128) against sgemm, each op timed alone at the level TOWERJIT_CPU_ISA sets. Two measures:
 // with the thread pool in wall time (what the training step sees), and on one thread in that
-// thread's CPU time (time it was not running does not count: on a shared machine the kernels'
-// rate against the sgemm peak reads the same at any load, within a few percent). One JSON line
-// per layer and pass, best of `--repeats` (default 5).
+// thread's CPU time (time it was not running does not count, so on a shared machine the
+// kernels' rate against the sgemm peak measured the same way swings far less than wall time;
+// contention for caches and memory still counts). One JSON line per layer and pass, best of
+// `--repeats` (default 5).
 #include <time.h>
 
 #include <algorithm>
