@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 #include <vector>
 
@@ -56,12 +57,18 @@ TOWERJIT_TARGET_AVX2 void transpose(const float* in, int64_t rows, int64_t cols,
     for (int64_t j = 0; j < cols; ++j) out[j * ld_out + i] = in[i * ld_in + j];
 }
 
-// One image [C, H, W] into xp[Hp][Wp][C] (channels last), zero in the padding.
+// One image [C, H, W] into xp[Hp][Wp][C] (channels last), zero in the padding (only the
+// padding is cleared: the rest is written over).
 void pack_image(const Conv& g, const float* image, float* xp) {
-  const int64_t wp = g.wp();
-  std::fill(xp, xp + g.hp() * wp * g.c, 0.0f);
-  for (int64_t iy = 0; iy < g.h; ++iy)  // row iy of every channel: [C][W] -> [W][C]
-    transpose(image + iy * g.w, g.c, g.w, g.h * g.w, xp + ((iy + g.ph) * wp + g.pw) * g.c, g.c);
+  const int64_t row = g.wp() * g.c, edge = g.pw * g.c;
+  std::fill(xp, xp + g.ph * row, 0.0f);
+  std::fill(xp + (g.ph + g.h) * row, xp + g.hp() * row, 0.0f);
+  for (int64_t iy = 0; iy < g.h; ++iy) {  // row iy of every channel: [C][W] -> [W][C]
+    float* out = xp + (iy + g.ph) * row;
+    std::fill(out, out + edge, 0.0f);
+    std::fill(out + row - edge, out + row, 0.0f);
+    transpose(image + iy * g.w, g.c, g.w, g.h * g.w, out + edge, g.c);
+  }
 }
 
 // Weights [O, C, KH, KW] into wp[O/lanes][KH][KW][C][lanes], zero past O. `flip` reads them
@@ -84,58 +91,61 @@ std::vector<float> pack_weights(const Conv& g, const float* w, bool flip) {
 // NV vectors of output channels: `x` is the padded image at the first pixel's window corner (the
 // window's row ky is kw*c contiguous floats of x and of `w`), `out` the pixels' [R][opad]
 // results. A filter block is R taps x one block of output channels, summed over an image's
-// pixels: acc[t] += x[window + offsets[t]] * dy[pixel], with `dy` [OH*OW][opad] at the block,
-// added into `dw` [R][opad]. R * NV accumulators, NV weights and a broadcast must fit the
-// registers: R <= 6 with AVX2 (NV = 2: 15 of 16), R <= 12 (NV = 2) or 24 (NV = 1) with AVX-512.
+// pixels: acc[t] += x[window + tap t] * dy[pixel], with `dy` [OH*OW][opad] at the block, added
+// into `dw` [R][opad]. Tap t's element of a window is `offsets[t]`, or `t` itself (TAPS_IN_A_ROW:
+// the block's taps are consecutive input channels of one (ky, kx), and `xp` points at the first).
+// R * NV accumulators, NV weights and a broadcast must fit the registers: R <= 6 with AVX2
+// (NV = 2: 15 of 16), R <= 12 (NV = 2) or 24 (NV = 1) with AVX-512.
+//
+// Every loop over R and NV is unrolled by pragma, the accumulators one flat array: only then
+// does GCC keep them in registers throughout (with a nested array it stored all of them to the
+// stack after every FMA at AVX2, which halved the kernels' rate).
+#define TOWERJIT_UNROLL _Pragma("GCC unroll 32")
 #define TOWERJIT_KERNELS(FORWARD, FILTER, TARGET, VEC, WIDTH, ZERO, LOAD, STORE, BROADCAST, FMA, ADD) \
   template <int R, int NV>                                                                       \
   TARGET void FORWARD(const Conv& g, const float* x, const float* w, float* out) {              \
     const int64_t row = g.wp() * g.c, pixel = g.sw * g.c, span = g.kw * g.c;                    \
-    VEC acc[R][NV];                                                                              \
-    for (int r = 0; r < R; ++r)                                                                  \
-      for (int v = 0; v < NV; ++v) acc[r][v] = ZERO();                                           \
+    VEC acc[R * NV];                                                                             \
+    TOWERJIT_UNROLL for (int a = 0; a < R * NV; ++a) acc[a] = ZERO();                            \
     for (int64_t ky = 0; ky < g.kh; ++ky) {                                                      \
       const float* xr = x + ky * row;                                                            \
       const float* wr = w + ky * span * NV * WIDTH;                                              \
       for (int64_t j = 0; j < span; ++j) {                                                       \
         VEC wv[NV];                                                                              \
-        for (int v = 0; v < NV; ++v) wv[v] = LOAD(wr + (j * NV + v) * WIDTH);                     \
-        _Pragma("GCC unroll 24") for (int r = 0; r < R; ++r) {                                   \
+        TOWERJIT_UNROLL for (int v = 0; v < NV; ++v) wv[v] = LOAD(wr + (j * NV + v) * WIDTH);    \
+        TOWERJIT_UNROLL for (int r = 0; r < R; ++r) {                                            \
           const VEC xb = BROADCAST(xr + r * pixel + j);                                          \
-          for (int v = 0; v < NV; ++v) acc[r][v] = FMA(xb, wv[v], acc[r][v]);                    \
+          TOWERJIT_UNROLL for (int v = 0; v < NV; ++v) acc[r * NV + v] = FMA(xb, wv[v], acc[r * NV + v]); \
         }                                                                                        \
       }                                                                                          \
     }                                                                                            \
-    for (int r = 0; r < R; ++r)                                                                  \
-      for (int v = 0; v < NV; ++v) STORE(out + r * g.opad() + v * WIDTH, acc[r][v]);             \
+    const int64_t ld = g.opad();                                                                 \
+    TOWERJIT_UNROLL for (int a = 0; a < R * NV; ++a) STORE(out + (a / NV) * ld + (a % NV) * WIDTH, acc[a]); \
   }                                                                                              \
-  template <int R, int NV>                                                                       \
+  template <int R, int NV, bool TAPS_IN_A_ROW>                                                   \
   TARGET void FILTER(const Conv& g, const float* xp, const int64_t* offsets, const float* dy,   \
                      float* dw) {                                                                \
     int64_t off[R];                                                                              \
-    for (int t = 0; t < R; ++t) off[t] = offsets[t];                                             \
-    VEC acc[R][NV];                                                                              \
-    for (int t = 0; t < R; ++t)                                                                  \
-      for (int v = 0; v < NV; ++v) acc[t][v] = ZERO();                                           \
-    const int64_t row = g.wp() * g.c;                                                            \
+    TOWERJIT_UNROLL for (int t = 0; t < R; ++t) off[t] = TAPS_IN_A_ROW ? t : offsets[t];         \
+    VEC acc[R * NV];                                                                             \
+    TOWERJIT_UNROLL for (int a = 0; a < R * NV; ++a) acc[a] = ZERO();                            \
+    const int64_t row = g.wp() * g.c, ld = g.opad(), step = g.sw * g.c;                          \
     for (int64_t oy = 0; oy < g.oh; ++oy) {                                                      \
-      const float* xr = xp + oy * g.sh * row;                                                    \
-      const float* dr = dy + oy * g.ow * g.opad();                                               \
-      for (int64_t ox = 0; ox < g.ow; ++ox) {                                                    \
-        const float* corner = xr + ox * g.sw * g.c;                                              \
+      const float* corner = xp + oy * g.sh * row;                                                \
+      const float* dr = dy + oy * g.ow * ld;                                                     \
+      for (int64_t ox = 0; ox < g.ow; ++ox, corner += step, dr += ld) {                          \
         VEC d[NV];                                                                               \
-        for (int v = 0; v < NV; ++v) d[v] = LOAD(dr + ox * g.opad() + v * WIDTH);                \
-        _Pragma("GCC unroll 24") for (int t = 0; t < R; ++t) {                                   \
+        TOWERJIT_UNROLL for (int v = 0; v < NV; ++v) d[v] = LOAD(dr + v * WIDTH);                \
+        TOWERJIT_UNROLL for (int t = 0; t < R; ++t) {                                            \
           const VEC xb = BROADCAST(corner + off[t]);                                             \
-          for (int v = 0; v < NV; ++v) acc[t][v] = FMA(xb, d[v], acc[t][v]);                     \
+          TOWERJIT_UNROLL for (int v = 0; v < NV; ++v) acc[t * NV + v] = FMA(xb, d[v], acc[t * NV + v]); \
         }                                                                                        \
       }                                                                                          \
     }                                                                                            \
-    for (int t = 0; t < R; ++t)                                                                  \
-      for (int v = 0; v < NV; ++v) {                                                             \
-        float* out = dw + t * g.opad() + v * WIDTH;                                              \
-        STORE(out, ADD(LOAD(out), acc[t][v]));                                                   \
-      }                                                                                          \
+    TOWERJIT_UNROLL for (int a = 0; a < R * NV; ++a) {                                           \
+      float* out = dw + (a / NV) * ld + (a % NV) * WIDTH;                                        \
+      STORE(out, ADD(LOAD(out), acc[a]));                                                        \
+    }                                                                                            \
   }
 
 TOWERJIT_TARGET_AVX512 inline __m512 broadcast512(const float* p) { return _mm512_set1_ps(*p); }
@@ -148,22 +158,24 @@ TOWERJIT_KERNELS(forward_avx512, filter_avx512, TOWERJIT_TARGET_AVX512, __m512, 
 using ForwardBlock = void (*)(const Conv&, const float*, const float*, float*);
 using FilterBlock = void (*)(const Conv&, const float*, const int64_t*, const float*, float*);
 
-// One instruction set's kernels for one block width: forward[r] and filter[r] for blocks of
-// r = 1..most items.
+// One instruction set's kernels for one block width: forward[r], filter[r] (taps anywhere in
+// the window, by offsets) and filter_row[r] (consecutive taps) for blocks of r = 1..most items.
 struct Kernels {
   int64_t lanes;
   int most;
   std::vector<ForwardBlock> forward;
-  std::vector<FilterBlock> filter;
+  std::vector<FilterBlock> filter, filter_row;
 };
 
 template <int NV, int... R>
 Kernels avx2_kernels(std::integer_sequence<int, R...>) {
-  return {NV * 8, sizeof...(R), {nullptr, forward_avx2<R + 1, NV>...}, {nullptr, filter_avx2<R + 1, NV>...}};
+  return {NV * 8, sizeof...(R), {nullptr, forward_avx2<R + 1, NV>...},
+          {nullptr, filter_avx2<R + 1, NV, false>...}, {nullptr, filter_avx2<R + 1, NV, true>...}};
 }
 template <int NV, int... R>
 Kernels avx512_kernels(std::integer_sequence<int, R...>) {
-  return {NV * 16, sizeof...(R), {nullptr, forward_avx512<R + 1, NV>...}, {nullptr, filter_avx512<R + 1, NV>...}};
+  return {NV * 16, sizeof...(R), {nullptr, forward_avx512<R + 1, NV>...},
+          {nullptr, filter_avx512<R + 1, NV, false>...}, {nullptr, filter_avx512<R + 1, NV, true>...}};
 }
 
 // The kernels for a convolution with `o` output channels, or null for the im2col path: the
@@ -184,20 +196,23 @@ const Kernels* kernels_for(int64_t o) {
   return nullptr;
 }
 
-// Items per block when n items are cut into the fewest blocks of at most `most`, evened out
-// (a row of 14 pixels: 7 + 7 rather than 12 + 2, whose small block runs the kernel badly).
-int64_t even_block(int64_t n, int64_t most) {
-  const int64_t blocks = (n + most - 1) / most;
-  return (n + blocks - 1) / blocks;
-}
+// n items cut into the fewest blocks of at most `most`, of sizes differing by at most one (a
+// row of 14 pixels: 5 + 5 + 4 rather than 6 + 6 + 2, whose small block runs the kernel badly):
+// block b is [cut(b), cut(b + 1)) of count() blocks.
+struct EvenBlocks {
+  int64_t n, count;
+  EvenBlocks(int64_t items, int64_t most) : n(items), count((items + most - 1) / most) {}
+  int64_t cut(int64_t b) const { return n * b / count; }
+};
 
 // One image: xp packed, y_image [O, OH*OW]. `out` is [OH*OW][opad] scratch.
 void forward_image(const Conv& g, const Kernels& k, const float* xp, const float* wp, float* out,
                    float* y_image) {
-  const int64_t wp_row = g.wp() * g.c, filter = g.ckk() * g.lanes, step = even_block(g.ow, k.most);
+  const int64_t wp_row = g.wp() * g.c, filter = g.ckk() * g.lanes;
+  const EvenBlocks row(g.ow, k.most);
   for (int64_t oy = 0; oy < g.oh; ++oy)
-    for (int64_t ox = 0; ox < g.ow; ox += step) {
-      const int64_t r = std::min(step, g.ow - ox);
+    for (int64_t part = 0; part < row.count; ++part) {
+      const int64_t ox = row.cut(part), r = row.cut(part + 1) - ox;
       const float* corner = xp + oy * g.sh * wp_row + ox * g.sw * g.c;
       for (int64_t b = 0; b < g.blocks(); ++b)
         k.forward[r](g, corner, wp + b * filter, out + (oy * g.ow + ox) * g.opad() + b * g.lanes);
@@ -240,40 +255,80 @@ bool direct_conv2d_grad_input(const Attrs& at, const View& dy, const View& w, co
   return true;
 }
 
+// The filter gradient sums each image's contribution into the partial sum of its chunk of the
+// batch: a fixed number of chunks, whatever the thread count, each a run of consecutive images
+// added in order. Threads take whole chunks, so an image is packed (channels-last, its dy
+// transposed) into the thread's own cache and used at once by every tile (a block of taps x a
+// block of output channels) of the filter; the chunks' partial sums are then added in chunk
+// order, each thread adding those of a share of dw's elements. The bits do not depend on the
+// number of threads.
 bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, const View& dw, ThreadPool* pool) {
   const ConvGeometry geometry = conv_geometry(at, x.shape, dw.shape, dy.shape);
   const Kernels* k = kernels_for(geometry.o);
   if (!k) return false;
   const Conv g{geometry, k->lanes};
-  const int64_t taps = g.ckk(), s = g.spatial(), step = even_block(taps, k->most);
+  const int64_t taps = g.ckk(), s = g.spatial(), size = taps * g.opad();
   std::vector<int64_t> offsets;  // tap (ky, kx, ci) -> its element in a window of the packed image
   for (int64_t ky = 0; ky < g.kh; ++ky)
     for (int64_t kx = 0; kx < g.kw; ++kx)
       for (int64_t ci = 0; ci < g.c; ++ci) offsets.push_back((ky * g.wp() + kx) * g.c + ci);
-  // One partial sum per chunk of images, added in chunk order: the same bits on every run.
-  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(g.n, pool ? pool->size() : 1));
-  std::vector<std::vector<float>> partial(chunks, std::vector<float>(taps * g.opad(), 0.0f));
+  // Tiles of consecutive channels of one (ky, kx) where there are enough channels (the kernel
+  // then finds its taps at fixed distances), else of any taps.
+  struct Tile { int64_t tap, count, block; };
+  std::vector<Tile> tiles;
+  const bool by_row = g.c >= std::min<int64_t>(k->most, 8);
+  const int64_t run = by_row ? g.c : taps, runs = taps / run;
+  const EvenBlocks parts(run, k->most);
+  for (int64_t r = 0; r < runs; ++r)
+    for (int64_t part = 0; part < parts.count; ++part)
+      for (int64_t b = 0; b < g.blocks(); ++b)
+        tiles.push_back({r * run + parts.cut(part), parts.cut(part + 1) - parts.cut(part), b});
+  // 16 chunks: enough to share out over a pool of a few threads evenly.
+  const int64_t chunks = std::min<int64_t>(g.n, 16);
+  std::vector<float> partial(chunks * size);  // zeroed by the thread that sums the chunk
+  std::atomic<int64_t> finished{0};
   parallel(pool, chunks, [&](int64_t first, int64_t last) {
     float* xp = conv_scratch(0, g.hp() * g.wp() * g.c);
     float* dyt = conv_scratch(1, s * g.opad());
+    if (g.o != g.opad()) std::fill(dyt, dyt + s * g.opad(), 0.0f);
+    std::fill(partial.data() + first * size, partial.data() + last * size, 0.0f);
     for (int64_t chunk = first; chunk < last; ++chunk)
-      for (int64_t i = chunk * g.n / chunks; i < (chunk + 1) * g.n / chunks; ++i) {
+      for (int64_t i = g.n * chunk / chunks; i < g.n * (chunk + 1) / chunks; ++i) {
         pack_image(g, x.f() + i * g.c * g.h * g.w, xp);
-        if (g.o != g.opad()) std::fill(dyt, dyt + s * g.opad(), 0.0f);
         transpose(dy.f() + i * g.o * s, g.o, s, s, dyt, g.opad());
-        for (int64_t t = 0; t < taps; t += step)
-          for (int64_t b = 0; b < g.blocks(); ++b)
-            k->filter[std::min(step, taps - t)](g, xp, offsets.data() + t, dyt + b * g.lanes,
-                                                partial[chunk].data() + t * g.opad() + b * g.lanes);
+        for (const Tile& tile : tiles) {
+          float* out = partial.data() + chunk * size + tile.tap * g.opad() + tile.block * g.lanes;
+          if (by_row)
+            k->filter_row[tile.count](g, xp + offsets[tile.tap], nullptr, dyt + tile.block * g.lanes, out);
+          else
+            k->filter[tile.count](g, xp, offsets.data() + tile.tap, dyt + tile.block * g.lanes, out);
+        }
       }
+    // Every thread runs one range of chunks at once (ThreadPool::parallel_for), so it can wait
+    // here for the others and then add its share of dw's elements, the chunks in order: no
+    // second round of waking the pool (milliseconds on a loaded machine). It sleeps while it
+    // waits (a futex; yielding in a loop left it queued behind other programs' threads).
+    int64_t done = finished.fetch_add(last - first, std::memory_order_acq_rel) + (last - first);
+    if (done == chunks) finished.notify_all();
+    while (done < chunks) {
+      finished.wait(done, std::memory_order_acquire);
+      done = finished.load(std::memory_order_acquire);
+    }
+    // dw[o][ci][ky][kx] = the chunks' sum of partial[tap = (ky, kx, ci)][o], over a share of
+    // the partial sums' elements, each chunk's read in one sweep.
+    const int64_t e0 = size * first / chunks, e1 = size * last / chunks;
+    std::vector<float> sum(partial.begin() + e0, partial.begin() + e1);
+    for (int64_t chunk = 1; chunk < chunks; ++chunk) {
+      const float* from = partial.data() + chunk * size;
+      for (int64_t e = e0; e < e1; ++e) sum[e - e0] += from[e];
+    }
+    for (int64_t e = e0; e < e1; ++e) {
+      const int64_t o = e % g.opad(), tap = e / g.opad();
+      if (o >= g.o) continue;
+      const int64_t ci = tap % g.c, kx = tap / g.c % g.kw, ky = tap / g.c / g.kw;
+      dw.f()[((o * g.c + ci) * g.kh + ky) * g.kw + kx] = sum[e - e0];
+    }
   });
-  for (int64_t chunk = 1; chunk < chunks; ++chunk)
-    for (size_t e = 0; e < partial[0].size(); ++e) partial[0][e] += partial[chunk][e];
-  for (int64_t o = 0; o < g.o; ++o)
-    for (int64_t ci = 0; ci < g.c; ++ci)
-      for (int64_t ky = 0; ky < g.kh; ++ky)
-        for (int64_t kx = 0; kx < g.kw; ++kx)
-          dw.f()[((o * g.c + ci) * g.kh + ky) * g.kw + kx] = partial[0][((ky * g.kw + kx) * g.c + ci) * g.opad() + o];
   return true;
 }
 

@@ -60,7 +60,9 @@ TEST_CASE("convolution: direct and im2col paths match the reference at odd geome
   struct Geometry { int64_t c, h, w, o, k; int stride, pad; };
   const Geometry geometries[] = {{1, 7, 7, 7, 3, 1, 1},  {3, 5, 11, 17, 3, 1, 0}, {16, 9, 13, 33, 3, 1, 2},
                                  {2, 8, 6, 1, 5, 1, 2},  {5, 7, 9, 16, 1, 1, 0},  {4, 9, 7, 6, 3, 2, 1},
-                                 {20, 6, 5, 3, 3, 1, 1},  {1, 28, 28, 16, 3, 1, 1}};
+                                 {20, 6, 5, 3, 3, 1, 1},  {1, 28, 28, 16, 3, 1, 1}, {127, 5, 6, 7, 3, 1, 1},
+                                 {7, 11, 9, 127, 3, 2, 0}, {33, 7, 5, 40, 3, 1, 1}, {16, 1, 1, 16, 1, 1, 0},
+                                 {8, 13, 3, 24, 3, 2, 2}};
   struct Path { const char* isa; const char* direct; };
   std::vector<Path> paths{{nullptr, "off"}};
   for (tj::knobs::CpuIsa level : {tj::knobs::CpuIsa::avx512, tj::knobs::CpuIsa::avx2})
@@ -92,6 +94,47 @@ TEST_CASE("convolution: direct and im2col paths match the reference at odd geome
                                    " stride=" + std::to_string(ge.stride) + " pad=" + std::to_string(ge.pad) +
                                    " batch=" + std::to_string(batch));
       }
+    }
+}
+
+// The filter gradient sums a fixed number of chunks of the batch, and the forward and
+// input-gradient kernels split images: the same bits whatever the number of threads, at every
+// instruction set level and on the im2col path.
+TEST_CASE("convolution: the same bits whatever the thread count", "[cpu][jit][isa]") {
+  struct Geometry { int64_t c, h, w, o, k; int stride, pad; };
+  const Geometry geometries[] = {{16, 9, 11, 16, 3, 1, 1}, {1, 7, 7, 16, 3, 1, 1}, {33, 6, 5, 40, 3, 2, 1},
+                                 {7, 5, 9, 127, 3, 1, 2}};
+  std::vector<const char*> levels{nullptr};
+  for (tj::knobs::CpuIsa level : {tj::knobs::CpuIsa::avx512, tj::knobs::CpuIsa::avx2})
+    if (level <= tj::cpujit::cpu_isa()) levels.push_back(tj::cpujit::isa_name(level));
+  tj::ThreadPool two(2), three(3);
+  for (const Geometry& ge : geometries)
+    for (const char* level : levels) {
+      tj::test::ScopedEnv isa("TOWERJIT_CPU_ISA", level ? std::optional<std::string>(level) : std::nullopt);
+      tj::test::ScopedEnv direct("TOWERJIT_DIRECT_CONV", level ? "on" : "off");
+      tj::Graph g;
+      tj::GraphScope use(g);
+      auto x = tj::input("x", {kBatch, ge.c, ge.h, ge.w});
+      auto w = tj::input("w", {ge.o, ge.c, ge.k, ge.k});
+      auto y = tj::conv2d(x, w, {.stride = ge.stride, .pad = ge.pad});
+      auto r_in = tj::input("r", {kBatch, ge.o, y.shape()[2], y.shape()[3]});
+      auto grads = tj::grad(tj::sum(y * r_in), {x, w});
+      const int64_t batch = 7;
+      tj::HostFeeds feeds{{"x", to_host(random_array({batch, ge.c, ge.h, ge.w}, 17))},
+                          {"w", to_host(random_array({ge.o, ge.c, ge.k, ge.k}, 18))},
+                          {"r", to_host(random_array({batch, ge.o, y.shape()[2], y.shape()[3]}, 19))}};
+      std::vector<std::vector<tj::HostTensor>> results;
+      for (tj::ThreadPool* pool : {static_cast<tj::ThreadPool*>(nullptr), &two, &three}) {
+        tj::CpuProgram program(g, {y, grads[0], grads[1]}, false, pool);
+        tj::HostVariables vars;
+        results.push_back(program.run(feeds, vars, 0));
+      }
+      for (size_t p = 1; p < results.size(); ++p)
+        for (size_t o = 0; o < results[0].size(); ++o) {
+          INFO("level " << (level ? level : "im2col") << " c=" << ge.c << " o=" << ge.o << " output " << o
+                        << " pool " << p);
+          CHECK(results[p][o].f32 == results[0][o].f32);
+        }
     }
 }
 
