@@ -108,24 +108,27 @@ inline void norms_and_softmax(const Runner& run, const std::string& where) {
   }
 }
 
-// The unfused scaled_dot_product_attention, causal and not, forward and every gradient, at
-// sequence lengths 1, 7 and 127.
-inline void attention(const Runner& run, const std::string& where) {
+// scaled_dot_product_attention, causal and not, forward and every gradient, at sequence
+// lengths 1, 7 and 127: unfused (composed of matmul, the mask and softmax; head dimension 4)
+// or fused (one Attention op and its two gradient ops; an odd head dimension, 5).
+inline void attention(const Runner& run, const std::string& where, bool fused = false) {
+  const int64_t d = fused ? 5 : 4;
   for (int64_t t : {1, 7, 127}) {
     Graph g;
     GraphScope use(g);
-    auto q = input("q", {kBatch, 2, t, 4}), k = input("k", {kBatch, 2, t, 4}), v = input("v", {kBatch, 2, t, 3});
-    auto plain = scaled_dot_product_attention(q, k, v);
-    auto causal = scaled_dot_product_attention(q, k, v, {.causal = true});
+    auto q = input("q", {kBatch, 2, t, d}), k = input("k", {kBatch, 2, t, d}), v = input("v", {kBatch, 2, t, 3});
+    auto plain = scaled_dot_product_attention(q, k, v, {.fused = fused});
+    auto causal = scaled_dot_product_attention(q, k, v, {.causal = true, .fused = fused});
     auto loss = sum((plain + causal) * input("r", {kBatch, 2, t, 3}));
     const std::vector<Tensor> grads = grad(loss, {q, k, v});
     for (int64_t batch : {1, 3}) {
       reference::Variables none;
       auto r = run(g, {plain, causal, grads[0], grads[1], grads[2]},
-                   {{"q", random_array({batch, 2, t, 4}, 16, -2, 2)}, {"k", random_array({batch, 2, t, 4}, 17, -2, 2)},
+                   {{"q", random_array({batch, 2, t, d}, 16, -2, 2)}, {"k", random_array({batch, 2, t, d}, 17, -2, 2)},
                     {"v", random_array({batch, 2, t, 3}, 18)}, {"r", random_array({batch, 2, t, 3}, 19)}},
                    none, false, 0);
-      require_close(r, "attention, T = " + std::to_string(t) + " at batch " + std::to_string(batch) + where);
+      require_close(r, std::string(fused ? "fused" : "unfused") + " attention, T = " + std::to_string(t) + " at batch " +
+                           std::to_string(batch) + where);
     }
   }
 }

@@ -281,3 +281,157 @@ extern "C" __global__ void tj_copy_box(const tj_u32* __restrict__ src, tj_u32* _
     dst[o] = src[p];
   }
 }
+
+// Fused attention (ops.def: Attention and its two gradient ops; docs/cuda.md). A block of
+// TJ_ATTN_THREADS threads takes a block of as many query rows (the forward, dq) or key rows
+// (dk, dv), one row per thread, and walks the other side in tiles staged in shared memory by
+// the whole block; a tile holds as many rows as fit TJ_ATTN_SMEM floats (at most
+// TJ_ATTN_THREADS). The forward keeps each row's running maximum and sum and rescales its
+// output row when a tile raises the maximum (an online softmax), so no [tq, tk] matrix is
+// written; the backward recomputes each probability from q, k and the saved log-sum-exp. A
+// row's sums run in key (or query) order in one thread: bitwise the same every run. The
+// output rows double as the accumulators.
+#define TJ_ATTN_THREADS 64
+#define TJ_ATTN_SMEM 4096
+
+__device__ __forceinline__ tj_i64 tj_attn_tile(const TjAttentionShape& s, tj_i64 width) {
+  const tj_i64 w = width > 1 ? width : 1, fit = TJ_ATTN_SMEM / w;
+  return fit < TJ_ATTN_THREADS ? fit : TJ_ATTN_THREADS;
+}
+__device__ __forceinline__ tj_i64 tj_attn_keys(const TjAttentionShape& s, tj_i64 i) {
+  return s.causal ? (i + 1 < s.tk ? i + 1 : s.tk) : s.tk;
+}
+__device__ __forceinline__ float tj_attn_dot(const float* a, const float* b, tj_i64 n) {
+  float sum = 0.0f;
+  for (tj_i64 c = 0; c < n; ++c) sum += a[c] * b[c];
+  return sum;
+}
+// Rows [first, first + n) of a [*, width] matrix into shared memory, by the whole block.
+__device__ __forceinline__ void tj_attn_stage(float* to, const float* from, tj_i64 first, tj_i64 n, tj_i64 width) {
+  for (tj_i64 e = threadIdx.x; e < n * width; e += blockDim.x) to[e] = from[first * width + e];
+}
+
+extern "C" __global__ void tj_attention(const float* __restrict__ q, const float* __restrict__ k,
+                                        const float* __restrict__ v, float* __restrict__ out, TjAttentionShape s) {
+  __shared__ float ks[TJ_ATTN_SMEM], vs[TJ_ATTN_SMEM];
+  const tj_i64 tile = tj_attn_tile(s, s.d > s.dv ? s.d : s.dv), blocks = (s.tq + TJ_ATTN_THREADS - 1) / TJ_ATTN_THREADS;
+  for (tj_i64 item = blockIdx.x; item < s.batches * blocks; item += gridDim.x) {
+    const tj_i64 b = item / blocks, i0 = item % blocks * TJ_ATTN_THREADS, i = i0 + threadIdx.x;
+    const bool live = i < s.tq;
+    const tj_i64 last = (i0 + TJ_ATTN_THREADS < s.tq ? i0 + TJ_ATTN_THREADS : s.tq) - 1;
+    const tj_i64 block_keys = tj_attn_keys(s, last), mine = live ? tj_attn_keys(s, i) : 0;
+    const float* qi = q + (b * s.tq + (live ? i : 0)) * s.d;
+    float* o = out + (b * s.tq + (live ? i : 0)) * (s.dv + 1);
+    float m = -TJ_INF, l = 0.0f;
+    if (live)
+      for (tj_i64 c = 0; c < s.dv; ++c) o[c] = 0.0f;
+    for (tj_i64 j0 = 0; j0 < block_keys; j0 += tile) {
+      const tj_i64 n = tile < block_keys - j0 ? tile : block_keys - j0;
+      __syncthreads();
+      tj_attn_stage(ks, k + b * s.tk * s.d, j0, n, s.d);
+      tj_attn_stage(vs, v + b * s.tk * s.dv, j0, n, s.dv);
+      __syncthreads();
+      const tj_i64 seen = mine - j0 < n ? mine - j0 : n;
+      if (seen <= 0) continue;
+      TJ_WORK(seen * (s.d + s.dv));
+      float scores[TJ_ATTN_THREADS], top = m;
+      for (tj_i64 j = 0; j < seen; ++j) {
+        scores[j] = tj_attn_dot(qi, ks + j * s.d, s.d) * s.scale;
+        top = fmaxf(top, scores[j]);
+      }
+      const float rescale = expf(m - top);  // 0 on the first tile (m = -inf)
+      float sum = 0.0f;
+      for (tj_i64 j = 0; j < seen; ++j) sum += (scores[j] = expf(scores[j] - top));
+      l = l * rescale + sum;
+      m = top;
+      for (tj_i64 c = 0; c < s.dv; ++c) {
+        float acc = o[c] * rescale;
+        for (tj_i64 j = 0; j < seen; ++j) acc += scores[j] * vs[j * s.dv + c];
+        o[c] = acc;
+      }
+    }
+    if (live) {
+      const float inv = 1.0f / l;
+      for (tj_i64 c = 0; c < s.dv; ++c) o[c] *= inv;
+      o[s.dv] = m + logf(l);
+    }
+  }
+}
+
+// dq for a block of query rows: ds = exp(scale q.k - lse) (dO.v - dO.O) scale, dq += ds k.
+extern "C" __global__ void tj_attention_grad_q(const float* __restrict__ q, const float* __restrict__ k,
+                                               const float* __restrict__ v, const float* __restrict__ o,
+                                               const float* __restrict__ dout, float* __restrict__ dq,
+                                               TjAttentionShape s) {
+  __shared__ float ks[TJ_ATTN_SMEM], vs[TJ_ATTN_SMEM];
+  const tj_i64 tile = tj_attn_tile(s, s.d > s.dv ? s.d : s.dv), blocks = (s.tq + TJ_ATTN_THREADS - 1) / TJ_ATTN_THREADS;
+  for (tj_i64 item = blockIdx.x; item < s.batches * blocks; item += gridDim.x) {
+    const tj_i64 b = item / blocks, i0 = item % blocks * TJ_ATTN_THREADS, i = i0 + threadIdx.x;
+    const bool live = i < s.tq;
+    const tj_i64 last = (i0 + TJ_ATTN_THREADS < s.tq ? i0 + TJ_ATTN_THREADS : s.tq) - 1;
+    const tj_i64 block_keys = tj_attn_keys(s, last), mine = live ? tj_attn_keys(s, i) : 0;
+    const tj_i64 row = b * s.tq + (live ? i : 0);
+    const float *qi = q + row * s.d, *oi = o + row * (s.dv + 1), *di = dout + row * (s.dv + 1);
+    float* dqi = dq + row * s.d;
+    const float D = live ? tj_attn_dot(di, oi, s.dv) : 0.0f, lse = live ? oi[s.dv] : 0.0f;
+    if (live)
+      for (tj_i64 c = 0; c < s.d; ++c) dqi[c] = 0.0f;
+    for (tj_i64 j0 = 0; j0 < block_keys; j0 += tile) {
+      const tj_i64 n = tile < block_keys - j0 ? tile : block_keys - j0;
+      __syncthreads();
+      tj_attn_stage(ks, k + b * s.tk * s.d, j0, n, s.d);
+      tj_attn_stage(vs, v + b * s.tk * s.dv, j0, n, s.dv);
+      __syncthreads();
+      const tj_i64 seen = mine - j0 < n ? mine - j0 : n;
+      if (seen > 0) TJ_WORK(seen * (2 * s.d + s.dv));
+      for (tj_i64 j = 0; j < seen; ++j) {
+        const float* kj = ks + j * s.d;
+        const float ds = expf(tj_attn_dot(qi, kj, s.d) * s.scale - lse) * (tj_attn_dot(di, vs + j * s.dv, s.dv) - D) * s.scale;
+        for (tj_i64 c = 0; c < s.d; ++c) dqi[c] += ds * kj[c];
+      }
+    }
+  }
+}
+
+// dk and dv for a block of key rows, [tk, d + dv]: per tile of the queries that see them (their
+// q, dO, lse and dO.O staged), dv += p dO and dk += ds q.
+extern "C" __global__ void tj_attention_grad_kv(const float* __restrict__ q, const float* __restrict__ k,
+                                                const float* __restrict__ v, const float* __restrict__ o,
+                                                const float* __restrict__ dout, float* __restrict__ dkv,
+                                                TjAttentionShape s) {
+  __shared__ float qs[TJ_ATTN_SMEM], dos[TJ_ATTN_SMEM], lses[TJ_ATTN_THREADS], Ds[TJ_ATTN_THREADS];
+  const tj_i64 tile = tj_attn_tile(s, s.d > s.dv ? s.d : s.dv), blocks = (s.tk + TJ_ATTN_THREADS - 1) / TJ_ATTN_THREADS;
+  const tj_i64 w = s.d + s.dv;
+  for (tj_i64 item = blockIdx.x; item < s.batches * blocks; item += gridDim.x) {
+    const tj_i64 b = item / blocks, j0 = item % blocks * TJ_ATTN_THREADS, j = j0 + threadIdx.x;
+    const bool live = j < s.tk;
+    const float *kj = k + (b * s.tk + (live ? j : 0)) * s.d, *vj = v + (b * s.tk + (live ? j : 0)) * s.dv;
+    float* dk = dkv + (b * s.tk + (live ? j : 0)) * w;
+    float* dv = dk + s.d;
+    if (live)
+      for (tj_i64 c = 0; c < w; ++c) dk[c] = 0.0f;
+    for (tj_i64 i0 = s.causal ? j0 : 0; i0 < s.tq; i0 += tile) {  // earlier queries see none of these keys
+      const tj_i64 n = tile < s.tq - i0 ? tile : s.tq - i0;
+      __syncthreads();
+      tj_attn_stage(qs, q + b * s.tq * s.d, i0, n, s.d);
+      for (tj_i64 e = threadIdx.x; e < n * s.dv; e += blockDim.x)
+        dos[e] = dout[(b * s.tq + i0 + e / s.dv) * (s.dv + 1) + e % s.dv];
+      if (threadIdx.x < n) {
+        const tj_i64 row = b * s.tq + i0 + threadIdx.x;
+        lses[threadIdx.x] = o[row * (s.dv + 1) + s.dv];
+        Ds[threadIdx.x] = tj_attn_dot(dout + row * (s.dv + 1), o + row * (s.dv + 1), s.dv);
+      }
+      __syncthreads();
+      if (!live) continue;
+      TJ_WORK(n * (2 * s.d + 2 * s.dv));
+      for (tj_i64 t = 0; t < n; ++t) {
+        if (s.causal && i0 + t < j) continue;  // query i0 + t does not see key j
+        const float *qi = qs + t * s.d, *doi = dos + t * s.dv;
+        const float p = expf(tj_attn_dot(qi, kj, s.d) * s.scale - lses[t]);
+        const float ds = p * (tj_attn_dot(doi, vj, s.dv) - Ds[t]) * s.scale;
+        for (tj_i64 c = 0; c < s.d; ++c) dk[c] += ds * qi[c];
+        for (tj_i64 c = 0; c < s.dv; ++c) dv[c] += p * doi[c];
+      }
+    }
+  }
+}
