@@ -313,7 +313,8 @@ __device__ __forceinline__ void tj_attn_stage(float* to, const float* from, tj_i
 
 extern "C" __global__ void tj_attention(const float* __restrict__ q, const float* __restrict__ k,
                                         const float* __restrict__ v, float* __restrict__ out, TjAttentionShape s) {
-  __shared__ float ks[TJ_ATTN_SMEM], vs[TJ_ATTN_SMEM];
+  __shared__ float ks[TJ_ATTN_SMEM];
+  __shared__ float vs[TJ_ATTN_SMEM];
   const tj_i64 tile = tj_attn_tile(s, s.d > s.dv ? s.d : s.dv), blocks = (s.tq + TJ_ATTN_THREADS - 1) / TJ_ATTN_THREADS;
   for (tj_i64 item = blockIdx.x; item < s.batches * blocks; item += gridDim.x) {
     const tj_i64 b = item / blocks, i0 = item % blocks * TJ_ATTN_THREADS, i = i0 + threadIdx.x;
@@ -363,7 +364,8 @@ extern "C" __global__ void tj_attention_grad_q(const float* __restrict__ q, cons
                                                const float* __restrict__ v, const float* __restrict__ o,
                                                const float* __restrict__ dout, float* __restrict__ dq,
                                                TjAttentionShape s) {
-  __shared__ float ks[TJ_ATTN_SMEM], vs[TJ_ATTN_SMEM];
+  __shared__ float ks[TJ_ATTN_SMEM];
+  __shared__ float vs[TJ_ATTN_SMEM];
   const tj_i64 tile = tj_attn_tile(s, s.d > s.dv ? s.d : s.dv), blocks = (s.tq + TJ_ATTN_THREADS - 1) / TJ_ATTN_THREADS;
   for (tj_i64 item = blockIdx.x; item < s.batches * blocks; item += gridDim.x) {
     const tj_i64 b = item / blocks, i0 = item % blocks * TJ_ATTN_THREADS, i = i0 + threadIdx.x;
@@ -399,7 +401,10 @@ extern "C" __global__ void tj_attention_grad_kv(const float* __restrict__ q, con
                                                 const float* __restrict__ v, const float* __restrict__ o,
                                                 const float* __restrict__ dout, float* __restrict__ dkv,
                                                 TjAttentionShape s) {
-  __shared__ float qs[TJ_ATTN_SMEM], dos[TJ_ATTN_SMEM], lses[TJ_ATTN_THREADS], Ds[TJ_ATTN_THREADS];
+  __shared__ float qs[TJ_ATTN_SMEM];
+  __shared__ float dos[TJ_ATTN_SMEM];
+  __shared__ float lses[TJ_ATTN_THREADS];
+  __shared__ float Ds[TJ_ATTN_THREADS];
   const tj_i64 tile = tj_attn_tile(s, s.d > s.dv ? s.d : s.dv), blocks = (s.tk + TJ_ATTN_THREADS - 1) / TJ_ATTN_THREADS;
   const tj_i64 w = s.d + s.dv;
   for (tj_i64 item = blockIdx.x; item < s.batches * blocks; item += gridDim.x) {
