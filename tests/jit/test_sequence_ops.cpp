@@ -65,7 +65,7 @@ TEST_CASE("unfused attention matches the reference, causal and not, gradients in
   cases::attention(on_cpu(), "");
 }
 
-TEST_CASE("fused attention matches the reference, causal and not, gradients included", "[cpu][jit][sequence][attention]") {
+TEST_CASE("fused attention matches the reference, causal and not, gradients included", "[cpu][jit][sequence][attention][isa]") {
   cases::attention(on_cpu(), "", true);
 }
 
