@@ -133,4 +133,27 @@ inline void attention(const Runner& run, const std::string& where, bool fused = 
   }
 }
 
+// The fused attention where the shapes differ: fewer queries than keys and more (causal and
+// not), keys and values shared by two heads (broadcast first), a head dimension of 1 and a
+// row of 70 keys (two tiles of 64 on the CPU, a partial second one).
+inline void attention_shapes(const Runner& run, const std::string& where) {
+  struct Case { int64_t tq, tk, d, dv; };
+  for (const Case c : {Case{5, 9, 3, 4}, Case{9, 5, 1, 2}, Case{3, 70, 6, 1}}) {
+    Graph g;
+    GraphScope use(g);
+    auto q = input("q", {kBatch, 2, c.tq, c.d}), k = input("k", {kBatch, 1, c.tk, c.d}), v = input("v", {kBatch, 1, c.tk, c.dv});
+    auto plain = scaled_dot_product_attention(q, k, v, {.scale = 0.8});
+    auto causal = scaled_dot_product_attention(q, k, v, {.causal = true});
+    auto loss = sum((plain + causal) * input("r", {kBatch, 2, c.tq, c.dv}));
+    const std::vector<Tensor> grads = grad(loss, {q, k, v});
+    reference::Variables none;
+    auto r = run(g, {plain, causal, grads[0], grads[1], grads[2]},
+                 {{"q", random_array({2, 2, c.tq, c.d}, 21, -2, 2)}, {"k", random_array({2, 1, c.tk, c.d}, 22, -2, 2)},
+                  {"v", random_array({2, 1, c.tk, c.dv}, 23)}, {"r", random_array({2, 2, c.tq, c.dv}, 24)}},
+                 none, false, 0);
+    require_close(r, "fused attention, " + std::to_string(c.tq) + " queries, " + std::to_string(c.tk) + " keys, d = " +
+                         std::to_string(c.d) + where);
+  }
+}
+
 }  // namespace towerjit::testing::cases

@@ -69,6 +69,10 @@ TEST_CASE("fused attention matches the reference, causal and not, gradients incl
   cases::attention(on_cpu(), "", true);
 }
 
+TEST_CASE("fused attention of unequal queries and keys, shared heads and a second key tile matches the reference", "[cpu][jit][sequence][attention][isa]") {
+  cases::attention_shapes(on_cpu(), "");
+}
+
 namespace {
 
 // Whether the program holds a buffer whose last two axes are [t, t]: a score or probability
