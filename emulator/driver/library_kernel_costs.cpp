@@ -25,10 +25,10 @@ double attention_pairs(const TjAttentionShape& s) {
   return full * (full + 1) / 2 + static_cast<double>(s.tq > s.tk ? s.tq - s.tk : 0) * s.tk;
 }
 
-// One fused attention kernel: a block of 64 rows reads the other side once per block, tile by
+// One fused attention kernel: a block of 16 rows reads the other side once per block, tile by
 // tile; each pair costs its dot products and axpys (2 FLOPs a multiply-add) and an exp.
 KernelCost attention_cost(const std::string& k, const TjAttentionShape& s) {
-  constexpr double f = 4, rows_per_block = 64;
+  constexpr double f = 4, rows_per_block = 16;  // TJ_ATTN_ROWS
   const double pairs = s.batches * attention_pairs(s), d = static_cast<double>(s.d), dv = static_cast<double>(s.dv);
   const double b = static_cast<double>(s.batches), tq = static_cast<double>(s.tq), tk = static_cast<double>(s.tk);
   const double q_blocks = std::ceil(tq / rows_per_block), k_blocks = std::ceil(tk / rows_per_block);

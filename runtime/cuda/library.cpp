@@ -165,15 +165,15 @@ void pool(Op op, const Node& node, const std::vector<DeviceView>& in, const Devi
   }
 }
 
-// The fused attention ops: blocks of 64 rows (queries, or keys for dk and dv), one thread per
+// The fused attention ops: blocks of 16 rows (queries, or keys for dk and dv), 16 threads a
 // row, tiles of the other side in shared memory (library_kernels.cu); a block-stride loop, so
 // any grid does, capped as the grid-stride kernels' grids are.
 void attention(Op op, const Node& node, const std::vector<DeviceView>& in, const DeviceView& out, LibraryEnv& env) {
-  constexpr int kThreads = 64;  // TJ_ATTN_THREADS
+  constexpr int kRows = 16, kThreads = kRows * 16;  // TJ_ATTN_ROWS, TJ_ATTN_ROWS * TJ_ATTN_LANES
   const kir::AttentionGeometry g = kir::attention_geometry(in[0].shape, in[2].shape, node.attrs.causal);
   TjAttentionShape s{g.batches, g.tq, g.tk, g.d, g.dv, static_cast<float>(node.attrs.value), g.causal ? 1 : 0};
   const int64_t rows = op == Op::AttentionGradKV ? g.tk : g.tq;
-  const int64_t items = g.batches * ((rows + kThreads - 1) / kThreads);
+  const int64_t items = g.batches * ((rows + kRows - 1) / kRows);
   if (items == 0) return;
   const int64_t grid = std::min<int64_t>(items, int64_t{32} * env.device.sm_count());
   CUdeviceptr q = in[0].ptr, k = in[1].ptr, v = in[2].ptr, o = out.ptr;

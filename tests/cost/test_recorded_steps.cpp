@@ -64,14 +64,14 @@ TEST_CASE("cost records: every launch of a step is recorded with its shape, work
 // The failing checks of issue 21 are in test_recorded_steps_goals.cpp.
 
 // The fused attention's three library kernels are launches the cost model prices: a block of
-// 64 threads per 64 rows, the bytes and FLOPs of emulator/driver/library_kernel_costs.cpp.
+// 16 threads a row for 16 rows, the bytes and FLOPs of emulator/driver/library_kernel_costs.cpp.
 TEST_CASE("cost records: the fused attention runs as its three kernels, each with bytes and FLOPs") {
   namespace tj = towerjit;
   const cost::GpuSpec& h = cost::gpu_spec("h200");
   std::string dir = (std::filesystem::temp_directory_path() / "towerjit-attention-cost-XXXXXX").string();
   REQUIRE(mkdtemp(dir.data()) != nullptr);
   cost::prepare_emulated_gpu(h, dir);
-  constexpr int64_t kBatch = 4, kT = 37, kD = 8;  // 4 x 2 heads = 8 problems, one 64-row block each
+  constexpr int64_t kBatch = 4, kT = 37, kD = 8;  // 4 x 2 heads = 8 problems, three 16-row blocks each
   tj::Graph g;
   tj::GraphScope use(g);
   auto x = tj::input("x", {tj::kBatch, 2, kT, kD});
@@ -92,8 +92,8 @@ TEST_CASE("cost records: the fused attention runs as its three kernels, each wit
     if (l.name.rfind("tj_attention", 0) != 0) continue;
     INFO(l.name);
     ++seen[l.name];
-    CHECK(l.blocks == 8);
-    CHECK(l.threads_per_block == 64);
+    CHECK(l.blocks == 24);
+    CHECK(l.threads_per_block == 256);
     CHECK(l.shared_bytes >= 2 * 4096 * 4);  // two tiles of 4096 floats
     CHECK(l.bytes > 0);
     const double per_pair = l.name == "tj_attention" ? 2 * kD + 2 * kD + 4
