@@ -10,6 +10,7 @@
 #include <random>
 
 #include "dsl/error.h"
+#include "examples/gpt.h"
 #include "examples/models.h"
 #include "runtime/cost/recorded_step.h"
 
@@ -22,7 +23,23 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 // Layers of the example's models, counted from examples/models.h: mlp 3 dense; cnn 2 conv,
 // 2 pools, 2 dense; resnet 5 conv, 5 batch norms, 2 pools, 1 dense.
-int layers_of(const std::string& workload) { return workload == "mlp" ? 3 : workload == "cnn" ? 6 : 13; }
+// gpt: the gpt-small bench case (examples/gpt.h): an embedding, 2 blocks of 2 layer norms, 4
+// dense projections, the fused attention and a 2-layer MLP, a final layer norm: 20.
+int layers_of(const std::string& workload) {
+  return workload == "mlp" ? 3 : workload == "cnn" ? 6 : workload == "gpt" ? 20 : 13;
+}
+
+// towerjit_bench --workload gpt-small's model (bench/train_step.cpp).
+const examples::GptConfig kGpt{.vocab = 86, .context = 64, .dim = 64, .heads = 4, .layers = 2};
+
+HostFeeds gpt_feeds_of(int64_t batch) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(kGpt.vocab) - 1);
+  HostTensor tokens(Shape{batch, kGpt.context}, DType::i32), targets(Shape{batch, kGpt.context}, DType::i32);
+  for (int32_t& v : tokens.i32) v = token(rng);
+  for (int32_t& v : targets.i32) v = token(rng);
+  return {{"tokens", std::move(tokens)}, {"targets", std::move(targets)}};
+}
 
 HostFeeds feeds_of(int64_t batch) {
   std::mt19937 rng(7);
@@ -41,6 +58,13 @@ struct WorkloadTrainer {
   std::unique_ptr<TowerTrainer> trainer;
   explicit WorkloadTrainer(const std::string& workload) {
     GraphScope use(graph);
+    if (workload == "gpt") {
+      auto logits = examples::gpt(input("tokens", {kBatch, kGpt.context}, DType::i32), kGpt);
+      auto loss = mean(softmax_cross_entropy(logits, input("targets", {kBatch, kGpt.context}, DType::i32)));
+      trainer = std::make_unique<TowerTrainer>(graph, loss, Towers({towerjit::gpu(0)}), adam(1e-3),
+                                               TowerTrainerOptions{.seed = 1, .strategy = {.gpu_variables = true}});
+      return;
+    }
     auto image = input("image", {kBatch, 784});
     auto label = input("label", {kBatch}, DType::i32);
     auto logits = workload == "cnn"      ? examples::cnn(image)
@@ -55,18 +79,20 @@ struct WorkloadTrainer {
 
 }  // namespace
 
-int64_t default_batch(const std::string& workload) { return workload == "mlp" ? 4096 : 512; }
+int64_t default_batch(const std::string& workload) {
+  return workload == "mlp" ? 4096 : workload == "gpt" ? 32 : 512;
+}
 
 ModelledStep record_workload(const cost::GpuSpec& gpu, const std::string& workload, int64_t batch) {
-  if (workload != "mlp" && workload != "cnn" && workload != "resnet")
-    throw Error("towerjit_bench: --workload " + workload + " is not a model of the GPU cost model; use mlp, cnn or resnet");
+  if (workload != "mlp" && workload != "cnn" && workload != "resnet" && workload != "gpt")
+    throw Error("towerjit_bench: --workload " + workload + " is not a model of the GPU cost model; use mlp, cnn, resnet or gpt");
   ModelledStep m{.workload = workload, .batch = batch > 0 ? batch : default_batch(workload), .layers = layers_of(workload)};
   std::string tmpl = (std::filesystem::temp_directory_path() / "towerjit-gpu-model-XXXXXX").string();
   if (!mkdtemp(tmpl.data())) throw Error("towerjit_bench: cannot create a temporary directory for the dumps");
   cost::prepare_emulated_gpu(gpu, tmpl);
 
   WorkloadTrainer w(workload);
-  const HostFeeds feeds = feeds_of(m.batch);
+  const HostFeeds feeds = workload == "gpt" ? gpt_feeds_of(m.batch) : feeds_of(m.batch);
   auto t0 = Clock::now();
   w.trainer->step(feeds);
   m.warmup_seconds = seconds_since(t0);
@@ -85,7 +111,7 @@ namespace {
 int measure(const std::string& workload, int64_t batch, int steps) {
   batch = batch > 0 ? batch : default_batch(workload);
   WorkloadTrainer w(workload);
-  const HostFeeds feeds = feeds_of(batch);
+  const HostFeeds feeds = workload == "gpt" ? gpt_feeds_of(batch) : feeds_of(batch);
   for (int i = 0; i < 3; ++i) w.trainer->step(feeds);
   std::vector<double> ms;
   for (int i = 0; i < steps; ++i) {
@@ -126,7 +152,7 @@ int gpu_model_main(int argc, char** argv) {
     else if (a == "--top") top = std::stoi(value());
     else if (a == "--measure") measure_steps = std::max(1, std::stoi(value()));
     else throw Error("towerjit_bench --gpu-model: unknown argument " + a +
-                     "; use --gpu-model GPU --workload mlp|cnn|resnet [--batch N] [--graph] [--tf32] [--top N] [--measure STEPS]");
+                     "; use --gpu-model GPU --workload mlp|cnn|resnet|gpt [--batch N] [--graph] [--tf32] [--top N] [--measure STEPS]");
   }
   if (measure_steps > 0) return measure(workload, batch, measure_steps);
   const cost::GpuSpec& gpu = cost::gpu_spec(gpu_name);

@@ -1,9 +1,10 @@
-// `towerjit_bench --gpu-model h200 --workload mlp|cnn|resnet [--batch N] [--graph] [--json]`:
+// `towerjit_bench --gpu-model h200 --workload mlp|cnn|resnet|gpt [--batch N] [--graph] [--json]`:
 // one training step of the Fashion-MNIST example's model (examples/models.h; 784-512-512-10 for
 // mlp) on the emulated GPU with the variables on it, as `fashion_mnist --towers gpu:0 --steps 1`
 // with TOWERJIT_GPU_VARIABLES=on runs it, recorded launch by launch (runtime/cost/) and priced on
 // a named GPU by the cost model (jit/cost/launch_model.h): a predicted time per kernel and per
-// step, the roofline floor, their ratio and the launches a step. See docs/performance.md.
+// step, the roofline floor, their ratio and the launches a step; gpt is the gpt-small bench
+// case (examples/gpt.h, batch 32, its fused attention included). See docs/performance.md.
 // With `--measure STEPS` it runs the same step on the real GPU instead and prints its median
 // time (scripts/gpu-check.sh puts the two side by side).
 #pragma once
@@ -16,8 +17,8 @@
 
 namespace towerjit::bench {
 
-// A workload's step, recorded: `workload` is "mlp", "cnn" or "resnet"; `batch` 0 takes the
-// issue's batch (4096 for mlp, 512 otherwise). The process must not have used CUDA before.
+// A workload's step, recorded: `workload` is "mlp", "cnn", "resnet" or "gpt"; `batch` 0 takes
+// the batch (4096 for mlp, 32 for gpt, 512 otherwise). The process must not have used CUDA before.
 struct ModelledStep {
   std::string workload;
   int64_t batch = 0;

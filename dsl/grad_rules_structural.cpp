@@ -102,6 +102,29 @@ std::string forward_name(Op op) {
   throw Error("unreachable");  // user_check(false) has thrown already
 }
 
+// The fused attention's gradients recompute the probabilities from q, k and the saved
+// log-sum-exp (the forward's last column, read from y): dq by query rows, dk and dv together
+// by key rows ([..., Tk, d + dv], split here), so neither kernel sums across threads.
+void attention_grad(const GradContext& c, std::vector<Tensor>& dx) {
+  const std::vector<int> in = {c.x[0].id(), c.x[1].id(), c.x[2].id(), c.y.id(), c.dy.id()};
+  if (c.want[0]) dx[0] = primitive(c, Op::AttentionGradQ, in, c.in_shape(0));
+  if (!c.want[1] && !c.want[2]) return;
+  const Shape ks = c.in_shape(1);
+  const int r = ks.rank();
+  const int64_t d = ks[r - 1], dv = c.in_shape(2)[r - 1];
+  std::vector<int64_t> dims = ks.dims();
+  dims.back() = d + dv;
+  const Tensor kv = primitive(c, Op::AttentionGradKV, in, Shape(dims));
+  std::vector<int64_t> begin(r, 0), end = dims;
+  for (int i = 0; i < r; ++i)
+    if (dims[i] == kBatch) end[i] = kBatch;
+  end.back() = d;
+  if (c.want[1]) dx[1] = slice(kv, begin, end, c.loc());
+  begin.back() = d;
+  end.back() = d + dv;
+  if (c.want[2]) dx[2] = slice(kv, begin, end, c.loc());
+}
+
 }  // namespace
 
 bool backward_structural(const GradContext& c, std::vector<Tensor>& dx) {
@@ -137,8 +160,9 @@ bool backward_structural(const GradContext& c, std::vector<Tensor>& dx) {
       dx[1] = make(c.graph, Op::Gather, {g.id(), c.x[0].id()}, c.in_shape(1), DType::f32, attrs, loc);
       return true;
     }
+    case Op::Attention: attention_grad(c, dx); return true;
     case Op::Conv2DGradInput: case Op::Conv2DGradFilter: case Op::MaxPool2DGrad:
-    case Op::AvgPool2DGrad:
+    case Op::AvgPool2DGrad: case Op::AttentionGradQ: case Op::AttentionGradKV:
       no_second_derivative(c);
     default:
       return false;

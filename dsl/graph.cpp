@@ -108,6 +108,9 @@ std::string attrs_str(const Node& n) {
       out << " axis=" << a.axis << (a.dense_gradient ? " dense_gradient" : "");
       break;
     case Op::RandomUniform: out << " seed=" << a.seed; break;
+    case Op::Attention: case Op::AttentionGradQ: case Op::AttentionGradKV:
+      out << " scale=" << a.value << (a.causal ? " causal" : "");
+      break;
     case Op::Conv2D: case Op::Conv2DGradInput: case Op::Conv2DGradFilter:
       out << " stride=" << pair(a.stride) << " pad=" << pair(a.pad);
       break;

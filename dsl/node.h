@@ -30,6 +30,7 @@ struct Attrs {
   // gather: the table's gradient is the dense scatter (GatherGrad) even where the optimiser
   // could apply it sparsely (gather's and embedding's sparse = false; docs/dsl.md).
   bool dense_gradient = false;
+  bool causal = false;                // attention: query i sees keys j <= i only
 
   bool operator==(const Attrs&) const = default;
 };

@@ -56,11 +56,13 @@ Tensor rms_norm(Tensor x, const std::string& name, NormOptions options = {}, Loc
 struct AttentionOptions {
   bool causal = false;  // query i sees keys j <= i (top-left aligned, as PyTorch's is_causal)
   double scale = 0;     // 0: 1 / sqrt(the head dimension)
+  // One fused op (tiles over the keys, an online softmax, a backward that recomputes), which
+  // never holds the [..., Tq, Tk] scores; false composes matmul, the mask and softmax instead.
+  bool fused = true;
 };
 // softmax(q k^T * scale [masked]) v over the last two axes: q [..., Tq, d], k [..., Tk, d],
-// v [..., Tk, dv] -> [..., Tq, dv], leading axes broadcast as matmul's. The first, unfused
-// version: composed of matmul, the mask and softmax, so the forward holds the [..., Tq, Tk]
-// scores and probabilities (docs/dsl.md); a fused one is to replace it.
+// v [..., Tk, dv] -> [..., Tq, dv], leading axes broadcast as matmul's. Fused by default: the
+// forward and backward never hold the [..., Tq, Tk] scores or probabilities (docs/dsl.md).
 Tensor scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, AttentionOptions options = {},
                                     Loc loc = Loc::current());
 

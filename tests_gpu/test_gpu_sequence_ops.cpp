@@ -91,3 +91,11 @@ TEST_CASE("GPU: a sparse apply is refused when the program is built, naming spar
   tj::sgd(0.1).apply(tj::grad(loss2, table2), table2);
   CHECK_NOTHROW(tj::CudaProgram(dense, {loss2}, true));
 }
+
+TEST_CASE("GPU: fused attention matches the reference, causal and not, gradients included", "[gpu]") {
+  cases::attention(on_gpu(), " (GPU)", true);
+}
+
+TEST_CASE("GPU: fused attention of unequal queries and keys, shared heads and a second key tile matches the reference", "[gpu]") {
+  cases::attention_shapes(on_gpu(), " (GPU)");
+}

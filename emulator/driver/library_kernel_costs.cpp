@@ -1,5 +1,7 @@
 #include "emulator/driver/library_kernel_costs.h"
 
+#include <cmath>
+
 #include "jit/cuda/device/library_params.h"
 
 namespace towerjit::emulator {
@@ -14,6 +16,28 @@ double box_elements(const long long* dims, int rank) {
   double n = 1;
   for (int d = 0; d < rank; ++d) n *= static_cast<double>(dims[d]);
   return n;
+}
+
+// Query-key pairs an attention computes: every pair, or those with key j <= query i.
+double attention_pairs(const TjAttentionShape& s) {
+  if (!s.causal) return static_cast<double>(s.tq) * s.tk;
+  const double full = static_cast<double>(s.tq < s.tk ? s.tq : s.tk);  // rows i < tk see i + 1 keys
+  return full * (full + 1) / 2 + static_cast<double>(s.tq > s.tk ? s.tq - s.tk : 0) * s.tk;
+}
+
+// One fused attention kernel: a block of 16 rows reads the other side once per block, tile by
+// tile; each pair costs its dot products and axpys (2 FLOPs a multiply-add) and an exp.
+KernelCost attention_cost(const std::string& k, const TjAttentionShape& s) {
+  constexpr double f = 4, rows_per_block = 16;  // TJ_ATTN_ROWS
+  const double pairs = s.batches * attention_pairs(s), d = static_cast<double>(s.d), dv = static_cast<double>(s.dv);
+  const double b = static_cast<double>(s.batches), tq = static_cast<double>(s.tq), tk = static_cast<double>(s.tk);
+  const double q_blocks = std::ceil(tq / rows_per_block), k_blocks = std::ceil(tk / rows_per_block);
+  if (k == "tj_attention")  // q read, k and v once per query block, the packed output written
+    return {f * b * (tq * d + q_blocks * tk * (d + dv) + tq * (dv + 1)), pairs * (2 * d + 2 * dv + 4)};
+  if (k == "tj_attention_grad_q")  // q, out, d out read and dq written; k and v per query block
+    return {f * b * (2 * tq * d + 2 * tq * (dv + 1) + q_blocks * tk * (d + dv)), pairs * (4 * d + 2 * dv + 6)};
+  // grad_kv: k, v read and dk, dv written; q, d out and out's statistics per key block
+  return {f * b * (2 * tk * (d + dv) + k_blocks * tq * (d + 2 * (dv + 1))), pairs * (4 * d + 4 * dv + 6)};
 }
 
 }  // namespace
@@ -57,6 +81,8 @@ KernelCost library_kernel_cost(const std::string& k, void** params) {
                      param<long long>(params, 6);
     return {f * 4 * n, n};
   }
+  if (k == "tj_attention") return attention_cost(k, param<TjAttentionShape>(params, 4));
+  if (k == "tj_attention_grad_q" || k == "tj_attention_grad_kv") return attention_cost(k, param<TjAttentionShape>(params, 6));
   if (k == "tj_pad") {
     const auto& b = param<TjBox>(params, 2);
     return {f * (box_elements(b.src, b.rank) + box_elements(b.dst, b.rank)), 0};

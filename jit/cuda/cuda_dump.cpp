@@ -102,6 +102,9 @@ std::string library_routine(const kir::LibraryCall& c, bool cudnn) {
     case Op::Gather: return "tj_gather";
     case Op::GatherGrad: return "cuMemsetD32Async + tj_gather_grad";
     case Op::CombineRows: case Op::ScatterRows: return "none yet (CPU only)";
+    case Op::Attention: return "tj_attention";
+    case Op::AttentionGradQ: return "tj_attention_grad_q";
+    case Op::AttentionGradKV: return "tj_attention_grad_kv";
     case Op::Pad: return "tj_pad";
     case Op::Concat: return "tj_copy_box per part";
     default: return "none";

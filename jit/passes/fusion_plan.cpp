@@ -13,6 +13,7 @@ bool is_library(Op op) {
     case Op::Conv2DGradInput: case Op::Conv2DGradFilter: case Op::MaxPool2D:
     case Op::MaxPool2DGrad: case Op::AvgPool2D: case Op::AvgPool2DGrad: case Op::Pad:
     case Op::Concat: case Op::Gather: case Op::GatherGrad: case Op::CombineRows: case Op::ScatterRows:
+    case Op::Attention: case Op::AttentionGradQ: case Op::AttentionGradKV:
       return true;
     default:
       return false;

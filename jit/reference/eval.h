@@ -66,6 +66,14 @@ Array eval_gather_grad(const EvalArgs& a);
 Array eval_combine_rows(const EvalArgs& a);
 Array eval_scatter_rows(const EvalArgs& a);
 
+// --- eval_attention.cpp ---------------------------------------------------------------------
+Array eval_attention(const EvalArgs& a);
+Array eval_attention_grad_q(const EvalArgs& a);
+Array eval_attention_grad_kv(const EvalArgs& a);
+// Their error bounds (error_bounds.cpp's analysis), beside the evaluations they bound.
+Array attention_bound(const EvalArgs& a, const std::vector<const Array*>& bounds, const Array& y);
+Array attention_grad_bound(const EvalArgs& a, const std::vector<const Array*>& bounds, const Array& y);
+
 // --- eval_conv.cpp --------------------------------------------------------------------------
 Array eval_conv2d(const EvalArgs& a);
 Array eval_conv2d_grad_input(const EvalArgs& a);

@@ -195,6 +195,9 @@ Array evaluate(const EvalArgs& a, const Feeds& feeds, const Variables& variables
     case Op::GatherGrad: return eval_gather_grad(a);
     case Op::CombineRows: return eval_combine_rows(a);
     case Op::ScatterRows: return eval_scatter_rows(a);
+    case Op::Attention: return eval_attention(a);
+    case Op::AttentionGradQ: return eval_attention_grad_q(a);
+    case Op::AttentionGradKV: return eval_attention_grad_kv(a);
     case Op::Conv2D: return eval_conv2d(a);
     case Op::Conv2DGradInput: return eval_conv2d_grad_input(a);
     case Op::Conv2DGradFilter: return eval_conv2d_grad_filter(a);

@@ -1,5 +1,6 @@
 #include "runtime/cpu/library.h"
 
+#include "runtime/cpu/attention.h"
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/gemm_half.h"
@@ -174,6 +175,9 @@ void run_library_call(const kir::LibraryCall& call, const Node& node,
     case Op::GatherGrad: return gather_grad(node, in[0], in[1], out);
     case Op::CombineRows: return combine_rows(node, in[0], in[1], out);
     case Op::ScatterRows: return scatter_rows(node, in[0], in[1], in[2], out);
+    case Op::Attention: return attention(call.attrs, in, out, pool);
+    case Op::AttentionGradQ: return attention_grad_q(call.attrs, in, out, pool);
+    case Op::AttentionGradKV: return attention_grad_kv(call.attrs, in, out, pool);
     case Op::Pad:
       std::memset(out.data, 0, out.shape.elements(0) * 4);
       return copy_box(in[0], out, call.attrs.begin);

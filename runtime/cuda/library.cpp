@@ -4,6 +4,7 @@
 
 #include "dsl/error.h"
 #include "dsl/index_errors.h"
+#include "jit/kir/attention_geometry.h"
 #include "jit/kir/matmul_geometry.h"
 #include "jit/cuda/device/library_params.h"
 
@@ -164,6 +165,29 @@ void pool(Op op, const Node& node, const std::vector<DeviceView>& in, const Devi
   }
 }
 
+// The fused attention ops: blocks of 16 rows (queries, or keys for dk and dv), 16 threads a
+// row, tiles of the other side in shared memory (library_kernels.cu); a block-stride loop, so
+// any grid does, capped as the grid-stride kernels' grids are.
+void attention(Op op, const Node& node, const std::vector<DeviceView>& in, const DeviceView& out, LibraryEnv& env) {
+  constexpr int kRows = 16, kThreads = kRows * 16;  // TJ_ATTN_ROWS, TJ_ATTN_ROWS * TJ_ATTN_LANES
+  const kir::AttentionGeometry g = kir::attention_geometry(in[0].shape, in[2].shape, node.attrs.causal);
+  TjAttentionShape s{g.batches, g.tq, g.tk, g.d, g.dv, static_cast<float>(node.attrs.value), g.causal ? 1 : 0};
+  const int64_t rows = op == Op::AttentionGradKV ? g.tk : g.tq;
+  const int64_t items = g.batches * ((rows + kRows - 1) / kRows);
+  if (items == 0) return;
+  const int64_t grid = std::min<int64_t>(items, int64_t{32} * env.device.sm_count());
+  CUdeviceptr q = in[0].ptr, k = in[1].ptr, v = in[2].ptr, o = out.ptr;
+  const char* name = op == Op::Attention ? "tj_attention" : op == Op::AttentionGradQ ? "tj_attention_grad_q" : "tj_attention_grad_kv";
+  const std::string what = std::string(name) + " for " + describe(node);
+  if (op == Op::Attention) {
+    void* params[] = {&q, &k, &v, &o, &s};
+    return launch(env.device.library_module().function(name), grid, kThreads, env.stream, params, what, node.loc);
+  }
+  CUdeviceptr y = in[3].ptr, dy = in[4].ptr;
+  void* params[] = {&q, &k, &v, &y, &dy, &o, &s};
+  launch(env.device.library_module().function(name), grid, kThreads, env.stream, params, what, node.loc);
+}
+
 TjBox box(const Shape& src, const Shape& dst, const std::vector<int64_t>& origin, const Node& node) {
   internal_check(src.rank() <= 8 && src.rank() == dst.rank() && static_cast<int>(origin.size()) == src.rank())
       << op_name(node.op) << " of rank " << src.rank() << " on the GPU (at most 8)";
@@ -184,6 +208,8 @@ void run_library_call(const kir::LibraryCall& call, const Node& node, const std:
       return convolution(call, node, in, out, env);
     case Op::MaxPool2D: case Op::MaxPool2DGrad: case Op::AvgPool2D: case Op::AvgPool2DGrad:
       return pool(call.op, node, in, out, env);
+    case Op::Attention: case Op::AttentionGradQ: case Op::AttentionGradKV:
+      return attention(call.op, node, in, out, env);
     case Op::OneHot: {
       internal_check(env.error_slot != 0) << "one_hot without an error slot";
       check_cuda(require_driver().MemsetD32Async(env.error_slot, 0xffffffffu, 2, env.stream.handle()),

@@ -41,8 +41,12 @@ const char* no_onnx_form(Op op) {
              "(dropout() and by_phase() leave them out of inference), or export a model without them";
     case Op::Assign: case Op::AllReduce: case Op::Conv2DGradInput: case Op::Conv2DGradFilter:
     case Op::MaxPool2DGrad: case Op::AvgPool2DGrad: case Op::CombineRows: case Op::ScatterRows:
+    case Op::AttentionGradQ: case Op::AttentionGradKV:
       return "it belongs to training (an update, a collective or a gradient), not to a model's "
              "output; export the model's output tensor (TowerTrainerOptions::logits)";
+    case Op::Attention:
+      return "the fused attention is one op of towerjit's own; build the model with "
+             "scaled_dot_product_attention(q, k, v, {.fused = false}) to export its matmuls and softmax";
     default: return "";
   }
 }

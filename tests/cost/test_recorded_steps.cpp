@@ -6,11 +6,15 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 
 #include "bench/gpu_model.h"
 #include "jit/cost/gpu_specs.h"
 #include "jit/cost/launch_model.h"
+#include "runtime/cost/recorded_step.h"
+#include "towerjit.h"
 
 namespace cost = towerjit::cost;
 namespace bench = towerjit::bench;
@@ -58,3 +62,44 @@ TEST_CASE("cost records: every launch of a step is recorded with its shape, work
 }
 
 // The failing checks of issue 21 are in test_recorded_steps_goals.cpp.
+
+// The fused attention's three library kernels are launches the cost model prices: a block of
+// 16 threads a row for 16 rows, the bytes and FLOPs of emulator/driver/library_kernel_costs.cpp.
+TEST_CASE("cost records: the fused attention runs as its three kernels, each with bytes and FLOPs") {
+  namespace tj = towerjit;
+  const cost::GpuSpec& h = cost::gpu_spec("h200");
+  std::string dir = (std::filesystem::temp_directory_path() / "towerjit-attention-cost-XXXXXX").string();
+  REQUIRE(mkdtemp(dir.data()) != nullptr);
+  cost::prepare_emulated_gpu(h, dir);
+  constexpr int64_t kBatch = 4, kT = 37, kD = 8;  // 4 x 2 heads = 8 problems, three 16-row blocks each
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {tj::kBatch, 2, kT, kD});
+  auto q = tj::matmul(x, tj::variable("w", {kD, kD}, {.init = tj::init::normal(0, 0.5)}));
+  auto y = tj::scaled_dot_product_attention(q, q, q, {.causal = true});  // every input differentiated
+  auto loss = tj::mean(y * y);
+  tj::TowerTrainer trainer(g, loss, tj::Towers({tj::gpu(0)}), tj::sgd(0.1),
+                           tj::TowerTrainerOptions{.seed = 1, .strategy = {.gpu_variables = true}});
+  tj::HostTensor xs(tj::Shape{kBatch, 2, kT, kD});
+  for (size_t i = 0; i < xs.f32.size(); ++i) xs.f32[i] = static_cast<float>((i * 37 % 101) / 50.0 - 1);
+  const tj::HostFeeds feeds{{"x", xs}};
+  trainer.step(feeds);
+  const std::vector<cost::Launch> launches = cost::record_step(trainer, feeds, dir, kBatch);
+  std::filesystem::remove_all(dir);
+  const double pairs = 8.0 * kT * (kT + 1) / 2;  // causal: query i sees i + 1 keys
+  std::map<std::string, int> seen;
+  for (const cost::Launch& l : launches) {
+    if (l.name.rfind("tj_attention", 0) != 0) continue;
+    INFO(l.name);
+    ++seen[l.name];
+    CHECK(l.blocks == 24);
+    CHECK(l.threads_per_block == 256);
+    CHECK(l.shared_bytes >= 2 * 4096 * 4);  // two tiles of 4096 floats
+    CHECK(l.bytes > 0);
+    const double per_pair = l.name == "tj_attention" ? 2 * kD + 2 * kD + 4
+                            : l.name == "tj_attention_grad_q" ? 4 * kD + 2 * kD + 6
+                                                              : 4 * kD + 4 * kD + 6;
+    CHECK(l.flops == pairs * per_pair);
+  }
+  CHECK(seen == std::map<std::string, int>{{"tj_attention", 1}, {"tj_attention_grad_q", 1}, {"tj_attention_grad_kv", 1}});
+}

@@ -225,4 +225,44 @@ TEST_CASE("gradients of scaled_dot_product_attention match finite differences", 
                [causal](const Xs& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {.causal = causal, .scale = 0.7}); });
   check_op("attention over heads [B,2,5,3], 4 keys", {{Shape{kBatch, 2, 5, 3}}, {Shape{kBatch, 2, 4, 3}}, {Shape{kBatch, 2, 4, 2}}},
            [](const Xs& x) { return scaled_dot_product_attention(x[0], x[1], x[2]); });
+  // The composed form keeps its own gradients.
+  check_op("unfused attention T = 7 causal", {{Shape{kBatch, 7, 3}}, {Shape{kBatch, 7, 3}}, {Shape{kBatch, 7, 2}}},
+           [](const Xs& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {.causal = true, .fused = false}); });
+  // Fused, causal with fewer queries than keys and more, and keys broadcast over the heads.
+  check_op("fused attention causal, 5 queries, 3 keys", {{Shape{kBatch, 5, 3}}, {Shape{kBatch, 3, 3}}, {Shape{kBatch, 3, 1}}},
+           [](const Xs& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {.causal = true}); });
+  check_op("fused attention causal, 3 queries, 6 keys, shared over 2 heads",
+           {{Shape{kBatch, 2, 3, 5}}, {Shape{kBatch, 1, 6, 5}}, {Shape{kBatch, 1, 6, 3}}},
+           [](const Xs& x) { return scaled_dot_product_attention(x[0], x[1], x[2], {.causal = true}); });
+}
+
+// In the reference interpreter's double precision the fused op and its gradient ops are the
+// composed form's function: equal to rounding, forward and all three gradients.
+TEST_CASE("fused attention equals the composed form, values and gradients", "[dsl][sequence][attention]") {
+  for (int64_t t : {1, 7, 127})
+    for (bool causal : {false, true}) {
+      Graph g;
+      GraphScope use(g);
+      const int64_t d = 5, dv = 3;
+      auto q = input("q", {2, 2, t, d}), k = input("k", {2, 2, t, d}), v = input("v", {2, 2, t, dv});
+      auto r = input("r", {2, 2, t, dv});
+      auto fused = scaled_dot_product_attention(q, k, v, {.causal = causal});
+      auto composed = scaled_dot_product_attention(q, k, v, {.causal = causal, .fused = false});
+      const std::vector<Tensor> gf = grad(sum(fused * r), {q, k, v}), gc = grad(sum(composed * r), {q, k, v});
+      std::mt19937 rng(static_cast<unsigned>(t) + 100);
+      reference::Feeds feeds{{"q", draw(Arg{Shape{2, 2, t, d}}, rng)}, {"k", draw(Arg{Shape{2, 2, t, d}}, rng)},
+                             {"v", draw(Arg{Shape{2, 2, t, dv}}, rng)}, {"r", draw(Arg{Shape{2, 2, t, dv}}, rng)}};
+      reference::Variables none;
+      const auto got = reference::run(g, {fused, gf[0], gf[1], gf[2]}, feeds, none);
+      const auto want = reference::run(g, {composed, gc[0], gc[1], gc[2]}, feeds, none);
+      for (size_t n = 0; n < got.size(); ++n) {
+        double worst = 0, scale = 0;
+        for (int64_t i = 0; i < got[n].size(); ++i) {
+          worst = std::max(worst, std::abs(got[n][i] - want[n][i]));
+          scale = std::max(scale, std::abs(want[n][i]));
+        }
+        INFO("T = " << t << (causal ? " causal" : "") << ", output " << n << ": largest difference " << worst);
+        CHECK(worst <= 1e-12 * std::max(1.0, scale));  // double rounding of sums of at most 127 terms
+      }
+    }
 }

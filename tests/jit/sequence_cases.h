@@ -108,25 +108,51 @@ inline void norms_and_softmax(const Runner& run, const std::string& where) {
   }
 }
 
-// The unfused scaled_dot_product_attention, causal and not, forward and every gradient, at
-// sequence lengths 1, 7 and 127.
-inline void attention(const Runner& run, const std::string& where) {
+// scaled_dot_product_attention, causal and not, forward and every gradient, at sequence
+// lengths 1, 7 and 127: unfused (composed of matmul, the mask and softmax; head dimension 4)
+// or fused (one Attention op and its two gradient ops; an odd head dimension, 5).
+inline void attention(const Runner& run, const std::string& where, bool fused = false) {
+  const int64_t d = fused ? 5 : 4;
   for (int64_t t : {1, 7, 127}) {
     Graph g;
     GraphScope use(g);
-    auto q = input("q", {kBatch, 2, t, 4}), k = input("k", {kBatch, 2, t, 4}), v = input("v", {kBatch, 2, t, 3});
-    auto plain = scaled_dot_product_attention(q, k, v);
-    auto causal = scaled_dot_product_attention(q, k, v, {.causal = true});
+    auto q = input("q", {kBatch, 2, t, d}), k = input("k", {kBatch, 2, t, d}), v = input("v", {kBatch, 2, t, 3});
+    auto plain = scaled_dot_product_attention(q, k, v, {.fused = fused});
+    auto causal = scaled_dot_product_attention(q, k, v, {.causal = true, .fused = fused});
     auto loss = sum((plain + causal) * input("r", {kBatch, 2, t, 3}));
     const std::vector<Tensor> grads = grad(loss, {q, k, v});
     for (int64_t batch : {1, 3}) {
       reference::Variables none;
       auto r = run(g, {plain, causal, grads[0], grads[1], grads[2]},
-                   {{"q", random_array({batch, 2, t, 4}, 16, -2, 2)}, {"k", random_array({batch, 2, t, 4}, 17, -2, 2)},
+                   {{"q", random_array({batch, 2, t, d}, 16, -2, 2)}, {"k", random_array({batch, 2, t, d}, 17, -2, 2)},
                     {"v", random_array({batch, 2, t, 3}, 18)}, {"r", random_array({batch, 2, t, 3}, 19)}},
                    none, false, 0);
-      require_close(r, "attention, T = " + std::to_string(t) + " at batch " + std::to_string(batch) + where);
+      require_close(r, std::string(fused ? "fused" : "unfused") + " attention, T = " + std::to_string(t) + " at batch " +
+                           std::to_string(batch) + where);
     }
+  }
+}
+
+// The fused attention where the shapes differ: fewer queries than keys and more (causal and
+// not), keys and values shared by two heads (broadcast first), a head dimension of 1 and a
+// row of 70 keys (two tiles of 64 on the CPU, a partial second one).
+inline void attention_shapes(const Runner& run, const std::string& where) {
+  struct Case { int64_t tq, tk, d, dv; };
+  for (const Case c : {Case{5, 9, 3, 4}, Case{9, 5, 1, 2}, Case{3, 70, 6, 1}}) {
+    Graph g;
+    GraphScope use(g);
+    auto q = input("q", {kBatch, 2, c.tq, c.d}), k = input("k", {kBatch, 1, c.tk, c.d}), v = input("v", {kBatch, 1, c.tk, c.dv});
+    auto plain = scaled_dot_product_attention(q, k, v, {.scale = 0.8});
+    auto causal = scaled_dot_product_attention(q, k, v, {.causal = true});
+    auto loss = sum((plain + causal) * input("r", {kBatch, 2, c.tq, c.dv}));
+    const std::vector<Tensor> grads = grad(loss, {q, k, v});
+    reference::Variables none;
+    auto r = run(g, {plain, causal, grads[0], grads[1], grads[2]},
+                 {{"q", random_array({2, 2, c.tq, c.d}, 21, -2, 2)}, {"k", random_array({2, 1, c.tk, c.d}, 22, -2, 2)},
+                  {"v", random_array({2, 1, c.tk, c.dv}, 23)}, {"r", random_array({2, 2, c.tq, c.dv}, 24)}},
+                 none, false, 0);
+    require_close(r, "fused attention, " + std::to_string(c.tq) + " queries, " + std::to_string(c.tk) + " keys, d = " +
+                         std::to_string(c.d) + where);
   }
 }
 

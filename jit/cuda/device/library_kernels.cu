@@ -281,3 +281,177 @@ extern "C" __global__ void tj_copy_box(const tj_u32* __restrict__ src, tj_u32* _
     dst[o] = src[p];
   }
 }
+
+// Fused attention (ops.def: Attention and its two gradient ops; docs/cuda.md). A block of
+// TJ_ATTN_ROWS rows (queries for the forward and dq, keys for dk and dv) gives each row a group
+// of TJ_ATTN_LANES threads, and walks the other side in tiles staged in shared memory by the
+// whole block (as many rows as fit TJ_ATTN_SMEM floats, at most 64). A dot product is split
+// over the group's lanes by column and summed in a fixed shuffle tree, then broadcast, so every
+// lane holds the same score; each lane owns the output columns c = lane (mod TJ_ATTN_LANES).
+// The forward keeps each row's running maximum and sum and rescales its output row when a tile
+// raises the maximum (an online softmax): no [tq, tk] matrix is written. The backward
+// recomputes each probability from q, k and the saved log-sum-exp. No atomics: the same bits
+// every run. The output rows double as the accumulators. Every loop that shuffles runs the
+// same trips on every lane of a warp (rows whose keys end earlier mask their updates).
+#define TJ_ATTN_LANES 16
+#define TJ_ATTN_ROWS 16
+#define TJ_ATTN_TILE 64
+#define TJ_ATTN_SMEM 4096
+
+__device__ __forceinline__ tj_i64 tj_attn_tile(const TjAttentionShape& s) {
+  const tj_i64 width = s.d > s.dv ? s.d : s.dv, w = width > 1 ? width : 1, fit = TJ_ATTN_SMEM / w;
+  return fit < TJ_ATTN_TILE ? fit : TJ_ATTN_TILE;
+}
+__device__ __forceinline__ tj_i64 tj_attn_keys(const TjAttentionShape& s, tj_i64 i) {
+  return s.causal ? (i + 1 < s.tk ? i + 1 : s.tk) : s.tk;
+}
+// The group's dot product of a and b (n long): each lane's columns, then a fixed tree.
+__device__ __forceinline__ float tj_attn_dot(const float* a, const float* b, tj_i64 n, int lane) {
+  float v = 0.0f;
+  for (tj_i64 c = lane; c < n; c += TJ_ATTN_LANES) v += a[c] * b[c];
+  for (int d = TJ_ATTN_LANES / 2; d > 0; d >>= 1) v += __shfl_down_sync(0xffffffffu, v, d, TJ_ATTN_LANES);
+  return __shfl_sync(0xffffffffu, v, 0, TJ_ATTN_LANES);
+}
+// Rows [first, first + n) of a [*, width] matrix into shared memory, by the whole block.
+__device__ __forceinline__ void tj_attn_stage(float* to, const float* from, tj_i64 first, tj_i64 n, tj_i64 width) {
+  for (tj_i64 e = threadIdx.x; e < n * width; e += blockDim.x) to[e] = from[first * width + e];
+}
+
+extern "C" __global__ void tj_attention(const float* __restrict__ q, const float* __restrict__ k,
+                                        const float* __restrict__ v, float* __restrict__ out, TjAttentionShape s) {
+  __shared__ float ks[TJ_ATTN_SMEM];
+  __shared__ float vs[TJ_ATTN_SMEM];
+  const int lane = threadIdx.x % TJ_ATTN_LANES, r = threadIdx.x / TJ_ATTN_LANES;
+  const tj_i64 tile = tj_attn_tile(s), blocks = (s.tq + TJ_ATTN_ROWS - 1) / TJ_ATTN_ROWS;
+  for (tj_i64 item = blockIdx.x; item < s.batches * blocks; item += gridDim.x) {
+    const tj_i64 b = item / blocks, i0 = item % blocks * TJ_ATTN_ROWS, i = i0 + r;
+    const bool live = i < s.tq;
+    const tj_i64 last = (i0 + TJ_ATTN_ROWS < s.tq ? i0 + TJ_ATTN_ROWS : s.tq) - 1;
+    const tj_i64 block_keys = tj_attn_keys(s, last), mine = live ? tj_attn_keys(s, i) : 0;
+    const float* qi = q + (b * s.tq + (live ? i : 0)) * s.d;
+    float* o = out + (b * s.tq + (live ? i : 0)) * (s.dv + 1);
+    float m = -TJ_INF, l = 0.0f;
+    if (live)
+      for (tj_i64 c = lane; c < s.dv; c += TJ_ATTN_LANES) o[c] = 0.0f;
+    for (tj_i64 j0 = 0; j0 < block_keys; j0 += tile) {
+      const tj_i64 n = tile < block_keys - j0 ? tile : block_keys - j0;
+      __syncthreads();
+      tj_attn_stage(ks, k + b * s.tk * s.d, j0, n, s.d);
+      tj_attn_stage(vs, v + b * s.tk * s.dv, j0, n, s.dv);
+      __syncthreads();
+      const tj_i64 seen = mine - j0 < n ? mine - j0 : n;
+      TJ_WORK(n * ((s.d + s.dv) / TJ_ATTN_LANES + 6));
+      float scores[TJ_ATTN_TILE], top = m;
+      for (tj_i64 j = 0; j < n; ++j) {
+        const float sc = tj_attn_dot(qi, ks + j * s.d, s.d, lane) * s.scale;
+        scores[j] = sc;
+        if (j < seen) top = fmaxf(top, sc);
+      }
+      if (seen <= 0) continue;
+      const float rescale = expf(m - top);  // 0 on the first tile (m = -inf)
+      float sum = 0.0f;
+      for (tj_i64 j = 0; j < seen; ++j) sum += (scores[j] = expf(scores[j] - top));
+      l = l * rescale + sum;
+      m = top;
+      for (tj_i64 c = lane; c < s.dv; c += TJ_ATTN_LANES) {
+        float acc = o[c] * rescale;
+        for (tj_i64 j = 0; j < seen; ++j) acc += scores[j] * vs[j * s.dv + c];
+        o[c] = acc;
+      }
+    }
+    if (live) {
+      const float inv = 1.0f / l;
+      for (tj_i64 c = lane; c < s.dv; c += TJ_ATTN_LANES) o[c] *= inv;
+      if (lane == 0) o[s.dv] = m + logf(l);
+    }
+  }
+}
+
+// dq for a block of query rows: ds = exp(scale q.k - lse) (dO.v - dO.O) scale, dq += ds k.
+extern "C" __global__ void tj_attention_grad_q(const float* __restrict__ q, const float* __restrict__ k,
+                                               const float* __restrict__ v, const float* __restrict__ o,
+                                               const float* __restrict__ dout, float* __restrict__ dq,
+                                               TjAttentionShape s) {
+  __shared__ float ks[TJ_ATTN_SMEM];
+  __shared__ float vs[TJ_ATTN_SMEM];
+  const int lane = threadIdx.x % TJ_ATTN_LANES, r = threadIdx.x / TJ_ATTN_LANES;
+  const tj_i64 tile = tj_attn_tile(s), blocks = (s.tq + TJ_ATTN_ROWS - 1) / TJ_ATTN_ROWS;
+  for (tj_i64 item = blockIdx.x; item < s.batches * blocks; item += gridDim.x) {
+    const tj_i64 b = item / blocks, i0 = item % blocks * TJ_ATTN_ROWS, i = i0 + r;
+    const bool live = i < s.tq;
+    const tj_i64 last = (i0 + TJ_ATTN_ROWS < s.tq ? i0 + TJ_ATTN_ROWS : s.tq) - 1;
+    const tj_i64 block_keys = tj_attn_keys(s, last), mine = live ? tj_attn_keys(s, i) : 0;
+    const tj_i64 row = b * s.tq + (live ? i : 0);
+    const float *qi = q + row * s.d, *oi = o + row * (s.dv + 1), *di = dout + row * (s.dv + 1);
+    float* dqi = dq + row * s.d;
+    const float D = tj_attn_dot(di, oi, s.dv, lane), lse = oi[s.dv];
+    if (live)
+      for (tj_i64 c = lane; c < s.d; c += TJ_ATTN_LANES) dqi[c] = 0.0f;
+    for (tj_i64 j0 = 0; j0 < block_keys; j0 += tile) {
+      const tj_i64 n = tile < block_keys - j0 ? tile : block_keys - j0;
+      __syncthreads();
+      tj_attn_stage(ks, k + b * s.tk * s.d, j0, n, s.d);
+      tj_attn_stage(vs, v + b * s.tk * s.dv, j0, n, s.dv);
+      __syncthreads();
+      const tj_i64 seen = mine - j0 < n ? mine - j0 : n;
+      TJ_WORK(n * ((2 * s.d + s.dv) / TJ_ATTN_LANES + 11));
+      for (tj_i64 j = 0; j < n; ++j) {
+        const float* kj = ks + j * s.d;
+        const float score = tj_attn_dot(qi, kj, s.d, lane), dp = tj_attn_dot(di, vs + j * s.dv, s.dv, lane);
+        if (j >= seen) continue;
+        const float ds = expf(score * s.scale - lse) * (dp - D) * s.scale;
+        for (tj_i64 c = lane; c < s.d; c += TJ_ATTN_LANES) dqi[c] += ds * kj[c];
+      }
+    }
+  }
+}
+
+// dk and dv for a block of key rows, [tk, d + dv]: per tile of the queries that see them (their
+// q, dO, lse and dO.O staged), dv += p dO and dk += ds q.
+extern "C" __global__ void tj_attention_grad_kv(const float* __restrict__ q, const float* __restrict__ k,
+                                                const float* __restrict__ v, const float* __restrict__ o,
+                                                const float* __restrict__ dout, float* __restrict__ dkv,
+                                                TjAttentionShape s) {
+  __shared__ float qs[TJ_ATTN_SMEM];
+  __shared__ float dos[TJ_ATTN_SMEM];
+  __shared__ float lses[TJ_ATTN_TILE];
+  __shared__ float Ds[TJ_ATTN_TILE];
+  const int lane = threadIdx.x % TJ_ATTN_LANES, r = threadIdx.x / TJ_ATTN_LANES;
+  const tj_i64 tile = tj_attn_tile(s), blocks = (s.tk + TJ_ATTN_ROWS - 1) / TJ_ATTN_ROWS;
+  const tj_i64 w = s.d + s.dv;
+  for (tj_i64 item = blockIdx.x; item < s.batches * blocks; item += gridDim.x) {
+    const tj_i64 b = item / blocks, j0 = item % blocks * TJ_ATTN_ROWS, j = j0 + r;
+    const bool live = j < s.tk;
+    const float *kj = k + (b * s.tk + (live ? j : 0)) * s.d, *vj = v + (b * s.tk + (live ? j : 0)) * s.dv;
+    float* dk = dkv + (b * s.tk + (live ? j : 0)) * w;
+    float* dv = dk + s.d;
+    if (live)
+      for (tj_i64 c = lane; c < w; c += TJ_ATTN_LANES) dk[c] = 0.0f;
+    for (tj_i64 i0 = s.causal ? j0 : 0; i0 < s.tq; i0 += tile) {  // earlier queries see none of these keys
+      const tj_i64 n = tile < s.tq - i0 ? tile : s.tq - i0;
+      __syncthreads();
+      tj_attn_stage(qs, q + b * s.tq * s.d, i0, n, s.d);
+      for (tj_i64 e = threadIdx.x; e < n * s.dv; e += blockDim.x)
+        dos[e] = dout[(b * s.tq + i0 + e / s.dv) * (s.dv + 1) + e % s.dv];
+      if (threadIdx.x < n) {  // no shuffles here: one thread a query
+        const tj_i64 row = b * s.tq + i0 + threadIdx.x;
+        const float *orow = o + row * (s.dv + 1), *drow = dout + row * (s.dv + 1);
+        float sum = 0.0f;
+        for (tj_i64 c = 0; c < s.dv; ++c) sum += drow[c] * orow[c];
+        lses[threadIdx.x] = orow[s.dv];
+        Ds[threadIdx.x] = sum;
+      }
+      __syncthreads();
+      TJ_WORK(n * ((2 * s.d + 2 * s.dv) / TJ_ATTN_LANES + 11));
+      for (tj_i64 t = 0; t < n; ++t) {
+        const float *qi = qs + t * s.d, *doi = dos + t * s.dv;
+        const float score = tj_attn_dot(qi, kj, s.d, lane), dp = tj_attn_dot(doi, vj, s.dv, lane);
+        if (!live || (s.causal && i0 + t < j)) continue;  // query i0 + t does not see key j
+        const float p = expf(score * s.scale - lses[t]);
+        const float ds = p * (dp - Ds[t]) * s.scale;
+        for (tj_i64 c = lane; c < s.d; c += TJ_ATTN_LANES) dk[c] += ds * qi[c];
+        for (tj_i64 c = lane; c < s.dv; c += TJ_ATTN_LANES) dv[c] += p * doi[c];
+      }
+    }
+  }
+}

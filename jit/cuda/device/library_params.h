@@ -23,4 +23,13 @@ struct TjBox {
   long long src[8], dst[8], origin[8];
 };
 
+// Fused attention (tj_attention*): `batches` problems of q [tq, d], k [tk, d], v [tk, dv],
+// the packed output [tq, dv + 1] (each row, then its log-sum-exp); query i sees keys j <= i
+// when `causal`.
+struct TjAttentionShape {
+  long long batches, tq, tk, d, dv;
+  float scale;
+  int causal;
+};
+
 #endif  // TOWERJIT_CUDA_DEVICE_LIBRARY_PARAMS_H

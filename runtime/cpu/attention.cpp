@@ -1,0 +1,238 @@
+#include "runtime/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "jit/kir/attention_geometry.h"
+#include "runtime/cpu/conv.h"
+#include "runtime/cpu/cpu_features.h"
+
+// Every inner loop is an axpy over a contiguous row (a tile of scores against a transposed
+// tile of keys, an output row against a value row), which the compiler vectorises without
+// reordering any sum; dot products never run across vector lanes. Each routine is compiled
+// twice, for the build's target and for AVX2 + FMA, and the second runs where the CPU has it.
+#define TJ_INLINE inline __attribute__((always_inline))
+
+namespace towerjit::cpujit {
+namespace {
+
+constexpr int64_t kQueryBlock = 32;  // rows of queries per task (forward, dq)
+constexpr int64_t kKeyBlock = 64;    // keys per tile (forward, dq); rows of keys per task (dk, dv)
+constexpr int64_t kQueryTile = 64;   // queries per tile (dk, dv)
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct Operands {
+  kir::AttentionGeometry g;
+  float scale;
+  const float *q, *k, *v, *o, *dout;  // o, dout: the packed [tq, dv + 1] rows (backward only)
+  float* out;
+  const float* qb(int64_t b) const { return q + b * g.tq * g.d; }
+  const float* kb(int64_t b) const { return k + b * g.tk * g.d; }
+  const float* vb(int64_t b) const { return v + b * g.tk * g.dv; }
+};
+
+// t[c * ld + r] = x[r * cols + c] for r < rows: a tile laid out so a row of it runs along r.
+TJ_INLINE void transpose_tile(const float* x, int64_t rows, int64_t cols, float* t, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[c * ld + r] = x[r * cols + c];
+}
+
+// s[i * ld + j] = sum_c a[i * cols + c] * bt[c * ld + j], for i < rows, j < n: c in order.
+TJ_INLINE void products(const float* a, int64_t rows, int64_t cols, const float* bt, int64_t n, float* s, int64_t ld) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* __restrict si = s + i * ld;
+    std::fill(si, si + n, 0.0f);
+    for (int64_t c = 0; c < cols; ++c) {
+      const float a_ic = a[i * cols + c];
+      const float* __restrict bc = bt + c * ld;
+      for (int64_t j = 0; j < n; ++j) si[j] += a_ic * bc[j];
+    }
+  }
+}
+
+// Rows [i0, i1) of problem b: running maximum m and sum l per row, the output accumulated in
+// acc and rescaled whenever a tile raises the maximum; then out = acc / l and lse = m + log l.
+TJ_INLINE void forward_block(const Operands& x, int64_t b, int64_t i0, int64_t i1, float* kt, float* s, float* acc,
+                             float* m, float* l) {
+  const auto& g = x.g;
+  const int64_t rows = i1 - i0;
+  const float* q = x.qb(b) + i0 * g.d;
+  std::fill(acc, acc + rows * g.dv, 0.0f);
+  std::fill(m, m + rows, kNegInf);
+  std::fill(l, l + rows, 0.0f);
+  const int64_t keys = g.keys(i1 - 1);
+  for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
+    const int64_t n = std::min(kKeyBlock, keys - j0);
+    transpose_tile(x.kb(b) + j0 * g.d, n, g.d, kt, kKeyBlock);
+    products(q, rows, g.d, kt, n, s, kKeyBlock);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* __restrict sr = s + r * kKeyBlock;
+      const int64_t seen = std::min(n, g.keys(i0 + r) - j0);  // keys of this tile row r sees
+      if (seen <= 0) continue;
+      float top = m[r];
+      for (int64_t j = 0; j < seen; ++j) top = std::max(top, sr[j] *= x.scale);
+      const float rescale = std::exp(m[r] - top);  // 0 on the first tile (m = -inf)
+      float sum = 0;
+      for (int64_t j = 0; j < seen; ++j) sum += (sr[j] = std::exp(sr[j] - top));
+      l[r] = l[r] * rescale + sum;
+      m[r] = top;
+      float* __restrict ar = acc + r * g.dv;
+      if (rescale != 1.0f)
+        for (int64_t c = 0; c < g.dv; ++c) ar[c] *= rescale;
+      for (int64_t j = 0; j < seen; ++j) {
+        const float p = sr[j];
+        const float* __restrict vj = x.vb(b) + (j0 + j) * g.dv;
+        for (int64_t c = 0; c < g.dv; ++c) ar[c] += p * vj[c];
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    float* __restrict o = x.out + (b * g.tq + i0 + r) * (g.dv + 1);
+    const float inv = 1.0f / l[r];
+    for (int64_t c = 0; c < g.dv; ++c) o[c] = acc[r * g.dv + c] * inv;
+    o[g.dv] = m[r] + std::log(l[r]);
+  }
+}
+
+// D_i = dO_i . O_i for rows [i0, i0 + rows), and their log-sum-exps, from the packed rows.
+TJ_INLINE void row_stats(const Operands& x, int64_t b, int64_t i0, int64_t rows, float* D, float* lse) {
+  const auto& g = x.g;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* o = x.o + (b * g.tq + i0 + r) * (g.dv + 1);
+    const float* dout = x.dout + (b * g.tq + i0 + r) * (g.dv + 1);
+    float sum = 0;
+    for (int64_t c = 0; c < g.dv; ++c) sum += dout[c] * o[c];
+    D[r] = sum, lse[r] = o[g.dv];
+  }
+}
+
+// The packed d out rows [i0, i0 + rows) without their last column, contiguous: [rows, dv].
+TJ_INLINE void gather_dout(const Operands& x, int64_t b, int64_t i0, int64_t rows, float* to) {
+  const auto& g = x.g;
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy_n(x.dout + (b * g.tq + i0 + r) * (g.dv + 1), g.dv, to + r * g.dv);
+}
+
+// dq for query rows [i0, i1): per key tile, P = exp(scale S - lse), dP = dO V^T,
+// dS = P (dP - D), dq += scale dS K.
+TJ_INLINE void grad_q_block(const Operands& x, int64_t b, int64_t i0, int64_t i1, float* kt, float* vt, float* s,
+                            float* dp, float* dout, float* D, float* lse) {
+  const auto& g = x.g;
+  const int64_t rows = i1 - i0;
+  const float* q = x.qb(b) + i0 * g.d;
+  float* dq = x.out + (b * g.tq + i0) * g.d;
+  std::fill(dq, dq + rows * g.d, 0.0f);
+  row_stats(x, b, i0, rows, D, lse);
+  gather_dout(x, b, i0, rows, dout);
+  const int64_t keys = g.keys(i1 - 1);
+  for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
+    const int64_t n = std::min(kKeyBlock, keys - j0);
+    transpose_tile(x.kb(b) + j0 * g.d, n, g.d, kt, kKeyBlock);
+    transpose_tile(x.vb(b) + j0 * g.dv, n, g.dv, vt, kKeyBlock);
+    products(q, rows, g.d, kt, n, s, kKeyBlock);
+    products(dout, rows, g.dv, vt, n, dp, kKeyBlock);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t seen = std::min(n, g.keys(i0 + r) - j0);
+      const float* __restrict sr = s + r * kKeyBlock;
+      const float* __restrict dpr = dp + r * kKeyBlock;
+      float* __restrict dqr = dq + r * g.d;
+      for (int64_t j = 0; j < seen; ++j) {
+        const float ds = std::exp(sr[j] * x.scale - lse[r]) * (dpr[j] - D[r]) * x.scale;
+        const float* __restrict kj = x.kb(b) + (j0 + j) * g.d;
+        for (int64_t c = 0; c < g.d; ++c) dqr[c] += ds * kj[c];
+      }
+    }
+  }
+}
+
+// dk and dv for key rows [j0, j1): per tile of the queries that see them, P^T and dP^T by key
+// row, dv += P^T dO, dk += scale dS^T Q.
+TJ_INLINE void grad_kv_block(const Operands& x, int64_t b, int64_t j0, int64_t j1, float* qt, float* dot, float* s,
+                             float* dp, float* dout, float* D, float* lse) {
+  const auto& g = x.g;
+  const int64_t rows = j1 - j0, w = g.d + g.dv;
+  float* out = x.out + (b * g.tk + j0) * w;
+  std::fill(out, out + rows * w, 0.0f);
+  const int64_t first = g.causal ? j0 : 0;  // queries before j0 see none of these keys
+  for (int64_t i0 = first; i0 < g.tq; i0 += kQueryTile) {
+    const int64_t n = std::min(kQueryTile, g.tq - i0);
+    row_stats(x, b, i0, n, D, lse);
+    gather_dout(x, b, i0, n, dout);
+    transpose_tile(x.qb(b) + i0 * g.d, n, g.d, qt, kQueryTile);
+    transpose_tile(dout, n, g.dv, dot, kQueryTile);
+    products(x.kb(b) + j0 * g.d, rows, g.d, qt, n, s, kQueryTile);
+    products(x.vb(b) + j0 * g.dv, rows, g.dv, dot, n, dp, kQueryTile);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t j = j0 + r;
+      const float* __restrict sr = s + r * kQueryTile;
+      const float* __restrict dpr = dp + r * kQueryTile;
+      float* __restrict dk = out + r * w;
+      float* __restrict dv = dk + g.d;
+      for (int64_t t = 0; t < n; ++t) {
+        if (g.causal && i0 + t < j) continue;  // query i0 + t does not see key j
+        const float p = std::exp(sr[t] * x.scale - lse[t]);
+        const float ds = p * (dpr[t] - D[t]) * x.scale;
+        const float* __restrict qi = x.qb(b) + (i0 + t) * g.d;
+        const float* __restrict doi = dout + t * g.dv;
+        for (int64_t c = 0; c < g.d; ++c) dk[c] += ds * qi[c];
+        for (int64_t c = 0; c < g.dv; ++c) dv[c] += p * doi[c];
+      }
+    }
+  }
+}
+
+enum class Pass { forward, grad_q, grad_kv };
+
+// One task: block `item` of the pass, with its scratch tiles.
+TJ_INLINE void run_items(const Operands& x, Pass pass, int64_t begin, int64_t end) {
+  const auto& g = x.g;
+  const int64_t width = std::max({g.d, g.dv, int64_t{1}});
+  std::vector<float> t1(width * kQueryTile), t2(width * kQueryTile), s(kQueryTile * kQueryTile),
+      dp(kQueryTile * kQueryTile), rows(kQueryTile * width), D(kQueryTile), lse(kQueryTile);
+  const int64_t block = pass == Pass::grad_kv ? kKeyBlock : kQueryBlock;
+  const int64_t length = pass == Pass::grad_kv ? g.tk : g.tq;
+  const int64_t blocks = (length + block - 1) / block;
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t b = item / blocks, lo = (item % blocks) * block, hi = std::min(length, lo + block);
+    switch (pass) {
+      case Pass::forward: forward_block(x, b, lo, hi, t1.data(), s.data(), rows.data(), D.data(), lse.data()); break;
+      case Pass::grad_q: grad_q_block(x, b, lo, hi, t1.data(), t2.data(), s.data(), dp.data(), rows.data(), D.data(), lse.data()); break;
+      case Pass::grad_kv: grad_kv_block(x, b, lo, hi, t1.data(), t2.data(), s.data(), dp.data(), rows.data(), D.data(), lse.data()); break;
+    }
+  }
+}
+
+void run_items_generic(const Operands& x, Pass pass, int64_t begin, int64_t end) { run_items(x, pass, begin, end); }
+TOWERJIT_TARGET_AVX2 void run_items_avx2(const Operands& x, Pass pass, int64_t begin, int64_t end) {
+  run_items(x, pass, begin, end);
+}
+
+void run(const Attrs& at, const std::vector<View>& in, const View& out, ThreadPool* pool, Pass pass) {
+  static_assert(kKeyBlock <= kQueryTile && kQueryBlock <= kQueryTile, "scratch tiles are kQueryTile wide");
+  Operands x{kir::attention_geometry(in[0].shape, in[2].shape, at.causal), static_cast<float>(at.value),
+             in[0].f(), in[1].f(), in[2].f(), in.size() > 3 ? in[3].f() : nullptr,
+             in.size() > 4 ? in[4].f() : nullptr, out.f()};
+  const int64_t block = pass == Pass::grad_kv ? kKeyBlock : kQueryBlock;
+  const int64_t length = pass == Pass::grad_kv ? x.g.tk : x.g.tq;
+  const int64_t items = x.g.batches * ((length + block - 1) / block);
+  const bool avx2 = isa_allows(CpuIsa::avx2);  // asked once: it reads the environment
+  parallel(pool, items, [&](int64_t begin, int64_t end) {
+    if (avx2) run_items_avx2(x, pass, begin, end);
+    else run_items_generic(x, pass, begin, end);
+  });
+}
+
+}  // namespace
+
+void attention(const Attrs& at, const std::vector<View>& in, const View& out, ThreadPool* pool) {
+  run(at, in, out, pool, Pass::forward);
+}
+void attention_grad_q(const Attrs& at, const std::vector<View>& in, const View& out, ThreadPool* pool) {
+  run(at, in, out, pool, Pass::grad_q);
+}
+void attention_grad_kv(const Attrs& at, const std::vector<View>& in, const View& out, ThreadPool* pool) {
+  run(at, in, out, pool, Pass::grad_kv);
+}
+
+}  // namespace towerjit::cpujit
