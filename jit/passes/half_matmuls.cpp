@@ -17,8 +17,8 @@ PrecisionPolicy& policy() {
 
 void set_precision_policy(const PrecisionPolicy& p) {
   user_check(p.matmul_operands == DType::f32 || is_half_float(p.matmul_operands), std::source_location::current())
-      << "set_precision_policy: matmul operands of " << dtype_name(p.matmul_operands)
-      << " cannot be; set DType::f32, DType::bf16 or DType::f16";
+      << "set_precision_policy: matrix products cannot take their operands in " << dtype_name(p.matmul_operands)
+      << "; set matmul_operands to DType::f32, DType::bf16 or DType::f16";
   std::lock_guard lock(policy_mutex);
   policy() = p;
 }
