@@ -40,6 +40,18 @@ void write_dump(const std::string& dir, const std::string& name, const std::stri
 
 }  // namespace
 
+std::string part_name(const std::string& module_name, size_t part) {
+  return module_name + ".part" + std::to_string(part);
+}
+
+std::string module_of_part(const std::string& name) {
+  const size_t dot = name.rfind(".part");
+  if (dot == std::string::npos || dot + 5 == name.size()) return name;
+  for (size_t i = dot + 5; i < name.size(); ++i)
+    if (name[i] < '0' || name[i] > '9') return name;
+  return name.substr(0, dot);
+}
+
 std::vector<std::vector<int>> cut_into_parts(const CudaModule& module) {
   internal_check(module.kernel_sources.size() == module.kernels.size())
       << "CUDA module with " << module.kernels.size() << " kernels but " << module.kernel_sources.size() << " texts";
@@ -83,7 +95,7 @@ CompiledCudaModule compile_cuda_module(const CudaModule& module, const std::stri
   auto work = [&] {
     for (size_t i = next++; i < cut.size(); i = next++) {
       try {
-        c.parts[i] = compile_cuda_undumped(sources[i], module_name + ".part" + std::to_string(i), arch);
+        c.parts[i] = compile_cuda_undumped(sources[i], part_name(module_name, i), arch);
       } catch (...) {
         errors[i] = std::current_exception();
       }

@@ -36,6 +36,12 @@ struct CompiledCudaModule {
   std::string ptx() const;        // the parts' PTX, in order, each headed by a comment
 };
 
+// "<module_name>.part<i>": the name part i compiles under (NVRTC's program, the emulator's
+// launch records, errors); and back, the module a part's name belongs to (a name that is no
+// part's is returned as it is).
+std::string part_name(const std::string& module_name, size_t part);
+std::string module_of_part(const std::string& name);
+
 // The kernels of `module` cut into parts: for each part, the indices of its kernels.
 std::vector<std::vector<int>> cut_into_parts(const CudaModule& module);
 

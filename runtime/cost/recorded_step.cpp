@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "dsl/error.h"
+#include "jit/cuda/module_parts.h"
 #include "jit/knobs.h"
 
 namespace towerjit::cost {
@@ -106,7 +107,8 @@ std::vector<Launch> launches_from_records(const std::string& json_lines, const s
     Launch l;
     l.kind = r["kind"];
     l.name = r["name"];
-    l.module = r["module"];
+    // A program's module compiles in parts (jit/cuda/module_parts.h); a launch counts as its program's.
+    l.module = cuda::module_of_part(r["module"]);
     const auto& g = r["grid"];
     const auto& b = r["block"];
     l.blocks = g[0].get<int64_t>() * g[1].get<int64_t>() * g[2].get<int64_t>();

@@ -83,7 +83,7 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
     compiled_ = cuda::compile_cuda_module(module_, name_, cuda::resolve_arch("", device_->arch()));
     for (size_t i = 0; i < compiled_.parts.size(); ++i)
       loaded_.push_back(std::make_unique<cuda::LoadedModule>(*device_, compiled_.parts[i],
-                                                             name_ + ".part" + std::to_string(i), loc));
+                                                             cuda::part_name(name_, i), loc));
     for (size_t i = 0; i < module_.kernels.size(); ++i) {
       const cuda::LoadedModule& part = *loaded_[compiled_.part_of_kernel[i]];
       functions_.push_back(part.function(module_.kernels[i].symbol));

@@ -99,19 +99,21 @@ TEST_CASE("convolution: direct and im2col paths match the reference at odd geome
 
 // The filter gradient sums a fixed number of chunks of the batch, and the forward and
 // input-gradient kernels split images: the same bits whatever the number of threads, at every
-// instruction set level and on the im2col path.
+// instruction set level the direct kernels have. Not the im2col path: it splits each product
+// over the pool, and OpenBLAS may take another code path for a part's smaller shape (seen with
+// its Haswell kernels at 127 output channels), which the reference tests bound instead.
 TEST_CASE("convolution: the same bits whatever the thread count", "[cpu][jit][isa]") {
   struct Geometry { int64_t c, h, w, o, k; int stride, pad; };
   const Geometry geometries[] = {{16, 9, 11, 16, 3, 1, 1}, {1, 7, 7, 16, 3, 1, 1}, {33, 6, 5, 40, 3, 2, 1},
                                  {7, 5, 9, 127, 3, 1, 2}};
-  std::vector<const char*> levels{nullptr};
+  std::vector<const char*> levels;
   for (tj::knobs::CpuIsa level : {tj::knobs::CpuIsa::avx512, tj::knobs::CpuIsa::avx2})
     if (level <= tj::cpujit::cpu_isa()) levels.push_back(tj::cpujit::isa_name(level));
   tj::ThreadPool two(2), three(3);
   for (const Geometry& ge : geometries)
     for (const char* level : levels) {
-      tj::test::ScopedEnv isa("TOWERJIT_CPU_ISA", level ? std::optional<std::string>(level) : std::nullopt);
-      tj::test::ScopedEnv direct("TOWERJIT_DIRECT_CONV", level ? "on" : "off");
+      tj::test::ScopedEnv isa("TOWERJIT_CPU_ISA", level);
+      tj::test::ScopedEnv direct("TOWERJIT_DIRECT_CONV", "on");
       tj::Graph g;
       tj::GraphScope use(g);
       auto x = tj::input("x", {kBatch, ge.c, ge.h, ge.w});
@@ -131,7 +133,7 @@ TEST_CASE("convolution: the same bits whatever the thread count", "[cpu][jit][is
       }
       for (size_t p = 1; p < results.size(); ++p)
         for (size_t o = 0; o < results[0].size(); ++o) {
-          INFO("level " << (level ? level : "im2col") << " c=" << ge.c << " o=" << ge.o << " output " << o
+          INFO("level " << level << " c=" << ge.c << " o=" << ge.o << " output " << o
                         << " pool " << p);
           CHECK(results[p][o].f32 == results[0][o].f32);
         }

@@ -61,6 +61,14 @@ TEST_CASE("a CUDA module is cut into runs of kernels of about kPartBytes, in ord
   CHECK(cu::cut_into_parts(module_of(0, 100)).empty());
 }
 
+TEST_CASE("a part's name says its module, and only a part's", "[cuda]") {
+  CHECK(cu::part_name("tower_step", 3) == "tower_step.part3");
+  CHECK(cu::module_of_part("tower_step.part3") == "tower_step");
+  CHECK(cu::module_of_part("a.part1.part12") == "a.part1");
+  for (const char* whole : {"tower_step", "tower_step.part", "tower_step.partx", "towerjit_library"})
+    CHECK(cu::module_of_part(whole) == whole);
+}
+
 TEST_CASE("every kernel of a module compiled as parts is in its part's PTX, and only there", "[cuda]") {
   TOWERJIT_REQUIRE_NVRTC();
   tj::test::CacheSandbox sandbox;
