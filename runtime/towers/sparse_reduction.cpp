@@ -18,6 +18,7 @@ HostTensor concat_rows(const std::vector<const HostTensor*>& parts, const std::v
   for (size_t t = 0; t < parts.size(); ++t) {
     const HostTensor& p = *parts[t];
     const int64_t n = p.size();
+    if (n == 0) continue;  // a tower that read no rows (its data() may be null)
     if (weights == nullptr) {
       std::memcpy(static_cast<char*>(out.data()) + at * 4, p.data(), n * 4);
     } else {
@@ -58,7 +59,7 @@ std::vector<HostTensor> unpack(const std::vector<std::vector<char>>& ranks, cons
       Shape shape = like[k].shape;
       shape[0] = rows;
       HostTensor& t = parts[k].emplace_back(shape, like[k].dtype);
-      std::memcpy(t.data(), from, t.size() * 4);
+      if (t.size() > 0) std::memcpy(t.data(), from, t.size() * 4);  // an empty tensor's data() may be null
       from += t.size() * 4;
     }
     internal_check(from == rank.data() + rank.size()) << "a rank's sparse gradients unpack to another size";

@@ -410,5 +410,5 @@ TEST_CASE("half floats: programs compiled under the bf16 policy match the refere
   tj::set_precision_policy({});
   CHECK(tj::precision_policy().matmul_operands == DType::f32);
   CHECK_THROWS_WITH(tj::set_precision_policy({.matmul_operands = DType::i32}),
-                    Catch::Contains("matmul operands of i32 cannot be"));
+                    Catch::Contains("matrix products cannot take their operands in i32"));
 }
