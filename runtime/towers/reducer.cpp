@@ -29,7 +29,8 @@ std::vector<TowerOutputs> Reducer::gather(const std::vector<TowerOutputs>& outpu
   char* at = mine.data();
   for (const TowerOutputs& tower : outputs)
     for (const HostTensor& t : tower.all()) {
-      std::memcpy(at, t.f32.data(), t.size() * bytes);
+      // (A sparse gradient, moved out by stage 0, is empty here, and its data() may be null.)
+      if (t.size() > 0) std::memcpy(at, t.f32.data(), t.size() * bytes);
       at += t.size() * bytes;
     }
   const std::vector<std::vector<char>> all = state_.world->all_gather(mine);
@@ -39,7 +40,7 @@ std::vector<TowerOutputs> Reducer::gather(const std::vector<TowerOutputs>& outpu
       std::vector<HostTensor> tower;
       for (const HostTensor& s : shapes) {
         HostTensor& t = tower.emplace_back(s.shape, s.dtype);
-        std::memcpy(t.f32.data(), from, t.size() * bytes);
+        if (t.size() > 0) std::memcpy(t.f32.data(), from, t.size() * bytes);
         from += t.size() * bytes;
       }
       out.emplace_back(std::move(tower), outputs[0].gradients(), outputs[0].sparse());
