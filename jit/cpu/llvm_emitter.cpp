@@ -12,6 +12,7 @@
 #include "dsl/error.h"
 #include "dsl/half_float.h"
 #include "dsl/philox.h"
+#include "jit/cpu/ir_math.h"
 #include "jit/passes/coalesce_axes.h"
 
 namespace towerjit::cpujit {
@@ -19,12 +20,7 @@ namespace {
 
 using kir::Expr;
 
-std::string float_literal(double v) {
-  const double d = static_cast<float>(v);  // LLVM wants the float's value in double hex
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%016llX", static_cast<unsigned long long>(std::bit_cast<uint64_t>(d)));
-  return buf;
-}
+std::string float_literal(double v) { return llvm_float_literal(v); }
 
 // The type a value has while the kernel computes: bf16 and f16 values are held in float.
 const char* ty(DType t) { return is_real(t) ? "float" : "i32"; }
@@ -56,6 +52,7 @@ class KernelEmitter {
   std::string binary(const Expr& e, const std::string& a, const std::string& b);
   std::string pick_nan_first(const char* fp, const std::string& a, const std::string& b, const std::string& v);
   std::string call(const char* fn, const std::string& x);
+  IrMath math() { return IrMath(out_, [this] { return tmp(); }); }
   std::string narrow(DType t, const std::string& x);
   std::string widen(DType t, const std::string& bits);
   void open_loop(int axis);
@@ -156,8 +153,8 @@ std::string KernelEmitter::unary(const Expr& e, const std::string& x) {
   auto line = [&](const std::string& rhs) { out_ << "  " << v << " = " << rhs << "\n"; return v; };
   switch (e.op) {
     case Op::Neg: return line(f ? "fneg float " + x : "sub i32 0, " + x);
-    case Op::Exp: return line("call float @llvm.exp.f32(float " + x + ")");
-    case Op::Log: return line("call float @llvm.log.f32(float " + x + ")");
+    case Op::Exp: return math().exp(x);
+    case Op::Log: return math().log(x);
     case Op::Sqrt: return line("call float @llvm.sqrt.f32(float " + x + ")");
     case Op::Rsqrt: {
       const std::string s = call("llvm.sqrt.f32", x);
@@ -181,16 +178,16 @@ std::string KernelEmitter::unary(const Expr& e, const std::string& x) {
     case Op::Sigmoid: {
       const std::string n = tmp();
       out_ << "  " << n << " = fneg float " << x << "\n";
-      const std::string ex = call("llvm.exp.f32", n), d = tmp();
+      const std::string ex = math().exp(n), d = tmp();
       out_ << "  " << d << " = fadd float 1.0, " << ex << "\n";
       return line("fdiv float 1.0, " + d);
     }
-    case Op::Tanh: return line("call float @tanhf(float " + x + ")");
-    case Op::Erf: return line("call float @erff(float " + x + ")");
+    case Op::Tanh: return math().tanh(x);
+    case Op::Erf: return math().erf(x);
     case Op::Gelu: {
       const std::string s = tmp();
       out_ << "  " << s << " = fmul float " << x << ", " << float_literal(0.70710678118654752) << "\n";
-      const std::string er = call("erff", s), a = tmp(), h = tmp();
+      const std::string er = math().erf(s), a = tmp(), h = tmp();
       out_ << "  " << a << " = fadd float 1.0, " << er << "\n";
       out_ << "  " << h << " = fmul float " << x << ", 0.5\n";
       return line("fmul float " + h + ", " + a);
@@ -198,7 +195,7 @@ std::string KernelEmitter::unary(const Expr& e, const std::string& x) {
     case Op::Softplus: {  // max(x, 0) + log1p(exp(-|x|)): no overflow for large |x|
       const std::string ab = call("llvm.fabs.f32", x), n = tmp();
       out_ << "  " << n << " = fneg float " << ab << "\n";
-      const std::string ex = call("llvm.exp.f32", n), lp = call("log1pf", ex), c = tmp(), m = tmp();
+      const std::string ex = math().exp(n), lp = math().log1p(ex), c = tmp(), m = tmp();
       out_ << "  " << c << " = fcmp ogt float " << x << ", 0.0\n";
       out_ << "  " << m << " = select i1 " << c << ", float " << x << ", float 0.0\n";
       return line("fadd float " + m + ", " + lp);
@@ -510,9 +507,9 @@ void KernelEmitter::emit_reduction() {
       value[j] = tmp();
       out_ << "  " << value[j] << " = load " << ty(type_of(j)) << ", ptr " << acc(j) << "\n";
       if (is_lse(j)) {  // max + log(sum of exp(x - max))
-        const std::string s = tmp(), l = tmp(), r = tmp();
+        const std::string s = tmp(), r = tmp();
         out_ << "  " << s << " = load float, ptr " << acc(j) << "s\n";
-        out_ << "  " << l << " = call float @llvm.log.f32(float " << s << ")\n";
+        const std::string l = math().log(s);
         out_ << "  " << r << " = fadd float " << value[j] << ", " << l << "\n";
         value[j] = r;
       }
@@ -566,14 +563,15 @@ void KernelEmitter::emit_reduction() {
 std::pair<std::string, std::string> KernelEmitter::combine_lse(const std::string& m1, const std::string& s1,
                                                                 const std::string& m2, const std::string& s2) {
   const std::string ninf = "0xFFF0000000000000";
-  const std::string skip = tmp(), take = tmp(), gt = tmp(), d1 = tmp(), d2 = tmp(), d = tmp(), e = tmp();
+  const std::string skip = tmp(), take = tmp(), gt = tmp(), d1 = tmp(), d2 = tmp(), d = tmp();
+  std::string e;
   out_ << "  " << skip << " = fcmp oeq float " << m2 << ", " << ninf << "\n";
   out_ << "  " << take << " = fcmp oeq float " << m1 << ", " << ninf << "\n";
   out_ << "  " << gt << " = fcmp ogt float " << m2 << ", " << m1 << "\n";
   out_ << "  " << d1 << " = fsub float " << m1 << ", " << m2 << "\n";
   out_ << "  " << d2 << " = fsub float " << m2 << ", " << m1 << "\n";
   out_ << "  " << d << " = select i1 " << gt << ", float " << d1 << ", float " << d2 << "\n";
-  out_ << "  " << e << " = call float @llvm.exp.f32(float " << d << ")\n";
+  e = math().exp(d);
   const std::string sa = tmp(), sa2 = tmp(), sb = tmp(), sb2 = tmp(), s = tmp(), m = tmp();
   out_ << "  " << sa << " = fmul float " << s1 << ", " << e << "\n";
   out_ << "  " << sa2 << " = fadd float " << sa << ", " << s2 << "\n";
@@ -744,15 +742,12 @@ std::string KernelEmitter::emit() {
 std::string emit_llvm_module(const kir::Program& program, std::vector<EmittedKernel>* kernels) {
   std::string text =
       "; towerjit CPU kernels\n"
-      "declare float @llvm.exp.f32(float)\n"
-      "declare float @llvm.log.f32(float)\n"
       "declare float @llvm.sqrt.f32(float)\n"
       "declare float @llvm.fabs.f32(float)\n"
       "declare float @llvm.pow.f32(float, float)\n"
-      "declare i32 @llvm.abs.i32(i32, i1)\n"
-      "declare float @tanhf(float)\n"
-      "declare float @erff(float)\n"
-      "declare float @log1pf(float)\n\n";
+      "declare i32 @llvm.abs.i32(i32, i1)\n";
+  text += kIrMathDeclarations;
+  text += "\n";
   kernels->clear();
   for (const auto& kernel : program.kernels) {
     EmittedKernel info;
