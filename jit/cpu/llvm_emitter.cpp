@@ -63,14 +63,13 @@ class KernelEmitter {
   void store_side_outputs();
   std::string combine(int out, const std::string& acc, const std::string& v);
   std::string identity(int out) const;
-  std::pair<std::string, std::string> combine_lse(const std::string& m1, const std::string& s1,
-                                                  const std::string& m2, const std::string& s2);
 
   const kir::Program& p_;
   const kir::Kernel* k_;  // the kernel, or the group's part being written
   EmittedKernel& info_;
   std::ostringstream out_;
   int next_ = 0;
+  std::string loop_tag_;  // told apart the labels of a loop nest emitted twice (log-sum-exp's max)
   std::vector<std::string> values_;  // SSA name of each expr, once emitted in this body
   std::vector<std::string> base_;    // base pointer of each kernel-local buffer slot
 };
@@ -418,18 +417,19 @@ void KernelEmitter::open_loop(int axis) {
   const bool split = axis == info_.split_axis;
   const std::string a = std::to_string(axis);
   const std::string end = split ? "%end" : k_->space[axis] == kBatch ? "%batch" : std::to_string(k_->space[axis]);
+  const std::string L = "L" + a + loop_tag_;
   out_ << "  store i64 " << (split ? "%begin" : "0") << ", ptr %i" << a << "\n";
-  out_ << "  br label %L" << a << ".head\nL" << a << ".head:\n";
+  out_ << "  br label %" << L << ".head\n" << L << ".head:\n";
   const std::string i = index(axis), c = tmp();
   out_ << "  " << c << " = icmp slt i64 " << i << ", " << end << "\n";
-  out_ << "  br i1 " << c << ", label %L" << a << ".body, label %L" << a << ".exit\nL" << a << ".body:\n";
+  out_ << "  br i1 " << c << ", label %" << L << ".body, label %" << L << ".exit\n" << L << ".body:\n";
 }
 
 void KernelEmitter::close_loop(int axis) {
-  const std::string a = std::to_string(axis), i = index(axis), n = tmp();
+  const std::string a = std::to_string(axis), i = index(axis), n = tmp(), L = "L" + a + loop_tag_;
   out_ << "  " << n << " = add i64 " << i << ", 1\n";
   out_ << "  store i64 " << n << ", ptr %i" << a << "\n";
-  out_ << "  br label %L" << a << ".head\nL" << a << ".exit:\n";
+  out_ << "  br label %" << L << ".head\n" << L << ".exit:\n";
   values_.assign(values_.size(), "");  // values of the loop body do not dominate what follows
 }
 
@@ -485,19 +485,41 @@ void KernelEmitter::emit_reduction() {
       out_ << "  store " << ty(type_of(j)) << " " << identity(j) << ", ptr " << acc(j) << "\n";
       if (is_lse(j)) out_ << "  store float 0.0, ptr " << acc(j) << "s\n";
     }
+    // A log-sum-exp takes two passes over its block: the maximum M (NaN-propagating), then the
+    // sum of exp(x - M). Both loops vectorise, the block's values are still in cache for the
+    // second, and its producers are recomputed there (an online maximum kept each exp in a
+    // chain from one element to the next, and scalar).
+    std::vector<std::string> top(nred);
+    if (lse) {
+      loop_tag_ = "m";
+      for (int a : inner) open_loop(a);
+      for (int j = 0; j < nred; ++j) {
+        if (!is_lse(j)) continue;
+        const std::string x = expr(k_->outputs[j].expr), old = tmp(), m = tmp();
+        out_ << "  " << old << " = load float, ptr " << acc(j) << "\n";
+        out_ << "  " << m << " = call float @llvm.maximum.f32(float " << old << ", float " << x << ")\n";
+        out_ << "  store float " << m << ", ptr " << acc(j) << "\n";
+      }
+      for (auto a = inner.rbegin(); a != inner.rend(); ++a) close_loop(*a);
+      loop_tag_.clear();
+      for (int j = 0; j < nred; ++j)
+        if (is_lse(j)) out_ << "  " << (top[j] = tmp()) << " = load float, ptr " << acc(j) << "\n";
+    }
     for (int a : inner) open_loop(a);
     std::vector<std::string> v(nred);
     for (int j = 0; j < nred; ++j) v[j] = expr(k_->outputs[j].expr);
     store_side_outputs();
     for (int j = 0; j < nred; ++j) {
       const std::string old = tmp();
-      out_ << "  " << old << " = load " << ty(type_of(j)) << ", ptr " << acc(j) << "\n";
       if (is_lse(j)) {
-        const std::string s = tmp();
-        out_ << "  " << s << " = load float, ptr " << acc(j) << "s\n";
-        const auto [m2, s2] = combine_lse(old, s, v[j], "1.0");
-        out_ << "  store float " << m2 << ", ptr " << acc(j) << "\n  store float " << s2 << ", ptr " << acc(j) << "s\n";
+        const std::string d = tmp(), s = tmp();
+        out_ << "  " << d << " = fsub float " << v[j] << ", " << top[j] << "\n";
+        const std::string e = math().exp(d);
+        out_ << "  " << old << " = load float, ptr " << acc(j) << "s\n";
+        out_ << "  " << s << " = fadd reassoc contract float " << old << ", " << e << "\n";
+        out_ << "  store float " << s << ", ptr " << acc(j) << "s\n";
       } else {
+        out_ << "  " << old << " = load " << ty(type_of(j)) << ", ptr " << acc(j) << "\n";
         const std::string sum = combine(j, old, v[j]);
         out_ << "  store " << ty(type_of(j)) << " " << sum << ", ptr " << acc(j) << "\n";
       }
@@ -506,12 +528,15 @@ void KernelEmitter::emit_reduction() {
     for (int j = 0; j < nred; ++j) {
       value[j] = tmp();
       out_ << "  " << value[j] << " = load " << ty(type_of(j)) << ", ptr " << acc(j) << "\n";
-      if (is_lse(j)) {  // max + log(sum of exp(x - max))
-        const std::string s = tmp(), r = tmp();
+      if (is_lse(j)) {  // M + log(sum of exp(x - M)); M = ±inf is the result itself
+        const std::string s = tmp(), r = tmp(), inf = tmp(), pick = tmp();
         out_ << "  " << s << " = load float, ptr " << acc(j) << "s\n";
         const std::string l = math().log(s);
         out_ << "  " << r << " = fadd float " << value[j] << ", " << l << "\n";
-        value[j] = r;
+        out_ << "  " << inf << " = call float @llvm.fabs.f32(float " << value[j] << ")\n";
+        out_ << "  " << pick << " = fcmp oeq float " << inf << ", 0x7FF0000000000000\n";
+        value[j] = tmp();
+        out_ << "  " << value[j] << " = select i1 " << pick << ", float " << top[j] << ", float " << r << "\n";
       }
     }
   } else {
@@ -555,36 +580,6 @@ void KernelEmitter::emit_reduction() {
     emit_store(o, result);
   }
   for (auto a = outer.rbegin(); a != outer.rend(); ++a) close_loop(*a);
-}
-
-// Two partial log-sum-exps (running maximum m, sum s of exp(x - m)) as one, the same formula
-// as the CUDA backend's TjLse: an empty side (m = -inf) contributes nothing, so exp() never sees
-// -inf - -inf; a NaN propagates through the sum.
-std::pair<std::string, std::string> KernelEmitter::combine_lse(const std::string& m1, const std::string& s1,
-                                                                const std::string& m2, const std::string& s2) {
-  const std::string ninf = "0xFFF0000000000000";
-  const std::string skip = tmp(), take = tmp(), gt = tmp(), d1 = tmp(), d2 = tmp(), d = tmp();
-  std::string e;
-  out_ << "  " << skip << " = fcmp oeq float " << m2 << ", " << ninf << "\n";
-  out_ << "  " << take << " = fcmp oeq float " << m1 << ", " << ninf << "\n";
-  out_ << "  " << gt << " = fcmp ogt float " << m2 << ", " << m1 << "\n";
-  out_ << "  " << d1 << " = fsub float " << m1 << ", " << m2 << "\n";
-  out_ << "  " << d2 << " = fsub float " << m2 << ", " << m1 << "\n";
-  out_ << "  " << d << " = select i1 " << gt << ", float " << d1 << ", float " << d2 << "\n";
-  e = math().exp(d);
-  const std::string sa = tmp(), sa2 = tmp(), sb = tmp(), sb2 = tmp(), s = tmp(), m = tmp();
-  out_ << "  " << sa << " = fmul float " << s1 << ", " << e << "\n";
-  out_ << "  " << sa2 << " = fadd float " << sa << ", " << s2 << "\n";
-  out_ << "  " << sb << " = fmul float " << s2 << ", " << e << "\n";
-  out_ << "  " << sb2 << " = fadd float " << s1 << ", " << sb << "\n";
-  out_ << "  " << s << " = select i1 " << gt << ", float " << sa2 << ", float " << sb2 << "\n";
-  out_ << "  " << m << " = select i1 " << gt << ", float " << m2 << ", float " << m1 << "\n";
-  const std::string s3 = tmp(), m3 = tmp(), s4 = tmp(), m4 = tmp();
-  out_ << "  " << s3 << " = select i1 " << take << ", float " << s2 << ", float " << s << "\n";
-  out_ << "  " << m3 << " = select i1 " << take << ", float " << m2 << ", float " << m << "\n";
-  out_ << "  " << s4 << " = select i1 " << skip << ", float " << s1 << ", float " << s3 << "\n";
-  out_ << "  " << m4 << " = select i1 " << skip << ", float " << m1 << ", float " << m3 << "\n";
-  return {m4, s4};
 }
 
 // A group kernel: one function over [begin, end) of the parts' concatenated points. Each part
@@ -744,6 +739,7 @@ std::string emit_llvm_module(const kir::Program& program, std::vector<EmittedKer
       "; towerjit CPU kernels\n"
       "declare float @llvm.sqrt.f32(float)\n"
       "declare float @llvm.fabs.f32(float)\n"
+      "declare float @llvm.maximum.f32(float, float)\n"
       "declare float @llvm.pow.f32(float, float)\n"
       "declare i32 @llvm.abs.i32(i32, i1)\n";
   text += kIrMathDeclarations;
