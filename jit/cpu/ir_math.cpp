@@ -15,6 +15,9 @@
 #include <bit>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
+
+#include "jit/cpu/exp_constants.h"
 
 namespace towerjit::cpujit {
 
@@ -33,10 +36,7 @@ namespace {
 
 std::string lit(float v) { return llvm_float_literal(v); }
 
-constexpr float kLn2Head = 0x1.62e4p-1f;         // 16 bits: n·head is exact for |n| <= 255
-constexpr float kLn2Tail = 0x1.7f7d1cf78p-20f;   // ln 2 - head
-constexpr float kRoundMagic = 0x1.8p+23f;        // adding it rounds to an integer in the low bits
-constexpr int32_t kRoundMagicBits = 0x4B400000;
+using namespace exp_constants;
 constexpr int32_t kSqrtHalfBits = 0x3f3504f3;    // √½: log's mantissa is taken in [√½, √2)
 
 }  // namespace
@@ -88,16 +88,17 @@ std::string IrMath::copysign(const std::string& magnitude, const std::string& si
 std::string IrMath::exp(const std::string& x) {
   // Clamped so n stays in [-150, 128]: below -104 the result is under the smallest float, above
   // 88.75 it overflows to infinity by itself. A NaN passes both compares and is put back last.
-  const std::string lo = fcmp("olt", x, lit(-104.0f));
-  const std::string x1 = select(lo, lit(-104.0f), x);
-  const std::string hi = fcmp("ogt", x1, lit(88.75f));
-  const std::string xc = select(hi, lit(88.75f), x1);
-  const std::string t = mad(xc, lit(0x1.715476p+0f), lit(kRoundMagic));  // x·log2(e), rounded
+  const std::string lo = fcmp("olt", x, lit(kLowest));
+  const std::string x1 = select(lo, lit(kLowest), x);
+  const std::string hi = fcmp("ogt", x1, lit(kHighest));
+  const std::string xc = select(hi, lit(kHighest), x1);
+  const std::string t = mad(xc, lit(kLog2E), lit(kRoundMagic));  // x·log2(e), rounded
   const std::string n = fop("fsub", t, lit(kRoundMagic));
   const std::string ni = iop("sub", to_int(t), std::to_string(kRoundMagicBits));
   const std::string r1 = mad(n, lit(-kLn2Head), xc);
   const std::string r = mad(n, lit(-kLn2Tail), r1);
-  const std::string q = horner(r, {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f});
+  std::string q = lit(kPoly[0]);
+  for (size_t i = 1; i < std::size(kPoly); ++i) q = mad(q, r, lit(kPoly[i]));
   const std::string p = fop("fadd", mad(q, fop("fmul", r, r), r), lit(1.0f));
   const std::string n1 = iop("ashr", ni, "1");
   const std::string n2 = iop("sub", ni, n1);

@@ -7,11 +7,14 @@
 #include "jit/kir/attention_geometry.h"
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/cpu_features.h"
+#include "runtime/cpu/vector_exp.h"
 
 // Every inner loop is an axpy over a contiguous row (a tile of scores against a transposed
 // tile of keys, an output row against a value row), which the compiler vectorises without
 // reordering any sum; dot products never run across vector lanes. Each routine is compiled
 // twice, for the build's target and for AVX2 + FMA, and the second runs where the CPU has it.
+// The exponentials of a row are taken in a loop of their own (vector_exp, which vectorises)
+// before the row's sums and axpys use them.
 #define TJ_INLINE inline __attribute__((always_inline))
 
 namespace towerjit::cpujit {
@@ -72,9 +75,10 @@ TJ_INLINE void forward_block(const Operands& x, int64_t b, int64_t i0, int64_t i
       if (seen <= 0) continue;
       float top = m[r];
       for (int64_t j = 0; j < seen; ++j) top = std::max(top, sr[j] *= x.scale);
-      const float rescale = std::exp(m[r] - top);  // 0 on the first tile (m = -inf)
+      const float rescale = vector_exp(m[r] - top);  // 0 on the first tile (m = -inf)
+      for (int64_t j = 0; j < seen; ++j) sr[j] = vector_exp(sr[j] - top);
       float sum = 0;
-      for (int64_t j = 0; j < seen; ++j) sum += (sr[j] = std::exp(sr[j] - top));
+      for (int64_t j = 0; j < seen; ++j) sum += sr[j];
       l[r] = l[r] * rescale + sum;
       m[r] = top;
       float* __restrict ar = acc + r * g.dv;
@@ -134,11 +138,12 @@ TJ_INLINE void grad_q_block(const Operands& x, int64_t b, int64_t i0, int64_t i1
     products(dout, rows, g.dv, vt, n, dp, kKeyBlock);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t seen = std::min(n, g.keys(i0 + r) - j0);
-      const float* __restrict sr = s + r * kKeyBlock;
+      float* __restrict sr = s + r * kKeyBlock;
       const float* __restrict dpr = dp + r * kKeyBlock;
       float* __restrict dqr = dq + r * g.d;
+      for (int64_t j = 0; j < seen; ++j) sr[j] = vector_exp(sr[j] * x.scale - lse[r]);  // P
       for (int64_t j = 0; j < seen; ++j) {
-        const float ds = std::exp(sr[j] * x.scale - lse[r]) * (dpr[j] - D[r]) * x.scale;
+        const float ds = sr[j] * (dpr[j] - D[r]) * x.scale;
         const float* __restrict kj = x.kb(b) + (j0 + j) * g.d;
         for (int64_t c = 0; c < g.d; ++c) dqr[c] += ds * kj[c];
       }
@@ -165,13 +170,14 @@ TJ_INLINE void grad_kv_block(const Operands& x, int64_t b, int64_t j0, int64_t j
     products(x.vb(b) + j0 * g.dv, rows, g.dv, dot, n, dp, kQueryTile);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t j = j0 + r;
-      const float* __restrict sr = s + r * kQueryTile;
+      float* __restrict sr = s + r * kQueryTile;
       const float* __restrict dpr = dp + r * kQueryTile;
       float* __restrict dk = out + r * w;
       float* __restrict dv = dk + g.d;
+      for (int64_t t = 0; t < n; ++t) sr[t] = vector_exp(sr[t] * x.scale - lse[t]);  // P^T
       for (int64_t t = 0; t < n; ++t) {
         if (g.causal && i0 + t < j) continue;  // query i0 + t does not see key j
-        const float p = std::exp(sr[t] * x.scale - lse[t]);
+        const float p = sr[t];
         const float ds = p * (dpr[t] - D[t]) * x.scale;
         const float* __restrict qi = x.qb(b) + (i0 + t) * g.d;
         const float* __restrict doi = dout + t * g.dv;
