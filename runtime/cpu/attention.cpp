@@ -41,16 +41,42 @@ TJ_INLINE void transpose_tile(const float* x, int64_t rows, int64_t cols, float*
     for (int64_t c = 0; c < cols; ++c) t[c * ld + r] = x[r * cols + c];
 }
 
-// s[i * ld + j] = sum_c a[i * cols + c] * bt[c * ld + j], for i < rows, j < n: c in order.
-TJ_INLINE void products(const float* a, int64_t rows, int64_t cols, const float* bt, int64_t n, float* s, int64_t ld) {
+// s[i * kTile + j] = sum_c a[i * cols + c] * bt[c * kTile + j], for i < rows, j < n: c in order.
+// A row of s is summed in a fixed-width local array that the compiler keeps in vector registers
+// (8 on AVX2) across the whole sum, instead of loading and storing s at every c; the columns
+// from n to kTile compute on whatever the tile holds there and are not stored.
+constexpr int64_t kTile = 64;
+TJ_INLINE void products(const float* a, int64_t rows, int64_t cols, const float* bt, int64_t n, float* s) {
   for (int64_t i = 0; i < rows; ++i) {
-    float* __restrict si = s + i * ld;
-    std::fill(si, si + n, 0.0f);
+    float acc[kTile] = {};
     for (int64_t c = 0; c < cols; ++c) {
       const float a_ic = a[i * cols + c];
-      const float* __restrict bc = bt + c * ld;
-      for (int64_t j = 0; j < n; ++j) si[j] += a_ic * bc[j];
+      const float* __restrict bc = bt + c * kTile;
+      for (int64_t j = 0; j < kTile; ++j) acc[j] += a_ic * bc[j];
     }
+    std::copy_n(acc, n, s + i * kTile);
+  }
+}
+
+// out[c] += sum_{t < count} w[t] * m[t * width + c] for c < width, t in order: 16 columns at a
+// time summed in a local array the compiler keeps in registers, then added to out once (an
+// axpy per t loaded and stored out at every t).
+constexpr int64_t kColumns = 16;
+TJ_INLINE void add_weighted_rows(const float* w, int64_t count, const float* m, int64_t width, float* out) {
+  int64_t c0 = 0;
+  for (; c0 + kColumns <= width; c0 += kColumns) {
+    float acc[kColumns] = {};
+    for (int64_t t = 0; t < count; ++t) {
+      const float wt = w[t];
+      const float* __restrict mt = m + t * width + c0;
+      for (int64_t c = 0; c < kColumns; ++c) acc[c] += wt * mt[c];
+    }
+    for (int64_t c = 0; c < kColumns; ++c) out[c0 + c] += acc[c];
+  }
+  for (; c0 < width; ++c0) {
+    float acc = 0;
+    for (int64_t t = 0; t < count; ++t) acc += w[t] * m[t * width + c0];
+    out[c0] += acc;
   }
 }
 
@@ -68,7 +94,7 @@ TJ_INLINE void forward_block(const Operands& x, int64_t b, int64_t i0, int64_t i
   for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
     const int64_t n = std::min(kKeyBlock, keys - j0);
     transpose_tile(x.kb(b) + j0 * g.d, n, g.d, kt, kKeyBlock);
-    products(q, rows, g.d, kt, n, s, kKeyBlock);
+    products(q, rows, g.d, kt, n, s);
     for (int64_t r = 0; r < rows; ++r) {
       float* __restrict sr = s + r * kKeyBlock;
       const int64_t seen = std::min(n, g.keys(i0 + r) - j0);  // keys of this tile row r sees
@@ -84,11 +110,7 @@ TJ_INLINE void forward_block(const Operands& x, int64_t b, int64_t i0, int64_t i
       float* __restrict ar = acc + r * g.dv;
       if (rescale != 1.0f)
         for (int64_t c = 0; c < g.dv; ++c) ar[c] *= rescale;
-      for (int64_t j = 0; j < seen; ++j) {
-        const float p = sr[j];
-        const float* __restrict vj = x.vb(b) + (j0 + j) * g.dv;
-        for (int64_t c = 0; c < g.dv; ++c) ar[c] += p * vj[c];
-      }
+      add_weighted_rows(sr, seen, x.vb(b) + j0 * g.dv, g.dv, ar);
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -134,19 +156,15 @@ TJ_INLINE void grad_q_block(const Operands& x, int64_t b, int64_t i0, int64_t i1
     const int64_t n = std::min(kKeyBlock, keys - j0);
     transpose_tile(x.kb(b) + j0 * g.d, n, g.d, kt, kKeyBlock);
     transpose_tile(x.vb(b) + j0 * g.dv, n, g.dv, vt, kKeyBlock);
-    products(q, rows, g.d, kt, n, s, kKeyBlock);
-    products(dout, rows, g.dv, vt, n, dp, kKeyBlock);
+    products(q, rows, g.d, kt, n, s);
+    products(dout, rows, g.dv, vt, n, dp);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t seen = std::min(n, g.keys(i0 + r) - j0);
       float* __restrict sr = s + r * kKeyBlock;
-      const float* __restrict dpr = dp + r * kKeyBlock;
-      float* __restrict dqr = dq + r * g.d;
+      float* __restrict dpr = dp + r * kKeyBlock;
       for (int64_t j = 0; j < seen; ++j) sr[j] = vector_exp(sr[j] * x.scale - lse[r]);  // P
-      for (int64_t j = 0; j < seen; ++j) {
-        const float ds = sr[j] * (dpr[j] - D[r]) * x.scale;
-        const float* __restrict kj = x.kb(b) + (j0 + j) * g.d;
-        for (int64_t c = 0; c < g.d; ++c) dqr[c] += ds * kj[c];
-      }
+      for (int64_t j = 0; j < seen; ++j) dpr[j] = sr[j] * (dpr[j] - D[r]) * x.scale;    // dS
+      add_weighted_rows(dpr, seen, x.kb(b) + j0 * g.d, g.d, dq + r * g.d);
     }
   }
 }
@@ -166,24 +184,19 @@ TJ_INLINE void grad_kv_block(const Operands& x, int64_t b, int64_t j0, int64_t j
     gather_dout(x, b, i0, n, dout);
     transpose_tile(x.qb(b) + i0 * g.d, n, g.d, qt, kQueryTile);
     transpose_tile(dout, n, g.dv, dot, kQueryTile);
-    products(x.kb(b) + j0 * g.d, rows, g.d, qt, n, s, kQueryTile);
-    products(x.vb(b) + j0 * g.dv, rows, g.dv, dot, n, dp, kQueryTile);
+    products(x.kb(b) + j0 * g.d, rows, g.d, qt, n, s);
+    products(x.vb(b) + j0 * g.dv, rows, g.dv, dot, n, dp);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t j = j0 + r;
       float* __restrict sr = s + r * kQueryTile;
-      const float* __restrict dpr = dp + r * kQueryTile;
+      float* __restrict dpr = dp + r * kQueryTile;
       float* __restrict dk = out + r * w;
-      float* __restrict dv = dk + g.d;
-      for (int64_t t = 0; t < n; ++t) sr[t] = vector_exp(sr[t] * x.scale - lse[t]);  // P^T
-      for (int64_t t = 0; t < n; ++t) {
-        if (g.causal && i0 + t < j) continue;  // query i0 + t does not see key j
-        const float p = sr[t];
-        const float ds = p * (dpr[t] - D[t]) * x.scale;
-        const float* __restrict qi = x.qb(b) + (i0 + t) * g.d;
-        const float* __restrict doi = dout + t * g.dv;
-        for (int64_t c = 0; c < g.d; ++c) dk[c] += ds * qi[c];
-        for (int64_t c = 0; c < g.dv; ++c) dv[c] += p * doi[c];
-      }
+      const int64_t t0 = g.causal ? std::max<int64_t>(0, j - i0) : 0;  // queries before j do not see key j
+      if (t0 >= n) continue;
+      for (int64_t t = t0; t < n; ++t) sr[t] = vector_exp(sr[t] * x.scale - lse[t]);  // P^T
+      for (int64_t t = t0; t < n; ++t) dpr[t] = sr[t] * (dpr[t] - D[t]) * x.scale;    // dS^T
+      add_weighted_rows(dpr + t0, n - t0, x.qb(b) + (i0 + t0) * g.d, g.d, dk);
+      add_weighted_rows(sr + t0, n - t0, dout + t0 * g.dv, g.dv, dk + g.d);
     }
   }
 }
@@ -215,7 +228,7 @@ TOWERJIT_TARGET_AVX2 void run_items_avx2(const Operands& x, Pass pass, int64_t b
 }
 
 void run(const Attrs& at, const std::vector<View>& in, const View& out, ThreadPool* pool, Pass pass) {
-  static_assert(kKeyBlock <= kQueryTile && kQueryBlock <= kQueryTile, "scratch tiles are kQueryTile wide");
+  static_assert(kKeyBlock == kTile && kQueryTile == kTile && kQueryBlock <= kTile, "scratch tiles are kTile wide");
   Operands x{kir::attention_geometry(in[0].shape, in[2].shape, at.causal), static_cast<float>(at.value),
              in[0].f(), in[1].f(), in[2].f(), in.size() > 3 ? in[3].f() : nullptr,
              in.size() > 4 ? in[4].f() : nullptr, out.f()};
