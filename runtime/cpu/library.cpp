@@ -17,11 +17,12 @@
 namespace towerjit::cpujit {
 namespace {
 
-// Row-major matrix product of the last two axes; leading axes broadcast numpy-style. A batch
-// of products is split over the pool by product when there are enough of them, else each
-// product is.
+// Row-major matrix product of the last two axes; leading axes broadcast numpy-style. Products
+// sharing their right operand run as one; a batch of products is split over the pool by
+// product when there are enough of them, else each product is.
 void matmul(const kir::LibraryCall& c, const View& a, const View& b, const View& out, ThreadPool* pool) {
-  const kir::MatMulGeometry g = kir::matmul_geometry(c, a.shape, b.shape, out.shape);
+  kir::MatMulGeometry g = kir::matmul_geometry(c, a.shape, b.shape, out.shape);
+  kir::fold_batches_into_rows(c, g);
   auto product = [&](int64_t bi, ThreadPool* split) {
     if (is_half_float(a.dtype)) {  // bf16 or f16 operands, f32 accumulator and result
       half_gemm(split, a.dtype, c.transpose_a, c.transpose_b, g.m, g.n, g.k, a.h() + g.offset_a[bi], g.lda,
