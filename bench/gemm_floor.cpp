@@ -24,6 +24,8 @@ std::vector<GemmShape> gemm_shapes(const kir::Program& program, int64_t batch) {
       g.m = o[ro - 2], g.n = o[ro - 1], g.k = c.transpose_a ? a[ra - 2] : a[ra - 1];
       g.transpose_a = c.transpose_a, g.transpose_b = c.transpose_b;
       for (int i = 0; i < ro - 2; ++i) g.count *= o[i];
+      if (c.sum_batches)  // one product, its batches stacked along k (jit/passes/fold_batch_sums.h)
+        for (int i = 0; i < ra - 2; ++i) g.k *= a[i];
     } else if (c.op == Op::Conv2D || c.op == Op::Conv2DGradInput || c.op == Op::Conv2DGradFilter) {
       // Conv2D (x, w) -> y; GradInput (dy, w) -> dx; GradFilter (x, dy) -> dw.
       const Shape x = c.op == Op::Conv2DGradInput ? shape(c.output) : shape(c.inputs[0]);

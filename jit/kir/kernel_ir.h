@@ -120,6 +120,8 @@ struct LibraryCall {
   int output = -1;           // buffer id
   Attrs attrs;
   bool transpose_a = false, transpose_b = false;  // MatMul: operands read transposed
+  // MatMul: the batch of products summed into one matrix (jit/passes/fold_batch_sums.h).
+  bool sum_batches = false;
   int node = -1;
 };
 

@@ -26,6 +26,8 @@ inline MatMulGeometry matmul_geometry(const LibraryCall& c, const Shape& a, cons
   g.k = c.transpose_a ? a[ra - 2] : a[ra - 1];
   g.lda = c.transpose_a ? g.m : g.k, g.ldb = c.transpose_b ? g.k : g.n;
   for (int i = 0; i < ro - 2; ++i) g.batches *= out[i];
+  if (c.sum_batches)  // out is one [m, n]; the operands' batches stack along k (both read so)
+    for (int i = 0; i < ra - 2; ++i) g.k *= a[i];
   g.offset_a.resize(g.batches), g.offset_b.resize(g.batches);
   for (int64_t bi = 0; bi < g.batches; ++bi) {
     int64_t rem = bi, oa = 0, ob = 0, sa = g.m * g.k, sb = g.k * g.n;

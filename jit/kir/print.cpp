@@ -97,7 +97,7 @@ std::string to_string(const Program& program) {
         out << (i ? ", b" : " b") << c.inputs[i];
         if ((i == 0 && c.transpose_a) || (i == 1 && c.transpose_b)) out << "^T";
       }
-      out << " -> b" << c.output << "\n";
+      out << " -> b" << c.output << (c.sum_batches ? " (batches summed)" : "") << "\n";
     } else {
       const Copy& c = program.copies[s.index];
       out << "copy b" << c.from << " -> b" << c.to << "\n";

@@ -4,6 +4,7 @@
 
 #include "jit/knobs.h"
 #include "jit/passes/cse.h"
+#include "jit/passes/fold_batch_sums.h"
 #include "jit/passes/group_kernels.h"
 #include "jit/passes/half_matmuls.h"
 #include "jit/passes/lower.h"
@@ -46,6 +47,7 @@ LoweredProgram lower_graph(const Graph& graph, const std::vector<int>& fetches,
   const std::vector<int> new_fetches(ids.begin(), ids.begin() + fetches.size());
   const std::vector<int> new_updates(ids.begin() + fetches.size(), ids.end());
   kir::Program program = lower_to_kernels(g, new_fetches, new_updates);  // fusion
+  program = fold_batch_summed_products(std::move(program));  // sum_b x_b^T dy_b as one product
   if (knobs::group_kernels_enabled())
     program = group_kernels(std::move(program));  // independent elementwise kernels: one launch
   if (knobs::debug_level() >= 3)

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "jit/kir/matmul_geometry.h"
+#include "jit/passes/pipeline.h"
 #include "jit/reference/interpreter.h"
 #include "jit_check.h"
 #include "towerjit.h"
@@ -59,4 +60,22 @@ TEST_CASE("matmul: a dense layer over [B,T,D] (folded products) matches the refe
                            {"wt", random_array({5, 9}, 5, -2, 2)}},
                           {}, "dense over [B,T,D]");
     }
+}
+
+TEST_CASE("a weight's gradient over [B,T,D] is one product with the batches summed, no sum kernel", "[jit][matmul][fusion]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 7, 9});
+  auto w = tj::input("w", {9, 5});
+  auto y = tj::matmul(x, w);
+  auto loss = tj::sum(y * y);
+  auto dw = tj::grad(loss, {w})[0];
+  const auto lowered = tj::lower_graph(g, {dw.id()}, {});
+  const std::string text = tj::kir::to_string(lowered.program);
+  INFO(text);
+  CHECK(text.find("(batches summed)") != std::string::npos);
+  for (const auto& k : lowered.program.kernels) CHECK(k.reduce_axes != std::vector<int>{0});  // no batch sum left
+  for (int64_t batch : {1, 7})
+    require_jit_matches(g, {dw}, {{"x", random_array({batch, 7, 9}, 3, -2, 2)}, {"w", random_array({9, 5}, 4, -2, 2)}},
+                        {}, "dW over [B,T,D], batch " + std::to_string(batch));
 }
