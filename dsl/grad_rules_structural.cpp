@@ -125,6 +125,24 @@ void attention_grad(const GradContext& c, std::vector<Tensor>& dx) {
   if (c.want[2]) dx[2] = slice(kv, begin, end, c.loc());
 }
 
+// The fused layer norm's gradients recompute each row's statistics from x (nothing else was
+// stored): d x by row blocks, and the gain's and bias' sums over the rows as one [2, F]
+// ([1, F] for rms) whose rows are split here.
+void layer_norm_grad(const GradContext& c, std::vector<Tensor>& dx) {
+  const Loc loc = c.loc();
+  if (c.want[0]) dx[0] = primitive(c, Op::LayerNormGradInput, {c.x[0].id(), c.x[1].id(), c.dy.id()}, c.in_shape(0));
+  const bool bias = c.x.size() > 2;
+  if (!c.want[1] && !(bias && c.want[2])) return;
+  const int64_t f = c.in_shape(1)[0];
+  const Tensor params = primitive(c, Op::LayerNormGradParams, {c.x[0].id(), c.dy.id()}, Shape{bias ? 2 : 1, f});
+  if (!bias) {
+    dx[1] = reshape(params, {f}, loc);
+    return;
+  }
+  if (c.want[1]) dx[1] = reshape(slice(params, {0, 0}, {1, f}, loc), {f}, loc);
+  if (c.want[2]) dx[2] = reshape(slice(params, {1, 0}, {2, f}, loc), {f}, loc);
+}
+
 }  // namespace
 
 bool backward_structural(const GradContext& c, std::vector<Tensor>& dx) {
@@ -161,8 +179,10 @@ bool backward_structural(const GradContext& c, std::vector<Tensor>& dx) {
       return true;
     }
     case Op::Attention: attention_grad(c, dx); return true;
+    case Op::LayerNorm: layer_norm_grad(c, dx); return true;
     case Op::Conv2DGradInput: case Op::Conv2DGradFilter: case Op::MaxPool2DGrad:
     case Op::AvgPool2DGrad: case Op::AttentionGradQ: case Op::AttentionGradKV:
+    case Op::LayerNormGradInput: case Op::LayerNormGradParams:
       no_second_derivative(c);
     default:
       return false;

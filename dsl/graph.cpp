@@ -111,6 +111,9 @@ std::string attrs_str(const Node& n) {
     case Op::Attention: case Op::AttentionGradQ: case Op::AttentionGradKV:
       out << " scale=" << a.value << (a.causal ? " causal" : "");
       break;
+    case Op::LayerNorm: case Op::LayerNormGradInput: case Op::LayerNormGradParams:
+      out << " epsilon=" << a.value << (a.rms ? " rms" : "");
+      break;
     case Op::Conv2D: case Op::Conv2DGradInput: case Op::Conv2DGradFilter:
       out << " stride=" << pair(a.stride) << " pad=" << pair(a.pad);
       break;

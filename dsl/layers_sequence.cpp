@@ -1,7 +1,8 @@
 // The layers of dsl/sequence.h. Each opens VariableScope(name), gets its variables there and
-// builds its expression from public ops, as dsl/layers.cpp does. The normalisations are
-// composites: the fusion plan computes each row's statistics in one reduction kernel per
-// statistic and the rest elementwise (docs/dsl.md shows the kernels).
+// builds its expression from public ops, as dsl/layers.cpp does. The normalisations are one
+// fused LayerNorm node each (ops.def), whose kernels take a row block through its statistics
+// and its output in one pass; with NormOptions::fused false they are composites, whose
+// statistics the fusion plan computes in one reduction kernel each (docs/dsl.md shows both).
 #include "dsl/ops_internal.h"
 #include "dsl/sequence.h"
 
@@ -29,6 +30,15 @@ Graph& norm_graph(const Tensor& x, const char* layer, const std::string& name, d
 }
 
 Initializer ones() { return init::constant(1.0); }
+
+// The fused node: (x, gain[, bias]) -> x's shape (ops.def: LayerNorm).
+Tensor fused_norm(Graph& g, const Tensor& x, std::vector<int> params, double epsilon, bool rms, Loc loc) {
+  Attrs attrs;
+  attrs.value = epsilon;
+  attrs.rms = rms;
+  params.insert(params.begin(), x.id());
+  return detail::make(g, Op::LayerNorm, std::move(params), x.shape(), DType::f32, attrs, loc);
+}
 
 }  // namespace
 
@@ -58,6 +68,7 @@ Tensor layer_norm(Tensor x, const std::string& name, NormOptions options, Loc lo
   VariableScope scope(name);
   Tensor gain = variable("gain", {features}, {.init = ones()}, loc);
   Tensor bias = variable("bias", {features}, {.init = init::zeros()}, loc);
+  if (options.fused) return fused_norm(g, x, {gain.id(), bias.id()}, options.epsilon, false, loc);
   // Two-pass variance (of the centred values): mean(x^2) - mean(x)^2 would let both
   // statistics share one kernel but cancels catastrophically when |mean| >> std.
   Tensor centered = sub(x, mean(x, {last}, true, loc), loc);
@@ -73,6 +84,7 @@ Tensor rms_norm(Tensor x, const std::string& name, NormOptions options, Loc loc)
   GraphScope use(g);
   VariableScope scope(name);
   Tensor gain = variable("gain", {features}, {.init = ones()}, loc);
+  if (options.fused) return fused_norm(g, x, {gain.id()}, options.epsilon, true, loc);
   Tensor inv = rsqrt(add(mean(mul(x, x, loc), {last}, true, loc), Operand(options.epsilon, loc), loc), loc);
   return mul(mul(x, inv, loc), gain, loc);
 }

@@ -31,6 +31,7 @@ struct Attrs {
   // could apply it sparsely (gather's and embedding's sparse = false; docs/dsl.md).
   bool dense_gradient = false;
   bool causal = false;                // attention: query i sees keys j <= i only
+  bool rms = false;                   // layer_norm ops: rms_norm's (no centring, no bias)
 
   bool operator==(const Attrs&) const = default;
 };

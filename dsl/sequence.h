@@ -45,6 +45,10 @@ Tensor embedding(Tensor ids, int64_t vocab, int64_t dim, const std::string& name
 // --- Normalisations over the last axis --------------------------------------------------------
 struct NormOptions {
   double epsilon = 1e-5;  // PyTorch's default for both
+  // One fused op forward (statistics and output in one pass over a row block) and two backward
+  // (the input's gradient by row blocks; the gain's and bias' sums over the rows); false
+  // composes mean, rsqrt and elementwise ops instead (several kernels; second derivatives).
+  bool fused = true;
 };
 // (x - mean) / sqrt(var + epsilon) * gain + bias over the last axis, per row; var is biased.
 // Learns "<name>/gain" (ones) and "<name>/bias" (zeros), of the last axis' size.

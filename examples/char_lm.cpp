@@ -22,6 +22,7 @@
 
 #include "examples/char_corpus.h"
 #include "examples/gpt.h"
+#include "runtime/dist/world.h"
 #include "runtime/towers/token_eval_hook.h"
 #include "towerjit.h"
 
@@ -128,7 +129,10 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 int train(const Flags& f) {
-  tj::set_compile_options({.dump_dir = f.dump});
+  // Under mpirun every rank trains its towers; rank 0 alone prints, evaluates, logs metrics,
+  // dumps, writes checkpoints and samples (as fashion_mnist's).
+  const bool lead = tj::dist::world().rank() == 0;
+  tj::set_compile_options({.dump_dir = lead ? f.dump : ""});
   const examples::CharCorpus corpus = examples::load_corpus(f.corpus, f.held_out);
   examples::GptConfig config = f.model;
   config.vocab = corpus.vocab();
@@ -159,6 +163,10 @@ int train(const Flags& f) {
   tj::data::BatchPipeline pipeline(train_set, {.batch = f.batch, .seed = f.seed, .min_batch = towers.size()}, start);
   const int64_t per_epoch = pipeline.batches_per_epoch();
   const int64_t total = f.steps > 0 && !f.epochs_given ? f.steps : f.epochs * per_epoch;
+  if (!lead) {  // train alongside rank 0, quietly
+    tj::fit(trainer, pipeline, {.epochs = f.fit_epochs(), .max_steps = f.steps});
+    return 0;
+  }
   std::printf("towerjit: %s (%d graph nodes, loss included) on %s, %s, %s, batch %lld\n", config.str().c_str(),
               model_nodes, towers.str().c_str(), f.strategy.c_str(),
               make_optimizer(f).str().c_str(), static_cast<long long>(f.batch));

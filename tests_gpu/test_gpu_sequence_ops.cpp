@@ -35,6 +35,10 @@ TEST_CASE("GPU: layer_norm, rms_norm and softmax match the reference forward and
   cases::norms_and_softmax(on_gpu(), " (GPU)");
 }
 
+TEST_CASE("GPU: composed layer_norm and rms_norm match the reference forward and backward", "[gpu]") {
+  cases::norms_and_softmax(on_gpu(), " (GPU)", false);
+}
+
 TEST_CASE("GPU: unfused attention matches the reference, causal and not, gradients included", "[gpu]") {
   cases::attention(on_gpu(), " (GPU)");
 }

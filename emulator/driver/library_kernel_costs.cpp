@@ -40,6 +40,20 @@ KernelCost attention_cost(const std::string& k, const TjAttentionShape& s) {
   return {f * b * (2 * tk * (d + dv) + k_blocks * tq * (d + 2 * (dv + 1))), pairs * (4 * d + 4 * dv + 6)};
 }
 
+// The fused layer norm's kernels: each reads its rows from memory once (the statistics'
+// second pass and the output's reread hit the cache) and writes its result once.
+KernelCost layer_norm_cost(const std::string& k, const TjNormShape& s) {
+  constexpr double f = 4;
+  const double elements = static_cast<double>(s.rows) * s.n, n = static_cast<double>(s.n);
+  const double width = s.rms ? n : 2 * n;
+  if (k == "tj_layer_norm")  // x, gain (and bias) read, y written; per element 3 for the
+    return {f * (2 * elements + width), elements * 10};  // statistics, 4 for the output
+  if (k == "tj_layer_norm_grad_input")  // x, dy read, dx written
+    return {f * (3 * elements + n), elements * 17};
+  // the partials: x and dy read, one row of partials written per 64 rows
+  return {f * (2 * elements + std::ceil(static_cast<double>(s.rows) / 64) * width), elements * 10};
+}
+
 }  // namespace
 
 KernelCost library_kernel_cost(const std::string& k, void** params) {
@@ -83,6 +97,12 @@ KernelCost library_kernel_cost(const std::string& k, void** params) {
   }
   if (k == "tj_attention") return attention_cost(k, param<TjAttentionShape>(params, 4));
   if (k == "tj_attention_grad_q" || k == "tj_attention_grad_kv") return attention_cost(k, param<TjAttentionShape>(params, 6));
+  if (k == "tj_layer_norm" || k == "tj_layer_norm_grad_input") return layer_norm_cost(k, param<TjNormShape>(params, 4));
+  if (k == "tj_layer_norm_grad_params_partial") return layer_norm_cost(k, param<TjNormShape>(params, 3));
+  if (k == "tj_layer_norm_grad_params_sum") {  // every block's partial row read once, one row written
+    const double blocks = static_cast<double>(param<long long>(params, 2)), width = static_cast<double>(param<long long>(params, 3));
+    return {f * (blocks * width + width), blocks * width};
+  }
   if (k == "tj_pad") {
     const auto& b = param<TjBox>(params, 2);
     return {f * (box_elements(b.src, b.rank) + box_elements(b.dst, b.rank)), 0};

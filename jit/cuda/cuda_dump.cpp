@@ -105,6 +105,9 @@ std::string library_routine(const kir::LibraryCall& c, bool cudnn) {
     case Op::Attention: return "tj_attention";
     case Op::AttentionGradQ: return "tj_attention_grad_q";
     case Op::AttentionGradKV: return "tj_attention_grad_kv";
+    case Op::LayerNorm: return "tj_layer_norm";
+    case Op::LayerNormGradInput: return "tj_layer_norm_grad_input";
+    case Op::LayerNormGradParams: return "tj_layer_norm_grad_params_partial + tj_layer_norm_grad_params_sum";
     case Op::Pad: return "tj_pad";
     case Op::Concat: return "tj_copy_box per part";
     default: return "none";

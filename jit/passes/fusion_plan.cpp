@@ -14,6 +14,7 @@ bool is_library(Op op) {
     case Op::MaxPool2DGrad: case Op::AvgPool2D: case Op::AvgPool2DGrad: case Op::Pad:
     case Op::Concat: case Op::Gather: case Op::GatherGrad: case Op::CombineRows: case Op::ScatterRows:
     case Op::Attention: case Op::AttentionGradQ: case Op::AttentionGradKV:
+    case Op::LayerNorm: case Op::LayerNormGradInput: case Op::LayerNormGradParams:
       return true;
     default:
       return false;

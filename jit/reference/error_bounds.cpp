@@ -386,6 +386,8 @@ Array error_bound(const EvalArgs& a, const std::vector<const Array*>& bounds, co
     case Op::ScatterRows: return scatter_rows_bound(a, bounds);
     case Op::Attention: return attention_bound(a, bounds, y);
     case Op::AttentionGradQ: case Op::AttentionGradKV: return attention_grad_bound(a, bounds, y);
+    case Op::LayerNorm: case Op::LayerNormGradInput: case Op::LayerNormGradParams:
+      return layer_norm_bound(a, bounds, y);
     case Op::Count: return Array(a.shape);
     case Op::Select: return elementwise_bound(a, bounds, y);
     case Op::Reshape: return moved_bound(a, bounds, eval_reshape);

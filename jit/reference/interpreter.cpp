@@ -198,6 +198,9 @@ Array evaluate(const EvalArgs& a, const Feeds& feeds, const Variables& variables
     case Op::Attention: return eval_attention(a);
     case Op::AttentionGradQ: return eval_attention_grad_q(a);
     case Op::AttentionGradKV: return eval_attention_grad_kv(a);
+    case Op::LayerNorm: return eval_layer_norm(a);
+    case Op::LayerNormGradInput: return eval_layer_norm_grad_input(a);
+    case Op::LayerNormGradParams: return eval_layer_norm_grad_params(a);
     case Op::Conv2D: return eval_conv2d(a);
     case Op::Conv2DGradInput: return eval_conv2d_grad_input(a);
     case Op::Conv2DGradFilter: return eval_conv2d_grad_filter(a);

@@ -4,6 +4,7 @@
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/gemm_half.h"
+#include "runtime/cpu/layer_norm.h"
 #include "runtime/cpu/pool.h"
 
 #include <algorithm>
@@ -179,6 +180,9 @@ void run_library_call(const kir::LibraryCall& call, const Node& node,
     case Op::Attention: return attention(call.attrs, in, out, pool);
     case Op::AttentionGradQ: return attention_grad_q(call.attrs, in, out, pool);
     case Op::AttentionGradKV: return attention_grad_kv(call.attrs, in, out, pool);
+    case Op::LayerNorm: return layer_norm(call.attrs, in, out, pool);
+    case Op::LayerNormGradInput: return layer_norm_grad_input(call.attrs, in, out, pool);
+    case Op::LayerNormGradParams: return layer_norm_grad_params(call.attrs, in, out, pool);
     case Op::Pad:
       std::memset(out.data, 0, out.shape.elements(0) * 4);
       return copy_box(in[0], out, call.attrs.begin);

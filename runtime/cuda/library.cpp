@@ -188,6 +188,43 @@ void attention(Op op, const Node& node, const std::vector<DeviceView>& in, const
   launch(env.device.library_module().function(name), grid, kThreads, env.stream, params, what, node.loc);
 }
 
+// The fused layer norm ops: a warp a row, 8 rows a block (TJ_LN_WARPS), a block-stride loop
+// capped as the grid-stride kernels' grids are; the gain's and bias' gradients as partial sums
+// over blocks of 64 rows (TJ_LN_PARAM_ROWS) in the scratch, then one sum per column.
+constexpr int64_t kNormRowsPerBlock = 8, kNormParamRows = 64;
+
+TjNormShape norm_shape(const Node& node, const Shape& x) {
+  const int64_t n = x[x.rank() - 1];
+  return {n == 0 ? 0 : x.elements(0) / n, n, static_cast<float>(node.attrs.value), node.attrs.rms ? 1 : 0};
+}
+
+void layer_norm(Op op, const Node& node, const std::vector<DeviceView>& in, const DeviceView& out, LibraryEnv& env) {
+  TjNormShape s = norm_shape(node, in[0].shape);
+  const int64_t cap = int64_t{32} * env.device.sm_count();
+  CUdeviceptr x = in[0].ptr, o = out.ptr;
+  if (op == Op::LayerNormGradParams) {
+    const long long width = s.rms ? s.n : 2 * s.n, blocks = (s.rows + kNormParamRows - 1) / kNormParamRows;
+    if (blocks == 0) {
+      check_cuda(require_driver().MemsetD32Async(out.ptr, 0u, width, env.stream.handle()), "cuMemsetD32Async");
+      return;
+    }
+    CUdeviceptr dy = in[1].ptr, partials = scratch(env, blocks * width);
+    void* params[] = {&x, &dy, &partials, &s};
+    launch(env.device.library_module().function("tj_layer_norm_grad_params_partial"), std::min<int64_t>(blocks, cap),
+           kBlock, env.stream, params, "tj_layer_norm_grad_params_partial for " + describe(node), node.loc);
+    long long b = blocks, w = width;
+    return launch_library(env, "tj_layer_norm_grad_params_sum", width, node, partials, o, b, w);
+  }
+  const int64_t items = (s.rows + kNormRowsPerBlock - 1) / kNormRowsPerBlock;
+  if (items == 0) return;
+  const int64_t grid = std::min(items, cap);
+  CUdeviceptr gain = in[1].ptr, third = op == Op::LayerNorm ? (s.rms ? CUdeviceptr{0} : in[2].ptr) : in[2].ptr;
+  const char* name = op == Op::LayerNorm ? "tj_layer_norm" : "tj_layer_norm_grad_input";
+  void* params[] = {&x, &gain, &third, &o, &s};
+  launch(env.device.library_module().function(name), grid, kBlock, env.stream, params,
+         std::string(name) + " for " + describe(node), node.loc);
+}
+
 TjBox box(const Shape& src, const Shape& dst, const std::vector<int64_t>& origin, const Node& node) {
   internal_check(src.rank() <= 8 && src.rank() == dst.rank() && static_cast<int>(origin.size()) == src.rank())
       << op_name(node.op) << " of rank " << src.rank() << " on the GPU (at most 8)";
@@ -210,6 +247,8 @@ void run_library_call(const kir::LibraryCall& call, const Node& node, const std:
       return pool(call.op, node, in, out, env);
     case Op::Attention: case Op::AttentionGradQ: case Op::AttentionGradKV:
       return attention(call.op, node, in, out, env);
+    case Op::LayerNorm: case Op::LayerNormGradInput: case Op::LayerNormGradParams:
+      return layer_norm(call.op, node, in, out, env);
     case Op::OneHot: {
       internal_check(env.error_slot != 0) << "one_hot without an error slot";
       check_cuda(require_driver().MemsetD32Async(env.error_slot, 0xffffffffu, 2, env.stream.handle()),
@@ -270,6 +309,10 @@ void run_library_call(const kir::LibraryCall& call, const Node& node, const std:
 
 size_t library_scratch_bytes(const kir::LibraryCall& call, const Node& node, const std::vector<Shape>& in,
                              const Shape& out, Cudnn* dnn) {
+  if (call.op == Op::LayerNormGradParams) {  // the blocks' partial sums
+    const int64_t n = in[0][in[0].rank() - 1], rows = n == 0 ? 0 : in[0].elements(0) / n;
+    return static_cast<size_t>((rows + kNormParamRows - 1) / kNormParamRows * out.elements(0)) * 4;
+  }
   if (call.op != Op::Conv2D && call.op != Op::Conv2DGradInput && call.op != Op::Conv2DGradFilter) return 0;
   const ConvCall cc = conv_call(call.op, node.attrs, in, out);
   if (cc.g.n == 0) return 0;

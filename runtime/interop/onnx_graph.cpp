@@ -41,7 +41,7 @@ const char* no_onnx_form(Op op) {
              "(dropout() and by_phase() leave them out of inference), or export a model without them";
     case Op::Assign: case Op::AllReduce: case Op::Conv2DGradInput: case Op::Conv2DGradFilter:
     case Op::MaxPool2DGrad: case Op::AvgPool2DGrad: case Op::CombineRows: case Op::ScatterRows:
-    case Op::AttentionGradQ: case Op::AttentionGradKV:
+    case Op::AttentionGradQ: case Op::AttentionGradKV: case Op::LayerNormGradInput: case Op::LayerNormGradParams:
       return "it belongs to training (an update, a collective or a gradient), not to a model's "
              "output; export the model's output tensor (TowerTrainerOptions::logits)";
     case Op::Attention:
@@ -307,6 +307,7 @@ class Builder {
         attr(cast, "to", int64_t{onnx_dtype(n.dtype)});
         return out(cast);
       }
+      case Op::LayerNorm: return layer_norm(n, in);
       case Op::Conv2D: return window("Conv", n, in);
       case Op::MaxPool2D: return window("MaxPool", n, in);
       case Op::AvgPool2D: return window("AveragePool", n, in);
@@ -362,6 +363,24 @@ class Builder {
     const std::string l = out(add("Log", {out(op("ReduceSum", e, n.attrs.keepdims))}, n));
     const std::string m_out = n.attrs.keepdims ? m : out(add("Reshape", {m, shape_of(n.shape, n)}, n));
     return out(add("Add", {l, m_out}, n));
+  }
+
+  // The fused layer norm (and rms_norm) as the ops it fuses, which opset 17 has all of:
+  // d = x - mean (rms: x), d / sqrt(mean(d^2) + eps) * gain (+ bias), over the last axis.
+  std::string layer_norm(const Node& n, const std::vector<std::string>& in) {
+    const std::vector<int64_t> last{n.shape.rank() - 1};
+    auto mean = [&](const std::string& v) {
+      auto& r = add("ReduceMean", {v}, n);
+      attr(r, "axes", last);
+      attr(r, "keepdims", int64_t{1});
+      return out(r);
+    };
+    const std::string d = n.attrs.rms ? in[0] : out(add("Sub", {in[0], mean(in[0])}, n));
+    const std::string var = mean(out(add("Mul", {d, d}, n)));
+    const std::string ve = out(add("Add", {var, scalar(n.attrs.value, DType::f32)}, n));
+    const std::string rstd = out(add("Reciprocal", {out(add("Sqrt", {ve}, n))}, n));
+    const std::string y = out(add("Mul", {out(add("Mul", {d, rstd}, n)), in[1]}, n));
+    return n.attrs.rms ? y : out(add("Add", {y, in[2]}, n));
   }
 
   // The number of elements of the input along the axes, as an f32 scalar.

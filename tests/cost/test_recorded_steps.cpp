@@ -103,3 +103,47 @@ TEST_CASE("cost records: the fused attention runs as its three kernels, each wit
   }
   CHECK(seen == std::map<std::string, int>{{"tj_attention", 1}, {"tj_attention_grad_q", 1}, {"tj_attention_grad_kv", 1}});
 }
+
+// The fused layer norm's kernels are launches the cost model prices: a warp a row and 8 rows
+// a block forward and for dx, 64-row blocks for the gain's and bias' partial sums, then one
+// thread a column (emulator/driver/library_kernel_costs.cpp).
+TEST_CASE("cost records: the fused layer norm runs as its four kernels, each with bytes and FLOPs") {
+  namespace tj = towerjit;
+  const cost::GpuSpec& h = cost::gpu_spec("h200");
+  std::string dir = (std::filesystem::temp_directory_path() / "towerjit-layer-norm-cost-XXXXXX").string();
+  REQUIRE(mkdtemp(dir.data()) != nullptr);
+  cost::prepare_emulated_gpu(h, dir);
+  constexpr int64_t kBatch = 5, kT = 27, kF = 40;  // 135 rows: 17 blocks of 8, 3 of 64
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {tj::kBatch, kT, kF});
+  auto h1 = tj::matmul(x, tj::variable("w", {kF, kF}, {.init = tj::init::normal(0, 0.5)}));
+  auto y = tj::layer_norm(h1, "ln");
+  auto loss = tj::mean(y * y);
+  tj::TowerTrainer trainer(g, loss, tj::Towers({tj::gpu(0)}), tj::sgd(0.1),
+                           tj::TowerTrainerOptions{.seed = 1, .strategy = {.gpu_variables = true}});
+  tj::HostTensor xs(tj::Shape{kBatch, kT, kF});
+  for (size_t i = 0; i < xs.f32.size(); ++i) xs.f32[i] = static_cast<float>((i * 37 % 101) / 50.0 - 1);
+  const tj::HostFeeds feeds{{"x", xs}};
+  trainer.step(feeds);
+  const std::vector<cost::Launch> launches = cost::record_step(trainer, feeds, dir, kBatch);
+  std::filesystem::remove_all(dir);
+  const double elements = kBatch * kT * kF;
+  std::map<std::string, int> seen;
+  for (const cost::Launch& l : launches) {
+    if (l.name.rfind("tj_layer_norm", 0) != 0) continue;
+    INFO(l.name);
+    ++seen[l.name];
+    CHECK(l.threads_per_block == 256);
+    CHECK(l.bytes > 0);
+    const bool rows = l.name == "tj_layer_norm" || l.name == "tj_layer_norm_grad_input";
+    const bool partial = l.name == "tj_layer_norm_grad_params_partial";
+    CHECK(l.blocks == (rows ? 17 : partial ? 3 : 1));
+    const double flops = l.name == "tj_layer_norm" ? 10 * elements
+                         : l.name == "tj_layer_norm_grad_input" ? 17 * elements
+                         : partial ? 10 * elements : 3 * 2 * kF;
+    CHECK(l.flops == flops);
+  }
+  CHECK(seen == std::map<std::string, int>{{"tj_layer_norm", 1}, {"tj_layer_norm_grad_input", 1},
+                                           {"tj_layer_norm_grad_params_partial", 1}, {"tj_layer_norm_grad_params_sum", 1}});
+}

@@ -165,6 +165,62 @@ TEST_CASE("gradients of layer_norm and rms_norm match finite differences", "[gra
 
 namespace {
 
+// The fused normalisations at `rows` rows of `width`: the gradients w.r.t. x, the gains and
+// the bias against central differences through the reference, on every element of a tensor
+// of up to 64 and on about 32 spread over a larger one (the first and last included; every
+// element of a 127 x 127 input would take 32,000 runs of the graph); and the CPU JIT within
+// its error bounds of the reference.
+void check_fused_norms(int64_t rows, int64_t width, bool fused) {
+  Graph g;
+  GraphScope use(g);
+  auto x = input("x", {kBatch, width});
+  auto loss = sum(layer_norm(x, "ln", {.fused = fused}) * input("r1", {kBatch, width})) +
+              sum(rms_norm(x, "rms", {.epsilon = 1e-3, .fused = fused}) * input("r2", {kBatch, width}));
+  std::vector<Tensor> wrt = trainable_variables();
+  wrt.push_back(x);
+  std::vector<Tensor> fetches = grad(loss, wrt);
+  fetches.push_back(loss);
+  reference::Variables vars = reference::initialize_variables(g, 7);
+  std::mt19937 rng(static_cast<unsigned>(rows * 1000 + width));
+  for (auto& [name, a] : vars) a = draw(Arg{a.shape, D::positive}, rng);
+  reference::Feeds feeds{{"x", draw(Arg{Shape{rows, width}}, rng)},
+                         {"r1", draw(Arg{Shape{rows, width}}, rng)},
+                         {"r2", draw(Arg{Shape{rows, width}}, rng)}};
+  const std::string what = std::string(fused ? "fused" : "composed") + " norms, " + std::to_string(rows) +
+                           " rows of " + std::to_string(width);
+  const std::vector<Array> analytic = reference::run(g, fetches, feeds, vars);
+  towerjit::testing::require_jit_matches(g, fetches, feeds, vars, what);
+  for (size_t w = 0; w < wrt.size(); ++w) {
+    const bool is_x = w + 1 == wrt.size();
+    Array& value = is_x ? feeds.at("x") : vars.at(wrt[w].node().attrs.name);
+    std::vector<int64_t> picks;
+    for (int64_t j = 0; j < value.size(); j += value.size() > 64 ? value.size() / 31 : 1) picks.push_back(j);
+    if (picks.back() != value.size() - 1) picks.push_back(value.size() - 1);
+    Worst worst;
+    for (int64_t j : picks) {
+      const double saved = value[j];
+      value[j] = saved + kEps;
+      const double up = reference::run(g, {loss}, feeds, vars)[0].item();
+      value[j] = saved - kEps;
+      const double down = reference::run(g, {loss}, feeds, vars)[0].item();
+      value[j] = saved;
+      note(worst, j, analytic[w][j], (up - down) / (2 * kEps));
+    }
+    INFO(report(what, is_x ? "x" : wrt[w].node().attrs.name, value.shape, worst));
+    CHECK(worst.error <= kTolerance);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gradients of the fused layer_norm and rms_norm match finite differences at 1, 7 and 127 rows", "[grad][sequence]") {
+  for (int64_t rows : {1, 7, 127})
+    for (int64_t width : {1, 7, 127}) check_fused_norms(rows, width, true);
+  check_fused_norms(7, 7, false);  // the composed form, the same way
+}
+
+namespace {
+
 // softmax(q k^T * scale, masked) v, written out in double: q [n, tq, d], k [n, tk, d], v [n, tk, dv].
 reference::Array attention_by_hand(const reference::Array& q, const reference::Array& k, const reference::Array& v,
                                    bool causal, double scale) {

@@ -60,5 +60,17 @@ case "$case_name" in
     grep -qF "char_lm: no corpus at $work/none.txt" "$work/out" || { cat "$work/out"; fail "no clear message"; }
     grep -qF -- "--corpus FILE" "$work/out" || fail "the message does not say how to give a corpus"
     ;;
+  rank_zero_prints)
+    # Under mpirun (2 processes on loopback, as tests/mpi/mpi_cli.sh runs them) both ranks
+    # train and rank 0 alone prints: one banner, one final figure, one sample.
+    [ -d /usr/share/common-licenses ] || { echo "SKIP: no /usr/share/common-licenses"; exit 77; }
+    command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (install openmpi-bin)"; exit 77; }
+    # shellcheck disable=SC2086
+    mpirun --oversubscribe --allow-run-as-root -np 2 --mca btl self,tcp --mca btl_tcp_if_include lo \
+      "$bin" $small --steps 10 >"$work/out" 2>&1 || { cat "$work/out"; fail "the run failed"; }
+    for text in "towerjit: GPT" "trained to step 10" "sample (temperature"; do
+      [ "$(grep -cF -- "$text" "$work/out")" = 1 ] || { cat "$work/out"; fail "\"$text\" is not printed exactly once"; }
+    done
+    ;;
   *) fail "unknown case $case_name" ;;
 esac

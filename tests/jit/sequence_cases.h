@@ -77,33 +77,39 @@ inline void iota_and_masks(const Runner& run, const std::string& where) {
   }
 }
 
-// layer_norm, rms_norm and softmax over rows of `width` features, forward and every gradient.
-inline void norms_and_softmax(const Runner& run, const std::string& where) {
+// layer_norm, rms_norm and softmax over rows of `width` features, forward and every gradient:
+// of x [B, 3, width] (3, 21 and 381 rows) and of z [B, width] (1, 7 and 127 rows). `fused`:
+// the normalisations as the fused ops (their default), or composed of mean, rsqrt and the rest.
+inline void norms_and_softmax(const Runner& run, const std::string& where, bool fused = true) {
   for (int64_t width : {1, 7, 127}) {
     Graph g;
     GraphScope use(g);
     auto x = input("x", {kBatch, 3, width});
-    auto ln = layer_norm(x, "ln");
-    auto rms = rms_norm(x, "rms");
+    auto z = input("z", {kBatch, width});
+    auto ln = layer_norm(x, "ln", {.fused = fused});
+    auto rms = rms_norm(x, "rms", {.fused = fused});
     auto sm = softmax(x);
+    auto ln_z = layer_norm(z, "ln_z", {.epsilon = 1e-3, .fused = fused});
+    auto rms_z = rms_norm(z, "rms_z", {.fused = fused});
     auto loss = sum(ln * input("r1", {kBatch, 3, width})) + sum(rms * input("r2", {kBatch, 3, width})) +
-                sum(sm * input("r3", {kBatch, 3, width}));
+                sum(sm * input("r3", {kBatch, 3, width})) + sum((ln_z + 2.0f * rms_z) * input("r4", {kBatch, width}));
     std::vector<Tensor> wrt = trainable_variables();
     wrt.push_back(x);
+    wrt.push_back(z);
     const std::vector<Tensor> grads = grad(loss, wrt);
     for (int64_t batch : {1, 7, 127}) {
       reference::Variables v = reference::initialize_variables(g, 3);
       // Gains and biases away from their initial ones and zeros, so a wrong broadcast shows.
       for (auto& [name, a] : v) a = random_array(a.shape, 20 + static_cast<uint32_t>(name.size()), 0.5, 1.5);
-      std::vector<Tensor> fetches{ln, rms, sm, loss};
+      std::vector<Tensor> fetches{ln, rms, sm, ln_z, rms_z, loss};
       fetches.insert(fetches.end(), grads.begin(), grads.end());
-      const Shape s{batch, 3, width};
+      const Shape s{batch, 3, width}, s2{batch, width};
       auto r = run(g, fetches,
-                   {{"x", random_array(s, 12, -2, 2)}, {"r1", random_array(s, 13)}, {"r2", random_array(s, 14)},
-                    {"r3", random_array(s, 15)}},
+                   {{"x", random_array(s, 12, -2, 2)}, {"z", random_array(s2, 16, -2, 2)}, {"r1", random_array(s, 13)},
+                    {"r2", random_array(s, 14)}, {"r3", random_array(s, 15)}, {"r4", random_array(s2, 17)}},
                    v, false, 0);
-      require_close(r, "norms and softmax, width " + std::to_string(width) + " at batch " + std::to_string(batch) +
-                           where);
+      require_close(r, std::string(fused ? "fused" : "composed") + " norms and softmax, width " +
+                           std::to_string(width) + " at batch " + std::to_string(batch) + where);
     }
   }
 }

@@ -57,8 +57,12 @@ TEST_CASE("iota, causal masks and a masked softmax match the reference", "[cpu][
   cases::iota_and_masks(on_cpu(), "");
 }
 
-TEST_CASE("layer_norm, rms_norm and softmax match the reference forward and backward", "[cpu][jit][sequence]") {
+TEST_CASE("layer_norm, rms_norm and softmax match the reference forward and backward", "[cpu][jit][sequence][isa]") {
   cases::norms_and_softmax(on_cpu(), "");
+}
+
+TEST_CASE("composed layer_norm and rms_norm match the reference forward and backward", "[cpu][jit][sequence]") {
+  cases::norms_and_softmax(on_cpu(), "", false);
 }
 
 TEST_CASE("unfused attention matches the reference, causal and not, gradients included", "[cpu][jit][sequence]") {
@@ -204,32 +208,43 @@ PlanCount plan_of(const tj::Graph& g, const std::vector<Tensor>& fetches, bool p
 
 TEST_CASE("the normalisations and softmax: their kernels forward and backward", "[cpu][jit][sequence]") {
   const bool print = std::getenv("SEQUENCE_PLAN_PRINT") != nullptr;
-  for (const char* op : {"layer_norm", "rms_norm", "softmax"}) {
+  struct Case {
+    const char* op;
+    bool fused;
+    std::array<int, 6> want;  // forward: kernels, reducing, calls; with the backward: the same
+  };
+  // docs/dsl.md's table ("How the normalisations and softmax fuse").
+  const Case cases[] = {{"layer_norm", true, {0, 0, 1, 1, 0, 3}}, {"rms_norm", true, {0, 0, 1, 0, 0, 3}},
+                        {"layer_norm", false, {3, 2, 0, 7, 4, 0}}, {"rms_norm", false, {2, 1, 0, 4, 2, 0}},
+                        {"softmax", true, {2, 1, 0, 4, 2, 0}}};
+  for (const Case& c : cases) {
     tj::Graph g;
     tj::GraphScope use(g);
     auto x = tj::input("x", {kBatch, 16, 64});
-    const std::string name = op;
-    Tensor y = name == "layer_norm" ? tj::layer_norm(x, "ln") : name == "rms_norm" ? tj::rms_norm(x, "rms") : tj::softmax(x);
+    const std::string name = c.op;
+    const tj::NormOptions options{.fused = c.fused};
+    Tensor y = name == "layer_norm" ? tj::layer_norm(x, "ln", options)
+               : name == "rms_norm" ? tj::rms_norm(x, "rms", options) : tj::softmax(x);
     auto loss = tj::sum(y * tj::input("r", {kBatch, 16, 64}));
     std::vector<Tensor> wrt = tj::trainable_variables();
     wrt.push_back(x);
     const auto grads = tj::grad(loss, wrt);
-    const PlanCount fwd = plan_of(g, {y}, print, name + " forward");
+    const std::string what = name + (c.fused ? "" : " (composed)");
+    const PlanCount fwd = plan_of(g, {y}, print, what + " forward");
     std::vector<Tensor> all{y};
     all.insert(all.end(), grads.begin(), grads.end());
-    const PlanCount both = plan_of(g, all, print, name + " forward and backward");
-    INFO(name << ": forward " << fwd.kernels << " kernels, with the backward " << both.kernels);
-    CHECK(fwd.calls == 0);
-    CHECK(both.calls == 0);
-    // docs/dsl.md's table ("How the normalisations and softmax fuse"): a fused row kernel
-    // would make these 1 and 2.
-    const std::map<std::string, std::array<int, 4>> documented{
-        {"layer_norm", {3, 2, 7, 4}}, {"rms_norm", {2, 1, 4, 2}}, {"softmax", {2, 1, 4, 2}}};
-    const auto& want = documented.at(name);
-    CHECK(fwd.kernels == want[0]);
-    CHECK(fwd.reductions == want[1]);
-    CHECK(both.kernels == want[2]);
-    CHECK(both.reductions == want[3]);
+    const PlanCount both = plan_of(g, all, print, what + " forward and backward");
+    INFO(what << ": forward " << fwd.kernels << " kernels, " << fwd.calls << " calls; with the backward "
+              << both.kernels << " kernels, " << both.calls << " calls");
+    CHECK(std::array<int, 6>{fwd.kernels, fwd.reductions, fwd.calls, both.kernels, both.reductions, both.calls} ==
+          c.want);
+    if (!c.fused || name == "softmax") continue;
+    const tj::kir::Program step = lower(g, all);
+    CHECK(calls_of(step, tj::Op::LayerNorm) == 1);
+    CHECK(calls_of(step, tj::Op::LayerNormGradInput) == 1);
+    CHECK(calls_of(step, tj::Op::LayerNormGradParams) == 1);
+    for (const tj::kir::Buffer& b : step.buffers)  // no per-row statistics stored: x, y, dy, dx
+      CHECK((b.shape.rank() < 2 || b.shape[b.shape.rank() - 1] != 1));
   }
 }
 

@@ -455,3 +455,130 @@ extern "C" __global__ void tj_attention_grad_kv(const float* __restrict__ q, con
     }
   }
 }
+
+// Fused layer norm (ops.def: LayerNorm and its two gradient ops; docs/cuda.md). A warp takes a
+// row at a time (TJ_LN_WARPS rows a block, a block-stride loop over the rows): its lanes sum
+// the columns c = lane (mod 32), then a butterfly of xor shuffles adds the lanes, the same tree
+// on every lane, so each holds the same bits. The row's mean, then the mean square of the
+// centred row (two passes; the second reads the row from cache), then the output: one kernel,
+// nothing stored beside it. The backward recomputes the statistics. The gain's and bias'
+// gradients are column sums over the rows: partial sums over blocks of TJ_LN_PARAM_ROWS rows
+// in row order (in the library scratch), then the blocks added in block order by a second
+// kernel. No atomics: the same bits every run. The arithmetic is the sequence
+// jit/reference/eval_norm.cpp bounds.
+#define TJ_LN_WARPS 8
+#define TJ_LN_PARAM_ROWS 64
+
+__device__ __forceinline__ float tj_ln_warp_sum(float v) {
+  for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+  return v;
+}
+
+struct TjLnStats {
+  float mean, rstd;
+};
+
+// Every lane of the warp calls it with the same row.
+__device__ __forceinline__ TjLnStats tj_ln_stats(const float* __restrict__ x, const TjNormShape& s, int lane) {
+  const float n = (float)s.n;
+  float mean = 0.0f;
+  if (!s.rms) {
+    float v = 0.0f;
+    for (tj_i64 c = lane; c < s.n; c += 32) v += x[c];
+    mean = tj_ln_warp_sum(v) / n;
+  }
+  float v = 0.0f;
+  for (tj_i64 c = lane; c < s.n; c += 32) {
+    const float d = x[c] - mean;
+    v += d * d;
+  }
+  const float var = tj_ln_warp_sum(v) / n;
+  TjLnStats st;
+  st.mean = mean;
+  st.rstd = 1.0f / sqrtf(var + s.eps);
+  return st;
+}
+
+extern "C" __global__ void tj_layer_norm(const float* __restrict__ x, const float* __restrict__ gain,
+                                         const float* __restrict__ bias, float* __restrict__ y, TjNormShape s) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (tj_i64 r = (tj_i64)blockIdx.x * TJ_LN_WARPS + warp; r < s.rows; r += (tj_i64)gridDim.x * TJ_LN_WARPS) {
+    TJ_WORK(3 * ((s.n + 31) / 32) + 12);
+    const float* xr = x + r * s.n;
+    float* yr = y + r * s.n;
+    const TjLnStats st = tj_ln_stats(xr, s, lane);
+    for (tj_i64 c = lane; c < s.n; c += 32) {
+      const float v = (xr[c] - st.mean) * st.rstd * gain[c];
+      yr[c] = s.rms ? v : v + bias[c];
+    }
+  }
+}
+
+// dx = rstd ((g - mean(g)) - xhat mean(g xhat)), g = dy gain (rms: without mean(g)).
+extern "C" __global__ void tj_layer_norm_grad_input(const float* __restrict__ x, const float* __restrict__ gain,
+                                                    const float* __restrict__ dy, float* __restrict__ dx,
+                                                    TjNormShape s) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const float n = (float)s.n;
+  for (tj_i64 r = (tj_i64)blockIdx.x * TJ_LN_WARPS + warp; r < s.rows; r += (tj_i64)gridDim.x * TJ_LN_WARPS) {
+    TJ_WORK(4 * ((s.n + 31) / 32) + 22);
+    const float *xr = x + r * s.n, *dyr = dy + r * s.n;
+    float* dxr = dx + r * s.n;
+    const TjLnStats st = tj_ln_stats(xr, s, lane);
+    float a = 0.0f, b = 0.0f;
+    for (tj_i64 c = lane; c < s.n; c += 32) {
+      const float g = dyr[c] * gain[c];
+      a += g;
+      b += g * ((xr[c] - st.mean) * st.rstd);
+    }
+    const float m1 = s.rms ? 0.0f : tj_ln_warp_sum(a) / n, m2 = tj_ln_warp_sum(b) / n;
+    for (tj_i64 c = lane; c < s.n; c += 32) {
+      const float xhat = (xr[c] - st.mean) * st.rstd;
+      dxr[c] = st.rstd * ((dyr[c] * gain[c] - m1) - xhat * m2);
+    }
+  }
+}
+
+// Block k of TJ_LN_PARAM_ROWS rows -> partials[k] = [d gain | d bias] over its rows, in row
+// order: the warps compute the rows' statistics into shared memory, then each thread sums its
+// columns down the rows.
+extern "C" __global__ void tj_layer_norm_grad_params_partial(const float* __restrict__ x, const float* __restrict__ dy,
+                                                             float* __restrict__ partials, TjNormShape s) {
+  __shared__ float means[TJ_LN_PARAM_ROWS];
+  __shared__ float rstds[TJ_LN_PARAM_ROWS];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const tj_i64 blocks = (s.rows + TJ_LN_PARAM_ROWS - 1) / TJ_LN_PARAM_ROWS, width = s.rms ? s.n : 2 * s.n;
+  for (tj_i64 k = blockIdx.x; k < blocks; k += gridDim.x) {
+    const tj_i64 r0 = k * TJ_LN_PARAM_ROWS;
+    const tj_i64 count = s.rows - r0 < TJ_LN_PARAM_ROWS ? s.rows - r0 : TJ_LN_PARAM_ROWS;
+    __syncthreads();
+    for (tj_i64 i = warp; i < count; i += TJ_LN_WARPS) {
+      const TjLnStats st = tj_ln_stats(x + (r0 + i) * s.n, s, lane);
+      if (lane == 0) means[i] = st.mean, rstds[i] = st.rstd;
+    }
+    __syncthreads();
+    TJ_WORK(count * (2 * ((s.n + 31) / 32) + 6 * ((s.n + blockDim.x - 1) / blockDim.x)) / TJ_LN_WARPS);
+    for (tj_i64 c = threadIdx.x; c < s.n; c += blockDim.x) {
+      float g = 0.0f, b = 0.0f;
+      for (tj_i64 i = 0; i < count; ++i) {
+        const tj_i64 at = (r0 + i) * s.n + c;
+        const float d = dy[at];
+        g += d * ((x[at] - means[i]) * rstds[i]);
+        b += d;
+      }
+      partials[k * width + c] = g;
+      if (!s.rms) partials[k * width + s.n + c] = b;
+    }
+  }
+}
+
+// out[p] = the sum over the blocks' partials of column p, in block order.
+extern "C" __global__ void tj_layer_norm_grad_params_sum(const float* __restrict__ partials, float* __restrict__ out,
+                                                         long long blocks, long long width) {
+  for (tj_i64 p = TJ_GLOBAL_THREAD; p < width; p += TJ_GRID_THREADS) {
+    TJ_WORK(blocks);
+    float v = 0.0f;
+    for (tj_i64 k = 0; k < blocks; ++k) v += partials[k * width + p];
+    out[p] = v;
+  }
+}

@@ -32,4 +32,12 @@ struct TjAttentionShape {
   int causal;
 };
 
+// Fused layer norm (tj_layer_norm*): `rows` rows of `n` features, epsilon, and whether it is
+// rms_norm's (no centring, no bias).
+struct TjNormShape {
+  long long rows, n;
+  float eps;
+  int rms;
+};
+
 #endif  // TOWERJIT_CUDA_DEVICE_LIBRARY_PARAMS_H

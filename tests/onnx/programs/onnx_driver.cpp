@@ -117,6 +117,7 @@ tj::Tensor every_op(tj::Tensor x) {
   flat(tj::sum(c, {2, 3}) + tj::mean(c, {2, 3}) + tj::max(c, {2, 3}) + tj::logsumexp(c, {2, 3}));
   flat(tj::logsumexp(c, {1}, true) - tj::sum(c, {1, 3}, true) + tj::mean(c, {1}, true));
   flat(tj::softmax(tj::reshape(c, {kBatch, 108})));
+  flat(tj::layer_norm(c, "ln") + tj::rms_norm(c, "rms"));  // the fused ops, written out
   flat(tj::transpose(c, {0, 2, 3, 1}));
   flat(tj::slice(c, {0, 1, 1, 0}, {kBatch, 3, 5, 4}));
   flat(tj::pad(x, {0, 0, 1, 2}, {0, 1, 0, 1}));
