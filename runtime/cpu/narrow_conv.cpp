@@ -91,8 +91,8 @@ void fill_rows(const ConvGeometry& g, const WindowRows& r, const float* image, f
 //
 // forward<OB, PV>: output channels o0..o0+OB-1 at PV vectors of pixels from p: acc[ob][v] +=
 // w[ob][t] (broadcast) * rows[off[t] + p + v * WIDTH] over the taps t; `w` is the filter at
-// o0 ([O][taps]), `y` the image's output at (o0, 0) ([O][S]); lanes at or past `valid` pixels
-// are not stored. Per tap: PV loads and OB broadcasts for OB * PV FMAs.
+// o0 ([O][taps]), `y` the image's output at (o0, 0) ([O][S]); blocks follow one another up to
+// p_end, and lanes at or past S are not stored. Per tap: PV loads and OB broadcasts for OB * PV FMAs.
 //
 // filter<OB, TB>: output channels x taps t0..t0+TB-1, summed over the image's S pixels, a
 // vector of per-lane sums each (`part` at (o0, t0) of [O][taps][WIDTH], added to): dy's rows
@@ -106,35 +106,37 @@ void fill_rows(const ConvGeometry& g, const WindowRows& r, const float* image, f
   constexpr int kAccs = ACCS;                                                                                       \
   template <int OB, int PV>                                                                                         \
   TARGET void forward(int64_t taps, const float* rows, const int64_t* off, const float* w, int64_t p,              \
-                      int64_t valid, float* y, int64_t s) {                                                         \
-    VEC acc[OB * PV];                                                                                               \
-    TOWERJIT_UNROLL for (int a = 0; a < OB * PV; ++a) acc[a] = ZERO();                                              \
-    for (int64_t t = 0; t < taps; ++t) {                                                                            \
-      const float* xr = rows + off[t] + p;                                                                          \
-      VEC xv[PV];                                                                                                   \
-      TOWERJIT_UNROLL for (int v = 0; v < PV; ++v) xv[v] = LOAD(xr + v * WIDTH);                                    \
-      TOWERJIT_UNROLL for (int ob = 0; ob < OB; ++ob) {                                                             \
-        const VEC b = BROADCAST(w + ob * taps + t);                                                                 \
-        TOWERJIT_UNROLL for (int v = 0; v < PV; ++v) acc[ob * PV + v] = FMA(b, xv[v], acc[ob * PV + v]);            \
-      }                                                                                                             \
-    }                                                                                                               \
-    TOWERJIT_UNROLL for (int a = 0; a < OB * PV; ++a) {                                                             \
-      const int64_t ob = a / PV, v = a % PV, left = valid - v * WIDTH;                                              \
-      float* out = y + ob * s + p + v * WIDTH;                                                                      \
-      if (left >= WIDTH)                                                                                            \
-        STORE(out, acc[a]);                                                                                         \
-      else if (left > 0)                                                                                            \
-        MASKSTORE(out, left, acc[a]);                                                                               \
-    }                                                                                                               \
+                      int64_t p_end, float* y, int64_t s) {                                                         \
+    for (; p < p_end; p += PV * WIDTH) {                                                                             \
+      VEC acc[OB * PV];                                                                                              \
+      TOWERJIT_UNROLL for (int a = 0; a < OB * PV; ++a) acc[a] = ZERO();                                             \
+      for (int64_t t = 0; t < taps; ++t) {                                                                           \
+        const float* xr = rows + off[t] + p;                                                                         \
+        VEC xv[PV];                                                                                                  \
+        TOWERJIT_UNROLL for (int v = 0; v < PV; ++v) xv[v] = LOAD(xr + v * WIDTH);                                   \
+        TOWERJIT_UNROLL for (int ob = 0; ob < OB; ++ob) {                                                            \
+          const VEC b = BROADCAST(w + ob * taps + t);                                                                \
+          TOWERJIT_UNROLL for (int v = 0; v < PV; ++v) acc[ob * PV + v] = FMA(b, xv[v], acc[ob * PV + v]);           \
+        }                                                                                                            \
+      }                                                                                                              \
+      TOWERJIT_UNROLL for (int a = 0; a < OB * PV; ++a) {                                                            \
+        const int64_t ob = a / PV, v = a % PV, left = s - p - v * WIDTH;                                             \
+        float* out = y + ob * s + p + v * WIDTH;                                                                     \
+        if (left >= WIDTH)                                                                                           \
+          STORE(out, acc[a]);                                                                                        \
+        else if (left > 0)                                                                                           \
+          MASKSTORE(out, left, acc[a]);                                                                              \
+      }                                                                                                              \
+    }                                                                                                                \
   }                                                                                                                 \
   template <int OB, int TB>                                                                                         \
-  TARGET void filter(const float* rows, const int64_t* off, const float* dy, int64_t s, float* part, int64_t taps) { \
+  TARGET void filter(const float* rows, const int64_t* off, const float* dy, int64_t s, int64_t p, int64_t p_end,    \
+                     float* part, int64_t taps) {                                                                    \
     VEC acc[OB * TB];                                                                                               \
     TOWERJIT_UNROLL for (int a = 0; a < OB * TB; ++a) acc[a] = LOAD(part + ((a / TB) * taps + a % TB) * WIDTH);     \
     const float* xr[TB];                                                                                            \
     TOWERJIT_UNROLL for (int t = 0; t < TB; ++t) xr[t] = rows + off[t];                                             \
-    int64_t p = 0;                                                                                                  \
-    for (; p + WIDTH <= s; p += WIDTH) {                                                                            \
+    for (; p + WIDTH <= p_end; p += WIDTH) {                                                                         \
       VEC xv[TB];                                                                                                   \
       TOWERJIT_UNROLL for (int t = 0; t < TB; ++t) xv[t] = LOAD(xr[t] + p);                                         \
       TOWERJIT_UNROLL for (int ob = 0; ob < OB; ++ob) {                                                             \
@@ -142,8 +144,8 @@ void fill_rows(const ConvGeometry& g, const WindowRows& r, const float* image, f
         TOWERJIT_UNROLL for (int t = 0; t < TB; ++t) acc[ob * TB + t] = FMA(d, xv[t], acc[ob * TB + t]);            \
       }                                                                                                             \
     }                                                                                                               \
-    if (p < s) {                                                                                                    \
-      const int64_t left = s - p;                                                                                   \
+    if (p < p_end) {                                                                                                \
+      const int64_t left = p_end - p;                                                                                \
       VEC xv[TB];                                                                                                   \
       TOWERJIT_UNROLL for (int t = 0; t < TB; ++t) xv[t] = MASKLOAD(xr[t] + p, left);                               \
       TOWERJIT_UNROLL for (int ob = 0; ob < OB; ++ob) {                                                             \
@@ -176,7 +178,7 @@ TOWERJIT_NARROW_KERNELS(avx512, TOWERJIT_TARGET_AVX512, __m512, 16, 24, _mm512_s
                         _mm512_storeu_ps, broadcast16, _mm512_fmadd_ps, maskload16, maskstore16)
 
 using ForwardBlock = void (*)(int64_t, const float*, const int64_t*, const float*, int64_t, int64_t, float*, int64_t);
-using FilterBlock = void (*)(const float*, const int64_t*, const float*, int64_t, float*, int64_t);
+using FilterBlock = void (*)(const float*, const int64_t*, const float*, int64_t, int64_t, int64_t, float*, int64_t);
 
 // One instruction set's blocks: forward[ob][pv] for ob = 1..forward_channels output channels
 // and pv = 1..accs / ob vectors of pixels; filter[ob][tb] for ob = 1..4 and tb = 1..accs / 4.
@@ -256,11 +258,11 @@ void narrow_conv_forward(const ConvGeometry& g, bool avx512, const float* x, con
       float* yi = y + i * g.o * s;
       for (int64_t b = 0; b < channels.count; ++b) {
         const int64_t o0 = channels.cut(b), ob = channels.cut(b + 1) - o0, most = k.accs / ob;
-        const EvenBlocks pixels((s + k.width - 1) / k.width, most);  // in vectors
-        for (int64_t part = 0; part < pixels.count; ++part) {
-          const int64_t v0 = pixels.cut(part), pv = pixels.cut(part + 1) - v0, p = v0 * k.width;
-          k.forward[ob][pv](taps, rows, r.off.data(), w + o0 * taps, p, s - p, yi + o0 * s, s);
-        }
+        // Blocks of `most` vectors of pixels in one call, then one block of the rest.
+        const int64_t vectors = (s + k.width - 1) / k.width, full = vectors / most * most;
+        if (full) k.forward[ob][most](taps, rows, r.off.data(), w + o0 * taps, 0, full * k.width, yi + o0 * s, s);
+        if (full < vectors)
+          k.forward[ob][vectors - full](taps, rows, r.off.data(), w + o0 * taps, full * k.width, s, yi + o0 * s, s);
       }
     }
   });
@@ -282,11 +284,13 @@ void narrow_conv_grad_filter(const ConvGeometry& g, bool avx512, const float* x,
       for (int64_t i = g.n * chunk / chunks; i < g.n * (chunk + 1) / chunks; ++i) {
         fill_rows(g, r, x + i * g.c * g.h * g.w, rows);
         const float* dyi = dy + i * g.o * s;
+        // Each tile over all of the image's pixels (strips of pixels that stay in L1 across the
+        // tiles were slower: each call then reloads and stores its partial sums more often).
         for (int64_t b = 0; b < channels.count; ++b) {
           const int64_t o0 = channels.cut(b), ob = channels.cut(b + 1) - o0;
           for (int64_t tb = 0; tb < tap_blocks.count; ++tb) {
             const int64_t t0 = tap_blocks.cut(tb), nt = tap_blocks.cut(tb + 1) - t0;
-            k.filter[ob][nt](rows, r.off.data() + t0, dyi + o0 * s, s,
+            k.filter[ob][nt](rows, r.off.data() + t0, dyi + o0 * s, s, 0, s,
                              partial.data() + chunk * size + (o0 * taps + t0) * k.width, taps);
           }
         }
