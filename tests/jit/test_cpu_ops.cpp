@@ -55,8 +55,8 @@ TEST_CASE("convolution and pools match the reference", "[cpu][jit][isa]") {
 // that leave partial blocks: channel counts that are not multiples of 16, widths that are not
 // multiples of 6, one to four input channels or input-gradient outputs (narrow_conv.cpp's
 // kernels, with pixel counts that leave a partial vector), strides 1 and 2, padding 0 to k-1,
-// more than 16 input or output channels (the 32-lane AVX-512 blocks), and the input gradient of a strided convolution (the
-// direct path's fallback).
+// more than 16 input or output channels (the 32-lane AVX-512 blocks), and the input gradient
+// of a strided convolution (the direct path's fallback).
 TEST_CASE("convolution: direct and im2col paths match the reference at odd geometries", "[cpu][jit][isa]") {
   struct Geometry { int64_t c, h, w, o, k; int stride, pad; };
   const Geometry geometries[] = {{1, 7, 7, 7, 3, 1, 1},  {3, 5, 11, 17, 3, 1, 0}, {16, 9, 13, 33, 3, 1, 2},
