@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
   std::printf("{\"cpu_isa\":\"%s\",\"threads\":%d,\"sgemm_peak_gflops\":{\"pool_wall\":%.1f,\"one_thread_cpu\":%.1f}}\n",
               tj::cpujit::isa_name(tj::cpujit::cpu_isa()), pool.size(), peak_pool, peak_one);
   struct Layer { const char* name; int64_t c, hw, o; };
-  const Layer layers[] = {{"1->16 28x28 (conv1)", 1, 28, 16}, {"16->16 28x28 (block1)", 16, 28, 16},
+  const Layer layers[] = {{"1->16 28x28 (conv1)", 1, 28, 16}, {"3->16 32x32 (an RGB first layer)", 3, 32, 16},
+                          {"16->16 28x28 (block1)", 16, 28, 16},
                           {"16->32 14x14 (conv2)", 16, 14, 32}, {"32->32 14x14 (block2)", 32, 14, 32}};
   const int64_t batch = 128;
   std::mt19937 rng(1);

@@ -11,6 +11,7 @@
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/conv_geometry.h"
 #include "runtime/cpu/cpu_features.h"
+#include "runtime/cpu/narrow_conv.h"
 
 namespace towerjit::cpujit {
 namespace {
@@ -196,6 +197,9 @@ const Kernels* kernels_for(int64_t o) {
   return nullptr;
 }
 
+// Whether the AVX-512 kernels run (kernels_for chose them).
+bool uses_avx512() { return vector_level(cpu_isa()) == CpuIsa::avx512; }
+
 // n items cut into the fewest blocks of at most `most`, of sizes differing by at most one (a
 // row of 14 pixels: 5 + 5 + 4 rather than 6 + 6 + 2, whose small block runs the kernel badly):
 // block b is [cut(b), cut(b + 1)) of count() blocks.
@@ -238,6 +242,10 @@ bool direct_conv2d(const Attrs& at, const View& x, const View& w, const View& y,
   const ConvGeometry geometry = conv_geometry(at, x.shape, w.shape, y.shape);
   const Kernels* k = kernels_for(geometry.o);
   if (!k) return false;
+  if (geometry.c <= kNarrowChannels) {
+    narrow_conv_forward(geometry, uses_avx512(), x.f(), w.f(), y.f(), pool);
+    return true;
+  }
   const Conv g{geometry, k->lanes};
   forward(g, *k, x.f(), pack_weights(g, w.f(), false), y.f(), pool);
   return true;
@@ -251,6 +259,17 @@ bool direct_conv2d_grad_input(const Attrs& at, const View& dy, const View& w, co
   if (!k || f.sh != 1 || f.sw != 1 || f.ph > f.kh - 1 || f.pw > f.kw - 1) return false;
   const Conv g{{f.n, f.o, f.oh, f.ow, f.c, f.kh, f.kw, f.h, f.w, 1, 1, f.kh - 1 - f.ph, f.kw - 1 - f.pw}, k->lanes};
   if (g.hp() - g.kh + 1 != g.oh || g.wp() - g.kw + 1 != g.ow) return false;
+  if (g.o <= kNarrowChannels) {  // few input channels: the filter rotated, as [C][O][KH][KW]
+    std::vector<float> flipped(f.o * f.ckk());
+    for (int64_t ci = 0; ci < f.c; ++ci)
+      for (int64_t o = 0; o < f.o; ++o)
+        for (int64_t ky = 0; ky < f.kh; ++ky)
+          for (int64_t kx = 0; kx < f.kw; ++kx)
+            flipped[((ci * f.o + o) * f.kh + ky) * f.kw + kx] =
+                w.f()[((o * f.c + ci) * f.kh + (f.kh - 1 - ky)) * f.kw + (f.kw - 1 - kx)];
+    narrow_conv_forward(g, uses_avx512(), dy.f(), flipped.data(), dx.f(), pool);
+    return true;
+  }
   forward(g, *k, dy.f(), pack_weights(g, w.f(), true), dx.f(), pool);
   return true;
 }
@@ -266,6 +285,10 @@ bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, c
   const ConvGeometry geometry = conv_geometry(at, x.shape, dw.shape, dy.shape);
   const Kernels* k = kernels_for(geometry.o);
   if (!k) return false;
+  if (geometry.c <= kNarrowChannels) {
+    narrow_conv_grad_filter(geometry, uses_avx512(), x.f(), dy.f(), dw.f(), pool);
+    return true;
+  }
   const Conv g{geometry, k->lanes};
   const int64_t taps = g.ckk(), s = g.spatial(), size = taps * g.opad();
   std::vector<int64_t> offsets;  // tap (ky, kx, ci) -> its element in a window of the packed image

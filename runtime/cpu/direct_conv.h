@@ -4,7 +4,8 @@
 // GEMM's layout; here each image is packed once into a padded channels-last copy that stays in
 // cache, and a register-blocked kernel (AVX2: 6 pixels x 16 output channels of accumulators;
 // AVX-512: 12 x 32, or 24 x 16 for narrow layers) reads it in place. Images are split over
-// the thread pool.
+// the thread pool. Layers with at most 4 input channels (forward, filter gradient) or whose
+// input gradient has at most 4 channels take narrow_conv.h's kernels instead.
 //
 // Each function returns false, having done nothing, when the CPU lacks AVX2/FMA, the
 // TOWERJIT_DIRECT_CONV knob is off, or the geometry is one it does not cover (the input

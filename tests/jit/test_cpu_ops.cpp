@@ -53,16 +53,17 @@ TEST_CASE("convolution and pools match the reference", "[cpu][jit][isa]") {
 // Every CPU convolution path (the direct AVX-512 and AVX2 kernels, chosen by TOWERJIT_CPU_ISA
 // among the levels this CPU has, and im2col + sgemm, TOWERJIT_DIRECT_CONV=off) at geometries
 // that leave partial blocks: channel counts that are not multiples of 16, widths that are not
-// multiples of 6, one channel, strides 1 and 2, padding 0 to k-1, more than 16 input or output
-// channels (the 32-lane AVX-512 blocks), and the input gradient of a strided convolution (the
-// direct path's fallback).
+// multiples of 6, one to four input channels or input-gradient outputs (narrow_conv.cpp's
+// kernels, with pixel counts that leave a partial vector), strides 1 and 2, padding 0 to k-1,
+// more than 16 input or output channels (the 32-lane AVX-512 blocks), and the input gradient
+// of a strided convolution (the direct path's fallback).
 TEST_CASE("convolution: direct and im2col paths match the reference at odd geometries", "[cpu][jit][isa]") {
   struct Geometry { int64_t c, h, w, o, k; int stride, pad; };
   const Geometry geometries[] = {{1, 7, 7, 7, 3, 1, 1},  {3, 5, 11, 17, 3, 1, 0}, {16, 9, 13, 33, 3, 1, 2},
                                  {2, 8, 6, 1, 5, 1, 2},  {5, 7, 9, 16, 1, 1, 0},  {4, 9, 7, 6, 3, 2, 1},
                                  {20, 6, 5, 3, 3, 1, 1},  {1, 28, 28, 16, 3, 1, 1}, {127, 5, 6, 7, 3, 1, 1},
                                  {7, 11, 9, 127, 3, 2, 0}, {33, 7, 5, 40, 3, 1, 1}, {16, 1, 1, 16, 1, 1, 0},
-                                 {8, 13, 3, 24, 3, 2, 2}};
+                                 {8, 13, 3, 24, 3, 2, 2}, {1, 11, 9, 3, 3, 2, 1}, {3, 13, 17, 5, 3, 1, 1}};
   struct Path { const char* isa; const char* direct; };
   std::vector<Path> paths{{nullptr, "off"}};
   for (tj::knobs::CpuIsa level : {tj::knobs::CpuIsa::avx512, tj::knobs::CpuIsa::avx2})
@@ -105,7 +106,7 @@ TEST_CASE("convolution: direct and im2col paths match the reference at odd geome
 TEST_CASE("convolution: the same bits whatever the thread count", "[cpu][jit][isa]") {
   struct Geometry { int64_t c, h, w, o, k; int stride, pad; };
   const Geometry geometries[] = {{16, 9, 11, 16, 3, 1, 1}, {1, 7, 7, 16, 3, 1, 1}, {33, 6, 5, 40, 3, 2, 1},
-                                 {7, 5, 9, 127, 3, 1, 2}};
+                                 {7, 5, 9, 127, 3, 1, 2}, {3, 10, 12, 5, 3, 1, 1}};
   std::vector<const char*> levels;
   for (tj::knobs::CpuIsa level : {tj::knobs::CpuIsa::avx512, tj::knobs::CpuIsa::avx2})
     if (level <= tj::cpujit::cpu_isa()) levels.push_back(tj::cpujit::isa_name(level));
