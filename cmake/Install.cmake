@@ -31,7 +31,7 @@ set(TOWERJIT_PUBLIC_HEADERS
   dsl/autodiff.h dsl/call_stack.h dsl/collectives.h dsl/devices.h dsl/dtype.h dsl/ema.h
   dsl/exception.h dsl/graph.h dsl/half_float.h dsl/initializer.h dsl/layers.h dsl/node.h dsl/op.h dsl/ops.def
   dsl/ops.h dsl/optimizers.h dsl/phase.h dsl/schedules.h dsl/sequence.h dsl/shape.h dsl/state.h dsl/tensor.h
-  dsl/towers.h dsl/variables.h jit/compile_options.h jit/cuda/dump_graph.h
+  dsl/precision.h dsl/towers.h dsl/variables.h jit/compile_options.h jit/cuda/dump_graph.h
   runtime/checkpoint/checkpoint.h runtime/checkpoint/directory_lock.h runtime/data/augment.h
   runtime/data/batch_pipeline.h runtime/data/fashion_mnist.h runtime/data/npy.h runtime/data/npz.h runtime/data/tensor_dataset.h
   runtime/dist/world_layout.h runtime/host_tensor.h runtime/interop/onnx_export.h runtime/interop/safetensors.h runtime/report/metrics.h

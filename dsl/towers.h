@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "dsl/devices.h"
+#include "dsl/precision.h"
 
 namespace towerjit {
 
@@ -134,6 +135,11 @@ class Towers {
   // checks the rules against the model. Errors: a rule that is not AsyncApply, an empty pattern.
   Towers with(VariableSelection selection, Reduction reduction, Loc loc = Loc::current()) const;
   const std::vector<VariableRule>& rules() const { return rules_; }
+  // The precision policy this trainer's programs compile under (matmul operands in bf16 or
+  // f16, f32 accumulation), whatever the process-wide set_precision_policy says; without
+  // it, the process's policy. Errors: matmul_operands neither f32, bf16 nor f16.
+  Towers precision(PrecisionPolicy policy, Loc loc = Loc::current()) const;
+  const std::optional<PrecisionPolicy>& precision_policy() const { return precision_; }
 
   int size() const { return static_cast<int>(devices_.size()); }
   const std::vector<Device>& devices() const { return devices_; }
@@ -159,6 +165,7 @@ class Towers {
   Reduction reduction_ = SyncAverage{};
   std::optional<SyncVariant> variant_;
   std::vector<VariableRule> rules_;
+  std::optional<PrecisionPolicy> precision_;
   Loc loc_;
 };
 

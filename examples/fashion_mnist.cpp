@@ -128,6 +128,8 @@ std::string default_towers() {
 
 tj::Towers make_towers(const Flags& f) {
   auto towers = tj::Towers(tj::parse_devices(f.towers.empty() ? default_towers() : f.towers));
+  // The trainer's own precision policy (its programs only; the process's stays f32).
+  if (f.precision == "bf16") towers = towers.precision({.matmul_operands = tj::DType::bf16});
   if (f.strategy == "async")
     return towers.reduce(tj::AsyncApply{
         .max_staleness = f.max_staleness >= 0 ? std::optional<int64_t>(f.max_staleness) : std::nullopt});
@@ -194,7 +196,6 @@ int train(Flags f, const std::string& resume_command) {
   const bool lead = world.rank() == 0;
   // Every program compiled below (TOWERJIT_DUMP and TOWERJIT_CHECK_NUMERICS still override).
   tj::set_compile_options({.dump_dir = lead ? f.dump : "", .check_numerics = f.check_numerics});
-  if (f.precision == "bf16") tj::set_precision_policy({.matmul_operands = tj::DType::bf16});
   const auto train_set = load_split(f, "train");
   const auto test_set = load_split(f, "test");
   // Every rank's towers (a collective, so called on every rank whatever its flags say).

@@ -12,6 +12,8 @@ PrecisionPolicy& policy() {
   static PrecisionPolicy set;
   return set;
 }
+// A trainer's own policy while it compiles (ScopedPrecisionPolicy); empty: the process's.
+thread_local std::optional<PrecisionPolicy> thread_override;
 
 }  // namespace
 
@@ -24,9 +26,16 @@ void set_precision_policy(const PrecisionPolicy& p) {
 }
 
 PrecisionPolicy precision_policy() {
+  if (thread_override) return *thread_override;
   std::lock_guard lock(policy_mutex);
   return policy();
 }
+
+ScopedPrecisionPolicy::ScopedPrecisionPolicy(const std::optional<PrecisionPolicy>& p) : outer_(thread_override) {
+  if (p) thread_override = p;
+}
+
+ScopedPrecisionPolicy::~ScopedPrecisionPolicy() { thread_override = outer_; }
 
 Rewritten half_matmul_operands(const Graph& graph, DType dtype) {
   internal_check(is_half_float(dtype)) << "half_matmul_operands to " << dtype_name(dtype);

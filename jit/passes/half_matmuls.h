@@ -6,7 +6,10 @@
 // variable's or an input's cast has no producer kernel and is one small kernel each.
 #pragma once
 
+#include <optional>
+
 #include "dsl/dtype.h"
+#include "dsl/precision.h"
 #include "jit/passes/rewrite.h"
 
 namespace towerjit {
@@ -16,14 +19,26 @@ namespace towerjit {
 // since it runs on the training graph after autodiff.
 Rewritten half_matmul_operands(const Graph& graph, DType dtype);
 
-// The process's precision policy, declared once: programs lowered after set_precision_policy
-// (every CpuProgram, a trainer's too) run half_matmul_operands first when matmul_operands is
-// bf16 or f16. f32 (the default) leaves graphs as they are. Thread-safe. A first cut of the
-// issue's policy: a Towers / trainer option and the examples' --precision flag are to come.
-struct PrecisionPolicy {
-  DType matmul_operands = DType::f32;
-};
+// The process's precision policy: programs lowered after set_precision_policy run
+// half_matmul_operands first when matmul_operands is bf16 or f16. f32 (the default) leaves
+// graphs as they are. Thread-safe. A trainer whose Towers declare a policy
+// (Towers::precision) compiles under that one instead: see ScopedPrecisionPolicy.
 void set_precision_policy(const PrecisionPolicy& policy);
+// The policy lowering uses on this thread: the innermost ScopedPrecisionPolicy's, else the
+// process's.
 PrecisionPolicy precision_policy();
+
+// While alive, precision_policy() on this thread returns `policy` (when it has a value), so a
+// trainer compiles its programs under its own Towers' policy whatever the process's is.
+class ScopedPrecisionPolicy {
+ public:
+  explicit ScopedPrecisionPolicy(const std::optional<PrecisionPolicy>& policy);
+  ~ScopedPrecisionPolicy();
+  ScopedPrecisionPolicy(const ScopedPrecisionPolicy&) = delete;
+  ScopedPrecisionPolicy& operator=(const ScopedPrecisionPolicy&) = delete;
+
+ private:
+  std::optional<PrecisionPolicy> outer_;
+};
 
 }  // namespace towerjit

@@ -7,6 +7,7 @@
 #include "dsl/error.h"
 #include "dsl/index_errors.h"
 #include "dsl/tower_program.h"
+#include "jit/passes/half_matmuls.h"
 #include "runtime/dist/checked_transport.h"
 #include "runtime/dist/world.h"
 #include "runtime/towers/batch_split.h"
@@ -20,11 +21,13 @@ namespace {
 // What every rank of a world must agree on before training together: the model (its graph's
 // text, source lines included), the strategy's settings, the optimiser and the options.
 std::map<std::string, std::string> trainer_settings(const Graph& graph, const detail::StrategyRequest& request,
-                                                    const Optimizer& optimizer, const TowerTrainerOptions& options) {
+                                                    const Optimizer& optimizer, const TowerTrainerOptions& options,
+                                                    DType matmul_operands) {
   std::map<std::string, std::string> settings = request.settings();
   settings["model (graph hash)"] = dist::text_hash(graph.str());
   settings["optimizer"] = optimizer.str();
   settings["seed"] = std::to_string(options.seed);
+  settings["precision (matmul operands)"] = std::string(dtype_name(matmul_operands));
   settings["ema"] = options.ema ? "decay " + std::to_string(options.ema->decay) : "off";
   return settings;
 }
@@ -40,9 +43,13 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   state_ = std::make_unique<detail::TowerState>(std::move(towers), world, !row || row->runs_towers, loc);
   state_->options = request.options();
   // Every rank checks, before compiling anything, that the others build the same trainer.
-  if (world.size() > 1) dist::check_agreement(trainer_settings(graph, request, optimizer, options), loc);
+  if (world.size() > 1) dist::check_agreement(trainer_settings(graph, request, optimizer, options,
+                                                           state_->towers.precision_policy().value_or(precision_policy()).matmul_operands),
+                                          loc);
   std::vector<ThreadPool*> pools;
   for (const auto& pool : state_->tower_pools) pools.push_back(pool.get());
+  // Every program of this trainer (towers, apply, predict) compiles here, on this thread.
+  const ScopedPrecisionPolicy precision(state_->towers.precision_policy());
   state_->compiled = detail::compile_towers(graph, loss, state_->towers, optimizer, options, pools,
                                             row && row->sparse_gradients, loc);
   strategy_ = detail::require_strategy(request, loc).make(*state_, loc);

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <regex>
 
@@ -413,4 +414,54 @@ TEST_CASE("half floats: programs compiled under the bf16 policy match the refere
   CHECK(tj::precision_policy().matmul_operands == DType::f32);
   CHECK_THROWS_WITH(tj::set_precision_policy({.matmul_operands = DType::i32}),
                     Catch::Contains("matrix products cannot take their operands in i32"));
+}
+
+// The policy as a trainer's option: a Towers value's precision() wins over the process-wide
+// policy, so two trainers in one process can differ. Oracle: a trainer under Towers::precision
+// steps bitwise as one under the same process-wide policy, and precision({f32}) under a bf16
+// process policy steps bitwise as a plain f32 trainer; bf16 and f32 steps differ.
+TEST_CASE("half floats: Towers::precision is the trainer policy and wins over the process policy", "[half][cpu][jit]") {
+  struct Restore {
+    ~Restore() { tj::set_precision_policy({}); }
+  } restore;
+  struct Run {
+    std::unique_ptr<tj::Graph> graph = std::make_unique<tj::Graph>();
+    std::unique_ptr<tj::TowerTrainer> trainer;
+  };
+  auto make = [](const tj::Towers& towers) {
+    Run r;
+    tj::GraphScope use(*r.graph);
+    auto x = tj::input("x", {kBatch, 6});
+    auto y = tj::dense(tj::relu(tj::dense(x, 5, "fc1")), 3, "fc2");
+    r.trainer = std::make_unique<tj::TowerTrainer>(*r.graph, tj::mean(y * y), towers, tj::sgd(0.1));
+    return r;
+  };
+  const tj::Towers plain{tj::cpu(0)};
+  Run own_bf16 = make(plain.precision({.matmul_operands = DType::bf16}));
+  CHECK(tj::precision_policy().matmul_operands == DType::f32);  // the scope ended with the build
+  Run f32 = make(plain);
+  tj::set_precision_policy({.matmul_operands = DType::bf16});
+  Run process_bf16 = make(plain);
+  Run own_f32 = make(plain.precision({.matmul_operands = DType::f32}));
+  tj::set_precision_policy({});
+  CHECK(plain.precision({.matmul_operands = DType::bf16}).str().find("precision=bf16") != std::string::npos);
+
+  const tj::HostVariables initial = own_bf16.trainer->variables();
+  const tj::HostFeeds batch{{"x", to_host(random_array({7, 6}, 9, -1, 1))}};
+  std::vector<tj::HostVariables> after;
+  for (Run* r : {&own_bf16, &process_bf16, &f32, &own_f32}) {
+    for (const auto& [name, t] : initial) r->trainer->variables().at(name) = t;
+    r->trainer->step(batch);
+    after.push_back(r->trainer->variables());
+  }
+  bool bf16_differs = false;
+  for (const auto& [name, t] : initial) {
+    INFO(name);
+    CHECK(after[0].at(name).f32 == after[1].at(name).f32);
+    CHECK(after[2].at(name).f32 == after[3].at(name).f32);
+    bf16_differs = bf16_differs || after[0].at(name).f32 != after[2].at(name).f32;
+  }
+  CHECK(bf16_differs);
+  CHECK_THROWS_WITH(plain.precision({.matmul_operands = DType::i32}),
+                    Catch::Contains("Towers::precision: matrix products cannot take their operands in i32"));
 }
