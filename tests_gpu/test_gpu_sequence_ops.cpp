@@ -103,3 +103,21 @@ TEST_CASE("GPU: fused attention matches the reference, causal and not, gradients
 TEST_CASE("GPU: fused attention of unequal queries and keys, shared heads and a second key tile matches the reference", "[gpu]") {
   cases::attention_shapes(on_gpu(), " (GPU)");
 }
+
+// A dense layer over [B,T,D]: its products share the weight (one product of stacked rows) and
+// the weight's gradient sums the batch's products (one product, batches along k).
+TEST_CASE("GPU: a dense layer over B x T x D and its weight gradient (folded products) match the reference", "[gpu]") {
+  for (int64_t batch : {1, 7}) {
+    tj::Graph g;
+    tj::GraphScope use(g);
+    auto x = tj::input("x", {kBatch, 7, 9});
+    auto w = tj::input("w", {9, 5});
+    auto y = tj::matmul(x, w);
+    auto dw = tj::grad(tj::sum(y * y), {w})[0];
+    tj::reference::Variables vars;
+    auto r = run_gpu_and_reference(g, {y, dw},
+                                   {{"x", random_array({batch, 7, 9}, 3, -2, 2)}, {"w", random_array({9, 5}, 4, -2, 2)}},
+                                   vars, false, 0);
+    require_close(r, "dense over [B,T,D], batch " + std::to_string(batch) + " (GPU)");
+  }
+}

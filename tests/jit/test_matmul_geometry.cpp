@@ -44,7 +44,7 @@ TEST_CASE("matmul geometry: products sharing the right operand fold into one of 
   CHECK_FALSE(folded);
 }
 
-TEST_CASE("matmul: a dense layer over [B,T,D] (folded products) matches the reference", "[cpu][jit][matmul]") {
+TEST_CASE("matmul: a dense layer over B x T x D (folded products) matches the reference", "[cpu][jit][matmul]") {
   for (int64_t t : {1, 7, 127})
     for (int64_t batch : {1, 7}) {
       tj::Graph g;
@@ -62,7 +62,7 @@ TEST_CASE("matmul: a dense layer over [B,T,D] (folded products) matches the refe
     }
 }
 
-TEST_CASE("a weight's gradient over [B,T,D] is one product with the batches summed, no sum kernel", "[jit][matmul][fusion]") {
+TEST_CASE("a weight's gradient over B x T x D is one product with the batches summed, no sum kernel", "[jit][matmul][fusion]") {
   tj::Graph g;
   tj::GraphScope use(g);
   auto x = tj::input("x", {kBatch, 7, 9});
