@@ -69,7 +69,7 @@ class KernelEmitter {
   EmittedKernel& info_;
   std::ostringstream out_;
   int next_ = 0;
-  std::string loop_tag_;  // told apart the labels of a loop nest emitted twice (log-sum-exp's max)
+  std::string loop_tag_;  // tells apart the labels of a loop nest emitted twice (log-sum-exp's max)
   std::vector<std::string> values_;  // SSA name of each expr, once emitted in this body
   std::vector<std::string> base_;    // base pointer of each kernel-local buffer slot
 };
