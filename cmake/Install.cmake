@@ -29,7 +29,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/include/towerjit.h DESTINATION ${CMAKE_INSTA
 # header is not in towerjit.h's closure or when one the closure needs is missing.
 set(TOWERJIT_PUBLIC_HEADERS
   dsl/autodiff.h dsl/call_stack.h dsl/collectives.h dsl/devices.h dsl/dtype.h dsl/ema.h
-  dsl/exception.h dsl/graph.h dsl/half_float.h dsl/initializer.h dsl/layers.h dsl/node.h dsl/op.h dsl/ops.def
+  dsl/exception.h dsl/graph.h dsl/half_float.h dsl/initializer.h dsl/layers.h dsl/loss_scale.h dsl/node.h dsl/op.h dsl/ops.def
   dsl/ops.h dsl/optimizers.h dsl/phase.h dsl/schedules.h dsl/sequence.h dsl/shape.h dsl/state.h dsl/tensor.h
   dsl/precision.h dsl/towers.h dsl/variables.h jit/compile_options.h jit/cuda/dump_graph.h
   runtime/checkpoint/checkpoint.h runtime/checkpoint/directory_lock.h runtime/data/augment.h

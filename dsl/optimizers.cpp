@@ -23,6 +23,9 @@ struct Step {
   Tensor lr;  // the schedule at the global step before this update
   Tensor t;   // the update's number, global_step + 1 (Adam's bias correction, Adagrad's decay)
   Loc loc;
+  // With loss scaling, 1 when the gradients are finite, else 0: every update then keeps the old
+  // value (the step is skipped). Empty: no gate.
+  Tensor apply_if = {};
 };
 
 Tensor slot(const Step& s, Tensor w, const char* name, Initializer init = init::zeros()) {
@@ -30,8 +33,9 @@ Tensor slot(const Step& s, Tensor w, const char* name, Initializer init = init::
   return detail::state_variable(*s.graph, full, w.shape(), init, s.loc);
 }
 
-void update(std::vector<Tensor>& out, Tensor variable, Tensor value, Loc loc) {
-  out.push_back(assign(variable, value, loc));
+void update(std::vector<Tensor>& out, const Step& s, Tensor variable, Tensor value) {
+  if (s.apply_if.valid()) value = where(s.apply_if, value, variable, s.loc);
+  out.push_back(assign(variable, value, s.loc));
 }
 
 // torch.optim.SGD with dampening 0.
@@ -41,10 +45,10 @@ void sgd_update(const Optimizer& o, const Step& s, Tensor w, Tensor g, std::vect
   if (o.kind == OptimizerKind::momentum) {
     Tensor buf = slot(s, w, "momentum");
     Tensor buf1 = add(mul(o.momentum, buf, loc), g, loc);  // first step: 0 * 0 + g = g
-    update(out, buf, buf1, loc);
+    update(out, s, buf, buf1);
     d = o.nesterov ? add(g, mul(o.momentum, buf1, loc), loc) : buf1;
   }
-  update(out, w, sub(w, mul(s.lr, d, loc), loc), loc);
+  update(out, s, w, sub(w, mul(s.lr, d, loc), loc));
 }
 
 // torch.optim.Adam / AdamW (amsgrad off).
@@ -53,8 +57,8 @@ void adam_update(const Optimizer& o, const Step& s, Tensor w, Tensor g, std::vec
   Tensor m = slot(s, w, "adam_m"), v = slot(s, w, "adam_v");
   Tensor m1 = add(mul(o.beta1, m, loc), mul(1.0 - o.beta1, g, loc), loc);
   Tensor v1 = add(mul(o.beta2, v, loc), mul(1.0 - o.beta2, mul(g, g, loc), loc), loc);
-  update(out, m, m1, loc);
-  update(out, v, v1, loc);
+  update(out, s, m, m1);
+  update(out, s, v, v1);
   // PyTorch computes both corrections in Python doubles; one_minus_power gets them to f32.
   Tensor bias1 = detail::one_minus_power(o.beta1, s.t, loc);
   Tensor bias2 = detail::one_minus_power(o.beta2, s.t, loc);
@@ -63,7 +67,7 @@ void adam_update(const Optimizer& o, const Step& s, Tensor w, Tensor g, std::vec
   Tensor base = w;  // AdamW decays the weight itself, not the gradient the moments see
   if (o.kind == OptimizerKind::adamw && o.weight_decay != 0)
     base = mul(w, sub(1.0, mul(s.lr, o.weight_decay, loc), loc), loc);
-  update(out, w, sub(base, div(mul(step_size, m1, loc), denom, loc), loc), loc);
+  update(out, s, w, sub(base, div(mul(step_size, m1, loc), denom, loc), loc));
 }
 
 // torch.optim.RMSprop.
@@ -72,12 +76,12 @@ void rmsprop_update(const Optimizer& o, const Step& s, Tensor w, Tensor g,
   const Loc loc = s.loc;
   Tensor sq = slot(s, w, "rmsprop_sq");
   Tensor sq1 = add(mul(o.alpha, sq, loc), mul(1.0 - o.alpha, mul(g, g, loc), loc), loc);
-  update(out, sq, sq1, loc);
+  update(out, s, sq, sq1);
   Tensor var = sq1;
   if (o.centered) {
     Tensor mg = slot(s, w, "rmsprop_mg");
     Tensor mg1 = add(mg, mul(1.0 - o.alpha, sub(g, mg, loc), loc), loc);  // lerp, as PyTorch
-    update(out, mg, mg1, loc);
+    update(out, s, mg, mg1);
     var = sub(sq1, mul(mg1, mg1, loc), loc);
   }
   Tensor avg = add(sqrt(var, loc), o.eps, loc);
@@ -85,9 +89,9 @@ void rmsprop_update(const Optimizer& o, const Step& s, Tensor w, Tensor g,
   if (o.momentum > 0) {
     Tensor buf = slot(s, w, "rmsprop_momentum");
     d = add(mul(o.momentum, buf, loc), d, loc);
-    update(out, buf, d, loc);
+    update(out, s, buf, d);
   }
-  update(out, w, sub(w, mul(s.lr, d, loc), loc), loc);
+  update(out, s, w, sub(w, mul(s.lr, d, loc), loc));
 }
 
 // torch.optim.Adagrad.
@@ -96,11 +100,11 @@ void adagrad_update(const Optimizer& o, const Step& s, Tensor w, Tensor g,
   const Loc loc = s.loc;
   Tensor acc = slot(s, w, "adagrad_sum", init::constant(o.initial_accumulator));
   Tensor acc1 = add(acc, mul(g, g, loc), loc);
-  update(out, acc, acc1, loc);
+  update(out, s, acc, acc1);
   Tensor clr = s.lr;
   if (o.lr_decay != 0) clr = div(s.lr, add(1.0, mul(sub(s.t, 1.0, loc), o.lr_decay, loc), loc), loc);
   Tensor denom = add(sqrt(acc1, loc), o.eps, loc);
-  update(out, w, sub(w, mul(clr, div(g, denom, loc), loc), loc), loc);
+  update(out, s, w, sub(w, mul(clr, div(g, denom, loc), loc), loc));
 }
 
 void check_range(bool ok, const char* what, double v, const char* want, Loc loc) {
@@ -120,6 +124,7 @@ void check_hyperparameters(const Optimizer& o, Loc loc) {
   check_range(o.initial_accumulator >= 0, "initial_accumulator", o.initial_accumulator, ">= 0",
               loc);
   check_range(o.clip_norm >= 0, "clip_norm", o.clip_norm, ">= 0 (0: no clipping)", loc);
+  if (o.loss_scale) detail::check_loss_scale(*o.loss_scale, loc);
 }
 
 // Every pair is an f32 variable of one graph and a gradient of its shape; no variable twice.
@@ -196,6 +201,16 @@ Optimizer Optimizer::with_weight_decay(double wd) const {
   return o;
 }
 
+Optimizer Optimizer::with_loss_scale(DynamicLossScale scale) const {
+  Optimizer o = *this;
+  o.loss_scale = scale;
+  return o;
+}
+
+Tensor Optimizer::scale_loss(Tensor loss, Loc loc) const {
+  return loss_scale ? detail::scale_loss(loss, *loss_scale, loc) : loss;
+}
+
 Optimizer Optimizer::with_clip_by_global_norm(double clip) const {
   Optimizer o = *this;
   o.clip_norm = clip;
@@ -208,16 +223,22 @@ std::vector<Tensor> Optimizer::apply(const std::vector<Tensor>& grads,
   Graph& g = check_pairs(grads, variables, loc);
   GraphScope in(g);  // the global step and constants belong to the variables' graph
   Tensor step = global_step(loc);
-  const Step s{&g, learning_rate.at(step, loc), add(step, 1.0, loc), loc};
+  Step s{&g, learning_rate.at(step, loc), add(step, 1.0, loc), loc};
+  std::vector<Tensor> out;
+  std::vector<Tensor> given = grads;
+  if (loss_scale) {  // gradients of the scaled loss: unscaled first, the step gated on them
+    detail::UnscaledGradients u = detail::unscale_gradients(grads, *loss_scale, out, loc);
+    given = std::move(u.grads);
+    s.apply_if = u.finite;
+  }
   // A sparse gradient (dsl/sparse_gradients.h) is applied to the rows it touched; checked
   // first, as clipping and weight decay would read it densely.
   std::vector<std::optional<SparseGradient>> sparse;
   for (size_t i = 0; i < variables.size(); ++i) {
-    sparse.push_back(as_sparse(grads[i]));
+    sparse.push_back(as_sparse(given[i]));
     if (sparse.back()) detail::check_sparse_apply(*this, variables[i], loc);
   }
-  std::vector<Tensor> clipped = clip_norm > 0 ? clip_by_global_norm(grads, clip_norm, loc) : grads;
-  std::vector<Tensor> out;
+  std::vector<Tensor> clipped = clip_norm > 0 ? clip_by_global_norm(given, clip_norm, loc) : given;
   for (size_t i = 0; i < variables.size(); ++i) {
     const Tensor w = variables[i];
     if (sparse[i]) {
@@ -262,6 +283,9 @@ std::string Optimizer::str() const {
   }
   if (weight_decay != 0) o << ", weight_decay=" << weight_decay;
   if (clip_norm != 0) o << ", clip_by_global_norm=" << clip_norm;
+  if (loss_scale)
+    o << ", loss_scale=" << loss_scale->initial << " (x" << loss_scale->growth_factor << " after "
+      << loss_scale->growth_interval << " finite steps, x" << loss_scale->backoff_factor << " on a skip)";
   o << ")";
   return o.str();
 }

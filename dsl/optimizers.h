@@ -9,9 +9,11 @@
 //   rmsprop: "rmsprop_sq", "rmsprop_mg" (centered), "rmsprop_momentum" (momentum > 0)
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "dsl/loss_scale.h"
 #include "dsl/schedules.h"
 #include "dsl/tensor.h"
 
@@ -37,11 +39,19 @@ struct Optimizer {
   // L2 through the gradient, g += weight_decay * w (PyTorch's weight_decay).
   double weight_decay = 0;
   double clip_norm = 0;     // > 0: clip by global norm before anything else (TF's definition)
+  // Dynamic loss scaling (dsl/loss_scale.h): apply() takes gradients of scale_loss(loss),
+  // divides them by the scale and skips the step when one is not finite.
+  std::optional<DynamicLossScale> loss_scale = std::nullopt;
 
   Optimizer with_weight_decay(double wd) const;
   // g_i *= clip_norm / max(global_norm, clip_norm), global_norm = sqrt(sum_i |g_i|^2) over
   // every gradient passed to one apply(): tf.clip_by_global_norm.
   Optimizer with_clip_by_global_norm(double clip_norm) const;
+  // TF's LossScaleOptimizer, with PyTorch GradScaler's defaults and rules (dsl/loss_scale.h).
+  // TowerTrainer scales the loss itself; a graph of your own differentiates scale_loss(loss).
+  Optimizer with_loss_scale(DynamicLossScale scale = {}) const;
+  // `loss` times the current loss scale (unchanged without loss scaling).
+  Tensor scale_loss(Tensor loss, Loc loc = Loc::current()) const;
 
   // Appends the update ops for `variables` given their `grads` (same order and shapes) to
   // their graph, increments the global step once (see increment_global_step) and returns the

@@ -94,6 +94,7 @@ const char* why_not_sparse(const Optimizer& o) {
            "cannot do";
   if (o.weight_decay != 0) return "weight decay reads every row of the weight at every step, so the gradient is not sparse";
   if (o.clip_norm != 0) return "clipping by global norm is not computed from a sparse gradient's rows";
+  if (o.loss_scale) return "loss scaling unscales and checks every gradient densely";
   return nullptr;
 }
 

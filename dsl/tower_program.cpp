@@ -35,7 +35,8 @@ TowerProgram build_tower_program(Graph& graph, Tensor loss, const Optimizer& opt
     p.model_updates.push_back({graph.node(assign.inputs[0]).attrs.name, Tensor(&graph, assign.inputs[1])});
   }
   for (int id : graph.trainable_variable_nodes()) p.variables.emplace_back(&graph, id);
-  const std::vector<Tensor> grads = grad(loss, p.variables, loc);
+  // With loss scaling, gradients of the scaled loss; the optimiser's apply unscales them.
+  const std::vector<Tensor> grads = grad(optimizer.scale_loss(loss, loc), p.variables, loc);
   for (size_t i = 0; i < grads.size(); ++i)
     user_check(!is_zero_constant(grads[i]), loc)
         << "variable \"" << p.variables[i].node().attrs.name << "\" (created at "
@@ -70,6 +71,13 @@ TowerProgram build_tower_program(Graph& graph, Tensor loss, const Optimizer& opt
   // CSE then shares these nodes with the apply's own.
   p.learning_rate = optimizer.learning_rate.at(global_step(loc), loc);
   p.apply_updates = optimizer.apply(applied, p.variables, loc);
+  if (optimizer.loss_scale) {
+    auto after_apply = [&](const char* name) {
+      return detail::pending_value(detail::state_variable(graph, name, Shape{}, init::zeros(), loc));
+    };
+    p.loss_scale = after_apply(DynamicLossScale::kScale);
+    p.skipped_steps = after_apply(DynamicLossScale::kSkippedSteps);
+  }
   if (ema) {
     const std::vector<Tensor> shadows = ema->apply(p.variables, loc);
     p.apply_updates.insert(p.apply_updates.end(), shadows.begin(), shadows.end());

@@ -46,6 +46,9 @@ struct TowerProgram {
   static constexpr std::string_view gradient_prefix = "tower_gradient/";
   std::vector<Tensor> apply_updates;
   Tensor learning_rate;
+  // With loss scaling (Optimizer::with_loss_scale), the scale and the count of skipped steps as
+  // the apply leaves them; empty tensors without.
+  Tensor loss_scale, skipped_steps;
 
   // A sparse gradient crossing the cut as its rows and values (built with sparse_collectives):
   // the towers fetch the values as the variable's gradient and the rows after the model

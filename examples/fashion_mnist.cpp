@@ -73,7 +73,7 @@ struct Flags {
   bool resume = false;
   bool drop_last = false;
   bool check_numerics = false;
-  std::string precision = "f32";  // "bf16": every matmul takes bf16 operands (f32 masters)
+  std::string precision = "f32";  // "bf16" / "f16": every matmul takes such operands (f32 masters)
   std::string lr_schedule = "constant";
   int64_t warmup_steps = 0;
   int64_t decay_steps = 0;  // 0: the whole run (set by train() from the data once loaded)
@@ -104,9 +104,11 @@ tj::Schedule make_schedule(const Flags& f) {
 }
 
 tj::Optimizer make_optimizer(const Flags& f) {
-  if (f.optimizer == "sgd") return tj::sgd(make_schedule(f));
-  if (f.optimizer == "momentum") return tj::momentum(make_schedule(f), 0.9);
-  return tj::adam(make_schedule(f));
+  tj::Optimizer o = f.optimizer == "sgd"        ? tj::sgd(make_schedule(f))
+                    : f.optimizer == "momentum" ? tj::momentum(make_schedule(f), 0.9)
+                                                : tj::adam(make_schedule(f));
+  // f16 products need the loss scaled, or small gradients round to zero (dsl/loss_scale.h).
+  return f.precision == "f16" ? o.with_loss_scale() : o;
 }
 
 // Without --towers: a tower on every GPU the machine has, else two CPU towers. Under mpirun:
@@ -129,7 +131,8 @@ std::string default_towers() {
 tj::Towers make_towers(const Flags& f) {
   auto towers = tj::Towers(tj::parse_devices(f.towers.empty() ? default_towers() : f.towers));
   // The trainer's own precision policy (its programs only; the process's stays f32).
-  if (f.precision == "bf16") towers = towers.precision({.matmul_operands = tj::DType::bf16});
+  if (f.precision != "f32")
+    towers = towers.precision({.matmul_operands = f.precision == "bf16" ? tj::DType::bf16 : tj::DType::f16});
   if (f.strategy == "async")
     return towers.reduce(tj::AsyncApply{
         .max_staleness = f.max_staleness >= 0 ? std::optional<int64_t>(f.max_staleness) : std::nullopt});
@@ -426,9 +429,9 @@ int main(int argc, char** argv) {
   app.add_flag("--check-numerics", f.check_numerics,
                "stop at the first op whose output holds a NaN or an infinity, naming it (TOWERJIT_CHECK_NUMERICS=on)");
   app.add_option("--precision", f.precision,
-                 "f32, or bf16: matrix products take bf16 operands with f32 accumulation, the weights stay f32 "
-                 "(CPU towers; docs/dsl.md)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+                 "f32, bf16 or f16: matrix products take bf16 or f16 operands with f32 accumulation, the weights "
+                 "stay f32; f16 scales the loss dynamically (CPU towers; docs/dsl.md)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   CLI11_PARSE(app, argc, argv);
   f.epochs_given = app.count("--epochs") > 0;
   if (f.resume && f.checkpoint.empty()) {

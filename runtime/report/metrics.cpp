@@ -188,7 +188,9 @@ void MetricsWriter::log_step(const StepRecord& r, Loc loc) {
   write_line("{\"kind\":\"step\",\"step\":" + std::to_string(r.step) + ",\"epoch\":" + std::to_string(r.epoch) +
                  ",\"loss\":" + json_number(r.loss) + ",\"lr\":" + json_number(r.lr) +
                  ",\"samples_per_s\":" + json_number(r.samples_per_s) +
-                 (std::isnan(r.staleness) ? "" : ",\"staleness\":" + json_number(r.staleness)) + "}\n",
+                 (std::isnan(r.staleness) ? "" : ",\"staleness\":" + json_number(r.staleness)) +
+                 (std::isnan(r.loss_scale) ? "" : ",\"loss_scale\":" + json_number(r.loss_scale)) +
+                 (r.skipped_steps < 0 ? "" : ",\"skipped_steps\":" + std::to_string(r.skipped_steps)) + "}\n",
              loc);
 }
 
@@ -237,7 +239,9 @@ MetricsLog read_metrics(const std::string& path, Loc loc) {
     const auto whole = [&](const char* key) { return std::isfinite(n[key]) ? static_cast<int64_t>(n[key]) : -1; };
     if (kind == "step")
       log.steps.push_back({whole("step"), whole("epoch"), n["loss"], n["lr"], n["samples_per_s"],
-                           n.count("staleness") ? n["staleness"] : std::numeric_limits<double>::quiet_NaN()});
+                           n.count("staleness") ? n["staleness"] : std::numeric_limits<double>::quiet_NaN(),
+                           n.count("loss_scale") ? n["loss_scale"] : std::numeric_limits<double>::quiet_NaN(),
+                           n.count("skipped_steps") ? whole("skipped_steps") : -1});
     else
       log.evals.push_back({whole("step"), whole("epoch"), n["test_accuracy"], n["test_loss"]});
   }

@@ -4,6 +4,7 @@
 //
 //   {"kind":"step","step":12,"epoch":1,"loss":0.5013,"lr":0.001,"samples_per_s":16014.2}
 //   {"kind":"step","step":22,"epoch":1,"loss":0.4902,"lr":0.001,"samples_per_s":17002.9,"staleness":1.05}
+//   {"kind":"step","step":32,"epoch":1,"loss":0.4811,"lr":0.001,"samples_per_s":16230.1,"loss_scale":32768,"skipped_steps":1}
 //   {"kind":"eval","step":469,"epoch":1,"test_accuracy":0.8488,"test_loss":0.417}
 //
 // Numbers are written in the shortest form that reads back to the same double. JSON has no
@@ -36,6 +37,10 @@ struct StepRecord {
   // other towers between a tower's read of the variables and its apply, over the applies since
   // the previous record.
   double staleness = std::numeric_limits<double>::quiet_NaN();
+  // With loss scaling only (else NaN and -1, and the keys are not written): the scale after the
+  // step, and the steps skipped so far for an infinite or NaN gradient.
+  double loss_scale = std::numeric_limits<double>::quiet_NaN();
+  int64_t skipped_steps = -1;
 };
 
 struct EvalRecord {

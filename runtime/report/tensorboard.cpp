@@ -180,6 +180,8 @@ void TensorBoardWriter::log_step(const StepRecord& r, Loc loc) {
   scalar("train/learning_rate", r.step, r.lr, loc);
   scalar("train/samples_per_s", r.step, r.samples_per_s, loc);
   if (!std::isnan(r.staleness)) scalar("async/staleness", r.step, r.staleness, loc);
+  if (!std::isnan(r.loss_scale)) scalar("train/loss_scale", r.step, r.loss_scale, loc);
+  if (r.skipped_steps >= 0) scalar("train/skipped_steps", r.step, static_cast<double>(r.skipped_steps), loc);
 }
 
 void TensorBoardWriter::log_eval(const EvalRecord& r, Loc loc) {

@@ -51,7 +51,8 @@ class TensorBoardWriter : public MetricsSink {
                  Loc loc = Loc::current());
 
   // The metrics JSON lines' fields as scalars: "train/loss", "train/learning_rate",
-  // "train/samples_per_s", "async/staleness" (async strategies); "test/accuracy", "test/loss".
+  // "train/samples_per_s", "async/staleness" (async strategies), "train/loss_scale" and
+  // "train/skipped_steps" (loss scaling); "test/accuracy", "test/loss".
   void log_step(const StepRecord& record, Loc loc = Loc::current()) override;
   void log_eval(const EvalRecord& record, Loc loc = Loc::current()) override;
 

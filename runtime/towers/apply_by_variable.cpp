@@ -77,6 +77,12 @@ ApplyByVariable split_apply_by_variable(const CompiledTowers& compiled, Loc loc)
       if (std::find(a.state.begin(), a.state.end(), target) == a.state.end()) a.state.push_back(target);
       continue;
     }
+    user_check(target.rfind("loss_scale/", 0) != 0, loc)
+        << "the apply updates \"" << target << "\": loss scaling (Optimizer::with_loss_scale) skips a step "
+        << "when any gradient is not finite, so it needs every gradient before any variable applies, and "
+        << "per-variable placement and per-variable rules (Towers::with) apply each variable by itself; "
+        << "train without loss scaling, or with one apply: no per-variable rule and the variables in host "
+        << "memory (TowerStrategyOptions::gpu_variables = false, or TOWERJIT_GPU_VARIABLES=off)";
     // What is left must be the global step's increment (once per apply, dsl/state.h).
     user_check(out.global_step.empty() && info && !info->trainable && info->shape.rank() == 0, loc)
         << "the apply updates \"" << target << "\", which belongs to no trainable variable's apply (not "

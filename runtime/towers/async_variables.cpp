@@ -27,7 +27,7 @@ class HostAsyncVariables final : public AsyncVariables {
     const auto& names = state_.compiled.gradient_inputs;
     for (size_t v = 0; v < names.size(); ++v) gradients[names[v]] = std::move(out.gradient(v));
     gradients[TowerProgram::gradient_scale] = scalar(scale);
-    const double rate = apply_->run(gradients, values_, static_cast<uint64_t>(state_.applies.load()))[0].f32[0];
+    const double rate = state_.applied(apply_->run(gradients, values_, static_cast<uint64_t>(state_.applies.load())));
     // Copied into the variables' buffers rather than swapped for them: another tower's step may
     // be reading them now (the seed's towers read the variables as they are, unlocked).
     const auto& updates = state_.compiled.model_updates;

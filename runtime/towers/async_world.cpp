@@ -120,7 +120,7 @@ AsyncServer::Applied AsyncServer::apply(Push push, Loc loc) {
     const int64_t slowest = *std::min_element(applied_of_tower_.begin(), applied_of_tower_.end());
     const int64_t lead = applied_of_tower_.at(push.tower) - slowest;
     ++applied_of_tower_[push.tower];
-    a.learning_rate = apply_.run(gradients, values_, static_cast<uint64_t>(state_.applies))[0].f32[0];
+    a.learning_rate = state_.applied(apply_.run(gradients, values_, static_cast<uint64_t>(state_.applies)));
     ++state_.applies;
     for (const auto& u : c.model_updates) {  // each tower writes its own new values
       HostTensor& value = values_.at(u.variable);

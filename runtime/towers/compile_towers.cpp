@@ -55,7 +55,10 @@ CompiledTowers compile_towers(Graph& graph, Tensor loss, const Towers& towers, c
   }
   // 4. The apply side, cut at the collectives; each strategy compiles it where its variables are.
   c.apply_side = std::make_unique<Rewritten>(cut_at_collectives(graph, TowerProgram::gradient_scale));
-  c.apply_fetches = remap_tensors(*c.apply_side, {program.learning_rate});
+  // The learning rate, then with loss scaling the scale and the skipped steps (TowerState::applied).
+  std::vector<Tensor> apply_fetches = {program.learning_rate};
+  if (program.loss_scale.valid()) apply_fetches.insert(apply_fetches.end(), {program.loss_scale, program.skipped_steps});
+  c.apply_fetches = remap_tensors(*c.apply_side, apply_fetches);
   c.apply_updates = remap_tensors(*c.apply_side, program.apply_updates);
   // 5. The variables' first values, and which are EMA shadows.
   c.ema_shadows = ema_names(graph);

@@ -28,7 +28,8 @@ struct CompiledTowers {
   Tensor inference_logits;
   // The apply side: the graph cut at the collectives, whose results it reads as inputs (the
   // reduced gradients, `gradient_inputs`, scaled by TowerProgram::gradient_scale); it fetches
-  // the learning rate. Held by pointer: the tensors below refer to its graph.
+  // the learning rate, then with loss scaling the scale and the skipped steps after the apply
+  // (TowerState::applied reads them). Held by pointer: the tensors below refer to its graph.
   std::unique_ptr<Rewritten> apply_side;
   std::vector<Tensor> apply_fetches;
   std::vector<Tensor> apply_updates;

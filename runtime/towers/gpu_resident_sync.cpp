@@ -223,8 +223,8 @@ void GpuResidentSync::apply(Gpu& gpu, Result& result) {
     const DeviceTensor& value = gpu.reduced[gradients + u];
     cuda::copy_async(variable.ptr(), *gpu.context, value.ptr(), *value.device, value.bytes(), gpu.apply->stream());
   }
-  const std::vector<HostTensor> fetched = gpu.apply->run(gpu.apply_feeds, gpu.variables, 0, loc_);
-  if (&gpu == gpus_[0].get()) result.learning_rate = fetched[0].f32[0];
+  std::vector<HostTensor> fetched = gpu.apply->run(gpu.apply_feeds, gpu.variables, 0, loc_);
+  if (&gpu == gpus_[0].get()) result.apply_fetched = std::move(fetched);
 }
 
 // Waits for every queued tower and reduce program, all of them even when one fails (a program

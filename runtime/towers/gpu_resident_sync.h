@@ -20,8 +20,8 @@
 //      with TOWERJIT_NCCL_WORLD=on where every process's NCCL can, one NCCL communicator over
 //      every process's GPUs (bootstrapped over MPI), and no MPI step;
 //   5. every GPU applies the optimiser to its copy; the model's updates replace their variables.
-// Only each tower's loss and the learning rate cross to the host; the host copy of the
-// variables is refreshed when asked for (download()).
+// Only each tower's loss and the apply's scalars (the learning rate, the loss scale) cross to
+// the host; the host copy of the variables is refreshed when asked for (download()).
 #pragma once
 
 #include <functional>
@@ -42,7 +42,7 @@ class GpuResidentSync {
  public:
   struct Setup {
     const Graph* apply_graph = nullptr;  // the graph cut at the collectives (jit/passes/cut_collectives.h)
-    std::vector<Tensor> apply_fetches;   // the learning rate
+    std::vector<Tensor> apply_fetches;   // the learning rate (and the loss scale, CompiledTowers)
     std::vector<Tensor> apply_updates;
     std::vector<CudaProgram*> towers;    // each tower's forward+backward program: loss, gradients, model updates
     std::vector<std::string> gradient_inputs;  // the apply's gradient inputs, in the towers' fetch order
@@ -58,7 +58,7 @@ class GpuResidentSync {
 
   struct Result {
     std::vector<double> losses;  // per tower
-    double learning_rate = 0;
+    std::vector<HostTensor> apply_fetched;  // the first GPU's apply's fetches (the learning rate, ...)
   };
   // One step: tower t trains on `slices[t]` (on the thread `on_towers` gives it, as
   // on_towers(count, body) calls body(t) for every t); gradients are weighted by

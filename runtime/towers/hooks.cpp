@@ -52,13 +52,18 @@ void LogHook::after_step(TowerTrainer& trainer, const StepEvent& e) {
   progress_.update(e.epoch + 1, e.step, e.loss, e.samples_per_s);
   // Without a terminal there is no bar: a plain line now and then, so a log shows progress
   // before the epoch ends.
+  const std::optional<TowerTrainer::LossScaleReport> scaling = trainer.loss_scale();
   if (!progress_.interactive() && e.step % every_ == 0)
     progress_.line(format("step %lld, epoch %lld: loss %.4f, %.0f samples/s, lr %.4g",
                           static_cast<long long>(e.step), static_cast<long long>(e.epoch + 1), e.loss,
-                          e.samples_per_s, e.learning_rate));
+                          e.samples_per_s, e.learning_rate) +
+                   (scaling ? format(", loss scale %g (%lld steps skipped)", scaling->scale,
+                                     static_cast<long long>(scaling->skipped_steps))
+                            : ""));
   if (metrics_ && e.step % every_ == 0) {
     report::StepRecord record{.step = e.step, .epoch = e.epoch + 1, .loss = e.loss, .lr = e.learning_rate,
                               .samples_per_s = e.samples_per_s};
+    if (scaling) record.loss_scale = scaling->scale, record.skipped_steps = scaling->skipped_steps;
     // Async strategies: the mean staleness of the applies since the last record, from the
     // trainer's running totals (the report's mean times its count is the running sum).
     const TowerTrainer::AsyncReport async = trainer.async_report();

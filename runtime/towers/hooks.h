@@ -17,7 +17,8 @@
 namespace towerjit {
 
 // Every `every` steps: a metrics line (when `metrics` is set; with an async strategy it carries
-// the mean staleness of the applies since the previous line) and the progress bar; when the
+// the mean staleness of the applies since the previous line, with loss scaling the scale and
+// the skipped steps) and the progress bar; when the
 // progress is not interactive (output to a pipe or a log file), a plain line instead of the bar:
 //
 //   step 10, epoch 1: loss 0.8034, 15210 samples/s, lr 0.001

@@ -1,6 +1,7 @@
 #include "runtime/towers/tower_state.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "dsl/error.h"
 #include "dsl/index_errors.h"
@@ -106,6 +107,22 @@ TowerTrainer::AsyncReport StalenessLog::summary() const {
 void TowerState::count_async_apply(int64_t staleness) {
   so_far_.add(staleness);
   if (trace) trace->counter("staleness", static_cast<double>(staleness));
+}
+
+double TowerState::applied(const std::vector<HostTensor>& fetched) {
+  if (fetched.size() == 3) {
+    const double scale = fetched[1].f32[0], skipped = fetched[2].f32[0];
+    loss_scale_ = scale;
+    skipped_steps_ = static_cast<int64_t>(skipped);
+    if (trace) trace->counter("loss_scale", scale), trace->counter("skipped_steps", skipped);
+  }
+  return fetched[0].f32[0];
+}
+
+std::optional<TowerTrainer::LossScaleReport> TowerState::loss_scale() const {
+  const double scale = loss_scale_;
+  if (std::isnan(scale)) return std::nullopt;
+  return TowerTrainer::LossScaleReport{scale, skipped_steps_};
 }
 
 void TowerState::count_lead(int64_t lead) {

@@ -7,8 +7,10 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -108,9 +110,16 @@ class TowerState {
   void count_lead(int64_t lead);
   AsyncReport async_report() const;
 
+  // What an apply fetched (CompiledTowers::apply_fetches): returns the learning rate; with loss
+  // scaling, keeps the scale and the skipped steps for loss_scale() and the trace. Any thread.
+  double applied(const std::vector<HostTensor>& fetched);
+  std::optional<TowerTrainer::LossScaleReport> loss_scale() const;
+
  private:
   ThreadPool threads_;
   StalenessLog so_far_;  // every async apply since the trainer was built; under apply_mutex
+  std::atomic<double> loss_scale_ = std::numeric_limits<double>::quiet_NaN();  // NaN: no loss scaling
+  std::atomic<int64_t> skipped_steps_ = 0;
 };
 
 }  // namespace towerjit::detail

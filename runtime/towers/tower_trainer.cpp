@@ -60,6 +60,7 @@ TowerTrainer::~TowerTrainer() = default;
 const Towers& TowerTrainer::towers() const { return state_->towers; }
 const dist::WorldLayout& TowerTrainer::world_layout() const { return state_->layout; }
 int64_t TowerTrainer::applies() const { return state_->applies; }
+std::optional<TowerTrainer::LossScaleReport> TowerTrainer::loss_scale() const { return state_->loss_scale(); }
 HostVariables& TowerTrainer::variables() { return strategy_->variables(); }
 Tensor TowerTrainer::inference_logits() const { return state_->compiled.inference_logits; }
 

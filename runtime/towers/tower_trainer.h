@@ -179,6 +179,14 @@ class TowerTrainer {
   // PipelineOptions::part; docs/distributed.md). Errors: more world towers than examples.
   std::pair<int64_t, int64_t> own_rows(int64_t batch, Loc loc = Loc::current()) const;
   int64_t applies() const;  // optimiser applies so far
+  // With loss scaling (Optimizer::with_loss_scale): the scale after the latest apply and the
+  // steps skipped so far (also the variables DynamicLossScale::kScale, kSkippedSteps). Empty
+  // without loss scaling, or before the first apply.
+  struct LossScaleReport {
+    double scale = 0;
+    int64_t skipped_steps = 0;
+  };
+  std::optional<LossScaleReport> loss_scale() const;
   // Spans for each tower's compute, the reduction and the applies go to `trace` (null: off).
   void set_trace(report::Trace* trace);
 

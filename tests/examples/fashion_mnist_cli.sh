@@ -401,7 +401,7 @@ second_sigint_exits_at_once)
   if grep -q "training stopped by" "$work/out"; then cat "$work/out"; fail "it wound down instead of stopping at once"; fi ;;
 precision_bf16)
   # --precision bf16: every matmul takes bf16 operands (f32 weights); the curve differs from
-  # f32's, stays finite, and is bitwise reproducible. f16 (it needs loss scaling) is refused.
+  # f32's, stays finite, and is bitwise reproducible.
   "$bin" $small --metrics "$work/f32.jsonl" >/dev/null || fail "f32 run"
   "$bin" $small --precision bf16 --metrics "$work/a.jsonl" >/dev/null || fail "bf16 run"
   "$bin" $small --precision bf16 --metrics "$work/b.jsonl" >/dev/null || fail "second bf16 run"
@@ -409,6 +409,16 @@ precision_bf16)
   [ -n "$a" ] && [ "$a" = "$b" ] || fail "the bf16 runs' step-24 losses differ: $a, $b"
   [ "$a" != "$f" ] || fail "the bf16 run's loss equals the f32 run's ($a): was the policy applied?"
   case $a in *nan*|*inf*) fail "the bf16 loss is $a" ;; esac
-  expect_error "--precision f16" "--precision" "f16" ;;
+  expect_error "--precision f8" "--precision" "f8" ;;
+precision_f16)
+  # --precision f16: f16 operands with the loss scaled dynamically; the metrics carry the scale
+  # (2^16, nothing skipped on this short run) and the run is bitwise reproducible.
+  "$bin" $small --precision f16 --metrics "$work/a.jsonl" >"$work/out" || { cat "$work/out"; fail "f16 run"; }
+  "$bin" $small --precision f16 --metrics "$work/b.jsonl" >/dev/null || fail "second f16 run"
+  a=$(loss_at "$work/a.jsonl" 24); b=$(loss_at "$work/b.jsonl" 24)
+  [ -n "$a" ] && [ "$a" = "$b" ] || fail "the f16 runs' step-24 losses differ: $a, $b"
+  case $a in *nan*|*inf*) fail "the f16 loss is $a" ;; esac
+  grep -q '"step":24,.*"loss_scale":65536,"skipped_steps":0' "$work/a.jsonl" || { cat "$work/a.jsonl"; fail "no loss scale in the metrics"; }
+  grep -qF "loss_scale=65536" "$work/out" || { cat "$work/out"; fail "the banner does not show the loss scale"; } ;;
 *) fail "unknown case $case_name" ;;
 esac

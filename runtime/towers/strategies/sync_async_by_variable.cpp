@@ -110,7 +110,7 @@ class SyncAsyncByVariable final : public TowerStrategy {
     StepResult result;
     result.slices = split.slices;
     Reduced reduced = reducer_.reduce(std::move(outputs), split.weights, split.shares, loc);
-    result.learning_rate = apply_->run(reduced.gradients, values_, key)[0].f32[0];
+    result.learning_rate = state_.applied(apply_->run(reduced.gradients, values_, key));
     const auto& updates = state_.compiled.model_updates;
     for (size_t u = 0; u < updates.size(); ++u) values_.at(updates[u].variable) = reduced.model_updates[u];
     ++state_.applies;

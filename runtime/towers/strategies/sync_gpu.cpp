@@ -37,7 +37,7 @@ class SyncGpu final : public TowerStrategy {
     span.end();
     host_stale_ = true;
     ++state_.applies;
-    result.learning_rate = r.learning_rate;
+    result.learning_rate = state_.applied(r.apply_fetched);
     for (size_t t = 0; t < r.losses.size(); ++t) result.loss += shares[t] * r.losses[t];
     state_.world->all_reduce_sum(&result.loss, 1);  // the other processes' towers' share (errors: the transport's)
     return result;
