@@ -158,3 +158,55 @@ TEST_CASE("GPU: GPU towers train as CPU towers do (sync average, 20 steps, uneve
         CHECK(gpu_vars.at(name).f32[i] == Approx(t.f32[i]).epsilon(1e-4).margin(1e-5));
   }
 }
+
+TEST_CASE("GPU: loss scaling on GPU towers skips the overflowed step and otherwise trains bitwise as without", "[gpu]") {
+  // As tests/runtime/test_loss_scale_towers.cpp on CPU towers: a term of value 0 whose gradient
+  // is `spike` per element of fc1's kernel overflows once scaled at one known step; scaling by a
+  // power of two is exact, so every other step gives the unscaled run's bits. With the
+  // variables on the host (the host apply) and on the GPUs (the apply and its check there).
+  auto train = [](bool scaled, bool inject) {
+    tj::Graph g;
+    tj::GraphScope use(g);
+    auto image = tj::input("image", {kBatch, 784});
+    auto label = tj::input("label", {kBatch}, tj::DType::i32);
+    auto fc1 = tj::dense(image, 32, "fc1");
+    auto logits = tj::dense(tj::relu(fc1), 10, "fc2");
+    tj::Tensor kernel;
+    for (const Tensor& v : tj::trainable_variables())
+      if (v.node().attrs.name == "fc1/kernel") kernel = v;
+    Tensor t = tj::mean(tj::input("spike", {kBatch})) * tj::sum(kernel);
+    auto loss = tj::mean(tj::softmax_cross_entropy(logits, label)) + (t - tj::stop_gradient(t));
+    const auto opt = tj::momentum(0.05, 0.9);
+    tj::TowerTrainer trainer(g, loss, tj::Towers{tj::gpu(0), tj::gpu(0)},
+                             scaled ? opt.with_loss_scale({.initial = 1024, .growth_interval = 2}) : opt);
+    auto feeds = [](int k, float spike) {
+      tj::HostFeeds f = batch_feeds(15, 700 + k);
+      tj::HostTensor s({15});
+      for (float& v : s.f32) v = spike;
+      f["spike"] = s;
+      return f;
+    };
+    for (int k = 0; k < 4; ++k) {
+      if (inject && k == 2) trainer.step(feeds(k, 1e36f));
+      trainer.step(feeds(k, 0));
+    }
+    return std::make_pair(trainer.variables(), trainer.loss_scale());
+  };
+  for (const char* variables_on_gpu : {"off", "on"}) {
+    ::setenv("TOWERJIT_GPU_VARIABLES", variables_on_gpu, 1);
+    const auto [plain, none] = train(false, false);
+    const auto [scaled, report] = train(true, true);
+    ::unsetenv("TOWERJIT_GPU_VARIABLES");
+    INFO("TOWERJIT_GPU_VARIABLES=" << variables_on_gpu);
+    CHECK(!none);
+    REQUIRE(report);
+    CHECK(report->skipped_steps == 1);
+    CHECK(report->scale == 2048);  // 1024 -> 2048 -> (skip) 1024 -> 2048 -> one good step
+    for (const auto& [name, t] : plain) {
+      INFO("variable \"" << name << "\"");
+      if (name == "global_step") continue;  // the skipped step counts in the scaled run
+      CHECK(std::memcmp(t.data(), scaled.at(name).data(), t.size() * 4) == 0);
+    }
+    CHECK(scaled.at(tj::DynamicLossScale::kSkippedSteps).f32[0] == 1);
+  }
+}

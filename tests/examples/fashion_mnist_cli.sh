@@ -419,6 +419,12 @@ precision_f16)
   [ -n "$a" ] && [ "$a" = "$b" ] || fail "the f16 runs' step-24 losses differ: $a, $b"
   case $a in *nan*|*inf*) fail "the f16 loss is $a" ;; esac
   grep -q '"step":24,.*"loss_scale":65536,"skipped_steps":0' "$work/a.jsonl" || { cat "$work/a.jsonl"; fail "no loss scale in the metrics"; }
-  grep -qF "loss_scale=65536" "$work/out" || { cat "$work/out"; fail "the banner does not show the loss scale"; } ;;
+  grep -qF "loss_scale=65536" "$work/out" || { cat "$work/out"; fail "the banner does not show the loss scale"; }
+  # The scale's state is checkpointed: a run resumed at step 10 ends bitwise as the straight one
+  # (its count of finite steps, 24, included).
+  "$bin" $small --precision f16 --checkpoint "$work/c" >/dev/null || fail "uninterrupted f16 run"
+  "$bin" $small --precision f16 --steps 10 --checkpoint "$work/d" >/dev/null || fail "first half"
+  "$bin" $small --precision f16 --checkpoint "$work/d" --resume >/dev/null || fail "resumed f16 run"
+  cmp "$work/c/ckpt-24.tjck" "$work/d/ckpt-24.tjck" || fail "the final f16 checkpoints differ" ;;
 *) fail "unknown case $case_name" ;;
 esac
