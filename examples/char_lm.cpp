@@ -36,6 +36,7 @@ struct Flags {
   std::string towers = "cpu:0,cpu:1";
   std::string strategy = "sync";
   std::string optimizer = "adam";
+  std::string precision = "f32";  // "bf16" / "f16": every matmul takes such operands (f32 masters)
   double lr = 3e-3;
   int64_t batch = 32;
   int64_t steps = 500;
@@ -55,13 +56,17 @@ struct Flags {
 };
 
 tj::Optimizer make_optimizer(const Flags& f) {
-  if (f.optimizer == "sgd") return tj::sgd(f.lr);
-  if (f.optimizer == "momentum") return tj::momentum(f.lr, 0.9);
-  return tj::adam(f.lr);
+  tj::Optimizer o = f.optimizer == "sgd"        ? tj::sgd(f.lr)
+                    : f.optimizer == "momentum" ? tj::momentum(f.lr, 0.9)
+                                                : tj::adam(f.lr);
+  // f16 products need the loss scaled, or small gradients round to zero (dsl/loss_scale.h).
+  return f.precision == "f16" ? o.with_loss_scale() : o;
 }
 
 tj::Towers make_towers(const Flags& f) {
   auto towers = tj::Towers(tj::parse_devices(f.towers));
+  if (f.precision != "f32")
+    towers = towers.precision({.matmul_operands = f.precision == "bf16" ? tj::DType::bf16 : tj::DType::f16});
   if (f.strategy == "async") return towers.reduce(tj::AsyncApply{});
   if (f.strategy == "sync-ps") return towers.variant(tj::SyncVariant::parameter_server);
   // The token table applied from each tower's own gradient, the rest averaged (Towers::with;
@@ -223,6 +228,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"sync", "sync-ps", "async", "sync-async-embed"}));
   app.add_option("--optimizer", f.optimizer, "adam, momentum (0.9) or sgd")->check(CLI::IsMember({"adam", "momentum", "sgd"}));
   app.add_option("--lr", f.lr, "learning rate");
+  app.add_option("--precision", f.precision,
+                 "f32, bf16 or f16: matrix products take bf16 or f16 operands with f32 accumulation, the weights "
+                 "stay f32; f16 scales the loss dynamically (CPU towers; docs/dsl.md)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--batch", f.batch, "windows per step, split over the towers")->check(CLI::PositiveNumber);
   app.add_option("--steps", f.steps, "stop after this many steps (0: --epochs whole epochs)")->check(CLI::NonNegativeNumber);
   app.add_option("--epochs", f.epochs, "passes over the training windows (with --steps: the most it may take)")

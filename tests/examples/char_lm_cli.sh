@@ -43,6 +43,19 @@ case "$case_name" in
     a=$(grep '^held-out loss .*perplexity' "$work/straight"); b=$(grep '^held-out loss .*perplexity' "$work/resumed")
     [ -n "$a" ] && [ "$a" = "$b" ] || fail "straight: \"$a\", resumed: \"$b\""
     ;;
+  precision_f16_trains)
+    # --precision f16: every matmul takes f16 operands, the loss scaled dynamically (the banner
+    # shows the scale); the held-out loss falls as the f32 run's does.
+    [ -d /usr/share/common-licenses ] || { echo "SKIP: no /usr/share/common-licenses"; exit 77; }
+    # shellcheck disable=SC2086
+    "$bin" $small --precision f16 >"$work/out" 2>&1 || { cat "$work/out"; fail "the run failed"; }
+    grep -qF "precision=f16" "$work/out" && grep -qF "loss_scale=65536" "$work/out" ||
+      { cat "$work/out"; fail "the banner does not show the f16 policy and the loss scale"; }
+    before=$(sed -n 's/^held-out loss \([0-9.]*\) at step 0 .*/\1/p' "$work/out")
+    after=$(sed -n 's/^held-out loss \([0-9.]*\), perplexity.*/\1/p' "$work/out")
+    [ -n "$before" ] && [ -n "$after" ] || { cat "$work/out"; fail "no held-out loss before and after training"; }
+    awk -v a="$after" -v b="$before" 'BEGIN { exit !(a < b - 0.2) }' || fail "held-out loss $before -> $after: no fall"
+    ;;
   sync_async_embedding_trains)
     # The per-variable strategy: the token table applied from each of two towers' gradients as
     # it comes, the rest averaged; the held-out loss falls as the sync run's does.
