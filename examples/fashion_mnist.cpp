@@ -74,6 +74,7 @@ struct Flags {
   bool drop_last = false;
   bool check_numerics = false;
   std::string precision = "f32";  // "bf16" / "f16": every matmul takes such operands (f32 masters)
+  std::string gradient_compression = "off";  // "bf16" / "f16": gradients cross processes in 16 bits
   std::string lr_schedule = "constant";
   int64_t warmup_steps = 0;
   int64_t decay_steps = 0;  // 0: the whole run (set by train() from the data once loaded)
@@ -172,6 +173,7 @@ std::map<std::string, std::string> shared_flags(const Flags& f, std::map<std::st
   metadata["steps"] = std::to_string(f.steps);
   metadata["data"] = f.data_npz.empty() ? f.data : "npz " + f.data_npz;
   metadata["checkpoint"] = f.checkpoint + (f.resume ? " (resume)" : "");
+  metadata["gradient_compression"] = f.gradient_compression;
   return metadata;
 }
 
@@ -228,7 +230,10 @@ int train(Flags f, const std::string& resume_command) {
   towers.slices(f.batch);  // more towers than examples in a batch: say so before compiling
   std::optional<tj::ExponentialMovingAverage> ema;
   if (f.ema > 0) ema = tj::ExponentialMovingAverage{.decay = f.ema};
-  tj::TowerTrainer trainer(graph, loss, towers, make_optimizer(f), {.seed = f.seed, .ema = ema, .logits = logits});
+  tj::TowerTrainerOptions options{.seed = f.seed, .ema = ema, .logits = logits};
+  if (f.gradient_compression != "off")
+    options.strategy.gradient_compression = f.gradient_compression == "bf16" ? tj::DType::bf16 : tj::DType::f16;
+  tj::TowerTrainer trainer(graph, loss, towers, make_optimizer(f), options);
   trainer.set_trace(&trace);
 
   // Under mpirun a checkpoint also records the world (and resumes over another one).
@@ -432,6 +437,10 @@ int main(int argc, char** argv) {
                  "f32, bf16 or f16: matrix products take bf16 or f16 operands with f32 accumulation, the weights "
                  "stay f32; f16 scales the loss dynamically (CPU towers; docs/dsl.md)")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  app.add_option("--gradient-compression", f.gradient_compression,
+                 "off, bf16 or f16: under mpirun, sync gradients cross processes rounded to 16 bits and summed "
+                 "in them, half the bytes (Horovod's Compression.fp16; docs/distributed.md)")
+      ->check(CLI::IsMember({"off", "bf16", "f16"}));
   CLI11_PARSE(app, argc, argv);
   f.epochs_given = app.count("--epochs") > 0;
   if (f.resume && f.checkpoint.empty()) {

@@ -48,6 +48,9 @@ class CheckedTransport final : public Transport {
   Ticket start_all_reduce_sum(double* data, size_t count, std::shared_ptr<const void> owner) override {
     return checked("all-reduce", [&] { return inner_->start_all_reduce_sum(data, count, std::move(owner)); });
   }
+  Ticket start_all_reduce_sum(uint16_t* data, size_t count, DType format, std::shared_ptr<const void> owner) override {
+    return checked("all-reduce", [&] { return inner_->start_all_reduce_sum(data, count, format, std::move(owner)); });
+  }
   void wait(Ticket ticket) override {
     checked("all-reduce", [&] { inner_->wait(ticket); });
   }

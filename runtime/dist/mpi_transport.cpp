@@ -33,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/dist/half_wire.h"
 #include "runtime/dist/transport.h"
 
 namespace towerjit::dist {
@@ -88,6 +89,15 @@ class MpiTransport final : public Transport {
     payload_ += static_cast<int64_t>(count * sizeof(double));
     return enqueue(sized("MPI_Allreduce", count * sizeof(double)), [=, this, owner = std::move(owner)] {
       check(MPI_Allreduce(MPI_IN_PLACE, data, as_int(count), MPI_DOUBLE, MPI_SUM, comm_), "MPI_Allreduce");
+    });
+  }
+
+  Ticket start_all_reduce_sum(uint16_t* data, size_t count, DType format, std::shared_ptr<const void> owner) override {
+    payload_ += static_cast<int64_t>(count * sizeof(uint16_t));
+    return enqueue(sized("MPI_Allreduce", count * sizeof(uint16_t)), [=, this, owner = std::move(owner)] {
+      check(MPI_Allreduce(MPI_IN_PLACE, data, as_int(count), MPI_UINT16_T, format == DType::bf16 ? sum_bf16_ : sum_f16_,
+                          comm_),
+            "MPI_Allreduce");
     });
   }
 
@@ -254,6 +264,8 @@ class MpiTransport final : public Transport {
         MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
         MPI_Comm_rank(comm_, &rank_);
         MPI_Comm_size(comm_, &size_);
+        MPI_Op_create(&sum_on_wire<DType::bf16>, /*commute=*/1, &sum_bf16_);
+        MPI_Op_create(&sum_on_wire<DType::f16>, /*commute=*/1, &sum_f16_);
         char version[MPI_MAX_LIBRARY_VERSION_STRING];
         int length = 0;
         MPI_Get_library_version(version, &length);
@@ -300,11 +312,22 @@ class MpiTransport final : public Transport {
       if (!failure.empty() && error_.empty()) error_ = failure;
       changed_.notify_all();
     }
+    MPI_Op_free(&sum_bf16_);
+    MPI_Op_free(&sum_f16_);
     MPI_Comm_free(&comm_);
     MPI_Finalize();
   }
 
+  // MPI's user reduction for 16-bit values: inout[i] = in[i] + inout[i], rounded to the format.
+  template <DType format>
+  static void sum_on_wire(void* in, void* inout, int* count, MPI_Datatype*) {
+    const auto* a = static_cast<const uint16_t*>(in);
+    auto* b = static_cast<uint16_t*>(inout);
+    for (int i = 0; i < *count; ++i) b[i] = add_on_wire(a[i], b[i], format);
+  }
+
   MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Op sum_bf16_ = MPI_OP_NULL, sum_f16_ = MPI_OP_NULL;
   int rank_ = 0, size_ = 1;
   std::string library_;
   std::atomic<int64_t> payload_ = 0;

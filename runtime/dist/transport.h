@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "dsl/dtype.h"
+
 namespace towerjit::dist {
 
 class Transport {
@@ -45,6 +47,11 @@ class Transport {
   // buffer) alive until the call is done: the transport keeps a reference that long.
   virtual Ticket start_all_reduce_sum(float* data, size_t count, std::shared_ptr<const void> owner) = 0;
   virtual Ticket start_all_reduce_sum(double* data, size_t count, std::shared_ptr<const void> owner) = 0;
+  // The same on 16-bit values (`format` bf16 or f16, runtime/dist/half_wire.h): every partial
+  // sum is taken exactly and rounded to the format, in the order the library's algorithm takes
+  // (fixed for a pinned algorithm, as for floats), with the same bits on every rank. Half the
+  // bytes of a float all-reduce: Horovod's Compression.fp16.
+  virtual Ticket start_all_reduce_sum(uint16_t* data, size_t count, DType format, std::shared_ptr<const void> owner) = 0;
   virtual void wait(Ticket ticket) = 0;
 
   // Every rank's `mine` (bytes may differ from rank to rank), concatenated in rank order.

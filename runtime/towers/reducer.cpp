@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "dsl/error.h"
+#include "runtime/dist/half_wire.h"
 #include "runtime/towers/gradient_buckets.h"
 #include "runtime/towers/sparse_reduction.h"
 
@@ -14,6 +15,7 @@ Reducer::Reducer(TowerState& state, bool deterministic_layout, int64_t bucket_by
     : state_(state),
       gather_first_(deterministic_layout && state.world->size() > 1),
       across_(!deterministic_layout && state.world->size() > 1),
+      compression_(across_ ? state.options.gradient_compression : DType::f32),
       bucket_bytes_(bucket_bytes) {}
 
 Reducer::~Reducer() = default;
@@ -104,6 +106,7 @@ void Reducer::plan(const std::vector<TowerOutputs>& outputs) {
 struct Reducer::Exchange {
   std::vector<HostTensor> reduced;
   std::vector<std::vector<float>> flat;  // a bucket of several gradients, end to end
+  std::vector<std::vector<uint16_t>> wire;  // with compression: a bucket end to end, in 16 bits
   std::vector<float> updates;
   double loss = 0;
 };
@@ -138,6 +141,7 @@ Reduced Reducer::reduce(std::vector<TowerOutputs> outputs, const std::vector<dou
   std::vector<HostTensor>& reduced = exchange->reduced;
   for (size_t v = 0; v < gradients; ++v) reduced.emplace_back(outputs[0].gradient(v).shape);
   exchange->flat.resize(buckets_.size());
+  exchange->wire.resize(buckets_.size());
   sum_and_exchange(outputs, w, exchange, r);
   const std::vector<std::string>& names = state_.compiled.gradient_inputs;
   for (size_t v = 0; v < gradients; ++v) r.gradients[names[v]] = std::move(reduced[v]);
@@ -147,7 +151,8 @@ Reduced Reducer::reduce(std::vector<TowerOutputs> outputs, const std::vector<dou
 }
 
 // Stages 2 and 3, bucket by bucket: a bucket of one gradient (or every bucket, alone) is
-// summed in place; a larger one that crosses processes through a flat buffer.
+// summed in place; a larger one that crosses processes through a flat buffer; with compression
+// every bucket is summed in place and crosses as one buffer of 16-bit values.
 void Reducer::sum_and_exchange(const std::vector<TowerOutputs>& outputs, const std::vector<double>& w,
                                const std::shared_ptr<Exchange>& exchange, Reduced& r) {
   std::vector<HostTensor>& reduced = exchange->reduced;
@@ -156,7 +161,8 @@ void Reducer::sum_and_exchange(const std::vector<TowerOutputs>& outputs, const s
     const std::vector<int>& bucket = buckets_[b];
     std::vector<float*> into;
     std::vector<float>& flat = exchange->flat[b];
-    if (!across_ || bucket.size() == 1) {
+    const bool compress = compression_ != DType::f32;
+    if (!across_ || bucket.size() == 1 || compress) {
       for (int v : bucket) into.push_back(reduced[v].f32.data());
     } else {
       int64_t total = 0;
@@ -166,7 +172,12 @@ void Reducer::sum_and_exchange(const std::vector<TowerOutputs>& outputs, const s
     }
     sum(outputs, w, bucket, into);
     if (!across_) continue;
-    if (flat.empty()) world.start_all_reduce_sum(into[0], reduced[bucket[0]].size(), exchange);
+    if (compress) {
+      std::vector<uint16_t>& wire = exchange->wire[b];
+      for (size_t i = 0; i < bucket.size(); ++i)
+        for (int64_t k = 0; k < reduced[bucket[i]].size(); ++k) wire.push_back(dist::to_wire(into[i][k], compression_));
+      world.start_all_reduce_sum(wire.data(), wire.size(), compression_, exchange);
+    } else if (flat.empty()) world.start_all_reduce_sum(into[0], reduced[bucket[0]].size(), exchange);
     else world.start_all_reduce_sum(flat.data(), flat.size(), exchange);
   }
   if (across_) {
@@ -178,6 +189,10 @@ void Reducer::sum_and_exchange(const std::vector<TowerOutputs>& outputs, const s
     world.wait(world.start_all_reduce_sum(&exchange->loss, 1, exchange));
     r.loss = exchange->loss;
     for (size_t b = 0; b < buckets_.size(); ++b) {
+      const uint16_t* packed = exchange->wire[b].data();
+      for (int v : buckets_[b])
+        if (!exchange->wire[b].empty())
+          for (float& x : reduced[v].f32) x = dist::from_wire(*packed++, compression_);
       const float* from = exchange->flat[b].data();
       for (int v : buckets_[b])
         if (!exchange->flat[b].empty())

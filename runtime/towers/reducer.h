@@ -13,7 +13,9 @@
 //   3. all-reduce across processes (several processes, no gather): the gradients are cut into
 //      buckets (runtime/towers/gradient_buckets.h, last layers first); each bucket's sum is
 //      started through the transport as soon as stage 2 has summed it, so the next bucket is
-//      summed while the last one travels; then the model updates and the loss.
+//      summed while the last one travels; then the model updates and the loss. With
+//      TowerStrategyOptions::gradient_compression, each bucket travels rounded to bf16 or f16
+//      and is summed in that format (half the bytes), then widened back.
 //
 // With one process only stage 2 runs. The GPU-resident strategy has the same stages on the
 // GPUs (runtime/towers/gpu_resident_sync.h: the in-device sum, NCCL between GPUs, MPI between
@@ -57,6 +59,7 @@ class Reducer {
   TowerState& state_;
   const bool gather_first_;  // stage 1
   const bool across_;        // stage 3
+  const DType compression_;  // stage 3's wire: f32, or bf16 / f16 (TowerStrategyOptions::gradient_compression)
   const int64_t bucket_bytes_;
   std::vector<std::vector<int>> buckets_;  // gradient indices summed (and all-reduced) together
 };

@@ -27,11 +27,11 @@ using R = StrategyRow;
 // First match wins.
 const std::vector<StrategyRow> kTable = {
     // name                   reduce          variant                       devices            processes                             variables              determinism towers  make  sparse
-    {"sync_async_by_variable", R::Reduce::sync,  R::Variant::any,              R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_async_by_variable, true, true},
+    {"sync_async_by_variable", R::Reduce::sync,  R::Variant::any,              R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_async_by_variable, true, true, true},
     {"sync_placed",           R::Reduce::sync,  R::Variant::parameter_server, R::Devices::all_gpus, R::Processes::one,                 R::Variables::gpus,    true,  true,  make_sync_placed},
     {"sync_gpu",              R::Reduce::sync,  R::Variant::any,              R::Devices::all_gpus, R::Processes::any,                 R::Variables::gpus,    false, true,  make_sync_gpu},
-    {"sync_host",             R::Reduce::sync,  R::Variant::replicated,       R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_host_replicated, true},
-    {"sync_host_one_copy",    R::Reduce::sync,  R::Variant::parameter_server, R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_host_one_copy,   true},
+    {"sync_host",             R::Reduce::sync,  R::Variant::replicated,       R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_host_replicated, true, false, true},
+    {"sync_host_one_copy",    R::Reduce::sync,  R::Variant::parameter_server, R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_host_one_copy,   true, false, true},
     {"async_placed",          R::Reduce::async, R::Variant::any,              R::Devices::all_gpus, R::Processes::one,                 R::Variables::gpus,    true,  true,  make_async_placed},
     {"async_local",           R::Reduce::async, R::Variant::any,              R::Devices::any,      R::Processes::one,                 R::Variables::either,  true,  true,  make_async_local},
     {"async_server",          R::Reduce::async, R::Variant::any,              R::Devices::any,      R::Processes::several_rank_0,      R::Variables::either,  true,  false, make_async_server},
@@ -44,6 +44,9 @@ struct Column {
   const char* fix;
 };
 const Column kColumns[] = {
+    {[](const R& r, const StrategyRequest& q) { return r.compression || !q.compression; },
+     "gradient compression (TowerStrategyOptions::gradient_compression) is built for sync towers reducing in "
+     "host memory; keep the variables in host memory (TOWERJIT_GPU_VARIABLES=off) or train without it"},
     {[](const R& r, const StrategyRequest& q) { return r.per_variable == q.per_variable; },
      "per-variable rules (Towers::with) are built for sync towers in one process with the variables in host memory; "
      "drop the rules or train that way"},
@@ -112,6 +115,15 @@ StrategyRequest StrategyRequest::of(const Towers& towers, const dist::Transport&
   q.bucket_mb = knobs::bucket_mb(options.bucket_mb);
   q.nccl_world = knobs::nccl_world();
   q.per_variable = !towers.rules().empty();
+  user_check(options.gradient_compression == DType::f32 || is_half_float(options.gradient_compression),
+             towers.declared_at())
+      << "TowerStrategyOptions::gradient_compression is " << dtype_name(options.gradient_compression)
+      << "; gradients cross processes in DType::bf16 or DType::f16, or uncompressed (DType::f32)";
+  q.gradient_compression = options.gradient_compression;
+  q.compression = options.gradient_compression != DType::f32 && q.processes > 1;
+  user_check(!q.compression || !q.deterministic_layout, towers.declared_at())
+      << "TowerStrategyOptions::gradient_compression with TOWERJIT_DETERMINISTIC=layout: the layout-ordered "
+         "reduction gathers every tower's f32 gradients, which compression cannot shrink; choose one of the two";
   user_check(options.bucket_mb >= 0, towers.declared_at())
       << "TowerStrategyOptions::bucket_mb " << options.bucket_mb << " is negative; set 0 (a bucket per gradient) or more";
   return q;
@@ -132,7 +144,8 @@ std::string StrategyRequest::str() const {
   s << (async ? "async" : "sync") << (async ? "" : variant == SyncVariant::replicated ? " replicated" : " parameter_server")
     << ", " << (all_gpus ? "all GPUs" : "not all GPUs") << ", " << processes << " process" << (processes > 1 ? "es" : "")
     << ", variables " << (gpu_variables ? "on the GPUs" : "in host memory")
-    << (deterministic_layout ? ", TOWERJIT_DETERMINISTIC=layout" : "") << (per_variable ? ", per-variable rules" : "");
+    << (deterministic_layout ? ", TOWERJIT_DETERMINISTIC=layout" : "") << (per_variable ? ", per-variable rules" : "")
+    << (compression ? ", gradient compression" : "");
   return s.str();
 }
 
@@ -144,7 +157,7 @@ std::string StrategyRow::str() const {
     << (variables == Variables::gpus ? "variables on the GPUs" : variables == Variables::host ? "variables in host memory"
                                                                                               : "variables in host memory")
     << (layout_determinism ? "" : ", no TOWERJIT_DETERMINISTIC=layout over several processes")
-    << (per_variable ? ", per-variable rules (Towers::with)" : "");
+    << (per_variable ? ", per-variable rules (Towers::with)" : "") << (compression ? ", gradient compression" : "");
   return s.str();
 }
 

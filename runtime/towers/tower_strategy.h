@@ -82,10 +82,12 @@ struct StrategyRequest {
   double bucket_mb = 25;              // TOWERJIT_BUCKET_MB
   bool nccl_world = false;            // TOWERJIT_NCCL_WORLD
   bool per_variable = false;          // Towers::with rules
+  DType gradient_compression = DType::f32;
+  bool compression = false;           // gradient_compression asked for, across several processes
   // The request for `towers` in `world`, `options` overridden by the environment.
   static StrategyRequest of(const Towers& towers, const dist::Transport& world, const TowerStrategyOptions& options);
   // The options as resolved (the environment's overrides applied).
-  TowerStrategyOptions options() const { return {gpu_variables, deterministic_layout, bucket_mb}; }
+  TowerStrategyOptions options() const { return {gpu_variables, deterministic_layout, bucket_mb, gradient_compression}; }
   std::string str() const;
   // What every rank must agree on about the strategy (dist::check_agreement): the declaration
   // but its devices and what decides the sequence of collectives.
@@ -116,6 +118,9 @@ struct StrategyRow {
   // The strategy applies the variables of Towers::with rules by their own reduction; only such a
   // row serves towers with rules, and it serves no others.
   bool per_variable = false;
+  // The strategy sends gradients across processes in 16 bits when asked
+  // (TowerStrategyOptions::gradient_compression; runtime/towers/reducer.h).
+  bool compression = false;
   std::string str() const;  // "sync_gpu: sync, all GPUs, any processes, variables on the GPUs"
 };
 

@@ -65,6 +65,13 @@ struct TowerStrategyOptions {
   // TOWERJIT_BUCKET_MB: the gradient buckets' size, in MB, reduced across processes (and
   // between GPUs) while the backward pass goes on; 0: a bucket per gradient.
   double bucket_mb = 25;
+  // bf16 or f16: sync towers' gradients cross processes in 16 bits (Horovod's
+  // Compression.fp16): each process's sum is rounded, the all-reduce sums in the format (every
+  // partial sum rounded, in the pinned algorithm's fixed order) and the result is widened back.
+  // Half the bytes of the gradients' all-reduce. f32 (the default): no compression. Only where
+  // the gradients cross processes in host memory (runtime/towers/reducer.h, stage 3); no effect
+  // within one process.
+  DType gradient_compression = DType::f32;
 };
 
 struct TowerTrainerOptions {

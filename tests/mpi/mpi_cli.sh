@@ -3,7 +3,7 @@
 # ctest (label `mpi`) as
 #   mpi_cli.sh <path to fashion_mnist> <case> <path to towerjit_mpi_async_check> \
 #              <path to towerjit_mpi_given_up_call> <path to towerjit_mpi_trainer_misuse> \
-#              <path to towerjit_mpi_sparse_towers>
+#              <path to towerjit_mpi_sparse_towers> <path to towerjit_mpi_compressed_all_reduce>
 # Each case exits 0 when the run behaves as docs/distributed.md says, 77 (skipped) when mpirun
 # is missing, and prints why otherwise.
 set -u
@@ -13,6 +13,7 @@ async_check=${3:-}
 given_up_call=${4:-}
 trainer_misuse=${5:-}
 sparse_towers=${6:-}
+compressed_all_reduce=${7:-}
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (install openmpi-bin)"; exit 77; }
 # Under ASan (make test-asan), the complete unwinder for allocations: Open MPI has no frame
 # pointers, and the leaks it leaves at exit must show their Open MPI frames to match
@@ -247,6 +248,33 @@ a_call_given_up_on_keeps_its_buffer)
   TOWERJIT_MPI_STALL_TIMEOUT=1 mpi 2 -x TOWERJIT_MPI_STALL_TIMEOUT "$given_up_call" "$work" >"$work/out" 2>&1 ||
     { cat "$work/out"; fail "see above"; }
   [ "$(grep -c ': ok$' "$work/out")" = 2 ] || { cat "$work/out"; fail "not every rank reported"; } ;;
+gradient_compression_across_processes)
+  # The 16-bit all-reduce on its own (tests/mpi/compressed_all_reduce.cpp): every rounding case,
+  # with 2 and 3 ranks, the same bits on every rank.
+  for np in 2 3; do
+    mpi $np "$compressed_all_reduce" >"$work/out" 2>&1 || { cat "$work/out"; fail "$np ranks"; }
+    [ "$(grep -c ': ok$' "$work/out")" = $np ] || { cat "$work/out"; fail "not every one of $np ranks reported"; }
+  done
+  # Training with --gradient-compression bf16 over 2 processes: the gradients' bytes halve (the
+  # loss, the model updates stay f32), the curve stays near the uncompressed one, and two runs
+  # are bitwise the same.
+  small="--steps 24 --batch 64 --hidden 32 --log-every 1"
+  # shellcheck disable=SC2086
+  mpi 2 "$bin" $small --metrics "$work/f32.jsonl" >"$work/f32" 2>&1 || { cat "$work/f32"; fail "uncompressed run"; }
+  for run in a b; do
+    # shellcheck disable=SC2086
+    mpi 2 "$bin" $small --gradient-compression bf16 --metrics "$work/$run.jsonl" >"$work/$run" 2>&1 ||
+      { cat "$work/$run"; fail "compressed run $run"; }
+  done
+  bytes() { sed -n 's/^mpi: rank 0 handed \([0-9]*\) bytes per step.*/\1/p' "$1"; }
+  full=$(bytes "$work/f32"); half=$(bytes "$work/a")
+  [ -n "$full" ] && [ -n "$half" ] || { cat "$work/f32" "$work/a"; fail "no bytes per step printed"; }
+  awk -v h="$half" -v f="$full" 'BEGIN { exit !(h < 0.55 * f) }' || fail "compressed $half bytes a step, uncompressed $full"
+  step_loss() { grep "\"kind\":\"step\",\"step\":$2," "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
+  a=$(step_loss "$work/a.jsonl" 24); b=$(step_loss "$work/b.jsonl" 24); f=$(step_loss "$work/f32.jsonl" 24)
+  [ -n "$a" ] && [ "$a" = "$b" ] || fail "two compressed runs differ at step 24: $a, $b"
+  awk -v a="$a" -v f="$f" 'BEGIN { d = a - f; if (d < 0) d = -d; exit !(d < 0.05 * f) }' ||
+    fail "the compressed run's step-24 loss $a is far from the uncompressed $f" ;;
 sparse_gradients_across_processes)
   # An embedding's sparse gradient over 2 processes x 1 tower, batch 11 (5 + 6): the world's
   # rows and values all-gathered and concatenated (tests/mpi/sparse_towers.cpp), as 2 towers

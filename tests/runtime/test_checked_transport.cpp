@@ -25,6 +25,7 @@ class FailingTransport final : public tj::dist::Transport {
   std::string name() const override { return "failing"; }
   Ticket start_all_reduce_sum(float*, size_t, std::shared_ptr<const void>) override { return 5; }
   Ticket start_all_reduce_sum(double*, size_t, std::shared_ptr<const void>) override { return 6; }
+  Ticket start_all_reduce_sum(uint16_t*, size_t, tj::DType, std::shared_ptr<const void>) override { return 8; }
   void wait(Ticket ticket) override {
     if (ticket == 7) throw tj::Error("towerjit: already an Error");
     throw std::runtime_error(kStall);
