@@ -44,9 +44,10 @@ struct Column {
   const char* fix;
 };
 const Column kColumns[] = {
-    {[](const R& r, const StrategyRequest& q) { return r.compression || !q.compression; },
+    {[](const R& r, const StrategyRequest& q) { return !q.compression || (r.compression && !q.deterministic_layout); },
      "gradient compression (TowerStrategyOptions::gradient_compression) is built for sync towers reducing in "
-     "host memory; keep the variables in host memory (TOWERJIT_GPU_VARIABLES=off) or train without it"},
+     "host memory without TOWERJIT_DETERMINISTIC=layout (whose gather sends every tower's f32 gradients); keep the "
+     "variables in host memory (TOWERJIT_GPU_VARIABLES=off) and the default determinism, or train without it"},
     {[](const R& r, const StrategyRequest& q) { return r.per_variable == q.per_variable; },
      "per-variable rules (Towers::with) are built for sync towers in one process with the variables in host memory; "
      "drop the rules or train that way"},
@@ -121,9 +122,6 @@ StrategyRequest StrategyRequest::of(const Towers& towers, const dist::Transport&
       << "; gradients cross processes in DType::bf16 or DType::f16, or uncompressed (DType::f32)";
   q.gradient_compression = options.gradient_compression;
   q.compression = options.gradient_compression != DType::f32 && q.processes > 1;
-  user_check(!q.compression || !q.deterministic_layout, towers.declared_at())
-      << "TowerStrategyOptions::gradient_compression with TOWERJIT_DETERMINISTIC=layout: the layout-ordered "
-         "reduction gathers every tower's f32 gradients, which compression cannot shrink; choose one of the two";
   user_check(options.bucket_mb >= 0, towers.declared_at())
       << "TowerStrategyOptions::bucket_mb " << options.bucket_mb << " is negative; set 0 (a bucket per gradient) or more";
   return q;

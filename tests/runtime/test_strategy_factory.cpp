@@ -111,3 +111,33 @@ TEST_CASE("async GPU towers keep each variable on a GPU by the seed's rule unles
   several.processes = 2;
   CHECK(chosen(several) == "async_server");
 }
+
+TEST_CASE("gradient compression is served where sync gradients cross processes in host memory", "[towers][strategy]") {
+  StrategyRequest q;
+  q.processes = 2;
+  q.compression = true;
+  CHECK(chosen(q) == "sync_host");
+  q.variant = tj::SyncVariant::parameter_server;
+  CHECK(chosen(q) == "sync_host_one_copy");
+  StrategyRequest layout = q;
+  layout.deterministic_layout = true;
+  CHECK(chosen(layout) == "none");
+  q.all_gpus = q.gpu_variables = true;
+  CHECK(chosen(q) == "none");
+  CHECK_THROWS_WITH(tj::detail::require_strategy(q, tj::Loc::current()),
+                    Catch::Contains("gradient compression (TowerStrategyOptions::gradient_compression) is built for "
+                                    "sync towers reducing in host memory") &&
+                        Catch::Contains("sync_host: sync replicated, any devices, any processes, variables in host "
+                                        "memory, gradient compression"));
+  // One process: nothing crosses, so every strategy takes the option (and ignores it).
+  q.processes = 1;
+  q.compression = false;
+  CHECK(chosen(q) == "sync_placed");
+  tj::Graph graph;
+  const tj::Tensor loss = tj::testing::small_mlp_loss(graph);
+  CHECK_THROWS_WITH(tj::TowerTrainer(graph, loss, tj::Towers{tj::cpu(0)}, tj::sgd(0.1),
+                                     {.strategy = {.gradient_compression = tj::DType::i32}}),
+                    Catch::Contains("TowerStrategyOptions::gradient_compression is i32; gradients cross processes in "
+                                    "DType::bf16 or DType::f16, or uncompressed (DType::f32)") &&
+                        Catch::Contains("test_strategy_factory.cpp:"));
+}
