@@ -4,6 +4,7 @@
 //
 //   build/bench/towerjit_bench [--steps 50] [--warmup 10] [--rounds 3] [--workload cnn]...
 //                              [--peers torch-eager,torch-compile,jax | --peers none] [--no-torch]
+//                              [--precision f32|bf16|f16]
 //   build/bench/towerjit_bench --gpu-model h200 --workload mlp|cnn|resnet [--batch N]   (bench/gpu_model.h)
 //
 // For each workload: compile cold (a fresh TOWERJIT_CACHE_DIR) and warm (the same program
@@ -35,6 +36,7 @@
 #include "jit/compile_options.h"
 #include "jit/cpu/cpu_isa.h"
 #include "jit/cpu/dedupe_functions.h"
+#include "jit/passes/half_matmuls.h"
 #include "runtime/cpu/blas.h"
 #include "bench/torch_runner.h"
 #include "bench/train_step.h"
@@ -54,6 +56,9 @@ struct Options {
   int rounds = 3;  // PyTorch then ours, this many times in turn
   std::vector<std::string> workloads;
   bool torch = true;  // false: no Python baseline at all, Debian's PyTorch nor the peers
+  // --precision bf16|f16: towerjit's matrix products take 16-bit operands (the precision policy,
+  // jit/passes/half_matmuls.h); the peers stay f32.
+  tj::DType precision = tj::DType::f32;
   std::vector<std::string> peers = bench::peer_names();
 };
 
@@ -82,6 +87,12 @@ Options parse(int argc, char** argv) {
     else if (a == "--rounds") o.rounds = std::max(1, std::stoi(value()));
     else if (a == "--workload") o.workloads.push_back(value());
     else if (a == "--no-torch") o.torch = false;
+    else if (a == "--precision") {
+      const std::string v = value();
+      if (v != "f32" && v != "bf16" && v != "f16")
+        throw tj::Error("towerjit_bench: --precision " + v + " is not f32, bf16 or f16");
+      o.precision = v == "bf16" ? tj::DType::bf16 : v == "f16" ? tj::DType::f16 : tj::DType::f32;
+    }
     else if (a == "--peers") {
       const std::string v = value();
       o.peers = v == "none" ? std::vector<std::string>{} : split_commas(v);
@@ -92,7 +103,7 @@ Options parse(int argc, char** argv) {
                           "; name some of torch-eager, torch-compile, jax (commas between), or none");
     } else throw tj::Error("towerjit_bench: unknown argument " + a +
                            "; use --steps N, --warmup N, --profile-steps N, --rounds N, --workload NAME, "
-                           "--peers LIST|none, --no-torch");
+                           "--peers LIST|none, --no-torch, --precision f32|bf16|f16");
   }
   if (o.workloads.empty()) o.workloads = bench::workload_names();
   return o;
@@ -278,6 +289,7 @@ json run_workload(const std::string& name, const Options& o, tj::ThreadPool& poo
 
   json j;
   j["workload"] = name;
+  j["precision"] = std::string(tj::dtype_name(tj::precision_policy().matmul_operands));
   j["batch"] = step.batch;
   j["samples_per_s"] = round3(step.batch / step_ms * 1e3);
   j["step_ms"] = round3(step_ms);
@@ -340,6 +352,7 @@ int main(int argc, char** argv) try {
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--gpu-model") return bench::gpu_model_main(argc, argv);
   const Options o = parse(argc, argv);
+  tj::set_precision_policy({.matmul_operands = o.precision});  // every workload compiles under it
   // A fresh compile cache: the first program of each workload compiles cold, the second hits.
   std::string tmpl = (std::filesystem::temp_directory_path() / "towerjit-bench-XXXXXX").string();
   const char* cache_dir = mkdtemp(tmpl.data());
