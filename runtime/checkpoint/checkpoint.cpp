@@ -162,7 +162,10 @@ void check_matches(const Checkpoint& c, const HostVariables& model, Loc loc) {
       problems.push_back("the checkpoint lacks variable \"" + name + "\" (" + describe(t) + ") that the model has");
     else if (it->second.dtype != t.dtype || it->second.shape != t.shape)
       problems.push_back("variable \"" + name + "\" is " + describe(it->second) + " in the checkpoint but " +
-                         describe(t) + " in the model");
+                         describe(t) + " in the model" +
+                         (it->second.shape == t.shape && is_real(it->second.dtype) && is_real(t.dtype)
+                              ? " (another precision: resume_from converts it unless asked for CheckpointPrecision::exact)"
+                              : ""));
   }
   for (const auto& [name, t] : c.variables)
     if (!model.count(name))

@@ -20,7 +20,7 @@ namespace towerjit {
 struct Checkpoint {
   int64_t step = 0;                                  // optimiser applies so far
   data::PipelinePosition position = {};              // the next batch the run reads
-  HostVariables variables = {};                      // f32 or i32 tensors, by name
+  HostVariables variables = {};                      // f32, bf16, f16 or i32 tensors, by name
   std::map<std::string, std::string> metadata = {};  // e.g. "model", "strategy": for people and checks
   // (The `= {}` lets designated initialisers omit them without -Wmissing-field-initializers.)
 };

@@ -268,7 +268,13 @@ Checkpoint load_for_world(const std::string& path, Loc loc) {
 
 data::PipelinePosition resume_from(TowerTrainer& trainer, const std::string& path,
                                    const std::map<std::string, std::string>& metadata, Loc loc) {
-  const Checkpoint checkpoint = load_for_world(path, loc);
+  return resume_from(trainer, path, metadata, CheckpointPrecision::convert, loc);
+}
+
+data::PipelinePosition resume_from(TowerTrainer& trainer, const std::string& path,
+                                   const std::map<std::string, std::string>& metadata, CheckpointPrecision precision,
+                                   Loc loc) {
+  Checkpoint checkpoint = load_for_world(path, loc);
   // A checkpoint of a run over several processes (or resumed by one) reshards: the towers and
   // the world may differ, the sync step does not depend on them.
   const bool reshards = metadata.count("world") || checkpoint.metadata.count("world");
@@ -279,6 +285,14 @@ data::PipelinePosition resume_from(TowerTrainer& trainer, const std::string& pat
         << dist::rank_prefix() << "checkpoint " << path << " was written by a run with " << key << " = \"" << it->second
         << "\", this run has " << key << " = \"" << value << "\"; resume with the same settings "
         << "or start a new checkpoint directory";
+  }
+  if (precision == CheckpointPrecision::convert) {
+    const std::vector<PrecisionChange> changes = convert_precision(checkpoint, trainer.variables());
+    if (!changes.empty() && dist::world(loc).rank() == 0)
+      std::fprintf(stderr,
+                   "towerjit: warning: checkpoint %s holds %zu variable%s in another precision than the model, "
+                   "read converted: %s; resume_from(..., CheckpointPrecision::exact) refuses such a checkpoint\n",
+                   path.c_str(), changes.size(), changes.size() == 1 ? "" : "s", describe(changes).c_str());
   }
   check_matches(checkpoint, trainer.variables(), loc);
   // Checkpoints written before the apply count was recorded are sync ones: one apply a step.

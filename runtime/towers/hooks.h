@@ -8,6 +8,7 @@
 
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/directory_lock.h"
+#include "runtime/checkpoint/precision_change.h"
 #include "runtime/data/fashion_mnist.h"
 #include "runtime/data/tensor_dataset.h"
 #include "runtime/report/metrics.h"
@@ -152,8 +153,14 @@ const char* best_by_name(BestBy metric);
 // error on every rank); when the run's or the checkpoint's metadata has a "world" key, the
 // "towers" and "world" keys are not compared, so a checkpoint resumes over another number of
 // processes (the pipeline position is global). Collective then: every rank calls it.
+// A variable the checkpoint holds in another float precision than the model (f32, bf16, f16)
+// is converted with a warning naming it (runtime/checkpoint/precision_change.h), unless
+// `precision` is CheckpointPrecision::exact, which refuses it.
 data::PipelinePosition resume_from(TowerTrainer& trainer, const std::string& path,
                                    const std::map<std::string, std::string>& metadata,
+                                   Loc loc = Loc::current());
+data::PipelinePosition resume_from(TowerTrainer& trainer, const std::string& path,
+                                   const std::map<std::string, std::string>& metadata, CheckpointPrecision precision,
                                    Loc loc = Loc::current());
 
 }  // namespace towerjit
