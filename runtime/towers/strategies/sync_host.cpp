@@ -109,7 +109,8 @@ class SyncHost final : public TowerStrategy {
     const auto& updates = state_.compiled.model_updates;
     state_.on_tower_threads(copies, [&](int r) {
       report::Trace::Span span = state_.traced("apply", "apply", kApplyRow + r);
-      rates[r] = state_.applied(apply_[r]->run(reduced.gradients, copies_[r], static_cast<uint64_t>(state_.applies)));
+      const std::vector<HostTensor> fetched = apply_[r]->run(reduced.gradients, copies_[r], static_cast<uint64_t>(state_.applies));
+      rates[r] = r == 0 ? state_.applied(fetched) : fetched[0].f32[0];  // every copy applies the same: one reports
       for (size_t u = 0; u < updates.size(); ++u) copies_[r].at(updates[u].variable) = reduced.model_updates[u];
     });
     result.learning_rate = rates[0];
