@@ -34,6 +34,7 @@
 #include "jit/compile_options.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/augment.h"
+#include "runtime/data/cast_feeds.h"
 #include "runtime/data/batch_pipeline.h"
 #include "runtime/data/fashion_mnist.h"
 #include "runtime/data/npy.h"
