@@ -188,9 +188,7 @@ Towers Towers::variant(SyncVariant variant, Loc loc) const {
 }
 
 Towers Towers::precision(PrecisionPolicy policy, Loc loc) const {
-  user_check(policy.matmul_operands == DType::f32 || is_half_float(policy.matmul_operands), loc)
-      << "Towers::precision: matrix products cannot take their operands in "
-      << dtype_name(policy.matmul_operands) << "; set matmul_operands to DType::f32, DType::bf16 or DType::f16";
+  detail::check_precision_policy(policy, "Towers::precision", loc);
   Towers out = *this;
   out.precision_ = policy;
   return out;
@@ -247,7 +245,7 @@ std::string Towers::str() const {
                     " reduce=" + to_string(reduction_);
   if (!is_async(reduction_)) out += " variant=" + to_string(sync_variant());
   for (const VariableRule& r : rules_) out += " with(" + r.selection.pattern + ")=" + to_string(r.reduction);
-  if (precision_) out += " precision=" + std::string(dtype_name(precision_->matmul_operands));
+  if (precision_) out += " precision=" + detail::precision_str(*precision_);
   return out;
 }
 

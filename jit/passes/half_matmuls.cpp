@@ -17,10 +17,8 @@ thread_local std::optional<PrecisionPolicy> thread_override;
 
 }  // namespace
 
-void set_precision_policy(const PrecisionPolicy& p) {
-  user_check(p.matmul_operands == DType::f32 || is_half_float(p.matmul_operands), std::source_location::current())
-      << "set_precision_policy: matrix products cannot take their operands in " << dtype_name(p.matmul_operands)
-      << "; set matmul_operands to DType::f32, DType::bf16 or DType::f16";
+void set_precision_policy(const PrecisionPolicy& p, Loc loc) {
+  detail::check_precision_policy(p, "set_precision_policy", loc);
   std::lock_guard lock(policy_mutex);
   policy() = p;
 }

@@ -23,7 +23,7 @@ Rewritten half_matmul_operands(const Graph& graph, DType dtype);
 // half_matmul_operands first when matmul_operands is bf16 or f16. f32 (the default) leaves
 // graphs as they are. Thread-safe. A trainer whose Towers declare a policy
 // (Towers::precision) compiles under that one instead: see ScopedPrecisionPolicy.
-void set_precision_policy(const PrecisionPolicy& policy);
+void set_precision_policy(const PrecisionPolicy& policy, Loc loc = Loc::current());
 // The policy lowering uses on this thread: the innermost ScopedPrecisionPolicy's, else the
 // process's.
 PrecisionPolicy precision_policy();

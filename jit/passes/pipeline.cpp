@@ -6,6 +6,7 @@
 #include "jit/passes/cse.h"
 #include "jit/passes/fold_batch_sums.h"
 #include "jit/passes/group_kernels.h"
+#include "jit/passes/half_convolutions.h"
 #include "jit/passes/half_matmuls.h"
 #include "jit/passes/lower.h"
 #include "jit/passes/simplify.h"
@@ -40,6 +41,8 @@ LoweredProgram lower_graph(const Graph& graph, const std::vector<int>& fetches,
 
   if (const DType t = precision_policy().matmul_operands; t != DType::f32)  // the policy's casts
     run_pass("half matmul operands", [t](const Graph& in) { return half_matmul_operands(in, t); }, g, ids);
+  if (const DType t = precision_policy().convolutions(); t != DType::f32)
+    run_pass("half conv operands", [t](const Graph& in) { return half_conv_operands(in, t); }, g, ids);
   run_pass("simplify", simplify, g, ids);                           // x*1, x+0, constant math
   run_pass("cse", eliminate_common_subexpressions, g, ids);         // one node per value
   run_pass("simplify", simplify, g, ids);                           // what CSE exposed

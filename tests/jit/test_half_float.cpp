@@ -13,6 +13,7 @@
 #include "dsl/half_float.h"
 #include "jit/cpu/cpu_isa.h"
 #include "jit/cuda/cuda_emitter.h"
+#include "jit/passes/half_convolutions.h"
 #include "jit/passes/half_matmuls.h"
 #include "jit/passes/pipeline.h"
 #include "jit/reference/interpreter.h"
@@ -464,4 +465,77 @@ TEST_CASE("half floats: Towers::precision is the trainer policy and wins over th
   CHECK(bf16_differs);
   CHECK_THROWS_WITH(plain.precision({.matmul_operands = DType::i32}),
                     Catch::Contains("Towers::precision: matrix products cannot take their operands in i32"));
+}
+
+// The conv policy (PrecisionPolicy::conv_operands): every convolution, forward and both
+// gradients, reads its operands rounded to bf16 and widened back. Oracles: the forward output
+// under the policy is bitwise that of an f32 program whose convolution reads hand-written
+// casts; the whole training step computes what the reference computes on the graph the pass
+// wrote, within its bounds; and the matmul policy alone leaves the convolutions in f32.
+TEST_CASE("half floats: the conv policy rounds every convolution's operands, forward and backward", "[half][cpu][jit]") {
+  struct Restore {
+    ~Restore() { tj::set_precision_policy({}); }
+  } restore;
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 2, 7, 7});
+  auto w = tj::variable("w", {3, 2, 3, 3}, {.init = tj::init::uniform(-1, 1)});
+  auto y = tj::conv2d(x, w, {.stride = 1, .pad = 1});
+  auto loss = tj::mean(y * y);
+  auto grads = tj::grad(loss, {w});
+  tj::assign(w, w - 0.1f * grads[0]);
+  // A second input's convolution, rounded by hand: cast(cast(., bf16), f32) on both operands.
+  auto xr = tj::input("x_rounded", {kBatch, 2, 7, 7});
+  auto rounded = [](tj::Tensor t) { return tj::cast(tj::cast(t, DType::bf16), DType::f32); };
+  auto by_hand = tj::conv2d(rounded(xr), rounded(w), {.stride = 1, .pad = 1});
+
+  tj::Rewritten r = tj::half_conv_operands(g, DType::bf16);
+  int convolutions = 0;
+  for (int id = 0; id < r.graph.size(); ++id) {
+    const tj::Node& n = r.graph.node(id);
+    if (n.op != tj::Op::Conv2D && n.op != tj::Op::Conv2DGradInput && n.op != tj::Op::Conv2DGradFilter) continue;
+    ++convolutions;
+    for (int in : n.inputs) {
+      const tj::Node& widen = r.graph.node(in);
+      REQUIRE(widen.op == tj::Op::Cast);
+      CHECK(widen.dtype == DType::f32);
+      CHECK(r.graph.node(widen.inputs[0]).dtype == DType::bf16);
+    }
+  }
+  CHECK(convolutions == 3);  // the forward, the filter gradient, and by_hand (no input gradient asked)
+
+  const tj::reference::Variables initial = tj::reference::initialize_variables(g, 3);
+  const tj::reference::Array xa = random_array({5, 2, 7, 7}, 4, -2, 2);
+  auto run = [&](const tj::PrecisionPolicy& policy, std::vector<tj::Tensor> fetches, bool updates) {
+    tj::set_precision_policy(policy);
+    tj::HostVariables hv;
+    for (const auto& [name, a] : initial) hv[name] = to_host(a);
+    tj::CpuProgram program(g, fetches, updates);
+    tj::set_precision_policy({});
+    std::vector<tj::HostTensor> out = program.run({{"x", to_host(xa)}, {"x_rounded", to_host(xa)}}, hv);
+    if (updates) out.push_back(hv.at("w"));
+    return out;
+  };
+  const auto policy = run({.conv_operands = DType::bf16}, {y, by_hand}, false);
+  CHECK(policy[0].f32 == policy[1].f32);  // bitwise
+  const auto plain = run({}, {y}, false);
+  const auto matmul_only = run({.matmul_operands = DType::bf16, .conv_operands = DType::f32}, {y}, false);
+  const auto both = run({.matmul_operands = DType::bf16}, {y}, false);  // conv_operands unset: the same dtype
+  CHECK(plain[0].f32 != policy[0].f32);
+  CHECK(matmul_only[0].f32 == plain[0].f32);
+  CHECK(both[0].f32 == policy[0].f32);
+
+  const auto step = run({.conv_operands = DType::bf16}, {loss}, true);
+  const std::vector<tj::Tensor> fetches = tj::remap_tensors(r, {loss});
+  tj::reference::Variables rv = initial;
+  JitRun check;
+  reference_side(check, r.graph, fetches, {{"x", xa}, {"x_rounded", xa}}, rv, true, 0);
+  check.jit.push_back(to_array(step[0]));
+  REQUIRE(rv.size() == 1);  // w, the one variable
+  check.jit.push_back(to_array(step[1]));
+  require_close(check, "bf16 conv policy SGD step");
+  CHECK_THROWS_WITH(tj::set_precision_policy({.conv_operands = DType::i32}),
+                    Catch::Contains("set_precision_policy: convolutions cannot take their operands in i32"));
+  CHECK(tj::Towers{tj::cpu(0)}.precision({.matmul_operands = DType::bf16, .conv_operands = DType::f32}).str().find(
+            "precision=matmul bf16, conv f32") != std::string::npos);
 }
