@@ -32,7 +32,7 @@ set(TOWERJIT_PUBLIC_HEADERS
   dsl/exception.h dsl/graph.h dsl/half_float.h dsl/initializer.h dsl/layers.h dsl/loss_scale.h dsl/node.h dsl/op.h dsl/ops.def
   dsl/ops.h dsl/optimizers.h dsl/phase.h dsl/schedules.h dsl/sequence.h dsl/shape.h dsl/state.h dsl/tensor.h
   dsl/precision.h dsl/towers.h dsl/variables.h jit/compile_options.h jit/cuda/dump_graph.h
-  runtime/checkpoint/checkpoint.h runtime/checkpoint/directory_lock.h runtime/data/augment.h runtime/data/cast_feeds.h
+  runtime/checkpoint/checkpoint.h runtime/checkpoint/directory_lock.h runtime/checkpoint/precision_change.h runtime/data/augment.h runtime/data/cast_feeds.h
   runtime/data/batch_pipeline.h runtime/data/fashion_mnist.h runtime/data/npy.h runtime/data/npz.h runtime/data/tensor_dataset.h
   runtime/dist/world_layout.h runtime/host_tensor.h runtime/interop/onnx_export.h runtime/interop/safetensors.h runtime/report/metrics.h
   runtime/report/progress.h runtime/report/smoothing.h runtime/report/svg_plot.h
