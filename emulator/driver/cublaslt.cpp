@@ -323,7 +323,7 @@ int cublasLtMatmul(LtHandle* h, Desc* d, const void* alpha, const void* a, Layou
       record_launch({.name = name, .kind = LaunchKind::library,
                      .stream = &queue, .device = device_owning(queue).index(),
                      .bytes = count * (operand_bytes * (mm * kk + kk * nn) + 4 * (be_v != 0.0f ? 2 : 1) * mm * nn),
-                     .flops = 2 * count * mm * nn * kk, .gemm = {m, n, k, p.batch}});
+                     .flops = 2 * count * mm * nn * kk, .gemm = {m, n, k, p.batch}, .half_operands = half});
     }
   });
   return kSuccess;
