@@ -56,12 +56,14 @@ HostFeeds feeds_of(int64_t batch) {
 struct WorkloadTrainer {
   Graph graph;
   std::unique_ptr<TowerTrainer> trainer;
-  explicit WorkloadTrainer(const std::string& workload) {
+  WorkloadTrainer(const std::string& workload, DType precision) {
     GraphScope use(graph);
+    // --precision bf16|f16: the products' operands in 16 bits (the precision policy on the tower).
+    const Towers towers = Towers({towerjit::gpu(0)}).precision({.matmul_operands = precision});
     if (workload == "gpt") {
       auto logits = examples::gpt(input("tokens", {kBatch, kGpt.context}, DType::i32), kGpt);
       auto loss = mean(softmax_cross_entropy(logits, input("targets", {kBatch, kGpt.context}, DType::i32)));
-      trainer = std::make_unique<TowerTrainer>(graph, loss, Towers({towerjit::gpu(0)}), adam(1e-3),
+      trainer = std::make_unique<TowerTrainer>(graph, loss, towers, adam(1e-3),
                                                TowerTrainerOptions{.seed = 1, .strategy = {.gpu_variables = true}});
       return;
     }
@@ -71,7 +73,7 @@ struct WorkloadTrainer {
                   : workload == "resnet" ? examples::resnet(image)
                                          : examples::mlp(image, 512);
     auto loss = mean(softmax_cross_entropy(logits, label));
-    trainer = std::make_unique<TowerTrainer>(graph, loss, Towers({towerjit::gpu(0)}), adam(1e-3),
+    trainer = std::make_unique<TowerTrainer>(graph, loss, towers, adam(1e-3),
                                              TowerTrainerOptions{.seed = 1, .logits = logits,
                                                                  .strategy = {.gpu_variables = true}});
   }
@@ -83,7 +85,7 @@ int64_t default_batch(const std::string& workload) {
   return workload == "mlp" ? 4096 : workload == "gpt" ? 32 : 512;
 }
 
-ModelledStep record_workload(const cost::GpuSpec& gpu, const std::string& workload, int64_t batch) {
+ModelledStep record_workload(const cost::GpuSpec& gpu, const std::string& workload, int64_t batch, DType precision) {
   if (workload != "mlp" && workload != "cnn" && workload != "resnet" && workload != "gpt")
     throw Error("towerjit_bench: --workload " + workload + " is not a model of the GPU cost model; use mlp, cnn, resnet or gpt");
   ModelledStep m{.workload = workload, .batch = batch > 0 ? batch : default_batch(workload), .layers = layers_of(workload)};
@@ -91,7 +93,7 @@ ModelledStep record_workload(const cost::GpuSpec& gpu, const std::string& worklo
   if (!mkdtemp(tmpl.data())) throw Error("towerjit_bench: cannot create a temporary directory for the dumps");
   cost::prepare_emulated_gpu(gpu, tmpl);
 
-  WorkloadTrainer w(workload);
+  WorkloadTrainer w(workload, precision);
   const HostFeeds feeds = workload == "gpt" ? gpt_feeds_of(m.batch) : feeds_of(m.batch);
   auto t0 = Clock::now();
   w.trainer->step(feeds);
@@ -108,9 +110,9 @@ namespace {
 
 // --measure N on a real GPU: the same step, timed (median of N steps after 3 warm-up steps,
 // each step waited for: TowerTrainer::step returns the loss).
-int measure(const std::string& workload, int64_t batch, int steps) {
+int measure(const std::string& workload, int64_t batch, int steps, DType precision) {
   batch = batch > 0 ? batch : default_batch(workload);
-  WorkloadTrainer w(workload);
+  WorkloadTrainer w(workload, precision);
   const HostFeeds feeds = workload == "gpt" ? gpt_feeds_of(batch) : feeds_of(batch);
   for (int i = 0; i < 3; ++i) w.trainer->step(feeds);
   std::vector<double> ms;
@@ -132,6 +134,7 @@ int gpu_model_main(int argc, char** argv) {
   int64_t batch = 0;
   cost::ModelOptions options;
   int top = 15, measure_steps = 0;
+  DType precision = DType::f32;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -149,22 +152,32 @@ int gpu_model_main(int argc, char** argv) {
     }
     else if (a == "--graph") options.graph = true;
     else if (a == "--tf32") options.tf32 = true;
+    else if (a == "--precision") {
+      const std::string v = value();
+      if (v != "f32" && v != "bf16" && v != "f16")
+        throw Error("towerjit_bench: --precision " + v + " is not f32, bf16 or f16");
+      precision = v == "bf16" ? DType::bf16 : v == "f16" ? DType::f16 : DType::f32;
+    }
     else if (a == "--top") top = std::stoi(value());
     else if (a == "--measure") measure_steps = std::max(1, std::stoi(value()));
     else throw Error("towerjit_bench --gpu-model: unknown argument " + a +
-                     "; use --gpu-model GPU --workload mlp|cnn|resnet|gpt [--batch N] [--graph] [--tf32] [--top N] [--measure STEPS]");
+                     "; use --gpu-model GPU --workload mlp|cnn|resnet|gpt [--batch N] [--graph] [--tf32] [--precision f32|bf16|f16] [--top N] "
+                     "[--measure STEPS]");
   }
-  if (measure_steps > 0) return measure(workload, batch, measure_steps);
+  if (measure_steps > 0) return measure(workload, batch, measure_steps, precision);
   const cost::GpuSpec& gpu = cost::gpu_spec(gpu_name);
   // The step the model prices is the one that ran: with --tf32, cuBLASLt and cuDNN in TF32.
   if (options.tf32) setenv("TOWERJIT_ALLOW_TF32", "on", 1);
-  const ModelledStep m = record_workload(gpu, workload, batch);
+  const ModelledStep m = record_workload(gpu, workload, batch, precision);
   const cost::StepPrediction p = cost::predict_step(gpu, m.launches, options);
 
   std::printf("towerjit GPU cost model: %s, batch %lld, on %s (%d SMs, %.0f GB/s achievable, %.1f TFLOP/s %s)%s\n",
               workload.c_str(), static_cast<long long>(m.batch), gpu.description.c_str(), gpu.sms,
               gpu.hbm_achievable_gbps, options.tf32 ? gpu.tf32_tflops : gpu.fp32_tflops, options.tf32 ? "TF32" : "FP32",
               options.graph ? ", every launch priced as a CUDA graph node (--graph)" : "");
+  if (precision != DType::f32)
+    std::printf("precision policy: %s matrix-product operands, at the %.1f TFLOP/s BF16/FP16 tensor-core peak\n",
+                std::string(dtype_name(precision)).c_str(), gpu.bf16_tflops);
   double points = 0, gemm_flops = 0;
   for (const cost::Launch& l : m.launches) {
     if (l.kind == "kernel") points += l.points();
@@ -228,9 +241,10 @@ int gpu_model_main(int argc, char** argv) {
               static_cast<long long>(p.launches_count), m.layers, static_cast<double>(p.launches_count) / m.layers,
               static_cast<long long>(std::count_if(m.launches.begin(), m.launches.end(),
                                                    [](const cost::Launch& l) { return l.graph; })));
-  std::printf("{\"workload\":\"%s\",\"gpu\":\"%s\",\"batch\":%lld,\"step_ms\":%.4f,\"host_link_ms\":%.4f,\"floor_ms\":%.4f,"
+  std::printf("{\"workload\":\"%s\",\"gpu\":\"%s\",\"precision\":\"%s\",\"batch\":%lld,\"step_ms\":%.4f,\"host_link_ms\":%.4f,\"floor_ms\":%.4f,"
               "\"ratio\":%.3f,\"launches\":%lld,\"emulator_s\":%.1f}\n",
-              workload.c_str(), gpu.name.c_str(), static_cast<long long>(m.batch), p.device_us / 1e3,
+              workload.c_str(), gpu.name.c_str(), std::string(dtype_name(precision)).c_str(),
+              static_cast<long long>(m.batch), p.device_us / 1e3,
               p.host_link_us / 1e3, p.floor_us / 1e3, p.ratio(), static_cast<long long>(p.launches_count),
               m.record_seconds);
   return 0;

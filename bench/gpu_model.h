@@ -1,4 +1,5 @@
-// `towerjit_bench --gpu-model h200 --workload mlp|cnn|resnet|gpt [--batch N] [--graph] [--json]`:
+// `towerjit_bench --gpu-model h200 --workload mlp|cnn|resnet|gpt [--batch N] [--graph]
+// [--precision f32|bf16|f16]`:
 // one training step of the Fashion-MNIST example's model (examples/models.h; 784-512-512-10 for
 // mlp) on the emulated GPU with the variables on it, as `fashion_mnist --towers gpu:0 --steps 1`
 // with TOWERJIT_GPU_VARIABLES=on runs it, recorded launch by launch (runtime/cost/) and priced on
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "dsl/dtype.h"
 #include "jit/cost/launch_model.h"
 
 namespace towerjit::bench {
@@ -27,7 +29,9 @@ struct ModelledStep {
   double record_seconds = 0;  // the emulator's time for the recorded step
   double warmup_seconds = 0;  // the first step's, compiles included
 };
-ModelledStep record_workload(const cost::GpuSpec& gpu, const std::string& workload, int64_t batch);
+// `precision`: the products' operands (Towers::precision), f32, bf16 or f16.
+ModelledStep record_workload(const cost::GpuSpec& gpu, const std::string& workload, int64_t batch,
+                             DType precision = DType::f32);
 
 // The batch for a workload.
 int64_t default_batch(const std::string& workload);

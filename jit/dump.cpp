@@ -24,12 +24,13 @@ std::string affine_text(const kir::Affine& a) {
   return std::to_string(a.b) + "*B" + (a.c ? "+" + std::to_string(a.c) : "");
 }
 
-// Bytes of the buffers in `ids`, each counted once.
+// Bytes of the buffers in `ids`, each counted once (2 an element for bf16 and f16, else 4).
 std::string bytes(const kir::Program& p, const std::set<int>& ids) {
   kir::Affine total;
   for (int b : ids) {
     const kir::Affine n = elements(p.buffers[b].shape);
-    total = {total.c + 4 * n.c, total.b + 4 * n.b};
+    const int size = dtype_bytes(p.buffers[b].dtype);
+    total = {total.c + size * n.c, total.b + size * n.b};
   }
   return affine_text(total);
 }

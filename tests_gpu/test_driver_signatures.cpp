@@ -170,7 +170,7 @@ static_assert(offsetof(LtHeuristicResult, workspace_bytes) == offsetof(::cublasL
 static_assert(offsetof(LtHeuristicResult, state) == offsetof(::cublasLtMatmulHeuristicResult_t, state));
 static_assert(offsetof(LtHeuristicResult, waves) == offsetof(::cublasLtMatmulHeuristicResult_t, wavesCount));
 static_assert(sizeof(CublasStatus) == sizeof(cublasStatus_t));
-static_assert(kCudaR32F == CUDA_R_32F);
+static_assert(kCudaR32F == CUDA_R_32F && kCudaR16F == CUDA_R_16F && kCudaR16BF == CUDA_R_16BF);
 static_assert(kCublasCompute32F == CUBLAS_COMPUTE_32F && kCublasCompute32FFastTf32 == CUBLAS_COMPUTE_32F_FAST_TF32);
 static_assert(kLtDescTransA == CUBLASLT_MATMUL_DESC_TRANSA && kLtDescTransB == CUBLASLT_MATMUL_DESC_TRANSB);
 static_assert(kLtDescEpilogue == CUBLASLT_MATMUL_DESC_EPILOGUE && kLtDescBiasPointer == CUBLASLT_MATMUL_DESC_BIAS_POINTER);

@@ -212,15 +212,18 @@ TEST_CASE("GPU: TF32 products show TF32's error: beyond the f32 bound, within th
   CHECK(tf32.bound[0][0] > 100 * f32.bound[0][0]);
 }
 
-// The CUDA backend does not know bf16 or f16 yet: a program holding one is refused when it is
-// made, naming the node and the way out, before anything reaches the device.
-TEST_CASE("GPU: a program with bf16 operands is refused with an error naming the node", "[gpu][matmul][half]") {
-  tj::Graph g;
-  tj::GraphScope use(g);
-  auto x = tj::input("x", {tj::kBatch, 4});
-  auto w = tj::input("w", {4, 3});
-  auto y = tj::matmul(tj::cast(x, tj::DType::bf16), tj::cast(w, tj::DType::bf16));
-  CHECK_THROWS_WITH(tj::CudaProgram(g, {y}, false),
-                    Catch::Contains("the CUDA backend does not run bf16 or f16 yet: cast %") && Catch::Contains("test_gpu_matmul.cpp") &&
-                        Catch::Contains("run this model on CPU towers"));
+// Products of bf16 or f16 operands run on cuBLASLt only (cuBLAS's sgemm takes f32): without
+// it, such a product is an error naming the op and the way out, before anything is queued.
+TEST_CASE("GPU: without cuBLASLt a product of bf16 operands is an error naming it", "[gpu][half]") {
+  cu::DeviceContext& dev = cu::device(0);
+  cu::Stream stream(dev);
+  const cu::CublasLtLoad missing{nullptr, "libcublasLt.so.13 (hidden by the test)"};
+  cu::Cublas blas(dev, stream, missing);
+  tj::DeviceTensor a = tj::empty_device_tensor(dev, tj::Shape{7, 5}, tj::DType::bf16);
+  tj::DeviceTensor b = tj::empty_device_tensor(dev, tj::Shape{5, 3}, tj::DType::bf16);
+  tj::DeviceTensor c = tj::empty_device_tensor(dev, tj::Shape{7, 3}, tj::DType::f32);
+  CHECK_THROWS_WITH(blas.matmul(false, false, 7, 3, 5, a.ptr(), 5, 0, b.ptr(), 3, 0, c.ptr(), 3, 0, 1, "matmul in the test",
+                                tj::DType::bf16),
+                    Catch::Contains("matmul in the test: a matrix product of bf16 operands [7x5] x [5x3] runs on "
+                                    "cuBLASLt only, and cuBLASLt did not load"));
 }

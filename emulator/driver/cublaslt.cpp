@@ -3,12 +3,19 @@
 // order with the stream's other work.
 //
 // What is checked, as cuBLASLt would refuse it: descriptor attributes of the wrong size or
-// value, data and compute types other than f32, layouts whose shapes or batch counts do not
+// value, data and compute types other than the modelled ones (below), layouts whose shapes or batch counts do not
 // agree with the operation, operands outside device memory or less aligned than the preference
 // promised when the algorithm was chosen (256 bytes unless told less), an algorithm the
 // heuristic did not give for this problem, and a workspace smaller than the algorithm asked for
 // (or outside device memory). The emulated algorithm asks for kAlgoWorkspace bytes when the preference allows
 // that much, so a caller that passes less than it reserved is caught.
+//
+// bf16 and f16 operands (CUDA_R_16BF, CUDA_R_16F for A and B; C and D CUDA_R_32F; compute
+// CUBLAS_COMPUTE_32F, as cuBLASLt's table of supported type combinations lists): each element
+// widened to f32 exactly (dsl/half_float.h), then the f32 product. A product of two bf16 or
+// two f16 numbers is exact in f32 (8 + 8 or 11 + 11 significant bits), so only the f32 sums
+// round, as on the tensor cores, whose summation order is not modelled (the bound allows it).
+// TF32 compute with 16-bit inputs is refused (cuBLASLt lists FAST_TF32 for f32 inputs only).
 //
 // TF32 (CUBLAS_COMPUTE_32F_FAST_TF32): each element of A and B is rounded to TF32 (10 stored
 // mantissa bits) before the product, round to nearest with ties away from zero, as PTX's
@@ -24,6 +31,7 @@
 #include <cstring>
 #include <vector>
 
+#include "dsl/half_float.h"
 #include "emulator/driver/emulated_devices.h"
 #include "emulator/driver/host_blas.h"
 #include "emulator/driver/launch_log.h"
@@ -35,7 +43,7 @@ using namespace towerjit::emulator;
 namespace {
 
 constexpr int kSuccess = 0, kNotInitialized = 1, kInvalidValue = 7, kNotSupported = 15;
-constexpr int kR32F = 0;                              // CUDA_R_32F
+constexpr int kR32F = 0, kR16F = 2, kR16BF = 14;     // CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF
 constexpr int kCompute32F = 68, kCompute32FFastTf32 = 77;
 constexpr uint32_t kEpilogueDefault = 1;
 constexpr uint64_t kAlgoMagic = 0x746a4c74616c676full;  // "tjLtalgo"
@@ -49,6 +57,7 @@ struct Desc {
   const void* bias = nullptr;
 };
 struct Layout {
+  int type = kR32F;
   uint64_t rows = 0, cols = 0;
   int64_t ld = 0;
   int32_t batch = 1;
@@ -82,7 +91,18 @@ struct Problem {
   uint64_t m, n, k;
   int32_t batch;
   bool ok;
+  int operands;  // A's and B's type
 };
+
+// Bytes an element of a layout's type.
+uint64_t element_bytes(int type) { return type == kR32F ? 4 : 2; }
+
+// The type combinations modelled: A and B alike (f32, bf16 or f16), C and D f32; 16-bit
+// operands with CUBLAS_COMPUTE_32F only.
+bool supported_types(const Desc& d, const Layout& a, const Layout& b, const Layout& c, const Layout& dd) {
+  if (a.type != b.type || c.type != kR32F || dd.type != kR32F) return false;
+  return a.type == kR32F || d.compute == kCompute32F;
+}
 
 Problem problem(const Desc& d, const Layout& a, const Layout& b, const Layout& c, const Layout& dd) {
   const uint64_t am = d.trans_a ? a.cols : a.rows, ak = d.trans_a ? a.rows : a.cols;
@@ -91,21 +111,32 @@ Problem problem(const Desc& d, const Layout& a, const Layout& b, const Layout& c
                        c.stride == dd.stride;
   const bool ok = same_cd && am == dd.rows && bn == dd.cols && ak == bk && a.batch == dd.batch &&
                   b.batch == dd.batch && dd.batch >= 1;
-  return {dd.rows, dd.cols, ak, dd.batch, ok};
+  return {dd.rows, dd.cols, ak, dd.batch, ok, a.type};
 }
 
 uint64_t fingerprint(const Desc& d, const Problem& p) {
   uint64_t h = 1469598103934665603ull;
-  for (uint64_t v : {p.m, p.n, p.k, static_cast<uint64_t>(p.batch), static_cast<uint64_t>(d.compute),
+  for (uint64_t v : {p.m, p.n, p.k, static_cast<uint64_t>(p.batch), static_cast<uint64_t>(d.compute), uint64_t(p.operands),
                      static_cast<uint64_t>(d.trans_a), static_cast<uint64_t>(d.trans_b), uint64_t{d.epilogue}})
     h = (h ^ v) * 1099511628211ull;
   return h;
 }
 
-bool inside(const float* p, const Layout& l, int32_t i) {
+bool inside(const void* p, const Layout& l, int32_t i) {
   if (l.rows == 0 || l.cols == 0) return true;
-  const float* first = p + i * l.stride;
-  return device_range(reinterpret_cast<std::uintptr_t>(first), sizeof(float) * ((l.cols - 1) * l.ld + l.rows));
+  const uint64_t size = element_bytes(l.type);
+  const auto first = reinterpret_cast<std::uintptr_t>(p) + i * l.stride * size;
+  return device_range(first, size * ((l.cols - 1) * l.ld + l.rows));
+}
+
+// The elements of one bf16 or f16 matrix of `l`, widened to f32 (exactly), in a copy of the
+// same layout.
+std::vector<float> widened_copy(const uint16_t* p, const Layout& l) {
+  const towerjit::DType t = l.type == kR16BF ? towerjit::DType::bf16 : towerjit::DType::f16;
+  std::vector<float> out(l.cols == 0 ? 0 : (l.cols - 1) * l.ld + l.rows);
+  for (uint64_t j = 0; j < l.cols; ++j)
+    for (uint64_t r = 0; r < l.rows; ++r) out[j * l.ld + r] = static_cast<float>(towerjit::half_value(p[j * l.ld + r], t));
+  return out;
 }
 
 // The elements of one matrix of `l`, rounded to TF32, in a copy of the same layout.
@@ -164,9 +195,9 @@ int cublasLtMatmulDescSetAttribute(Desc* d, int attr, const void* buf, size_t si
 
 int cublasLtMatrixLayoutCreate(Layout** l, int type, uint64_t rows, uint64_t cols, int64_t ld) {
   if (!l) return kInvalidValue;
-  if (type != kR32F) return kNotSupported;
+  if (type != kR32F && type != kR16F && type != kR16BF) return kNotSupported;
   if (ld < 0 || (rows > 0 && static_cast<uint64_t>(ld) < rows)) return kInvalidValue;  // columns would overlap
-  *l = new Layout{.rows = rows, .cols = cols, .ld = ld};
+  *l = new Layout{.type = type, .rows = rows, .cols = cols, .ld = ld};
   return kSuccess;
 }
 int cublasLtMatrixLayoutDestroy(Layout* l) {
@@ -213,6 +244,7 @@ int cublasLtMatmulAlgoGetHeuristic(LtHandle* h, Desc* d, Layout* a, Layout* b, L
   const Problem p = problem(*d, *a, *b, *c, *dd);
   if (!p.ok) return kInvalidValue;
   if (d->epilogue != kEpilogueDefault) return kNotSupported;  // epilogues are not modelled yet
+  if (!supported_types(*d, *a, *b, *c, *dd)) return kNotSupported;
   HeuristicResult r{};
   r.algo.data[0] = kAlgoMagic;
   r.algo.data[1] = pref->max_workspace >= kAlgoWorkspace ? kAlgoWorkspace : 0;
@@ -235,6 +267,7 @@ int cublasLtMatmul(LtHandle* h, Desc* d, const void* alpha, const void* a, Layou
   const Problem p = problem(*d, *al, *bl, *cl, *dl);
   if (!p.ok) return kInvalidValue;
   if (d->epilogue != kEpilogueDefault) return kNotSupported;
+  if (!supported_types(*d, *al, *bl, *cl, *dl)) return kNotSupported;
   size_t needed = 0;
   uint64_t align[4] = {4, 4, 4, 4};
   if (algo) {  // null: cuBLASLt chooses one itself, with no workspace
@@ -246,12 +279,12 @@ int cublasLtMatmul(LtHandle* h, Desc* d, const void* alpha, const void* a, Layou
   if (needed > 0 && !device_range(reinterpret_cast<std::uintptr_t>(workspace), needed)) return kInvalidValue;
   const float al_v = *static_cast<const float*>(alpha), be_v = *static_cast<const float*>(beta);
   if (be_v != 0 && c != dptr) return kNotSupported;  // not modelled: towerjit writes C in place
-  const auto* fa = static_cast<const float*>(a);
-  const auto* fb = static_cast<const float*>(b);
   auto* fd = static_cast<float*>(dptr);
-  auto aligned = [](const float* base, const Layout& l, int32_t i, uint64_t to) {
-    return reinterpret_cast<std::uintptr_t>(base + i * l.stride) % to == 0;
+  auto aligned = [](const void* base, const Layout& l, int32_t i, uint64_t to) {
+    return (reinterpret_cast<std::uintptr_t>(base) + i * l.stride * element_bytes(l.type)) % to == 0;
   };
+  const void* fa = a;
+  const void* fb = b;
   for (int32_t i = 0; i < p.batch; ++i) {
     if (!inside(fa, *al, i) || !inside(fb, *bl, i) || !inside(fd, *dl, i)) return kInvalidValue;
     // An operand less aligned than the algorithm was chosen for: cuBLASLt refuses it.
@@ -260,27 +293,37 @@ int cublasLtMatmul(LtHandle* h, Desc* d, const void* alpha, const void* a, Layou
   }
   const Layout la = *al, lb = *bl, ld = *dl;
   const bool tf32 = d->compute == kCompute32FFastTf32;
+  const bool half = al->type != kR32F;
+  const char* name = tf32 ? "cublasLtMatmul (TF32)" : al->type == kR16BF ? "cublasLtMatmul (BF16)"
+                     : half                      ? "cublasLtMatmul (F16)"
+                                                 : "cublasLtMatmul";
+  const double operand_bytes = static_cast<double>(element_bytes(al->type));
   const int ta = d->trans_a ? kCblasTrans : kCblasNoTrans, tb = d->trans_b ? kCblasTrans : kCblasNoTrans;
   const int m = static_cast<int>(p.m), n = static_cast<int>(p.n), k = static_cast<int>(p.k);
   Stream& queue = stream_of(stream);
   queue.enqueue([=, &queue] {
     if (m == 0 || n == 0) return;
     for (int32_t i = 0; i < p.batch; ++i) {
-      const float* ai = fa + i * la.stride;
-      const float* bi = fb + i * lb.stride;
+      const float* ai = static_cast<const float*>(fa) + i * la.stride;
+      const float* bi = static_cast<const float*>(fb) + i * lb.stride;
       std::vector<float> ra, rb;
       if (tf32) ra = tf32_copy(ai, la), rb = tf32_copy(bi, lb), ai = ra.data(), bi = rb.data();
+      if (half) {
+        ra = widened_copy(static_cast<const uint16_t*>(fa) + i * la.stride, la);
+        rb = widened_copy(static_cast<const uint16_t*>(fb) + i * lb.stride, lb);
+        ai = ra.data(), bi = rb.data();
+      }
       host_sgemm()(kCblasColMajor, ta, tb, m, n, k, al_v, ai, static_cast<int>(la.ld), bi, static_cast<int>(lb.ld),
                    be_v, fd + i * ld.stride, static_cast<int>(ld.ld));
     }
-    // For the cost model (launch_log.h): 2mnk FLOPs a product; A and B read, D written (and
-    // read as C when beta is not 0).
+    // For the cost model (launch_log.h): 2mnk FLOPs a product; A and B read (2 or 4 bytes an
+    // element), D written (and read as C when beta is not 0), 4 bytes an element.
     if (launch_log_enabled()) {
       const double mm = m, nn = n, kk = k, count = p.batch;
-      record_launch({.name = tf32 ? "cublasLtMatmul (TF32)" : "cublasLtMatmul", .kind = LaunchKind::library,
+      record_launch({.name = name, .kind = LaunchKind::library,
                      .stream = &queue, .device = device_owning(queue).index(),
-                     .bytes = 4 * count * (mm * kk + kk * nn + (be_v != 0.0f ? 2 : 1) * mm * nn),
-                     .flops = 2 * count * mm * nn * kk, .gemm = {m, n, k, p.batch}});
+                     .bytes = count * (operand_bytes * (mm * kk + kk * nn) + 4 * (be_v != 0.0f ? 2 : 1) * mm * nn),
+                     .flops = 2 * count * mm * nn * kk, .gemm = {m, n, k, p.batch}, .half_operands = half});
     }
   });
   return kSuccess;

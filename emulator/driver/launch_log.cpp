@@ -43,7 +43,8 @@ std::string json_line(const LaunchRecord& r, std::size_t sequence) {
     << ",\"block\":" << json_array(r.block) << ",\"static_shared_bytes\":" << r.static_shared_bytes
     << ",\"dynamic_shared_bytes\":" << r.dynamic_shared_bytes << ",\"work_max\":" << r.work_max
     << ",\"work_mean\":" << r.work_mean << ",\"bytes\":" << r.bytes << ",\"flops\":" << r.flops
-    << ",\"gemm\":" << json_array(r.gemm) << ",\"host_link\":" << (r.host_link ? "true" : "false") << ",\"graph\":" << (r.graph ? "true" : "false")
+    << ",\"gemm\":" << json_array(r.gemm) << ",\"half_operands\":" << (r.half_operands ? "true" : "false")
+    << ",\"host_link\":" << (r.host_link ? "true" : "false") << ",\"graph\":" << (r.graph ? "true" : "false")
     << "}";
   return s.str();
 }

@@ -44,6 +44,8 @@ struct LaunchRecord {
   double bytes = 0, flops = 0;
   // Library matrix products: m, n, k and the batch count (0 otherwise).
   std::array<std::int64_t, 4> gemm{0, 0, 0, 0};
+  // Library matrix products of bf16 or f16 operands (tensor cores at the BF16 / FP16 peak).
+  bool half_operands = false;
   // Copies: whether the copy crosses the host link (host to device or back).
   bool host_link = false;
   // Whether it ran as a node of a CUDA graph's replay (cuGraphLaunch) rather than from its own

@@ -25,6 +25,7 @@
 #define __restrict__ __restrict
 
 #include "cuda_host_api.h"
+#include "cuda_host_half.h"  // __nv_bfloat16, __half and their conversions
 
 struct alignas(8) float2 {
   float x, y;

@@ -6,5 +6,6 @@ namespace towerjit::emulator {
 
 extern const char kCudaHostHeader[];     // kernel/cuda_host.h
 extern const char kCudaHostApiHeader[];  // kernel/cuda_host_api.h
+extern const char kCudaHostHalfHeader[];  // kernel/cuda_host_half.h
 
 }  // namespace towerjit::emulator

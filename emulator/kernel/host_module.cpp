@@ -136,7 +136,7 @@ std::shared_ptr<HostModule> HostModule::compile(const std::string& cuda_source, 
   module->kernels_ = source.kernels;
 
   const std::string key = cpujit::make_cache_key(
-      {source.text, kCudaHostHeader, kCudaHostApiHeader, compiler_version(), kHostFlags, "emulator-host-module"});
+      {source.text, kCudaHostHeader, kCudaHostApiHeader, kCudaHostHalfHeader, compiler_version(), kHostFlags, "emulator-host-module"});
   // A module already loaded in this process is shared (NVRTC's stand-in compiles a module to
   // report errors, the driver's cuModuleLoadData loads it again).
   static std::mutex loaded_mutex;
@@ -154,6 +154,7 @@ std::shared_ptr<HostModule> HostModule::compile(const std::string& cuda_source, 
   if (object.empty()) {
     write_file(dir.path / "cuda_host.h", kCudaHostHeader);
     write_file(dir.path / "cuda_host_api.h", kCudaHostApiHeader);
+    write_file(dir.path / "cuda_host_half.h", kCudaHostHalfHeader);
     write_file(dir.path / "module.cpp", source.text);
     const std::string command = std::string("g++ ") + kHostFlags + " -include '" + (dir.path / "cuda_host.h").string() +
                                 "' -x c++ '" + (dir.path / "module.cpp").string() + "' -o '" + so.string() + "' 2>'" +

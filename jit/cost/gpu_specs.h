@@ -15,7 +15,9 @@ struct GpuSpec {
   double clock_ghz = 0;              // boost clock
   double hbm_peak_gbps = 0;          // datasheet, GB/s (1e9 bytes)
   double hbm_achievable_gbps = 0;    // what a streaming kernel reaches
-  double fp32_tflops = 0, tf32_tflops = 0, bf16_tflops = 0;  // dense, no sparsity
+  // Dense, no sparsity. bf16_tflops: the tensor cores' BF16 peak, which is their FP16 peak too
+  // (with f32 accumulation) on every GPU of the table.
+  double fp32_tflops = 0, tf32_tflops = 0, bf16_tflops = 0;
   double dram_latency_ns = 0;        // a load that misses the caches
   double host_link_gbps = 0;         // PCIe, one direction, achievable
   double launch_overhead_us = 0;     // a kernel or copy launched on a stream, back to back

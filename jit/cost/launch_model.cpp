@@ -17,7 +17,10 @@ double tail_time(const GpuSpec& gpu, double total, double blocks, double rate) {
 }
 
 double bandwidth_per_us(const GpuSpec& gpu) { return gpu.hbm_achievable_gbps * 1e3; }  // bytes per us
-double matmul_flops_per_us(const GpuSpec& gpu, const ModelOptions& o) {
+// The peak a launch's FLOPs run at: a product of bf16 or f16 operands on the tensor cores' BF16
+// / FP16 peak (the same figure on the GPUs of gpu_specs.h), else FP32, or TF32 with --tf32.
+double matmul_flops_per_us(const GpuSpec& gpu, const ModelOptions& o, const Launch& l) {
+  if (l.half_operands) return gpu.bf16_tflops * 1e6;
   return (o.tf32 ? gpu.tf32_tflops : gpu.fp32_tflops) * 1e6;
 }
 
@@ -58,13 +61,13 @@ LaunchPrediction predict_launch(const GpuSpec& gpu, const Launch& l, const Model
     const double split = std::clamp(std::floor(gpu.sms / tiles), 1.0,
                                     std::max(1.0, ceil_div(static_cast<double>(l.gemm_k), t)));
     const double slice_flops = 2.0 * t * t * std::ceil(static_cast<double>(l.gemm_k) / split);
-    p.flop_us = tail_time(gpu, tiles * split * slice_flops, tiles * split, matmul_flops_per_us(gpu, o));
+    p.flop_us = tail_time(gpu, tiles * split * slice_flops, tiles * split, matmul_flops_per_us(gpu, o, l));
     const double partials = split > 1 ? 2.0 * 4 * split * static_cast<double>(l.gemm_m * l.gemm_n * l.gemm_batch) : 0;
     p.mem_us = (l.bytes + partials) / bandwidth_per_us(gpu);
     p.waves = static_cast<int64_t>(ceil_div(tiles * split, gpu.sms));
     p.blocks_per_sm = 1;
   } else if (l.kind == "library") {  // another library routine: the roofline, on the whole GPU
-    p.flop_us = l.flops / matmul_flops_per_us(gpu, o);
+    p.flop_us = l.flops / matmul_flops_per_us(gpu, o, l);
     p.mem_us = l.bytes / bandwidth_per_us(gpu);
   } else {
     const double blocks = static_cast<double>(std::max<int64_t>(1, l.blocks));
@@ -82,6 +85,7 @@ LaunchPrediction predict_launch(const GpuSpec& gpu, const Launch& l, const Model
 
 StepPrediction predict_step(const GpuSpec& gpu, const std::vector<Launch>& launches, const ModelOptions& o) {
   StepPrediction s;
+  double flop_floor_us = 0;
   for (const Launch& l : launches) {
     const double overhead = o.graph || l.graph ? gpu.graph_node_us : gpu.launch_overhead_us;
     LaunchPrediction p = predict_launch(gpu, l, o);
@@ -92,11 +96,12 @@ StepPrediction predict_step(const GpuSpec& gpu, const std::vector<Launch>& launc
       s.overhead_us += overhead;
       s.bytes += l.bytes;
       s.flops += l.flops;
+      flop_floor_us += l.flops / matmul_flops_per_us(gpu, o, l);
     }
     s.launches.push_back(std::move(p));
   }
   s.launches_count = static_cast<int64_t>(launches.size());
-  s.floor_us = s.bytes / bandwidth_per_us(gpu) + s.flops / matmul_flops_per_us(gpu, o);
+  s.floor_us = s.bytes / bandwidth_per_us(gpu) + flop_floor_us;
   return s;
 }
 

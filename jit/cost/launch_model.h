@@ -13,7 +13,8 @@
 //                                 after another, 4 points' loads in flight at a time: NVRTC
 //                                 unrolls the emitted loops by 4, kPointsInFlight)
 //     kernel           t = max(t_mem, t_flop, t_lat)
-//   a library matrix product of m x n x k, `batch` times (cuBLAS SGEMM):
+//   a library matrix product of m x n x k, `batch` times (cuBLAS SGEMM; peak: FP32, TF32 with
+//   --tf32, or the BF16 / FP16 tensor-core peak for bf16 or f16 operands, Launch::half_operands):
 //     tile c = 128, or 64 or 32 where the smaller of m and n is under it (gemm_tile);
 //     tiles = ceil(m / c) * ceil(n / c) * batch, each on an SM; fewer tiles than SMs split
 //     k over s = min(floor(SMs / tiles), ceil(k / c)) slices (split-K), whose s partial
@@ -23,7 +24,8 @@
 //   a copy on the device: B / BW; across the host link: B / 2 / link bandwidth.
 //   a step: the launches one after another (one stream), each plus the launch overhead (or a
 //   graph node's when the step is replayed as a CUDA Graph).
-//   the floor: device bytes / BW + FLOPs / peak, no launch costs at all.
+//   the floor: device bytes / BW + FLOPs / peak (each launch's FLOPs at its own peak), no launch
+//   costs at all.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +46,7 @@ struct Launch {
   double work_mean = 0;
   double bytes = 0, flops = 0;
   int64_t gemm_m = 0, gemm_n = 0, gemm_k = 0, gemm_batch = 0;  // library matrix products
+  bool half_operands = false;  // a product of bf16 or f16 operands: priced at the BF16 / FP16 peak
   bool host_link = false;                     // copies between host and device
   bool graph = false;                         // replayed as a CUDA graph's node
   // Kernels: whether the kernel reduces (the program's index says).

@@ -66,7 +66,7 @@ json launch_of(const kir::Program& p, const EmittedKernel& k, int sm_count) {
   json params = json::array();
   for (size_t i = 0; i < k.buffers.size(); ++i) {
     const kir::Buffer& b = p.buffers[k.buffers[i]];
-    params.push_back(std::string(k.written[i] ? "" : "const ") + (b.dtype == DType::f32 ? "float" : "int") +
+    params.push_back(std::string(k.written[i] ? "" : "const ") + detail::KernelWriter::storage_type(b.dtype) +
                      "* b" + std::to_string(k.buffers[i]) + " (" + b.name + ")");
   }
   params.push_back("tj_i64 batch");
@@ -150,7 +150,6 @@ std::vector<std::string> write_cuda_dump(const std::string& dir, const Graph& g,
 
 std::vector<std::string> dump_cuda_of(const std::string& dir, const Graph& g, const kir::Program& p,
                                       const std::string& stem, const std::string& arch) {
-  if (first_half_float_node(g) >= 0) return {};  // a bf16 / f16 program has no CUDA to show yet
   const CudaModule module = emit_cuda_module(g, p, stem);
   std::string ptx;
   if (!p.kernels.empty() && nvrtc_available()) {

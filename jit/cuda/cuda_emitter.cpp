@@ -30,6 +30,14 @@ using detail::store_outputs;
 using Scheme = EmittedKernel::Scheme;
 
 constexpr int kBlock = 256;
+
+// A module with bf16 or f16 buffers or values: CUDA's own types and conversions (NVRTC finds the headers
+// in the toolkit's include directory, nvrtc_compiler.h); the emulated GPU's host compile has
+// its own bit-exact definitions (emulator/kernel/cuda_host.h) and no CUDA headers.
+constexpr const char* kHalfFloatIncludes =
+    "// bf16 and f16 buffers: __nv_bfloat16 and __half, widened to float on load, rounded to\n"
+    "// nearest even on store (__float2bfloat16_rn, __float2half_rn).\n"
+    "#ifdef __CUDACC__\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#endif\n\n";
 // The accesses a float4 path loads or stores as vectors, or nothing when the kernel does not
 // allow one: each load or store must be contiguous (stride 1) or constant (stride 0) along the
 // last axis, whose extent is a multiple of 4, with every other stride and the offset multiples
@@ -57,6 +65,8 @@ std::vector<int> vector_accesses(const KernelWriter& w) {
   std::sort(vec.begin(), vec.end());
   vec.erase(std::unique(vec.begin(), vec.end()), vec.end());
   for (int a : vec) {
+    // bf16 / f16 buffers take the scalar loop for now: a quad of them is 8 bytes, not a float4.
+    if (is_half_float(w.buffer_dtype(a))) return {};
     const kir::Access& acc = k.accesses[a];
     if (!quad(acc.offset)) return {};
     for (int axis = 0; axis + 1 < rank; ++axis)
@@ -204,22 +214,7 @@ std::string emit_kernel(const Graph& g, const kir::Program& p, const kir::Kernel
 
 }  // namespace
 
-// The first node of `graph` that holds bf16 or f16 values, or -1.
-int first_half_float_node(const Graph& graph) {
-  for (int id = 0; id < graph.size(); ++id)
-    if (is_half_float(graph.node(id).dtype)) return id;
-  return -1;
-}
-
 CudaModule emit_cuda_module(const Graph& graph, const kir::Program& program, const std::string& module_name) {
-  // The CUDA emitter, cuBLASLt's call and the emulator do not yet know 16-bit floats
-  // (__nv_bfloat16, __half): such a program runs on CPU towers only.
-  if (const int id = first_half_float_node(graph); id >= 0) {
-    const Node& n = graph.node(id);
-    user_check(false, n) << "the CUDA backend does not run bf16 or f16 yet: " << op_name(n.op) << " %" << id
-                         << " is " << dtype_name(n.dtype) << n.shape.str() << " in program \"" << module_name
-                         << "\"; run this model on CPU towers (tj::cpu(0)), or keep it in f32 for a GPU";
-  }
   CudaModule m;
   std::ostringstream out;
   out << "// towerjit CUDA module \"" << module_name << "\": " << program.kernels.size()
@@ -229,6 +224,7 @@ CudaModule emit_cuda_module(const Graph& graph, const kir::Program& program, con
       << "// _combine pass); see\n"
       << "// " << module_name << ".index.json for the launch shape and the bytes each kernel moves.\n\n";
   m.prelude = std::string(kDevicePhilox) + "\n" + kDevicePreamble + "\n";
+  if (detail::uses_half_floats(program)) m.prelude = std::string(kHalfFloatIncludes) + m.prelude;
   out << m.prelude;
   for (const kir::Kernel& k : program.kernels) {
     EmittedKernel info;

@@ -83,10 +83,6 @@ struct CudaModule {
                                             // `prelude`, so a run of them compiles alone
 };
 
-// The first node of `graph` holding bf16 or f16 values, or -1: emit_cuda_module refuses such a
-// program (the CUDA backend does not know 16-bit floats yet).
-int first_half_float_node(const Graph& graph);
-
 // Emits every loop kernel of `program`. `graph` is the graph the program's node ids refer to
 // (LoweredProgram::graph): it supplies the op names and file:line of each kernel's header.
 CudaModule emit_cuda_module(const Graph& graph, const kir::Program& program,

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "dsl/error.h"
+#include "dsl/half_float.h"
 
 namespace towerjit::cuda::detail {
 
@@ -38,17 +39,47 @@ Point point_of(int rank) {
   return pt;
 }
 
+int stored_expr(const kir::Kernel& k, size_t output) {
+  const int id = k.outputs[output].expr;
+  const Expr& e = k.exprs[id];
+  if (is_half_float(e.dtype) && e.kind == Expr::Kind::unary && e.op == Op::Cast && k.exprs[e.args[0]].dtype == DType::f32)
+    return e.args[0];
+  return id;
+}
+
 std::vector<int> output_exprs(const kir::Kernel& k, size_t first) {
   std::vector<int> roots;
-  for (size_t i = first; i < k.outputs.size(); ++i) roots.push_back(k.outputs[i].expr);
+  for (size_t i = first; i < k.outputs.size(); ++i) roots.push_back(stored_expr(k, i));
   return roots;
+}
+
+std::string narrow(DType t, const std::string& x) {
+  if (t == DType::bf16) return "__float2bfloat16_rn(" + x + ")";
+  if (t == DType::f16) return "__float2half_rn(" + x + ")";
+  return x;
+}
+
+std::string widen(DType t, const std::string& x) {
+  if (t == DType::bf16) return "__bfloat162float(" + x + ")";
+  if (t == DType::f16) return "__half2float(" + x + ")";
+  return x;
 }
 
 void store_outputs(std::ostream& out, const KernelWriter& w, const std::string& ind, const Point& pt, size_t first) {
   const kir::Kernel& k = w.kernel();
   for (size_t i = first; i < k.outputs.size(); ++i)
-    out << ind << w.buffer(k.outputs[i].access) << "[" << w.address(k.outputs[i].access, pt)
-        << "] = " << w.value(k.outputs[i].expr, pt) << ";\n";
+    out << ind << w.buffer(k.outputs[i].access) << "[" << w.address(k.outputs[i].access, pt) << "] = "
+        << narrow(w.buffer_dtype(k.outputs[i].access), w.value(stored_expr(k, i), pt)) << ";\n";
+}
+
+bool uses_half_floats(const kir::Program& p) {
+  for (const kir::Buffer& b : p.buffers)
+    if (is_half_float(b.dtype)) return true;
+  for (const kir::Kernel& k : p.kernels)
+    for (const kir::Kernel* part : k.bodies())
+      for (const kir::Expr& e : part->exprs)
+        if (is_half_float(e.dtype)) return true;  // a cast to bf16 fused between f32 loads and stores
+  return false;
 }
 
 KernelWriter::KernelWriter(const kir::Program& p, const kir::Kernel& k, EmittedKernel& info)
@@ -68,7 +99,7 @@ std::string KernelWriter::params() const {
   std::string s;
   for (size_t i = 0; i < info_.buffers.size(); ++i) {
     const kir::Buffer& b = p_.buffers[info_.buffers[i]];
-    s += std::string(info_.written[i] ? "" : "const ") + type(b.dtype) + "* __restrict__ b" +
+    s += std::string(info_.written[i] ? "" : "const ") + storage_type(b.dtype) + "* __restrict__ b" +
          std::to_string(info_.buffers[i]) + ", ";
   }
   return s + "tj_i64 batch, const tj_u64* __restrict__ step_slot";
@@ -108,6 +139,16 @@ std::string KernelWriter::address(int access, const Point& pt) const {
 
 std::string KernelWriter::buffer(int access) const {
   return "b" + std::to_string(k_.accesses[access].buffer);
+}
+
+std::string KernelWriter::storage_type(DType t) {
+  switch (t) {
+    case DType::bf16: return "__nv_bfloat16";
+    case DType::f16: return "__half";
+    case DType::i32: return "int";
+    case DType::f32: break;
+  }
+  return "float";
 }
 
 DType KernelWriter::buffer_dtype(int access) const {
@@ -154,14 +195,14 @@ std::string KernelWriter::rhs(int id, const Point& pt) const {
   const Expr& e = k_.exprs[id];
   auto arg = [&](int i) { return value(e.args[i], pt); };
   switch (e.kind) {
-    case Expr::Kind::constant:
-      return e.dtype == DType::f32 ? float_literal(e.value) : std::to_string(static_cast<int64_t>(e.value));
+    case Expr::Kind::constant:  // a bf16 / f16 constant: its value rounded once, as the reference rounds it
+      return is_real(e.dtype) ? float_literal(round_to(e.dtype, e.value)) : std::to_string(static_cast<int64_t>(e.value));
     case Expr::Kind::count: return "(float)" + affine(e.count);
     case Expr::Kind::loop_index: return "(int)" + pt.index[e.axis];
     case Expr::Kind::load: {
       auto it = pt.loaded.find(e.access);
       if (it != pt.loaded.end()) return it->second;
-      return buffer(e.access) + "[" + address(e.access, pt) + "]";
+      return widen(buffer_dtype(e.access), buffer(e.access) + "[" + address(e.access, pt) + "]");  // exact
     }
     case Expr::Kind::random:
       return "tj_philox_uniform(" + std::to_string(e.seed) + "ull, step, (tj_u64)(" +
@@ -169,7 +210,7 @@ std::string KernelWriter::rhs(int id, const Point& pt) const {
     case Expr::Kind::unary: return unary(e, arg(0));
     case Expr::Kind::binary: return binary(e, arg(0), arg(1));
     case Expr::Kind::select: {
-      const bool cf = k_.exprs[e.args[0]].dtype == DType::f32;
+      const bool cf = is_real(k_.exprs[e.args[0]].dtype);
       return arg(0) + (cf ? " != 0.0f ? " : " != 0 ? ") + arg(1) + " : " + arg(2);
     }
   }
@@ -177,7 +218,7 @@ std::string KernelWriter::rhs(int id, const Point& pt) const {
 }
 
 std::string KernelWriter::unary(const Expr& e, const std::string& x) const {
-  const bool f = e.dtype == DType::f32;
+  const bool f = is_real(e.dtype);
   switch (e.op) {
     case Op::Neg: return "-" + x;
     case Op::Exp: return "expf(" + x + ")";
@@ -198,7 +239,11 @@ std::string KernelWriter::unary(const Expr& e, const std::string& x) const {
     case Op::Cast: {
       const DType from = k_.exprs[e.args[0]].dtype;
       if (from == e.dtype) return x;
-      return (e.dtype == DType::i32 ? "(int)" : "(float)") + x;  // f32 -> i32 truncates
+      if (e.dtype == DType::i32) return "(int)" + x;  // a real -> i32 truncates
+      const std::string real = from == DType::i32 ? "(float)" + x : x;  // bf16 / f16 values are exact in float
+      // To bf16 / f16: the nearest value of the format (ties to even), held in float; a store
+      // then narrows it again, exactly.
+      return is_half_float(e.dtype) ? widen(e.dtype, narrow(e.dtype, real)) : real;
     }
     default:
       internal_check(false) << "no CUDA lowering for unary " << op_name(e.op);
@@ -207,7 +252,7 @@ std::string KernelWriter::unary(const Expr& e, const std::string& x) const {
 }
 
 std::string KernelWriter::binary(const Expr& e, const std::string& a, const std::string& b) const {
-  const bool f = k_.exprs[e.args[0]].dtype == DType::f32;
+  const bool f = is_real(k_.exprs[e.args[0]].dtype);
   const std::string one = f ? " ? 1.0f : 0.0f" : " ? 1 : 0";
   auto cmp = [&](const char* op) { return a + " " + op + " " + b + one; };
   switch (e.op) {

@@ -41,7 +41,11 @@ class KernelWriter {
   // Element offset of an access at a point.
   std::string address(int access, const Point& pt) const;
   std::string buffer(int access) const;  // "b4" (the access's buffer parameter)
-  std::string type(DType t) const { return t == DType::f32 ? "float" : "int"; }
+  // The C type a value has while the kernel computes: bf16 and f16 values are held in float.
+  std::string type(DType t) const { return is_real(t) ? "float" : "int"; }
+  // The C type of an element in memory: "__nv_bfloat16" and "__half" for the 16-bit floats
+  // (cuda_bf16.h / cuda_fp16.h under NVRTC, emulator/kernel/cuda_host.h on the emulated GPU).
+  static std::string storage_type(DType t);
   DType buffer_dtype(int access) const;
 
   // Writes `const T e<id><suffix> = ...;` for every expression `roots` need, in order.
@@ -66,7 +70,11 @@ class KernelWriter {
 
 // The point whose index along each axis a is the variable "i<a>".
 Point point_of(int rank);
-// The kernel's output expressions from output `first` on.
+// The expression output `output` stores: its own, or for a cast of an f32 value to bf16 / f16
+// the f32 value, which the store rounds (once: the same bits as rounding, widening and
+// rounding again).
+int stored_expr(const kir::Kernel& k, size_t output);
+// The kernel's stored expressions (stored_expr) from output `first` on.
 std::vector<int> output_exprs(const kir::Kernel& k, size_t first);
 // Stores outputs `first`.. at `pt` (each `b<id>[address] = e<id>;`).
 void store_outputs(std::ostream& out, const KernelWriter& w, const std::string& indent, const Point& pt,
@@ -76,5 +84,15 @@ std::vector<int> range(int from, int to);
 
 // A float constant as C that round-trips through f32: "0.5f", "1e-05f", "TJ_INF".
 std::string float_literal(double v);
+
+// A float `x` as C rounded to bf16 / f16 storage, round to nearest even
+// ("__float2bfloat16_rn(x)"); `x` itself for f32 and i32.
+std::string narrow(DType t, const std::string& x);
+// A bf16 / f16 element `x` as C widened to float, exactly ("__bfloat162float(x)"); `x` itself
+// for f32 and i32.
+std::string widen(DType t, const std::string& x);
+// Whether a program has bf16 or f16 buffers or values: its module then includes cuda_bf16.h
+// and cuda_fp16.h.
+bool uses_half_floats(const kir::Program& p);
 
 }  // namespace towerjit::cuda::detail

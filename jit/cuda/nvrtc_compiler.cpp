@@ -140,7 +140,26 @@ bool unpack(const std::string& payload, CudaBinary& b) {
   return true;
 }
 
-void run_nvrtc(const std::string& source, const std::string& module_name, CudaBinary& b) {
+// A module with bf16 or f16 buffers includes the toolkit's cuda_bf16.h and cuda_fp16.h
+// (cuda_emitter.cpp), which NVRTC 13 does not have built in: it needs the toolkit's include
+// directory. From $CUDA_HOME/include when CUDA_HOME is set (it names the toolkit), else
+// /usr/local/cuda/include; a user error naming both when the headers are not there.
+std::vector<std::string> header_flags(const std::string& source, const std::string& module_name) {
+  if (source.find("#include <cuda_bf16.h>") == std::string::npos) return {};
+  const auto home = knobs::cuda_home();
+  const std::string dir = (home ? *home : std::string("/usr/local/cuda")) + "/include";
+  std::error_code ec;
+  user_check(std::filesystem::exists(dir + "/cuda_bf16.h", ec) && std::filesystem::exists(dir + "/cuda_fp16.h", ec),
+             std::source_location::current())
+      << "CUDA module \"" << module_name << "\" holds bf16 or f16 tensors and needs the CUDA toolkit's headers "
+      << "cuda_bf16.h and cuda_fp16.h, which are not in " << dir
+      << (home ? " (CUDA_HOME=" + *home + ")" : std::string(" (CUDA_HOME is not set)"))
+      << "; install the CUDA toolkit's headers there, point CUDA_HOME at the toolkit, or keep the model in f32 on a GPU";
+  return {"--include-path=" + dir};
+}
+
+void run_nvrtc(const std::string& source, const std::string& module_name, const std::vector<std::string>& extra,
+               CudaBinary& b) {
   const Nvrtc& n = require_nvrtc();
   nvrtcProgram prog = nullptr;
   const std::string file = module_name + ".cu";
@@ -148,6 +167,7 @@ void run_nvrtc(const std::string& source, const std::string& module_name, CudaBi
     fail(source, module_name, b.arch, "", "nvrtcCreateProgram failed");
   std::vector<std::string> opts = {"--gpu-architecture=" + b.arch};
   for (const auto& f : nvrtc_flags()) opts.push_back(f);
+  for (const auto& f : extra) opts.push_back(f);
   std::vector<const char*> argv;
   for (const auto& o : opts) argv.push_back(o.c_str());
   const nvrtcResult r = n.CompileProgram(prog, static_cast<int>(argv.size()), argv.data());
@@ -211,9 +231,11 @@ CudaBinary compile_cuda_undumped(const std::string& source, const std::string& m
   const auto start = std::chrono::steady_clock::now();
   CudaBinary b;
   b.arch = resolve_arch(arch);
+  const std::vector<std::string> extra = header_flags(source, module_name);
   const std::string version = nvrtc_version();  // throws when NVRTC is missing
   std::string flags;
   for (const auto& f : nvrtc_flags()) flags += f + " ";
+  for (const auto& f : extra) flags += f + " ";
   auto cache = cpujit::CompileCache::from_knobs();
   // The emulated GPU's "cubin" is its own image, never to be loaded by a real driver.
   const std::string key = cpujit::make_cache_key(
@@ -223,7 +245,7 @@ CudaBinary compile_cuda_undumped(const std::string& source, const std::string& m
     b.cache_hit = hit.status == cpujit::CompileCache::Status::hit && unpack(hit.payload, b);
   }
   if (!b.cache_hit) {
-    run_nvrtc(source, module_name, b);
+    run_nvrtc(source, module_name, extra, b);
     if (cache) cache->store(key, pack(b));
   }
   b.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

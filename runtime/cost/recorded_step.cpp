@@ -119,6 +119,7 @@ std::vector<Launch> launches_from_records(const std::string& json_lines, const s
     l.bytes = r["bytes"];
     l.flops = r["flops"];
     l.gemm_m = r["gemm"][0], l.gemm_n = r["gemm"][1], l.gemm_k = r["gemm"][2], l.gemm_batch = r["gemm"][3];
+    l.half_operands = r.value("half_operands", false);
     l.host_link = r["host_link"];
     l.graph = r.value("graph", false);
     if (l.kind == "kernel" && l.name.rfind("tj_", 0) != 0) {  // a loop kernel of a program

@@ -21,6 +21,7 @@
 #include <source_location>
 #include <string>
 
+#include "dsl/dtype.h"
 #include "runtime/cuda/device.h"
 
 typedef struct cublasContext* cublasHandle_t;
@@ -99,10 +100,12 @@ class Cublas {
 
   // The kernel IR's MatMul: as gemm() with beta 0, through cuBLASLt when it is loaded and has an
   // algorithm for the shape (TF32 when knobs::allow_tf32() said so when the handle was made),
-  // else through gemm().
+  // else through gemm(). `operands`: the type of A and B, f32, bf16 or f16 (C is f32 always,
+  // accumulated in f32); bf16 and f16 run on cuBLASLt only, and without it (or without an
+  // algorithm for the shape) are a towerjit::Error naming `what`.
   void matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, CUdeviceptr a, int64_t lda,
               int64_t stride_a, CUdeviceptr b, int64_t ldb, int64_t stride_b, CUdeviceptr c, int64_t ldc,
-              int64_t stride_c, int64_t batch, const std::string& what);
+              int64_t stride_c, int64_t batch, const std::string& what, DType operands = DType::f32);
 
   // The cuBLASLt handle matmul() uses; null when cuBLASLt did not load.
   const CublasLt* lt() const { return lt_.get(); }

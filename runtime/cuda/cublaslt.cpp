@@ -47,9 +47,10 @@ void set(const CublasLtApi& api, CublasStatus (*setter)(T, int, const void*, siz
   check_lt(api, setter(target, attr, &value, sizeof(value)), call, " for " + what);
 }
 
-// The largest power of two up to 256 that divides the address of every matrix of the batch.
-uint32_t alignment(CUdeviceptr p, int64_t stride, int64_t batch) {
-  uint64_t bits = p | (batch > 1 ? static_cast<uint64_t>(stride) * 4 : 0) | 256;
+// The largest power of two up to 256 that divides the address of every matrix of the batch
+// (`size`: bytes an element).
+uint32_t alignment(CUdeviceptr p, int64_t stride, int64_t batch, int64_t size) {
+  uint64_t bits = p | (batch > 1 ? static_cast<uint64_t>(stride * size) : 0) | 256;
   return static_cast<uint32_t>(bits & (~bits + 1));
 }
 
@@ -92,14 +93,17 @@ CublasLt::Plan& CublasLt::plan(const LtPlanKey& key, const std::string& what) {
   Plan& p = plans_[key];
   try {
     const CublasLtApi& api = *api_;
-    check_lt(api, api.MatmulDescCreate(&p.desc, tf32_ ? kCublasCompute32FFastTf32 : kCublasCompute32F, kCudaR32F),
+    // TF32 rounds f32 inputs; 16-bit inputs are exact in it and take plain CUBLAS_COMPUTE_32F.
+    const bool fast_tf32 = tf32_ && key.operands == DType::f32;
+    check_lt(api, api.MatmulDescCreate(&p.desc, fast_tf32 ? kCublasCompute32FFastTf32 : kCublasCompute32F, kCudaR32F),
              "cublasLtMatmulDescCreate", " for " + what);
     // The column-major view: cuBLASLt's A is our b, its B our a, its C our c transposed.
     const int32_t op_first = key.trans_b ? kCublasOpT : kCublasOpN, op_second = key.trans_a ? kCublasOpT : kCublasOpN;
     set(api, api.MatmulDescSetAttribute, p.desc, kLtDescTransA, op_first, "cublasLtMatmulDescSetAttribute", what);
     set(api, api.MatmulDescSetAttribute, p.desc, kLtDescTransB, op_second, "cublasLtMatmulDescSetAttribute", what);
-    auto layout = [&](LtMatrixLayout& l, int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
-      check_lt(api, api.MatrixLayoutCreate(&l, kCudaR32F, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld),
+    const int operand_type = key.operands == DType::bf16 ? kCudaR16BF : key.operands == DType::f16 ? kCudaR16F : kCudaR32F;
+    auto layout = [&](LtMatrixLayout& l, int type, int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
+      check_lt(api, api.MatrixLayoutCreate(&l, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld),
                "cublasLtMatrixLayoutCreate", " for " + what);
       const int32_t count = static_cast<int32_t>(key.batch);
       set(api, api.MatrixLayoutSetAttribute, l, kLtLayoutBatchCount, count, "cublasLtMatrixLayoutSetAttribute", what);
@@ -107,9 +111,9 @@ CublasLt::Plan& CublasLt::plan(const LtPlanKey& key, const std::string& what) {
           what);
     };
     // Stored column-major: b is n x k (k x n transposed), a is k x m (m x k transposed), c is n x m.
-    layout(p.a, key.trans_b ? key.k : key.n, key.trans_b ? key.n : key.k, key.ldb, key.stride_b);
-    layout(p.b, key.trans_a ? key.m : key.k, key.trans_a ? key.k : key.m, key.lda, key.stride_a);
-    layout(p.c, key.n, key.m, key.ldc, key.stride_c);
+    layout(p.a, operand_type, key.trans_b ? key.k : key.n, key.trans_b ? key.n : key.k, key.ldb, key.stride_b);
+    layout(p.b, operand_type, key.trans_a ? key.m : key.k, key.trans_a ? key.k : key.m, key.lda, key.stride_a);
+    layout(p.c, kCudaR32F, key.n, key.m, key.ldc, key.stride_c);
     check_lt(api, api.MatmulPreferenceCreate(&p.preference), "cublasLtMatmulPreferenceCreate", " for " + what);
     const char* pref_call = "cublasLtMatmulPreferenceSetAttribute";
     const uint64_t max_workspace = kWorkspaceBytes;
@@ -142,22 +146,24 @@ CublasLt::Plan& CublasLt::plan(const LtPlanKey& key, const std::string& what) {
 
 bool CublasLt::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, CUdeviceptr a, int64_t lda,
                       int64_t stride_a, CUdeviceptr b, int64_t ldb, int64_t stride_b, CUdeviceptr c, int64_t ldc,
-                      int64_t stride_c, int64_t batch, const std::string& what) {
+                      int64_t stride_c, int64_t batch, const std::string& what, DType operands) {
   if (m == 0 || n == 0 || batch == 0) return true;
+  const int64_t size = dtype_bytes(operands);
   // The batch count is 32-bit: a longer batch goes as several calls.
   constexpr int64_t kMaxBatch = std::numeric_limits<int32_t>::max();
   if (batch > kMaxBatch) {
     for (int64_t first = 0; first < batch; first += kMaxBatch) {
       const int64_t count = std::min(kMaxBatch, batch - first);
-      if (!matmul(trans_a, trans_b, m, n, k, a + first * stride_a * 4, lda, stride_a, b + first * stride_b * 4, ldb,
-                  stride_b, c + first * stride_c * 4, ldc, stride_c, count, what))
+      if (!matmul(trans_a, trans_b, m, n, k, a + first * stride_a * size, lda, stride_a, b + first * stride_b * size,
+                  ldb, stride_b, c + first * stride_c * 4, ldc, stride_c, count, what, operands))
         return false;  // the caller's cuBLAS then writes the whole batch again (beta 0): correct
     }
     return true;
   }
   device_->make_current();
   const LtPlanKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch,
-                      alignment(a, stride_a, batch), alignment(b, stride_b, batch), alignment(c, stride_c, batch)};
+                      alignment(a, stride_a, batch, size), alignment(b, stride_b, batch, size),
+                      alignment(c, stride_c, batch, 4), operands};
   Plan& p = plan(key, what);
   if (!p.found) return false;
   const float alpha = 1.0f, beta = 0.0f;

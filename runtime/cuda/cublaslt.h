@@ -25,6 +25,7 @@
 #include <string>
 #include <tuple>
 
+#include "dsl/dtype.h"
 #include "runtime/cuda/cublas.h"
 #include "runtime/cuda/device.h"
 
@@ -81,6 +82,8 @@ struct LtHeuristicResult {  // cublasLtMatmulHeuristicResult_t
 
 // The enum values towerjit passes (checked against the toolkit's in test_driver_signatures.cpp).
 inline constexpr int kCudaR32F = 0;                 // CUDA_R_32F
+inline constexpr int kCudaR16F = 2;                 // CUDA_R_16F: IEEE half
+inline constexpr int kCudaR16BF = 14;               // CUDA_R_16BF: bfloat16
 inline constexpr int kCublasCompute32F = 68;        // CUBLAS_COMPUTE_32F: full f32
 inline constexpr int kCublasCompute32FFastTf32 = 77;  // CUBLAS_COMPUTE_32F_FAST_TF32: inputs rounded to TF32
 inline constexpr int kLtDescTransA = 3;             // CUBLASLT_MATMUL_DESC_TRANSA, int32_t
@@ -119,9 +122,10 @@ struct LtPlanKey {
   bool trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
   uint32_t align_a, align_b, align_c;
+  DType operands;  // A and B: f32, bf16 or f16; C is f32
   auto tie() const {
     return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch, align_a, align_b,
-                    align_c);
+                    align_c, operands);
   }
   bool operator<(const LtPlanKey& o) const { return tie() < o.tie(); }
 };
@@ -146,10 +150,12 @@ class CublasLt {
 
   // As Cublas::gemm with beta 0 (C_i = op(A_i) op(B_i), row-major, strides in elements, 0
   // broadcasting one matrix). False, having queued nothing, when cuBLASLt has no algorithm for
-  // this shape (the caller then runs cuBLAS).
+  // this shape (the caller then runs cuBLAS). `operands` bf16 or f16: A and B are CUDA_R_16BF
+  // or CUDA_R_16F, C stays CUDA_R_32F, computed in CUBLAS_COMPUTE_32F (each product of two
+  // 16-bit numbers is exact in f32; the tensor cores sum them in f32), TF32 or not.
   bool matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, CUdeviceptr a, int64_t lda,
               int64_t stride_a, CUdeviceptr b, int64_t ldb, int64_t stride_b, CUdeviceptr c, int64_t ldc,
-              int64_t stride_c, int64_t batch, const std::string& what);
+              int64_t stride_c, int64_t batch, const std::string& what, DType operands = DType::f32);
 
   bool tf32() const { return tf32_; }
   // Shapes planned so far (each asked the heuristic once), and how many of them have an algorithm.

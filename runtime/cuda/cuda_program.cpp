@@ -256,8 +256,9 @@ void CudaProgram::run_kernel(int index, const std::vector<CUdeviceptr>& base, in
 void CudaProgram::run_call(int index, const std::vector<CUdeviceptr>& base, int64_t batch) {
   const kir::LibraryCall& c = program_.calls[index];
   std::vector<cuda::DeviceView> in;
-  for (int b : c.inputs) in.push_back({program_.buffers[b].shape.bind(batch), base[b]});
-  const cuda::DeviceView out{program_.buffers[c.output].shape.bind(batch), base[c.output]};
+  for (int b : c.inputs) in.push_back({program_.buffers[b].shape.bind(batch), base[b], program_.buffers[b].dtype});
+  const cuda::DeviceView out{program_.buffers[c.output].shape.bind(batch), base[c.output],
+                             program_.buffers[c.output].dtype};
   cuda::LibraryEnv env{*device_, *stream_, blas_.get(), scratch_, 0};
   env.dnn = dnn_.get();
   if (c.op == Op::OneHot || c.op == Op::Gather || c.op == Op::GatherGrad) {
@@ -276,7 +277,7 @@ void CudaProgram::queue_steps(const std::vector<CUdeviceptr>& base, int64_t batc
       run_call(s.index, base, batch);
     } else {
       const kir::Copy& c = program_.copies[s.index];
-      const size_t bytes = program_.buffers[c.to].shape.elements(batch) * 4;
+      const size_t bytes = program_.buffers[c.to].shape.elements(batch) * dtype_bytes(program_.buffers[c.to].dtype);
       cuda::check_cuda(cuda::require_driver().MemcpyDtoDAsync(base[c.to], base[c.from], bytes, stream_->handle()),
                        "cuMemcpyDtoDAsync", "", loc);
     }
@@ -302,7 +303,7 @@ void CudaProgram::queue_run(const DeviceFeeds& feeds, DeviceVariables& variables
     host_fetches->clear();
     for (int f : program_.fetches) {
       host_fetches->emplace_back(program_.buffers[f].shape.bind(batch), program_.buffers[f].dtype);
-      back.push_back({host_fetches->back().data(), base[f], static_cast<size_t>(host_fetches->back().size()) * 4});
+      back.push_back({host_fetches->back().data(), base[f], static_cast<size_t>(host_fetches->back().bytes())});
     }
   }
   if (device_fetches) {
@@ -467,7 +468,7 @@ void CudaProgram::check_numerics_after(int index, const std::vector<CUdeviceptr>
   std::vector<void*> host_base(program_.buffers.size(), nullptr);
   for (size_t b = 0; b < program_.buffers.size(); ++b) {
     if (!base[b]) continue;
-    host[b].resize(program_.buffers[b].shape.elements(batch) * 4);
+    host[b].resize(program_.buffers[b].shape.elements(batch) * dtype_bytes(program_.buffers[b].dtype));
     cuda::check_cuda(api.MemcpyDtoHAsync(host[b].data(), base[b], host[b].size(), stream_->handle()),
                      "cuMemcpyDtoHAsync", "", loc);
     host_base[b] = host[b].data();
@@ -519,7 +520,7 @@ std::vector<CudaProgram::Transfer> CudaProgram::stage_feeds(const HostFeeds& fee
     DeviceTensor& d = host_feeds_[b.name];
     // The block of the largest batch so far serves the smaller ones: the address stays, and
     // with it the graph of each batch size.
-    const size_t bytes = static_cast<size_t>(h.size()) * 4;
+    const size_t bytes = static_cast<size_t>(h.bytes());
     if (d.dtype != h.dtype || !d.buffer || d.buffer.bytes() < bytes) d = empty_device_tensor(*device_, h.shape, h.dtype);
     d.shape = h.shape;
     uploads.push_back({const_cast<void*>(h.data()), d.ptr(), d.bytes()});

@@ -14,11 +14,11 @@ namespace towerjit {
 struct DeviceTensor {
   Shape shape;  // concrete
   DType dtype = DType::f32;
-  cuda::DeviceBuffer buffer;  // shape.elements(0) * 4 bytes
+  cuda::DeviceBuffer buffer;  // shape.elements(0) * dtype_bytes(dtype) bytes
   cuda::DeviceContext* device = nullptr;
 
   int64_t size() const { return shape.elements(0); }
-  size_t bytes() const { return static_cast<size_t>(size()) * 4; }
+  size_t bytes() const { return static_cast<size_t>(size()) * dtype_bytes(dtype); }
   CUdeviceptr ptr() const { return buffer.ptr(); }
 };
 

@@ -44,7 +44,8 @@ CUdeviceptr scratch(LibraryEnv& env, int64_t floats) {
 // Row-major matrix product of the last two axes; leading axes broadcast numpy-style, through
 // cuBLASLt (or cuBLAS without it: Cublas::matmul). One strided-batched GEMM when every
 // operand's batch offset is a multiple of the batch index (the usual case, a broadcast operand
-// having stride 0), else one GEMM per batch.
+// having stride 0), else one GEMM per batch. bf16 or f16 operands (both the same) give an f32
+// product accumulated in f32, on cuBLASLt only.
 void matmul(const kir::LibraryCall& c, const Node& node, const DeviceView& a, const DeviceView& b,
             const DeviceView& out, LibraryEnv& env) {
   const kir::MatMulGeometry g = kir::matmul_geometry(c, a.shape, b.shape, out.shape);
@@ -54,14 +55,17 @@ void matmul(const kir::LibraryCall& c, const Node& node, const DeviceView& a, co
   for (int64_t bi = 0; bi < batches; ++bi)
     linear = linear && g.offset_a[bi] == bi * stride_a && g.offset_b[bi] == bi * stride_b;
   const std::string what = describe(node);
+  internal_check(a.dtype == b.dtype && out.dtype == DType::f32)
+      << what << ": operands " << dtype_name(a.dtype) << " x " << dtype_name(b.dtype) << " into " << dtype_name(out.dtype);
   if (linear) {
     blas(env).matmul(c.transpose_a, c.transpose_b, m, n, g.k, a.ptr, g.lda, stride_a, b.ptr, g.ldb, stride_b,
-                     out.ptr, n, m * n, batches, what);
+                     out.ptr, n, m * n, batches, what, a.dtype);
     return;
   }
+  const int64_t size = dtype_bytes(a.dtype);
   for (int64_t bi = 0; bi < batches; ++bi)
-    blas(env).matmul(c.transpose_a, c.transpose_b, m, n, g.k, a.ptr + g.offset_a[bi] * 4, g.lda, 0,
-                     b.ptr + g.offset_b[bi] * 4, g.ldb, 0, out.ptr + bi * m * n * 4, n, 0, 1, what);
+    blas(env).matmul(c.transpose_a, c.transpose_b, m, n, g.k, a.ptr + g.offset_a[bi] * size, g.lda, 0,
+                     b.ptr + g.offset_b[bi] * size, g.ldb, 0, out.ptr + bi * m * n * 4, n, 0, 1, what, a.dtype);
 }
 
 TjConvShape conv_shape(const Attrs& at, const Shape& x, const Shape& w, const Shape& y) {

@@ -15,10 +15,12 @@
 
 namespace towerjit::cuda {
 
-// A buffer as a library routine sees it: its bound shape and its device address.
+// A buffer as a library routine sees it: its bound shape, its device address and its elements'
+// type (a matrix product's operands may be bf16 or f16).
 struct DeviceView {
   Shape shape;  // concrete
   CUdeviceptr ptr = 0;
+  DType dtype = DType::f32;
 };
 
 // What a library call runs with: the device, its stream and cuBLAS handle, scratch memory

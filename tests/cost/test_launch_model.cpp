@@ -98,6 +98,10 @@ TEST_CASE("cost model: a matrix product pays for its tiles in waves over the SMs
   cost::ModelOptions tf32{.tf32 = true};
   g.gemm_m = g.gemm_n = g.gemm_k = 4096;
   CHECK(cost::predict_launch(h, g, tf32).flop_us == Approx(8 * (2.0 * 128 * 128 * 4096) / (494.7e6 / 132)));
+  // bf16 or f16 operands: the tensor cores' BF16 / FP16 peak, with --tf32 or without.
+  g.half_operands = true;
+  CHECK(cost::predict_launch(h, g).flop_us == Approx(8 * (2.0 * 128 * 128 * 4096) / (989.4e6 / 132)));
+  CHECK(cost::predict_launch(h, g, tf32).flop_us == Approx(8 * (2.0 * 128 * 128 * 4096) / (989.4e6 / 132)));
 }
 
 TEST_CASE("cost model: a step adds launch overheads, keeps host copies apart, and has a roofline floor") {

@@ -65,6 +65,27 @@ TEST_CASE("cost records: every launch of a step is recorded with its shape, work
 
 // The fused attention's three library kernels are launches the cost model prices: a block of
 // 16 threads a row for 16 rows, the bytes and FLOPs of emulator/driver/library_kernel_costs.cpp.
+// Under the bf16 policy the products read 2-byte operands and are priced at the BF16 peak; the
+// kernels that store the rounded operands write 2 bytes an element (the program's index).
+TEST_CASE("cost records: a bf16-policy step reads 2-byte product operands at the BF16 peak") {
+  const cost::GpuSpec& h = cost::gpu_spec("h200");
+  const bench::ModelledStep m = bench::record_workload(h, "mlp", 256, towerjit::DType::bf16);
+  int gemms = 0;
+  for (const cost::Launch& l : m.launches) {
+    if (l.kind != "library") continue;
+    INFO(l.name << " " << l.gemm_m << "x" << l.gemm_n << "x" << l.gemm_k);
+    ++gemms;
+    CHECK(l.half_operands);
+    CHECK(l.name == "cublasLtMatmul (BF16)");
+    const double mm = l.gemm_m, nn = l.gemm_n, kk = l.gemm_k, batch = l.gemm_batch;
+    CHECK(l.bytes == batch * (2 * (mm * kk + kk * nn) + 4 * mm * nn));
+    cost::Launch as_f32 = l;
+    as_f32.half_operands = false;
+    CHECK(cost::predict_launch(h, l).flop_us < cost::predict_launch(h, as_f32).flop_us);
+  }
+  CHECK(gemms == 8);
+}
+
 TEST_CASE("cost records: the fused attention runs as its three kernels, each with bytes and FLOPs") {
   namespace tj = towerjit;
   const cost::GpuSpec& h = cost::gpu_spec("h200");

@@ -13,6 +13,7 @@
 #include "dsl/half_float.h"
 #include "jit/cpu/cpu_isa.h"
 #include "jit/cuda/cuda_emitter.h"
+#include "jit/cuda/nvrtc_compiler.h"
 #include "jit/passes/half_convolutions.h"
 #include "jit/passes/half_matmuls.h"
 #include "jit/passes/pipeline.h"
@@ -280,15 +281,40 @@ TEST_CASE("half floats: ops that compute refuse bf16 and f16 operands", "[half][
                     Catch::Contains("iota: cannot produce bf16; compute in f32 and cast the result"));
 }
 
-TEST_CASE("half floats: the CUDA backend refuses a bf16 program with a clear error", "[half][errors][cuda]") {
+// The CUDA emitter stores bf16 and f16 as CUDA's own types, widens on load and rounds on
+// store with the _rn intrinsics; the module includes the toolkit's headers, and NVRTC (where
+// it is installed) compiles it. What it computes is tests_gpu/test_gpu_half.cpp's.
+TEST_CASE("half floats: the CUDA emitter loads and stores __nv_bfloat16 and __half", "[half][cuda]") {
+  for (DType t : {DType::bf16, DType::f16}) {
+    tj::Graph g;
+    tj::GraphScope use(g);
+    auto x = tj::input("x", {kBatch, 4});
+    auto h = tj::cast(tj::exp(x), t);
+    auto y = tj::matmul(h, tj::cast(tj::input("w", {4, 3}), t));
+    const tj::LoweredProgram lowered = tj::lower_graph(g, {h.id(), y.id()}, {});
+    const tj::cuda::CudaModule m = tj::cuda::emit_cuda_module(lowered.graph, lowered.program, "half");
+    const std::string type = t == DType::bf16 ? "__nv_bfloat16" : "__half";
+    INFO(m.source);
+    CHECK(m.source.find("#include <cuda_bf16.h>") != std::string::npos);
+    CHECK(m.source.find(type + "* __restrict__ b") != std::string::npos);
+    CHECK(m.source.find(t == DType::bf16 ? "__float2bfloat16_rn(" : "__float2half_rn(") != std::string::npos);
+    if (tj::cuda::nvrtc_available()) CHECK_NOTHROW(tj::cuda::compile_cuda(m.source, "half", "sm_90"));
+  }
+}
+
+TEST_CASE("half floats: a bf16 CUDA module without the toolkit's headers is an error naming where it looked",
+          "[half][errors][cuda]") {
   tj::Graph g;
   tj::GraphScope use(g);
   auto x = tj::input("x", {kBatch, 4});
   auto y = tj::cast(tj::cast(x, DType::bf16), DType::f32);
   const tj::LoweredProgram lowered = tj::lower_graph(g, {y.id()}, {});
-  CHECK_THROWS_WITH(tj::cuda::emit_cuda_module(lowered.graph, lowered.program, "half"),
-                    Catch::Contains("the CUDA backend does not run bf16 or f16 yet") &&
-                        Catch::Contains("run this model on CPU towers"));
+  const tj::cuda::CudaModule m = tj::cuda::emit_cuda_module(lowered.graph, lowered.program, "half");
+  tj::test::ScopedEnv home("CUDA_HOME", "/tmp/towerjit-no-toolkit");
+  CHECK_THROWS_WITH(tj::cuda::compile_cuda(m.source, "half", "sm_90"),
+                    Catch::Contains("CUDA module \"half\" holds bf16 or f16 tensors and needs the CUDA toolkit's "
+                                    "headers cuda_bf16.h and cuda_fp16.h, which are not in "
+                                    "/tmp/towerjit-no-toolkit/include"));
 }
 
 // A cast to bf16 is no kernel of its own: it fuses into the kernel that computes its operand,

@@ -1,6 +1,7 @@
 // The helpers every generated CUDA module starts with (after philox.h): index types,
 // non-finite constants, and the warp / block reductions of reduction kernels. No #include:
-// NVRTC compiles it without the CUDA toolkit headers.
+// NVRTC compiles it without the CUDA toolkit headers (a module holding bf16 or f16 includes
+// cuda_bf16.h and cuda_fp16.h before it: cuda_emitter.cpp).
 
 typedef long long tj_i64;
 
