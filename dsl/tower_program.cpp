@@ -72,7 +72,7 @@ TowerProgram build_tower_program(Graph& graph, Tensor loss, const Optimizer& opt
   p.learning_rate = optimizer.learning_rate.at(global_step(loc), loc);
   p.apply_updates = optimizer.apply(applied, p.variables, loc);
   if (optimizer.loss_scale) {
-    auto after_apply = [&](const char* name) {
+    auto after_apply = [&](const char* name) {  // the variable exists: the apply made it
       return detail::pending_value(detail::state_variable(graph, name, Shape{}, init::zeros(), loc));
     };
     p.loss_scale = after_apply(DynamicLossScale::kScale);
