@@ -89,9 +89,9 @@ Options parse(int argc, char** argv) {
     else if (a == "--no-torch") o.torch = false;
     else if (a == "--precision") {
       const std::string v = value();
-      if (v != "f32" && v != "bf16" && v != "f16")
-        throw tj::Error("towerjit_bench: --precision " + v + " is not f32, bf16 or f16");
-      o.precision = v == "bf16" ? tj::DType::bf16 : v == "f16" ? tj::DType::f16 : tj::DType::f32;
+      const std::optional<tj::DType> t = tj::dtype_from_name(v);
+      if (!t || *t == tj::DType::i32) throw tj::Error("towerjit_bench: --precision " + v + " is not f32, bf16 or f16");
+      o.precision = *t;
     }
     else if (a == "--peers") {
       const std::string v = value();

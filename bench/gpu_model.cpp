@@ -154,9 +154,9 @@ int gpu_model_main(int argc, char** argv) {
     else if (a == "--tf32") options.tf32 = true;
     else if (a == "--precision") {
       const std::string v = value();
-      if (v != "f32" && v != "bf16" && v != "f16")
-        throw Error("towerjit_bench: --precision " + v + " is not f32, bf16 or f16");
-      precision = v == "bf16" ? DType::bf16 : v == "f16" ? DType::f16 : DType::f32;
+      const std::optional<DType> t = dtype_from_name(v);
+      if (!t || *t == DType::i32) throw Error("towerjit_bench: --precision " + v + " is not f32, bf16 or f16");
+      precision = *t;
     }
     else if (a == "--top") top = std::stoi(value());
     else if (a == "--measure") measure_steps = std::max(1, std::stoi(value()));

@@ -5,6 +5,7 @@
 // f32, except matmul, which multiplies two bf16 or two f16 operands into an f32 result.
 #pragma once
 
+#include <optional>
 #include <string_view>
 
 namespace towerjit {
@@ -19,6 +20,12 @@ constexpr std::string_view dtype_name(DType t) {
     case DType::f16: return "f16";
   }
   return "?";
+}
+// The dtype dtype_name gives `name`, or nothing ("bf16" -> DType::bf16): for flags and files.
+constexpr std::optional<DType> dtype_from_name(std::string_view name) {
+  for (DType t : {DType::f32, DType::i32, DType::bf16, DType::f16})
+    if (dtype_name(t) == name) return t;
+  return std::nullopt;
 }
 constexpr int dtype_bytes(DType t) { return t == DType::bf16 || t == DType::f16 ? 2 : 4; }
 // bf16 or f16: stored in 16 bits, computed in f32.

@@ -66,7 +66,7 @@ tj::Optimizer make_optimizer(const Flags& f) {
 tj::Towers make_towers(const Flags& f) {
   auto towers = tj::Towers(tj::parse_devices(f.towers));
   if (f.precision != "f32")
-    towers = towers.precision({.matmul_operands = f.precision == "bf16" ? tj::DType::bf16 : tj::DType::f16});
+    towers = towers.precision({.matmul_operands = *tj::dtype_from_name(f.precision)});  // checked by the flag
   if (f.strategy == "async") return towers.reduce(tj::AsyncApply{});
   if (f.strategy == "sync-ps") return towers.variant(tj::SyncVariant::parameter_server);
   // The token table applied from each tower's own gradient, the rest averaged (Towers::with;

@@ -133,7 +133,7 @@ tj::Towers make_towers(const Flags& f) {
   auto towers = tj::Towers(tj::parse_devices(f.towers.empty() ? default_towers() : f.towers));
   // The trainer's own precision policy (its programs only; the process's stays f32).
   if (f.precision != "f32")
-    towers = towers.precision({.matmul_operands = f.precision == "bf16" ? tj::DType::bf16 : tj::DType::f16});
+    towers = towers.precision({.matmul_operands = *tj::dtype_from_name(f.precision)});  // checked by the flag
   if (f.strategy == "async")
     return towers.reduce(tj::AsyncApply{
         .max_staleness = f.max_staleness >= 0 ? std::optional<int64_t>(f.max_staleness) : std::nullopt});
@@ -232,7 +232,7 @@ int train(Flags f, const std::string& resume_command) {
   if (f.ema > 0) ema = tj::ExponentialMovingAverage{.decay = f.ema};
   tj::TowerTrainerOptions options{.seed = f.seed, .ema = ema, .logits = logits};
   if (f.gradient_compression != "off")
-    options.strategy.gradient_compression = f.gradient_compression == "bf16" ? tj::DType::bf16 : tj::DType::f16;
+    options.strategy.gradient_compression = *tj::dtype_from_name(f.gradient_compression);  // bf16 or f16
   tj::TowerTrainer trainer(graph, loss, towers, make_optimizer(f), options);
   trainer.set_trace(&trace);
 

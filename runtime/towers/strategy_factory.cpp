@@ -44,7 +44,7 @@ struct Column {
   const char* fix;
 };
 const Column kColumns[] = {
-    {[](const R& r, const StrategyRequest& q) { return !q.compression || (r.compression && !q.deterministic_layout); },
+    {[](const R& r, const StrategyRequest& q) { return !q.compresses() || (r.compression && !q.deterministic_layout); },
      "gradient compression (TowerStrategyOptions::gradient_compression) is built for sync towers reducing in "
      "host memory without TOWERJIT_DETERMINISTIC=layout (whose gather sends every tower's f32 gradients); keep the "
      "variables in host memory (TOWERJIT_GPU_VARIABLES=off) and the default determinism, or train without it"},
@@ -121,7 +121,6 @@ StrategyRequest StrategyRequest::of(const Towers& towers, const dist::Transport&
       << "TowerStrategyOptions::gradient_compression is " << dtype_name(options.gradient_compression)
       << "; gradients cross processes in DType::bf16 or DType::f16, or uncompressed (DType::f32)";
   q.gradient_compression = options.gradient_compression;
-  q.compression = options.gradient_compression != DType::f32 && q.processes > 1;
   user_check(options.bucket_mb >= 0, towers.declared_at())
       << "TowerStrategyOptions::bucket_mb " << options.bucket_mb << " is negative; set 0 (a bucket per gradient) or more";
   return q;
@@ -143,7 +142,7 @@ std::string StrategyRequest::str() const {
     << ", " << (all_gpus ? "all GPUs" : "not all GPUs") << ", " << processes << " process" << (processes > 1 ? "es" : "")
     << ", variables " << (gpu_variables ? "on the GPUs" : "in host memory")
     << (deterministic_layout ? ", TOWERJIT_DETERMINISTIC=layout" : "") << (per_variable ? ", per-variable rules" : "")
-    << (compression ? ", gradient compression" : "");
+    << (compresses() ? ", gradient compression" : "");
   return s.str();
 }
 

@@ -83,7 +83,8 @@ struct StrategyRequest {
   bool nccl_world = false;            // TOWERJIT_NCCL_WORLD
   bool per_variable = false;          // Towers::with rules
   DType gradient_compression = DType::f32;
-  bool compression = false;           // gradient_compression asked for, across several processes
+  // Gradient compression asked for where gradients cross processes (one process: nothing to do).
+  bool compresses() const { return gradient_compression != DType::f32 && processes > 1; }
   // The request for `towers` in `world`, `options` overridden by the environment.
   static StrategyRequest of(const Towers& towers, const dist::Transport& world, const TowerStrategyOptions& options);
   // The options as resolved (the environment's overrides applied).

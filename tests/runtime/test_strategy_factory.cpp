@@ -115,7 +115,7 @@ TEST_CASE("async GPU towers keep each variable on a GPU by the seed's rule unles
 TEST_CASE("gradient compression is served where sync gradients cross processes in host memory", "[towers][strategy]") {
   StrategyRequest q;
   q.processes = 2;
-  q.compression = true;
+  q.gradient_compression = tj::DType::bf16;
   CHECK(chosen(q) == "sync_host");
   q.variant = tj::SyncVariant::parameter_server;
   CHECK(chosen(q) == "sync_host_one_copy");
@@ -131,7 +131,6 @@ TEST_CASE("gradient compression is served where sync gradients cross processes i
                                         "memory, gradient compression"));
   // One process: nothing crosses, so every strategy takes the option (and ignores it).
   q.processes = 1;
-  q.compression = false;
   CHECK(chosen(q) == "sync_placed");
   tj::Graph graph;
   const tj::Tensor loss = tj::testing::small_mlp_loss(graph);
