@@ -143,6 +143,24 @@ void layer_norm_grad(const GradContext& c, std::vector<Tensor>& dx) {
   if (c.want[2]) dx[2] = reshape(slice(params, {1, 0}, {2, f}, loc), {f}, loc);
 }
 
+// The fused softmax's gradient reads its output y, which the forward stores anyway:
+// d x = y (d y - sum(y d y)) per row, one fused op. That op is linear in d y, with the same
+// form as its gradient there; its gradient in y (second derivatives) is written out,
+// g (d y - sum(y d y)) - d y sum(g y), from primitives.
+void softmax_grad(const GradContext& c, std::vector<Tensor>& dx) {
+  if (c.want[0]) dx[0] = primitive(c, Op::SoftmaxGrad, {c.y.id(), c.dy.id()}, c.in_shape(0));
+}
+
+void softmax_grad_grad(const GradContext& c, std::vector<Tensor>& dx) {
+  const Loc loc = c.loc();
+  const Tensor &y = c.x[0], &dy = c.x[1], &g = c.dy;
+  const int last = y.rank() - 1;
+  if (c.want[1]) dx[1] = primitive(c, Op::SoftmaxGrad, {y.id(), g.id()}, c.in_shape(1));
+  if (c.want[0])
+    dx[0] = sub(mul(g, sub(dy, sum(mul(y, dy, loc), {last}, true, loc), loc), loc),
+                mul(dy, sum(mul(g, y, loc), {last}, true, loc), loc), loc);
+}
+
 }  // namespace
 
 bool backward_structural(const GradContext& c, std::vector<Tensor>& dx) {
@@ -180,6 +198,8 @@ bool backward_structural(const GradContext& c, std::vector<Tensor>& dx) {
     }
     case Op::Attention: attention_grad(c, dx); return true;
     case Op::LayerNorm: layer_norm_grad(c, dx); return true;
+    case Op::Softmax: softmax_grad(c, dx); return true;
+    case Op::SoftmaxGrad: softmax_grad_grad(c, dx); return true;
     case Op::Conv2DGradInput: case Op::Conv2DGradFilter: case Op::MaxPool2DGrad:
     case Op::AvgPool2DGrad: case Op::AttentionGradQ: case Op::AttentionGradKV:
     case Op::LayerNormGradInput: case Op::LayerNormGradParams:

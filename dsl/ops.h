@@ -90,7 +90,17 @@ Tensor matmul(Tensor a, Tensor b, Loc loc = Loc::current());
 // i32 indices -> f32 [..., depth]. An index outside [0, depth) is an error when the graph runs.
 Tensor one_hot(Tensor indices, int64_t depth, Loc loc = Loc::current());
 Tensor argmax(Tensor x, int axis = -1, Loc loc = Loc::current());
+// exp(x - max) / sum(exp(x - max)) along `axis`. Over the last axis it is one fused op: one
+// kernel (a CPU routine, a CUDA kernel) forward and one backward, d x = y (d y - sum(y d y)),
+// where the composed form takes two each; over another axis, or with `fused = false`, it is
+// composed of a log-sum-exp and exp(x - lse), into whose kernels a producer of x (a mask, a
+// scale) fuses rather than writing x first.
+struct SoftmaxOptions {
+  int axis = -1;
+  bool fused = true;
+};
 Tensor softmax(Tensor x, int axis = -1, Loc loc = Loc::current());
+Tensor softmax(Tensor x, SoftmaxOptions options, Loc loc = Loc::current());
 Tensor log_softmax(Tensor x, int axis = -1, Loc loc = Loc::current());
 // Per-example loss -sum(p * log_softmax(logits)) over the last axis. `labels` is either i32
 // class indices (shape of logits without its last axis) or f32 probabilities (shape of logits).

@@ -140,10 +140,14 @@ Tensor argmax(Tensor x, int axis, Loc loc) {
   return make(g, Op::ArgMax, {x.id()}, Shape(std::move(dims)), DType::i32, attrs, loc);
 }
 
-Tensor softmax(Tensor x, int axis, Loc loc) {
-  graph_of_one(x, "softmax", loc);
+Tensor softmax(Tensor x, int axis, Loc loc) { return softmax(x, SoftmaxOptions{.axis = axis}, loc); }
+
+Tensor softmax(Tensor x, SoftmaxOptions options, Loc loc) {
+  Graph& g = graph_of_one(x, "softmax", loc);
   require_f32(x, "softmax", loc);
-  const int a = one_axis(axis, x, "softmax", loc);
+  const int a = one_axis(options.axis, x, "softmax", loc);
+  if (options.fused && a == x.rank() - 1)
+    return make(g, Op::Softmax, {x.id()}, x.shape(), DType::f32, Attrs{}, loc);
   // exp(x - logsumexp(x)): one row reduction and one elementwise pass, where max, exp-sum and
   // divide would take three; the reduction's running maximum keeps exp() finite.
   return exp(sub(x, logsumexp(x, {a}, true, loc), loc), loc);

@@ -99,6 +99,14 @@ KernelCost library_kernel_cost(const std::string& k, void** params) {
   if (k == "tj_attention_grad_q" || k == "tj_attention_grad_kv") return attention_cost(k, param<TjAttentionShape>(params, 6));
   if (k == "tj_layer_norm" || k == "tj_layer_norm_grad_input") return layer_norm_cost(k, param<TjNormShape>(params, 4));
   if (k == "tj_layer_norm_grad_params_partial") return layer_norm_cost(k, param<TjNormShape>(params, 3));
+  if (k == "tj_softmax") {  // x read, y written (e written, then reread from cache and scaled)
+    const auto& s = param<TjRowsShape>(params, 2);
+    return {f * 2 * static_cast<double>(s.rows) * s.n, static_cast<double>(s.rows) * s.n * 6};
+  }
+  if (k == "tj_softmax_grad") {  // y, dy read, dx written
+    const auto& s = param<TjRowsShape>(params, 3);
+    return {f * 3 * static_cast<double>(s.rows) * s.n, static_cast<double>(s.rows) * s.n * 4};
+  }
   if (k == "tj_layer_norm_grad_params_sum") {  // every block's partial row read once, one row written
     const double blocks = static_cast<double>(param<long long>(params, 2)), width = static_cast<double>(param<long long>(params, 3));
     return {f * (blocks * width + width), blocks * width};

@@ -108,6 +108,8 @@ std::string library_routine(const kir::LibraryCall& c, bool cudnn) {
     case Op::LayerNorm: return "tj_layer_norm";
     case Op::LayerNormGradInput: return "tj_layer_norm_grad_input";
     case Op::LayerNormGradParams: return "tj_layer_norm_grad_params_partial + tj_layer_norm_grad_params_sum";
+    case Op::Softmax: return "tj_softmax";
+    case Op::SoftmaxGrad: return "tj_softmax_grad";
     case Op::Pad: return "tj_pad";
     case Op::Concat: return "tj_copy_box per part";
     default: return "none";

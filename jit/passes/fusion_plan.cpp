@@ -15,6 +15,7 @@ bool is_library(Op op) {
     case Op::Concat: case Op::Gather: case Op::GatherGrad: case Op::CombineRows: case Op::ScatterRows:
     case Op::Attention: case Op::AttentionGradQ: case Op::AttentionGradKV:
     case Op::LayerNorm: case Op::LayerNormGradInput: case Op::LayerNormGradParams:
+    case Op::Softmax: case Op::SoftmaxGrad:
       return true;
     default:
       return false;

@@ -388,6 +388,7 @@ Array error_bound(const EvalArgs& a, const std::vector<const Array*>& bounds, co
     case Op::AttentionGradQ: case Op::AttentionGradKV: return attention_grad_bound(a, bounds, y);
     case Op::LayerNorm: case Op::LayerNormGradInput: case Op::LayerNormGradParams:
       return layer_norm_bound(a, bounds, y);
+    case Op::Softmax: case Op::SoftmaxGrad: return softmax_bound(a, bounds, y);
     case Op::Count: return Array(a.shape);
     case Op::Select: return elementwise_bound(a, bounds, y);
     case Op::Reshape: return moved_bound(a, bounds, eval_reshape);

@@ -74,12 +74,15 @@ Array eval_attention_grad_kv(const EvalArgs& a);
 Array attention_bound(const EvalArgs& a, const std::vector<const Array*>& bounds, const Array& y);
 Array attention_grad_bound(const EvalArgs& a, const std::vector<const Array*>& bounds, const Array& y);
 
-// --- eval_norm.cpp -------------------------------------------------------------------------
+// --- eval_norm.cpp: layer norm and softmax ------------------------------------------------
 Array eval_layer_norm(const EvalArgs& a);
 Array eval_layer_norm_grad_input(const EvalArgs& a);
 Array eval_layer_norm_grad_params(const EvalArgs& a);
 // The bound of any of the three, from its input bounds and its exact value.
 Array layer_norm_bound(const EvalArgs& a, const std::vector<const Array*>& bounds, const Array& y);
+Array eval_softmax(const EvalArgs& a);
+Array eval_softmax_grad(const EvalArgs& a);
+Array softmax_bound(const EvalArgs& a, const std::vector<const Array*>& bounds, const Array& y);
 
 // --- eval_conv.cpp --------------------------------------------------------------------------
 Array eval_conv2d(const EvalArgs& a);

@@ -1,5 +1,5 @@
-// The fused layer norm ops (ops.def: LayerNorm, LayerNormGradInput, LayerNormGradParams) in
-// double precision, row by row over the last axis, and their error bounds.
+// The fused row ops over the last axis in double precision, and their error bounds: layer norm
+// (ops.def: LayerNorm, LayerNormGradInput, LayerNormGradParams) and, at the end, softmax.
 //
 // The bounds are error_bounds.cpp's running analysis applied to the float32 operations the
 // kernels perform, in the order they perform them (runtime/cpu/layer_norm.cpp and
@@ -29,6 +29,7 @@ namespace {
 constexpr double kU = 0x1p-24;
 constexpr double kFlushed = 0x1p-126;
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kLibmUlps = 4;  // exp, as error_bounds.cpp grants the math library
 
 double rounded(double y) { return kU * std::fabs(y) + kFlushed; }
 
@@ -201,6 +202,92 @@ Array layer_norm_bound(const EvalArgs& a, const std::vector<const Array*>& bound
     default: break;
   }
   internal_check(false) << "layer_norm_bound of " << op_name(a.node.op);
+  return out;
+}
+
+
+// --- The fused softmax (ops.def: Softmax, SoftmaxGrad), rows over the last axis ----------------
+//
+// The float32 kernels compute (runtime/cpu/softmax.cpp, library_kernels.cu), per row:
+//   m = max(x) (a NaN kept);  e = exp(x - m);  s = sum(e);  y = e * (1 / s);
+//   backward: t = sum(y * dy);  dx = y * (dy - t).
+// Forward bound: an input error moves y_i by at most y_i expm1(ex_i + max_j ex_j) (the ratio
+// of two exps of perturbed arguments); x - m rounds by u |x - m|, which exp turns into a
+// relative error, and exp adds its 4 ulps; s sums positive terms (gamma_n of s) whose errors
+// weigh in by e_j; 1 / s and the product round once each.
+
+namespace {
+
+// The row's maximum, NaN if any element is, as the kernels' maximum keeps one.
+double row_max(const double* x, int64_t n) {
+  double m = -kInf;
+  for (int64_t j = 0; j < n; ++j)
+    if (std::isnan(x[j]) || x[j] > m) m = x[j];
+  return m;
+}
+
+}  // namespace
+
+Array eval_softmax(const EvalArgs& a) {
+  Array out = a.result();
+  const Rows r = rows_of(a.in(0));
+  for (int64_t i = 0; i < r.count; ++i) {
+    const double* x = a.in(0).data.data() + i * r.n;
+    const double m = row_max(x, r.n);
+    double s = 0;
+    for (int64_t j = 0; j < r.n; ++j) s += std::exp(x[j] - m);
+    for (int64_t j = 0; j < r.n; ++j) out[i * r.n + j] = std::exp(x[j] - m) / s;
+  }
+  return out;
+}
+
+Array eval_softmax_grad(const EvalArgs& a) {
+  Array out = a.result();
+  const Array &y = a.in(0), &dy = a.in(1);
+  const Rows r = rows_of(y);
+  for (int64_t i = 0; i < r.count; ++i) {
+    double t = 0;
+    for (int64_t j = 0; j < r.n; ++j) t += y[i * r.n + j] * dy[i * r.n + j];
+    for (int64_t j = 0; j < r.n; ++j) out[i * r.n + j] = y[i * r.n + j] * (dy[i * r.n + j] - t);
+  }
+  return out;
+}
+
+Array softmax_bound(const EvalArgs& a, const std::vector<const Array*>& bounds, const Array& value) {
+  Array out = a.result();
+  const Rows r = rows_of(a.in(0));
+  const double gamma = rounding_gamma(static_cast<double>(r.n) + 1);
+  for (int64_t i = 0; i < r.count; ++i) {
+    const int64_t row = i * r.n;
+    if (a.node.op == Op::SoftmaxGrad) {
+      const Array &y = a.in(0), &dy = a.in(1), &ey = *bounds[0], &edy = *bounds[1];
+      double t = 0, e_t = 0, magnitudes = 0;
+      for (int64_t j = row; j < row + r.n; ++j) {
+        t += y[j] * dy[j], magnitudes += std::fabs(y[j] * dy[j]);
+        e_t += product_error(y[j], dy[j], ey[j], edy[j]);
+      }
+      e_t += gamma * magnitudes + rounded(t);
+      for (int64_t j = row; j < row + r.n; ++j) {
+        const double b = dy[j] - t;
+        out[j] = product_error(y[j], b, ey[j], edy[j] + e_t + rounded(b));
+      }
+      continue;
+    }
+    const double* x = a.in(0).data.data() + row;
+    const double* ex = bounds[0]->data.data() + row;
+    const double m = row_max(x, r.n);
+    double s = 0, weighted = 0, e_max = 0;
+    for (int64_t j = 0; j < r.n; ++j) {
+      const double e = std::exp(x[j] - m);
+      s += e, weighted += e * (std::fabs(x[j] - m) + kLibmUlps), e_max = std::max(e_max, ex[j]);
+    }
+    const double s_relative = kU * weighted / s + gamma;  // s >= 1: the maximum's term is 1
+    for (int64_t j = 0; j < r.n; ++j) {
+      const double y = value[row + j];
+      const double own = kU * (std::fabs(x[j] - m) + kLibmUlps) + s_relative + 2 * kU;
+      out[row + j] = y * (std::expm1(ex[j] + e_max) + own) + kFlushed;
+    }
+  }
   return out;
 }
 

@@ -201,6 +201,8 @@ Array evaluate(const EvalArgs& a, const Feeds& feeds, const Variables& variables
     case Op::LayerNorm: return eval_layer_norm(a);
     case Op::LayerNormGradInput: return eval_layer_norm_grad_input(a);
     case Op::LayerNormGradParams: return eval_layer_norm_grad_params(a);
+    case Op::Softmax: return eval_softmax(a);
+    case Op::SoftmaxGrad: return eval_softmax_grad(a);
     case Op::Conv2D: return eval_conv2d(a);
     case Op::Conv2DGradInput: return eval_conv2d_grad_input(a);
     case Op::Conv2DGradFilter: return eval_conv2d_grad_filter(a);

@@ -5,6 +5,7 @@
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/gemm_half.h"
 #include "runtime/cpu/layer_norm.h"
+#include "runtime/cpu/softmax.h"
 #include "runtime/cpu/pool.h"
 
 #include <algorithm>
@@ -183,6 +184,8 @@ void run_library_call(const kir::LibraryCall& call, const Node& node,
     case Op::LayerNorm: return layer_norm(call.attrs, in, out, pool);
     case Op::LayerNormGradInput: return layer_norm_grad_input(call.attrs, in, out, pool);
     case Op::LayerNormGradParams: return layer_norm_grad_params(call.attrs, in, out, pool);
+    case Op::Softmax: return softmax(in, out, pool);
+    case Op::SoftmaxGrad: return softmax_grad(in, out, pool);
     case Op::Pad:
       std::memset(out.data, 0, out.shape.elements(0) * 4);
       return copy_box(in[0], out, call.attrs.begin);

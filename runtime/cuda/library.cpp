@@ -229,6 +229,23 @@ void layer_norm(Op op, const Node& node, const std::vector<DeviceView>& in, cons
          std::string(name) + " for " + describe(node), node.loc);
 }
 
+// The fused softmax: the layer norm's launch shape (a warp a row, 8 rows a block).
+void softmax(Op op, const Node& node, const std::vector<DeviceView>& in, const DeviceView& out, LibraryEnv& env) {
+  const Shape& xs = in[0].shape;
+  const long long n = xs[xs.rank() - 1];
+  TjRowsShape s{n == 0 ? 0 : xs.elements(0) / n, n};
+  const int64_t items = (s.rows + kNormRowsPerBlock - 1) / kNormRowsPerBlock;
+  if (items == 0) return;
+  const int64_t grid = std::min<int64_t>(items, int64_t{32} * env.device.sm_count());
+  CUdeviceptr x = in[0].ptr, o = out.ptr;
+  CUdeviceptr dy = op == Op::SoftmaxGrad ? in[1].ptr : CUdeviceptr{0};
+  const char* name = op == Op::Softmax ? "tj_softmax" : "tj_softmax_grad";
+  void* forward[] = {&x, &o, &s};
+  void* backward[] = {&x, &dy, &o, &s};
+  launch(env.device.library_module().function(name), grid, kBlock, env.stream, op == Op::Softmax ? forward : backward,
+         std::string(name) + " for " + describe(node), node.loc);
+}
+
 TjBox box(const Shape& src, const Shape& dst, const std::vector<int64_t>& origin, const Node& node) {
   internal_check(src.rank() <= 8 && src.rank() == dst.rank() && static_cast<int>(origin.size()) == src.rank())
       << op_name(node.op) << " of rank " << src.rank() << " on the GPU (at most 8)";
@@ -253,6 +270,7 @@ void run_library_call(const kir::LibraryCall& call, const Node& node, const std:
       return attention(call.op, node, in, out, env);
     case Op::LayerNorm: case Op::LayerNormGradInput: case Op::LayerNormGradParams:
       return layer_norm(call.op, node, in, out, env);
+    case Op::Softmax: case Op::SoftmaxGrad: return softmax(call.op, node, in, out, env);
     case Op::OneHot: {
       internal_check(env.error_slot != 0) << "one_hot without an error slot";
       check_cuda(require_driver().MemsetD32Async(env.error_slot, 0xffffffffu, 2, env.stream.handle()),

@@ -42,6 +42,7 @@ const char* no_onnx_form(Op op) {
     case Op::Assign: case Op::AllReduce: case Op::Conv2DGradInput: case Op::Conv2DGradFilter:
     case Op::MaxPool2DGrad: case Op::AvgPool2DGrad: case Op::CombineRows: case Op::ScatterRows:
     case Op::AttentionGradQ: case Op::AttentionGradKV: case Op::LayerNormGradInput: case Op::LayerNormGradParams:
+    case Op::SoftmaxGrad:
       return "it belongs to training (an update, a collective or a gradient), not to a model's "
              "output; export the model's output tensor (TowerTrainerOptions::logits)";
     case Op::Attention:
@@ -308,6 +309,11 @@ class Builder {
         return out(cast);
       }
       case Op::LayerNorm: return layer_norm(n, in);
+      case Op::Softmax: {  // ONNX's Softmax (opset 13 on) normalises along one axis, as ours
+        auto& softmax = add("Softmax", in, n);
+        attr(softmax, "axis", int64_t{-1});
+        return out(softmax);
+      }
       case Op::Conv2D: return window("Conv", n, in);
       case Op::MaxPool2D: return window("MaxPool", n, in);
       case Op::AvgPool2D: return window("AveragePool", n, in);

@@ -86,6 +86,11 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
     }
     gpu->apply = std::make_unique<CudaProgram>(*setup_.apply_graph, setup_.apply_fetches, setup_.apply_updates,
                                                device, "apply", loc);
+    gpu->apply->set_fetches_in_place(true);  // read back within the step (applied())
+    gpu->apply_staging = std::make_unique<cuda::PinnedBuffer>(gpu->context->context());
+    gpu->bucket_done.assign(buckets_.size(), nullptr);
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      gpu->reduced_events.push_back(std::make_unique<cuda::Event>(*gpu->context, /*timing=*/false));
     gpu->variables = to_device(initial, *gpu->context, *gpu->copies);
     gpu->apply_feeds[setup_.gradient_scale] = to_device(scalar(1.0), *gpu->context, *gpu->copies);
     gpu->reduced.resize(shapes.size());
@@ -154,6 +159,7 @@ void GpuResidentSync::queue_bucket(size_t b, std::vector<std::vector<DeviceTenso
       gpus_[0]->uploaded == std::vector<double>{1.0, 1.0} &&
       std::all_of(bucket.begin(), bucket.end(), [&](int k) { return static_cast<size_t>(k) < gradients; })) {
     for (int k : bucket) gpus_[0]->reduced[k] = std::move(outputs[gpus_[0]->towers[0]][k + 1]);
+    gpus_[0]->bucket_done[b] = ready_[gpus_[0]->towers[0]][b].get();
     return;
   }
   for (auto& gpu : gpus_) {
@@ -168,15 +174,20 @@ void GpuResidentSync::queue_bucket(size_t b, std::vector<std::vector<DeviceTenso
     std::vector<DeviceTensor> sums = gpu->reduce[b]->queue_to_device(gpu->reduce_feeds[b], none, 0, wait, {}, loc_);
     for (size_t k = 0; k < bucket.size(); ++k) gpu->reduced[bucket[k]] = std::move(sums[k]);
   }
-  if (!nccl_) return;
-  std::vector<std::vector<std::pair<CUdeviceptr, size_t>>> buffers;
-  std::vector<const cuda::Stream*> streams;
-  for (auto& gpu : gpus_) {
-    buffers.emplace_back();
-    for (int k : bucket) buffers.back().emplace_back(gpu->reduced[k].ptr(), static_cast<size_t>(gpu->reduced[k].size()));
-    streams.push_back(&gpu->reduce[b]->stream());
+  if (nccl_) {
+    std::vector<std::vector<std::pair<CUdeviceptr, size_t>>> buffers;
+    std::vector<const cuda::Stream*> streams;
+    for (auto& gpu : gpus_) {
+      buffers.emplace_back();
+      for (int k : bucket) buffers.back().emplace_back(gpu->reduced[k].ptr(), static_cast<size_t>(gpu->reduced[k].size()));
+      streams.push_back(&gpu->reduce[b]->stream());
+    }
+    nccl_->all_reduce_sum(buffers, streams, "gradient bucket " + std::to_string(b + 1) + " of " + std::to_string(buckets_.size()), loc_);
   }
-  nccl_->all_reduce_sum(buffers, streams, "gradient bucket " + std::to_string(b + 1) + " of " + std::to_string(buckets_.size()), loc_);
+  for (auto& gpu : gpus_) {
+    gpu->reduced_events[b]->record(gpu->reduce[b]->stream());
+    gpu->bucket_done[b] = gpu->reduced_events[b].get();
+  }
 }
 
 // Several GPUs without NCCL: every GPU's sums are copied to the first, added there in GPU
@@ -212,19 +223,57 @@ void GpuResidentSync::combine_gpus() {
   }
 }
 
-// The optimiser's apply on `gpu`'s copy, then the model's updates written into it.
-void GpuResidentSync::apply(Gpu& gpu, Result& result) {
+// The apply's inputs on `gpu`: the reduced gradients as its feeds, and the model's updates
+// copied into their variables (which keep their addresses) on the apply's stream, which the
+// apply's run follows; the apply does not read them.
+void GpuResidentSync::feed_apply(Gpu& gpu) {
   const size_t gradients = setup_.gradient_inputs.size();
   for (size_t j = 0; j < gradients; ++j) gpu.apply_feeds[setup_.gradient_inputs[j]] = std::move(gpu.reduced[j]);
-  // The model's updates are copied into their variables (which keep their addresses) on the
-  // apply's stream, which the apply's run waits for; the apply does not read them.
   for (size_t u = 0; u < setup_.model_update_variables.size(); ++u) {
     DeviceTensor& variable = gpu.variables.at(setup_.model_update_variables[u]);
     const DeviceTensor& value = gpu.reduced[gradients + u];
     cuda::copy_async(variable.ptr(), *gpu.context, value.ptr(), *value.device, value.bytes(), gpu.apply->stream());
   }
+}
+
+// The optimiser's apply on `gpu`'s copy once the host has the sums, run and waited for.
+void GpuResidentSync::apply(Gpu& gpu, Result& result) {
+  feed_apply(gpu);
   std::vector<HostTensor> fetched = gpu.apply->run(gpu.apply_feeds, gpu.variables, 0, loc_);
   if (&gpu == gpus_[0].get()) result.apply_fetched = std::move(fetched);
+}
+
+// The apply queued behind every bucket's sum on the device, its scalars copied down into
+// page-locked memory behind it: nothing waits here (finish_all() does, for the whole step).
+void GpuResidentSync::queue_apply(Gpu& gpu) {
+  const cuda::Stream& stream = gpu.apply->stream();
+  for (const cuda::Event* done : gpu.bucket_done) stream.wait(*done);
+  feed_apply(gpu);
+  gpu.apply_fetches = gpu.apply->queue_to_device(gpu.apply_feeds, gpu.variables, 0, {}, {}, loc_);
+  size_t bytes = 0;
+  for (const DeviceTensor& f : gpu.apply_fetches) bytes += (f.bytes() + 7) / 8 * 8;
+  gpu.apply_staging->reserve(std::max<size_t>(bytes, 8), loc_);  // nothing is queued to it now
+  gpu.context->make_current();
+  size_t offset = 0;
+  for (const DeviceTensor& f : gpu.apply_fetches) {
+    cuda::check_cuda(cuda::require_driver().MemcpyDtoHAsync(gpu.apply_staging->data() + offset, f.ptr(), f.bytes(),
+                                                            stream.handle()),
+                     "cuMemcpyDtoHAsync", " (the apply's scalars)", loc_);
+    offset += (f.bytes() + 7) / 8 * 8;
+  }
+}
+
+// The queued apply's fetches, once it has run.
+std::vector<HostTensor> GpuResidentSync::applied(const Gpu& gpu) const {
+  std::vector<HostTensor> out;
+  size_t offset = 0;
+  for (const DeviceTensor& f : gpu.apply_fetches) {
+    HostTensor t(f.shape, f.dtype);
+    std::memcpy(t.data(), gpu.apply_staging->data() + offset, f.bytes());
+    offset += (f.bytes() + 7) / 8 * 8;
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 // Waits for every queued tower and reduce program, all of them even when one fails (a program
@@ -239,8 +288,10 @@ void GpuResidentSync::finish_all() {
     }
   };
   for (CudaProgram* tower : setup_.towers) finish(*tower);
-  for (auto& gpu : gpus_)
+  for (auto& gpu : gpus_) {
     for (auto& program : gpu->reduce) finish(*program);
+    finish(*gpu->apply);  // nothing to wait for unless queue_apply() queued it
+  }
   if (failure) std::rethrow_exception(failure);
 }
 
@@ -265,7 +316,8 @@ GpuResidentSync::Result GpuResidentSync::step(const std::vector<HostFeeds>& slic
   for (auto& gpu : gpus_) set_weights(*gpu, weights, update_weights);
   // Every tower's forward and backward queued on its stream, each bucket's event recorded as
   // its last gradient is copied out; then each bucket's reduction queued behind its events,
-  // so it runs while the towers' backward passes go on.
+  // so it runs while the towers' backward passes go on; then, where the sums need no host,
+  // the apply behind the buckets' events. One wait for all of it.
   std::vector<std::vector<DeviceTensor>> outputs(n);
   try {
     on_towers(n, [&](int t) {
@@ -278,6 +330,8 @@ GpuResidentSync::Result GpuResidentSync::step(const std::vector<HostFeeds>& slic
     // run (NCCL, or one GPU); when the GPUs' sums meet by copies, after they have.
     if (mpi_between_processes() && !combine_)
       for (size_t b = 0; b < buckets_.size(); ++b) send_bucket(b);
+    if (reduced_on_device())
+      for (auto& gpu : gpus_) queue_apply(*gpu);
   } catch (...) {
     try {
       finish_all();
@@ -290,6 +344,10 @@ GpuResidentSync::Result GpuResidentSync::step(const std::vector<HostFeeds>& slic
     float value;
     std::memcpy(&value, loss_staging_[t]->data(), 4);
     result.losses[t] = value;
+  }
+  if (reduced_on_device()) {
+    result.apply_fetched = applied(*gpus_[0]);
+    return result;
   }
   if (combine_) combine_gpus();
   if (mpi_between_processes() && combine_)

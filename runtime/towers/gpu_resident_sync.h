@@ -20,8 +20,14 @@
 //      with TOWERJIT_NCCL_WORLD=on where every process's NCCL can, one NCCL communicator over
 //      every process's GPUs (bootstrapped over MPI), and no MPI step;
 //   5. every GPU applies the optimiser to its copy; the model's updates replace their variables.
+//      Where the buckets' sums are complete on the device (one process, one GPU or NCCL), the
+//      apply is queued at once behind them, its stream waiting for each bucket's event: the
+//      host waits once a step, at its end, for the towers, the reductions and the apply
+//      together. Where the host takes part (the GPUs' sums meeting by copies, MPI between
+//      processes), it waits for the towers first, then for the apply.
 // Only each tower's loss and the apply's scalars (the learning rate, the loss scale) cross to
-// the host; the host copy of the variables is refreshed when asked for (download()).
+// the host, copied into page-locked words behind their runs; the host copy of the variables is
+// refreshed when asked for (download()).
 #pragma once
 
 #include <functional>
@@ -87,7 +93,12 @@ class GpuResidentSync {
   void join_world_nccl(const std::vector<cuda::DeviceContext*>& contexts);
   void send_bucket(size_t b);
   void receive_buckets();
+  void feed_apply(Gpu& gpu);
   void apply(Gpu& gpu, Result& result);
+  // Whether every bucket's sum is complete on the GPUs without the host (see step 5 above).
+  bool reduced_on_device() const { return !combine_ && !mpi_between_processes(); }
+  void queue_apply(Gpu& gpu);
+  std::vector<HostTensor> applied(const Gpu& gpu) const;
 
   Setup setup_;
   std::vector<int> gpu_of_tower_;  // index into gpus_
@@ -119,6 +130,13 @@ struct GpuResidentSync::Gpu {
   std::unique_ptr<cuda::Stream> copies;
   DeviceFeeds apply_feeds;                // the scale (1), then the reduced gradients each step
   std::vector<DeviceTensor> reduced;      // per tensor (gradients, then model updates)
+  // Per bucket: the event after which its sum is complete on this GPU (the reduction's, after
+  // NCCL's all-reduce where there is one; the tower's own where one tower's gradients are the
+  // sum), and the reductions' events that it points at.
+  std::vector<const cuda::Event*> bucket_done;
+  std::vector<std::unique_ptr<cuda::Event>> reduced_events;
+  std::vector<DeviceTensor> apply_fetches;  // the queued apply's fetches, views of its temporaries
+  std::unique_ptr<cuda::PinnedBuffer> apply_staging;  // their values, copied down behind the apply
 };
 
 }  // namespace towerjit

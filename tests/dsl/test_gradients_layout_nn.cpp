@@ -63,8 +63,16 @@ TEST_CASE("gradients of matmul match finite differences", "[grad]") {
 TEST_CASE("gradients of softmax, log_softmax and cross-entropy match finite differences",
           "[grad]") {
   check_op("softmax [B,5]", {{Shape{kBatch, 5}}}, [](const Xs& x) { return softmax(x[0]); });
+  check_op("softmax [B,5], composed", {{Shape{kBatch, 5}}},
+           [](const Xs& x) { return softmax(x[0], {.fused = false}); });
   check_op("softmax [4,3] axis 0", {{Shape{4, 3}}},
            [](const Xs& x) { return softmax(x[0], 0); });
+  // The fused softmax's gradient op differentiated in turn, through both of its inputs: the
+  // output y and the incoming gradient 2 y.
+  check_op("second derivatives of the fused softmax [B,6]", {{Shape{kBatch, 6}}}, [](const Xs& x) {
+    Tensor y = softmax(x[0]);
+    return grad(sum(y * y), {x[0]})[0];
+  });
   check_op("log_softmax [B,5]", {{Shape{kBatch, 5}}},
            [](const Xs& x) { return log_softmax(x[0]); });
   check_op("log_softmax [2,3,4] axis 1", {{Shape{2, 3, 4}}},

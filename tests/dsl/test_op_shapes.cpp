@@ -156,20 +156,27 @@ TEST_CASE("one_hot, argmax and the softmax family", "[dsl]") {
   CHECK(softmax_cross_entropy(logits, input("l2", {B, 7}, DType::i32)).shape() == Shape{B, 7});
 }
 
-TEST_CASE("softmax is exp(x - logsumexp(x)) over its axis", "[dsl]") {
+TEST_CASE("softmax is one fused node over the last axis, else exp(x - logsumexp(x)) over its axis", "[dsl]") {
   Graph g;
   GraphScope use(g);
   Tensor x = input("x", {B, 10});
-  softmax(x, -1);
-  bool saw_lse = false;
-  for (const Node& n : g.nodes()) {
+  const Tensor fused = softmax(x, -1);
+  CHECK(g.node(fused.id()).op == Op::Softmax);
+  CHECK(g.node(softmax(x, 1).id()).op == Op::Softmax);
+  const int before = g.size();
+  softmax(x, {.fused = false});
+  softmax(x, 0);  // not the last axis: composed whatever fused says
+  int lse = 0;
+  for (int id = before; id < g.size(); ++id) {
+    const Node& n = g.node(id);
+    CHECK(n.op != Op::Softmax);
     if (n.op == Op::ReduceLogSumExp) {
-      saw_lse = true;
-      CHECK(n.attrs.axes == std::vector<int>{1});
+      CHECK(n.attrs.axes == std::vector<int>{lse == 0 ? 1 : 0});
       CHECK(n.attrs.keepdims);
+      ++lse;
     }
   }
-  CHECK(saw_lse);
+  CHECK(lse == 2);
 }
 
 TEST_CASE("conv2d output sizes with stride and padding", "[dsl]") {

@@ -79,7 +79,8 @@ inline void iota_and_masks(const Runner& run, const std::string& where) {
 
 // layer_norm, rms_norm and softmax over rows of `width` features, forward and every gradient:
 // of x [B, 3, width] (3, 21 and 381 rows) and of z [B, width] (1, 7 and 127 rows). `fused`:
-// the normalisations as the fused ops (their default), or composed of mean, rsqrt and the rest.
+// the normalisations and softmax as the fused ops (their default), or composed of mean, rsqrt,
+// log-sum-exp and the rest.
 inline void norms_and_softmax(const Runner& run, const std::string& where, bool fused = true) {
   for (int64_t width : {1, 7, 127}) {
     Graph g;
@@ -88,11 +89,12 @@ inline void norms_and_softmax(const Runner& run, const std::string& where, bool 
     auto z = input("z", {kBatch, width});
     auto ln = layer_norm(x, "ln", {.fused = fused});
     auto rms = rms_norm(x, "rms", {.fused = fused});
-    auto sm = softmax(x);
+    auto sm = softmax(x, {.fused = fused});
+    auto sm_z = softmax(z * 3.0f, {.fused = fused});
     auto ln_z = layer_norm(z, "ln_z", {.epsilon = 1e-3, .fused = fused});
     auto rms_z = rms_norm(z, "rms_z", {.fused = fused});
     auto loss = sum(ln * input("r1", {kBatch, 3, width})) + sum(rms * input("r2", {kBatch, 3, width})) +
-                sum(sm * input("r3", {kBatch, 3, width})) + sum((ln_z + 2.0f * rms_z) * input("r4", {kBatch, width}));
+                sum(sm * input("r3", {kBatch, 3, width})) + sum((ln_z + 2.0f * rms_z + sm_z) * input("r4", {kBatch, width}));
     std::vector<Tensor> wrt = trainable_variables();
     wrt.push_back(x);
     wrt.push_back(z);
@@ -101,7 +103,7 @@ inline void norms_and_softmax(const Runner& run, const std::string& where, bool 
       reference::Variables v = reference::initialize_variables(g, 3);
       // Gains and biases away from their initial ones and zeros, so a wrong broadcast shows.
       for (auto& [name, a] : v) a = random_array(a.shape, 20 + static_cast<uint32_t>(name.size()), 0.5, 1.5);
-      std::vector<Tensor> fetches{ln, rms, sm, ln_z, rms_z, loss};
+      std::vector<Tensor> fetches{ln, rms, sm, ln_z, rms_z, sm_z, loss};
       fetches.insert(fetches.end(), grads.begin(), grads.end());
       const Shape s{batch, 3, width}, s2{batch, width};
       auto r = run(g, fetches,

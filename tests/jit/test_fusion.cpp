@@ -138,11 +138,11 @@ fetch b4 b7 b5
 )"));
 }
 
-TEST_CASE("softmax is two kernels: a row log-sum-exp, then exp(x - lse)", "[jit][fusion]") {
+TEST_CASE("softmax composed is two kernels: a row log-sum-exp, then exp(x - lse)", "[jit][fusion]") {
   tj::Graph g;
   tj::GraphScope use(g);
   auto x = tj::input("x", {kBatch, 10});
-  CHECK(ir(g, {tj::softmax(x)}) == golden(R"(
+  CHECK(ir(g, {tj::softmax(x, {.fused = false})}) == golden(R"(
 b0 = input "x" f32[B,10]
 b1 = temp "t1" f32[B,1]
 b2 = temp "t2" f32[B,10]
@@ -156,6 +156,24 @@ kernel k1 over [B,10]
   e3 = exp e2 : f32
   store b2[i0*10 + i1] = e3
 fetch b2
+)"));
+}
+
+TEST_CASE("softmax is one library call forward and one backward, which reads the forward's output",
+          "[jit][fusion]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 10});
+  auto y = tj::softmax(x);
+  auto dx = tj::grad(tj::sum(y * tj::input("r", {kBatch, 10})), {x})[0];
+  CHECK(ir(g, {y, dx}) == golden(R"(
+b0 = input "x" f32[B,10]
+b1 = temp "t1" f32[B,10]
+b2 = input "r" f32[B,10]
+b3 = temp "t3" f32[B,10]
+call softmax b0 -> b1
+call softmax_grad b1, b2 -> b3
+fetch b1 b3
 )"));
 }
 

@@ -582,3 +582,45 @@ extern "C" __global__ void tj_layer_norm_grad_params_sum(const float* __restrict
     out[p] = v;
   }
 }
+
+// The fused softmax (ops.def: Softmax, SoftmaxGrad), as the layer norm's kernels: a warp a row,
+// TJ_LN_WARPS rows a block, a block-stride loop over the rows; the lanes take the columns
+// c = lane (mod 32) and a butterfly of xor shuffles combines them, the same tree on every lane.
+// Forward: the row's maximum (a NaN kept: fmaxf would drop it), e = exp(x - max) written into
+// y, their sum, then y = e * (1 / sum); the row is read from memory once, e from cache.
+// Backward: t = sum(y dy), dx = y (dy - t). The sequence jit/reference/eval_norm.cpp bounds.
+__device__ __forceinline__ float tj_keep_nan_max(float m, float v) { return (v > m || v != v) ? v : m; }
+
+extern "C" __global__ void tj_softmax(const float* __restrict__ x, float* __restrict__ y, TjRowsShape s) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (tj_i64 r = (tj_i64)blockIdx.x * TJ_LN_WARPS + warp; r < s.rows; r += (tj_i64)gridDim.x * TJ_LN_WARPS) {
+    TJ_WORK(3 * ((s.n + 31) / 32) + 12);
+    const float* xr = x + r * s.n;
+    float* yr = y + r * s.n;
+    float m = xr[0];
+    for (tj_i64 c = lane; c < s.n; c += 32) m = tj_keep_nan_max(m, xr[c]);
+    for (int d = 16; d > 0; d >>= 1) m = tj_keep_nan_max(m, __shfl_xor_sync(0xffffffffu, m, d));
+    float sum = 0.0f;
+    for (tj_i64 c = lane; c < s.n; c += 32) {
+      const float e = expf(xr[c] - m);
+      yr[c] = e;
+      sum += e;
+    }
+    const float inv = 1.0f / tj_ln_warp_sum(sum);
+    for (tj_i64 c = lane; c < s.n; c += 32) yr[c] *= inv;  // the lane's own stores: no barrier
+  }
+}
+
+extern "C" __global__ void tj_softmax_grad(const float* __restrict__ y, const float* __restrict__ dy,
+                                           float* __restrict__ dx, TjRowsShape s) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (tj_i64 r = (tj_i64)blockIdx.x * TJ_LN_WARPS + warp; r < s.rows; r += (tj_i64)gridDim.x * TJ_LN_WARPS) {
+    TJ_WORK(2 * ((s.n + 31) / 32) + 6);
+    const float *yr = y + r * s.n, *dyr = dy + r * s.n;
+    float* dxr = dx + r * s.n;
+    float t = 0.0f;
+    for (tj_i64 c = lane; c < s.n; c += 32) t += yr[c] * dyr[c];
+    t = tj_ln_warp_sum(t);
+    for (tj_i64 c = lane; c < s.n; c += 32) dxr[c] = yr[c] * (dyr[c] - t);
+  }
+}

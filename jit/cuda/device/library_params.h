@@ -40,4 +40,9 @@ struct TjNormShape {
   int rms;
 };
 
+// Row-wise ops over the last axis (tj_softmax*): `rows` rows of `n` elements.
+struct TjRowsShape {
+  long long rows, n;
+};
+
 #endif  // TOWERJIT_CUDA_DEVICE_LIBRARY_PARAMS_H
