@@ -16,6 +16,9 @@
 namespace towerjit {
 namespace {
 
+// A fetch's place in the page-locked block of the apply's scalars: 8-byte aligned.
+size_t padded(int64_t bytes) { return (static_cast<size_t>(bytes) + 7) / 8 * 8; }
+
 template <typename T>
 std::vector<T> pick(const std::vector<T>& all, const std::vector<int>& which) {
   std::vector<T> out;
@@ -251,7 +254,7 @@ void GpuResidentSync::queue_apply(Gpu& gpu) {
   feed_apply(gpu);
   gpu.apply_fetches = gpu.apply->queue_to_device(gpu.apply_feeds, gpu.variables, 0, {}, {}, loc_);
   size_t bytes = 0;
-  for (const DeviceTensor& f : gpu.apply_fetches) bytes += (f.bytes() + 7) / 8 * 8;
+  for (const DeviceTensor& f : gpu.apply_fetches) bytes += padded(f.bytes());
   gpu.apply_staging->reserve(std::max<size_t>(bytes, 8), loc_);  // nothing is queued to it now
   gpu.context->make_current();
   size_t offset = 0;
@@ -259,7 +262,7 @@ void GpuResidentSync::queue_apply(Gpu& gpu) {
     cuda::check_cuda(cuda::require_driver().MemcpyDtoHAsync(gpu.apply_staging->data() + offset, f.ptr(), f.bytes(),
                                                             stream.handle()),
                      "cuMemcpyDtoHAsync", " (the apply's scalars)", loc_);
-    offset += (f.bytes() + 7) / 8 * 8;
+    offset += padded(f.bytes());
   }
 }
 
@@ -270,7 +273,7 @@ std::vector<HostTensor> GpuResidentSync::applied(const Gpu& gpu) const {
   for (const DeviceTensor& f : gpu.apply_fetches) {
     HostTensor t(f.shape, f.dtype);
     std::memcpy(t.data(), gpu.apply_staging->data() + offset, f.bytes());
-    offset += (f.bytes() + 7) / 8 * 8;
+    offset += padded(f.bytes());
     out.push_back(std::move(t));
   }
   return out;
