@@ -346,14 +346,15 @@ int cublasLtMatmul(LtHandle* h, Desc* d, const void* alpha, const void* a, Layou
     }
     // For the cost model (launch_log.h): 2mnk FLOPs a product; A and B read (2 or 4 bytes an
     // element), D written (and read as C when beta is not 0), 4 bytes an element; a bias
-    // epilogue reads the bias (once a batch, as the product reads its operands) and adds it.
+    // epilogue reads the bias (once a batch, as the product reads its operands). Its m·n adds
+    // are not counted: the record's FLOPs stay the product's 2mnk, beside which they vanish.
     if (launch_log_enabled()) {
       const double mm = m, nn = n, kk = k, count = p.batch, bias_bytes = with_bias ? 4 * mm : 0;
       record_launch({.name = name, .kind = LaunchKind::library,
                      .stream = &queue, .device = device_owning(queue).index(),
                      .bytes = count * (operand_bytes * (mm * kk + kk * nn) + 4 * (be_v != 0.0f ? 2 : 1) * mm * nn +
                                        bias_bytes),
-                     .flops = count * (2 * mm * nn * kk + (with_bias ? mm * nn : 0)), .gemm = {m, n, k, p.batch},
+                     .flops = 2 * count * mm * nn * kk, .gemm = {m, n, k, p.batch},
                      .half_operands = half});
     }
   });

@@ -134,6 +134,7 @@ struct LibraryCall {
   bool sum_batches = false;
   // MatMul: the epilogue; not none only with the bias as a third input.
   MatMulEpilogue epilogue = MatMulEpilogue::none;
+  std::vector<int> epilogue_nodes;  // the graph nodes its epilogue computes, for dumps and errors
   int node = -1;
 };
 

@@ -115,6 +115,7 @@ bool fuse(kir::Program& p, int s) {
   c.output = m.output;
   c.epilogue = m.epilogue;
   const int kernel = p.steps[reader].index;
+  c.epilogue_nodes = p.kernels[kernel].nodes;
   p.steps.erase(p.steps.begin() + reader);
   p.kernels.erase(p.kernels.begin() + kernel);
   for (kir::Step& step : p.steps)
