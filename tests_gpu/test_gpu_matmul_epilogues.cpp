@@ -51,35 +51,39 @@ TEST_CASE("GPU: without cuBLASLt a product's epilogue runs as a kernel of its ow
   cu::Cublas with_lt(dev, stream);
   std::optional<cu::Cublas> without;
   without.emplace(dev, stream, missing);  // its warning (once a process) is test_gpu_matmul.cpp's to check
-  tj::Graph g;
-  tj::GraphScope use(g);
-  tj::reference::Feeds feeds;
-  const EpilogueCase c{tj::Shape{2, 7, 33}, tj::Shape{33, 127}, true};
-  const Tensor y = epilogue_graph(c, feeds, 5);
-  const tj::LoweredProgram lowered = tj::lower_graph(g, {y.id()}, {});
-  const tj::kir::Program& p = lowered.program;
-  REQUIRE(p.calls.size() == 1);
-  const tj::kir::LibraryCall& call = p.calls[0];
-  REQUIRE(call.epilogue == tj::kir::MatMulEpilogue::bias_relu);
-  std::vector<tj::DeviceTensor> inputs;
-  std::vector<cu::DeviceView> views;
-  for (const char* name : {"x", "w", "b"}) {
-    inputs.push_back(tj::to_device(to_host(feeds.at(name)), dev, stream));
-    views.push_back({feeds.at(name).shape, inputs.back().ptr(), tj::DType::f32});
+  // Batches folded into one product's rows, and batch axes broadcast against each other (a
+  // call per matrix, each finished on its own).
+  for (const EpilogueCase& c : {EpilogueCase{tj::Shape{2, 7, 33}, tj::Shape{33, 127}, true},
+                                EpilogueCase{tj::Shape{2, 1, 7, 7}, tj::Shape{1, 3, 7, 127}, true}}) {
+    tj::Graph g;
+    tj::GraphScope use(g);
+    tj::reference::Feeds feeds;
+    const Tensor y = epilogue_graph(c, feeds, 5);
+    const tj::LoweredProgram lowered = tj::lower_graph(g, {y.id()}, {});
+    const tj::kir::Program& p = lowered.program;
+    REQUIRE(p.calls.size() == 1);
+    const tj::kir::LibraryCall& call = p.calls[0];
+    REQUIRE(call.epilogue == tj::kir::MatMulEpilogue::bias_relu);
+    std::vector<tj::DeviceTensor> inputs;
+    std::vector<cu::DeviceView> views;
+    for (const char* name : {"x", "w", "b"}) {
+      inputs.push_back(tj::to_device(to_host(feeds.at(name)), dev, stream));
+      views.push_back({feeds.at(name).shape, inputs.back().ptr(), tj::DType::f32});
+    }
+    cu::DeviceBuffer scratch;
+    auto run = [&](cu::Cublas& blas) {
+      tj::DeviceTensor out = tj::empty_device_tensor(dev, y.shape(), tj::DType::f32);
+      cu::LibraryEnv env{dev, stream, &blas, scratch, 0};
+      cu::run_library_call(call, lowered.graph.node(call.node), views, {out.shape, out.ptr(), tj::DType::f32}, env);
+      return tj::to_host(out, stream);
+    };
+    const tj::HostTensor lt = run(with_lt), fallback = run(*without);
+    // In TF32 only cuBLASLt's product rounds its inputs (the fallback's cuBLAS is FP32).
+    if (!tj::knobs::allow_tf32()) CHECK(std::memcmp(lt.f32.data(), fallback.f32.data(), lt.f32.size() * 4) == 0);
+    tj::reference::Variables vars;
+    JitRun r;
+    r.jit.push_back(to_array(fallback));
+    reference_side(r, g, {y}, feeds, vars, false, 0);  // f32: the fallback's cuBLAS does not use TF32
+    require_close(r, "the fallback's " + c.str());
   }
-  cu::DeviceBuffer scratch;
-  auto run = [&](cu::Cublas& blas) {
-    tj::DeviceTensor out = tj::empty_device_tensor(dev, tj::Shape{2, 7, 127}, tj::DType::f32);
-    cu::LibraryEnv env{dev, stream, &blas, scratch, 0};
-    cu::run_library_call(call, lowered.graph.node(call.node), views, {out.shape, out.ptr(), tj::DType::f32}, env);
-    return tj::to_host(out, stream);
-  };
-  const tj::HostTensor lt = run(with_lt), fallback = run(*without);
-  // In TF32 only cuBLASLt's product rounds its inputs (the fallback's cuBLAS is FP32).
-  if (!tj::knobs::allow_tf32()) CHECK(std::memcmp(lt.f32.data(), fallback.f32.data(), lt.f32.size() * 4) == 0);
-  tj::reference::Variables vars;
-  JitRun r;
-  r.jit.push_back(to_array(fallback));
-  reference_side(r, g, {y}, feeds, vars, false, 0);  // f32: the fallback's cuBLAS does not use TF32
-  require_close(r, "the fallback's " + c.str());
 }
