@@ -45,7 +45,9 @@ void matmul(const kir::LibraryCall& c, const std::vector<View>& in, const View& 
     float* o = out.f() + bi * g.m * g.n;
     const float* bias = in[2].f();
     if (!split) return apply_epilogue(c.epilogue, bias, o, g.n, 0, g.m);
-    split->parallel_for(g.m, [&](int64_t first, int64_t last) { apply_epilogue(c.epilogue, bias, o, g.n, first, last); });
+    split->parallel_for(g.m, [&](int64_t first, int64_t last) {
+      apply_epilogue(c.epilogue, bias, o, g.n, first, last);
+    });
   };
   auto product = [&](int64_t bi, ThreadPool* split) {
     if (is_half_float(a.dtype)) {  // bf16 or f16 operands, f32 accumulator and result

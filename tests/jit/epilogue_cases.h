@@ -28,7 +28,10 @@ inline std::vector<EpilogueCase> epilogue_cases() {
   std::vector<EpilogueCase> cases;
   for (int64_t m : {1, 7, 127})
     for (int64_t n : {1, 7, 127})
-      for (bool relu : {false, true}) cases.push_back({Shape{m, m == 7 ? 127 : 7}, Shape{m == 7 ? 127 : 7, n}, relu, n == 7});
+      for (bool relu : {false, true}) {
+        const int64_t k = m == 1 ? 1 : m == 7 ? 127 : 7;  // each of k's sizes once a row count
+        cases.push_back({Shape{m, k}, Shape{k, n}, relu, n == 7});
+      }
   cases.push_back({Shape{3, 7, 127}, Shape{127, 7}, true});
   cases.push_back({Shape{2, 7, 5}, Shape{2, 5, 127}, true});
   cases.push_back({Shape{2, 1, 7, 7}, Shape{1, 3, 7, 127}, false});
