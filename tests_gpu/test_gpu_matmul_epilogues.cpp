@@ -40,6 +40,18 @@ TEST_CASE("GPU: products with bias and ReLU epilogues match the reference and gi
   }
 }
 
+TEST_CASE("GPU: products of bf16 and f16 operands take the epilogue too and match the reference",
+          "[gpu][matmul][half]") {
+  for (tj::DType t : {tj::DType::bf16, tj::DType::f16}) {
+    tj::Graph g;
+    tj::GraphScope use(g);
+    tj::reference::Feeds feeds;
+    const Tensor y = half_epilogue_graph(t, feeds, 41);
+    tj::reference::Variables vars;
+    require_close(run_gpu_and_reference(g, {y}, feeds, vars), std::string("GPU, ") + std::string(tj::dtype_name(t)));
+  }
+}
+
 // Without cuBLASLt the product runs on cuBLAS and tj_matmul_epilogue adds the bias and applies
 // the ReLU after it: the same float operations, so the same bits as cuBLASLt's epilogue here
 // (the emulator's cuBLAS and cuBLASLt sum alike).

@@ -52,4 +52,14 @@ inline Tensor epilogue_graph(const EpilogueCase& c, reference::Feeds& feeds, uin
   return c.relu ? relu(y) : y;
 }
 
+// relu(x w + b) with x and w rounded to `t` (bf16 or f16) for the product, as the precision
+// policy leaves a layer whose output is fetched: x [7, 127], w [127, 33], b [33].
+inline Tensor half_epilogue_graph(DType t, reference::Feeds& feeds, uint32_t seed) {
+  const Tensor x = input("x", {7, 127}), w = input("w", {127, 33}), b = input("b", {33});
+  feeds["x"] = random_array({7, 127}, seed);
+  feeds["w"] = random_array({127, 33}, seed + 1);
+  feeds["b"] = random_array({33}, seed + 2);
+  return relu(matmul(cast(x, t), cast(w, t)) + b);
+}
+
 }  // namespace towerjit::testing

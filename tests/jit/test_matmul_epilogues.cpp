@@ -131,6 +131,23 @@ TEST_CASE("products with bias and ReLU epilogues match the reference on the CPU 
   }
 }
 
+TEST_CASE("products of bf16 and f16 operands take the epilogue too and match the reference on the CPU",
+          "[cpu][jit]") {
+  for (tj::DType t : {tj::DType::bf16, tj::DType::f16}) {
+    tj::Graph g;
+    tj::GraphScope use(g);
+    tj::reference::Feeds feeds;
+    const Tensor y = half_epilogue_graph(t, feeds, 31);
+    const tj::kir::Program p = lower(g, {y});
+    INFO(tj::kir::to_string(p));
+    CHECK(std::count_if(p.calls.begin(), p.calls.end(), [](const tj::kir::LibraryCall& c) {
+            return c.epilogue == MatMulEpilogue::bias_relu;
+          }) == 1);
+    tj::reference::Variables vars;
+    require_close(run_both(g, {y}, feeds, vars), std::string(tj::dtype_name(t)) + " operands");
+  }
+}
+
 TEST_CASE("a dense+ReLU training step with the epilogue matches the reference", "[cpu][jit]") {
   tj::Graph g;
   tj::GraphScope use(g);
