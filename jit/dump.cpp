@@ -84,8 +84,10 @@ std::string dump_index_json(const Graph& g, const kir::Program& p, const std::st
       const kir::LibraryCall& c = p.calls[s.index];
       read.insert(c.inputs.begin(), c.inputs.end());
       written.insert(c.output);
+      std::vector<int> nodes{c.node};  // the product, then the ops its epilogue took in
+      nodes.insert(nodes.end(), c.epilogue_nodes.begin(), c.epilogue_nodes.end());
       step = {{"kind", "library"}, {"name", op_name(c.op)}, {"space", p.buffers[c.output].shape.str()},
-              {"ops", ops_of(g, {c.node})}};
+              {"ops", ops_of(g, nodes)}};
     } else {
       read.insert(p.copies[s.index].from);
       written.insert(p.copies[s.index].to);

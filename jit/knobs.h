@@ -53,6 +53,11 @@ int debug_level();
 // into one kernel; for measuring what grouping buys. Default: on.
 bool group_kernels_enabled();
 
+// TOWERJIT_MATMUL_EPILOGUES: "off" (also "0", "false", "no") keeps a matrix product's bias add
+// and ReLU in a loop kernel after it instead of the product's epilogue
+// (jit/passes/matmul_epilogues.h); for measuring what the epilogue buys. Default: on.
+bool matmul_epilogues_enabled();
+
 
 // ---- The CPU code
 

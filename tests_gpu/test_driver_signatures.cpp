@@ -174,7 +174,9 @@ static_assert(kCudaR32F == CUDA_R_32F && kCudaR16F == CUDA_R_16F && kCudaR16BF =
 static_assert(kCublasCompute32F == CUBLAS_COMPUTE_32F && kCublasCompute32FFastTf32 == CUBLAS_COMPUTE_32F_FAST_TF32);
 static_assert(kLtDescTransA == CUBLASLT_MATMUL_DESC_TRANSA && kLtDescTransB == CUBLASLT_MATMUL_DESC_TRANSB);
 static_assert(kLtDescEpilogue == CUBLASLT_MATMUL_DESC_EPILOGUE && kLtDescBiasPointer == CUBLASLT_MATMUL_DESC_BIAS_POINTER);
-static_assert(kLtEpilogueDefault == CUBLASLT_EPILOGUE_DEFAULT);
+static_assert(kLtEpilogueDefault == CUBLASLT_EPILOGUE_DEFAULT && kLtEpilogueBias == CUBLASLT_EPILOGUE_BIAS &&
+              kLtEpilogueReluBias == CUBLASLT_EPILOGUE_RELU_BIAS);
+static_assert(kLtDescBiasDataType == CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE);
 static_assert(kLtLayoutBatchCount == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT);
 static_assert(kLtLayoutBatchStride == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET);
 static_assert(kLtPrefMaxWorkspace == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES);

@@ -17,6 +17,14 @@
 // round, as on the tensor cores, whose summation order is not modelled (the bound allows it).
 // TF32 compute with 16-bit inputs is refused (cuBLASLt lists FAST_TF32 for f32 inputs only).
 //
+// Epilogues: CUBLASLT_EPILOGUE_DEFAULT, BIAS and RELU_BIAS, with an f32 bias (the bias data
+// type unset, -1, or CUDA_R_32F) of one value per row of D, shared by every matrix of a batch
+// (the default bias batch stride, 0, the only one modelled): after the product, each element
+// of D becomes D + bias[row], then with RELU_BIAS max(that, 0) with a NaN kept (as towerjit's
+// relu; whether cuBLASLt's ReLU keeps a NaN is not documented: docs/cuda.md). A bias epilogue
+// without a bias pointer, or one outside device memory or not 4-byte aligned, is refused at
+// the call. Other epilogues (GELU, the auxiliary outputs, the gradients) are NOT_SUPPORTED.
+//
 // TF32 (CUBLAS_COMPUTE_32F_FAST_TF32): each element of A and B is rounded to TF32 (10 stored
 // mantissa bits) before the product, round to nearest with ties away from zero, as PTX's
 // cvt.rna.tf32.f32 does (PTX ISA, "cvt": .rna is the one rounding sm_80 offers for .tf32) and
@@ -45,7 +53,7 @@ namespace {
 constexpr int kSuccess = 0, kNotInitialized = 1, kInvalidValue = 7, kNotSupported = 15;
 constexpr int kR32F = 0, kR16F = 2, kR16BF = 14;     // CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF
 constexpr int kCompute32F = 68, kCompute32FFastTf32 = 77;
-constexpr uint32_t kEpilogueDefault = 1;
+constexpr uint32_t kEpilogueDefault = 1, kEpilogueBias = 4, kEpilogueReluBias = 6;
 constexpr uint64_t kAlgoMagic = 0x746a4c74616c676full;  // "tjLtalgo"
 constexpr size_t kAlgoWorkspace = size_t{1} << 20;
 
@@ -55,7 +63,12 @@ struct Desc {
   int32_t trans_a = 0, trans_b = 0;
   uint32_t epilogue = kEpilogueDefault;
   const void* bias = nullptr;
+  int32_t bias_type = -1;  // -1: D's type
 };
+
+bool modelled_epilogue(const Desc& d) {
+  return d.epilogue == kEpilogueDefault || d.epilogue == kEpilogueBias || d.epilogue == kEpilogueReluBias;
+}
 struct Layout {
   int type = kR32F;
   uint64_t rows = 0, cols = 0;
@@ -189,6 +202,9 @@ int cublasLtMatmulDescSetAttribute(Desc* d, int attr, const void* buf, size_t si
     case 4: return read(buf, size, d->trans_b) && (d->trans_b == 0 || d->trans_b == 1) ? kSuccess : kInvalidValue;
     case 7: return read(buf, size, d->epilogue) ? kSuccess : kInvalidValue;
     case 8: return read(buf, size, d->bias) ? kSuccess : kInvalidValue;
+    case 26:
+      if (!read(buf, size, d->bias_type)) return kInvalidValue;
+      return d->bias_type == -1 || d->bias_type == kR32F ? kSuccess : kNotSupported;  // f32 D: an f32 bias
     default: return kNotSupported;  // not modelled
   }
 }
@@ -243,7 +259,7 @@ int cublasLtMatmulAlgoGetHeuristic(LtHandle* h, Desc* d, Layout* a, Layout* b, L
   if (!h || !d || !a || !b || !c || !dd || !pref || !results || !returned || requested <= 0) return kInvalidValue;
   const Problem p = problem(*d, *a, *b, *c, *dd);
   if (!p.ok) return kInvalidValue;
-  if (d->epilogue != kEpilogueDefault) return kNotSupported;  // epilogues are not modelled yet
+  if (!modelled_epilogue(*d)) return kNotSupported;
   if (!supported_types(*d, *a, *b, *c, *dd)) return kNotSupported;
   HeuristicResult r{};
   r.algo.data[0] = kAlgoMagic;
@@ -266,8 +282,13 @@ int cublasLtMatmul(LtHandle* h, Desc* d, const void* alpha, const void* a, Layou
   if (!h || !d || !alpha || !beta || !al || !bl || !cl || !dl) return kInvalidValue;
   const Problem p = problem(*d, *al, *bl, *cl, *dl);
   if (!p.ok) return kInvalidValue;
-  if (d->epilogue != kEpilogueDefault) return kNotSupported;
+  if (!modelled_epilogue(*d)) return kNotSupported;
   if (!supported_types(*d, *al, *bl, *cl, *dl)) return kNotSupported;
+  const bool with_bias = d->epilogue != kEpilogueDefault, relu = d->epilogue == kEpilogueReluBias;
+  const auto* bias = static_cast<const float*>(d->bias);
+  if (with_bias && (!bias || reinterpret_cast<std::uintptr_t>(bias) % 4 != 0 ||
+                    (p.m > 0 && !device_range(reinterpret_cast<std::uintptr_t>(bias), 4 * p.m))))
+    return kInvalidValue;
   size_t needed = 0;
   uint64_t align[4] = {4, 4, 4, 4};
   if (algo) {  // null: cuBLASLt chooses one itself, with no workspace
@@ -315,15 +336,26 @@ int cublasLtMatmul(LtHandle* h, Desc* d, const void* alpha, const void* a, Layou
       }
       host_sgemm()(kCblasColMajor, ta, tb, m, n, k, al_v, ai, static_cast<int>(la.ld), bi, static_cast<int>(lb.ld),
                    be_v, fd + i * ld.stride, static_cast<int>(ld.ld));
+      if (!with_bias) continue;
+      float* di = fd + i * ld.stride;
+      for (int j = 0; j < n; ++j)
+        for (int r = 0; r < m; ++r) {
+          const float v = di[j * ld.ld + r] + bias[r];
+          di[j * ld.ld + r] = relu && v <= 0.0f ? 0.0f : v;
+        }
     }
     // For the cost model (launch_log.h): 2mnk FLOPs a product; A and B read (2 or 4 bytes an
-    // element), D written (and read as C when beta is not 0), 4 bytes an element.
+    // element), D written (and read as C when beta is not 0), 4 bytes an element; a bias
+    // epilogue reads the bias (once a batch, as the product reads its operands). Its m·n adds
+    // are not counted: the record's FLOPs stay the product's 2mnk, beside which they vanish.
     if (launch_log_enabled()) {
-      const double mm = m, nn = n, kk = k, count = p.batch;
+      const double mm = m, nn = n, kk = k, count = p.batch, bias_bytes = with_bias ? 4 * mm : 0;
       record_launch({.name = name, .kind = LaunchKind::library,
                      .stream = &queue, .device = device_owning(queue).index(),
-                     .bytes = count * (operand_bytes * (mm * kk + kk * nn) + 4 * (be_v != 0.0f ? 2 : 1) * mm * nn),
-                     .flops = 2 * count * mm * nn * kk, .gemm = {m, n, k, p.batch}, .half_operands = half});
+                     .bytes = count * (operand_bytes * (mm * kk + kk * nn) + 4 * (be_v != 0.0f ? 2 : 1) * mm * nn +
+                                       bias_bytes),
+                     .flops = 2 * count * mm * nn * kk, .gemm = {m, n, k, p.batch},
+                     .half_operands = half});
     }
   });
   return kSuccess;

@@ -119,6 +119,11 @@ KernelCost library_kernel_cost(const std::string& k, void** params) {
     const auto& b = param<TjBox>(params, 2);
     return {f * 2 * box_elements(b.src, b.rank), 0};
   }
+  if (k == "tj_matmul_epilogue") {  // reads and writes each element, reads the bias; an add (and a compare) each
+    const double rows = static_cast<double>(param<long long>(params, 2));
+    const double cols = static_cast<double>(param<long long>(params, 3));
+    return {f * (2 * rows * cols + cols), rows * cols};
+  }
   if (k == "tj_sum_images") {  // reads every image's part, writes one sum per weight; an add per part
     const double images = static_cast<double>(param<long long>(params, 2)), count = static_cast<double>(param<long long>(params, 3));
     return {f * (images * count + count), images * count};

@@ -86,7 +86,10 @@ json launch_of(const kir::Program& p, const EmittedKernel& k, int sm_count) {
 
 std::string library_routine(const kir::LibraryCall& c, bool cudnn) {
   switch (c.op) {
-    case Op::MatMul: return "cublasSgemmStridedBatched";
+    case Op::MatMul:  // cuBLAS's sgemm where cuBLASLt does not load (docs/cuda.md)
+      if (c.epilogue == kir::MatMulEpilogue::bias) return "cublasLtMatmul, CUBLASLT_EPILOGUE_BIAS";
+      if (c.epilogue == kir::MatMulEpilogue::bias_relu) return "cublasLtMatmul, CUBLASLT_EPILOGUE_RELU_BIAS";
+      return "cublasLtMatmul";
     case Op::Conv2D: return cudnn ? "cudnnConvolutionForward" : "tj_im2col + cublasSgemmStridedBatched";
     case Op::Conv2DGradInput:
       return cudnn ? "cudnnConvolutionBackwardData" : "cublasSgemmStridedBatched + tj_col2im";

@@ -40,7 +40,8 @@ std::vector<std::string> write_cuda_dump(const std::string& dir, const Graph& gr
 std::vector<std::string> dump_cuda_of(const std::string& dir, const Graph& lowered_graph, const kir::Program& program,
                                       const std::string& stem, const std::string& arch = "");
 
-// The CUDA routines a library call runs as: "cublasSgemmStridedBatched",
+// The CUDA routines a library call runs as: "cublasLtMatmul" (with its epilogue:
+// "cublasLtMatmul, CUBLASLT_EPILOGUE_RELU_BIAS"),
 // "cudnnConvolutionForward" (or without cuDNN "tj_im2col + cublasSgemmStridedBatched"),
 // "tj_max_pool2d", ...
 std::string library_routine(const kir::LibraryCall& call, bool cudnn = true);

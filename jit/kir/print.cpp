@@ -54,6 +54,14 @@ const char* buffer_kind(Buffer::Kind kind) {
 
 }  // namespace
 
+const char* epilogue_name(MatMulEpilogue e) {
+  switch (e) {
+    case MatMulEpilogue::bias: return "bias";
+    case MatMulEpilogue::bias_relu: return "bias+relu";
+    default: return "none";
+  }
+}
+
 // A group prints as "kernel k7_group of 3 parts", then each part as a kernel headed "part".
 std::string to_string(const Program& program, const Kernel& k) {
   std::ostringstream out;
@@ -97,7 +105,9 @@ std::string to_string(const Program& program) {
         out << (i ? ", b" : " b") << c.inputs[i];
         if ((i == 0 && c.transpose_a) || (i == 1 && c.transpose_b)) out << "^T";
       }
-      out << " -> b" << c.output << (c.sum_batches ? " (batches summed)" : "") << "\n";
+      out << " -> b" << c.output << (c.sum_batches ? " (batches summed)" : "");
+      if (c.epilogue != MatMulEpilogue::none) out << " (epilogue " << epilogue_name(c.epilogue) << ")";
+      out << "\n";
     } else {
       const Copy& c = program.copies[s.index];
       out << "copy b" << c.from << " -> b" << c.to << "\n";

@@ -19,20 +19,46 @@
 namespace towerjit::cpujit {
 namespace {
 
+// The call's epilogue (kir::MatMulEpilogue) over rows [first, last) of one [m, n] product:
+// the same float operations, in the same order, as the loop kernel it replaced (the product's
+// element, plus the bias, then the DSL's relu: NaN stays NaN).
+void apply_epilogue(kir::MatMulEpilogue e, const float* bias, float* out, int64_t n, int64_t first, int64_t last) {
+  const bool relu = e == kir::MatMulEpilogue::bias_relu;
+  for (int64_t i = first; i < last; ++i) {
+    float* row = out + i * n;
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = row[j] + bias[j];
+      row[j] = relu && v <= 0.0f ? 0.0f : v;
+    }
+  }
+}
+
 // Row-major matrix product of the last two axes; leading axes broadcast numpy-style. Products
 // sharing their right operand run as one; a batch of products is split over the pool by
-// product when there are enough of them, else each product is.
-void matmul(const kir::LibraryCall& c, const View& a, const View& b, const View& out, ThreadPool* pool) {
+// product when there are enough of them, else each product is. The epilogue follows each
+// product while its rows are still in cache.
+void matmul(const kir::LibraryCall& c, const std::vector<View>& in, const View& out, ThreadPool* pool) {
+  const View &a = in[0], &b = in[1];
   kir::MatMulGeometry g = kir::matmul_geometry(c, a.shape, b.shape, out.shape);
   kir::fold_batches_into_rows(c, g);
+  auto epilogue = [&](int64_t bi, ThreadPool* split) {
+    if (c.epilogue == kir::MatMulEpilogue::none) return;
+    float* o = out.f() + bi * g.m * g.n;
+    const float* bias = in[2].f();
+    if (!split) return apply_epilogue(c.epilogue, bias, o, g.n, 0, g.m);
+    split->parallel_for(g.m, [&](int64_t first, int64_t last) {
+      apply_epilogue(c.epilogue, bias, o, g.n, first, last);
+    });
+  };
   auto product = [&](int64_t bi, ThreadPool* split) {
     if (is_half_float(a.dtype)) {  // bf16 or f16 operands, f32 accumulator and result
       half_gemm(split, a.dtype, c.transpose_a, c.transpose_b, g.m, g.n, g.k, a.h() + g.offset_a[bi], g.lda,
                 b.h() + g.offset_b[bi], g.ldb, out.f() + bi * g.m * g.n, g.n);
-      return;
+    } else {
+      sgemm(split, c.transpose_a, c.transpose_b, g.m, g.n, g.k, a.f() + g.offset_a[bi], g.lda,
+            b.f() + g.offset_b[bi], g.ldb, 0.0f, out.f() + bi * g.m * g.n, g.n);
     }
-    sgemm(split, c.transpose_a, c.transpose_b, g.m, g.n, g.k, a.f() + g.offset_a[bi], g.lda,
-          b.f() + g.offset_b[bi], g.ldb, 0.0f, out.f() + bi * g.m * g.n, g.n);
+    epilogue(bi, split);
   };
   if (pool && g.batches >= pool->size()) {
     pool->parallel_for(g.batches, [&](int64_t first, int64_t last) {
@@ -166,7 +192,7 @@ void copy_box(const View& src, const View& dst, const std::vector<int64_t>& orig
 void run_library_call(const kir::LibraryCall& call, const Node& node,
                       const std::vector<View>& in, const View& out, ThreadPool* pool) {
   switch (call.op) {
-    case Op::MatMul: return matmul(call, in[0], in[1], out, pool);
+    case Op::MatMul: return matmul(call, in, out, pool);
     case Op::Conv2D: return conv2d(call.attrs, in[0], in[1], out, pool);
     case Op::Conv2DGradInput: return conv2d_grad_input(call.attrs, in[0], in[1], out, pool);
     case Op::Conv2DGradFilter: return conv2d_grad_filter(call.attrs, in[0], in[1], out, pool);

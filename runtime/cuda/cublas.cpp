@@ -135,12 +135,18 @@ void Cublas::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, C
   }
 }
 
-void Cublas::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, CUdeviceptr a, int64_t lda,
+bool Cublas::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, CUdeviceptr a, int64_t lda,
                     int64_t stride_a, CUdeviceptr b, int64_t ldb, int64_t stride_b, CUdeviceptr c, int64_t ldc,
-                    int64_t stride_c, int64_t batch, const std::string& what, DType operands) {
+                    int64_t stride_c, int64_t batch, const std::string& what, DType operands,
+                    const LtEpilogue& epilogue) {
+  if (epilogue.kind != kir::MatMulEpilogue::none && lt_ &&
+      lt_->matmul(trans_a, trans_b, m, n, k, a, lda, stride_a, b, ldb, stride_b, c, ldc, stride_c, batch, what,
+                  operands, epilogue))
+    return true;
+  const bool plain = epilogue.kind == kir::MatMulEpilogue::none;
   if (lt_ && lt_->matmul(trans_a, trans_b, m, n, k, a, lda, stride_a, b, ldb, stride_b, c, ldc, stride_c, batch, what,
                          operands))
-    return;
+    return plain;
   // cuBLAS's sgemm takes f32 only; cublasGemmEx could take 16-bit operands, but towerjit's
   // products of them are cuBLASLt's (one path to test, and the tensor cores' own).
   user_check(operands == DType::f32, std::source_location::current())
@@ -150,6 +156,7 @@ void Cublas::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
       << "; install the CUDA toolkit's cuBLASLt (libcublasLt.so.13), or keep this product in f32 on this GPU "
          "(Towers::precision({.matmul_operands = DType::f32}))";
   gemm(trans_a, trans_b, m, n, k, a, lda, stride_a, b, ldb, stride_b, 0.0f, c, ldc, stride_c, batch, what);
+  return plain;
 }
 
 }  // namespace towerjit::cuda

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "dsl/dtype.h"
+#include "jit/kir/kernel_ir.h"
 #include "runtime/cuda/device.h"
 
 typedef struct cublasContext* cublasHandle_t;
@@ -71,6 +72,14 @@ struct CublasLtLoad;
 // and paths tried); `tf32`: TOWERJIT_ALLOW_TF32=on, which then has no effect.
 std::string cublaslt_missing_warning(const std::string& tried, bool tf32);
 
+// A product's epilogue as cuBLASLt runs it (kir::MatMulEpilogue): the row-major product's
+// per-column bias (n floats) is, in the swapped column-major view, cuBLASLt's bias per row of D
+// (its length D's row count, n), shared by every matrix of a batch (bias batch stride 0).
+struct LtEpilogue {
+  kir::MatMulEpilogue kind = kir::MatMulEpilogue::none;
+  CUdeviceptr bias = 0;
+};
+
 // A cuBLAS handle on one device, issuing on one stream. Not copyable; use from one thread at
 // a time (as the program that owns it does).
 class Cublas {
@@ -102,10 +111,13 @@ class Cublas {
   // algorithm for the shape (TF32 when knobs::allow_tf32() said so when the handle was made),
   // else through gemm(). `operands`: the type of A and B, f32, bf16 or f16 (C is f32 always,
   // accumulated in f32); bf16 and f16 run on cuBLASLt only, and without it (or without an
-  // algorithm for the shape) are a towerjit::Error naming `what`.
-  void matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, CUdeviceptr a, int64_t lda,
+  // algorithm for the shape) are a towerjit::Error naming `what`. `epilogue` (none by default):
+  // cuBLASLt's bias (and ReLU) epilogue where an algorithm takes it; returns false when the
+  // product ran without it (no cuBLASLt, or no algorithm with it), for the caller to apply.
+  bool matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, CUdeviceptr a, int64_t lda,
               int64_t stride_a, CUdeviceptr b, int64_t ldb, int64_t stride_b, CUdeviceptr c, int64_t ldc,
-              int64_t stride_c, int64_t batch, const std::string& what, DType operands = DType::f32);
+              int64_t stride_c, int64_t batch, const std::string& what, DType operands = DType::f32,
+              const LtEpilogue& epilogue = {});
 
   // The cuBLASLt handle matmul() uses; null when cuBLASLt did not load.
   const CublasLt* lt() const { return lt_.get(); }

@@ -87,7 +87,16 @@ CublasLt::~CublasLt() {
   }
 }
 
-CublasLt::Plan& CublasLt::plan(const LtPlanKey& key, const std::string& what) {
+// cuBLASLt's epilogue for ours.
+static uint32_t lt_epilogue(kir::MatMulEpilogue e) {
+  switch (e) {
+    case kir::MatMulEpilogue::bias: return kLtEpilogueBias;
+    case kir::MatMulEpilogue::bias_relu: return kLtEpilogueReluBias;
+    default: return kLtEpilogueDefault;
+  }
+}
+
+CublasLt::Plan& CublasLt::plan(const LtPlanKey& key, CUdeviceptr bias, const std::string& what) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   Plan& p = plans_[key];
@@ -101,6 +110,17 @@ CublasLt::Plan& CublasLt::plan(const LtPlanKey& key, const std::string& what) {
     const int32_t op_first = key.trans_b ? kCublasOpT : kCublasOpN, op_second = key.trans_a ? kCublasOpT : kCublasOpN;
     set(api, api.MatmulDescSetAttribute, p.desc, kLtDescTransA, op_first, "cublasLtMatmulDescSetAttribute", what);
     set(api, api.MatmulDescSetAttribute, p.desc, kLtDescTransB, op_second, "cublasLtMatmulDescSetAttribute", what);
+    if (key.epilogue != kir::MatMulEpilogue::none) {
+      // D's rows are our columns (the swapped view), so cuBLASLt's per-row bias is ours per column.
+      const uint32_t epilogue = lt_epilogue(key.epilogue);
+      const int32_t bias_type = kCudaR32F;  // D's type, cuBLASLt's default for it; said outright
+      const void* bias_ptr = reinterpret_cast<const void*>(bias);  // the heuristic reads its alignment
+      set(api, api.MatmulDescSetAttribute, p.desc, kLtDescEpilogue, epilogue, "cublasLtMatmulDescSetAttribute", what);
+      set(api, api.MatmulDescSetAttribute, p.desc, kLtDescBiasDataType, bias_type, "cublasLtMatmulDescSetAttribute",
+          what);
+      set(api, api.MatmulDescSetAttribute, p.desc, kLtDescBiasPointer, bias_ptr, "cublasLtMatmulDescSetAttribute",
+          what);
+    }
     const int operand_type = key.operands == DType::bf16 ? kCudaR16BF : key.operands == DType::f16 ? kCudaR16F : kCudaR32F;
     auto layout = [&](LtMatrixLayout& l, int type, int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
       check_lt(api, api.MatrixLayoutCreate(&l, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld),
@@ -146,7 +166,8 @@ CublasLt::Plan& CublasLt::plan(const LtPlanKey& key, const std::string& what) {
 
 bool CublasLt::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, CUdeviceptr a, int64_t lda,
                       int64_t stride_a, CUdeviceptr b, int64_t ldb, int64_t stride_b, CUdeviceptr c, int64_t ldc,
-                      int64_t stride_c, int64_t batch, const std::string& what, DType operands) {
+                      int64_t stride_c, int64_t batch, const std::string& what, DType operands,
+                      const LtEpilogue& epilogue) {
   if (m == 0 || n == 0 || batch == 0) return true;
   const int64_t size = dtype_bytes(operands);
   // The batch count is 32-bit: a longer batch goes as several calls.
@@ -155,7 +176,7 @@ bool CublasLt::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
     for (int64_t first = 0; first < batch; first += kMaxBatch) {
       const int64_t count = std::min(kMaxBatch, batch - first);
       if (!matmul(trans_a, trans_b, m, n, k, a + first * stride_a * size, lda, stride_a, b + first * stride_b * size,
-                  ldb, stride_b, c + first * stride_c * 4, ldc, stride_c, count, what, operands))
+                  ldb, stride_b, c + first * stride_c * 4, ldc, stride_c, count, what, operands, epilogue))
         return false;  // the caller's cuBLAS then writes the whole batch again (beta 0): correct
     }
     return true;
@@ -163,9 +184,15 @@ bool CublasLt::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   device_->make_current();
   const LtPlanKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch,
                       alignment(a, stride_a, batch, size), alignment(b, stride_b, batch, size),
-                      alignment(c, stride_c, batch, 4), operands};
-  Plan& p = plan(key, what);
+                      alignment(c, stride_c, batch, 4), operands, epilogue.kind,
+                      epilogue.kind == kir::MatMulEpilogue::none ? 0u : alignment(epilogue.bias, 0, 1, 4)};
+  Plan& p = plan(key, epilogue.bias, what);
   if (!p.found) return false;
+  if (epilogue.kind != kir::MatMulEpilogue::none) {  // the plan is cached per shape; the bias is this call's
+    const void* bias_ptr = reinterpret_cast<const void*>(epilogue.bias);
+    set(*api_, api_->MatmulDescSetAttribute, p.desc, kLtDescBiasPointer, bias_ptr, "cublasLtMatmulDescSetAttribute",
+        what);
+  }
   const float alpha = 1.0f, beta = 0.0f;
   const auto* pa = reinterpret_cast<const void*>(a);
   const auto* pb = reinterpret_cast<const void*>(b);

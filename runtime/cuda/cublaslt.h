@@ -90,7 +90,10 @@ inline constexpr int kLtDescTransA = 3;             // CUBLASLT_MATMUL_DESC_TRAN
 inline constexpr int kLtDescTransB = 4;             // CUBLASLT_MATMUL_DESC_TRANSB, int32_t
 inline constexpr int kLtDescEpilogue = 7;           // CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t
 inline constexpr int kLtDescBiasPointer = 8;        // CUBLASLT_MATMUL_DESC_BIAS_POINTER, void*
+inline constexpr int kLtDescBiasDataType = 26;      // CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t
 inline constexpr int kLtEpilogueDefault = 1;        // CUBLASLT_EPILOGUE_DEFAULT: none
+inline constexpr int kLtEpilogueBias = 4;           // CUBLASLT_EPILOGUE_BIAS: D = C + bias per row of D
+inline constexpr int kLtEpilogueReluBias = 6;       // CUBLASLT_EPILOGUE_RELU_BIAS: then ReLU
 inline constexpr int kLtLayoutBatchCount = 5;       // CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, int32_t
 inline constexpr int kLtLayoutBatchStride = 6;      // CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, int64_t
 inline constexpr int kLtPrefMaxWorkspace = 1;       // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t
@@ -123,9 +126,11 @@ struct LtPlanKey {
   int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
   uint32_t align_a, align_b, align_c;
   DType operands;  // A and B: f32, bf16 or f16; C is f32
+  kir::MatMulEpilogue epilogue;
+  uint32_t align_bias;  // the bias pointer's (the heuristic reads it), 0 without a bias
   auto tie() const {
     return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch, align_a, align_b,
-                    align_c, operands);
+                    align_c, operands, epilogue, align_bias);
   }
   bool operator<(const LtPlanKey& o) const { return tie() < o.tie(); }
 };
@@ -152,10 +157,13 @@ class CublasLt {
   // broadcasting one matrix). False, having queued nothing, when cuBLASLt has no algorithm for
   // this shape (the caller then runs cuBLAS). `operands` bf16 or f16: A and B are CUDA_R_16BF
   // or CUDA_R_16F, C stays CUDA_R_32F, computed in CUBLAS_COMPUTE_32F (each product of two
-  // 16-bit numbers is exact in f32; the tensor cores sum them in f32), TF32 or not.
+  // 16-bit numbers is exact in f32; the tensor cores sum them in f32), TF32 or not. `epilogue`:
+  // CUBLASLT_EPILOGUE_BIAS or RELU_BIAS with its bias; false, queuing nothing, when no
+  // algorithm takes it for this shape.
   bool matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, CUdeviceptr a, int64_t lda,
               int64_t stride_a, CUdeviceptr b, int64_t ldb, int64_t stride_b, CUdeviceptr c, int64_t ldc,
-              int64_t stride_c, int64_t batch, const std::string& what, DType operands = DType::f32);
+              int64_t stride_c, int64_t batch, const std::string& what, DType operands = DType::f32,
+              const LtEpilogue& epilogue = {});
 
   bool tf32() const { return tf32_; }
   // Shapes planned so far (each asked the heuristic once), and how many of them have an algorithm.
@@ -171,7 +179,7 @@ class CublasLt {
     size_t workspace_bytes = 0;
     bool found = false;
   };
-  Plan& plan(const LtPlanKey& key, const std::string& what);
+  Plan& plan(const LtPlanKey& key, CUdeviceptr bias, const std::string& what);
   void destroy(Plan& p);
 
   const CublasLtApi* api_;

@@ -96,7 +96,9 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
   for (size_t i = 0; i < program_.calls.size(); ++i) {
     const Op op = program_.calls[i].op;
     has_conv |= op == Op::Conv2D || op == Op::Conv2DGradInput || op == Op::Conv2DGradFilter;
-    needs_library |= op != Op::MatMul;
+    // A product with an epilogue may need tj_matmul_epilogue, where cuBLASLt has no algorithm
+    // taking it: known only at run time, so loaded here with the rest.
+    needs_library |= op != Op::MatMul || program_.calls[i].epilogue != kir::MatMulEpilogue::none;
     if (op == Op::OneHot || op == Op::Gather || op == Op::GatherGrad) one_hot_calls_.push_back(static_cast<int>(i));
   }
   stream_ = std::make_unique<cuda::Stream>(*device_);

@@ -45,9 +45,13 @@ CUdeviceptr scratch(LibraryEnv& env, int64_t floats) {
 // cuBLASLt (or cuBLAS without it: Cublas::matmul). One strided-batched GEMM when every
 // operand's batch offset is a multiple of the batch index (the usual case, a broadcast operand
 // having stride 0), else one GEMM per batch. bf16 or f16 operands (both the same) give an f32
-// product accumulated in f32, on cuBLASLt only.
-void matmul(const kir::LibraryCall& c, const Node& node, const DeviceView& a, const DeviceView& b,
-            const DeviceView& out, LibraryEnv& env) {
+// product accumulated in f32, on cuBLASLt only. The call's epilogue (bias, then ReLU) is
+// cuBLASLt's; where it cannot take it (no cuBLASLt, or no algorithm for the shape with it),
+// tj_matmul_epilogue applies it after the product, with the same float operations.
+void matmul(const kir::LibraryCall& c, const Node& node, const std::vector<DeviceView>& in, const DeviceView& out,
+            LibraryEnv& env) {
+  const DeviceView &a = in[0], &b = in[1];
+  const LtEpilogue epilogue{c.epilogue, c.epilogue == kir::MatMulEpilogue::none ? CUdeviceptr{0} : in[2].ptr};
   const kir::MatMulGeometry g = kir::matmul_geometry(c, a.shape, b.shape, out.shape);
   const int64_t batches = g.batches, m = g.m, n = g.n;
   const int64_t stride_a = batches > 1 ? g.offset_a[1] : 0, stride_b = batches > 1 ? g.offset_b[1] : 0;
@@ -57,15 +61,27 @@ void matmul(const kir::LibraryCall& c, const Node& node, const DeviceView& a, co
   const std::string what = describe(node);
   internal_check(a.dtype == b.dtype && out.dtype == DType::f32)
       << what << ": operands " << dtype_name(a.dtype) << " x " << dtype_name(b.dtype) << " into " << dtype_name(out.dtype);
+  // Where the product ran without its epilogue: tj_matmul_epilogue over those `count` matrices.
+  auto finish = [&](bool applied, CUdeviceptr first, int64_t count) {
+    if (applied) return;
+    CUdeviceptr o = first, bias = epilogue.bias;
+    long long rows = count * m, cols = n;
+    int relu = c.epilogue == kir::MatMulEpilogue::bias_relu;
+    launch_library(env, "tj_matmul_epilogue", rows * cols, node, o, bias, rows, cols, relu);
+  };
   if (linear) {
-    blas(env).matmul(c.transpose_a, c.transpose_b, m, n, g.k, a.ptr, g.lda, stride_a, b.ptr, g.ldb, stride_b,
-                     out.ptr, n, m * n, batches, what, a.dtype);
+    finish(blas(env).matmul(c.transpose_a, c.transpose_b, m, n, g.k, a.ptr, g.lda, stride_a, b.ptr, g.ldb, stride_b,
+                            out.ptr, n, m * n, batches, what, a.dtype, epilogue),
+           out.ptr, batches);
     return;
   }
   const int64_t size = dtype_bytes(a.dtype);
-  for (int64_t bi = 0; bi < batches; ++bi)
-    blas(env).matmul(c.transpose_a, c.transpose_b, m, n, g.k, a.ptr + g.offset_a[bi] * size, g.lda, 0,
-                     b.ptr + g.offset_b[bi] * size, g.ldb, 0, out.ptr + bi * m * n * 4, n, 0, 1, what, a.dtype);
+  for (int64_t bi = 0; bi < batches; ++bi) {
+    const CUdeviceptr o = out.ptr + bi * m * n * 4;
+    finish(blas(env).matmul(c.transpose_a, c.transpose_b, m, n, g.k, a.ptr + g.offset_a[bi] * size, g.lda, 0,
+                            b.ptr + g.offset_b[bi] * size, g.ldb, 0, o, n, 0, 1, what, a.dtype, epilogue),
+           o, 1);
+  }
 }
 
 TjConvShape conv_shape(const Attrs& at, const Shape& x, const Shape& w, const Shape& y) {
@@ -261,7 +277,7 @@ void run_library_call(const kir::LibraryCall& call, const Node& node, const std:
                       const DeviceView& out, LibraryEnv& env) {
   env.device.make_current();
   switch (call.op) {
-    case Op::MatMul: return matmul(call, node, in[0], in[1], out, env);
+    case Op::MatMul: return matmul(call, node, in, out, env);
     case Op::Conv2D: case Op::Conv2DGradInput: case Op::Conv2DGradFilter:
       return convolution(call, node, in, out, env);
     case Op::MaxPool2D: case Op::MaxPool2DGrad: case Op::AvgPool2D: case Op::AvgPool2DGrad:

@@ -14,6 +14,7 @@
 #include "jit/cost/gpu_specs.h"
 #include "jit/cost/launch_model.h"
 #include "runtime/cost/recorded_step.h"
+#include "tests/jit/cpu_test_env.h"
 #include "towerjit.h"
 
 namespace cost = towerjit::cost;
@@ -44,8 +45,20 @@ TEST_CASE("cost records: every launch of a step is recorded with its shape, work
   CHECK(gemms == 8);
   CHECK(kernels >= 8);
   CHECK(points > 0);
-  // The bias+ReLU kernel of fc1, [256, 512] elementwise in float4: 32768 vectors over 128
-  // blocks, one a thread.
+  // The hidden layers' bias and ReLU are their products' epilogues: no kernel of their own.
+  for (const cost::Launch& l : m.launches) CHECK(l.name.find("relu_add") == std::string::npos);
+  // Grids the runtime caps at 32 blocks an SM go past what the emulator's default 4 SMs allow:
+  // the apply's group kernel over the MLP's 0.67 M parameters runs on more than 128 blocks.
+  int64_t widest = 0;
+  for (const cost::Launch& l : m.launches) widest = std::max(widest, l.blocks);
+  CHECK(widest > 4 * 32);
+}
+
+// With the epilogues off, fc1's bias+ReLU kernel is a launch of its own: [256, 512] elementwise
+// in float4, 32768 vectors over 128 blocks, one a thread.
+TEST_CASE("cost records: with TOWERJIT_MATMUL_EPILOGUES=off the bias+ReLU kernel is a float4 launch") {
+  towerjit::test::ScopedEnv off("TOWERJIT_MATMUL_EPILOGUES", "off");
+  const bench::ModelledStep m = bench::record_workload(cost::gpu_spec("h200"), "mlp", 256);
   bool found = false;
   for (const cost::Launch& l : m.launches)
     if (l.name.find("relu_add") != std::string::npos && l.module == "tower_step") {
@@ -54,11 +67,6 @@ TEST_CASE("cost records: every launch of a step is recorded with its shape, work
       CHECK(l.work_max == 4);  // the 4 lanes of its float4
     }
   CHECK(found);
-  // Grids the runtime caps at 32 blocks an SM go past what the emulator's default 4 SMs allow:
-  // the apply's group kernel over the MLP's 0.67 M parameters runs on more than 128 blocks.
-  int64_t widest = 0;
-  for (const cost::Launch& l : m.launches) widest = std::max(widest, l.blocks);
-  CHECK(widest > 4 * 32);
 }
 
 // The failing checks of issue 21 are in test_recorded_steps_goals.cpp.

@@ -55,7 +55,7 @@ TEST_CASE("compile options: a dump directory set by the program receives the nex
   tj::Graph g;
   tj::GraphScope use(g);
   auto x = tj::input("x", {tj::kBatch, 7});
-  auto y = tj::relu(tj::dense(x, 3, "fc"));
+  auto y = tj::gelu(tj::dense(x, 3, "fc"));  // a loop kernel after the product (ReLU would be its epilogue)
   {
     ScopedOptions set({.dump_dir = dir.string()});
     tj::CpuProgram program(g, {y});

@@ -83,31 +83,27 @@ fetch b3
 )"));
 }
 
-TEST_CASE("relu(dense(x)) is a matmul call and one kernel, which also stores the pre-activation for the gradient",
+TEST_CASE("relu(dense(x)) is one matmul call with a bias+relu epilogue, no kernel after it, with the gradient too",
           "[jit][fusion]") {
   tj::Graph g;
   tj::GraphScope use(g);
   auto x = tj::input("x", {kBatch, 8});
   auto h = tj::relu(tj::dense(x, 4, "fc"));
-  // Forward only: bias and ReLU fused after the GEMM, one store.
+  // Forward only: bias and ReLU are the GEMM's epilogue (jit/passes/matmul_epilogues.h), which
+  // writes the activation (b4) directly; the product's own temporary (b2) is left unused.
   CHECK(ir(g, {h}) == golden(R"(
 b0 = input "x" f32[B,8]
 b1 = variable "fc/kernel" f32[8,4]
 b2 = temp "t2" f32[B,4]
 b3 = variable "fc/bias" f32[4]
 b4 = temp "t4" f32[B,4]
-call matmul b0, b1 -> b2
-kernel k0 over [B,4]
-  e0 = load b2[i0*4 + i1] : f32
-  e1 = load b3[i1] : f32
-  e2 = add e0, e1 : f32
-  e3 = relu e2 : f32
-  store b4[i0*4 + i1] = e3
+call matmul b0, b1, b3 -> b4 (epilogue bias+relu)
 fetch b4
 )"));
   // With the gradient: the ReLU gradient masks on the activation (relu(x) > 0 exactly where
-  // x > 0), so the forward kernel stores only the activation (b4); the bias-gradient sum stores
-  // the masked gradient (b6) that the kernel-gradient GEMM reads, with x read transposed.
+  // x > 0), so the forward stores only the activation (b4) and the epilogue holds; the
+  // bias-gradient sum stores the masked gradient (b6) that the kernel-gradient GEMM reads, with
+  // x read transposed.
   auto grads = tj::grad(tj::sum(h * h), tj::trainable_variables());
   CHECK(ir(g, {h, grads[0], grads[1]}) == golden(R"(
 b0 = input "x" f32[B,8]
@@ -118,13 +114,7 @@ b4 = temp "t4" f32[B,4]
 b5 = temp "t5" f32[4]
 b6 = temp "t6" f32[B,4]
 b7 = temp "t7" f32[8,4]
-call matmul b0, b1 -> b2
-kernel k0 over [B,4]
-  e0 = load b2[i0*4 + i1] : f32
-  e1 = load b3[i1] : f32
-  e2 = add e0, e1 : f32
-  e3 = relu e2 : f32
-  store b4[i0*4 + i1] = e3
+call matmul b0, b1, b3 -> b4 (epilogue bias+relu)
 kernel k1 over [B,4] sum axes 0
   e0 = load b4[i0*4 + i1] : f32
   e1 = const 0 : f32
@@ -356,7 +346,7 @@ fetch b2 b3
   require_close(r, "shared producer");
 }
 
-TEST_CASE("the MLP training step lowers to 7 kernels and 9 library calls", "[jit][fusion]") {
+TEST_CASE("the MLP training step lowers to 5 kernels and 9 library calls", "[jit][fusion]") {
   tj::Graph g;
   tj::GraphScope use(g);
   auto x = tj::input("image", {kBatch, 784});
@@ -370,12 +360,11 @@ TEST_CASE("the MLP training step lowers to 7 kernels and 9 library calls", "[jit
   fetches.insert(fetches.end(), grads.begin(), grads.end());
   const tj::kir::Program p = lower(g, fetches);
   INFO(tj::kir::to_string(p));
-  // Library calls: 3 forward GEMMs, one_hot, and 5 backward GEMMs: 3 weight gradients and the 2
-  // data gradients into fc2 and fc1 (the image's is not needed), each reading its transposed
-  // operand in place, so no transpose kernel.
-  // Kernels, in order:
-  //   k0  fc1 bias + ReLU (the ReLU mask reads the activation)
-  //   k1  fc2 bias + ReLU
+  // Library calls: 3 forward GEMMs (fc1 and fc2 with their bias+ReLU epilogues: the ReLU mask
+  // reads the activation, so nothing else needs the pre-activation), one_hot, and 5 backward
+  // GEMMs: 3 weight gradients and the 2 data gradients into fc2 and fc1 (the image's is not
+  // needed), each reading its transposed operand in place, so no transpose kernel.
+  // Kernels, in order (named as lowered, before the epilogues took k0 and k1):
   //   k2  logits bias, then two sibling row reductions in one pass: the log-sum-exp and the
   //       label term sum(onehot * logits); also stores the logits
   //   k3  mean over the batch of log-sum-exp - label term: the loss
@@ -383,14 +372,16 @@ TEST_CASE("the MLP training step lowers to 7 kernels and 9 library calls", "[jit
   //       gradient; also stores the [B,10] gradient the two GEMMs read
   //   k5  fc2 ReLU mask, summed over the batch for the bias gradient; stores the masked gradient
   //   k6  fc1 ReLU mask, the same
-  CHECK(count_steps(p, tj::kir::Step::Kind::kernel) == 7);
+  CHECK(count_steps(p, tj::kir::Step::Kind::kernel) == 5);
   CHECK(count_steps(p, tj::kir::Step::Kind::library) == 9);
   CHECK(count_steps(p, tj::kir::Step::Kind::copy) == 0);
-  int gemms = 0, transposed = 0, reductions = 0, multi_output = 0;
+  int gemms = 0, transposed = 0, reductions = 0, multi_output = 0, epilogues = 0;
   for (const auto& c : p.calls) {
     gemms += c.op == tj::Op::MatMul;
     transposed += c.transpose_a || c.transpose_b;
+    epilogues += c.epilogue == tj::kir::MatMulEpilogue::bias_relu;
   }
+  CHECK(epilogues == 2);
   for (const auto& k : p.kernels) {
     reductions += k.reduce != tj::Op::Constant;
     multi_output += k.outputs.size() > 1;
@@ -440,26 +431,31 @@ TEST_CASE("an SGD-momentum apply over 6 variables is one kernel", "[jit][fusion]
   // Lowered, the apply is 12 kernels (each variable's momentum, then its weight) and the step
   // counter. Each weight kernel reads its new momentum at the point it writes, so it joins the
   // momentum's kernel; the six are independent and run as one group over their 54,874 points.
-  // The step counter reads nothing the rest writes and joins the first group it reaches.
+  // The step counter reads nothing the rest writes and joins the first group it reaches: with
+  // the hidden layers' bias+ReLU kernels gone into their products' epilogues, the apply's.
   MlpStep step(tj::momentum(0.1, 0.9));
   INFO(tj::kir::to_string(step.program));
-  CHECK(step.kernels() == 8);  // 7 for the forward and backward pass (as below), 1 apply
+  CHECK(step.kernels() == 6);  // 5 for the forward and backward pass (as below), 1 apply
   const tj::kir::Step& last = step.program.steps.back();
   REQUIRE(last.kind == tj::kir::Step::Kind::kernel);
   const tj::kir::Kernel& apply = step.program.kernels[last.index];
-  REQUIRE(apply.parts.size() == 6);
-  for (const auto& part : apply.parts) {
-    CHECK(part.space.rank() == 1);      // coalesced: one counted loop per variable
-    CHECK(part.outputs.size() == 2);    // the momentum and the weight, both in place
+  REQUIRE(apply.parts.size() == 7);
+  CHECK(apply.parts[0].space.rank() == 0);  // the step counter
+  for (size_t i = 1; i < apply.parts.size(); ++i) {
+    CHECK(apply.parts[i].space.rank() == 1);    // coalesced: one counted loop per variable
+    CHECK(apply.parts[i].outputs.size() == 2);  // the momentum and the weight, both in place
   }
-  CHECK(tj::kir::segment_starts(apply).back() == tj::kir::Affine{784 * 64 + 64 + 64 * 64 + 64 + 64 * 10 + 10, 0});
+  CHECK(tj::kir::segment_starts(apply).back() == tj::kir::Affine{1 + 784 * 64 + 64 + 64 * 64 + 64 + 64 * 10 + 10, 0});
 }
 
 TEST_CASE("an Adam apply over 6 variables is one kernel of 6 parts", "[jit][fusion]") {
-  // m, v and the weight of a variable: one part; 19 kernels of the apply become 1.
+  // m, v and the weight of a variable: one part; 19 kernels of the apply become 1. The step
+  // counter and the bias corrections (which read it, and which the parts read) are two scalar
+  // kernels before it: they grouped with the hidden layers' bias+ReLU kernels until those became
+  // their products' epilogues, and no other elementwise kernel precedes the apply.
   MlpStep step(tj::adam(0.01));
   INFO(tj::kir::to_string(step.program));
-  CHECK(step.kernels() == 8);
+  CHECK(step.kernels() == 8);  // 5 for the forward and backward pass, 2 scalar, 1 apply
   CHECK(step.largest_group() == 6);
   const tj::kir::Kernel& apply = step.program.kernels[step.program.steps.back().index];
   REQUIRE(apply.parts.size() == 6);

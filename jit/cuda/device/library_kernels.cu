@@ -84,6 +84,19 @@ extern "C" __global__ void tj_sum_images(const float* __restrict__ parts, float*
   }
 }
 
+// A matrix product's epilogue where cuBLASLt did not apply it (runtime/cuda/library.cpp):
+// out[r][j] = out[r][j] + bias[j], then with `relu` the DSL's relu (NaN stays NaN), over `rows`
+// rows of `cols` (every matrix of a batch, rows stacked). The same float operations as the loop
+// kernel the epilogue replaced (jit/passes/matmul_epilogues.h).
+extern "C" __global__ void tj_matmul_epilogue(float* __restrict__ out, const float* __restrict__ bias,
+                                              long long rows, long long cols, int relu) {
+  const tj_i64 total = rows * cols;
+  for (tj_i64 i = TJ_GLOBAL_THREAD; i < total; i += TJ_GRID_THREADS) {
+    const float v = out[i] + bias[i % cols];  // the fallback only: a 64-bit remainder is acceptable
+    out[i] = relu && v <= 0.0f ? 0.0f : v;
+  }
+}
+
 // The first maximum of a window in row-major window order (as the CPU backend), as a flat
 // index into x, or -1 for a window entirely in the padding. A NaN counts as larger than every
 // number (the first NaN wins): the pool is NaN where its window holds one, and its gradient
