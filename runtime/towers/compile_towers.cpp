@@ -31,8 +31,8 @@ CompiledTowers compile_towers(Graph& graph, Tensor loss, const Towers& towers, c
                               Loc loc) {
   CompiledTowers c;
   // 1. The training graph: gradients, their collectives, the optimiser's and the EMA's updates.
-  // Sparse collectives on CPU towers only: a GPU tower keeps the dense gradient it reduces today.
-  for (const Device& d : towers.devices()) sparse = sparse && d.kind == DeviceKind::cpu;
+  // With `sparse` (the strategy concatenates rows and values in host memory), CPU and GPU
+  // towers alike fetch a sparse gradient's rows and values instead of its dense value.
   const TowerProgram program = build_tower_program(graph, loss, optimizer, options.ema, sparse, loc);
   c.model_updates = program.model_updates;
   c.gradient_inputs = program.gradient_inputs;

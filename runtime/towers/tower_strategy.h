@@ -114,7 +114,7 @@ struct StrategyRow {
   bool runs_towers;         // false: this rank's towers stay idle (a parameter server)
   MakeStrategy make;
   // The strategy concatenates sparse gradients' rows and values (runtime/towers/sparse_reduction.h)
-  // instead of reducing their dense value: the towers then fetch them sparse (CPU towers).
+  // instead of reducing their dense value: the towers, CPU or GPU, then fetch them sparse.
   bool sparse_gradients = false;
   // The strategy applies the variables of Towers::with rules by their own reduction; only such a
   // row serves towers with rules, and it serves no others.
