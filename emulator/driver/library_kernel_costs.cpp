@@ -95,6 +95,18 @@ KernelCost library_kernel_cost(const std::string& k, void** params) {
                      param<long long>(params, 6);
     return {f * 4 * n, n};
   }
+  if (k == "tj_combine_rows_links") {  // the indices read once from memory (the scans hit the cache), two ints written each
+    const double count = static_cast<double>(param<long long>(params, 3));
+    return {f * 3 * count, 0};
+  }
+  if (k == "tj_combine_rows_sum") {  // per element: its links read, the value read and the sum written
+    const double n = static_cast<double>(param<long long>(params, 4)) * param<long long>(params, 5);
+    return {f * 2 * n + 8 * static_cast<double>(param<long long>(params, 4)), n};
+  }
+  if (k == "tj_scatter_rows") {  // per element: the index, the row's value read, the table's written
+    const double n = static_cast<double>(param<long long>(params, 3)) * param<long long>(params, 5);
+    return {f * 3 * n, 0};
+  }
   if (k == "tj_attention") return attention_cost(k, param<TjAttentionShape>(params, 4));
   if (k == "tj_attention_grad_q" || k == "tj_attention_grad_kv") return attention_cost(k, param<TjAttentionShape>(params, 6));
   if (k == "tj_layer_norm" || k == "tj_layer_norm_grad_input") return layer_norm_cost(k, param<TjNormShape>(params, 4));

@@ -104,7 +104,8 @@ std::string library_routine(const kir::LibraryCall& c, bool cudnn) {
     case Op::ArgMax: return "tj_argmax";
     case Op::Gather: return "tj_gather";
     case Op::GatherGrad: return "cuMemsetD32Async + tj_gather_grad";
-    case Op::CombineRows: case Op::ScatterRows: return "none yet (CPU only)";
+    case Op::CombineRows: return "tj_combine_rows_links + tj_combine_rows_sum";
+    case Op::ScatterRows: return "cuMemcpyDtoDAsync (unless in place) + tj_scatter_rows";
     case Op::Attention: return "tj_attention";
     case Op::AttentionGradQ: return "tj_attention_grad_q";
     case Op::AttentionGradKV: return "tj_attention_grad_kv";

@@ -39,6 +39,12 @@ std::string describe_kernel(const Graph& g, const kir::Kernel& k) {
 
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
+// The library calls that check their indices on the GPU and report the first one out of range
+// in an error slot, read after the run.
+bool checks_indices(Op op) {
+  return op == Op::OneHot || op == Op::Gather || op == Op::GatherGrad || op == Op::CombineRows || op == Op::ScatterRows;
+}
+
 // Every program's counts together (CudaProgram::total_graph_counts).
 std::mutex totals_mutex;
 CudaProgram::GraphCounts totals;
@@ -67,13 +73,6 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
   LoweredProgram lowered = lower_graph(graph, ids, update_ops);
   graph_ = std::move(lowered.graph);
   program_ = std::move(lowered.program);
-  // The sparse apply of a gather's gradient (dsl/sparse_gradients.h) has CPU routines only.
-  for (const kir::LibraryCall& call : program_.calls)
-    user_check(call.op != Op::CombineRows && call.op != Op::ScatterRows, loc)
-        << "CudaProgram \"" << name << "\": the optimiser applies a sparse gradient (" << op_name(call.op)
-        << ", built at " << format_location(graph_.node(call.node)) << ") and the sparse apply has no GPU "
-        << "routine yet; run the apply on the CPU (CpuProgram, or a tower trainer), or create the table with "
-        << "sparse = false (embedding(..., {.sparse = false}) or gather(table, ids, 0, false))";
   // The same program keeps its name on every run, so the module's text (and the compile
   // cache's key) is the same.
   name_ = dump_stem(name, kir::to_string(program_));
@@ -99,7 +98,7 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
     // A product with an epilogue may need tj_matmul_epilogue, where cuBLASLt has no algorithm
     // taking it: known only at run time, so loaded here with the rest.
     needs_library |= op != Op::MatMul || program_.calls[i].epilogue != kir::MatMulEpilogue::none;
-    if (op == Op::OneHot || op == Op::Gather || op == Op::GatherGrad) one_hot_calls_.push_back(static_cast<int>(i));
+    if (checks_indices(op)) one_hot_calls_.push_back(static_cast<int>(i));
   }
   stream_ = std::make_unique<cuda::Stream>(*device_);
   staging_ = std::make_unique<cuda::PinnedBuffer>(device_->context());
@@ -263,7 +262,7 @@ void CudaProgram::run_call(int index, const std::vector<CUdeviceptr>& base, int6
                              program_.buffers[c.output].dtype};
   cuda::LibraryEnv env{*device_, *stream_, blas_.get(), scratch_, 0};
   env.dnn = dnn_.get();
-  if (c.op == Op::OneHot || c.op == Op::Gather || c.op == Op::GatherGrad) {
+  if (checks_indices(c.op)) {
     const auto slot = std::find(one_hot_calls_.begin(), one_hot_calls_.end(), index) - one_hot_calls_.begin();
     env.error_slot = error_slots_.ptr() + 8 * slot;
   }
@@ -495,10 +494,10 @@ void CudaProgram::finish_run(Loc loc) {
     const Node& node = graph_.node(program_.calls[one_hot_calls_[i]].node);
     if (node.op == Op::OneHot) {
       cuda::check_one_hot_slot(node, slots_[i]);
-    } else {  // a gather (table, indices) or its gradient (indices, dy) -> table
-      const bool fwd = node.op == Op::Gather;
-      const Shape& table = fwd ? graph_.node(node.inputs[0]).shape : node.attrs.shape;
-      cuda::check_gather_slot(node, table, graph_.node(node.inputs[fwd ? 1 : 0]).shape, slots_[i]);
+    } else {  // a gather (table, indices), the gradient or sparse apply's (indices, ...) -> table
+      const bool table_first = node.op == Op::Gather || node.op == Op::ScatterRows;
+      const Shape& table = table_first ? graph_.node(node.inputs[0]).shape : node.attrs.shape;
+      cuda::check_gather_slot(node, table, graph_.node(node.inputs[table_first ? 1 : 0]).shape, slots_[i]);
     }
   }
   if (step_times)

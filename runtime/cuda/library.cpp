@@ -2,6 +2,8 @@
 // structs of jit/cuda/device/library_params.h, which NVRTC compiles too.
 #include "runtime/cuda/library.h"
 
+#include <algorithm>
+
 #include "dsl/error.h"
 #include "dsl/index_errors.h"
 #include "jit/kir/attention_geometry.h"
@@ -262,6 +264,13 @@ void softmax(Op op, const Node& node, const std::vector<DeviceView>& in, const D
          std::string(name) + " for " + describe(node), node.loc);
 }
 
+// An index check's slot (one_hot, the gathers, the sparse apply) to "no error" (all ones: the
+// kernels keep the smallest (position, value) with atomicMin).
+void clear_error_slot(LibraryEnv& env, Op op) {
+  internal_check(env.error_slot != 0) << op_name(op) << " without an error slot";
+  check_cuda(require_driver().MemsetD32Async(env.error_slot, 0xffffffffu, 2, env.stream.handle()), "cuMemsetD32Async");
+}
+
 TjBox box(const Shape& src, const Shape& dst, const std::vector<int64_t>& origin, const Node& node) {
   internal_check(src.rank() <= 8 && src.rank() == dst.rank() && static_cast<int>(origin.size()) == src.rank())
       << op_name(node.op) << " of rank " << src.rank() << " on the GPU (at most 8)";
@@ -288,17 +297,13 @@ void run_library_call(const kir::LibraryCall& call, const Node& node, const std:
       return layer_norm(call.op, node, in, out, env);
     case Op::Softmax: case Op::SoftmaxGrad: return softmax(call.op, node, in, out, env);
     case Op::OneHot: {
-      internal_check(env.error_slot != 0) << "one_hot without an error slot";
-      check_cuda(require_driver().MemsetD32Async(env.error_slot, 0xffffffffu, 2, env.stream.handle()),
-                 "cuMemsetD32Async");
+      clear_error_slot(env, call.op);
       CUdeviceptr labels = in[0].ptr, o = out.ptr, slot = env.error_slot;
       long long count = in[0].shape.elements(0), depth = node.attrs.depth;
       return launch_library(env, "tj_one_hot", count * depth, node, labels, o, count, depth, slot);
     }
     case Op::Gather: case Op::GatherGrad: {
-      internal_check(env.error_slot != 0) << op_name(call.op) << " without an error slot";
-      check_cuda(require_driver().MemsetD32Async(env.error_slot, 0xffffffffu, 2, env.stream.handle()),
-                 "cuMemsetD32Async");
+      clear_error_slot(env, call.op);
       const bool fwd = call.op == Op::Gather;
       const Shape& table = fwd ? in[0].shape : out.shape;
       const DeviceView& indices = fwd ? in[1] : in[0];
@@ -316,6 +321,26 @@ void run_library_call(const kir::LibraryCall& call, const Node& node, const std:
                  "cuMemsetD32Async");
       CUdeviceptr dy = in[1].ptr;
       return launch_library(env, "tj_gather_grad", outer * inner, node, idx, dy, o, outer, rows, count, inner, slot);
+    }
+    case Op::CombineRows: {  // (indices, values) -> values' shape, rows of the table attrs.shape
+      clear_error_slot(env, call.op);
+      CUdeviceptr idx = in[0].ptr, values = in[1].ptr, o = out.ptr, slot = env.error_slot;
+      long long count = in[0].shape.elements(0), rows = node.attrs.shape[0];
+      long long inner = node.attrs.shape.elements(0) / std::max<long long>(rows, 1);
+      CUdeviceptr first = scratch(env, 2 * count), next = first + 4 * count;  // ints
+      launch_library(env, "tj_combine_rows_links", count, node, idx, first, next, count, rows, slot);
+      return launch_library(env, "tj_combine_rows_sum", count * inner, node, values, first, next, o, count, inner);
+    }
+    case Op::ScatterRows: {  // (table, indices, rows) -> the table with those rows set
+      clear_error_slot(env, call.op);
+      const Shape& table = in[0].shape;
+      if (out.ptr != in[0].ptr)  // else written in place (jit/passes/fusion_plan.cpp)
+        check_cuda(require_driver().MemcpyDtoDAsync(out.ptr, in[0].ptr, table.elements(0) * 4, env.stream.handle()),
+                   "cuMemcpyDtoDAsync");
+      CUdeviceptr idx = in[1].ptr, rows_in = in[2].ptr, o = out.ptr, slot = env.error_slot;
+      long long count = in[1].shape.elements(0), rows = table[0];
+      long long inner = table.elements(0) / std::max<long long>(rows, 1);
+      return launch_library(env, "tj_scatter_rows", count * inner, node, idx, rows_in, o, count, rows, inner, slot);
     }
     case Op::ArgMax: {
       const int axis = node.attrs.axis;
@@ -347,6 +372,7 @@ void run_library_call(const kir::LibraryCall& call, const Node& node, const std:
 
 size_t library_scratch_bytes(const kir::LibraryCall& call, const Node& node, const std::vector<Shape>& in,
                              const Shape& out, Cudnn* dnn) {
+  if (call.op == Op::CombineRows) return static_cast<size_t>(in[0].elements(0)) * 8;  // first[], next[]
   if (call.op == Op::LayerNormGradParams) {  // the blocks' partial sums
     const int64_t n = in[0][in[0].rank() - 1], rows = n == 0 ? 0 : in[0].elements(0) / n;
     return static_cast<size_t>((rows + kNormParamRows - 1) / kNormParamRows * out.elements(0)) * 4;

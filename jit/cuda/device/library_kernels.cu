@@ -244,6 +244,74 @@ extern "C" __global__ void tj_gather_grad(const int* __restrict__ indices, const
   }
 }
 
+// The sparse apply (ops.def: CombineRows, ScatterRows; rows of axis 0), deterministic without
+// atomics or a sort. tj_combine_rows_links, a thread a position i: first[i], the first position
+// holding i's index, and next[i], the next one after i (count ends the chain); an index outside
+// [0, rows) goes to the error slot, as tj_gather's do, and leaves its position out of every
+// chain. count^2 / 2 comparisons of ints at most, in parallel over i.
+extern "C" __global__ void tj_combine_rows_links(const int* __restrict__ indices, int* __restrict__ first,
+                                                 int* __restrict__ next, tj_i64 count, tj_i64 rows,
+                                                 tj_u64* error) {
+  for (tj_i64 i = TJ_GLOBAL_THREAD; i < count; i += TJ_GRID_THREADS) {
+    TJ_WORK(count);
+    const int v = indices[i];
+    if (v < 0 || v >= rows) {
+      atomicMin(error, ((tj_u64)i << 32) | (tj_u32)v);
+      first[i] = -1;
+      next[i] = (int)count;
+      continue;
+    }
+    tj_i64 f = i, n = count;
+    for (tj_i64 j = 0; j < i; ++j)
+      if (indices[j] == v) { f = j; break; }
+    for (tj_i64 j = i + 1; j < count; ++j)
+      if (indices[j] == v) { n = j; break; }
+    first[i] = (int)f;
+    next[i] = (int)n;
+  }
+}
+
+// tj_combine_rows_sum, a thread a (position, column): the chain's first position sums the
+// chain's values in position order from 0, as the CPU routine does after its stable sort
+// (runtime/cpu/library.cpp combine_rows: bitwise the same), and writes the sum at every
+// position of the chain; the chain's other positions do nothing.
+extern "C" __global__ void tj_combine_rows_sum(const float* __restrict__ values, const int* __restrict__ first,
+                                               const int* __restrict__ next, float* __restrict__ out,
+                                               tj_i64 count, tj_i64 inner) {
+  const tj_i64 total = count * inner;
+  for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    const tj_i64 i = p / inner, c = p % inner;
+    TJ_WORK(1);
+    if (first[i] != i) continue;
+    float sum = 0.0f;
+    for (tj_i64 j = i; j < count; j = next[j]) {
+      TJ_WORK(2);
+      sum += values[j * inner + c];
+    }
+    for (tj_i64 j = i; j < count; j = next[j]) out[j * inner + c] = sum;
+  }
+}
+
+// out[indices[i]] = rows[i], a thread a (position, column), into a copy of the table (or the
+// table itself, written in place). The positions of one index carry one value (combine_rows
+// made them so), so their stores agree in whatever order they land. An index out of range is
+// reported and not stored.
+extern "C" __global__ void tj_scatter_rows(const int* __restrict__ indices, const float* __restrict__ rows_in,
+                                           float* __restrict__ out, tj_i64 count, tj_i64 rows, tj_i64 inner,
+                                           tj_u64* error) {
+  const tj_i64 total = count * inner;
+  for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
+    TJ_WORK(1);
+    const tj_i64 i = p / inner, c = p % inner;
+    const int v = indices[i];
+    if (v < 0 || v >= rows) {
+      if (c == 0) atomicMin(error, ((tj_u64)i << 32) | (tj_u32)v);
+      continue;
+    }
+    out[(tj_i64)v * inner + c] = rows_in[p];
+  }
+}
+
 // out[o][in] = the first j with the largest x[o][j][in].
 extern "C" __global__ void tj_argmax(const float* __restrict__ x, int* __restrict__ out,
                                      tj_i64 outer, tj_i64 n, tj_i64 inner) {

@@ -52,7 +52,7 @@ std::vector<int> match_rules(const TowerState& state, const ApplyByVariable& spl
           << name << "\", whose gradient is dense (f32" << state.compiled.gradient_shapes[v].str() << ", "
           << bytes / 1024 << " KiB): each tower would apply all of it by itself, " << state.towers.size()
           << " dense applies a step where the sync average makes one; apply by rule only sparse gradients "
-          << "(an embedding's, sparse = true, with CPU towers and an optimiser that applies rows) or dense ones "
+          << "(an embedding's, sparse = true, with an optimiser that applies rows) or dense ones "
           << "under 1 MiB, or drop the rule";
     }
     if (!any) {
