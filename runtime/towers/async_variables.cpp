@@ -24,8 +24,14 @@ class HostAsyncVariables final : public AsyncVariables {
   double apply(int tower, double scale) override {
     TowerOutputs& out = kept_[tower];
     HostFeeds gradients;
-    const auto& names = state_.compiled.gradient_inputs;
-    for (size_t v = 0; v < names.size(); ++v) gradients[names[v]] = std::move(out.gradient(v));
+    const CompiledTowers& c = state_.compiled;
+    for (size_t v = 0; v < c.gradient_inputs.size(); ++v) gradients[c.gradient_inputs[v]] = std::move(out.gradient(v));
+    // A sparse gradient's values reach the apply as they are (no all_reduce to scale them), so
+    // they take the tower's factor here, rounded once as the sync concatenation weighs them.
+    for (size_t k = 0; k < c.sparse.size(); ++k) {
+      for (float& x : gradients[c.gradient_inputs[c.sparse[k].variable]].f32) x = static_cast<float>(scale * x);
+      gradients[c.sparse[k].rows_input] = std::move(out.rows(k));
+    }
     gradients[TowerProgram::gradient_scale] = scalar(scale);
     const double rate = state_.applied(apply_->run(gradients, values_, static_cast<uint64_t>(state_.applies.load())));
     // Copied into the variables' buffers rather than swapped for them: another tower's step may

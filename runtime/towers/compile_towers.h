@@ -55,7 +55,7 @@ struct CompiledTowers {
 
 // Builds the training graph (gradients, optimiser, EMA), compiles the towers' step and predict
 // programs on their devices (`pools[t]`: CPU tower t's threads, or null) and cuts the apply
-// side. `sparse`: the strategy concatenates sparse gradients (StrategyRow::sparse_gradients),
+// side. `sparse`: the strategy takes sparse gradients as rows and values (StrategyRow::sparse_gradients),
 // so build_tower_program makes them sparse collectives, on CPU and GPU towers alike.
 // Errors: those of build_tower_program, a GPU the machine lacks, logits of another graph.
 CompiledTowers compile_towers(Graph& graph, Tensor loss, const Towers& towers, const Optimizer& optimizer,

@@ -165,6 +165,77 @@ TEST_CASE("sparse gradients over sync CPU towers with accumulated micro-batches 
              [](int64_t) { return 1.0 / (13 * kSparseReads * kSparseDim); });
 }
 
+TEST_CASE("sparse gradients on one async CPU tower: the sync step's rows, applied as they come",
+          "[towers][runtime][sparse]") {
+  // One tower: its apply takes factor 1, so SGD follows the dense path within the sums' bounds
+  // and Adam is the sync tower's SparseAdam bit for bit (the same rows, values and program).
+  const double lr = 0.5;
+  for (const int64_t vocab : {1, 7, 127}) {
+    INFO("V = " << vocab);
+    Run dense = sparse_run(cpu_towers(1, tj::Split::remainder_last).reduce(tj::AsyncApply{}), vocab, false, lr);
+    Run sparse = sparse_run(cpu_towers(1, tj::Split::remainder_last).reduce(tj::AsyncApply{}), vocab, true, lr);
+    for (int step = 0; step < 4; ++step) {
+      const tj::HostFeeds batch = sparse_tower_batch(6, vocab, 400 + step);
+      sparse.trainer->restore(dense.trainer->variables(), dense.trainer->applies());
+      const tj::HostVariables before = dense.trainer->variables();
+      dense.trainer->step(batch);
+      sparse.trainer->step(batch);
+      INFO("step " << step);
+      check_step(before, batch, dense.trainer->variables().at("embed/embeddings"),
+                 sparse.trainer->variables().at("embed/embeddings"), vocab, lr,
+                 [](int64_t) { return 1.0 / (6 * kSparseReads * kSparseDim); });
+    }
+  }
+  auto adam_run = [](tj::Towers towers) {
+    tj::Graph g;
+    const tj::Tensor loss = sparse_tower_loss(g, 37, true);
+    tj::TowerTrainer trainer(g, loss, std::move(towers), tj::adam(0.05));
+    for (int step = 0; step < 5; ++step) trainer.step(sparse_tower_batch(5, 37, 60 + step));
+    return trainer.variables();
+  };
+  const tj::HostVariables sync = adam_run(cpu_towers(1, tj::Split::remainder_last));
+  const tj::HostVariables async = adam_run(cpu_towers(1, tj::Split::remainder_last).reduce(tj::AsyncApply{}));
+  for (const auto& [name, t] : sync) {
+    INFO(name);
+    CHECK(t.f32 == async.at(name).f32);
+  }
+}
+
+TEST_CASE("async CPU towers apply every tower's sparse rows once, scaled by 1/N, none lost",
+          "[towers][runtime][sparse]") {
+  // loss = mean(c . embedding(ids)) over a tower's slice: its gradient does not depend on the
+  // table, so whatever order the towers apply in, the table's total change is the sum of the
+  // applied steps: tower i adds -lr (1/N) c_p / (n_i 3 4) to the row of every read p.
+  const double lr = 0.5;
+  for (const int n : {2, 3})
+    for (const int64_t vocab : {1, 7, 127}) {
+      INFO(n << " towers, V = " << vocab);
+      tj::Graph g;
+      tj::GraphScope use(g);
+      auto ids = tj::input("ids", {tj::kBatch, kSparseReads}, tj::DType::i32);
+      auto c = tj::input("c", {tj::kBatch, kSparseReads, kSparseDim});
+      auto loss = tj::mean(c * tj::embedding(ids, vocab, kSparseDim, "embed"));
+      tj::TowerTrainer trainer(g, loss, cpu_towers(n, tj::Split::remainder_last).reduce(tj::AsyncApply{}), tj::sgd(lr));
+      const tj::HostTensor first = trainer.variables().at("embed/embeddings");
+      std::vector<double> expected(first.f32.begin(), first.f32.end());
+      for (int step = 0; step < 5; ++step) {
+        const tj::HostFeeds batch = sparse_tower_batch(10, vocab, 500 + step);
+        const std::vector<int64_t> slices = trainer.step(batch).slices;
+        int64_t example = 0;
+        for (const int64_t slice : slices) {
+          for (int64_t p = example * kSparseReads; p < (example + slice) * kSparseReads; ++p)
+            for (int64_t d = 0; d < kSparseDim; ++d)
+              expected[batch.at("ids").i32[p] * kSparseDim + d] -=
+                  lr / n * batch.at("c").f32[p * kSparseDim + d] / (slice * kSparseReads * kSparseDim);
+          example += slice;
+        }
+      }
+      CHECK(trainer.applies() == n * 5);
+      const tj::HostTensor& table = trainer.variables().at("embed/embeddings");
+      for (int64_t i = 0; i < table.size(); ++i) CHECK(table.f32[i] == Approx(expected[i]).epsilon(1e-5).margin(1e-6));
+    }
+}
+
 // Not run by default (hidden): the figures of docs/strategies.md's "Sparse gradients across
 // towers". Two CPU towers, SGD, an embedding [V, 128] read by ids [128, 16] (2048 rows) plus a
 // bias, loss mean(c h + h^2 / 2): the time of a step, sparse against sparse = false.
