@@ -54,3 +54,46 @@ TEST_CASE("GPU: sparse gradients on GPU towers follow CPU towers' sparse apply (
   // the sparse run above did not take that path.
   CHECK(largest_difference(gpu_sparse, gpu_dense) > 1e-3);
 }
+
+TEST_CASE("GPU: async GPU towers with placed variables apply each tower's sparse rows on the variable's GPU",
+          "[gpu]") {
+  // One tower: its rows and values applied on gpu:0 (the seed's placement under 4 towers), as
+  // one async CPU tower applies them in host memory (SparseAdam), and not as the dense apply.
+  const tj::Towers cpu = tj::Towers{tj::cpu(0)}.reduce(tj::AsyncApply{});
+  const tj::Towers gpu = tj::Towers{tj::gpu(0)}.reduce(tj::AsyncApply{});
+  const tj::HostVariables cpu_sparse = train(cpu, true);
+  const tj::HostVariables gpu_sparse = train(gpu, true);
+  for (const auto& [name, t] : cpu_sparse)
+    for (int64_t i = 0; i < t.size(); ++i)
+      CHECK(gpu_sparse.at(name).f32[i] == Approx(t.f32[i]).epsilon(1e-5).margin(1e-6));
+  CHECK(largest_difference(gpu_sparse, train(gpu, false)) > 1e-3);
+  // Two and three towers sharing gpu:0, SGD on a loss linear in the table: whatever order the
+  // towers apply in, the table's change is the sum of each tower's rows times lr / N / (n_i 3 4)
+  // (tj_scale applies the 1/N to the values on the GPU).
+  for (const int n : {2, 3}) {
+    INFO(n << " towers");
+    tj::Graph g;
+    tj::GraphScope use(g);
+    auto ids = tj::input("ids", {tj::kBatch, tj::testing::kSparseReads}, tj::DType::i32);
+    auto c = tj::input("c", {tj::kBatch, tj::testing::kSparseReads, tj::testing::kSparseDim});
+    auto loss = tj::mean(c * tj::embedding(ids, kVocab, tj::testing::kSparseDim, "embed"));
+    tj::TowerTrainer trainer(g, loss, tj::Towers(std::vector<tj::Device>(n, tj::gpu(0))).reduce(tj::AsyncApply{}),
+                             tj::sgd(0.5));
+    const tj::HostTensor first = trainer.variables().at("embed/embeddings");
+    std::vector<double> expected(first.f32.begin(), first.f32.end());
+    const int64_t per_example = tj::testing::kSparseReads * tj::testing::kSparseDim;
+    for (int step = 0; step < 3; ++step) {
+      const tj::HostFeeds batch = tj::testing::sparse_tower_batch(8, kVocab, 600 + step);
+      int64_t example = 0;
+      for (const int64_t slice : trainer.step(batch).slices) {
+        for (int64_t p = example * tj::testing::kSparseReads; p < (example + slice) * tj::testing::kSparseReads; ++p)
+          for (int64_t d = 0; d < tj::testing::kSparseDim; ++d)
+            expected[batch.at("ids").i32[p] * tj::testing::kSparseDim + d] -=
+                0.5 / n * batch.at("c").f32[p * tj::testing::kSparseDim + d] / (slice * per_example);
+        example += slice;
+      }
+    }
+    const tj::HostTensor& table = trainer.variables().at("embed/embeddings");
+    for (int64_t i = 0; i < table.size(); ++i) CHECK(table.f32[i] == Approx(expected[i]).epsilon(1e-5).margin(1e-6));
+  }
+}

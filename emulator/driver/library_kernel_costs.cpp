@@ -107,6 +107,10 @@ KernelCost library_kernel_cost(const std::string& k, void** params) {
     const double n = static_cast<double>(param<long long>(params, 3)) * param<long long>(params, 5);
     return {f * 3 * n, 0};
   }
+  if (k == "tj_scale") {  // per element: read, multiplied in double, written
+    const double n = static_cast<double>(param<long long>(params, 1));
+    return {f * 2 * n, n};
+  }
   if (k == "tj_attention") return attention_cost(k, param<TjAttentionShape>(params, 4));
   if (k == "tj_attention_grad_q" || k == "tj_attention_grad_kv") return attention_cost(k, param<TjAttentionShape>(params, 6));
   if (k == "tj_layer_norm" || k == "tj_layer_norm_grad_input") return layer_norm_cost(k, param<TjNormShape>(params, 4));

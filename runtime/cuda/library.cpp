@@ -370,6 +370,16 @@ void run_library_call(const kir::LibraryCall& call, const Node& node, const std:
   }
 }
 
+void scale_floats(DeviceContext& device, CUdeviceptr x, int64_t count, double s, const Stream& stream,
+                  const std::string& what, std::source_location loc) {
+  if (count <= 0) return;
+  long long n = count;
+  void* params[] = {&x, &n, &s};
+  device.make_current();
+  launch(device.library_module().function("tj_scale"), grid_for(count, kBlock, device), kBlock, stream, params,
+         "tj_scale for " + what, loc);
+}
+
 size_t library_scratch_bytes(const kir::LibraryCall& call, const Node& node, const std::vector<Shape>& in,
                              const Shape& out, Cudnn* dnn) {
   if (call.op == Op::CombineRows) return static_cast<size_t>(in[0].elements(0)) * 8;  // first[], next[]

@@ -5,6 +5,7 @@
 // names what each call runs.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "dsl/graph.h"
@@ -48,6 +49,11 @@ void run_library_call(const kir::LibraryCall& call, const Node& node, const std:
 // sight of the shape (synchronising dnn's stream), so call it before queuing the run.
 size_t library_scratch_bytes(const kir::LibraryCall& call, const Node& node, const std::vector<Shape>& inputs,
                              const Shape& output, Cudnn* dnn);
+
+// Queues x[i] = float(s * double(x[i])) over `count` floats at `x` on `stream` (the host's
+// rounding of a double factor, bitwise). `what` names the work for a launch error.
+void scale_floats(DeviceContext& device, CUdeviceptr x, int64_t count, double s, const Stream& stream,
+                  const std::string& what, std::source_location loc);
 
 // The error a one-hot call raises for the slot value it left (~0: none), as the CPU's.
 void check_one_hot_slot(const Node& node, uint64_t slot);

@@ -2,8 +2,8 @@
 // AsyncMultiGPUBuilder with fewer than 4 towers. A tower reads every variable into its own
 // copy under the apply lock, so it reads them as they were between two applies; computes its
 // gradients on its GPU, where they stay; and under the apply lock applies them one variable at
-// a time, each on its variable's GPU, then writes the model's updates. Only the loss and the
-// learning rate cross to the host in a step.
+// a time, each on its variable's GPU (a sparse gradient as its rows and values), then writes
+// the model's updates. Only the loss and the learning rate cross to the host in a step.
 #include "dsl/error.h"
 #include "runtime/towers/async_variables.h"
 #include "runtime/towers/tower_state.h"
@@ -33,10 +33,16 @@ class PlacedVariables final : public AsyncVariables {
   double apply(int t, double scale) override {
     const std::vector<DeviceTensor>& out = fetched_[t];  // the loss, the gradients, the model's updates
     const auto step = static_cast<uint64_t>(state_.applies.load());
-    const size_t gradients = homes_.split().variables.size();
+    const CompiledTowers& c = state_.compiled;
+    const size_t gradients = homes_.split().variables.size(), updates = c.model_updates.size();
     homes_.begin_apply();
-    for (size_t v = 0; v < gradients; ++v) homes_.apply(v, out[1 + v], scale, step);
-    for (size_t u = 0; u < state_.compiled.model_updates.size(); ++u) homes_.write_update(u, out[1 + gradients + u]);
+    for (size_t v = 0; v < gradients; ++v) {
+      const DeviceTensor* rows = nullptr;  // a sparse gradient's: fetched after the model's updates
+      for (size_t k = 0; k < c.sparse.size(); ++k)
+        if (c.sparse[k].variable == v) rows = &out[1 + gradients + updates + k];
+      homes_.apply(v, out[1 + v], rows, scale, step);
+    }
+    for (size_t u = 0; u < updates; ++u) homes_.write_update(u, out[1 + gradients + u]);
     return homes_.finish_apply(step);
   }
 

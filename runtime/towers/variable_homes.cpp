@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "dsl/error.h"
+#include "runtime/cuda/library.h"
 #include "runtime/towers/tower_state.h"
 
 namespace towerjit::detail {
@@ -17,8 +18,11 @@ struct VariableHomes::Home {  // a GPU holding variables
 struct VariableHomes::Placed {  // a trainable variable and its apply
   int home = 0;
   std::unique_ptr<CudaProgram> apply;
-  DeviceFeeds feeds;  // its gradient and the scale, at the same addresses every apply
-  double scale = 0;   // the scale in feeds
+  // Its gradient and the scale, at the same addresses every apply; a sparse gradient's values
+  // and rows, in blocks kept from the largest slice so far (their first axis is the slice's).
+  DeviceFeeds feeds;
+  double scale = 0;        // the scale in feeds
+  std::string rows_input;  // a sparse gradient's rows (CompiledTowers::sparse), else ""
 };
 
 struct VariableHomes::Tower {
@@ -31,6 +35,12 @@ namespace {
 // Copies `from` into `to` (on any GPUs) on `stream`.
 void copy(const DeviceTensor& from, DeviceTensor& to, const cuda::Stream& stream) {
   cuda::copy_async(to.ptr(), *to.device, from.ptr(), *from.device, from.bytes(), stream);
+}
+// Makes `to`, on `device`, hold `from`'s shape (its block grown when too small) and copies.
+void copy_resized(const DeviceTensor& from, DeviceTensor& to, cuda::DeviceContext& device, const cuda::Stream& stream) {
+  if (!to.buffer || to.buffer.bytes() < from.bytes()) to = empty_device_tensor(device, from.shape, from.dtype);
+  to.shape = from.shape;
+  copy(from, to, stream);
 }
 }  // namespace
 
@@ -94,7 +104,9 @@ VariableHomes::VariableHomes(TowerState& state, Loc loc)
     std::string stem = "apply_" + a.variable;
     std::replace(stem.begin(), stem.end(), '/', '_');
     p.apply = std::make_unique<CudaProgram>(g, std::vector<Tensor>{}, a.updates, home.device, stem, loc);
-    p.feeds.emplace(a.gradient_input, empty_device_tensor(*home.context, c.initial.at(a.variable).shape, DType::f32));
+    p.rows_input = a.rows_input;
+    if (p.rows_input.empty())  // a sparse gradient's feeds take their shapes at the first apply
+      p.feeds.emplace(a.gradient_input, empty_device_tensor(*home.context, c.initial.at(a.variable).shape, DType::f32));
     p.feeds.emplace(TowerProgram::gradient_scale, to_device(scalar(0.0), *home.context, *home.copies));
     placed_.push_back(std::move(p));
   }
@@ -125,13 +137,27 @@ DeviceVariables& VariableHomes::read(int t) {
   return tower.reads;
 }
 
-void VariableHomes::apply(size_t v, const DeviceTensor& gradient, double scale, uint64_t step) {
+void VariableHomes::apply(size_t v, const DeviceTensor& gradient, const DeviceTensor* rows, double scale,
+                          uint64_t step) {
   Placed& p = placed_[v];
   Home& home = *homes_[p.home];
   if (p.scale != scale) upload(scalar(scale), p.feeds.at(TowerProgram::gradient_scale), *home.copies);
   p.scale = scale;
-  // On the apply's stream, so its run waits for the copy.
-  copy(gradient, p.feeds.at(split_.variables[v].gradient_input), p.apply->stream());
+  // On the apply's stream, so its run waits for the copies.
+  const cuda::Stream& stream = p.apply->stream();
+  DeviceTensor& values = p.feeds[split_.variables[v].gradient_input];
+  if (p.rows_input.empty()) {
+    copy(gradient, values, stream);
+  } else {
+    internal_check(rows) << "the sparse gradient of \"" << split_.variables[v].variable << "\" without its rows";
+    copy_resized(gradient, values, *home.context, stream);
+    copy_resized(*rows, p.feeds[p.rows_input], *home.context, stream);
+    // The values reach the apply as they are (no collective scales them): the factor goes on
+    // here, rounded as the host's async apply rounds it (async_variables.cpp).
+    if (scale != 1.0)
+      cuda::scale_floats(*home.context, values.ptr(), values.size(), scale, stream,
+                         "the sparse gradient of \"" + split_.variables[v].variable + "\"", loc_);
+  }
   p.apply->run(p.feeds, home.variables, step, loc_);
 }
 

@@ -46,8 +46,9 @@ class VariableHomes {
   // Before the variables' applies: every GPU's copy of the global step takes its value.
   void begin_apply();
   // Variable v's apply on its GPU of `gradient` (on any GPU) times `scale`; `step` keys random
-  // numbers.
-  void apply(size_t v, const DeviceTensor& gradient, double scale, uint64_t step);
+  // numbers. A sparse gradient (split().variables[v].rows_input set) is its values, with
+  // `rows` its rows; a dense one has no rows (null).
+  void apply(size_t v, const DeviceTensor& gradient, const DeviceTensor* rows, double scale, uint64_t step);
   // Model update u's variable takes `value` (on any GPU).
   void write_update(size_t u, const DeviceTensor& value);
   // After every variable's apply: the global step's increment. Returns the learning rate.

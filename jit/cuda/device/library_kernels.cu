@@ -312,6 +312,16 @@ extern "C" __global__ void tj_scatter_rows(const int* __restrict__ indices, cons
   }
 }
 
+// x[i] *= s in place, the product in double rounded once to float: bitwise the host's
+// static_cast<float>(s * x) (an async tower's factor on a sparse gradient's values, which reach
+// the apply unscaled: runtime/towers/variable_homes.cpp).
+extern "C" __global__ void tj_scale(float* __restrict__ x, tj_i64 n, double s) {
+  for (tj_i64 i = TJ_GLOBAL_THREAD; i < n; i += TJ_GRID_THREADS) {
+    TJ_WORK(1);
+    x[i] = (float)(s * (double)x[i]);
+  }
+}
+
 // out[o][in] = the first j with the largest x[o][j][in].
 extern "C" __global__ void tj_argmax(const float* __restrict__ x, int* __restrict__ out,
                                      tj_i64 outer, tj_i64 n, tj_i64 inner) {

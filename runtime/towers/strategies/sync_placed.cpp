@@ -49,7 +49,7 @@ class SyncPlaced final : public TowerStrategy {
     homes_.begin_apply();
     for (size_t k = 0; k < sums_.size(); ++k) {
       const DeviceTensor& sum = sums_[k].of(out, 1 + k, weights, shares, step, loc);
-      if (k < gradients) homes_.apply(k, sum, 1.0, step);  // the weights are in the sum
+      if (k < gradients) homes_.apply(k, sum, nullptr, 1.0, step);  // the weights are in the sum
       else homes_.write_update(k - gradients, sum);
     }
     result.learning_rate = homes_.finish_apply(step);
