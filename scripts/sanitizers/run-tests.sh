@@ -28,8 +28,9 @@ asan)
   export LSAN_OPTIONS="suppressions=$here/lsan.supp:print_suppressions=0"
   export UBSAN_OPTIONS="$common:print_stacktrace=1:halt_on_error=1:abort_on_error=1"
   # `package` rebuilds towerjit from scratch, unsanitized (a project of its own, as a user's is):
-  # it tests CMake packaging, which the normal `make test` already covers.
-  select=(-LE '^package$')
+  # it tests CMake packaging, which the normal `make test` already covers. `unsanitized`: entries
+  # whose towerjit code other entries run here, the rest being Python (tests/CMakeLists.txt).
+  select=(-LE '^(package|unsanitized)$')
   ;;
 tsan)
   export TSAN_OPTIONS="log_path=$logs/tsan:log_exe_name=1:exitcode=66:halt_on_error=1:second_deadlock_stack=1:suppressions=$here/tsan.supp"
