@@ -31,8 +31,8 @@ CompiledTowers compile_towers(Graph& graph, Tensor loss, const Towers& towers, c
                               Loc loc) {
   CompiledTowers c;
   // 1. The training graph: gradients, their collectives, the optimiser's and the EMA's updates.
-  // With `sparse` (the strategy concatenates rows and values in host memory), CPU and GPU
-  // towers alike fetch a sparse gradient's rows and values instead of its dense value.
+  // With `sparse` (the strategy takes sparse gradients as rows and values), CPU and GPU towers
+  // alike fetch a sparse gradient's rows and values instead of its dense value.
   const TowerProgram program = build_tower_program(graph, loss, optimizer, options.ema, sparse, loc);
   c.model_updates = program.model_updates;
   c.gradient_inputs = program.gradient_inputs;

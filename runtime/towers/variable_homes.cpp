@@ -21,8 +21,7 @@ struct VariableHomes::Placed {  // a trainable variable and its apply
   // Its gradient and the scale, at the same addresses every apply; a sparse gradient's values
   // and rows, in blocks kept from the largest slice so far (their first axis is the slice's).
   DeviceFeeds feeds;
-  double scale = 0;        // the scale in feeds
-  std::string rows_input;  // a sparse gradient's rows (CompiledTowers::sparse), else ""
+  double scale = 0;  // the scale in feeds
 };
 
 struct VariableHomes::Tower {
@@ -104,8 +103,7 @@ VariableHomes::VariableHomes(TowerState& state, Loc loc)
     std::string stem = "apply_" + a.variable;
     std::replace(stem.begin(), stem.end(), '/', '_');
     p.apply = std::make_unique<CudaProgram>(g, std::vector<Tensor>{}, a.updates, home.device, stem, loc);
-    p.rows_input = a.rows_input;
-    if (p.rows_input.empty())  // a sparse gradient's feeds take their shapes at the first apply
+    if (a.rows_input.empty())  // a sparse gradient's feeds take their shapes at the first apply
       p.feeds.emplace(a.gradient_input, empty_device_tensor(*home.context, c.initial.at(a.variable).shape, DType::f32));
     p.feeds.emplace(TowerProgram::gradient_scale, to_device(scalar(0.0), *home.context, *home.copies));
     placed_.push_back(std::move(p));
@@ -145,18 +143,19 @@ void VariableHomes::apply(size_t v, const DeviceTensor& gradient, const DeviceTe
   p.scale = scale;
   // On the apply's stream, so its run waits for the copies.
   const cuda::Stream& stream = p.apply->stream();
-  DeviceTensor& values = p.feeds[split_.variables[v].gradient_input];
-  if (p.rows_input.empty()) {
+  const VariableApply& a = split_.variables[v];
+  DeviceTensor& values = p.feeds[a.gradient_input];
+  if (a.rows_input.empty()) {
     copy(gradient, values, stream);
   } else {
-    internal_check(rows) << "the sparse gradient of \"" << split_.variables[v].variable << "\" without its rows";
+    internal_check(rows) << "the sparse gradient of \"" << a.variable << "\" without its rows";
     copy_resized(gradient, values, *home.context, stream);
-    copy_resized(*rows, p.feeds[p.rows_input], *home.context, stream);
+    copy_resized(*rows, p.feeds[a.rows_input], *home.context, stream);
     // The values reach the apply as they are (no collective scales them): the factor goes on
     // here, rounded as the host's async apply rounds it (async_variables.cpp).
     if (scale != 1.0)
       cuda::scale_floats(*home.context, values.ptr(), values.size(), scale, stream,
-                         "the sparse gradient of \"" + split_.variables[v].variable + "\"", loc_);
+                         "the sparse gradient of \"" + a.variable + "\"", loc_);
   }
   p.apply->run(p.feeds, home.variables, step, loc_);
 }
