@@ -12,6 +12,7 @@
 #include "runtime/flush_denormals.h"
 #include "runtime/bind_feeds.h"
 #include "runtime/cpu/library.h"
+#include "runtime/cpu/relaxed_copy.h"
 #include "runtime/numerics_check.h"
 
 namespace towerjit {
@@ -110,7 +111,11 @@ std::vector<HostTensor> CpuProgram::run(const HostFeeds& feeds, HostVariables& v
       cpujit::run_library_call(c, graph_.node(c.node), in, out, pool_);
     } else {
       const kir::Copy& c = program_.copies[s.index];
-      std::memmove(base[c.to], base[c.from], program_.buffers[c.to].shape.elements(batch) * dtype_bytes(program_.buffers[c.to].dtype));
+      const kir::Buffer& to = program_.buffers[c.to];
+      const size_t bytes = to.shape.elements(batch) * dtype_bytes(to.dtype);
+      // A new value copied over a variable: async towers may be reading it now (relaxed_copy.h).
+      if (to.kind == kir::Buffer::Kind::variable) cpujit::copy_relaxed(base[c.to], base[c.from], bytes);
+      else std::memmove(base[c.to], base[c.from], bytes);
     }
     if (step_times)
       (*step_times)[i] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -5,6 +5,7 @@
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/gemm_half.h"
 #include "runtime/cpu/layer_norm.h"
+#include "runtime/cpu/relaxed_copy.h"
 #include "runtime/cpu/softmax.h"
 #include "runtime/cpu/pool.h"
 
@@ -97,7 +98,8 @@ GatherGeometry gather_geometry(const Node& node, const Shape& table, const View&
   return g;
 }
 
-// Rows of 4-byte elements copied whole: any dtype.
+// Rows of 4-byte elements copied whole: any dtype. Relaxed: the table may be a variable that an
+// async tower's apply is writing now (relaxed_copy.h).
 void gather(const Node& node, const View& table, const View& indices, const View& out) {
   const GatherGeometry g = gather_geometry(node, table.shape, indices);
   const auto* src = static_cast<const char*>(table.data);
@@ -105,7 +107,7 @@ void gather(const Node& node, const View& table, const View& indices, const View
   const int64_t row = g.inner * 4;
   for (int64_t o = 0; o < g.outer; ++o)
     for (int64_t i = 0; i < g.count; ++i)
-      std::memcpy(dst + (o * g.count + i) * row, src + (o * g.rows + indices.i()[i]) * row, row);
+      copy_relaxed(dst + (o * g.count + i) * row, src + (o * g.rows + indices.i()[i]) * row, row);
 }
 
 // Zeros, then each slice of dy added into its row in index order: every element's sum runs in
@@ -143,12 +145,13 @@ void combine_rows(const Node& node, const View& indices, const View& values, con
   }
 }
 
-// The table copied unless the output is the table itself (written in place), then each row.
+// The table copied unless the output is the table itself (written in place), then each row:
+// relaxed, as an async tower's gather may be reading that variable now (relaxed_copy.h).
 void scatter_rows(const Node& node, const View& table, const View& indices, const View& rows, const View& out) {
   const GatherGeometry g = gather_geometry(node, table.shape, indices);
   if (out.data != table.data) std::memcpy(out.data, table.data, table.shape.elements(0) * 4);
   for (int64_t i = 0; i < g.count; ++i)
-    std::memcpy(out.f() + indices.i()[i] * g.inner, rows.f() + i * g.inner, g.inner * 4);
+    copy_relaxed(out.f() + indices.i()[i] * g.inner, rows.f() + i * g.inner, g.inner * 4);
 }
 
 void argmax(const Node& node, const View& x, const View& out) {

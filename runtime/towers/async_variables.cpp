@@ -2,8 +2,7 @@
 // (the seed's placement with 4 or more towers, and the only one for CPU towers).
 #include "runtime/towers/async_variables.h"
 
-#include <cstring>
-
+#include "runtime/cpu/relaxed_copy.h"
 #include "runtime/towers/tower_state.h"
 
 namespace towerjit::detail {
@@ -34,12 +33,13 @@ class HostAsyncVariables final : public AsyncVariables {
     }
     gradients[TowerProgram::gradient_scale] = scalar(scale);
     const double rate = state_.applied(apply_->run(gradients, values_, static_cast<uint64_t>(state_.applies.load())));
-    // Copied into the variables' buffers rather than swapped for them: another tower's step may
-    // be reading them now (the seed's towers read the variables as they are, unlocked).
+    // Copied into the variables' buffers rather than swapped for them, as relaxed words: another
+    // tower's step may be reading them now (the seed's towers read the variables as they are,
+    // unlocked; runtime/cpu/relaxed_copy.h).
     const auto& updates = state_.compiled.model_updates;
     for (size_t u = 0; u < updates.size(); ++u) {
       HostTensor& into = values_.at(updates[u].variable);
-      std::memcpy(into.data(), out.update(u).data(), static_cast<size_t>(into.size()) * dtype_bytes(into.dtype));
+      cpujit::copy_relaxed(into.data(), out.update(u).data(), static_cast<size_t>(into.size()) * dtype_bytes(into.dtype));
     }
     return rate;
   }
