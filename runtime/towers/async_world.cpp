@@ -58,13 +58,28 @@ void take_variables(const char* from, HostVariables& values, const std::vector<s
   }
 }
 
-// A push's bytes: the header, the tower's scaled gradients, then its model updates' values.
-int64_t push_bytes(const std::vector<Shape>& gradient_shapes, const std::vector<TowerProgram::ModelUpdate>& updates,
-                   const HostVariables& values) {
-  int64_t bytes = sizeof(Header);
-  for (const Shape& shape : gradient_shapes) bytes += shape.static_elements() * dtype_bytes(DType::f32);
-  for (const auto& u : updates) bytes += values.at(u.variable).size() * dtype_bytes(DType::f32);
-  return bytes;
+// Reads a message's parts in order, each checked to lie inside it.
+class Reader {
+ public:
+  explicit Reader(const std::vector<char>& bytes) : at_(bytes.data()), end_(bytes.data() + bytes.size()) {}
+  void take(void* to, size_t bytes) {
+    internal_check(static_cast<size_t>(end_ - at_) >= bytes) << "a push ends " << bytes - (end_ - at_)
+                                                             << " bytes before its parts do";
+    if (bytes) std::memcpy(to, at_, bytes);  // an empty tensor's data() may be null
+    at_ += bytes;
+  }
+  size_t left() const { return static_cast<size_t>(end_ - at_); }
+
+ private:
+  const char* at_;
+  const char* end_;
+};
+
+// The index into compiled.sparse of each gradient that crosses as rows and values, else -1.
+std::vector<int> sparse_index(const CompiledTowers& compiled) {
+  std::vector<int> index(compiled.gradient_inputs.size(), -1);
+  for (size_t k = 0; k < compiled.sparse.size(); ++k) index[compiled.sparse[k].variable] = static_cast<int>(k);
+  return index;
 }
 
 }  // namespace
@@ -76,7 +91,7 @@ AsyncServer::AsyncServer(TowerState& state, HostVariables& values, CpuProgram& a
       bound_(std::get<AsyncApply>(state.towers.reduction()).max_staleness),
       applied_of_tower_(state.layout.towers(), 0),
       sent_(tower_reads(*state.compiled.tower_step.at(0))),
-      push_bytes_(push_bytes(state.compiled.gradient_shapes, state.compiled.model_updates, values)) {}
+      sparse_(sparse_index(state.compiled)) {}
 
 bool AsyncServer::may_apply(const Push& push) const {
   if (!bound_) return true;
@@ -88,10 +103,7 @@ AsyncServer::Push AsyncServer::receive(Loc loc) {
   Push p;
   p.from = state_.world->receive(p.bytes, dist::Transport::kAnySource, kPushTag);
   Header h;
-  // Every rank built the same model (checked at start-up), so the size is known.
-  internal_check(static_cast<int64_t>(p.bytes.size()) == push_bytes_)
-      << "a push of " << p.bytes.size() << " bytes from rank " << p.from << ", not " << push_bytes_;
-  std::memcpy(&h, p.bytes.data(), sizeof h);
+  Reader(p.bytes).take(&h, sizeof h);
   p.step = h.step;
   p.tower = static_cast<int>(h.tower);
   p.read_at = h.read_at;
@@ -99,15 +111,36 @@ AsyncServer::Push AsyncServer::receive(Loc loc) {
   return p;
 }
 
+// A push is its header, then each gradient: a dense one's elements; a sparse one's rows' shape
+// (the rank, then each axis, int64), its values (that shape and the table's row) and its rows
+// (i32), so its size varies with the rows the tower read; then the tower's model updates.
 AsyncServer::Applied AsyncServer::apply(Push push, Loc loc) {
   const CompiledTowers& c = state_.compiled;
+  Reader in(push.bytes);
+  Header h;
+  in.take(&h, sizeof h);
   HostFeeds gradients;
-  const char* from = push.bytes.data() + sizeof(Header);
   for (size_t v = 0; v < c.gradient_inputs.size(); ++v) {
-    HostTensor g(c.gradient_shapes[v]);
-    std::memcpy(g.f32.data(), from, g.size() * sizeof(float));
-    from += g.size() * sizeof(float);
-    gradients[c.gradient_inputs[v]] = std::move(g);
+    const int k = sparse_[v];
+    if (k < 0) {
+      HostTensor g(c.gradient_shapes[v]);
+      in.take(g.data(), g.size() * sizeof(float));
+      gradients[c.gradient_inputs[v]] = std::move(g);
+      continue;
+    }
+    // The rows keep the shape of the indices the tower read; the values add the table's row.
+    int64_t rank = 0;
+    in.take(&rank, sizeof rank);
+    internal_check(rank >= 0 && rank <= 8) << "a push's rows of rank " << rank;
+    std::vector<int64_t> dims(static_cast<size_t>(rank));
+    in.take(dims.data(), dims.size() * sizeof(int64_t));
+    HostTensor rows(Shape(dims), DType::i32);
+    for (int a = 1; a < c.gradient_shapes[v].rank(); ++a) dims.push_back(c.gradient_shapes[v][a]);
+    HostTensor values{Shape(dims)};
+    in.take(values.data(), values.size() * sizeof(float));
+    in.take(rows.data(), rows.size() * sizeof(int32_t));
+    gradients[c.gradient_inputs[v]] = std::move(values);
+    gradients[c.sparse[k].rows_input] = std::move(rows);
   }
   gradients[TowerProgram::gradient_scale] = scalar(1.0);  // the worker scaled them
   Applied a{.step = push.step, .tower = push.tower, .loss = push.loss};
@@ -124,9 +157,10 @@ AsyncServer::Applied AsyncServer::apply(Push push, Loc loc) {
     ++state_.applies;
     for (const auto& u : c.model_updates) {  // each tower writes its own new values
       HostTensor& value = values_.at(u.variable);
-      std::memcpy(value.f32.data(), from, value.size() * sizeof(float));
-      from += value.size() * sizeof(float);
+      in.take(value.f32.data(), value.size() * sizeof(float));
     }
+    // Every rank built the same model (checked at start-up): a push of another size is a bug.
+    internal_check(in.left() == 0) << "a push from rank " << push.from << " has " << in.left() << " bytes past its parts";
     const int64_t applies = state_.applies;
     put(reply, &applies, sizeof applies);
     put_variables(reply, values_, sent_);
@@ -141,6 +175,7 @@ AsyncWorker::AsyncWorker(TowerState& state, HostVariables& values)
     : state_(state),
       values_(values),
       received_(tower_reads(*state.compiled.tower_step.at(0))),
+      sparse_(sparse_index(state.compiled)),
       reply_bytes_(static_cast<int64_t>(sizeof(int64_t)) + bytes_of(values, received_)) {}
 
 double AsyncWorker::work(int64_t step, const HostFeeds& feeds, int64_t examples, Loc loc) {
@@ -163,9 +198,16 @@ double AsyncWorker::work(int64_t step, const HostFeeds& feeds, int64_t examples,
     put(push, &h, sizeof h);
     const float scale = static_cast<float>(scales[first + k]);
     for (size_t v = 0; v < outputs[k].gradients(); ++v) {
-      std::vector<float>& g = outputs[k].gradient(v).f32;
-      for (float& x : g) x *= scale;
-      put(push, g.data(), g.size() * sizeof(float));
+      HostTensor& g = outputs[k].gradient(v);
+      for (float& x : g.f32) x *= scale;
+      const HostTensor* rows = sparse_[v] >= 0 ? &outputs[k].rows(sparse_[v]) : nullptr;
+      if (rows) {
+        std::vector<int64_t> shape{rows->shape.rank()};
+        for (int a = 0; a < rows->shape.rank(); ++a) shape.push_back(rows->shape[a]);
+        put(push, shape.data(), shape.size() * sizeof(int64_t));
+      }
+      put(push, g.f32.data(), g.size() * sizeof(float));
+      if (rows) put(push, rows->data(), rows->size() * sizeof(int32_t));
     }
     for (size_t u = 0; u < outputs[k].updates(); ++u) {
       const HostTensor& value = outputs[k].update(u);

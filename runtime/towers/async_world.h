@@ -1,7 +1,8 @@
 // Async towers across processes: a parameter server on a rank of its own (rank 0), the towers
 // on the other ranks (MXNet's dist_async, BytePS's async mode). No MPI one-sided windows: a
 // worker sends each tower's gradients, already scaled by the strategy (1/N over the world's
-// towers), with the apply count of the values they were computed from; the server's one apply
+// towers; a sparse one as its rows and values, of the size the tower's reads give it), with
+// the apply count of the values they were computed from; the server's one apply
 // thread (the caller of AsyncServer::next) applies each push exactly once, in the order they
 // arrive, and sends the worker back the variables its towers read (the model's, not the
 // optimiser's slots) as they are then, for their next slice. Staleness is the applies by others between a push's read and its apply,
@@ -62,7 +63,7 @@ class AsyncServer {
   std::optional<int64_t> bound_;
   std::vector<int64_t> applied_of_tower_;  // for the bound and the largest lead
   const std::vector<std::string> sent_;    // the variables a reply carries: what the towers read
-  const int64_t push_bytes_;               // every push's size
+  const std::vector<int> sparse_;          // per gradient: its index in compiled.sparse, or -1
   int64_t lead_ = 0;                       // the largest lead seen (under the apply lock)
 };
 
@@ -80,6 +81,7 @@ class AsyncWorker {
   TowerState& state_;
   HostVariables& values_;
   const std::vector<std::string> received_;  // the variables a reply carries, in its order
+  const std::vector<int> sparse_;            // per gradient: its index in compiled.sparse, or -1
   const int64_t reply_bytes_;
 };
 

@@ -3,7 +3,8 @@
 # ctest (label `mpi`) as
 #   mpi_cli.sh <path to fashion_mnist> <case> <path to towerjit_mpi_async_check> \
 #              <path to towerjit_mpi_given_up_call> <path to towerjit_mpi_trainer_misuse> \
-#              <path to towerjit_mpi_sparse_towers> <path to towerjit_mpi_compressed_all_reduce>
+#              <path to towerjit_mpi_sparse_towers> <path to towerjit_mpi_compressed_all_reduce> \
+#              <path to towerjit_mpi_async_sparse>
 # Each case exits 0 when the run behaves as docs/distributed.md says, 77 (skipped) when mpirun
 # is missing, and prints why otherwise.
 set -u
@@ -14,6 +15,7 @@ given_up_call=${4:-}
 trainer_misuse=${5:-}
 sparse_towers=${6:-}
 compressed_all_reduce=${7:-}
+async_sparse=${8:-}
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (install openmpi-bin)"; exit 77; }
 # Under ASan (make test-asan), the complete unwinder for allocations: Open MPI has no frame
 # pointers, and the leaks it leaves at exit must show their Open MPI frames to match
@@ -294,7 +296,28 @@ sparse_gradients_across_processes)
   mpi 2 "$sparse_towers" train 1 "$work/rules_a" rules >"$work/out" 2>&1 || { cat "$work/out"; fail "rules, two processes"; }
   mpi 2 "$sparse_towers" train 1 "$work/rules_b" rules >"$work/out" 2>&1 || { cat "$work/out"; fail "rules, two processes again"; }
   "$sparse_towers" compare "$work/rules_one" "$work/rules_a" 1e-6 || fail "rules: 2 processes and 2 towers differ"
-  "$sparse_towers" compare "$work/rules_a" "$work/rules_b" 0 || fail "rules: two runs of 2 processes differ" ;;
+  "$sparse_towers" compare "$work/rules_a" "$work/rules_b" 0 || fail "rules: two runs of 2 processes differ"
+  # Two processes x 1 emulated GPU with the variables on the GPUs: the bias all-reduced over MPI,
+  # the table's rows and values all-gathered on the host after it; as the CPU towers within
+  # 1e-5 relative (the GPU's float sums in another order).
+  TOWERJIT_CUDA=emulator mpi 2 -x TOWERJIT_CUDA "$sparse_towers" train 1 "$work/gpus" gpus >"$work/out" 2>&1 ||
+    { cat "$work/out"; fail "two processes, GPU towers"; }
+  "$sparse_towers" compare "$work/one" "$work/gpus" 1e-5 || fail "GPU towers over 2 processes differ" ;;
+async_sparse_gradients)
+  # Sparse gradients pushed to the parameter server as rows and values (tests/mpi/async_sparse_server.cpp):
+  # none lost with 2 workers x 1 tower, 3 workers x 1 and 2 workers x 2 (V = 1, 7, 127); a
+  # server and one worker on Adam bitwise as one process's async tower, and apart from the
+  # dense gradient's Adam (so the push was sparse: SparseAdam's rows not read keep their moments).
+  for layout in "3 1" "4 1" "3 2"; do
+    set -- $layout
+    mpi "$1" "$async_sparse" none_lost "$2" >"$work/out" 2>&1 || { cat "$work/out"; fail "$1 processes x $2 towers"; }
+    [ "$(grep -c '; ok$' "$work/out")" = 3 ] || { cat "$work/out"; fail "$1 processes x $2 towers: not every vocabulary checked"; }
+  done
+  "$async_sparse" train "$work/alone" >"$work/out" 2>&1 || { cat "$work/out"; fail "one process"; }
+  mpi 2 "$async_sparse" train "$work/served" >"$work/out" 2>&1 || { cat "$work/out"; fail "a server and a worker"; }
+  "$async_sparse" train "$work/dense" dense >"$work/out" 2>&1 || { cat "$work/out"; fail "one process, dense"; }
+  "$sparse_towers" compare "$work/alone" "$work/served" 0 || fail "the server's run is not one process's"
+  if "$sparse_towers" compare "$work/alone" "$work/dense" 1e-3 >/dev/null; then fail "sparse and dense Adam agree: no sparse push"; fi ;;
 trainer_misuse_is_named)
   # The mistakes only a world allows, each named with its line and fix on every rank
   # (tests/mpi/trainer_misuse.cpp): step() and run_async() with async towers, a sync step fed
