@@ -2,13 +2,30 @@
 // tests/jit/jit_check.h does for the CPU JIT, and compares with the same require_close (within the reference's error bounds).
 #pragma once
 
+#include <cstdlib>
+#include <optional>
 #include <random>
+#include <string>
 
 #include "jit/knobs.h"
 #include "runtime/cuda/cuda_program.h"
 #include "tests/jit/jit_check.h"
 
 namespace towerjit::testing {
+
+// Sets an environment variable for one scope (the knobs are read when a program is made).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() { old_ ? (void)::setenv(name_, old_->c_str(), 1) : (void)::unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 // Runs `fetches` both ways; with `updates`, also runs the update ops and compares variables.
 inline JitRun run_gpu_and_reference(const Graph& g, const std::vector<Tensor>& fetches,

@@ -25,20 +25,6 @@ using namespace tj::testing;
 
 namespace {
 
-// Sets an environment variable for one scope (the knobs are read when a program is made).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() { old_ ? (void)::setenv(name_, old_->c_str(), 1) : (void)::unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 // a @ b (each possibly fed transposed and transposed back in the graph, which the fusion pass
 // folds into the product's flags), against the reference, in the mode the knob sets.
 void check_matmul(const tj::Shape& a_shape, const tj::Shape& b_shape, bool ta, bool tb, uint32_t seed) {

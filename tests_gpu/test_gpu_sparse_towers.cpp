@@ -1,11 +1,14 @@
-// Sparse gradients on GPU towers: with the variables in host memory, each GPU tower fetches an
-// embedding's rows and values (never its [V, D] gradient) and the host concatenates and applies
-// them as it does for CPU towers (runtime/towers/sparse_reduction.h). Checked against CPU towers
+// Sparse gradients on GPU towers: each GPU tower fetches an embedding's rows and values (never
+// its [V, D] gradient) and the host concatenates them as it does for CPU towers
+// (runtime/towers/sparse_reduction.h): for its apply with the variables in host memory, for
+// every GPU's apply with the variables on the GPUs (runtime/towers/gpu_resident_sync.h). Checked against CPU towers
 // on Adam, whose sparse form (PyTorch's SparseAdam) leaves a row's moments alone at the steps
 // that do not read it, so a dense apply would train other weights.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "gpu_check.h"
 #include "tests/runtime/sparse_tower_model.h"
@@ -17,10 +20,10 @@ namespace {
 
 constexpr int64_t kVocab = 37;  // 21 reads a step: most rows are skipped by some steps
 
-tj::HostVariables train(const tj::Towers& towers, bool sparse) {
+tj::HostVariables train(const tj::Towers& towers, bool sparse, tj::TowerTrainerOptions options = {}) {
   tj::Graph g;
   const tj::Tensor loss = tj::testing::sparse_tower_loss(g, kVocab, sparse);
-  tj::TowerTrainer trainer(g, loss, towers, tj::adam(0.05));
+  tj::TowerTrainer trainer(g, loss, towers, tj::adam(0.05), options);
   for (int k = 0; k < 6; ++k) trainer.step(tj::testing::sparse_tower_batch(7, kVocab, 40 + k));
   return trainer.variables();
 }
@@ -53,6 +56,43 @@ TEST_CASE("GPU: sparse gradients on GPU towers follow CPU towers' sparse apply (
   // The dense apply moves the rows at the steps that skip them (their moments decay but stay):
   // the sparse run above did not take that path.
   CHECK(largest_difference(gpu_sparse, gpu_dense) > 1e-3);
+}
+
+TEST_CASE("GPU: sync GPU towers with the variables on the GPUs concatenate sparse rows for the GPUs' applies",
+          "[gpu]") {
+  // TOWERJIT_GPU_VARIABLES=on: the bias is summed on the GPUs (in-device, NCCL between gpu:0
+  // and gpu:1, or copies to gpu:0 with TOWERJIT_NCCL=off); the table's rows and values come
+  // down, are concatenated in tower order and go to each GPU's sparse apply. The first GPU's
+  // copy follows the CPU towers' SparseAdam (7 examples: 3 + 4, and 2 + 2 + 3 over three
+  // towers); a GPU's copy left behind would change its towers' next gradients, and so it.
+  // The parameter-server variant: the table on one GPU by the seed's rule, applied there.
+  const tj::TowerTrainerOptions on_gpus{.strategy = {.gpu_variables = true}};
+  struct Case {
+    std::vector<tj::Device> devices;
+    const char* nccl;
+    bool placed;  // the parameter-server variant: each variable on one GPU (sync_placed)
+  };
+  for (const Case& c : {Case{{tj::gpu(0), tj::gpu(0)}, "on", false}, Case{{tj::gpu(0), tj::gpu(1)}, "on", false},
+                        Case{{tj::gpu(0), tj::gpu(1), tj::gpu(1)}, "off", false},
+                        Case{{tj::gpu(0), tj::gpu(1), tj::gpu(1)}, "on", true}}) {
+    const tj::testing::ScopedEnv use_nccl("TOWERJIT_NCCL", c.nccl);
+    const tj::Towers gpus = c.placed ? tj::Towers(c.devices).variant(tj::SyncVariant::parameter_server)
+                                     : tj::Towers(c.devices);
+    std::string names;
+    std::vector<tj::Device> cpus;
+    for (const tj::Device& d : c.devices) {
+      names += d.str() + " ";
+      cpus.push_back(tj::cpu(static_cast<int>(cpus.size())));
+    }
+    INFO("towers " << names << "with TOWERJIT_NCCL=" << c.nccl << (c.placed ? ", placed" : ""));
+    const tj::HostVariables cpu_sparse = train(tj::Towers(cpus), true);
+    const tj::HostVariables gpu_sparse = train(gpus, true, on_gpus);
+    for (const auto& [name, t] : cpu_sparse)
+      for (int64_t i = 0; i < t.size(); ++i)
+        CHECK(gpu_sparse.at(name).f32[i] == Approx(t.f32[i]).epsilon(1e-5).margin(1e-6));
+    if (c.devices.size() == 2 && c.devices[1] == tj::gpu(0))  // the dense apply once: not the path above
+      CHECK(largest_difference(gpu_sparse, train(gpus, false, on_gpus)) > 1e-3);
+  }
 }
 
 TEST_CASE("GPU: async GPU towers with placed variables apply each tower's sparse rows on the variable's GPU",

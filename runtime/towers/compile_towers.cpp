@@ -27,13 +27,11 @@ bool CompiledTowers::is_sparse(size_t variable) const {
 }
 
 CompiledTowers compile_towers(Graph& graph, Tensor loss, const Towers& towers, const Optimizer& optimizer,
-                              const TowerTrainerOptions& options, const std::vector<ThreadPool*>& pools, bool sparse,
-                              Loc loc) {
+                              const TowerTrainerOptions& options, const std::vector<ThreadPool*>& pools, Loc loc) {
   CompiledTowers c;
-  // 1. The training graph: gradients, their collectives, the optimiser's and the EMA's updates.
-  // With `sparse` (the strategy takes sparse gradients as rows and values), CPU and GPU towers
-  // alike fetch a sparse gradient's rows and values instead of its dense value.
-  const TowerProgram program = build_tower_program(graph, loss, optimizer, options.ema, sparse, loc);
+  // 1. The training graph: gradients, their collectives, the optimiser's and the EMA's updates;
+  // CPU and GPU towers alike fetch a sparse gradient's rows and values, not its dense value.
+  const TowerProgram program = build_tower_program(graph, loss, optimizer, options.ema, /*sparse=*/true, loc);
   c.model_updates = program.model_updates;
   c.gradient_inputs = program.gradient_inputs;
   c.gradient_shapes = program.gradient_shapes;

@@ -55,11 +55,11 @@ struct CompiledTowers {
 
 // Builds the training graph (gradients, optimiser, EMA), compiles the towers' step and predict
 // programs on their devices (`pools[t]`: CPU tower t's threads, or null) and cuts the apply
-// side. `sparse`: the strategy takes sparse gradients as rows and values (StrategyRow::sparse_gradients),
-// so build_tower_program makes them sparse collectives, on CPU and GPU towers alike.
+// side. Sparse gradients cross as rows and values (build_tower_program's sparse collectives),
+// on CPU and GPU towers alike: every strategy takes them so (the sync ones concatenate the
+// towers', runtime/towers/sparse_reduction.h; the async ones apply each tower's as it comes).
 // Errors: those of build_tower_program, a GPU the machine lacks, logits of another graph.
 CompiledTowers compile_towers(Graph& graph, Tensor loss, const Towers& towers, const Optimizer& optimizer,
-                              const TowerTrainerOptions& options, const std::vector<ThreadPool*>& pools, bool sparse,
-                              Loc loc);
+                              const TowerTrainerOptions& options, const std::vector<ThreadPool*>& pools, Loc loc);
 
 }  // namespace towerjit::detail

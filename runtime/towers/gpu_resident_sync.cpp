@@ -11,6 +11,7 @@
 #include "dsl/tower_program.h"
 #include "jit/knobs.h"
 #include "runtime/towers/gradient_buckets.h"
+#include "runtime/towers/sparse_reduction.h"
 #include "runtime/towers/weighted_sum.h"
 
 namespace towerjit {
@@ -43,22 +44,30 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
     loss_staging_.push_back(std::make_unique<cuda::PinnedBuffer>(tower->device().context()));
     loss_staging_.back()->reserve(64, loc);
   }
-  // The reduced tensors (the towers' fetches after the loss): each gradient's variable's shape,
-  // then each updated variable's; bucketed in the order the towers' programs finish them.
+  // The reduced tensors: each dense gradient, its variable's shape, then each updated
+  // variable's; bucketed in the order the towers' programs finish them. A sparse gradient is
+  // concatenated instead (feed_sparse).
+  const size_t gradients = setup_.gradient_inputs.size(), updates = setup_.model_update_variables.size();
   std::vector<Shape> shapes;
   std::vector<bool> is_update;
-  for (const std::string& name : setup_.gradient_inputs) {
+  for (size_t j = 0; j < gradients; ++j) {
+    if (std::any_of(setup_.sparse.begin(), setup_.sparse.end(), [&](const Setup::Sparse& s) { return s.gradient == j; }))
+      continue;
+    const std::string& name = setup_.gradient_inputs[j];
     shapes.push_back(initial.at(name.substr(TowerProgram::gradient_prefix.size())).shape);
     is_update.push_back(false);
+    fetch_of_.push_back(static_cast<int>(1 + j));
+    gradient_of_.push_back(j);
   }
-  for (const std::string& name : setup_.model_update_variables) {
-    shapes.push_back(initial.at(name).shape);
+  for (size_t u = 0; u < updates; ++u) {
+    shapes.push_back(initial.at(setup_.model_update_variables[u]).shape);
     is_update.push_back(true);
+    fetch_of_.push_back(static_cast<int>(1 + gradients + u));
   }
   std::vector<int> ready;
   std::vector<int64_t> bytes;
   for (size_t k = 0; k < shapes.size(); ++k) {
-    ready.push_back(setup_.towers[0]->fetch_ready_after(k + 1));
+    ready.push_back(setup_.towers[0]->fetch_ready_after(fetch_of_[k]));
     bytes.push_back(shapes[k].elements(0) * dtype_bytes(DType::f32));
   }
   const auto cap = static_cast<int64_t>(setup_.bucket_mb * (1 << 20));
@@ -66,10 +75,10 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
   // Each tower records bucket b's event after the copy of the bucket's last tensor to finish.
   for (size_t t = 0; t < setup_.towers.size(); ++t) {
     ready_.emplace_back();
-    record_after_.emplace_back(shapes.size() + 1, nullptr);
+    record_after_.emplace_back(1 + gradients + updates, nullptr);
     for (const std::vector<int>& bucket : buckets_) {
       ready_[t].push_back(std::make_unique<cuda::Event>(setup_.towers[t]->device(), /*timing=*/false));
-      record_after_[t][bucket.back() + 1] = ready_[t].back().get();
+      record_after_[t][fetch_of_[bucket.back()]] = ready_[t].back().get();
     }
   }
   // The towers' and the reductions' fetches are read in place (no copy each, and the same
@@ -105,7 +114,7 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
     // One communicator over every process's GPUs: no MPI step.
   } else if (gpus_.size() > 1 && knobs::nccl_enabled() && cuda::nccl_available()) {
     nccl_ = std::make_unique<cuda::NcclCommunicators>(contexts, loc);
-  } else if (gpus_.size() > 1) {
+  } else if (gpus_.size() > 1 && !shapes.empty()) {
     Gpu& first = *gpus_[0];
     combine_ = weighted_sum(static_cast<int>(gpus_.size()), shapes, is_update, towerjit::gpu(first.context->ordinal()),
                             "combine_gpus", loc);
@@ -157,11 +166,10 @@ void GpuResidentSync::queue_bucket(size_t b, std::vector<std::vector<DeviceTenso
   // gradients, which the apply reads where they are (no pass scaling them by 1 first). The
   // model's updates still pass through the sum: they become variables, which must not live in
   // the tower's temporaries.
-  const size_t gradients = setup_.gradient_inputs.size();
   if (gpus_.size() == 1 && gpus_[0]->towers.size() == 1 && !across_processes() &&
       gpus_[0]->uploaded == std::vector<double>{1.0, 1.0} &&
-      std::all_of(bucket.begin(), bucket.end(), [&](int k) { return static_cast<size_t>(k) < gradients; })) {
-    for (int k : bucket) gpus_[0]->reduced[k] = std::move(outputs[gpus_[0]->towers[0]][k + 1]);
+      std::all_of(bucket.begin(), bucket.end(), [&](int k) { return static_cast<size_t>(k) < gradient_of_.size(); })) {
+    for (int k : bucket) gpus_[0]->reduced[k] = std::move(outputs[gpus_[0]->towers[0]][fetch_of_[k]]);
     gpus_[0]->bucket_done[b] = ready_[gpus_[0]->towers[0]][b].get();
     return;
   }
@@ -171,7 +179,7 @@ void GpuResidentSync::queue_bucket(size_t b, std::vector<std::vector<DeviceTenso
       const int t = gpu->towers[i];
       wait.push_back(ready_[t][b].get());
       for (size_t k = 0; k < bucket.size(); ++k)
-        gpu->reduce_feeds[b][part(static_cast<int>(i), k)] = std::move(outputs[t][bucket[k] + 1]);
+        gpu->reduce_feeds[b][part(static_cast<int>(i), k)] = std::move(outputs[t][fetch_of_[bucket[k]]]);
     }
     DeviceVariables none;
     std::vector<DeviceTensor> sums = gpu->reduce[b]->queue_to_device(gpu->reduce_feeds[b], none, 0, wait, {}, loc_);
@@ -226,12 +234,36 @@ void GpuResidentSync::combine_gpus() {
   }
 }
 
+// The sparse gradients, once the towers have run: each tower's rows and values copied down,
+// concatenated in world tower order with the towers' weights (all-gathered across processes,
+// after the buckets' all-reduces, in the same order on every rank), and copied to every GPU.
+void GpuResidentSync::feed_sparse(const std::vector<std::vector<DeviceTensor>>& outputs,
+                                  const std::vector<double>& weights) {
+  if (setup_.sparse.empty()) return;
+  const size_t first_rows = 1 + setup_.gradient_inputs.size() + setup_.model_update_variables.size();
+  std::vector<HostTensor> down;  // per sparse gradient, per tower: values, then rows
+  down.reserve(2 * setup_.sparse.size() * outputs.size());
+  std::vector<std::vector<const HostTensor*>> values(setup_.sparse.size()), rows(setup_.sparse.size());
+  for (size_t k = 0; k < setup_.sparse.size(); ++k)
+    for (size_t t = 0; t < outputs.size(); ++t) {
+      const cuda::Stream& copies = *gpus_[gpu_of_tower_[t]]->copies;
+      values[k].push_back(&down.emplace_back(to_host(outputs[t][1 + setup_.sparse[k].gradient], copies)));
+      rows[k].push_back(&down.emplace_back(to_host(outputs[t][first_rows + k], copies)));
+    }
+  const std::vector<HostTensor> all = detail::concatenate_sparse(values, rows, weights, setup_.world);
+  for (auto& gpu : gpus_)
+    for (size_t k = 0; k < setup_.sparse.size(); ++k) {
+      gpu->apply_feeds[setup_.gradient_inputs[setup_.sparse[k].gradient]] = to_device(all[2 * k], *gpu->context, *gpu->copies);
+      gpu->apply_feeds[setup_.sparse[k].rows_input] = to_device(all[2 * k + 1], *gpu->context, *gpu->copies);
+    }
+}
+
 // The apply's inputs on `gpu`: the reduced gradients as its feeds, and the model's updates
 // copied into their variables (which keep their addresses) on the apply's stream, which the
 // apply's run follows; the apply does not read them.
 void GpuResidentSync::feed_apply(Gpu& gpu) {
-  const size_t gradients = setup_.gradient_inputs.size();
-  for (size_t j = 0; j < gradients; ++j) gpu.apply_feeds[setup_.gradient_inputs[j]] = std::move(gpu.reduced[j]);
+  const size_t gradients = gradient_of_.size();
+  for (size_t r = 0; r < gradients; ++r) gpu.apply_feeds[setup_.gradient_inputs[gradient_of_[r]]] = std::move(gpu.reduced[r]);
   for (size_t u = 0; u < setup_.model_update_variables.size(); ++u) {
     DeviceTensor& variable = gpu.variables.at(setup_.model_update_variables[u]);
     const DeviceTensor& value = gpu.reduced[gradients + u];
@@ -239,8 +271,12 @@ void GpuResidentSync::feed_apply(Gpu& gpu) {
   }
 }
 
-// The optimiser's apply on `gpu`'s copy once the host has the sums, run and waited for.
+// The optimiser's apply on `gpu`'s copy once the host has the sums, run and waited for. Its
+// stream first waits for every bucket's sum (NCCL's all-reduce may still be queued when a
+// sparse gradient brought the apply to the host).
 void GpuResidentSync::apply(Gpu& gpu, Result& result) {
+  for (const cuda::Event* done : gpu.bucket_done)
+    if (done) gpu.apply->stream().wait(*done);
   feed_apply(gpu);
   std::vector<HostTensor> fetched = gpu.apply->run(gpu.apply_feeds, gpu.variables, 0, loc_);
   if (&gpu == gpus_[0].get()) result.apply_fetched = std::move(fetched);
@@ -356,6 +392,7 @@ GpuResidentSync::Result GpuResidentSync::step(const std::vector<HostFeeds>& slic
   if (mpi_between_processes() && combine_)
     for (size_t b = 0; b < buckets_.size(); ++b) send_bucket(b);
   if (mpi_between_processes()) receive_buckets();
+  feed_sparse(outputs, weights);
   for (auto& gpu : gpus_) apply(*gpu, result);
   return result;
 }

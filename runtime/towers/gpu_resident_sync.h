@@ -19,8 +19,14 @@
 //      the hierarchical scheme, NCCL inside the process, MPI between (docs/distributed.md); or,
 //      with TOWERJIT_NCCL_WORLD=on where every process's NCCL can, one NCCL communicator over
 //      every process's GPUs (bootstrapped over MPI), and no MPI step;
-//   5. every GPU applies the optimiser to its copy; the model's updates replace their variables.
-//      Where the buckets' sums are complete on the device (one process, one GPU or NCCL), the
+//   5. a sparse gradient (an embedding's rows and values, CompiledTowers::sparse) takes no
+//      part in the buckets: once the towers have run, each tower's rows and values are copied
+//      down, concatenated in world tower order on the host as host-memory towers do
+//      (runtime/towers/sparse_reduction.h; all-gathered across processes), and copied to every
+//      GPU's apply, whose sparse apply combines the rows;
+//   6. every GPU applies the optimiser to its copy; the model's updates replace their variables.
+//      Where the buckets' sums are complete on the device (one process, one GPU or NCCL, and no
+//      sparse gradient), the
 //      apply is queued at once behind them, its stream waiting for each bucket's event: the
 //      host waits once a step, at its end, for the towers, the reductions and the apply
 //      together. Where the host takes part (the GPUs' sums meeting by copies, MPI between
@@ -54,6 +60,13 @@ class GpuResidentSync {
     std::vector<std::string> gradient_inputs;  // the apply's gradient inputs, in the towers' fetch order
     std::string gradient_scale;          // the apply's scale input (1 here: the weights are in the sum)
     std::vector<std::string> model_update_variables;  // in the towers' fetch order, after the gradients
+    // The gradients that cross as rows and values: each one's index in gradient_inputs and the
+    // apply's input for its rows; the towers fetch each one's rows after the model updates.
+    struct Sparse {
+      size_t gradient;
+      std::string rows_input;
+    };
+    std::vector<Sparse> sparse;
     dist::Transport* world = nullptr;  // the processes (null or one: this process alone)
     double bucket_mb = 25;             // TowerStrategyOptions::bucket_mb, as resolved
   };
@@ -93,17 +106,22 @@ class GpuResidentSync {
   void join_world_nccl(const std::vector<cuda::DeviceContext*>& contexts);
   void send_bucket(size_t b);
   void receive_buckets();
+  void feed_sparse(const std::vector<std::vector<DeviceTensor>>& outputs, const std::vector<double>& weights);
   void feed_apply(Gpu& gpu);
   void apply(Gpu& gpu, Result& result);
   // Whether every bucket's sum is complete on the GPUs without the host (see step 5 above).
-  bool reduced_on_device() const { return !combine_ && !mpi_between_processes(); }
+  bool reduced_on_device() const { return !combine_ && !mpi_between_processes() && setup_.sparse.empty(); }
   void queue_apply(Gpu& gpu);
   std::vector<HostTensor> applied(const Gpu& gpu) const;
 
   Setup setup_;
   std::vector<int> gpu_of_tower_;  // index into gpus_
   std::vector<std::unique_ptr<cuda::PinnedBuffer>> loss_staging_;  // per tower
-  std::vector<std::vector<int>> buckets_;  // reduced tensors (gradients, then model updates) per bucket
+  // The reduced tensors: the dense gradients, then the model's updates. Per tensor, its place
+  // among the towers' fetches; per dense gradient, its index in setup_.gradient_inputs.
+  std::vector<int> fetch_of_;
+  std::vector<size_t> gradient_of_;
+  std::vector<std::vector<int>> buckets_;  // reduced tensors per bucket
   std::vector<std::vector<std::unique_ptr<cuda::Event>>> ready_;  // per tower, per bucket
   std::vector<std::vector<cuda::Event*>> record_after_;  // per tower, per fetch: the bucket event it completes
   std::vector<std::unique_ptr<Gpu>> gpus_;
@@ -128,8 +146,8 @@ struct GpuResidentSync::Gpu {
   std::vector<double> uploaded;           // the weights now in reduce_feeds
   std::unique_ptr<CudaProgram> apply;
   std::unique_ptr<cuda::Stream> copies;
-  DeviceFeeds apply_feeds;                // the scale (1), then the reduced gradients each step
-  std::vector<DeviceTensor> reduced;      // per tensor (gradients, then model updates)
+  DeviceFeeds apply_feeds;                // the scale (1), then the reduced and sparse gradients each step
+  std::vector<DeviceTensor> reduced;      // per reduced tensor (dense gradients, then model updates)
   // Per bucket: the event after which its sum is complete on this GPU (the reduction's, after
   // NCCL's all-reduce where there is one; the tower's own where one tower's gradients are the
   // sum), and the reductions' events that it points at.

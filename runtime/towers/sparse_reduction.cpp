@@ -75,24 +75,32 @@ std::vector<HostTensor> unpack(const std::vector<std::vector<char>>& ranks, cons
 
 }  // namespace
 
+std::vector<HostTensor> concatenate_sparse(const std::vector<std::vector<const HostTensor*>>& values,
+                                           const std::vector<std::vector<const HostTensor*>>& rows,
+                                           const std::vector<double>& weights, dist::Transport* world) {
+  // This process's part: per sparse gradient, its values then its rows.
+  std::vector<HostTensor> mine;
+  for (size_t k = 0; k < values.size(); ++k) {
+    mine.push_back(concat_rows(values[k], &weights));
+    mine.push_back(concat_rows(rows[k], nullptr));
+  }
+  if (world && world->size() > 1) mine = unpack(world->all_gather(pack(mine)), mine);
+  return mine;
+}
+
 void concatenate_sparse(std::vector<TowerOutputs>& outputs, const std::vector<double>& weights,
                         const CompiledTowers& compiled, dist::Transport& world, HostFeeds& into) {
   if (compiled.sparse.empty()) return;
-  // This process's part: per sparse gradient, its values then its rows.
-  std::vector<HostTensor> mine;
-  for (size_t k = 0; k < compiled.sparse.size(); ++k) {
-    std::vector<const HostTensor*> values, rows;
+  std::vector<std::vector<const HostTensor*>> values(compiled.sparse.size()), rows(compiled.sparse.size());
+  for (size_t k = 0; k < compiled.sparse.size(); ++k)
     for (const TowerOutputs& t : outputs) {
-      values.push_back(&t.gradient(compiled.sparse[k].variable));
-      rows.push_back(&t.rows(k));
+      values[k].push_back(&t.gradient(compiled.sparse[k].variable));
+      rows[k].push_back(&t.rows(k));
     }
-    mine.push_back(concat_rows(values, &weights));
-    mine.push_back(concat_rows(rows, nullptr));
-  }
-  if (world.size() > 1) mine = unpack(world.all_gather(pack(mine)), mine);
+  std::vector<HostTensor> all = concatenate_sparse(values, rows, weights, &world);
   for (size_t k = 0; k < compiled.sparse.size(); ++k) {
-    into[compiled.gradient_inputs[compiled.sparse[k].variable]] = std::move(mine[2 * k]);
-    into[compiled.sparse[k].rows_input] = std::move(mine[2 * k + 1]);
+    into[compiled.gradient_inputs[compiled.sparse[k].variable]] = std::move(all[2 * k]);
+    into[compiled.sparse[k].rows_input] = std::move(all[2 * k + 1]);
   }
   for (TowerOutputs& t : outputs)
     for (size_t k = 0; k < compiled.sparse.size(); ++k) {

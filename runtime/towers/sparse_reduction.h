@@ -22,4 +22,11 @@ namespace towerjit::detail {
 void concatenate_sparse(std::vector<TowerOutputs>& outputs, const std::vector<double>& weights,
                         const CompiledTowers& compiled, dist::Transport& world, HostFeeds& into);
 
+// The same over tensors held apart from TowerOutputs (a GPU tower's, copied down): `values[k][t]`
+// and `rows[k][t]` are sparse gradient k's of this process's tower t. Returns, per k, the
+// concatenated values, then the concatenated rows. `world` may be null (one process).
+std::vector<HostTensor> concatenate_sparse(const std::vector<std::vector<const HostTensor*>>& values,
+                                           const std::vector<std::vector<const HostTensor*>>& rows,
+                                           const std::vector<double>& weights, dist::Transport* world);
+
 }  // namespace towerjit::detail

@@ -26,14 +26,14 @@ using R = StrategyRow;
 
 // First match wins.
 const std::vector<StrategyRow> kTable = {
-    // name                   reduce          variant                       devices            processes                             variables              determinism towers  make  sparse
-    {"sync_async_by_variable", R::Reduce::sync,  R::Variant::any,              R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_async_by_variable, true, true, true},
+    // name                   reduce          variant                       devices            processes                             variables              determinism towers  make  per_variable compression
+    {"sync_async_by_variable", R::Reduce::sync,  R::Variant::any,              R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_async_by_variable, true, true},
     {"sync_placed",           R::Reduce::sync,  R::Variant::parameter_server, R::Devices::all_gpus, R::Processes::one,                 R::Variables::gpus,    true,  true,  make_sync_placed},
     {"sync_gpu",              R::Reduce::sync,  R::Variant::any,              R::Devices::all_gpus, R::Processes::any,                 R::Variables::gpus,    false, true,  make_sync_gpu},
-    {"sync_host",             R::Reduce::sync,  R::Variant::replicated,       R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_host_replicated, true, false, true},
-    {"sync_host_one_copy",    R::Reduce::sync,  R::Variant::parameter_server, R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_host_one_copy,   true, false, true},
-    {"async_placed",          R::Reduce::async, R::Variant::any,              R::Devices::all_gpus, R::Processes::one,                 R::Variables::gpus,    true,  true,  make_async_placed,         true},
-    {"async_local",           R::Reduce::async, R::Variant::any,              R::Devices::any,      R::Processes::one,                 R::Variables::either,  true,  true,  make_async_local,          true},
+    {"sync_host",             R::Reduce::sync,  R::Variant::replicated,       R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_host_replicated, false, true},
+    {"sync_host_one_copy",    R::Reduce::sync,  R::Variant::parameter_server, R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_host_one_copy,   false, true},
+    {"async_placed",          R::Reduce::async, R::Variant::any,              R::Devices::all_gpus, R::Processes::one,                 R::Variables::gpus,    true,  true,  make_async_placed},
+    {"async_local",           R::Reduce::async, R::Variant::any,              R::Devices::any,      R::Processes::one,                 R::Variables::either,  true,  true,  make_async_local},
     {"async_server",          R::Reduce::async, R::Variant::any,              R::Devices::any,      R::Processes::several_rank_0,      R::Variables::either,  true,  false, make_async_server},
     {"async_worker",          R::Reduce::async, R::Variant::any,              R::Devices::any,      R::Processes::several_other_ranks, R::Variables::either,  true,  true,  make_async_worker},
 };

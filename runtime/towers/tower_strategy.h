@@ -113,10 +113,6 @@ struct StrategyRow {
   bool layout_determinism;  // TOWERJIT_DETERMINISTIC=layout over several processes
   bool runs_towers;         // false: this rank's towers stay idle (a parameter server)
   MakeStrategy make;
-  // The strategy takes sparse gradients as rows and values instead of their dense value: the
-  // sync ones concatenate the towers' (runtime/towers/sparse_reduction.h), the async ones apply
-  // each tower's as it comes. The towers, CPU or GPU, then fetch them sparse.
-  bool sparse_gradients = false;
   // The strategy applies the variables of Towers::with rules by their own reduction; only such a
   // row serves towers with rules, and it serves no others.
   bool per_variable = false;

@@ -50,8 +50,7 @@ TowerTrainer::TowerTrainer(Graph& graph, Tensor loss, Towers towers, const Optim
   for (const auto& pool : state_->tower_pools) pools.push_back(pool.get());
   // Every program of this trainer (towers, apply, predict) compiles here, on this thread.
   const ScopedPrecisionPolicy precision(state_->towers.precision_policy());
-  state_->compiled = detail::compile_towers(graph, loss, state_->towers, optimizer, options, pools,
-                                            row && row->sparse_gradients, loc);
+  state_->compiled = detail::compile_towers(graph, loss, state_->towers, optimizer, options, pools, loc);
   strategy_ = detail::require_strategy(request, loc).make(*state_, loc);
 }
 

@@ -1,11 +1,12 @@
 // Sparse gradients across processes (runtime/towers/sparse_reduction.h): run under mpirun by
 // tests/mpi/mpi_cli.sh (case sparse_gradients_across_processes) as
-//   towerjit_mpi_sparse_towers train <towers per process> <file> [rules]
+//   towerjit_mpi_sparse_towers train <towers per process> <file> [rules|gpus]
 // which trains the embedding model of tests/runtime/sparse_tower_model.h (V = 7 and 127, SGD,
 // 10 steps of 11 examples over the world's towers: an uneven split) and writes, from rank 0,
 // every loss and every variable's elements in hexadecimal floats to <file> (with `rules`, the
 // towers declared .with(variables("embed/*"), AsyncApply{}): the table applied from every
-// tower's own rows, the bias averaged); and
+// tower's own rows, the bias averaged; with `gpus`, GPU towers with the variables on the GPUs,
+// whose rows and values are concatenated on the host for every GPU's apply); and
 //   towerjit_mpi_sparse_towers compare <file a> <file b> <relative tolerance>
 // which exits 0 when the two files' numbers agree within the tolerance (0: bitwise).
 // The training also checks that the apply was fed the world's reads ([11, 3, 4] values), not
@@ -25,20 +26,21 @@ namespace tj = towerjit;
 
 namespace {
 
-int train(int towers_per_process, const char* path, bool rules) {
+int train(int towers_per_process, const char* path, bool rules, bool gpus) {
   const int rank = tj::dist::world().rank();
   std::FILE* out = rank == 0 ? std::fopen(path, "w") : nullptr;
   for (const int64_t vocab : {7, 127}) {
     tj::Graph graph;
     const tj::Tensor loss = tj::testing::sparse_tower_loss(graph, vocab, true);
     std::vector<tj::Device> devices;
-    for (int i = 0; i < towers_per_process; ++i) devices.push_back(tj::cpu(i));
+    for (int i = 0; i < towers_per_process; ++i) devices.push_back(gpus ? tj::gpu(i) : tj::cpu(i));
     tj::Towers towers(devices);
     if (rules) towers = towers.with(tj::variables("embed/*"), tj::AsyncApply{});
-    tj::TowerTrainer trainer(graph, loss, towers, tj::sgd(0.5));
+    tj::TowerTrainer trainer(graph, loss, towers, tj::sgd(0.5), {.strategy = {.gpu_variables = gpus}});
     for (int step = 0; step < 10; ++step) {
       const double l = trainer.step(tj::testing::sparse_tower_batch(11, vocab, 70 + step)).loss;
-      const tj::HostTensor* fed = rules ? nullptr : trainer.last_gradients().at("embed/embeddings");
+      // (The GPUs' reduced gradients never come to the host whole: no last_gradients().)
+      const tj::HostTensor* fed = rules || gpus ? nullptr : trainer.last_gradients().at("embed/embeddings");
       if (fed && fed->shape != tj::Shape{11, tj::testing::kSparseReads, tj::testing::kSparseDim}) {
         std::printf("rank %d: FAIL: the apply was fed %s, not the world's [11,3,4] reads\n", rank, fed->shape.str().c_str());
         return 1;
@@ -84,7 +86,8 @@ int compare(const char* a, const char* b, double tolerance) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "train" && (argc == 4 || argc == 5))
-    return train(std::atoi(argv[2]), argv[3], argc == 5 && std::string(argv[4]) == "rules");
+    return train(std::atoi(argv[2]), argv[3], argc == 5 && std::string(argv[4]) == "rules",
+                 argc == 5 && std::string(argv[4]) == "gpus");
   if (mode == "compare" && argc == 5) return compare(argv[2], argv[3], std::atof(argv[4]));
   std::fprintf(stderr, "usage: %s train <towers per process> <file> | compare <a> <b> <tolerance>\n", argv[0]);
   return 2;

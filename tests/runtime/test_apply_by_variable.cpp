@@ -19,7 +19,7 @@ namespace {
 tj::detail::CompiledTowers compiled(tj::Graph& graph, const tj::Optimizer& optimizer, tj::Loc loc = tj::Loc::current()) {
   const tj::Tensor loss = tj::testing::small_mlp_loss(graph);
   return tj::detail::compile_towers(graph, loss, tj::Towers{tj::cpu(0)}, optimizer,
-                                    {.ema = tj::ExponentialMovingAverage{.decay = 0.9}}, {nullptr}, false, loc);
+                                    {.ema = tj::ExponentialMovingAverage{.decay = 0.9}}, {nullptr}, loc);
 }
 
 // Gradients for every variable, drawn from `seed`.

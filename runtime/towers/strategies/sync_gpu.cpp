@@ -1,6 +1,7 @@
 // Synchronous towers that are all GPUs, with the variables kept on the GPUs
 // (TOWERJIT_GPU_VARIABLES=on): one copy per GPU, the reduction (in-device sums, NCCL between
-// GPUs, MPI between processes) and the apply on the GPUs (runtime/towers/gpu_resident_sync.h);
+// GPUs, MPI between processes; a sparse gradient's rows concatenated on the host) and the apply
+// on the GPUs (runtime/towers/gpu_resident_sync.h);
 // the host copy is a cache refreshed when asked for.
 #include <algorithm>
 
@@ -21,6 +22,7 @@ class SyncGpu final : public TowerStrategy {
                                  .bucket_mb = state.options.bucket_mb};
     for (const auto& p : c.tower_step) setup.towers.push_back(p->cuda());
     for (const auto& u : c.model_updates) setup.model_update_variables.push_back(u.variable);
+    for (const auto& k : c.sparse) setup.sparse.push_back({k.variable, k.rows_input});
     gpus_ = std::make_unique<GpuResidentSync>(setup, host_, loc);
   }
 

@@ -6,11 +6,14 @@
 //      backward there; its gradients and model updates stay there;
 //   2. for each variable, its GPU sums the towers' gradients, each weighted as the reduction
 //      says (n_i/B for SyncAverage), in tower order (weighted_sum.h), and applies the sum by
-//      itself; the model's updates are averaged into their variables the same way (n_i/B);
+//      itself; the model's updates are averaged into their variables the same way (n_i/B); a
+//      sparse gradient's rows and values are copied down, concatenated in tower order on the
+//      host (sparse_reduction.h) and copied to its variable's GPU, whose sparse apply combines them;
 //   3. the host increments the global step and computes the learning rate.
-// Only the losses and the learning rate cross to the host; the sums are in a fixed order, so
-// a step is deterministic.
+// Only the losses, the learning rate and the sparse gradients cross to the host; the sums and
+// the concatenations are in a fixed order, so a step is deterministic.
 #include "dsl/error.h"
+#include "runtime/towers/sparse_reduction.h"
 #include "runtime/towers/tower_strategy.h"
 #include "runtime/towers/variable_homes.h"
 #include "runtime/towers/weighted_sum.h"
@@ -22,8 +25,15 @@ class SyncPlaced final : public TowerStrategy {
  public:
   SyncPlaced(TowerState& state, Loc loc) : TowerStrategy(state), homes_(state, loc) {
     const CompiledTowers& c = state.compiled;
-    for (size_t v = 0; v < c.gradient_shapes.size(); ++v)
-      sums_.push_back(sum_on(homes_.home_of_variable(v), c.gradient_shapes[v], false, loc));
+    sparse_.resize(c.gradient_shapes.size());
+    for (size_t v = 0; v < c.gradient_shapes.size(); ++v) {
+      if (!c.is_sparse(v)) {
+        sums_.push_back(sum_on(homes_.home_of_variable(v), c.gradient_shapes[v], false, loc));
+        continue;
+      }
+      sums_.emplace_back();  // none: concatenated instead
+      sparse_[v].uploads = std::make_unique<cuda::Stream>(homes_.home_of_variable(v));
+    }
     for (size_t u = 0; u < c.model_updates.size(); ++u)
       sums_.push_back(sum_on(homes_.home_of_update(u), c.initial.at(c.model_updates[u].variable).shape, true, loc));
   }
@@ -48,6 +58,10 @@ class SyncPlaced final : public TowerStrategy {
     const size_t gradients = state_.compiled.gradient_shapes.size();
     homes_.begin_apply();
     for (size_t k = 0; k < sums_.size(); ++k) {
+      if (k < gradients && sparse_[k].uploads) {
+        apply_sparse(k, out, weights, step);
+        continue;
+      }
       const DeviceTensor& sum = sums_[k].of(out, 1 + k, weights, shares, step, loc);
       if (k < gradients) homes_.apply(k, sum, nullptr, 1.0, step);  // the weights are in the sum
       else homes_.write_update(k - gradients, sum);
@@ -62,8 +76,12 @@ class SyncPlaced final : public TowerStrategy {
   std::map<std::string, std::vector<Device>> variable_devices() const override { return homes_.devices(); }
   void list_programs(const AddProgram& add) const override {
     homes_.list_programs(add);
-    const CudaProgram& sum = *sums_.front().program;
-    add(sum.name(), "on each variable's GPU, summing the towers' weighted gradients", sum.lowered_graph(), sum.program());
+    for (const Sum& s : sums_)
+      if (s.program) {
+        add(s.program->name(), "on each variable's GPU, summing the towers' weighted gradients",
+            s.program->lowered_graph(), s.program->program());
+        return;
+      }
   }
   void name_trace_rows(report::Trace& trace) const override { trace.name_thread(kApplyRow, "apply"); }
 
@@ -111,8 +129,39 @@ class SyncPlaced final : public TowerStrategy {
     return s;
   }
 
+  // Sparse gradient v: every tower's rows and values copied down, concatenated in tower order
+  // with the towers' weights, copied to v's GPU and applied there.
+  void apply_sparse(size_t v, const std::vector<std::vector<DeviceTensor>>& out, const std::vector<double>& weights,
+                    uint64_t step) {
+    const CompiledTowers& c = state_.compiled;
+    size_t k = 0;
+    while (c.sparse[k].variable != v) ++k;
+    const size_t rows_fetch = 1 + c.gradient_shapes.size() + c.model_updates.size() + k;
+    std::vector<HostTensor> down;
+    down.reserve(2 * out.size());
+    std::vector<const HostTensor*> values, rows;
+    for (size_t t = 0; t < out.size(); ++t) {
+      const cuda::Stream& stream = state_.compiled.tower_step[t]->cuda()->stream();
+      values.push_back(&down.emplace_back(to_host(out[t][1 + v], stream)));
+      rows.push_back(&down.emplace_back(to_host(out[t][rows_fetch], stream)));
+    }
+    const std::vector<HostTensor> all = concatenate_sparse({values}, {rows}, weights, nullptr);
+    Sparse& s = sparse_[v];
+    s.values = to_device(all[0], homes_.home_of_variable(v), *s.uploads);
+    s.rows = to_device(all[1], homes_.home_of_variable(v), *s.uploads);
+    homes_.apply(v, s.values, &s.rows, 1.0, step);  // the weights are in the values
+  }
+
+  // Per gradient: a sparse one's upload stream on its variable's GPU (else null), and its
+  // concatenated values and rows there, kept until the next step's (the apply reads them).
+  struct Sparse {
+    std::unique_ptr<cuda::Stream> uploads;
+    DeviceTensor values, rows;
+  };
+
   VariableHomes homes_;
-  std::vector<Sum> sums_;  // per gradient, then per model update
+  std::vector<Sum> sums_;  // per gradient (none for a sparse one), then per model update
+  std::vector<Sparse> sparse_;
 };
 
 }  // namespace
