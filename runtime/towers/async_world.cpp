@@ -75,13 +75,6 @@ class Reader {
   const char* end_;
 };
 
-// The index into compiled.sparse of each gradient that crosses as rows and values, else -1.
-std::vector<int> sparse_index(const CompiledTowers& compiled) {
-  std::vector<int> index(compiled.gradient_inputs.size(), -1);
-  for (size_t k = 0; k < compiled.sparse.size(); ++k) index[compiled.sparse[k].variable] = static_cast<int>(k);
-  return index;
-}
-
 }  // namespace
 
 AsyncServer::AsyncServer(TowerState& state, HostVariables& values, CpuProgram& apply)
@@ -90,8 +83,7 @@ AsyncServer::AsyncServer(TowerState& state, HostVariables& values, CpuProgram& a
       apply_(apply),
       bound_(std::get<AsyncApply>(state.towers.reduction()).max_staleness),
       applied_of_tower_(state.layout.towers(), 0),
-      sent_(tower_reads(*state.compiled.tower_step.at(0))),
-      sparse_(sparse_index(state.compiled)) {}
+      sent_(tower_reads(*state.compiled.tower_step.at(0))) {}
 
 bool AsyncServer::may_apply(const Push& push) const {
   if (!bound_) return true;
@@ -121,7 +113,7 @@ AsyncServer::Applied AsyncServer::apply(Push push, Loc loc) {
   in.take(&h, sizeof h);
   HostFeeds gradients;
   for (size_t v = 0; v < c.gradient_inputs.size(); ++v) {
-    const int k = sparse_[v];
+    const int k = c.sparse_of(v);
     if (k < 0) {
       HostTensor g(c.gradient_shapes[v]);
       in.take(g.data(), g.size() * sizeof(float));
@@ -175,7 +167,6 @@ AsyncWorker::AsyncWorker(TowerState& state, HostVariables& values)
     : state_(state),
       values_(values),
       received_(tower_reads(*state.compiled.tower_step.at(0))),
-      sparse_(sparse_index(state.compiled)),
       reply_bytes_(static_cast<int64_t>(sizeof(int64_t)) + bytes_of(values, received_)) {}
 
 double AsyncWorker::work(int64_t step, const HostFeeds& feeds, int64_t examples, Loc loc) {
@@ -200,7 +191,8 @@ double AsyncWorker::work(int64_t step, const HostFeeds& feeds, int64_t examples,
     for (size_t v = 0; v < outputs[k].gradients(); ++v) {
       HostTensor& g = outputs[k].gradient(v);
       for (float& x : g.f32) x *= scale;
-      const HostTensor* rows = sparse_[v] >= 0 ? &outputs[k].rows(sparse_[v]) : nullptr;
+      const int sparse = state_.compiled.sparse_of(v);
+      const HostTensor* rows = sparse >= 0 ? &outputs[k].rows(sparse) : nullptr;
       if (rows) {
         std::vector<int64_t> shape{rows->shape.rank()};
         for (int a = 0; a < rows->shape.rank(); ++a) shape.push_back(rows->shape[a]);

@@ -63,7 +63,6 @@ class AsyncServer {
   std::optional<int64_t> bound_;
   std::vector<int64_t> applied_of_tower_;  // for the bound and the largest lead
   const std::vector<std::string> sent_;    // the variables a reply carries: what the towers read
-  const std::vector<int> sparse_;          // per gradient: its index in compiled.sparse, or -1
   int64_t lead_ = 0;                       // the largest lead seen (under the apply lock)
 };
 
@@ -81,7 +80,6 @@ class AsyncWorker {
   TowerState& state_;
   HostVariables& values_;
   const std::vector<std::string> received_;  // the variables a reply carries, in its order
-  const std::vector<int> sparse_;            // per gradient: its index in compiled.sparse, or -1
   const int64_t reply_bytes_;
 };
 

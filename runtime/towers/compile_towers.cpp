@@ -20,10 +20,10 @@ std::unique_ptr<CpuProgram> CompiledTowers::make_apply() const {
   return std::make_unique<CpuProgram>(apply_side->graph, apply_fetches, apply_updates, nullptr, "apply");
 }
 
-bool CompiledTowers::is_sparse(size_t variable) const {
-  for (const Sparse& s : sparse)
-    if (s.variable == variable) return true;
-  return false;
+int CompiledTowers::sparse_of(size_t variable) const {
+  for (size_t k = 0; k < sparse.size(); ++k)
+    if (sparse[k].variable == variable) return static_cast<int>(k);
+  return -1;
 }
 
 CompiledTowers compile_towers(Graph& graph, Tensor loss, const Towers& towers, const Optimizer& optimizer,

@@ -42,7 +42,8 @@ struct CompiledTowers {
     std::string rows_input;
   };
   std::vector<Sparse> sparse;
-  bool is_sparse(size_t variable) const;
+  bool is_sparse(size_t variable) const { return sparse_of(variable) >= 0; }
+  int sparse_of(size_t variable) const;  // the gradient's index in `sparse`, or -1 (dense)
   std::vector<TowerProgram::ModelUpdate> model_updates;  // in fetch order, after the gradients
   std::map<std::string, std::string> ema_shadows;         // variable -> its EMA shadow
   bool has_ema = false;

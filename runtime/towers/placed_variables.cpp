@@ -37,10 +37,8 @@ class PlacedVariables final : public AsyncVariables {
     const size_t gradients = homes_.split().variables.size(), updates = c.model_updates.size();
     homes_.begin_apply();
     for (size_t v = 0; v < gradients; ++v) {
-      const DeviceTensor* rows = nullptr;  // a sparse gradient's: fetched after the model's updates
-      for (size_t k = 0; k < c.sparse.size(); ++k)
-        if (c.sparse[k].variable == v) rows = &out[1 + gradients + updates + k];
-      homes_.apply(v, out[1 + v], rows, scale, step);
+      const int k = c.sparse_of(v);  // a sparse gradient's rows: fetched after the model's updates
+      homes_.apply(v, out[1 + v], k >= 0 ? &out[1 + gradients + updates + k] : nullptr, scale, step);
     }
     for (size_t u = 0; u < updates; ++u) homes_.write_update(u, out[1 + gradients + u]);
     return homes_.finish_apply(step);

@@ -134,9 +134,7 @@ class SyncPlaced final : public TowerStrategy {
   void apply_sparse(size_t v, const std::vector<std::vector<DeviceTensor>>& out, const std::vector<double>& weights,
                     uint64_t step) {
     const CompiledTowers& c = state_.compiled;
-    size_t k = 0;
-    while (c.sparse[k].variable != v) ++k;
-    const size_t rows_fetch = 1 + c.gradient_shapes.size() + c.model_updates.size() + k;
+    const size_t rows_fetch = 1 + c.gradient_shapes.size() + c.model_updates.size() + c.sparse_of(v);
     std::vector<HostTensor> down;
     down.reserve(2 * out.size());
     std::vector<const HostTensor*> values, rows;
