@@ -57,6 +57,8 @@ TorchResults run_torch(const std::string& python, const std::string& script,
                        const std::vector<std::string>& workloads, int steps, int warmup,
                        const std::string& args) {
   TorchResults results;
+  // Messages name the script (torch_baseline.py, or a peer's, e.g. jax_baseline.py).
+  const std::string who = script.substr(script.find_last_of('/') + 1);
   for (const TorchSetting& s : settings) {
     std::string cmd = "env " + s.env + " '" + python + "' '" + script + "' --threads " +
                       std::to_string(s.threads) + " --steps " + std::to_string(steps) +
@@ -71,14 +73,14 @@ TorchResults run_torch(const std::string& python, const std::string& script,
       pos = end == std::string::npos ? out.size() : end + 1;
       const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (j.is_discarded() || !j.contains("workload")) {
-        if (!line.empty()) std::cerr << "towerjit_bench: torch (" << s.name << "): " << line << "\n";
+        if (!line.empty()) std::cerr << "towerjit_bench: " << who << " (" << s.name << "): " << line << "\n";
         continue;
       }
       results[s.name][j["workload"].get<std::string>()] =
           TorchResult{j["step_ms"], j["step_ms_min"], j["step_ms_max"], j["samples_per_s"],
                       j.value("first_step_ms", 0.0)};
     }
-    if (status != 0) std::cerr << "towerjit_bench: torch (" << s.name << ") exited " << status << "\n";
+    if (status != 0) std::cerr << "towerjit_bench: " << who << " (" << s.name << ") exited " << status << "\n";
   }
   return results;
 }
