@@ -241,16 +241,11 @@ void GpuResidentSync::feed_sparse(const std::vector<std::vector<DeviceTensor>>& 
                                   const std::vector<double>& weights) {
   if (setup_.sparse.empty()) return;
   const size_t first_rows = 1 + setup_.gradient_inputs.size() + setup_.model_update_variables.size();
-  std::vector<HostTensor> down;  // per sparse gradient, per tower: values, then rows
-  down.reserve(2 * setup_.sparse.size() * outputs.size());
-  std::vector<std::vector<const HostTensor*>> values(setup_.sparse.size()), rows(setup_.sparse.size());
-  for (size_t k = 0; k < setup_.sparse.size(); ++k)
-    for (size_t t = 0; t < outputs.size(); ++t) {
-      const cuda::Stream& copies = *gpus_[gpu_of_tower_[t]]->copies;
-      values[k].push_back(&down.emplace_back(to_host(outputs[t][1 + setup_.sparse[k].gradient], copies)));
-      rows[k].push_back(&down.emplace_back(to_host(outputs[t][first_rows + k], copies)));
-    }
-  const std::vector<HostTensor> all = detail::concatenate_sparse(values, rows, weights, setup_.world);
+  std::vector<std::pair<size_t, size_t>> fetches;  // per sparse gradient: its values' and rows' fetch
+  for (size_t k = 0; k < setup_.sparse.size(); ++k) fetches.emplace_back(1 + setup_.sparse[k].gradient, first_rows + k);
+  std::vector<const cuda::Stream*> streams;
+  for (size_t t = 0; t < outputs.size(); ++t) streams.push_back(gpus_[gpu_of_tower_[t]]->copies.get());
+  const std::vector<HostTensor> all = detail::concatenate_sparse(outputs, fetches, streams, weights, setup_.world);
   for (auto& gpu : gpus_)
     for (size_t k = 0; k < setup_.sparse.size(); ++k) {
       gpu->apply_feeds[setup_.gradient_inputs[setup_.sparse[k].gradient]] = to_device(all[2 * k], *gpu->context, *gpu->copies);

@@ -73,11 +73,11 @@ std::vector<HostTensor> unpack(const std::vector<std::vector<char>>& ranks, cons
   return out;
 }
 
-}  // namespace
-
-std::vector<HostTensor> concatenate_sparse(const std::vector<std::vector<const HostTensor*>>& values,
-                                           const std::vector<std::vector<const HostTensor*>>& rows,
-                                           const std::vector<double>& weights, dist::Transport* world) {
+// Per sparse gradient k, `values[k][t]` and `rows[k][t]` of this process's tower t concatenated,
+// then gathered over the world: per k, the values, then the rows.
+std::vector<HostTensor> concatenate_parts(const std::vector<std::vector<const HostTensor*>>& values,
+                                          const std::vector<std::vector<const HostTensor*>>& rows,
+                                          const std::vector<double>& weights, dist::Transport* world) {
   // This process's part: per sparse gradient, its values then its rows.
   std::vector<HostTensor> mine;
   for (size_t k = 0; k < values.size(); ++k) {
@@ -86,6 +86,23 @@ std::vector<HostTensor> concatenate_sparse(const std::vector<std::vector<const H
   }
   if (world && world->size() > 1) mine = unpack(world->all_gather(pack(mine)), mine);
   return mine;
+}
+
+}  // namespace
+
+std::vector<HostTensor> concatenate_sparse(const std::vector<std::vector<DeviceTensor>>& outputs,
+                                           const std::vector<std::pair<size_t, size_t>>& fetches,
+                                           const std::vector<const cuda::Stream*>& streams,
+                                           const std::vector<double>& weights, dist::Transport* world) {
+  std::vector<HostTensor> down;  // per sparse gradient, per tower: values, then rows
+  down.reserve(2 * fetches.size() * outputs.size());
+  std::vector<std::vector<const HostTensor*>> values(fetches.size()), rows(fetches.size());
+  for (size_t k = 0; k < fetches.size(); ++k)
+    for (size_t t = 0; t < outputs.size(); ++t) {
+      values[k].push_back(&down.emplace_back(to_host(outputs[t][fetches[k].first], *streams[t])));
+      rows[k].push_back(&down.emplace_back(to_host(outputs[t][fetches[k].second], *streams[t])));
+    }
+  return concatenate_parts(values, rows, weights, world);
 }
 
 void concatenate_sparse(std::vector<TowerOutputs>& outputs, const std::vector<double>& weights,
@@ -97,7 +114,7 @@ void concatenate_sparse(std::vector<TowerOutputs>& outputs, const std::vector<do
       values[k].push_back(&t.gradient(compiled.sparse[k].variable));
       rows[k].push_back(&t.rows(k));
     }
-  std::vector<HostTensor> all = concatenate_sparse(values, rows, weights, &world);
+  std::vector<HostTensor> all = concatenate_parts(values, rows, weights, &world);
   for (size_t k = 0; k < compiled.sparse.size(); ++k) {
     into[compiled.gradient_inputs[compiled.sparse[k].variable]] = std::move(all[2 * k]);
     into[compiled.sparse[k].rows_input] = std::move(all[2 * k + 1]);

@@ -8,7 +8,10 @@
 // (the order is the world's tower order whichever rank ran a tower).
 #pragma once
 
+#include <utility>
 #include <vector>
+
+#include "runtime/cuda/device_tensor.h"
 
 #include "runtime/towers/tower_state.h"
 
@@ -22,11 +25,14 @@ namespace towerjit::detail {
 void concatenate_sparse(std::vector<TowerOutputs>& outputs, const std::vector<double>& weights,
                         const CompiledTowers& compiled, dist::Transport& world, HostFeeds& into);
 
-// The same over tensors held apart from TowerOutputs (a GPU tower's, copied down): `values[k][t]`
-// and `rows[k][t]` are sparse gradient k's of this process's tower t. Returns, per k, the
-// concatenated values, then the concatenated rows. `world` may be null (one process).
-std::vector<HostTensor> concatenate_sparse(const std::vector<std::vector<const HostTensor*>>& values,
-                                           const std::vector<std::vector<const HostTensor*>>& rows,
+// The same for GPU towers whose fetches stay on their GPUs (gpu_resident_sync.h,
+// strategies/sync_placed.cpp): `outputs[t]` are this process's tower t's fetches, sparse
+// gradient k's values fetch `fetches[k].first` and its rows `fetches[k].second`, each copied
+// down on `streams[t]`. Returns, per k, the concatenated values, then the concatenated rows.
+// `world` may be null (one process).
+std::vector<HostTensor> concatenate_sparse(const std::vector<std::vector<DeviceTensor>>& outputs,
+                                           const std::vector<std::pair<size_t, size_t>>& fetches,
+                                           const std::vector<const cuda::Stream*>& streams,
                                            const std::vector<double>& weights, dist::Transport* world);
 
 }  // namespace towerjit::detail

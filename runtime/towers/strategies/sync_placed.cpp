@@ -135,15 +135,9 @@ class SyncPlaced final : public TowerStrategy {
                     uint64_t step) {
     const CompiledTowers& c = state_.compiled;
     const size_t rows_fetch = 1 + c.gradient_shapes.size() + c.model_updates.size() + c.sparse_of(v);
-    std::vector<HostTensor> down;
-    down.reserve(2 * out.size());
-    std::vector<const HostTensor*> values, rows;
-    for (size_t t = 0; t < out.size(); ++t) {
-      const cuda::Stream& stream = state_.compiled.tower_step[t]->cuda()->stream();
-      values.push_back(&down.emplace_back(to_host(out[t][1 + v], stream)));
-      rows.push_back(&down.emplace_back(to_host(out[t][rows_fetch], stream)));
-    }
-    const std::vector<HostTensor> all = concatenate_sparse({values}, {rows}, weights, nullptr);
+    std::vector<const cuda::Stream*> streams;
+    for (size_t t = 0; t < out.size(); ++t) streams.push_back(&c.tower_step[t]->cuda()->stream());
+    const std::vector<HostTensor> all = concatenate_sparse(out, {{1 + v, rows_fetch}}, streams, weights, nullptr);
     Sparse& s = sparse_[v];
     s.values = to_device(all[0], homes_.home_of_variable(v), *s.uploads);
     s.rows = to_device(all[1], homes_.home_of_variable(v), *s.uploads);
