@@ -61,7 +61,10 @@ struct Function {
 
 struct Module {
   std::shared_ptr<HostModule> host;
-  std::map<std::string, std::unique_ptr<Function>> functions;  // handed out by cuModuleGetFunction
+  // Handed out by cuModuleGetFunction, which CUDA lets any thread call at any time: towers
+  // sharing a GPU look up the library module's kernels at once.
+  std::mutex mutex;
+  std::map<std::string, std::unique_ptr<Function>> functions;
 };
 
 Device* device_of_context(CUcontext c) {
@@ -415,7 +418,7 @@ int cuModuleLoadData(CUmodule* m, const void* image) {
                                  "(a real cubin or PTX); compile with TOWERJIT_CUDA=emulator set");
   try {
     *m = reinterpret_cast<CUmodule>(
-        new Module{HostModule::compile(parsed->source, parsed->name), {}});
+        new Module{HostModule::compile(parsed->source, parsed->name), {}, {}});
   } catch (const Fault& f) {
     return report(kInvalidImage, f.what());
   }
@@ -431,6 +434,7 @@ int cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
   auto* module = reinterpret_cast<Module*>(m);
   const HostModule::Kernel* k = module->host->kernel(name);
   if (!k) return kNotFound;
+  std::lock_guard lock(module->mutex);
   auto& function = module->functions[name];
   if (!function) function = std::make_unique<Function>(Function{module, name, k});
   *f = reinterpret_cast<CUfunction>(function.get());

@@ -34,11 +34,11 @@ asan)
   ;;
 tsan)
   export TSAN_OPTIONS="log_path=$logs/tsan:log_exe_name=1:exitcode=66:halt_on_error=1:second_deadlock_stack=1:suppressions=$here/tsan.supp"
-  # The Catch cases tagged [towers], [runtime] or [pipeline] (the thread pool, sync and async
-  # trainers, the input pipeline, the world), and the example's cases that run async towers or
-  # the pipeline's threads. Not `mpi`: not tried under TSan (docs/sanitizers.md).
+  # The Catch cases tagged [towers], [runtime], [pipeline] or [threads] (the thread pool, sync and
+  # async trainers, the input pipeline, the world, the emulated driver called from many threads),
+  # and the example's cases that run async towers or the pipeline's threads. Not `mpi`: not tried under TSan (docs/sanitizers.md).
   # (Catch2 exits with the number of names it listed.)
-  names=$("$build/tests/towerjit_tests" --list-test-names-only "[towers],[runtime],[pipeline]" || true)
+  names=$("$build/tests/towerjit_tests" --list-test-names-only "[towers],[runtime],[pipeline],[threads]" || true)
   names=$(printf '%s\n' "$names" | sed '/^$/d')
   [ -n "$names" ] || { echo "towerjit: tsan: no test matches the tags" >&2; exit 1; }
   regex=$(printf '%s\n' "$names" "fashion_mnist example: async_checkpoints_named_by_step" \

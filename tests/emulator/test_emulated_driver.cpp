@@ -10,7 +10,10 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <latch>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "jit/knobs.h"
@@ -223,6 +226,44 @@ TEST_CASE("emulated driver: streams run concurrently, ordered only by events", "
   }
   CHECK(raced > 0);
   e.ModuleUnload(module);
+}
+
+// CUDA lets any thread call cuModuleGetFunction at any time, and towers sharing a GPU look up
+// the library module's kernels at once: each name gets one function whichever thread asks
+// first. Eight threads ask for 64 names, each in its own order, all released together, on four
+// fresh modules. Under ThreadSanitizer (tag [threads]) an unguarded table is a reported race;
+// without it, a lost or doubled entry (a leak LeakSanitizer reports, or two handles for one name).
+TEST_CASE("emulated driver: threads looking up one module's kernels at once get one function per name",
+          "[emulator][threads]") {
+  Emulator& e = emulator();
+  constexpr int kNames = 64, kThreads = 8;
+  std::string source;
+  for (int k = 0; k < kNames; ++k)
+    source += "extern \"C\" __global__ void kernel_number_" + std::to_string(k) + "(float* out) { out[0] = " +
+              std::to_string(k) + ".0f; }\n";
+  for (int round = 0; round < 4; ++round) {  // a fresh module each round: its table starts empty
+    Handle module = e.load(source);
+    std::vector<std::vector<Handle>> seen(kThreads, std::vector<Handle>(kNames, nullptr));
+    std::vector<int> failures(kThreads, 0);
+    std::latch start(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+      threads.emplace_back([&, t] {
+        start.arrive_and_wait();
+        for (int i = 0; i < kNames; ++i) {
+          const int k = (i * (2 * t + 1) + t) % kNames;  // a different order per thread
+          const std::string name = "kernel_number_" + std::to_string(k);
+          failures[t] += e.ModuleGetFunction(&seen[t][k], module, name.c_str()) != 0;
+        }
+      });
+    for (std::thread& t : threads) t.join();
+    for (int t = 0; t < kThreads; ++t) {
+      CHECK(failures[t] == 0);
+      CHECK(seen[t] == seen[0]);
+    }
+    CHECK(std::set<Handle>(seen[0].begin(), seen[0].end()).size() == kNames);
+    e.ModuleUnload(module);
+  }
 }
 
 // Communicators joined by one unique id (ncclCommInitRank), as processes join them: here two
