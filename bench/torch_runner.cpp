@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/cpu/blas.h"
+
 namespace towerjit::bench {
 
 std::vector<TorchSetting> torch_settings(const char* user_core, const std::string& our_core) {
@@ -59,8 +61,11 @@ TorchResults run_torch(const std::string& python, const std::string& script,
   TorchResults results;
   // Messages name the script (torch_baseline.py, or a peer's, e.g. jax_baseline.py).
   const std::string who = script.substr(script.find_last_of('/') + 1);
+  // The OpenBLAS variables towerjit set in this process are not the user's: unset first.
+  std::string unset;
+  for (const std::string& name : towerjit::cpujit::blas().variables_set) unset += "-u " + name + " ";
   for (const TorchSetting& s : settings) {
-    std::string cmd = "env " + s.env + " '" + python + "' '" + script + "' --threads " +
+    std::string cmd = "env " + unset + s.env + " '" + python + "' '" + script + "' --threads " +
                       std::to_string(s.threads) + " --steps " + std::to_string(steps) +
                       " --warmup " + std::to_string(warmup) + (args.empty() ? "" : " " + args);
     for (const std::string& w : workloads) cmd += " --workload " + w;

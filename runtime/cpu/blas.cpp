@@ -11,12 +11,26 @@
 namespace towerjit::cpujit {
 namespace {
 
+// Sets an OpenBLAS variable the user has not set, and records that we did.
+void set_unless_users(const char* name, const char* value, Blas& b) {
+  if (std::getenv(name)) return;
+  ::setenv(name, value, 0);
+  b.variables_set.push_back(name);
+}
+
 Blas load() {
-  // OPENBLAS_CORETYPE is OpenBLAS's own knob, read when the library loads (so once per
-  // process, whatever TOWERJIT_CPU_ISA says later); a user's value wins.
-  if (!std::getenv("OPENBLAS_CORETYPE"))
-    ::setenv("OPENBLAS_CORETYPE", openblas_core(cpu_isa()), 0);
   Blas b;
+  // OpenBLAS's own knobs, read when the library loads (so once per process, whatever
+  // TOWERJIT_CPU_ISA says later); a user's values win.
+  set_unless_users("OPENBLAS_CORETYPE", openblas_core(cpu_isa()), b);
+  // After each product it threads (gemm.cpp: the largest ones), OpenBLAS's workers poll for
+  // more work, calling sched_yield, for 2^28 cycles by default (about 0.1 s) before they sleep.
+  // The pool's workers need those cores for the kernels that follow, and a thread that yields
+  // stays runnable and keeps its share of a core: the step of a GPT whose weight gradients
+  // are such products took 69 instead of 48 ms on 2 cores (docs/performance.md). 4 is OpenBLAS's least (2^4 cycles): the
+  // workers sleep at once, and the next threaded product wakes them, a few microseconds
+  // against its milliseconds.
+  set_unless_users("OPENBLAS_THREAD_TIMEOUT", "4", b);
   for (const char* name : {"libopenblas.so.0", "libopenblas.so", "libcblas.so.3", "libblas.so.3"}) {
     void* handle = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (!handle) continue;

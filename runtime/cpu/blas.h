@@ -2,10 +2,12 @@
 // by CPU model when it loads, and on CPUs it does not know (new Xeons, some VMs) falls back to
 // its slowest SSE3 ("Prescott") kernels — 2-8x slower here. Loading it ourselves lets us name
 // the kernels from the CPU's features first (OPENBLAS_CORETYPE), unless the user already has,
-// and keep it to one thread: the pool and the towers own the cores.
+// keep it to one thread (the pool and the towers own the cores), and have its idle workers
+// sleep rather than spin (OPENBLAS_THREAD_TIMEOUT) after the large products it threads.
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace towerjit::cpujit {
 
@@ -23,6 +25,10 @@ struct Blas {
   std::string library;  // the file loaded
   std::string core;     // the kernels OpenBLAS chose ("SkylakeX", "Haswell", ...)
   int threads = 1;      // OpenBLAS's thread count when it loaded (its own default)
+  // The variables towerjit set in this process before loading it, because the user had not
+  // (OPENBLAS_CORETYPE, OPENBLAS_THREAD_TIMEOUT). Child processes inherit them: the
+  // benchmark unsets them for its peers, which run as the user's environment has them.
+  std::vector<std::string> variables_set;
 };
 
 // The process's BLAS, loaded once (thread-safe). Throws towerjit::Error naming the Debian
