@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "jit/kir/attention_geometry.h"
 #include "runtime/cpu/conv.h"
@@ -41,20 +42,45 @@ TJ_INLINE void transpose_tile(const float* x, int64_t rows, int64_t cols, float*
     for (int64_t c = 0; c < cols; ++c) t[c * ld + r] = x[r * cols + c];
 }
 
-// s[i * kTile + j] = sum_c a[i * cols + c] * bt[c * kTile + j], for i < rows, j < n: c in order.
-// A row of s is summed in a fixed-width local array that the compiler keeps in vector registers
-// (8 on AVX2) across the whole sum, instead of loading and storing s at every c; the columns
-// from n to kTile compute on whatever the tile holds there and are not stored.
+// One row of a tile of products: s_row[j] = sum_c a_row[c] * bt[c * kTile + j] for j < N, c in
+// order. The row's N sums are vectors of 8 held in registers across the whole sum (N / 8 of
+// them; N a multiple of 16), written out once at the end: as plain float arrays, the compiler
+// kept them in memory in some of the widths and the routines ran 1.5x slower.
 constexpr int64_t kTile = 64;
-TJ_INLINE void products(const float* a, int64_t rows, int64_t cols, const float* bt, int64_t n, float* s) {
+using Floats8 = float __attribute__((vector_size(32), aligned(4), may_alias));  // 8 lanes, any address
+template <int64_t N>
+TJ_INLINE void product_row(const float* a_row, int64_t cols, const float* bt, float* s_row) {
+  constexpr int64_t kVectors = N / 8;
+  Floats8 acc[kVectors] = {};
+  for (int64_t c = 0; c < cols; ++c) {
+    const Floats8 a_c = Floats8{} + a_row[c];  // broadcast
+    const auto* bc = reinterpret_cast<const Floats8*>(bt + c * kTile);
+    for (int64_t v = 0; v < kVectors; ++v) acc[v] += a_c * bc[v];
+  }
+  auto* out = reinterpret_cast<Floats8*>(s_row);
+  for (int64_t v = 0; v < kVectors; ++v) out[v] = acc[v];
+}
+
+// s[i * kTile + j] = sum_c a[i * cols + c] * bt[c * kTile + j] for i < rows and j in the
+// columns [from, to) = span(i) that row i reads: under a causal mask, the keys a query sees (or
+// the queries that see a key), about half of the tile. The span is widened to whole blocks of
+// 16 columns; the extra columns compute on whatever the tile holds there and are never read,
+// nor are the columns outside it. Every sum runs in the same order whatever the span, so a
+// value is the same bits however wide its row was computed.
+template <typename Span>
+TJ_INLINE void products(const float* a, int64_t rows, int64_t cols, const float* bt, Span span, float* s) {
   for (int64_t i = 0; i < rows; ++i) {
-    float acc[kTile] = {};
-    for (int64_t c = 0; c < cols; ++c) {
-      const float a_ic = a[i * cols + c];
-      const float* __restrict bc = bt + c * kTile;
-      for (int64_t j = 0; j < kTile; ++j) acc[j] += a_ic * bc[j];
+    const auto [from, to] = span(i);
+    if (from >= to) continue;
+    const int64_t j0 = from / 16 * 16;  // to <= kTile, so j0 + the widened span <= kTile
+    const float* ai = a + i * cols;
+    float* si = s + i * kTile + j0;
+    switch ((to - j0 + 15) / 16) {
+      case 1: product_row<16>(ai, cols, bt + j0, si); break;
+      case 2: product_row<32>(ai, cols, bt + j0, si); break;
+      case 3: product_row<48>(ai, cols, bt + j0, si); break;
+      default: product_row<64>(ai, cols, bt + j0, si); break;
     }
-    std::copy_n(acc, n, s + i * kTile);
   }
 }
 
@@ -93,11 +119,13 @@ TJ_INLINE void forward_block(const Operands& x, int64_t b, int64_t i0, int64_t i
   const int64_t keys = g.keys(i1 - 1);
   for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
     const int64_t n = std::min(kKeyBlock, keys - j0);
+    // The keys of this tile that query row r sees.
+    auto keys_seen = [&](int64_t r) { return std::pair<int64_t, int64_t>(0, std::min(n, g.keys(i0 + r) - j0)); };
     transpose_tile(x.kb(b) + j0 * g.d, n, g.d, kt, kKeyBlock);
-    products(q, rows, g.d, kt, n, s);
+    products(q, rows, g.d, kt, keys_seen, s);
     for (int64_t r = 0; r < rows; ++r) {
       float* __restrict sr = s + r * kKeyBlock;
-      const int64_t seen = std::min(n, g.keys(i0 + r) - j0);  // keys of this tile row r sees
+      const int64_t seen = keys_seen(r).second;
       if (seen <= 0) continue;
       float top = m[r];
       for (int64_t j = 0; j < seen; ++j) top = std::max(top, sr[j] *= x.scale);
@@ -154,12 +182,13 @@ TJ_INLINE void grad_q_block(const Operands& x, int64_t b, int64_t i0, int64_t i1
   const int64_t keys = g.keys(i1 - 1);
   for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
     const int64_t n = std::min(kKeyBlock, keys - j0);
+    auto keys_seen = [&](int64_t r) { return std::pair<int64_t, int64_t>(0, std::min(n, g.keys(i0 + r) - j0)); };
     transpose_tile(x.kb(b) + j0 * g.d, n, g.d, kt, kKeyBlock);
     transpose_tile(x.vb(b) + j0 * g.dv, n, g.dv, vt, kKeyBlock);
-    products(q, rows, g.d, kt, n, s);
-    products(dout, rows, g.dv, vt, n, dp);
+    products(q, rows, g.d, kt, keys_seen, s);
+    products(dout, rows, g.dv, vt, keys_seen, dp);
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t seen = std::min(n, g.keys(i0 + r) - j0);
+      const int64_t seen = keys_seen(r).second;
       float* __restrict sr = s + r * kKeyBlock;
       float* __restrict dpr = dp + r * kKeyBlock;
       for (int64_t j = 0; j < seen; ++j) sr[j] = vector_exp(sr[j] * x.scale - lse[r]);  // P
@@ -182,16 +211,17 @@ TJ_INLINE void grad_kv_block(const Operands& x, int64_t b, int64_t j0, int64_t j
     const int64_t n = std::min(kQueryTile, g.tq - i0);
     row_stats(x, b, i0, n, D, lse);
     gather_dout(x, b, i0, n, dout);
+    // The queries of this tile that see key row r: queries before key j do not see it (causal).
+    auto seeing = [&](int64_t r) { return std::pair<int64_t, int64_t>(g.causal ? std::max<int64_t>(0, j0 + r - i0) : 0, n); };
     transpose_tile(x.qb(b) + i0 * g.d, n, g.d, qt, kQueryTile);
     transpose_tile(dout, n, g.dv, dot, kQueryTile);
-    products(x.kb(b) + j0 * g.d, rows, g.d, qt, n, s);
-    products(x.vb(b) + j0 * g.dv, rows, g.dv, dot, n, dp);
+    products(x.kb(b) + j0 * g.d, rows, g.d, qt, seeing, s);
+    products(x.vb(b) + j0 * g.dv, rows, g.dv, dot, seeing, dp);
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t j = j0 + r;
       float* __restrict sr = s + r * kQueryTile;
       float* __restrict dpr = dp + r * kQueryTile;
       float* __restrict dk = out + r * w;
-      const int64_t t0 = g.causal ? std::max<int64_t>(0, j - i0) : 0;  // queries before j do not see key j
+      const int64_t t0 = seeing(r).first;
       if (t0 >= n) continue;
       for (int64_t t = t0; t < n; ++t) sr[t] = vector_exp(sr[t] * x.scale - lse[t]);  // P^T
       for (int64_t t = t0; t < n; ++t) dpr[t] = sr[t] * (dpr[t] - D[t]) * x.scale;    // dS^T
