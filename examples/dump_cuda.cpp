@@ -5,6 +5,7 @@
 //
 //   dump_cuda --model mlp --out /tmp/cuda     # mlp_train_step.cu, .ptx, .index.json, .kir
 //   dump_cuda --model cnn | less              # the .cu, then the index, on standard output
+//   dump_cuda --model gpt --out /tmp/cuda     # examples/char_lm's GPT (examples/gpt.h)
 //   dump_cuda --towers 2 --out /tmp/cuda      # mlp_tower_step.*, mlp_apply.*, mlp_towers.txt
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <sstream>
 
 #include "dsl/tower_program.h"
+#include "examples/gpt.h"
 #include "jit/cuda/cuda_dump.h"
 #include "jit/cuda/cuda_emitter.h"
 #include "jit/cuda/module_parts.h"
@@ -129,10 +131,17 @@ std::vector<Module> build_modules(const Options& o, tj::Graph& graph, tj::Tensor
 int run(const Options& o) {
   tj::Graph graph;
   tj::GraphScope use(graph);
-  auto image = tj::input("image", {tj::kBatch, 784});
-  auto label = tj::input("label", {tj::kBatch}, tj::DType::i32);
-  auto logits = o.model == "cnn" ? cnn(image) : mlp(image);
-  auto loss = tj::mean(tj::softmax_cross_entropy(logits, label));
+  tj::Tensor logits, labels;
+  if (o.model == "gpt") {  // examples/char_lm's model with its defaults, 86 characters
+    const examples::GptConfig config{.vocab = 86, .context = 64, .dim = 64, .heads = 4, .layers = 2};
+    logits = examples::gpt(tj::input("tokens", {tj::kBatch, config.context}, tj::DType::i32), config);
+    labels = tj::input("targets", {tj::kBatch, config.context}, tj::DType::i32);
+  } else {
+    auto image = tj::input("image", {tj::kBatch, 784});
+    logits = o.model == "cnn" ? cnn(image) : mlp(image);
+    labels = tj::input("label", {tj::kBatch}, tj::DType::i32);
+  }
+  auto loss = tj::mean(tj::softmax_cross_entropy(logits, labels));
   std::string plan;
   const std::vector<Module> modules = build_modules(o, graph, loss, plan);
 
@@ -185,8 +194,9 @@ int main(int argc, char** argv) {
                "apply), readable on any machine; no GPU needed"};
   app.add_option("--out", o.out, "write <model>_train_step.{cu,ptx,index.json,kir} and "
                  "towerjit_library.cu here (default: the .cu and index to standard output)");
-  app.add_option("--model", o.model, "mlp (784-512-512-10) or cnn (2x conv3x3+relu+maxpool, dense)")
-      ->check(CLI::IsMember({"mlp", "cnn"}));
+  app.add_option("--model", o.model, "mlp (784-512-512-10), cnn (2x conv3x3+relu+maxpool, dense) or gpt "
+                 "(char_lm's: 2 blocks of width 64, 4 heads, context 64)")
+      ->check(CLI::IsMember({"mlp", "cnn", "gpt"}));
   app.add_option("--arch", o.arch, "GPU architecture for the PTX (default: $TOWERJIT_CUDA_ARCH, else sm_90)");
   app.add_option("--towers", o.towers, "GPU towers: more than one (or --strategy async) dumps the "
                  "tower step and the apply as two programs, and how the towers run them")
