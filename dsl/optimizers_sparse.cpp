@@ -102,6 +102,10 @@ const char* why_not_sparse(const Optimizer& o) {
 
 bool can_apply_sparse(const Optimizer& o) { return why_not_sparse(o) == nullptr; }
 
+bool sparse_apply_changes_only_its_rows(const Optimizer& o) {
+  return can_apply_sparse(o) && o.kind != OptimizerKind::momentum;
+}
+
 void check_sparse_apply(const Optimizer& o, const Tensor& w, Loc loc) {
   const char* why = why_not_sparse(o);
   if (!why) return;

@@ -17,6 +17,9 @@ namespace towerjit::detail {
 void check_sparse_apply(const Optimizer& o, const Tensor& w, Loc loc);
 // Whether `o` applies sparse gradients (check_sparse_apply would not refuse it).
 bool can_apply_sparse(const Optimizer& o);
+// Whether `o`'s sparse apply changes only the rows of its gradient (SGD, Adagrad, SparseAdam),
+// so a copy of the variable is refreshed by those rows alone; momentum moves every row.
+bool sparse_apply_changes_only_its_rows(const Optimizer& o);
 
 // Appends the update ops of `w` for the sparse gradient `g` to `out`; `lr` is the learning
 // rate at the step before the update, `t` the update's number (global step + 1).

@@ -34,36 +34,37 @@ std::vector<std::string> tower_reads(const DeviceProgram& tower_step) {
   return {read.begin(), read.end()};
 }
 
-int64_t bytes_of(const HostVariables& values, const std::vector<std::string>& names) {
-  int64_t bytes = 0;
-  for (const std::string& name : names) bytes += values.at(name).size() * dtype_bytes(values.at(name).dtype);
-  return bytes;
+// Per variable of `names`: the index of its sparse gradient when the apply changes only the
+// gradient's rows (CompiledTowers::Sparse::rows_only), so a reply carries its changed rows;
+// else -1. The same on every rank: every rank built the same model.
+std::vector<int> rows_only_tables(const CompiledTowers& c, const std::vector<std::string>& names) {
+  std::vector<int> of(names.size(), -1);
+  for (size_t k = 0; k < c.sparse.size(); ++k) {
+    if (!c.sparse[k].rows_only) continue;
+    const std::string name = c.gradient_inputs[c.sparse[k].variable].substr(TowerProgram::gradient_prefix.size());
+    const auto at = std::find(names.begin(), names.end(), name);
+    if (at != names.end()) of[at - names.begin()] = static_cast<int>(k);
+  }
+  return of;
 }
 
-// The named variables' elements (f32 or i32), in order.
-void put_variables(std::vector<char>& out, const HostVariables& values, const std::vector<std::string>& names) {
-  for (const std::string& name : names) {
-    const HostTensor& t = values.at(name);
-    put(out, t.dtype == DType::f32 ? static_cast<const void*>(t.f32.data()) : t.i32.data(),
-        t.size() * dtype_bytes(t.dtype));
-  }
-}
-
-void take_variables(const char* from, HostVariables& values, const std::vector<std::string>& names) {
-  for (const std::string& name : names) {
-    HostTensor& t = values.at(name);
-    const size_t bytes = t.size() * dtype_bytes(t.dtype);
-    std::memcpy(t.dtype == DType::f32 ? static_cast<void*>(t.f32.data()) : t.i32.data(), from, bytes);
-    from += bytes;
-  }
+// A table's rows: [V, ...] as V rows of bytes.
+struct Rows {
+  char* base;
+  int64_t count, bytes;
+};
+Rows rows_of(HostTensor& t) {
+  const int64_t count = t.shape.rank() ? t.shape[0] : 1;
+  return {static_cast<char*>(t.data()), count, count ? t.size() / count * static_cast<int64_t>(dtype_bytes(t.dtype)) : 0};
 }
 
 // Reads a message's parts in order, each checked to lie inside it.
 class Reader {
  public:
-  explicit Reader(const std::vector<char>& bytes) : at_(bytes.data()), end_(bytes.data() + bytes.size()) {}
+  Reader(const std::vector<char>& bytes, const char* what)
+      : at_(bytes.data()), end_(bytes.data() + bytes.size()), what_(what) {}
   void take(void* to, size_t bytes) {
-    internal_check(static_cast<size_t>(end_ - at_) >= bytes) << "a push ends " << bytes - (end_ - at_)
+    internal_check(static_cast<size_t>(end_ - at_) >= bytes) << what_ << " ends " << bytes - (end_ - at_)
                                                              << " bytes before its parts do";
     if (bytes) std::memcpy(to, at_, bytes);  // an empty tensor's data() may be null
     at_ += bytes;
@@ -73,6 +74,7 @@ class Reader {
  private:
   const char* at_;
   const char* end_;
+  const char* what_;
 };
 
 }  // namespace
@@ -83,7 +85,53 @@ AsyncServer::AsyncServer(TowerState& state, HostVariables& values, CpuProgram& a
       apply_(apply),
       bound_(std::get<AsyncApply>(state.towers.reduction()).max_staleness),
       applied_of_tower_(state.layout.towers(), 0),
-      sent_(tower_reads(*state.compiled.tower_step.at(0))) {}
+      sent_(tower_reads(*state.compiled.tower_step.at(0))),
+      rows_of_sent_(rows_only_tables(state.compiled, sent_)),
+      changed_(state.world->size(), std::vector<ChangedRows>(sent_.size())) {}
+
+// Each worker's copy of a rows-only table now differs from ours at the rows just applied.
+void AsyncServer::mark_changed(const HostFeeds& gradients) {
+  for (size_t i = 0; i < sent_.size(); ++i) {
+    if (rows_of_sent_[i] < 0) continue;
+    const HostTensor& rows = gradients.at(state_.compiled.sparse[rows_of_sent_[i]].rows_input);
+    const int64_t count = rows_of(values_.at(sent_[i])).count;
+    for (std::vector<ChangedRows>& worker : changed_) {
+      ChangedRows& ch = worker[i];
+      if (ch.all) continue;
+      for (int32_t r : rows.i32) {
+        internal_check(r >= 0 && r < count) << "row " << r << " of \"" << sent_[i] << "\" pushed, of " << count;
+        if (!ch.marked[r]) ch.marked[r] = 1, ch.rows.push_back(r);
+      }
+    }
+  }
+}
+
+// The apply count, then each variable the towers read: whole, or for a rows-only table the
+// count of rows that follow (-1: the whole table), those rows (i32) and their values.
+void AsyncServer::put_reply(std::vector<char>& reply, int worker) {
+  const int64_t applies = state_.applies;
+  put(reply, &applies, sizeof applies);
+  for (size_t i = 0; i < sent_.size(); ++i) {
+    HostTensor& t = values_.at(sent_[i]);
+    if (rows_of_sent_[i] < 0) {
+      put(reply, t.data(), t.size() * dtype_bytes(t.dtype));
+      continue;
+    }
+    ChangedRows& ch = changed_.at(worker)[i];
+    const Rows table = rows_of(t);
+    const int64_t count = ch.all ? -1 : static_cast<int64_t>(ch.rows.size());
+    put(reply, &count, sizeof count);
+    if (ch.all) {
+      put(reply, table.base, table.count * table.bytes);
+      ch.all = false;
+      ch.marked.assign(table.count, 0);
+      continue;
+    }
+    put(reply, ch.rows.data(), ch.rows.size() * sizeof(int32_t));
+    for (int32_t r : ch.rows) put(reply, table.base + r * table.bytes, table.bytes), ch.marked[r] = 0;
+    ch.rows.clear();
+  }
+}
 
 bool AsyncServer::may_apply(const Push& push) const {
   if (!bound_) return true;
@@ -95,7 +143,7 @@ AsyncServer::Push AsyncServer::receive(Loc loc) {
   Push p;
   p.from = state_.world->receive(p.bytes, dist::Transport::kAnySource, kPushTag);
   Header h;
-  Reader(p.bytes).take(&h, sizeof h);
+  Reader(p.bytes, "a push").take(&h, sizeof h);
   p.step = h.step;
   p.tower = static_cast<int>(h.tower);
   p.read_at = h.read_at;
@@ -108,7 +156,7 @@ AsyncServer::Push AsyncServer::receive(Loc loc) {
 // (i32), so its size varies with the rows the tower read; then the tower's model updates.
 AsyncServer::Applied AsyncServer::apply(Push push, Loc loc) {
   const CompiledTowers& c = state_.compiled;
-  Reader in(push.bytes);
+  Reader in(push.bytes, "a push");
   Header h;
   in.take(&h, sizeof h);
   HostFeeds gradients;
@@ -147,15 +195,14 @@ AsyncServer::Applied AsyncServer::apply(Push push, Loc loc) {
     ++applied_of_tower_[push.tower];
     a.learning_rate = state_.applied(apply_.run(gradients, values_, static_cast<uint64_t>(state_.applies)));
     ++state_.applies;
+    mark_changed(gradients);
     for (const auto& u : c.model_updates) {  // each tower writes its own new values
       HostTensor& value = values_.at(u.variable);
       in.take(value.f32.data(), value.size() * sizeof(float));
     }
     // Every rank built the same model (checked at start-up): a push of another size is a bug.
     internal_check(in.left() == 0) << "a push from rank " << push.from << " has " << in.left() << " bytes past its parts";
-    const int64_t applies = state_.applies;
-    put(reply, &applies, sizeof applies);
-    put_variables(reply, values_, sent_);
+    put_reply(reply, push.from);
     lead_ = std::max(lead_, lead);
   }
   state_.count_lead(lead_);
@@ -167,7 +214,32 @@ AsyncWorker::AsyncWorker(TowerState& state, HostVariables& values)
     : state_(state),
       values_(values),
       received_(tower_reads(*state.compiled.tower_step.at(0))),
-      reply_bytes_(static_cast<int64_t>(sizeof(int64_t)) + bytes_of(values, received_)) {}
+      rows_of_received_(rows_only_tables(state.compiled, received_)) {}
+
+// Reads a reply (AsyncServer::put_reply) into this process's copy.
+void AsyncWorker::take_reply(const std::vector<char>& reply) {
+  Reader in(reply, "a reply from the parameter server");
+  int64_t applies = 0;
+  in.take(&applies, sizeof applies);
+  for (size_t i = 0; i < received_.size(); ++i) {
+    HostTensor& t = values_.at(received_[i]);
+    int64_t count = -1;
+    if (rows_of_received_[i] >= 0) in.take(&count, sizeof count);
+    if (count < 0) {
+      in.take(t.data(), t.size() * dtype_bytes(t.dtype));
+      continue;
+    }
+    const Rows table = rows_of(t);
+    std::vector<int32_t> rows(static_cast<size_t>(count));
+    in.take(rows.data(), rows.size() * sizeof(int32_t));
+    for (int32_t r : rows) {
+      internal_check(r >= 0 && r < table.count) << "a reply's row " << r << " of \"" << received_[i] << "\", of " << table.count;
+      in.take(table.base + r * table.bytes, table.bytes);
+    }
+  }
+  internal_check(in.left() == 0) << "a reply from the parameter server has " << in.left() << " bytes past its parts";
+  state_.applies = applies;
+}
 
 double AsyncWorker::work(int64_t step, const HostFeeds& feeds, int64_t examples, Loc loc) {
   const std::vector<int64_t> all = split_batch(examples, state_.layout.towers(), state_.towers.split_policy(), loc);
@@ -208,12 +280,7 @@ double AsyncWorker::work(int64_t step, const HostFeeds& feeds, int64_t examples,
     std::vector<char> reply;
     state_.world->send(push, 0, kPushTag);
     state_.world->receive(reply, 0, kReplyTag);
-    internal_check(static_cast<int64_t>(reply.size()) == reply_bytes_)
-        << "a reply of " << reply.size() << " bytes from the parameter server, not " << reply_bytes_;
-    int64_t applies = 0;
-    std::memcpy(&applies, reply.data(), sizeof applies);
-    take_variables(reply.data() + sizeof applies, values_, received_);
-    state_.applies = applies;
+    take_reply(reply);
   }
   return loss;
 }

@@ -5,7 +5,10 @@
 // the apply count of the values they were computed from; the server's one apply
 // thread (the caller of AsyncServer::next) applies each push exactly once, in the order they
 // arrive, and sends the worker back the variables its towers read (the model's, not the
-// optimiser's slots) as they are then, for their next slice. Staleness is the applies by others between a push's read and its apply,
+// optimiser's slots) as they are then, for their next slice: whole, except a table whose
+// sparse apply changes only the rows pushed (SGD, Adagrad, SparseAdam), of which a reply
+// carries the rows changed since that worker's last reply (every row in the first of a fit()),
+// so it scales with the rows read, not the vocabulary. Staleness is the applies by others between a push's read and its apply,
 // counted on the server over every worker's towers. With AsyncApply::max_staleness = k the
 // server holds back (receives, does not apply) a push of a tower more than k applies ahead of
 // the slowest tower, so the worker waits for its reply.
@@ -57,12 +60,24 @@ class AsyncServer {
   Applied apply(Push push, Loc loc);
 
  private:
+  // The rows of one table changed since a worker's last reply.
+  struct ChangedRows {
+    bool all = true;            // every row (nothing sent yet in this fit())
+    std::vector<char> marked;   // per row: listed in `rows`
+    std::vector<int32_t> rows;  // in the order they changed
+  };
+  void mark_changed(const HostFeeds& gradients);
+  void put_reply(std::vector<char>& reply, int worker);
+
   TowerState& state_;
   HostVariables& values_;
   CpuProgram& apply_;
   std::optional<int64_t> bound_;
   std::vector<int64_t> applied_of_tower_;  // for the bound and the largest lead
   const std::vector<std::string> sent_;    // the variables a reply carries: what the towers read
+  const std::vector<int> rows_of_sent_;    // per variable of sent_: its sparse gradient's index if
+                                           // a reply carries its changed rows, else -1
+  std::vector<std::vector<ChangedRows>> changed_;  // [worker rank][variable of sent_]
   int64_t lead_ = 0;                       // the largest lead seen (under the apply lock)
 };
 
@@ -77,10 +92,12 @@ class AsyncWorker {
   double work(int64_t step, const HostFeeds& feeds, int64_t examples, Loc loc);
 
  private:
+  void take_reply(const std::vector<char>& reply);
+
   TowerState& state_;
   HostVariables& values_;
   const std::vector<std::string> received_;  // the variables a reply carries, in its order
-  const int64_t reply_bytes_;
+  const std::vector<int> rows_of_received_;  // as the server's rows_of_sent_
 };
 
 }  // namespace towerjit::detail

@@ -1,6 +1,7 @@
 #include "runtime/towers/compile_towers.h"
 
 #include "dsl/error.h"
+#include "dsl/optimizers_sparse.h"
 #include "jit/passes/cut_collectives.h"
 #include "jit/passes/select_phase.h"
 #include "jit/reference/interpreter.h"
@@ -35,7 +36,8 @@ CompiledTowers compile_towers(Graph& graph, Tensor loss, const Towers& towers, c
   c.model_updates = program.model_updates;
   c.gradient_inputs = program.gradient_inputs;
   c.gradient_shapes = program.gradient_shapes;
-  for (const TowerProgram::SparseCollective& s : program.sparse) c.sparse.push_back({s.variable, s.rows_input});
+  for (const TowerProgram::SparseCollective& s : program.sparse)
+    c.sparse.push_back({s.variable, s.rows_input, sparse_apply_changes_only_its_rows(optimizer)});
   // 2. Every tower's step, for any slice size (the batch is symbolic), on the tower's device.
   for (int t = 0; t < towers.size(); ++t)
     c.tower_step.push_back(

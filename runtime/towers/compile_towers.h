@@ -40,6 +40,7 @@ struct CompiledTowers {
   struct Sparse {
     size_t variable;
     std::string rows_input;
+    bool rows_only;  // the apply changes only the gradient's rows (sparse_apply_changes_only_its_rows)
   };
   std::vector<Sparse> sparse;
   bool is_sparse(size_t variable) const { return sparse_of(variable) >= 0; }

@@ -307,7 +307,8 @@ async_sparse_gradients)
   # Sparse gradients pushed to the parameter server as rows and values (tests/mpi/async_sparse_server.cpp):
   # none lost with 2 workers x 1 tower, 3 workers x 1 and 2 workers x 2 (V = 1, 7, 127); a
   # server and one worker on Adam bitwise as one process's async tower, and apart from the
-  # dense gradient's Adam (so the push was sparse: SparseAdam's rows not read keep their moments).
+  # dense gradient's Adam (so the push was sparse: SparseAdam's rows not read keep their moments);
+  # and a reply's changed rows reaching the other worker.
   for layout in "3 1" "4 1" "3 2"; do
     set -- $layout
     mpi "$1" "$async_sparse" none_lost "$2" >"$work/out" 2>&1 || { cat "$work/out"; fail "$1 processes x $2 towers"; }
@@ -317,7 +318,10 @@ async_sparse_gradients)
   mpi 2 "$async_sparse" train "$work/served" >"$work/out" 2>&1 || { cat "$work/out"; fail "a server and a worker"; }
   "$async_sparse" train "$work/dense" dense >"$work/out" 2>&1 || { cat "$work/out"; fail "one process, dense"; }
   "$sparse_towers" compare "$work/alone" "$work/served" 0 || fail "the server's run is not one process's"
-  if "$sparse_towers" compare "$work/alone" "$work/dense" 1e-3 >/dev/null; then fail "sparse and dense Adam agree: no sparse push"; fi ;;
+  if "$sparse_towers" compare "$work/alone" "$work/dense" 1e-3 >/dev/null; then fail "sparse and dense Adam agree: no sparse push"; fi
+  # Replies carry a table's changed rows: one worker's rows reach the other (closed form).
+  mpi 3 "$async_sparse" replies >"$work/out" 2>&1 || { cat "$work/out"; fail "a reply lost another worker's rows"; }
+  grep -q '; ok$' "$work/out" || { cat "$work/out"; fail "replies: rank 0 did not report"; } ;;
 trainer_misuse_is_named)
   # The mistakes only a world allows, each named with its line and fix on every rank
   # (tests/mpi/trainer_misuse.cpp): step() and run_async() with async towers, a sync step fed
