@@ -27,9 +27,9 @@ Blas load() {
   // more work, calling sched_yield, for 2^28 cycles by default (about 0.1 s) before they sleep.
   // The pool's workers need those cores for the kernels that follow, and a thread that yields
   // stays runnable and keeps its share of a core: the step of a GPT whose weight gradients
-  // are such products took 69 instead of 48 ms on 2 cores (docs/performance.md). 4 is OpenBLAS's least (2^4 cycles): the
-  // workers sleep at once, and the next threaded product wakes them, a few microseconds
-  // against its milliseconds.
+  // are such products took 69 instead of 48 ms on 2 cores (docs/performance.md). 4 is
+  // OpenBLAS's least (2^4 cycles): the workers sleep at once, and the next threaded product
+  // wakes them, a few microseconds against its milliseconds.
   set_unless_users("OPENBLAS_THREAD_TIMEOUT", "4", b);
   for (const char* name : {"libopenblas.so.0", "libopenblas.so", "libcblas.so.3", "libblas.so.3"}) {
     void* handle = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);

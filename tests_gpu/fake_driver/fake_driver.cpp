@@ -147,7 +147,7 @@ int cuModuleGetFunction(void** f, void* module, const char* name) {
   auto* m = static_cast<Module*>(module);
   const std::string key = std::string(name) + '\0';  // a whole symbol name in the string table
   if (!memmem(m->image, m->size, key.data(), key.size())) return kNotFound;
-  std::lock_guard<std::mutex> lock(state().mutex);  // any thread may ask, as of CUDA's driver
+  std::lock_guard<std::mutex> lock(state().mutex);  // any thread may ask, as CUDA's driver allows
   *f = const_cast<char*>(m->functions.insert(name).first->c_str());
   return 0;
 }
