@@ -84,6 +84,12 @@ TJ_INLINE void products(const float* a, int64_t rows, int64_t cols, const float*
   }
 }
 
+// The keys of the tile [j0, j0 + n) that query row r of a block from i0 sees, as products'
+// span: [0, count), empty when it sees none of them.
+TJ_INLINE auto keys_seen_in_tile(const kir::AttentionGeometry& g, int64_t i0, int64_t j0, int64_t n) {
+  return [&g, i0, j0, n](int64_t r) { return std::pair<int64_t, int64_t>(0, std::min(n, g.keys(i0 + r) - j0)); };
+}
+
 // out[c] += sum_{t < count} w[t] * m[t * width + c] for c < width, t in order: 16 columns at a
 // time summed in a local array the compiler keeps in registers, then added to out once (an
 // axpy per t loaded and stored out at every t).
@@ -119,8 +125,7 @@ TJ_INLINE void forward_block(const Operands& x, int64_t b, int64_t i0, int64_t i
   const int64_t keys = g.keys(i1 - 1);
   for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
     const int64_t n = std::min(kKeyBlock, keys - j0);
-    // The keys of this tile that query row r sees.
-    auto keys_seen = [&](int64_t r) { return std::pair<int64_t, int64_t>(0, std::min(n, g.keys(i0 + r) - j0)); };
+    const auto keys_seen = keys_seen_in_tile(g, i0, j0, n);
     transpose_tile(x.kb(b) + j0 * g.d, n, g.d, kt, kKeyBlock);
     products(q, rows, g.d, kt, keys_seen, s);
     for (int64_t r = 0; r < rows; ++r) {
@@ -182,7 +187,7 @@ TJ_INLINE void grad_q_block(const Operands& x, int64_t b, int64_t i0, int64_t i1
   const int64_t keys = g.keys(i1 - 1);
   for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
     const int64_t n = std::min(kKeyBlock, keys - j0);
-    auto keys_seen = [&](int64_t r) { return std::pair<int64_t, int64_t>(0, std::min(n, g.keys(i0 + r) - j0)); };
+    const auto keys_seen = keys_seen_in_tile(g, i0, j0, n);
     transpose_tile(x.kb(b) + j0 * g.d, n, g.d, kt, kKeyBlock);
     transpose_tile(x.vb(b) + j0 * g.dv, n, g.dv, vt, kKeyBlock);
     products(q, rows, g.d, kt, keys_seen, s);
