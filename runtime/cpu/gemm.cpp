@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "runtime/cpu/blas.h"
+#include "runtime/cpu/small_gemm.h"
 
 namespace towerjit::cpujit {
 namespace {
@@ -19,8 +20,14 @@ constexpr double kSplitFlops = 4e6;
 // (1.5-2x on 784x64x64), since OpenBLAS's thread hand-off costs more than the product.
 constexpr double kOpenBlasThreadsFlops = 32e6;
 
-void call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-          int64_t ldb, float beta, float* c, int64_t ldc) {
+// One single-threaded product, on the small kernel when the whole product was given to it
+// (decided once per product, so every slice of it sums alike).
+void call(bool small, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (small) {
+    small_sgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
   blas().sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a, static_cast<int>(lda),
                b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
@@ -34,20 +41,21 @@ void sgemm(ThreadPool* pool, bool transpose_a, bool transpose_b, int64_t m, int6
   const double flops = 2.0 * m * n * k;
   const bool split_rows = m >= n;
   const int64_t extent = split_rows ? m : n;
+  const bool small = small_sgemm_applies(m, n, k);
   if (pieces == 1 || flops < kSplitFlops || extent < 2 * pieces) {
-    call(transpose_a, transpose_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    call(small, transpose_a, transpose_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
     return;
   }
   const Blas& lib = blas();
   // OpenBLAS's thread count is process-wide: one product at a time may raise it. Another
   // program's product (a second CPU tower with a pool of its own) meanwhile takes the slices.
   static std::mutex openblas_threads;
-  if (flops >= kOpenBlasThreadsFlops && lib.set_threads) {
+  if (!small && flops >= kOpenBlasThreadsFlops && lib.set_threads) {
     std::unique_lock<std::mutex> mine(openblas_threads, std::try_to_lock);
     if (mine.owns_lock()) {
       // The pool's threads are idle meanwhile: the caller holds them for this step.
       lib.set_threads(static_cast<int>(pieces));
-      call(transpose_a, transpose_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+      call(false, transpose_a, transpose_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
       lib.set_threads(1);
       return;
     }
@@ -62,10 +70,10 @@ void sgemm(ThreadPool* pool, bool transpose_a, bool transpose_b, int64_t m, int6
       const int64_t hi = std::min(extent, units * (p + 1) / pieces * grain);
       if (lo >= hi) continue;
       if (split_rows)
-        call(transpose_a, transpose_b, hi - lo, n, k, transpose_a ? a + lo : a + lo * lda, lda, b, ldb, beta,
+        call(small, transpose_a, transpose_b, hi - lo, n, k, transpose_a ? a + lo : a + lo * lda, lda, b, ldb, beta,
              c + lo * ldc, ldc);
       else
-        call(transpose_a, transpose_b, m, hi - lo, k, a, lda, transpose_b ? b + lo * ldb : b + lo, ldb, beta,
+        call(small, transpose_a, transpose_b, m, hi - lo, k, a, lda, transpose_b ? b + lo * ldb : b + lo, ldb, beta,
              c + lo, ldc);
     }
   });

@@ -1,0 +1,103 @@
+// towerjit_small_gemm_bench: the products the small-product kernel takes (runtime/cpu/
+// small_gemm.h) against OpenBLAS's sgemm on one thread, at the level TOWERJIT_CPU_ISA sets:
+// the bench's MLP, cnn and gpt-small products. Timed in the thread's CPU time (time it was not
+// running does not count, so a shared machine moves the figures less), best of `--repeats`
+// (default 7) runs of enough calls for about 20 ms. One JSON line per product.
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include <cblas.h>
+
+#include "jit/cpu/cpu_isa.h"
+#include "runtime/cpu/blas.h"
+#include "runtime/cpu/small_gemm.h"
+
+namespace cpujit = towerjit::cpujit;
+
+namespace {
+
+double thread_cpu_s() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+// Seconds a call, the best of `repeats` runs of `calls` calls.
+double best_seconds(const std::function<void()>& f, int calls, int repeats) {
+  f();
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    const double t0 = thread_cpu_s();
+    for (int i = 0; i < calls; ++i) f();
+    best = std::min(best, (thread_cpu_s() - t0) / calls);
+  }
+  return best;
+}
+
+struct Shape {
+  const char* product;
+  bool ta, tb;
+  int m, n, k;
+};
+
+// Each workload's products (forward, then the weight and input gradients), as the CPU backend
+// calls them; a product cut into slices by the pool is listed at one thread's slice.
+const Shape kShapes[] = {
+    {"mlp-small fc1 (a slice of two)", false, false, 32, 64, 784},
+    {"mlp-small fc1", false, false, 64, 64, 784},
+    {"mlp-small fc2", false, false, 64, 64, 64},
+    {"mlp-small logits", false, false, 64, 10, 64},
+    {"mlp-small fc1 weight gradient (a slice of two)", true, false, 392, 64, 64},
+    {"mlp-small fc2 weight gradient", true, false, 64, 64, 64},
+    {"mlp-small fc2 input gradient", false, true, 64, 64, 64},
+    {"mlp-small logits input gradient", false, true, 64, 64, 10},
+    {"cnn logits", false, false, 128, 10, 1568},
+    {"cnn logits weight gradient", true, false, 1568, 10, 128},
+    {"cnn logits input gradient", false, true, 128, 1568, 10},
+    {"gpt-small projection (a slice of two)", false, false, 1024, 64, 64},
+    {"gpt-small mlp up (a slice of two)", false, false, 1024, 256, 64},
+    {"gpt-small mlp down (a slice of two)", false, false, 1024, 64, 256},
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int repeats = 7;
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = std::atoi(argv[++i]);
+  const cpujit::Blas& blas = cpujit::blas();
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const Shape& s : kShapes) {
+    std::vector<float> a(static_cast<size_t>(s.m) * s.k), b(static_cast<size_t>(s.k) * s.n),
+        c(static_cast<size_t>(s.m) * s.n);
+    for (float& v : a) v = u(rng);
+    for (float& v : b) v = u(rng);
+    const int lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
+    const double flops = 2.0 * s.m * s.n * s.k;
+    const int calls = std::max(1, static_cast<int>(0.02 * 30e9 / flops));
+    const double openblas = best_seconds([&] {
+      blas.sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, s.m, s.n, s.k,
+                 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), s.n);
+    }, calls, repeats);
+    const bool applies = cpujit::small_sgemm_applies(s.m, s.n, s.k);
+    const double small = !applies ? 0.0 : best_seconds([&] {
+      cpujit::small_sgemm(s.ta, s.tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, 0.0f, c.data(), s.n);
+    }, calls, repeats);
+    std::printf("{\"product\": \"%s\", \"isa\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"transpose_a\": %s, "
+                "\"transpose_b\": %s, \"openblas_gflops\": %.1f, ",
+                s.product, cpujit::isa_name(cpujit::cpu_isa()), s.m, s.n, s.k, s.ta ? "true" : "false",
+                s.tb ? "true" : "false", flops / openblas / 1e9);
+    if (applies)
+      std::printf("\"small_gflops\": %.1f, \"speedup\": %.2f}\n", flops / small / 1e9, openblas / small);
+    else
+      std::printf("\"small_gflops\": null, \"why\": \"not taken at this level or with this L2 cache\"}\n");
+  }
+}

@@ -1,0 +1,140 @@
+// The small-product kernel (runtime/cpu/small_gemm.h) against a double-precision product, at
+// odd sizes, in every transpose, with beta 0 (C unread), 1 and 0.5, strides wider than the
+// matrices and C's neighbours watched; and its bits whatever slice of C a call computes.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "jit/cpu/cpu_isa.h"
+#include "runtime/cpu/gemm.h"
+#include "runtime/cpu/small_gemm.h"
+
+namespace cpujit = towerjit::cpujit;
+
+namespace {
+
+constexpr double kU = 0x1p-24;  // float's unit roundoff
+
+// Higham's gamma_n = n u / (1 - n u): the bound on the relative error of n roundings.
+double gamma(int64_t n) { return n * kU / (1.0 - n * kU); }
+
+struct Product {
+  bool ta, tb;
+  int64_t m, n, k;
+  int64_t lda, ldb, ldc;  // each wider than the matrix by a few floats
+  std::vector<float> a, b, c;
+
+  Product(bool ta_, bool tb_, int64_t m_, int64_t n_, int64_t k_, uint32_t seed)
+      : ta(ta_), tb(tb_), m(m_), n(n_), k(k_) {
+    lda = (ta ? m : k) + 3;
+    ldb = (tb ? k : n) + 5;
+    ldc = n + 4;
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    a.resize((ta ? k : m) * lda);
+    b.resize((tb ? n : k) * ldb);
+    c.resize(m * ldc);
+    for (float& v : a) v = u(rng);
+    for (float& v : b) v = u(rng);
+    for (float& v : c) v = u(rng);
+  }
+  double at_a(int64_t i, int64_t p) const { return ta ? a[p * lda + i] : a[i * lda + p]; }
+  double at_b(int64_t p, int64_t j) const { return tb ? b[j * ldb + p] : b[p * ldb + j]; }
+};
+
+void check(const Product& z, float beta) {
+  const std::string what = std::to_string(z.m) + "x" + std::to_string(z.n) + "x" + std::to_string(z.k) +
+                           (z.ta ? " A^T" : "") + (z.tb ? " B^T" : "") + " beta " + std::to_string(beta);
+  std::vector<float> c = z.c;
+  // beta 0: C is not read, so a NaN there must not reach the result.
+  if (beta == 0.0f)
+    for (int64_t i = 0; i < z.m; ++i)
+      for (int64_t j = 0; j < z.n; ++j) c[i * z.ldc + j] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> before = c;
+  cpujit::small_sgemm(z.ta, z.tb, z.m, z.n, z.k, z.a.data(), z.lda, z.b.data(), z.ldb, beta, c.data(), z.ldc);
+  INFO(what);
+  for (int64_t i = 0; i < z.m; ++i) {
+    for (int64_t j = 0; j < z.ldc; ++j) {
+      const float got = c[i * z.ldc + j];
+      if (j >= z.n) {  // C's stride padding is never written
+        REQUIRE(std::memcmp(&got, &before[i * z.ldc + j], sizeof got) == 0);
+        continue;
+      }
+      double exact = 0.0, magnitude = 0.0;
+      for (int64_t p = 0; p < z.k; ++p) {
+        exact += z.at_a(i, p) * z.at_b(p, j);
+        magnitude += std::fabs(z.at_a(i, p) * z.at_b(p, j));
+      }
+      if (beta != 0.0f) {
+        exact += beta * static_cast<double>(z.c[i * z.ldc + j]);
+        magnitude += std::fabs(beta * static_cast<double>(z.c[i * z.ldc + j]));
+      }
+      // k products summed in order, then beta * C added (one product and one sum more).
+      const double bound = gamma(z.k + 2) * magnitude;
+      INFO("C[" << i << ", " << j << "] = " << got << ", exact " << exact << ", bound " << bound);
+      REQUIRE(std::fabs(got - exact) <= bound);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("small products match a double product within gamma_k, in every transpose and at odd sizes", "[cpu][isa]") {
+  if (!cpujit::isa_allows(towerjit::knobs::CpuIsa::avx2)) {
+    WARN("skipped: the small-product kernel needs AVX2 and FMA, which TOWERJIT_CPU_ISA or this CPU rules out");
+    return;
+  }
+  uint32_t seed = 1;
+  for (int t = 0; t < 4; ++t)
+    for (int64_t m : {1, 5, 6, 7, 13})
+      for (int64_t n : {1, 7, 8, 10, 16, 17, 33})
+        for (int64_t k : {1, 7, 127})
+          for (float beta : {0.0f, 1.0f, 0.5f}) check(Product(t & 1, t & 2, m, n, k, seed++), beta);
+  // An MLP's layer: the product the kernel is for.
+  check(Product(false, false, 64, 64, 784, 7), 0.0f);
+  check(Product(true, false, 784, 64, 64, 8), 0.0f);
+}
+
+TEST_CASE("small products: any slice of C has the bits of the whole product", "[cpu][isa]") {
+  if (!cpujit::isa_allows(towerjit::knobs::CpuIsa::avx2)) {
+    WARN("skipped: the small-product kernel needs AVX2 and FMA, which TOWERJIT_CPU_ISA or this CPU rules out");
+    return;
+  }
+  for (int t = 0; t < 4; ++t) {
+    const Product z(t & 1, t & 2, 37, 45, 127, 40 + t);
+    std::vector<float> whole(z.c.size(), 0.0f), sliced(z.c.size(), 0.0f);
+    cpujit::small_sgemm(z.ta, z.tb, z.m, z.n, z.k, z.a.data(), z.lda, z.b.data(), z.ldb, 0.0f, whole.data(), z.ldc);
+    // Rows 0-10 and 11-36, then columns 0-20 and 21-44 of the rest: cuts off the 6-row and
+    // 16-column blocks.
+    const auto a_rows = [&](int64_t i) { return z.ta ? z.a.data() + i : z.a.data() + i * z.lda; };
+    const auto b_cols = [&](int64_t j) { return z.tb ? z.b.data() + j * z.ldb : z.b.data() + j; };
+    cpujit::small_sgemm(z.ta, z.tb, 11, z.n, z.k, a_rows(0), z.lda, z.b.data(), z.ldb, 0.0f, sliced.data(), z.ldc);
+    cpujit::small_sgemm(z.ta, z.tb, 26, 21, z.k, a_rows(11), z.lda, b_cols(0), z.ldb, 0.0f, sliced.data() + 11 * z.ldc,
+                        z.ldc);
+    cpujit::small_sgemm(z.ta, z.tb, 26, 24, z.k, a_rows(11), z.lda, b_cols(21), z.ldb, 0.0f,
+                        sliced.data() + 11 * z.ldc + 21, z.ldc);
+    REQUIRE(std::memcmp(whole.data(), sliced.data(), whole.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("small products split over a pool have the bits of one thread's", "[cpu][isa]") {
+  // 64x64x784 (6.4 MFLOP) is cut into slices by rows over two threads; 784x64x64 transposed too.
+  for (const bool ta : {false, true}) {
+    const Product z(ta, false, ta ? 784 : 64, 64, ta ? 64 : 784, 50);
+    if (!cpujit::small_sgemm_applies(z.m, z.n, z.k)) {
+      WARN("skipped: products of this size go to OpenBLAS at this level or with this L2 cache");
+      continue;
+    }
+    std::vector<float> one(z.c.size(), 0.0f), two(z.c.size(), 0.0f);
+    towerjit::ThreadPool threads(2);
+    cpujit::sgemm(nullptr, z.ta, z.tb, z.m, z.n, z.k, z.a.data(), z.lda, z.b.data(), z.ldb, 0.0f, one.data(), z.ldc);
+    cpujit::sgemm(&threads, z.ta, z.tb, z.m, z.n, z.k, z.a.data(), z.lda, z.b.data(), z.ldb, 0.0f, two.data(), z.ldc);
+    INFO((ta ? "784x64x64 A^T" : "64x64x784"));
+    REQUIRE(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+  }
+}
