@@ -13,6 +13,7 @@
 // same compiled step on their slices, and combine their gradients (sync) or apply them one by
 // one (async). fit() drives the loop; hooks log, evaluate and checkpoint.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -67,6 +68,7 @@ struct Flags {
   int64_t log_every = 10;
   int64_t checkpoint_every = 0;
   int64_t eval_every = 0;  // 0: after each epoch only
+  int64_t eval_examples = 0;  // --eval-examples N: the test set's first N only (0: all of it)
   double lr = 0.001;
   double ema = 0;     // 0: no moving averages
   uint64_t seed = 1;
@@ -194,6 +196,20 @@ tj::data::Dataset load_split(const Flags& f, const std::string& split) {
   return f.data_npz.empty() ? tj::data::load_mnist_format(split, f.data) : npz_split(f.data_npz, split);
 }
 
+// --eval-examples N: the first N examples of the test set (Keras' validation_steps, Lightning's
+// limit_val_batches), for quick runs; more than it has is an error naming its size.
+tj::data::Dataset first_examples(tj::data::Dataset data, int64_t n) {
+  if (n == 0 || n == data.size()) return data;
+  if (n > data.size())
+    throw tj::Error("towerjit: --eval-examples " + std::to_string(n) + " is more than the test set's " +
+                    std::to_string(data.size()) + " examples; give at most " + std::to_string(data.size()) +
+                    ", or leave the flag out to evaluate on all of them");
+  tj::HostTensor images(tj::Shape{n, data.images.shape[1]}, tj::DType::f32), labels(tj::Shape{n}, tj::DType::i32);
+  std::copy_n(data.images.f32.begin(), images.f32.size(), images.f32.begin());
+  std::copy_n(data.labels.i32.begin(), n, labels.i32.begin());
+  return {std::move(images), std::move(labels)};
+}
+
 int train(Flags f, const std::string& resume_command) {
   // Under mpirun every rank trains its towers; rank 0 alone prints, evaluates, logs metrics,
   // dumps and writes checkpoints.
@@ -202,7 +218,7 @@ int train(Flags f, const std::string& resume_command) {
   // Every program compiled below (TOWERJIT_DUMP and TOWERJIT_CHECK_NUMERICS still override).
   tj::set_compile_options({.dump_dir = lead ? f.dump : "", .check_numerics = f.check_numerics});
   const auto train_set = load_split(f, "train");
-  const auto test_set = load_split(f, "test");
+  const auto test_set = first_examples(load_split(f, "test"), f.eval_examples);
   // Every rank's towers (a collective, so called on every rank whatever its flags say).
   const tj::dist::WorldLayout layout = tj::dist::world_layout(static_cast<int>(make_towers(f).size()));
   if (f.decay_steps == 0) {  // the whole run's applies: steps, times the towers when each applies
@@ -413,6 +429,8 @@ int main(int argc, char** argv) {
                                                     : "must be 0 (after each epoch only) or a number of steps";
           },
           "N >= 0"));
+  app.add_option("--eval-examples", f.eval_examples, "evaluate on the test set's first N examples only (default: all)")
+      ->check(at_least(1, "the test set's first N examples"));
   app.add_flag("--resume", f.resume,
                "continue from --checkpoint: a file, or a directory's newest checkpoint (an older one if it is damaged)");
   app.add_option("--metrics", f.metrics, "write JSON lines of step and evaluation metrics (and SVG plots next to it)");

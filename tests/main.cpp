@@ -1,13 +1,11 @@
 // Catch2's main, plus one rule: a run under a TOWERJIT_CPU_ISA level this CPU lacks (ctest runs
 // the [isa] cases at every level, tests/CMakeLists.txt) says so and exits 77, which ctest reports
 // as skipped, instead of failing every case with the same error.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <cstdio>
 
 #include "dsl/error.h"
 #include "jit/cpu/cpu_isa.h"
+#include "tests/catch/run.h"
 
 int main(int argc, char* argv[]) {
   try {
@@ -16,5 +14,5 @@ int main(int argc, char* argv[]) {
     std::printf("skipped: %s\n", e.what());
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return run_catch_session(argc, argv);
 }

@@ -4,14 +4,12 @@
 // discovery does at build time) needs no device. On the emulated GPU (TOWERJIT_CUDA=emulator)
 // the cases run on two devices unless TOWERJIT_EMULATED_GPUS says otherwise, so the two-GPU
 // paths (peer copies, NCCL) run everywhere.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "runtime/cuda/driver_api.h"
+#include "tests/catch/run.h"
 
 namespace {
 constexpr int kSkipped = 77;
@@ -33,5 +31,5 @@ int main(int argc, char** argv) {
                 towerjit::cuda::cuda_unavailable_reason().c_str());
     return kSkipped;
   }
-  return Catch::Session().run(argc, argv);
+  return run_catch_session(argc, argv);
 }

@@ -110,7 +110,7 @@ check_numerics_on_the_emulated_gpu)
   [ "$cpu_op" = "$gpu_op" ] || fail "CPU towers name '$cpu_op', the GPU tower '$gpu_op'" ;;
 dump_writes_each_program_by_name)
   # --dump on CPU towers: every program's CUDA C, LLVM IR, kernel IR and index, named after it.
-  "$bin" --model resnet --steps 2 --batch 16 --towers cpu:0,cpu:1 --dump "$work/d" >/dev/null || fail "the run"
+  "$bin" --model resnet --steps 2 --batch 16 --towers cpu:0,cpu:1 --eval-examples 64 --dump "$work/d" >/dev/null || fail "the run"
   for program in tower_step apply predict; do
     for ext in cu ll kir index.json; do
       [ -s "$work/d/$program.$ext" ] || fail "no $program.$ext in the dump: $(ls "$work/d")"
@@ -138,7 +138,7 @@ same_curve_at_every_cpu_level)
   # The CNN (convolutions, pools, matrix products) at every TOWERJIT_CPU_ISA level this CPU has:
   # 40 steps from one seed give losses within 1e-4 relative of the widest level's. Not bitwise:
   # the levels sum in other orders.
-  cnn="--model cnn --steps 40 --batch 32 --log-every 1 --towers cpu:0"
+  cnn="--model cnn --steps 40 --batch 32 --log-every 1 --towers cpu:0 --eval-examples 512"
   "$bin" $cnn --metrics "$work/widest.jsonl" >/dev/null || fail "the widest level"
   for level in avx512 avx2 baseline; do
     if ! TOWERJIT_CPU_ISA=$level "$bin" $cnn --metrics "$work/$level.jsonl" >/dev/null 2>"$work/err"; then
@@ -155,7 +155,7 @@ gpu_towers_on_the_emulator_same_curve)
   # Two emulated GPUs (TOWERJIT_CUDA=emulator) train as two CPU towers do, within 1e-4 relative
   # at every one of 40 steps: the variables on the host, on the GPUs, one bucket per gradient,
   # and every buffer its own exact allocation (so the guard zones see a write past any of them).
-  run="--steps 40 --batch 64 --optimizer momentum --lr 0.05 --seed 7 --log-every 1"
+  run="--steps 40 --batch 64 --optimizer momentum --lr 0.05 --seed 7 --log-every 1 --eval-examples 512"
   "$bin" $run --towers cpu:0,cpu:1 --metrics "$work/cpu.jsonl" >/dev/null || fail "CPU towers"
   for variant in "TOWERJIT_GPU_VARIABLES=off" "TOWERJIT_GPU_VARIABLES=on" "TOWERJIT_GPU_VARIABLES=on TOWERJIT_BUCKET_MB=0" \
                  "TOWERJIT_GPU_VARIABLES=on TOWERJIT_CUDA_CACHING=off"; do
@@ -172,7 +172,7 @@ async_gpu_towers_place_each_variable)
   # Async towers on emulated GPUs keep each variable on a GPU and apply it there (the seed's
   # rule, docs/strategies.md): one tower trains as with the variables in host memory, within
   # 1e-4 relative at each of 20 Adam steps; two towers on two GPUs train, checkpoint and resume.
-  run="--steps 20 --batch 64 --hidden 32 --optimizer adam --lr 0.003 --seed 7 --log-every 1 --strategy async"
+  run="--steps 20 --batch 64 --hidden 32 --optimizer adam --lr 0.003 --seed 7 --log-every 1 --strategy async --eval-examples 512"
   TOWERJIT_CUDA=emulator TOWERJIT_GPU_VARIABLES=off "$bin" $run --towers gpu:0 --metrics "$work/host.jsonl" \
     >/dev/null 2>"$work/err" || { cat "$work/err"; fail "variables in host memory"; }
   TOWERJIT_CUDA=emulator "$bin" $run --towers gpu:0 --metrics "$work/placed.jsonl" >/dev/null 2>"$work/err" ||
@@ -189,12 +189,14 @@ async_gpu_towers_place_each_variable)
     { cat "$work/err"; fail "two GPUs, resumed"; }
   grep -q "resumed at step 6" "$work/out" || { cat "$work/out"; fail "the resumed run does not say where it resumed"; } ;;
 cnn_on_the_emulated_gpu_with_and_without_cudnn)
-  # The cnn (convolutions and pools) on one emulated GPU trains as on one CPU tower, within
+  # The cnn (convolutions and pools) on one emulated GPU trains as on one CPU tower (batch 16,
+  # evaluated on 512 test images: the emulator runs kernels on the host, and under ASan batch 128
+  # and the whole test set took 7 minutes), within
   # 1e-4 relative at each of 3 steps: its convolutions through the emulator's cuDNN stand-in,
   # then through the fallback (TOWERJIT_CUDNN=off), which warns once; then with no workspace
   # allowed (TOWERJIT_CUDNN_WORKSPACE_MB=0), which passes over the algorithms that need one
   # and says so once.
-  run="--model cnn --steps 3 --log-every 1 --seed 3"
+  run="--model cnn --steps 3 --batch 16 --log-every 1 --seed 3 --eval-examples 512"
   "$bin" $run --towers cpu:0 --metrics "$work/cpu.jsonl" >/dev/null || fail "CPU tower"
   for variant in "TOWERJIT_CUDNN=on" "TOWERJIT_CUDNN=off" "TOWERJIT_CUDNN_WORKSPACE_MB=0"; do
     env $variant TOWERJIT_CUDA=emulator "$bin" $run --towers gpu:0 --metrics "$work/gpu.jsonl" >/dev/null \
@@ -254,6 +256,18 @@ more_towers_than_examples)
   expect_error "--towers cpu:0,cpu:1,cpu:2 --batch 2" "more towers than examples in a batch" ;;
 negative_learning_rate)
   expect_error "--lr -1" "learning rate -1 must be finite and >= 0" "use e.g. 0.001 for Adam" "examples/fashion_mnist.cpp:" ;;
+eval_on_the_first_examples)
+  # --eval-examples N evaluates on the test set's first N: the accuracy is a count out of N
+  # (300 here), and N = 10000, the whole set, gives what leaving the flag out gives.
+  run="--steps 3 --batch 16 --hidden 8 --towers cpu:0 --log-every 1"
+  "$bin" $run --eval-examples 300 --metrics "$work/300.jsonl" >/dev/null || fail "--eval-examples 300"
+  acc=$(sed -n 's/.*"kind":"eval".*"test_accuracy":\([^,]*\),.*/\1/p' "$work/300.jsonl")
+  awk -v a="$acc" 'BEGIN { c = a * 300; d = c - int(c + 0.5); exit !(a != "" && d < 1e-9 && d > -1e-9) }' ||
+    fail "accuracy $acc is not a count out of 300"
+  "$bin" $run --eval-examples 10000 --metrics "$work/all.jsonl" >/dev/null || fail "--eval-examples 10000"
+  "$bin" $run --metrics "$work/default.jsonl" >/dev/null || fail "no --eval-examples"
+  [ "$(grep '"kind":"eval"' "$work/all.jsonl")" = "$(grep '"kind":"eval"' "$work/default.jsonl")" ] ||
+    fail "the whole test set, named, evaluates otherwise than by default" ;;
 flags_out_of_range)
   # Each flag out of its range is refused before training, naming the flag, what its values
   # mean and the value given.
@@ -266,7 +280,9 @@ flags_out_of_range)
   expect_error "--ema 1.5 --steps 1" "ExponentialMovingAverage: decay is 1.5 but must be in [0, 1] (e.g. 0.9999)"
   expect_error "--batch 0 --steps 1" "split_batch: a batch of 0 examples over" "a batch needs at least one example"
   expect_error "--batch 100000 --steps 1" "batch size 100000 is larger than the dataset (60000 examples); use a batch of at most 60000"
-  expect_error "--hidden 0 --steps 1" "dense \"fc1\": units must be positive but is 0" "examples/models.h:" ;;
+  expect_error "--hidden 0 --steps 1" "dense \"fc1\": units must be positive but is 0" "examples/models.h:"
+  expect_error "--eval-examples 0" "--eval-examples: must be a whole number >= 1 (the test set's first N examples), not 0"
+  expect_error "--eval-examples 10001 --steps 1" "--eval-examples 10001 is more than the test set's 10000 examples; give at most 10000" ;;
 unwritable_metrics)
   expect_error "--metrics $work/no/such/dir/m.jsonl" "cannot write the metrics file" "create it first" ;;
 export_onnx)

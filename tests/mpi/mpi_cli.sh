@@ -176,7 +176,7 @@ gpu_towers_on_the_emulator)
   # within 1e-5 relative at each of 12 steps: the variables on the host (each process reduces
   # its GPUs' gradients on the host, then MPI), and on the GPUs (NCCL between a process's GPUs,
   # then MPI between the processes, one bucket per gradient or the default buckets).
-  run="--steps 12 --batch 64 --optimizer momentum --lr 0.05 --seed 7 --log-every 1 --hidden 32"
+  run="--steps 12 --batch 64 --optimizer momentum --lr 0.05 --seed 7 --log-every 1 --hidden 32 --eval-examples 512"
   "$bin" $run --towers cpu:0,cpu:1,cpu:2,cpu:3 --metrics "$work/cpu.jsonl" >/dev/null 2>&1 || fail "CPU towers"
   losses "$work/cpu.jsonl" >"$work/cpu"
   # TOWERJIT_NCCL_WORLD=on: one NCCL communicator over the 4 GPUs (the emulated NCCL's
