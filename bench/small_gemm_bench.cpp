@@ -98,6 +98,6 @@ int main(int argc, char** argv) {
     if (applies)
       std::printf("\"small_gflops\": %.1f, \"speedup\": %.2f}\n", flops / small / 1e9, openblas / small);
     else
-      std::printf("\"small_gflops\": null, \"why\": \"not taken at this level or with this L2 cache\"}\n");
+      std::printf("\"small_gflops\": null, \"why\": \"not taken: fewer than 16 columns, operands past the L2 cache, or not the avx2 level\"}\n");
   }
 }
