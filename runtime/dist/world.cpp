@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -48,6 +49,9 @@ class InProcessTransport final : public Transport {
 
 std::mutex world_mutex;
 std::unique_ptr<Transport> the_world;
+// Set when this rank raised an error that every rank raises too (a disagreement is found from
+// the same gathered values on each): the abort can then wait for all to print theirs.
+std::atomic<bool> every_rank_raised{false};
 
 bool has_env(const char* name) {
   const char* v = std::getenv(name);
@@ -194,6 +198,7 @@ void check_agreement(const std::map<std::string, std::string>& items, Loc loc) {
     }
     if (!ranks.empty()) differences += "; " + key + ": " + shown(value) + " on rank 0" + ranks;
   }
+  if (!differences.empty()) every_rank_raised = true;
   user_check(differences.empty(), loc)
       << rank_prefix() << "the ranks of this run disagree" << differences
       << "; every process of an mpirun must build the same model with the same options (check the command line "
@@ -204,10 +209,20 @@ void abort_world_on_error(int code) {
   std::fflush(stdout);
   std::fflush(stderr);
   if (!world_is_shared()) return;
-  // Ranks that found the same error (a disagreement every rank sees) get a moment to print
-  // theirs before the abort ends them: a second, as a first error's call stack may take a
-  // few hundred milliseconds to symbolise (more under a sanitizer).
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  if (every_rank_raised) {
+    // Every rank printed its line before it came here: a barrier, so that no rank's abort ends
+    // another before that one has printed (a sleep lost that race under a sanitizer). Should
+    // the barrier itself fail (a rank gone), abort all the same.
+    try {
+      the_world->barrier();
+    } catch (...) {
+    }
+  } else {
+    // Ranks that may have found the same error (a file every rank is given) get a moment to
+    // print theirs: a second, as an error's call stack may take a few hundred milliseconds to
+    // symbolise.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   the_world->abort(code);
 }
 
