@@ -2,7 +2,9 @@
 // computed in f32: bf16 (f32's exponent, 8 significant bits) and f16 (IEEE half: 5 exponent
 // bits, 11 significant bits). A value becomes bf16 or f16 only through cast(), an input, a
 // constant or a variable, rounded to nearest even (dsl/half_float.h); ops that compute take
-// f32, except matmul, which multiplies two bf16 or two f16 operands into an f32 result.
+// f32, except matmul, which multiplies two bf16 or two f16 operands into an f32 result, and
+// the convolutions the precision policy rewrites (jit/passes/half_convolutions.h), whose
+// 16-bit operands give a result of their dtype.
 #pragma once
 
 #include <optional>

@@ -127,6 +127,7 @@ TOWERJIT_CHECK_PERF(cudnnConvolutionBwdDataAlgoPerf_t)
 TOWERJIT_CHECK_PERF(cudnnConvolutionBwdFilterAlgoPerf_t)
 #undef TOWERJIT_CHECK_PERF
 static_assert(kCudnnTensorNchw == CUDNN_TENSOR_NCHW && kCudnnDataFloat == CUDNN_DATA_FLOAT);
+static_assert(kCudnnDataHalf == CUDNN_DATA_HALF && kCudnnDataBfloat16 == CUDNN_DATA_BFLOAT16);
 static_assert(kCudnnCrossCorrelation == CUDNN_CROSS_CORRELATION && kCudnnFmaMath == CUDNN_FMA_MATH);
 static_assert(kCudnnTensorOpMath == CUDNN_TENSOR_OP_MATH);
 static_assert(kCudnnDeterministic == CUDNN_DETERMINISTIC && kCudnnStatusNotSupported == CUDNN_STATUS_NOT_SUPPORTED);

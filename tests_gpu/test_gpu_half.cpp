@@ -3,13 +3,15 @@
 // of bf16 or f16 operands on cuBLASLt, elementwise work, reductions after a cast back,
 // constants, variables and gradients within the reference interpreter's derived bound; and a
 // training step under the bf16 policy on a GPU tower within the bound of the same step on a
-// CPU tower. Odd batch sizes: 1, 7 and 127.
+// CPU tower; convolutions under the conv policy on cuDNN's 16-bit configurations the same way.
+// Odd batch sizes: 1, 7 and 127.
 #include <bit>
 #include <cmath>
 #include <limits>
 
 #include "dsl/half_float.h"
 #include "gpu_check.h"
+#include "jit/passes/half_convolutions.h"
 #include "jit/passes/half_matmuls.h"
 #include "runtime/cpu/cpu_program.h"
 #include "towerjit.h"
@@ -178,4 +180,72 @@ TEST_CASE("GPU: a training step under the bf16 policy on a GPU tower is the CPU 
     for (int64_t i = 0; i < want.size(); ++i)
       CHECK(std::abs(on_gpu.at(name).f32[i] - on_cpu.at(name).f32[i]) <= 2 * bound[i]);
   }
+}
+
+// A conv net's SGD step under the conv policy on gpu:0 (cuDNN's PSEUDO_BFLOAT16 / PSEUDO_HALF
+// configurations on the emulator's cuDNN) and on cpu:0, each against the reference of the same
+// step on the graph the policy pass writes (16-bit operands and results, the derived bound),
+// and so against each other within twice that bound. Batches 1 and 7; a stride-2 layer and an
+// input gradient (the second convolution's) included. Without cuDNN, a 16-bit convolution is
+// an error naming the fix.
+TEST_CASE("GPU: convolutions under the bf16 and f16 conv policy run on cuDNN's 16-bit configurations within the bound",
+          "[gpu][half]") {
+  auto build = [](tj::Graph& g, bool updates) {
+    tj::GraphScope use(g);
+    auto x = tj::input("x", {kBatch, 2, 9, 9});
+    auto w1 = tj::variable("w1", {3, 2, 3, 3}, {.init = tj::init::uniform(-0.5, 0.5)});
+    auto w2 = tj::variable("w2", {4, 3, 3, 3}, {.init = tj::init::uniform(-0.5, 0.5)});
+    auto h = tj::relu(tj::conv2d(x, w1, {.stride = 1, .pad = 1}));
+    auto y = tj::conv2d(h, w2, {.stride = 2, .pad = 0});
+    auto loss = tj::mean(y * y);
+    if (updates) {
+      auto grads = tj::grad(loss, {w1, w2});
+      tj::assign(w1, w1 - 0.1f * grads[0]);
+      tj::assign(w2, w2 - 0.1f * grads[1]);
+    }
+    return loss;
+  };
+  for (DType t : {DType::bf16, DType::f16}) {
+    for (int64_t n : {1, 7}) {
+      INFO(tj::dtype_name(t) << ", batch " << n);
+      const tj::reference::Array xs = random_array({n, 2, 9, 9}, 9, -1, 1);
+      tj::Graph ref_graph;
+      const Tensor ref_loss = build(ref_graph, true);
+      const tj::reference::Variables initial = tj::reference::initialize_variables(ref_graph, 3);
+      tj::Rewritten rewritten = tj::half_conv_operands(ref_graph, t);
+      tj::reference::Variables rv = initial;
+      JitRun ref;
+      reference_side(ref, rewritten.graph, tj::remap_tensors(rewritten, {ref_loss}), {{"x", xs}}, rv, true, 0);
+
+      auto step = [&](const tj::Towers& towers) {
+        tj::Graph g;
+        const Tensor loss = build(g, false);
+        tj::TowerTrainer trainer(g, loss, towers.precision({.conv_operands = t}), tj::sgd(0.1));
+        for (const auto& [name, a] : initial) trainer.variables().at(name) = to_host(a);
+        trainer.step({{"x", to_host(xs)}});
+        return trainer.variables();
+      };
+      const tj::HostVariables on_gpu = step(tj::Towers{tj::gpu(0)}), on_cpu = step(tj::Towers{tj::cpu(0)});
+      for (const auto& [name, want] : rv) {
+        INFO(name);
+        const tj::reference::Array& bound = ref.bound[1 + std::distance(rv.begin(), rv.find(name))];
+        for (const tj::HostVariables* side : {&on_gpu, &on_cpu}) {
+          JitRun one;
+          one.jit = {to_array(side->at(name))};
+          one.ref = {want};
+          one.bound = {bound};
+          require_close(one, side == &on_gpu ? "16-bit conv step on gpu:0" : "16-bit conv step on cpu:0");
+        }
+        for (int64_t i = 0; i < want.size(); ++i)
+          CHECK(std::abs(on_gpu.at(name).f32[i] - on_cpu.at(name).f32[i]) <= 2 * bound[i]);
+      }
+    }
+  }
+  ScopedEnv off("TOWERJIT_CUDNN", "off");
+  tj::Graph g;
+  const Tensor loss = build(g, false);
+  tj::TowerTrainer trainer(g, loss, tj::Towers{tj::gpu(0)}.precision({.conv_operands = DType::bf16}), tj::sgd(0.1));
+  CHECK_THROWS_WITH(trainer.step({{"x", to_host(random_array({2, 2, 9, 9}, 9, -1, 1))}}),
+                    Catch::Contains("in bf16, which needs cuDNN, and cuDNN is not used here (TOWERJIT_CUDNN=off)") &&
+                        Catch::Contains(".conv_operands = DType::f32"));
 }

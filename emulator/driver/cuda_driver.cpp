@@ -328,6 +328,19 @@ int cuMemsetD32Async(CUdeviceptr dst, unsigned value, std::size_t count, CUstrea
   return kSuccess;
 }
 
+int cuMemsetD8Async(CUdeviceptr dst, unsigned char value, std::size_t count, CUstream s) {
+  if (int e = sticky(s)) return e;
+  if (!device_range(dst, count)) return report(kInvalidValue, bad_range("cuMemsetD8Async", dst, count));
+  Stream& stream = stream_of(s);
+  stream.enqueue([dst, value, count, &stream] {
+    std::memset(reinterpret_cast<void*>(dst), value, count);
+    if (launch_log_enabled())
+      record_launch({.name = "cuMemsetD8Async", .kind = LaunchKind::copy, .stream = &stream,
+                     .device = device_owning(stream).index(), .bytes = static_cast<double>(count)});
+  });
+  return kSuccess;
+}
+
 int cuStreamCreate(CUstream* s, unsigned) {
   *s = reinterpret_cast<CUstream>(&current_device().create_stream());
   return kSuccess;

@@ -2,9 +2,17 @@
 // cuDNN's contract, computed on the host on the handle's stream in order with the stream's
 // other work: per image, im2col into host memory and one OpenBLAS sgemm (col2im after it for
 // the data gradient; the filter gradient's images accumulated in image order). Descriptors are
-// validated as cuDNN does (positive sizes, NCHW f32, the output's size, the channel counts),
-// every operand must lie in device memory, and a workspace smaller than what the algorithm
-// asked for (or not in device memory) is CUDNN_STATUS_BAD_PARAM.
+// validated as cuDNN does (positive sizes, NCHW, the output's size, the channel counts), every
+// operand must lie in device memory, and a workspace smaller than what the algorithm asked for
+// (or not in device memory) is CUDNN_STATUS_BAD_PARAM.
+//
+// Data types: the legacy API's FLOAT_CONFIG (x, w, y f32, the convolution's type FLOAT) and
+// its PSEUDO_BFLOAT16 and PSEUDO_HALF configurations (x, w, y all bf16 or all f16, the
+// convolution's type FLOAT: computed in f32, the result rounded to nearest even on store).
+// Other combinations (mixed tensor types, TRUE_HALF, doubles, integers) are
+// CUDNN_STATUS_NOT_SUPPORTED, as cuDNN's "supported configurations" table makes the ones it
+// lacks. 16-bit operands are widened exactly; their products are exact in f32, so on the
+// tensor cores as here only the summation order differs (the error bound allows for it).
 //
 // Its algorithms are a fixed table, not cuDNN's: every algorithm computes the same way here,
 // and what differs is what towerjit must choose between: workspace, determinism and time.
@@ -32,8 +40,10 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "dsl/half_float.h"
 #include "emulator/driver/emulated_devices.h"
 #include "emulator/driver/host_blas.h"
 #include "emulator/driver/launch_log.h"
@@ -48,7 +58,7 @@ constexpr int kCblasRowMajor = 101;
 
 constexpr int kSuccess = 0, kNotInitialized = 1001, kBadParam = 2000, kNullPointer = 2002, kShapeMismatch = 2008,
               kNotSupported = 3000, kExecutionFailed = 5000;
-constexpr int kNchw = 0, kFloat = 0, kCrossCorrelation = 1, kFmaMath = 3, kDefaultMath = 0;
+constexpr int kNchw = 0, kFloat = 0, kHalf = 2, kBfloat16 = 9, kCrossCorrelation = 1, kFmaMath = 3, kDefaultMath = 0;
 constexpr int kLastMathType = 3;  // CUDNN_TENSOR_OP_MATH 1, ..._ALLOW_CONVERSION 2, CUDNN_FMA_MATH 3
 
 struct Handle {
@@ -56,11 +66,11 @@ struct Handle {
 };
 struct Tensor {
   bool set = false;
-  int n = 0, c = 0, h = 0, w = 0;
+  int n = 0, c = 0, h = 0, w = 0, type = kFloat;
 };
 struct Filter {
   bool set = false;
-  int k = 0, c = 0, h = 0, w = 0;
+  int k = 0, c = 0, h = 0, w = 0, type = kFloat;
 };
 struct Conv {
   bool set = false;
@@ -68,22 +78,25 @@ struct Conv {
   int math = kDefaultMath;
 };
 
-// One call's geometry, checked against the descriptors.
+// One call's geometry, checked against the descriptors, and the tensors' data type.
 struct Geometry {
   long long n, c, h, w, o, kh, kw, oh, ow;
   int sh, sw, ph, pw;
+  int type;
   long long cols() const { return c * kh * kw * oh * ow; }  // one image's im2col columns
+  std::size_t element_bytes() const { return type == kFloat ? 4 : 2; }
 };
 
 int geometry(const Tensor* x, const Filter* f, const Conv* cv, const Tensor* y, Geometry& g) {
   if (!x || !f || !cv || !y) return kNullPointer;
   if (!x->set || !f->set || !cv->set || !y->set) return kBadParam;
   if (cv->mode != kCrossCorrelation || cv->dil_h != 1 || cv->dil_w != 1) return kNotSupported;
+  if (x->type != f->type || y->type != x->type) return kNotSupported;  // no mixed configuration
   if (f->c != x->c) return kShapeMismatch;
   const long long oh = (static_cast<long long>(x->h) + 2 * cv->pad_h - f->h) / cv->stride_h + 1;
   const long long ow = (static_cast<long long>(x->w) + 2 * cv->pad_w - f->w) / cv->stride_w + 1;
   if (oh <= 0 || ow <= 0 || y->n != x->n || y->c != f->k || y->h != oh || y->w != ow) return kShapeMismatch;
-  g = {x->n, x->c, x->h, x->w, f->k, f->h, f->w, oh, ow, cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w};
+  g = {x->n, x->c, x->h, x->w, f->k, f->h, f->w, oh, ow, cv->stride_h, cv->stride_w, cv->pad_h, cv->pad_w, x->type};
   return kSuccess;
 }
 
@@ -155,9 +168,10 @@ int check_call(Pass p, const Geometry& g, const Conv* cv, int algo, const void* 
   const Algo* al = find_algo(p, algo);
   if (!al) return kNotSupported;
   if (ws_bytes < workspace_of(*al, g) || !inside(ws, workspace_of(*al, g))) return kBadParam;
-  const std::size_t x = 4 * static_cast<std::size_t>(g.n * g.c * g.h * g.w);
-  const std::size_t w = 4 * static_cast<std::size_t>(g.o * g.c * g.kh * g.kw);
-  const std::size_t y = 4 * static_cast<std::size_t>(g.n * g.o * g.oh * g.ow);
+  const std::size_t e = g.element_bytes();
+  const std::size_t x = e * static_cast<std::size_t>(g.n * g.c * g.h * g.w);
+  const std::size_t w = e * static_cast<std::size_t>(g.o * g.c * g.kh * g.kw);
+  const std::size_t y = e * static_cast<std::size_t>(g.n * g.o * g.oh * g.ow);
   const std::size_t sizes[3][3] = {{x, w, y}, {y, w, x}, {x, y, w}};  // a, b, out per pass
   if (!inside(a, sizes[p][0]) || !inside(b, sizes[p][1]) || !inside(out, sizes[p][2])) return kBadParam;
   return kSuccess;
@@ -242,18 +256,33 @@ void record(Pass p, const Geometry& g, bool tf32, float beta, towerjit::emulator
   const double x = static_cast<double>(g.n * g.c * g.h * g.w), w = static_cast<double>(g.o * g.c * g.kh * g.kw),
                y = static_cast<double>(g.n * g.o * g.oh * g.ow);
   const double outs[3] = {y, x, w};
-  const double bytes = 4 * (x + w + y + (beta != 0.0f ? outs[p] : 0.0));
+  const double bytes = static_cast<double>(g.element_bytes()) * (x + w + y + (beta != 0.0f ? outs[p] : 0.0));
   const std::int64_t ckk = g.c * g.kh * g.kw, okk = g.o * g.kh * g.kw;
   const std::array<std::int64_t, 4> gemm[3] = {{g.n * g.oh * g.ow, g.o, ckk, 1},
                                                {g.n * g.h * g.w, g.c, okk, 1},
                                                {g.o, ckk, g.n * g.oh * g.ow, 1}};
-  static const char* names[2][3] = {
-      {"cudnnConvolutionForward", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter"},
-      {"cudnnConvolutionForward (TF32)", "cudnnConvolutionBackwardData (TF32)",
-       "cudnnConvolutionBackwardFilter (TF32)"}};
-  record_launch({.name = names[tf32][p], .kind = LaunchKind::library, .stream = &stream,
+  static const char* names[3] = {"cudnnConvolutionForward", "cudnnConvolutionBackwardData",
+                                 "cudnnConvolutionBackwardFilter"};
+  const bool half = g.type != kFloat;
+  const char* mode = half ? (g.type == kBfloat16 ? " (BF16)" : " (F16)") : tf32 ? " (TF32)" : "";
+  record_launch({.name = std::string(names[p]) + mode, .kind = LaunchKind::library, .stream = &stream,
                  .device = device_owning(stream).index(), .bytes = bytes, .flops = 2.0 * y * static_cast<double>(ckk),
-                 .gemm = gemm[p]});
+                 .gemm = gemm[p], .half_operands = half});
+}
+
+// The 16-bit configurations' helpers: the element counts of a, b and the output per pass, and
+// a 16-bit tensor widened to f32 (exactly).
+std::array<std::size_t, 3> counts(Pass p, const Geometry& g) {
+  const auto x = static_cast<std::size_t>(g.n * g.c * g.h * g.w), w = static_cast<std::size_t>(g.o * g.c * g.kh * g.kw),
+             y = static_cast<std::size_t>(g.n * g.o * g.oh * g.ow);
+  return p == kForward ? std::array{x, w, y} : p == kData ? std::array{y, w, x} : std::array{x, y, w};
+}
+towerjit::DType dtype_of(int type) { return type == kBfloat16 ? towerjit::DType::bf16 : towerjit::DType::f16; }
+std::vector<float> widened(const void* p, std::size_t count, int type) {
+  std::vector<float> out(count);
+  const auto* bits = static_cast<const std::uint16_t*>(p);
+  for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>(towerjit::half_value(bits[i], dtype_of(type)));
+  return out;
 }
 
 int run(Handle* h, Pass p, const float* alpha, const float* beta, const Geometry& g, const Conv* cv, int algo,
@@ -261,13 +290,20 @@ int run(Handle* h, Pass p, const float* alpha, const float* beta, const Geometry
   if (!h || !alpha || !beta) return kNullPointer;
   if (const int s = check_call(p, g, cv, algo, ws, ws_bytes, a, b, out)) return s;
   const float al = *alpha, be = *beta;
-  const auto* ap = static_cast<const float*>(a);
-  const auto* bp = static_cast<const float*>(b);
-  auto* op = static_cast<float*>(out);
   towerjit::emulator::Stream& stream = towerjit::emulator::stream_of(h->stream);
   const bool tf32 = cv->math != kFmaMath;
   stream.enqueue([=, &stream] {
-    compute(p, g, tf32, al, be, ap, bp, op);
+    if (g.type == kFloat) {
+      compute(p, g, tf32, al, be, static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(out));
+    } else {
+      const auto [ac, bc, oc] = counts(p, g);
+      const std::vector<float> wa = widened(a, ac, g.type), wb = widened(b, bc, g.type);
+      std::vector<float> wo = be == 0.0f ? std::vector<float>(oc) : widened(out, oc, g.type);
+      compute(p, g, tf32, al, be, wa.data(), wb.data(), wo.data());
+      const towerjit::DType t = dtype_of(g.type);
+      auto* o = static_cast<std::uint16_t*>(out);
+      for (std::size_t i = 0; i < oc; ++i) o[i] = towerjit::half_bits(wo[i], t);
+    }
     record(p, g, tf32, be, stream);
   });
   return kSuccess;
@@ -312,18 +348,18 @@ int cudnnCreateTensorDescriptor(Tensor** t) { return t ? (*t = new Tensor(), kSu
 int cudnnDestroyTensorDescriptor(Tensor* t) { return delete t, kSuccess; }
 int cudnnSetTensor4dDescriptor(Tensor* t, int format, int type, int n, int c, int h, int w) {
   if (!t) return kNullPointer;
-  if (format != kNchw || type != kFloat) return kNotSupported;
+  if (format != kNchw || (type != kFloat && type != kHalf && type != kBfloat16)) return kNotSupported;
   if (n <= 0 || c <= 0 || h <= 0 || w <= 0) return kBadParam;
-  *t = {true, n, c, h, w};
+  *t = {true, n, c, h, w, type};
   return kSuccess;
 }
 int cudnnCreateFilterDescriptor(Filter** f) { return f ? (*f = new Filter(), kSuccess) : kNullPointer; }
 int cudnnDestroyFilterDescriptor(Filter* f) { return delete f, kSuccess; }
 int cudnnSetFilter4dDescriptor(Filter* f, int type, int format, int k, int c, int h, int w) {
   if (!f) return kNullPointer;
-  if (format != kNchw || type != kFloat) return kNotSupported;
+  if (format != kNchw || (type != kFloat && type != kHalf && type != kBfloat16)) return kNotSupported;
   if (k <= 0 || c <= 0 || h <= 0 || w <= 0) return kBadParam;
-  *f = {true, k, c, h, w};
+  *f = {true, k, c, h, w, type};
   return kSuccess;
 }
 int cudnnCreateConvolutionDescriptor(Conv** c) { return c ? (*c = new Conv(), kSuccess) : kNullPointer; }

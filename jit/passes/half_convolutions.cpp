@@ -9,15 +9,15 @@ Rewritten half_conv_operands(const Graph& graph, DType dtype) {
   return rewrite_graph(graph, [dtype](Node n, Graph& out) {
     const bool conv = n.op == Op::Conv2D || n.op == Op::Conv2DGradInput || n.op == Op::Conv2DGradFilter;
     if (!conv || out.node(n.inputs[0]).dtype != DType::f32) return out.add(std::move(n));
-    for (int& in : n.inputs) {
-      // The casts keep the convolution's location and scope: a dump names the line of the layer.
-      auto cast = [&](int from, DType to) {
-        return out.add(Node{.op = Op::Cast, .inputs = {from}, .shape = out.node(from).shape, .dtype = to, .attrs = {},
-                            .loc = n.loc, .stack = n.stack, .scope = n.scope, .grad_of = n.grad_of});
-      };
-      in = cast(cast(in, dtype), DType::f32);
-    }
-    return out.add(std::move(n));
+    // The casts keep the convolution's location and scope: a dump names the line of the layer.
+    const Node like = n;
+    auto cast = [&](int from, DType to) {
+      return out.add(Node{.op = Op::Cast, .inputs = {from}, .shape = out.node(from).shape, .dtype = to, .attrs = {},
+                          .loc = like.loc, .stack = like.stack, .scope = like.scope, .grad_of = like.grad_of});
+    };
+    for (int& in : n.inputs) in = cast(in, dtype);
+    n.dtype = dtype;
+    return cast(out.add(std::move(n)), DType::f32);
   });
 }
 

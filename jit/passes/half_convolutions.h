@@ -1,9 +1,11 @@
 // The precision policy's pass for convolutions (PrecisionPolicy::conv_operands): every
 // convolution of f32 operands, forward and both gradients, takes them rounded to bf16 (or f16)
-// and widened back, so its products are exact and accumulate in f32, as cuDNN's and oneDNN's
-// 16-bit convolutions compute; the result stays f32. The kernels stay the f32 ones (so the
-// numbers are those of a 16-bit convolution, the speed is not): each rounding is a cast pair
-// that lowering fuses into the kernel producing the operand, like half_matmuls.h's casts.
+// and gives its result in that dtype, widened back to f32 for its readers. This is the
+// contract of cuDNN's 16-bit convolutions (the legacy API's PSEUDO_BFLOAT16 and PSEUDO_HALF
+// configurations: x, w and y of the 16-bit type, the products exact and summed in f32, the
+// sum rounded once on store) and what torch.autocast gives for conv2d. Each rounding of an
+// operand is a cast that lowering fuses into the kernel producing it, and the widening into the
+// kernels reading the result, so the operands and results move 2 bytes an element.
 #pragma once
 
 #include "dsl/dtype.h"
@@ -12,8 +14,8 @@
 namespace towerjit {
 
 // `graph` with each Conv2D, Conv2DGradInput and Conv2DGradFilter of f32 operands rewritten to
-// read cast(cast(operand, dtype), f32) (dtype bf16 or f16). Runs on the training graph after
-// autodiff, so the backward convolutions are covered too.
+// cast(conv(cast(a, dtype), cast(b, dtype)) of dtype, f32) (dtype bf16 or f16). Runs on the
+// training graph after autodiff, so the backward convolutions are covered too.
 Rewritten half_conv_operands(const Graph& graph, DType dtype);
 
 }  // namespace towerjit

@@ -223,6 +223,18 @@ Array tf32_bilinear_bound(const EvalArgs& a, const std::vector<const Array*>& bo
   return out;
 }
 
+// A result of bf16 / f16 dtype computed in f32 within `bound` of the exact value, then
+// rounded on store as the reference rounds the exact value (a 16-bit convolution): the cast's
+// bound (half_cast_bound) at the exact value x. The reference holds y = round(x), so
+// |x| <= |y| / (1 - u) with the format's unit roundoff u. f32 results are returned as they are.
+Array stored_bound(const EvalArgs& a, Array bound, const Array& y) {
+  const DType t = a.node.dtype;
+  if (!is_half_float(t)) return bound;
+  for (int64_t i = 0; i < bound.size(); ++i)
+    bound[i] = half_cast_bound(t, std::fabs(y[i]) / (1 - unit_roundoff(t)), bound[i]);
+  return bound;
+}
+
 // A product in the mode the backend computes it in: f32, or TF32 tensor cores.
 Array product_bound(const EvalArgs& a, const std::vector<const Array*>& bounds, double terms,
                     Array (*eval)(const EvalArgs&)) {
@@ -405,15 +417,17 @@ Array error_bound(const EvalArgs& a, const std::vector<const Array*>& bounds, co
     // Convolutions are products too: cuDNN runs them on TF32 tensor cores under the same knob.
     case Op::Conv2D: {
       const Shape& w = a.in(1).shape;  // [O, C, KH, KW]
-      return product_bound(a, bounds, static_cast<double>(w[1] * w[2] * w[3]), eval_conv2d);
+      return stored_bound(a, product_bound(a, bounds, static_cast<double>(w[1] * w[2] * w[3]), eval_conv2d), y);
     }
     case Op::Conv2DGradInput: {
       const Shape& w = a.in(1).shape;
-      return product_bound(a, bounds, static_cast<double>(w[0] * w[2] * w[3]), eval_conv2d_grad_input);
+      return stored_bound(a, product_bound(a, bounds, static_cast<double>(w[0] * w[2] * w[3]), eval_conv2d_grad_input),
+                          y);
     }
     case Op::Conv2DGradFilter: {
       const Shape& dy = a.in(1).shape;  // [N, O, OH, OW]
-      return product_bound(a, bounds, static_cast<double>(dy[0] * dy[2] * dy[3]), eval_conv2d_grad_filter);
+      return stored_bound(a, product_bound(a, bounds, static_cast<double>(dy[0] * dy[2] * dy[3]), eval_conv2d_grad_filter),
+                          y);
     }
     case Op::MaxPool2D: return moved_bound(a, bounds, eval_max_pool2d);  // the window's largest error
     case Op::MaxPool2DGrad: return max_pool2d_grad_bound(a, *bounds[0], *bounds[1]);

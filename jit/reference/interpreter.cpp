@@ -203,9 +203,11 @@ Array evaluate(const EvalArgs& a, const Feeds& feeds, const Variables& variables
     case Op::LayerNormGradParams: return eval_layer_norm_grad_params(a);
     case Op::Softmax: return eval_softmax(a);
     case Op::SoftmaxGrad: return eval_softmax_grad(a);
-    case Op::Conv2D: return eval_conv2d(a);
-    case Op::Conv2DGradInput: return eval_conv2d_grad_input(a);
-    case Op::Conv2DGradFilter: return eval_conv2d_grad_filter(a);
+    // A convolution of bf16 / f16 operands stores its result in their dtype (cuDNN's 16-bit
+    // configurations): the exact sum, rounded once.
+    case Op::Conv2D: return as_stored(eval_conv2d(a));
+    case Op::Conv2DGradInput: return as_stored(eval_conv2d_grad_input(a));
+    case Op::Conv2DGradFilter: return as_stored(eval_conv2d_grad_filter(a));
     case Op::MaxPool2D: return eval_max_pool2d(a);
     case Op::MaxPool2DGrad: return eval_max_pool2d_grad(a);
     case Op::AvgPool2D: return eval_avg_pool2d(a);

@@ -4,6 +4,7 @@
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/gemm_half.h"
+#include "runtime/cpu/half_conv.h"
 #include "runtime/cpu/layer_norm.h"
 #include "runtime/cpu/relaxed_copy.h"
 #include "runtime/cpu/softmax.h"
@@ -194,6 +195,8 @@ void copy_box(const View& src, const View& dst, const std::vector<int64_t>& orig
 
 void run_library_call(const kir::LibraryCall& call, const Node& node,
                       const std::vector<View>& in, const View& out, ThreadPool* pool) {
+  const bool conv = call.op == Op::Conv2D || call.op == Op::Conv2DGradInput || call.op == Op::Conv2DGradFilter;
+  if (conv && is_half_float(out.dtype)) return half_convolution(call.op, call.attrs, in[0], in[1], out, pool);
   switch (call.op) {
     case Op::MatMul: return matmul(call, in, out, pool);
     case Op::Conv2D: return conv2d(call.attrs, in[0], in[1], out, pool);

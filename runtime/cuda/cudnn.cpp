@@ -110,32 +110,41 @@ std::string shape_text(const TjConvShape& g) {
          std::to_string(g.stride_w) + ", padding " + std::to_string(g.pad_h) + "x" + std::to_string(g.pad_w);
 }
 
+// cudnnDataType_t of the operands and the result.
+int data_type(DType dtype) {
+  internal_check(dtype == DType::f32 || is_half_float(dtype)) << "a cuDNN convolution in " << dtype_name(dtype);
+  return dtype == DType::bf16 ? kCudnnDataBfloat16 : dtype == DType::f16 ? kCudnnDataHalf : kCudnnDataFloat;
+}
+
 // The descriptors of one shape: host objects, read-only once set, shared by every handle.
 struct Descriptors {
   CudnnT x = nullptr, y = nullptr;
   CudnnF w = nullptr;
   CudnnC conv = nullptr;
-  Descriptors(const TjConvShape& g, bool tf32, const std::string& what) {
+  Descriptors(const TjConvShape& g, DType dtype, bool tf32, const std::string& what) {
+    const int type = data_type(dtype);
     const CudnnApi& api = loaded().api;
     check_cudnn(api.CreateTensorDescriptor(&x), "cudnnCreateTensorDescriptor", what);
     check_cudnn(api.CreateTensorDescriptor(&y), "cudnnCreateTensorDescriptor", what);
     check_cudnn(api.CreateFilterDescriptor(&w), "cudnnCreateFilterDescriptor", what);
     check_cudnn(api.CreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor", what);
-    check_cudnn(api.SetTensor4dDescriptor(x, kCudnnTensorNchw, kCudnnDataFloat, as_int(g.n, what), as_int(g.c, what),
+    check_cudnn(api.SetTensor4dDescriptor(x, kCudnnTensorNchw, type, as_int(g.n, what), as_int(g.c, what),
                                           as_int(g.h, what), as_int(g.w, what)),
                 "cudnnSetTensor4dDescriptor", what);
-    check_cudnn(api.SetTensor4dDescriptor(y, kCudnnTensorNchw, kCudnnDataFloat, as_int(g.n, what), as_int(g.o, what),
+    check_cudnn(api.SetTensor4dDescriptor(y, kCudnnTensorNchw, type, as_int(g.n, what), as_int(g.o, what),
                                           as_int(g.oh, what), as_int(g.ow, what)),
                 "cudnnSetTensor4dDescriptor", what);
-    check_cudnn(api.SetFilter4dDescriptor(w, kCudnnDataFloat, kCudnnTensorNchw, as_int(g.o, what), as_int(g.c, what),
+    check_cudnn(api.SetFilter4dDescriptor(w, type, kCudnnTensorNchw, as_int(g.o, what), as_int(g.c, what),
                                           as_int(g.kh, what), as_int(g.kw, what)),
                 "cudnnSetFilter4dDescriptor", what);
     check_cudnn(api.SetConvolution2dDescriptor(conv, g.pad_h, g.pad_w, g.stride_h, g.stride_w, 1, 1,
                                                kCudnnCrossCorrelation, kCudnnDataFloat),
                 "cudnnSetConvolution2dDescriptor", what);
     // f32 FMA unless TOWERJIT_ALLOW_TF32=on, as PyTorch does with torch.backends.cudnn.allow_tf32
-    // (whose default is on; towerjit's is off, for matmuls and convolutions alike).
-    check_cudnn(api.SetConvolutionMathType(conv, tf32 ? kCudnnTensorOpMath : kCudnnFmaMath),
+    // (whose default is on; towerjit's is off, for matmuls and convolutions alike). 16-bit
+    // operands on the tensor cores always: their products are exact in f32.
+    const bool tensor_ops = tf32 || dtype != DType::f32;
+    check_cudnn(api.SetConvolutionMathType(conv, tensor_ops ? kCudnnTensorOpMath : kCudnnFmaMath),
                 "cudnnSetConvolutionMathType", what);
   }
   ~Descriptors() {
@@ -168,11 +177,11 @@ PlanCache& cache() {
   return c;
 }
 
-std::vector<long long> key_of(int device, ConvPass pass, const TjConvShape& g, bool tf32) {
+std::vector<long long> key_of(int device, ConvPass pass, const TjConvShape& g, DType dtype, bool tf32) {
   const auto cap = knobs::cudnn_workspace_mb();
   return {device, static_cast<long long>(pass), g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.oh, g.ow,
           g.stride_h, g.stride_w, g.pad_h, g.pad_w, cap ? static_cast<long long>(*cap) : -1,
-          tf32 ? 1 : 0};
+          tf32 ? 1 : 0, static_cast<long long>(dtype)};
 }
 
 // The memory a workspace may take: the device's free memory plus the allocator's cached
@@ -275,16 +284,16 @@ Cudnn::~Cudnn() {
   }
 }
 
-ConvAlgorithm Cudnn::plan(ConvPass pass, const TjConvShape& g, const std::string& what) {
+ConvAlgorithm Cudnn::plan(ConvPass pass, const TjConvShape& g, const std::string& what, DType dtype) {
   const CudnnApi& api = loaded().api;
   const auto cap = knobs::cudnn_workspace_mb();
-  const auto key = key_of(device_->ordinal(), pass, g, tf32_);
+  const auto key = key_of(device_->ordinal(), pass, g, dtype, tf32_);
   PlanCache& pc = cache();
   std::lock_guard<std::mutex> lock(pc.mutex);
   if (auto it = pc.plans.find(key); it != pc.plans.end()) return it->second.chosen;
   device_->make_current();
   Plan plan;
-  plan.desc = std::make_unique<Descriptors>(g, tf32_, what);
+  plan.desc = std::make_unique<Descriptors>(g, dtype, tf32_, what);
   const Descriptors& d = *plan.desc;
 
   // Every algorithm the library has for the shape, with its workspace and determinism.
@@ -342,9 +351,10 @@ ConvAlgorithm Cudnn::plan(ConvPass pass, const TjConvShape& g, const std::string
 
   // Time them on scratch buffers of the shape (contents irrelevant): the stream is idle, as
   // nothing of the run is queued yet, and it is waited for before the buffers go back.
-  DeviceBuffer x = device_->allocate(static_cast<size_t>(g.n * g.c * g.h * g.w) * 4);
-  DeviceBuffer w = device_->allocate(static_cast<size_t>(g.o * g.c * g.kh * g.kw) * 4);
-  DeviceBuffer y = device_->allocate(static_cast<size_t>(g.n * g.o * g.oh * g.ow) * 4);
+  const auto size = static_cast<size_t>(dtype_bytes(dtype));
+  DeviceBuffer x = device_->allocate(static_cast<size_t>(g.n * g.c * g.h * g.w) * size);
+  DeviceBuffer w = device_->allocate(static_cast<size_t>(g.o * g.c * g.kh * g.kw) * size);
+  DeviceBuffer y = device_->allocate(static_cast<size_t>(g.n * g.o * g.oh * g.ow) * size);
   DeviceBuffer ws = device_->allocate(workspace);
   auto* xp = reinterpret_cast<void*>(x.ptr());
   auto* wp = reinterpret_cast<void*>(w.ptr());
@@ -391,10 +401,10 @@ ConvAlgorithm Cudnn::plan(ConvPass pass, const TjConvShape& g, const std::string
 }
 
 void Cudnn::run(ConvPass pass, const TjConvShape& g, CUdeviceptr a, CUdeviceptr b, CUdeviceptr out,
-                CUdeviceptr workspace, size_t workspace_bytes, const std::string& what) {
+                CUdeviceptr workspace, size_t workspace_bytes, const std::string& what, DType dtype) {
   if (g.n == 0 || g.o == 0 || g.c == 0) return;
   const CudnnApi& api = loaded().api;
-  const auto key = key_of(device_->ordinal(), pass, g, tf32_);
+  const auto key = key_of(device_->ordinal(), pass, g, dtype, tf32_);
   const Plan* plan = nullptr;
   {
     std::lock_guard<std::mutex> lock(cache().mutex);

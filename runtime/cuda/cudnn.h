@@ -25,6 +25,7 @@
 #include <source_location>
 #include <string>
 
+#include "dsl/dtype.h"
 #include "jit/cuda/device/library_params.h"
 #include "runtime/cuda/device.h"
 
@@ -102,6 +103,8 @@ using CudnnC = cudnnConvolutionDescriptor_t;
 
 inline constexpr int kCudnnTensorNchw = 0;         // CUDNN_TENSOR_NCHW
 inline constexpr int kCudnnDataFloat = 0;          // CUDNN_DATA_FLOAT
+inline constexpr int kCudnnDataHalf = 2;           // CUDNN_DATA_HALF
+inline constexpr int kCudnnDataBfloat16 = 9;       // CUDNN_DATA_BFLOAT16
 inline constexpr int kCudnnCrossCorrelation = 1;   // CUDNN_CROSS_CORRELATION (no filter flip)
 inline constexpr int kCudnnFmaMath = 3;            // CUDNN_FMA_MATH: f32 FMA only, no TF32
 inline constexpr int kCudnnTensorOpMath = 1;       // CUDNN_TENSOR_OP_MATH: f32 may run as TF32
@@ -164,16 +167,21 @@ class Cudnn {
   Cudnn(const Cudnn&) = delete;
   Cudnn& operator=(const Cudnn&) = delete;
 
-  // The algorithm for `pass` at shape `g`: found on the first call for the shape (which
-  // synchronises this handle's stream: call it before queuing the run's work), cached after.
-  // `what` names the op in errors and notes.
-  ConvAlgorithm plan(ConvPass pass, const TjConvShape& g, const std::string& what);
+  // The algorithm for `pass` at shape `g` with operands and result of `dtype`: found on the
+  // first call for the shape (which synchronises this handle's stream: call it before queuing
+  // the run's work), cached after. `what` names the op in errors and notes.
+  //
+  // f32 is CUDNN_FLOAT_CONFIG. bf16 and f16 are the PSEUDO_BFLOAT16 and PSEUDO_HALF
+  // configurations: x, w and y all 16-bit, the convolution computed in f32 (its descriptor's
+  // type CUDNN_DATA_FLOAT) under CUDNN_TENSOR_OP_MATH, on the tensor cores; the products of
+  // 16-bit operands are exact, so TF32 does not apply to them.
+  ConvAlgorithm plan(ConvPass pass, const TjConvShape& g, const std::string& what, DType dtype = DType::f32);
 
   // Queues the pass with the planned algorithm: forward y = conv(x, w) (a = x, b = w),
   // data gradient dx (a = dy, b = w), filter gradient dw (a = x, b = dy). `workspace` holds
-  // at least plan(pass, g).workspace bytes.
+  // at least plan(pass, g, what, dtype).workspace bytes.
   void run(ConvPass pass, const TjConvShape& g, CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace,
-           size_t workspace_bytes, const std::string& what);
+           size_t workspace_bytes, const std::string& what, DType dtype = DType::f32);
 
  private:
   DeviceContext* device_;

@@ -75,6 +75,7 @@ inline constexpr CuResult kCudaErrorCapturedEvent = 907;
   X(MemcpyPeerAsync, cuMemcpyPeerAsync, cuMemcpyPeerAsync,                                             \
     CuResult (*)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream))                    \
   X(MemsetD32Async, cuMemsetD32Async, cuMemsetD32Async, CuResult (*)(CUdeviceptr, unsigned, size_t, CUstream)) \
+  X(MemsetD8Async, cuMemsetD8Async, cuMemsetD8Async, CuResult (*)(CUdeviceptr, unsigned char, size_t, CUstream)) \
   X(StreamCreate, cuStreamCreate, cuStreamCreate, CuResult (*)(CUstream*, unsigned))                   \
   X(StreamDestroy, cuStreamDestroy, cuStreamDestroy_v2, CuResult (*)(CUstream))                        \
   X(StreamSynchronize, cuStreamSynchronize, cuStreamSynchronize, CuResult (*)(CUstream))               \

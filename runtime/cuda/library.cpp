@@ -155,14 +155,17 @@ void convolution(const kir::LibraryCall& call, const Node& node, const std::vect
   const ConvCall cc = conv_call(call.op, node.attrs, {in[0].shape, in[1].shape}, out.shape);
   if (cc.g.n == 0) {  // no images: nothing to compute, and a filter gradient of zeros
     if (cc.pass == ConvPass::filter_gradient)
-      check_cuda(require_driver().MemsetD32Async(out.ptr, 0, out.shape.elements(0), env.stream.handle()),
-                 "cuMemsetD32Async");
+      check_cuda(require_driver().MemsetD8Async(out.ptr, 0, out.shape.elements(0) * dtype_bytes(node.dtype),
+                                                env.stream.handle()),
+                 "cuMemsetD8Async");
     return;
   }
   if (env.dnn) {
-    env.dnn->run(cc.pass, cc.g, in[0].ptr, in[1].ptr, out.ptr, env.scratch.ptr(), env.scratch.bytes(), describe(node));
+    env.dnn->run(cc.pass, cc.g, in[0].ptr, in[1].ptr, out.ptr, env.scratch.ptr(), env.scratch.bytes(), describe(node),
+                 node.dtype);
     return;
   }
+
   switch (cc.pass) {
     case ConvPass::forward: return conv2d_fallback(node, cc.g, in[0], in[1], out, env);
     case ConvPass::data_gradient: return conv2d_grad_input_fallback(node, cc.g, in[0], in[1], out, env);
@@ -390,7 +393,13 @@ size_t library_scratch_bytes(const kir::LibraryCall& call, const Node& node, con
   if (call.op != Op::Conv2D && call.op != Op::Conv2DGradInput && call.op != Op::Conv2DGradFilter) return 0;
   const ConvCall cc = conv_call(call.op, node.attrs, in, out);
   if (cc.g.n == 0) return 0;
-  if (dnn) return dnn->plan(cc.pass, cc.g, describe(node)).workspace;
+  if (dnn) return dnn->plan(cc.pass, cc.g, describe(node), node.dtype).workspace;
+  // The fallback's kernels and cuBLAS's sgemm are f32 only.
+  user_check(!is_half_float(node.dtype), node)
+      << "the precision policy puts " << describe(node) << " in " << dtype_name(node.dtype)
+      << ", which needs cuDNN, and cuDNN is not used here (" << cudnn_unavailable_reason()
+      << "); make cuDNN 9 loadable, or keep convolutions in f32 with Towers::precision({.matmul_operands = ..., "
+         ".conv_operands = DType::f32})";
   return static_cast<size_t>(fallback_scratch_floats(cc)) * 4;
 }
 

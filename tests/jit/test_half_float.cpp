@@ -494,10 +494,11 @@ TEST_CASE("half floats: Towers::precision is the trainer policy and wins over th
 }
 
 // The conv policy (PrecisionPolicy::conv_operands): every convolution, forward and both
-// gradients, reads its operands rounded to bf16 and widened back. Oracles: the forward output
-// under the policy is bitwise that of an f32 program whose convolution reads hand-written
-// casts; the whole training step computes what the reference computes on the graph the pass
-// wrote, within its bounds; and the matmul policy alone leaves the convolutions in f32.
+// gradients, reads its operands rounded to bf16 and stores its result in bf16 (cuDNN's 16-bit
+// convolutions), widened back for its readers. Oracles: the forward output under the policy is
+// bitwise that of an f32 program computing the same with hand-written casts; the whole training
+// step computes what the reference computes on the graph the pass wrote, within its bounds; and
+// the matmul policy alone leaves the convolutions in f32.
 TEST_CASE("half floats: the conv policy rounds every convolution's operands, forward and backward", "[half][cpu][jit]") {
   struct Restore {
     ~Restore() { tj::set_precision_policy({}); }
@@ -508,27 +509,33 @@ TEST_CASE("half floats: the conv policy rounds every convolution's operands, for
   auto w = tj::variable("w", {3, 2, 3, 3}, {.init = tj::init::uniform(-1, 1)});
   auto y = tj::conv2d(x, w, {.stride = 1, .pad = 1});
   auto loss = tj::mean(y * y);
-  auto grads = tj::grad(loss, {w});
+  auto grads = tj::grad(loss, {w, x});
   tj::assign(w, w - 0.1f * grads[0]);
-  // A second input's convolution, rounded by hand: cast(cast(., bf16), f32) on both operands.
+  // A second input's convolution, rounded by hand: cast(cast(., bf16), f32) on both operands
+  // and on the result.
   auto xr = tj::input("x_rounded", {kBatch, 2, 7, 7});
   auto rounded = [](tj::Tensor t) { return tj::cast(tj::cast(t, DType::bf16), DType::f32); };
-  auto by_hand = tj::conv2d(rounded(xr), rounded(w), {.stride = 1, .pad = 1});
+  auto by_hand = rounded(tj::conv2d(rounded(xr), rounded(w), {.stride = 1, .pad = 1}));
 
   tj::Rewritten r = tj::half_conv_operands(g, DType::bf16);
   int convolutions = 0;
   for (int id = 0; id < r.graph.size(); ++id) {
     const tj::Node& n = r.graph.node(id);
+    if (n.op == tj::Op::Cast && r.graph.node(n.inputs[0]).dtype == DType::bf16) {
+      const tj::Op from = r.graph.node(n.inputs[0]).op;
+      if (from == tj::Op::Conv2D || from == tj::Op::Conv2DGradInput || from == tj::Op::Conv2DGradFilter)
+        CHECK(n.dtype == DType::f32);  // the result widened for its readers
+    }
     if (n.op != tj::Op::Conv2D && n.op != tj::Op::Conv2DGradInput && n.op != tj::Op::Conv2DGradFilter) continue;
     ++convolutions;
+    CHECK(n.dtype == DType::bf16);
     for (int in : n.inputs) {
-      const tj::Node& widen = r.graph.node(in);
-      REQUIRE(widen.op == tj::Op::Cast);
-      CHECK(widen.dtype == DType::f32);
-      CHECK(r.graph.node(widen.inputs[0]).dtype == DType::bf16);
+      const tj::Node& round = r.graph.node(in);
+      REQUIRE(round.op == tj::Op::Cast);
+      CHECK(round.dtype == DType::bf16);
     }
   }
-  CHECK(convolutions == 3);  // the forward, the filter gradient, and by_hand (no input gradient asked)
+  CHECK(convolutions == 4);  // the forward, both gradients, and by_hand
 
   const tj::reference::Variables initial = tj::reference::initialize_variables(g, 3);
   const tj::reference::Array xa = random_array({5, 2, 7, 7}, 4, -2, 2);
@@ -542,23 +549,24 @@ TEST_CASE("half floats: the conv policy rounds every convolution's operands, for
     if (updates) out.push_back(hv.at("w"));
     return out;
   };
-  const auto policy = run({.conv_operands = DType::bf16}, {y, by_hand}, false);
-  CHECK(policy[0].f32 == policy[1].f32);  // bitwise
-  const auto plain = run({}, {y}, false);
+  const auto policy = run({.conv_operands = DType::bf16}, {y}, false);
+  const auto plain = run({}, {y, by_hand}, false);
+  CHECK(policy[0].f32 == plain[1].f32);  // bitwise
   const auto matmul_only = run({.matmul_operands = DType::bf16, .conv_operands = DType::f32}, {y}, false);
   const auto both = run({.matmul_operands = DType::bf16}, {y}, false);  // conv_operands unset: the same dtype
   CHECK(plain[0].f32 != policy[0].f32);
   CHECK(matmul_only[0].f32 == plain[0].f32);
   CHECK(both[0].f32 == policy[0].f32);
 
-  const auto step = run({.conv_operands = DType::bf16}, {loss}, true);
-  const std::vector<tj::Tensor> fetches = tj::remap_tensors(r, {loss});
+  const auto step = run({.conv_operands = DType::bf16}, {loss, grads[1]}, true);
+  const std::vector<tj::Tensor> fetches = tj::remap_tensors(r, {loss, grads[1]});
   tj::reference::Variables rv = initial;
   JitRun check;
   reference_side(check, r.graph, fetches, {{"x", xa}, {"x_rounded", xa}}, rv, true, 0);
   check.jit.push_back(to_array(step[0]));
+  check.jit.push_back(to_array(step[1]));  // dx, the input gradient
   REQUIRE(rv.size() == 1);  // w, the one variable
-  check.jit.push_back(to_array(step[1]));
+  check.jit.push_back(to_array(step[2]));
   require_close(check, "bf16 conv policy SGD step");
   CHECK_THROWS_WITH(tj::set_precision_policy({.conv_operands = DType::i32}),
                     Catch::Contains("set_precision_policy: convolutions cannot take their operands in i32"));
