@@ -116,6 +116,10 @@ int cuMemsetD32Async(unsigned long long d, unsigned v, size_t n, void*) {
   for (size_t i = 0; i < n; ++i) p[i] = v;
   return 0;
 }
+int cuMemsetD8Async(unsigned long long d, unsigned char v, size_t n, void*) {
+  std::memset(reinterpret_cast<void*>(d), v, n);
+  return 0;
+}
 int cuStreamCreate(void** s, unsigned) { *s = new int(0); return 0; }
 int cuStreamDestroy_v2(void* s) { delete static_cast<int*>(s); return 0; }
 int cuStreamSynchronize(void*) { return 0; }
