@@ -15,6 +15,17 @@ float widen(uint16_t bits, DType t) {
   return static_cast<float>(half_value(bits, t));  // f16: exact in f32
 }
 
+// `v` rounded to `t`'s bits, to nearest even. bf16 keeps f32's exponent, so rounding is on the
+// bits: add 0x7fff plus the kept part's lowest bit, then drop the low half (a carry into the
+// exponent is the correct rounding up, to infinity past the largest finite value); a NaN
+// becomes the quiet NaN of its sign, as half_bits gives. f16 goes through half_bits.
+uint16_t narrow(float v, DType t) {
+  if (t != DType::bf16) return half_bits(v, t);
+  const uint32_t u = std::bit_cast<uint32_t>(v);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>(((u >> 16) & 0x8000u) | 0x7fc0u);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 // `v` as f32 values in `storage`, viewed with v's shape.
 View widened(const View& v, std::vector<float>& storage, ThreadPool* pool) {
   const int64_t n = v.shape.elements(0);
@@ -40,7 +51,7 @@ void half_convolution(Op op, const Attrs& at, const View& a, const View& b, cons
     default: internal_check(false) << "half_convolution of " << op_name(op);
   }
   parallel(pool, static_cast<int64_t>(wo.size()), [&](int64_t first, int64_t last) {
-    for (int64_t i = first; i < last; ++i) out.h()[i] = half_bits(wo[i], out.dtype);
+    for (int64_t i = first; i < last; ++i) out.h()[i] = narrow(wo[i], out.dtype);
   });
 }
 

@@ -22,6 +22,7 @@
 #include "runtime/checkpoint/checkpoint_format.h"
 #include "runtime/cpu/cpu_program.h"
 #include "runtime/cpu/gemm_half.h"
+#include "runtime/cpu/half_conv.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;
@@ -572,4 +573,35 @@ TEST_CASE("half floats: the conv policy rounds every convolution's operands, for
                     Catch::Contains("set_precision_policy: convolutions cannot take their operands in i32"));
   CHECK(tj::Towers{tj::cpu(0)}.precision({.matmul_operands = DType::bf16, .conv_operands = DType::f32}).str().find(
             "precision=matmul bf16, conv f32") != std::string::npos);
+}
+
+// The CPU's 16-bit convolution rounds its f32 sums as dsl/half_float.h does, in the cases a
+// random test rarely meets: a 1x2 filter of ones sums pairs of bf16 values exactly in f32 into
+// ties (to even, down and up), a NaN, a sum past the largest bf16 (infinity) and a tie at the
+// top of the range that rounds to infinity. Oracle: half_bits of the f32 sum.
+TEST_CASE("half floats: the CPU's 16-bit convolution rounds its sums to nearest even, NaN and overflow included",
+          "[half][cpu]") {
+  const float big = 0x1.FEp127f, nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::pair<float, float>> pairs = {
+      {1.0f, 0x1p-8f}, {1.0f + 0x1p-7f, 0x1p-8f}, {-1.0f, -0x1p-8f}, {3.0f, 0x1p-7f}, {nan, 1.0f},
+      {-nan, 1.0f},    {big, big},                {big, 0x1p119f},   {0x1p-126f, 0x1p-133f}, {0.0f, -0.0f}};
+  const int64_t n = static_cast<int64_t>(pairs.size());
+  std::vector<uint16_t> x, w = {tj::half_bits(1.0, DType::bf16), tj::half_bits(1.0, DType::bf16)}, y(n);
+  for (const auto& [a, b] : pairs) {
+    x.push_back(tj::half_bits(a, DType::bf16));
+    x.push_back(tj::half_bits(b, DType::bf16));
+    REQUIRE((std::isnan(a) || tj::half_value(x[x.size() - 2], DType::bf16) == a));  // bf16 values
+  }
+  tj::Attrs at;
+  at.stride[0] = 1, at.stride[1] = 2;
+  at.pad[0] = 0, at.pad[1] = 0;
+  const tj::cpujit::View xv{tj::Shape({1, 1, 1, 2 * n}), x.data(), DType::bf16}, wv{tj::Shape({1, 1, 1, 2}), w.data(), DType::bf16},
+      yv{tj::Shape({1, 1, 1, n}), y.data(), DType::bf16};
+  tj::cpujit::half_convolution(tj::Op::Conv2D, at, xv, wv, yv, nullptr);
+  for (int64_t i = 0; i < n; ++i) {
+    INFO("pair " << i);
+    const float sum = static_cast<float>(tj::half_value(x[2 * i], DType::bf16)) +
+                      static_cast<float>(tj::half_value(x[2 * i + 1], DType::bf16));
+    CHECK(y[i] == tj::half_bits(sum, DType::bf16));
+  }
 }
