@@ -396,7 +396,7 @@ size_t library_scratch_bytes(const kir::LibraryCall& call, const Node& node, con
   if (dnn) return dnn->plan(cc.pass, cc.g, describe(node), node.dtype).workspace;
   // The fallback's kernels and cuBLAS's sgemm are f32 only.
   user_check(!is_half_float(node.dtype), node)
-      << "the precision policy puts " << describe(node) << " in " << dtype_name(node.dtype)
+      << "the precision policy runs this convolution (" << op_name(node.op) << ") in " << dtype_name(node.dtype)
       << ", which needs cuDNN, and cuDNN is not used here (" << cudnn_unavailable_reason()
       << "); make cuDNN 9 loadable, or keep convolutions in f32 with Towers::precision({.matmul_operands = ..., "
          ".conv_operands = DType::f32})";

@@ -94,6 +94,31 @@ TEST_CASE("cost records: a bf16-policy step reads 2-byte product operands at the
   CHECK(gemms == 8);
 }
 
+// Under the bf16 policy the cnn's convolutions run on cuDNN's 16-bit configuration: each call
+// of the f32 step has a twin named "... (BF16)" with the same FLOPs, half the bytes (2-byte
+// operands and result) and a shorter compute time at the BF16 peak.
+TEST_CASE("cost records: a bf16-policy step runs its convolutions on cuDNN in bf16, half the bytes, at the BF16 peak") {
+  const cost::GpuSpec& h = cost::gpu_spec("h200");
+  auto convolutions = [&](towerjit::DType precision) {
+    std::vector<cost::Launch> out;
+    for (const cost::Launch& l : bench::record_workload(h, "cnn", 16, precision).launches)
+      if (l.name.rfind("cudnnConvolution", 0) == 0) out.push_back(l);
+    return out;
+  };
+  const std::vector<cost::Launch> f32 = convolutions(towerjit::DType::f32), bf16 = convolutions(towerjit::DType::bf16);
+  REQUIRE(f32.size() == 5);  // two forward, two filter gradients, one data gradient (the first layer's input needs none)
+  REQUIRE(bf16.size() == f32.size());
+  for (size_t i = 0; i < f32.size(); ++i) {
+    INFO(f32[i].name);
+    CHECK(!f32[i].half_operands);
+    CHECK(bf16[i].half_operands);
+    CHECK(bf16[i].name == f32[i].name + " (BF16)");
+    CHECK(bf16[i].flops == f32[i].flops);
+    CHECK(2 * bf16[i].bytes == f32[i].bytes);
+    CHECK(cost::predict_launch(h, bf16[i]).flop_us < cost::predict_launch(h, f32[i]).flop_us);
+  }
+}
+
 TEST_CASE("cost records: the fused attention runs as its three kernels, each with bytes and FLOPs") {
   namespace tj = towerjit;
   const cost::GpuSpec& h = cost::gpu_spec("h200");

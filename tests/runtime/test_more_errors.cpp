@@ -12,6 +12,8 @@
 #include <zlib.h>
 
 #include "runtime/checkpoint/checkpoint_format.h"
+#include "jit/cost/gpu_specs.h"
+#include "runtime/cost/recorded_step.h"
 #include "runtime/cpu/cpu_program.h"
 #include "tests/jit/cpu_test_env.h"
 #include "tower_test_model.h"
@@ -239,4 +241,25 @@ TEST_CASE("fit of no epochs, evaluate in chunks of 0", "[towers][runtime][errors
   REQUIRE_THROWS_WITH(tj::fit(*m.trainer, pipeline, {.epochs = 0}), Contains("fit: epochs 0 must be at least 1") && Contains(here(__LINE__)));
   const tj::HostFeeds batch = batch_of(4, 1);
   REQUIRE_THROWS_WITH(m.trainer->evaluate({{"x", batch.at("x")}}, batch.at("labels"), false, 0), Contains("evaluate: chunk 0 must be at least 1") && Contains(here(__LINE__)));
+}
+
+// Under the conv policy a convolution takes 16-bit operands, which only cuDNN runs on a GPU
+// (the fallback's kernels are f32): without it, the first step says so and how to keep
+// convolutions in f32. On the emulated GPU, set up as the cost model's steps are.
+TEST_CASE("a 16-bit convolution on a GPU without cuDNN", "[half][errors]") {
+  std::string dir = (fs::temp_directory_path() / "towerjit-half-conv-XXXXXX").string();
+  REQUIRE(mkdtemp(dir.data()) != nullptr);
+  tj::cost::prepare_emulated_gpu(tj::cost::gpu_spec("h200"), dir);
+  tj::test::ScopedEnv off("TOWERJIT_CUDNN", "off");
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 1, 5, 5});
+  auto y = tj::conv2d(x, tj::variable("w", {2, 1, 3, 3}, {.init = tj::init::uniform(-1, 1)}), {.stride = 1, .pad = 1});
+  tj::TowerTrainer trainer(g, tj::mean(y * y), tj::Towers{tj::gpu(0)}.precision({.conv_operands = tj::DType::bf16}),
+                           tj::sgd(0.1));
+  tj::HostTensor xs(tj::Shape{2, 1, 5, 5});
+  CHECK_THROWS_WITH(trainer.step({{"x", xs}}),
+                    Contains("the precision policy runs this convolution (conv2d) in bf16, which needs cuDNN") &&
+                        Contains("TOWERJIT_CUDNN=off") && Contains(".conv_operands = DType::f32"));
+  fs::remove_all(dir);
 }
