@@ -14,7 +14,8 @@
 // (cudnnGetConvolution*Algorithm_v7), those whose workspace does not fit the memory available
 // are dropped (said once, on stderr), the rest are timed (cudnnFindConvolution*AlgorithmEx on
 // temporary buffers, before any work of the run is queued) and the fastest deterministic one
-// is kept. Runs therefore stay bitwise reproducible. Math is CUDNN_FMA_MATH: full f32, no TF32.
+// is kept. Runs therefore stay bitwise reproducible. Math is CUDNN_FMA_MATH for f32 (full f32,
+// no TF32) unless TOWERJIT_ALLOW_TF32=on, and CUDNN_TENSOR_OP_MATH for 16-bit operands.
 //
 // Declared by hand (no cudnn.h), as the driver API; where the toolkit's headers are present
 // tests_gpu/test_driver_signatures.cpp checks the declarations.

@@ -165,7 +165,6 @@ void convolution(const kir::LibraryCall& call, const Node& node, const std::vect
                  node.dtype);
     return;
   }
-
   switch (cc.pass) {
     case ConvPass::forward: return conv2d_fallback(node, cc.g, in[0], in[1], out, env);
     case ConvPass::data_gradient: return conv2d_grad_input_fallback(node, cc.g, in[0], in[1], out, env);
