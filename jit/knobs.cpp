@@ -241,6 +241,7 @@ std::optional<std::string> read(const char* name) {
   if (is_towerjit_name(name) && !find_knob(name))
     throw std::logic_error(std::string("towerjit internal error: ") + name + " is read but not declared in the "
                            "table of jit/knobs.cpp");
+  std::shared_lock lock(environment_mutex());
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') return std::nullopt;
   return std::string(value);
@@ -423,6 +424,11 @@ std::vector<std::string> declared_names() {
 
 }  // namespace detail
 
+std::shared_mutex& environment_mutex() {
+  static std::shared_mutex m;
+  return m;
+}
+
 void check_environment() {
   // Once it has passed, each read costs this load. A thread that comes while another checks
   // waits for the outcome; an error leaves `passed` false, so every later read reports it too.
@@ -433,7 +439,10 @@ void check_environment() {
   std::lock_guard<std::mutex> lock(mutex);
   if (passed.load(std::memory_order_relaxed)) return;
   std::vector<std::string> entries;
-  for (char** e = ::environ; e && *e; ++e) entries.emplace_back(*e);
+  {
+    std::shared_lock environment(environment_mutex());
+    for (char** e = ::environ; e && *e; ++e) entries.emplace_back(*e);
+  }
   const detail::EnvironmentCheck found = detail::check_variables(entries);
   if (!warned) {
     for (const std::string& w : found.warnings) std::fprintf(stderr, "%s\n", w.c_str());

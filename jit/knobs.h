@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -239,6 +240,12 @@ double emulated_nccl_timeout_s();
 // nothing more, after an error the next read checks again. A program may call it at its
 // start to see the errors there.
 void check_environment();
+
+// The lock around the process's environment. glibc's setenv may free the array of variables a
+// concurrent getenv is walking (a crash in getenv, seen once in a test run), so knob reads,
+// which pool threads make per matrix product, hold it shared, and towerjit's own setenv calls
+// (runtime/cpu/blas.cpp, just before OpenBLAS loads) hold it exclusively.
+std::shared_mutex& environment_mutex();
 
 namespace detail {
 

@@ -3,16 +3,20 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <mutex>
 #include <source_location>
 
 #include "dsl/error.h"
+#include "jit/knobs.h"
 #include "runtime/cpu/cpu_features.h"
 
 namespace towerjit::cpujit {
 namespace {
 
-// Sets an OpenBLAS variable the user has not set, and records that we did.
+// Sets an OpenBLAS variable the user has not set, and records that we did. Under the
+// environment's lock: other threads may be reading knobs (knobs.h).
 void set_unless_users(const char* name, const char* value, Blas& b) {
+  std::unique_lock lock(knobs::environment_mutex());
   if (std::getenv(name)) return;
   ::setenv(name, value, 0);
   b.variables_set.push_back(name);
