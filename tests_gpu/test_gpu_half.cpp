@@ -7,6 +7,7 @@
 // Odd batch sizes: 1, 7 and 127.
 #include <bit>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "dsl/half_float.h"
@@ -133,6 +134,44 @@ TEST_CASE("GPU: bf16 and f16 products, elementwise kernels and reductions within
   }
 }
 
+// One SGD step of the model `build` makes (with its updates when asked) under `policy` on gpu:0
+// and on cpu:0, from the same variables and input x, each within the bound of the reference's
+// step on the graph `rewrite` (the policy's pass) writes, and so within twice it of each other.
+static void check_policy_step(const std::function<Tensor(tj::Graph&, bool)>& build,
+                              const std::function<tj::Rewritten(const tj::Graph&)>& rewrite,
+                              const tj::PrecisionPolicy& policy, const tj::reference::Array& xs, const std::string& what) {
+  tj::Graph ref_graph;
+  const Tensor ref_loss = build(ref_graph, true);
+  const tj::reference::Variables initial = tj::reference::initialize_variables(ref_graph, 3);
+  tj::Rewritten rewritten = rewrite(ref_graph);
+  tj::reference::Variables want = initial;
+  JitRun ref;
+  reference_side(ref, rewritten.graph, tj::remap_tensors(rewritten, {ref_loss}), {{"x", xs}}, want, true, 0);
+  auto step = [&](const tj::Towers& towers) {
+    tj::Graph g;
+    const Tensor loss = build(g, false);
+    tj::TowerTrainer trainer(g, loss, towers.precision(policy), tj::sgd(0.1));
+    for (const auto& [name, a] : initial) trainer.variables().at(name) = to_host(a);
+    trainer.step({{"x", to_host(xs)}});
+    return trainer.variables();
+  };
+  const tj::HostVariables on_gpu = step(tj::Towers{tj::gpu(0)}), on_cpu = step(tj::Towers{tj::cpu(0)});
+  size_t at = 1;  // the bounds: the loss's, then each variable's in `want`'s order
+  for (const auto& [name, value] : want) {
+    INFO(name);
+    const tj::reference::Array& bound = ref.bound[at++];
+    for (const tj::HostVariables* side : {&on_gpu, &on_cpu}) {
+      JitRun one;
+      one.jit = {to_array(side->at(name))};
+      one.ref = {value};
+      one.bound = {bound};
+      require_close(one, what + (side == &on_gpu ? " on gpu:0" : " on cpu:0"));
+    }
+    for (int64_t i = 0; i < value.size(); ++i)
+      CHECK(std::abs(on_gpu.at(name).f32[i] - on_cpu.at(name).f32[i]) <= 2 * bound[i]);
+  }
+}
+
 // One SGD step of a two-layer MLP under Towers::precision(bf16) on gpu:0 and on cpu:0, each
 // against the reference of the same step on the graph the policy pass writes (the derived
 // bound), and so against each other within twice that bound.
@@ -149,37 +188,8 @@ TEST_CASE("GPU: a training step under the bf16 policy on a GPU tower is the CPU 
     }
     return loss;
   };
-  const tj::reference::Array xs = random_array({7, 6}, 9, -1, 1);
-  tj::Graph ref_graph;
-  const Tensor ref_loss = build(ref_graph, true);
-  const tj::reference::Variables initial = tj::reference::initialize_variables(ref_graph, 3);
-  tj::Rewritten rewritten = tj::half_matmul_operands(ref_graph, DType::bf16);
-  tj::reference::Variables rv = initial;
-  JitRun ref;
-  reference_side(ref, rewritten.graph, tj::remap_tensors(rewritten, {ref_loss}), {{"x", xs}}, rv, true, 0);
-
-  auto step = [&](const tj::Towers& towers) {
-    tj::Graph g;
-    const Tensor loss = build(g, false);
-    tj::TowerTrainer trainer(g, loss, towers.precision({.matmul_operands = DType::bf16}), tj::sgd(0.1));
-    for (const auto& [name, a] : initial) trainer.variables().at(name) = to_host(a);
-    trainer.step({{"x", to_host(xs)}});
-    return trainer.variables();
-  };
-  const tj::HostVariables on_gpu = step(tj::Towers{tj::gpu(0)}), on_cpu = step(tj::Towers{tj::cpu(0)});
-  for (const auto& [name, want] : rv) {
-    INFO(name);
-    const tj::reference::Array& bound = ref.bound[1 + std::distance(rv.begin(), rv.find(name))];
-    for (const tj::HostVariables* side : {&on_gpu, &on_cpu}) {
-      JitRun one;
-      one.jit = {to_array(side->at(name))};
-      one.ref = {want};
-      one.bound = {bound};
-      require_close(one, side == &on_gpu ? "bf16 step on gpu:0" : "bf16 step on cpu:0");
-    }
-    for (int64_t i = 0; i < want.size(); ++i)
-      CHECK(std::abs(on_gpu.at(name).f32[i] - on_cpu.at(name).f32[i]) <= 2 * bound[i]);
-  }
+  check_policy_step(build, [](const tj::Graph& g) { return tj::half_matmul_operands(g, DType::bf16); },
+                    {.matmul_operands = DType::bf16}, random_array({7, 6}, 9, -1, 1), "bf16 step");
 }
 
 // A conv net's SGD step under the conv policy on gpu:0 (cuDNN's PSEUDO_BFLOAT16 / PSEUDO_HALF
@@ -208,37 +218,8 @@ TEST_CASE("GPU: convolutions under the bf16 and f16 conv policy run on cuDNN's 1
   for (DType t : {DType::bf16, DType::f16}) {
     for (int64_t n : {1, 7}) {
       INFO(tj::dtype_name(t) << ", batch " << n);
-      const tj::reference::Array xs = random_array({n, 2, 9, 9}, 9, -1, 1);
-      tj::Graph ref_graph;
-      const Tensor ref_loss = build(ref_graph, true);
-      const tj::reference::Variables initial = tj::reference::initialize_variables(ref_graph, 3);
-      tj::Rewritten rewritten = tj::half_conv_operands(ref_graph, t);
-      tj::reference::Variables rv = initial;
-      JitRun ref;
-      reference_side(ref, rewritten.graph, tj::remap_tensors(rewritten, {ref_loss}), {{"x", xs}}, rv, true, 0);
-
-      auto step = [&](const tj::Towers& towers) {
-        tj::Graph g;
-        const Tensor loss = build(g, false);
-        tj::TowerTrainer trainer(g, loss, towers.precision({.conv_operands = t}), tj::sgd(0.1));
-        for (const auto& [name, a] : initial) trainer.variables().at(name) = to_host(a);
-        trainer.step({{"x", to_host(xs)}});
-        return trainer.variables();
-      };
-      const tj::HostVariables on_gpu = step(tj::Towers{tj::gpu(0)}), on_cpu = step(tj::Towers{tj::cpu(0)});
-      for (const auto& [name, want] : rv) {
-        INFO(name);
-        const tj::reference::Array& bound = ref.bound[1 + std::distance(rv.begin(), rv.find(name))];
-        for (const tj::HostVariables* side : {&on_gpu, &on_cpu}) {
-          JitRun one;
-          one.jit = {to_array(side->at(name))};
-          one.ref = {want};
-          one.bound = {bound};
-          require_close(one, side == &on_gpu ? "16-bit conv step on gpu:0" : "16-bit conv step on cpu:0");
-        }
-        for (int64_t i = 0; i < want.size(); ++i)
-          CHECK(std::abs(on_gpu.at(name).f32[i] - on_cpu.at(name).f32[i]) <= 2 * bound[i]);
-      }
+      check_policy_step(build, [t](const tj::Graph& g) { return tj::half_conv_operands(g, t); },
+                        {.conv_operands = t}, random_array({n, 2, 9, 9}, 9, -1, 1), "16-bit conv step");
     }
   }
   ScopedEnv off("TOWERJIT_CUDNN", "off");
