@@ -115,12 +115,20 @@ const float* f16_table() {
   return table.data();
 }
 
+}  // namespace
+
+float widen_half(uint16_t bits, DType dtype) {
+  if (dtype == DType::f16) return f16_table()[bits];
+  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+}
+
+namespace {
+
 // The operands widened to f32 (exact), transposes resolved, then sgemm.
 void widened(ThreadPool* pool, DType dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
              int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
   std::vector<float> af(m * k), bf(k * n);
-  const float* f16 = dtype == DType::f16 ? f16_table() : nullptr;
-  auto widen = [&](uint16_t bits) { return f16 ? f16[bits] : std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); };
+  auto widen = [dtype](uint16_t bits) { return widen_half(bits, dtype); };
   for (int64_t i = 0; i < m; ++i)
     for (int64_t kk = 0; kk < k; ++kk) af[i * k + kk] = widen(ta ? a[kk * lda + i] : a[i * lda + kk]);
   for (int64_t kk = 0; kk < k; ++kk)

@@ -6,14 +6,10 @@
 #include "dsl/error.h"
 #include "dsl/half_float.h"
 #include "runtime/cpu/conv.h"
+#include "runtime/cpu/gemm_half.h"
 
 namespace towerjit::cpujit {
 namespace {
-
-float widen(uint16_t bits, DType t) {
-  if (t == DType::bf16) return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
-  return static_cast<float>(half_value(bits, t));  // f16: exact in f32
-}
 
 // `v` rounded to `t`'s bits, to nearest even. bf16 keeps f32's exponent, so rounding is on the
 // bits: add 0x7fff plus the kept part's lowest bit, then drop the low half (a carry into the
@@ -31,7 +27,7 @@ View widened(const View& v, std::vector<float>& storage, ThreadPool* pool) {
   const int64_t n = v.shape.elements(0);
   storage.resize(static_cast<size_t>(n));
   parallel(pool, n, [&](int64_t first, int64_t last) {
-    for (int64_t i = first; i < last; ++i) storage[i] = widen(v.h()[i], v.dtype);
+    for (int64_t i = first; i < last; ++i) storage[i] = widen_half(v.h()[i], v.dtype);
   });
   return View{v.shape, storage.data(), DType::f32};
 }
