@@ -245,8 +245,10 @@ TEST_CASE("fit of no epochs, evaluate in chunks of 0", "[towers][runtime][errors
 
 // Under the conv policy a convolution takes 16-bit operands, which only cuDNN runs on a GPU
 // (the fallback's kernels are f32): without it, the first step says so and how to keep
-// convolutions in f32. On the emulated GPU, set up as the cost model's steps are.
-TEST_CASE("a 16-bit convolution on a GPU without cuDNN", "[half][errors]") {
+// convolutions in f32. On the emulated GPU, set up as the cost model's steps are, so like them
+// it needs a process of its own (as ctest runs it): untagged [half], whose other cases load the
+// real NVRTC first when run together.
+TEST_CASE("a 16-bit convolution on a GPU without cuDNN", "[errors]") {
   std::string dir = (fs::temp_directory_path() / "towerjit-half-conv-XXXXXX").string();
   REQUIRE(mkdtemp(dir.data()) != nullptr);
   tj::cost::prepare_emulated_gpu(tj::cost::gpu_spec("h200"), dir);
