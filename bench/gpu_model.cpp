@@ -110,7 +110,7 @@ namespace {
 
 // --measure N on a real GPU: the same step, timed (median of N steps after 3 warm-up steps,
 // each step waited for: TowerTrainer::step returns the loss).
-int measure(const std::string& workload, int64_t batch, int steps, DType precision) {
+int measure(const std::string& workload, int64_t batch, int steps, DType precision, bool tf32) {
   batch = batch > 0 ? batch : default_batch(workload);
   WorkloadTrainer w(workload, precision);
   const HostFeeds feeds = workload == "gpt" ? gpt_feeds_of(batch) : feeds_of(batch);
@@ -122,8 +122,10 @@ int measure(const std::string& workload, int64_t batch, int steps, DType precisi
     ms.push_back(seconds_since(t0) * 1e3);
   }
   std::sort(ms.begin(), ms.end());
-  std::printf("{\"workload\":\"%s\",\"batch\":%lld,\"measured_ms\":%.4f,\"min_ms\":%.4f,\"steps\":%d}\n",
-              workload.c_str(), static_cast<long long>(batch), ms[ms.size() / 2], ms.front(), steps);
+  std::printf("{\"workload\":\"%s\",\"batch\":%lld,\"precision\":\"%s\",\"tf32\":%s,\"measured_ms\":%.4f,"
+              "\"min_ms\":%.4f,\"steps\":%d}\n",
+              workload.c_str(), static_cast<long long>(batch), std::string(dtype_name(precision)).c_str(), tf32 ? "true" : "false",
+              ms[ms.size() / 2], ms.front(), steps);
   return 0;
 }
 
@@ -164,10 +166,10 @@ int gpu_model_main(int argc, char** argv) {
                      "; use --gpu-model GPU --workload mlp|cnn|resnet|gpt [--batch N] [--graph] [--tf32] [--precision f32|bf16|f16] [--top N] "
                      "[--measure STEPS]");
   }
-  if (measure_steps > 0) return measure(workload, batch, measure_steps, precision);
-  const cost::GpuSpec& gpu = cost::gpu_spec(gpu_name);
-  // The step the model prices is the one that ran: with --tf32, cuBLASLt and cuDNN in TF32.
+  // The step that runs, measured or priced: with --tf32, cuBLASLt and cuDNN in TF32.
   if (options.tf32) setenv("TOWERJIT_ALLOW_TF32", "on", 1);
+  if (measure_steps > 0) return measure(workload, batch, measure_steps, precision, options.tf32);
+  const cost::GpuSpec& gpu = cost::gpu_spec(gpu_name);
   const ModelledStep m = record_workload(gpu, workload, batch, precision);
   const cost::StepPrediction p = cost::predict_step(gpu, m.launches, options);
 

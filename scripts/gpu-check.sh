@@ -8,6 +8,7 @@
 # while the GPU is measured.
 #
 #   scripts/gpu-check.sh [--build-dir DIR] [--no-build] [--jobs N] [--bench-args "ARGS"] [--no-steps]
+#                        [--no-predict]
 #
 #   --build-dir DIR   the CMake build directory (default: build-gpu); an existing, already
 #                     built tree (say one copied from a machine without a GPU) works too
@@ -15,6 +16,8 @@
 #   --jobs N          parallel build jobs (default: the number of CPUs)
 #   --bench-args ARGS passed to towerjit_gpu_bench (e.g. "--repeat 50 --batch 4096")
 #   --no-steps        skip the training steps (predicted, measured, PyTorch)
+#   --no-predict      take the predictions from DIR/gpu-check/predict-W.txt, made elsewhere
+#                     (towerjit_bench --gpu-model h200 --workload W --top 8 on the emulated GPU)
 #
 # The whole project builds, the LLVM CPU JIT included (the GPU tests compare against the CPU
 # backend; CMake requires LLVM 19, there is no switch to leave it out, so a machine without it
@@ -27,8 +30,10 @@ cd "$(dirname "$0")/.."
 build=build-gpu
 do_build=1
 jobs=$(nproc 2>/dev/null || echo 2)
+test_jobs=$(( jobs < 8 ? jobs : 8 ))
 bench_args=""
 steps=1
+predict=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build-dir) build="$2"; shift 2 ;;
@@ -36,7 +41,8 @@ while [[ $# -gt 0 ]]; do
     --jobs) jobs="$2"; shift 2 ;;
     --bench-args) bench_args="$2"; shift 2 ;;
     --no-steps) steps=0; shift ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --no-predict) predict=0; shift ;;
+    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -87,9 +93,10 @@ case "$gpu_name" in
   *A100*) model=a100 ;;
   *) model=h200 ;;
 esac
-# The predictions run on the emulated GPU, on the CPU, while the GPU is measured below.
+# The predictions run on the emulated GPU, on the CPU, while the GPU is measured below; with
+# --no-predict, those already in DIR/gpu-check are used (made where the tree was built).
 predict_pids=()
-if [[ $steps -eq 1 ]]; then
+if [[ $steps -eq 1 && $predict -eq 1 ]]; then
   echo "gpu-check: predicting the three steps on the emulated GPU as an $model (background; $out/predict-*.txt)"
   for w in mlp cnn resnet; do
     TOWERJIT_CUDA=emulator timeout 420 "$steps_bin" --gpu-model "$model" --workload "$w" --top 8 \
@@ -98,8 +105,32 @@ if [[ $steps -eq 1 ]]; then
   done
 fi
 
+# The steps first: each run is short and bounded, the figures the table is for.
+if [[ $steps -eq 1 ]]; then
+  echo "gpu-check: timing the three steps on this GPU (towerjit: $out/measure.jsonl; PyTorch: $out/torch.jsonl)"
+  : > "$out/measure.jsonl"
+  # Each step in f32 (the default), under the bf16 precision policy, and with TF32 products
+  # (TOWERJIT_ALLOW_TF32=on).
+  for mode in "" "--precision bf16" "--tf32"; do
+    for w in mlp cnn resnet; do
+      # shellcheck disable=SC2086
+      env -u TOWERJIT_CUDA timeout 60 "$steps_bin" --gpu-model "$model" --workload "$w" --measure 20 $mode \
+        >> "$out/measure.jsonl" 2>> "$out/measure.log" || echo "gpu-check: towerjit $w step ${mode:-f32} failed (measure.log)"
+    done
+  done
+  python=$(command -v python3 || command -v python)
+  if [[ -n "$python" ]]; then
+    # Eager for the three models first, then torch.compile (its compiles take most of the time).
+    timeout 150 "$python" bench/torch_gpu_baseline.py --steps 20 --warmup 5 > "$out/torch.jsonl" 2> "$out/torch.log" ||
+      echo "gpu-check: PyTorch's steps stopped early (torch.log)"
+  fi
+fi
+
+# The real GPU's entries (label `gpu`; their emulated twins ran where the tree was built), several
+# processes at once on the one GPU, each with a time limit.
 echo "gpu-check: running the gpu tests (log: $out/ctest.log)"
-(cd "$build" && ctest -L gpu --output-on-failure) 2>&1 | tee "$out/ctest.log"
+(cd "$build/tests_gpu" && timeout 300 ctest -L '^gpu$' -j "$test_jobs" --timeout 120 --output-on-failure) 2>&1 |
+  tee "$out/ctest.log"
 tests_rc=${PIPESTATUS[0]}
 passed=$(grep -cE 'Test +#[0-9]+: .* Passed' "$out/ctest.log")
 failed=$(grep -cE 'Test +#[0-9]+: .*\*\*\*(Failed|Exception|Timeout)|Test +#[0-9]+: .* (SEGFAULT|Child aborted)' "$out/ctest.log")
@@ -107,25 +138,10 @@ skipped=$(grep -cE 'Test +#[0-9]+: .*\*\*\*Skipped' "$out/ctest.log")
 
 echo "gpu-check: running the GPU benchmark (JSON lines: $out/bench.jsonl)"
 # shellcheck disable=SC2086
-"$bench_bin" $bench_args > "$out/bench.jsonl"
+timeout 120 "$bench_bin" $bench_args > "$out/bench.jsonl"
 bench_rc=$?
 cat "$out/bench.jsonl"
-
-if [[ $steps -eq 1 ]]; then
-  echo "gpu-check: timing the three steps on this GPU (towerjit: $out/measure.jsonl; PyTorch: $out/torch.jsonl)"
-  : > "$out/measure.jsonl"
-  for w in mlp cnn resnet; do
-    env -u TOWERJIT_CUDA timeout 120 "$steps_bin" --gpu-model "$model" --workload "$w" --measure 20 \
-      >> "$out/measure.jsonl" 2>> "$out/measure.log" || echo "gpu-check: towerjit $w step failed (measure.log)"
-  done
-  python=$(command -v python3 || command -v python)
-  if [[ -n "$python" ]]; then
-    # Eager for the three models first, then torch.compile (its compiles take most of the 3 minutes).
-    timeout 180 "$python" bench/torch_gpu_baseline.py --steps 20 --warmup 5 > "$out/torch.jsonl" 2> "$out/torch.log" ||
-      echo "gpu-check: PyTorch's steps stopped early (torch.log)"
-  fi
-  for pid in "${predict_pids[@]}"; do wait "$pid"; done
-fi
+for pid in "${predict_pids[@]}"; do wait "$pid"; done
 
 device=$(grep -o '"detail":"[^"]*' "$out/bench.jsonl" | head -1 | sed 's/.*; //')
 {

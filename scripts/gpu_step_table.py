@@ -41,7 +41,11 @@ def main():
         print(__doc__.strip(), file=sys.stderr)
         return 2
     d = sys.argv[1]
-    measured = {r["workload"]: r for r in json_lines(os.path.join(d, "measure.jsonl")) if "workload" in r}
+    measured = {}  # (workload, mode): the f32 step, "tf32" (TF32 products) or "bf16" (the bf16 policy)
+    for r in json_lines(os.path.join(d, "measure.jsonl")):
+        if "workload" in r:
+            mode = "tf32" if r.get("tf32") else r.get("precision", "f32")
+            measured[(r["workload"], mode)] = r
     torch = {}
     notes = []
     for r in json_lines(os.path.join(d, "torch.jsonl")):
@@ -51,14 +55,15 @@ def main():
             notes.append(f"PyTorch {r['mode']} {r['workload']}: {r['error']}")
         else:
             torch[(r["workload"], r["mode"])] = r
-    head = ("workload", "batch", "predicted ms", "floor ms", "measured ms", "meas/pred", "torch eager", "torch.compile",
-            "launches")
-    print("%-8s %6s %13s %9s %12s %10s %12s %14s %9s" % head)
+    head = ("workload", "batch", "predicted ms", "floor ms", "measured ms", "meas/pred", "tf32 ms", "bf16 ms",
+            "torch eager", "torch.compile", "launches")
+    print("%-8s %6s %13s %9s %12s %10s %8s %8s %12s %14s %9s" % head)
     for w in WORKLOADS:
         p = (json_lines(os.path.join(d, f"predict-{w}.txt")) or [None])[-1]
         if p is None:
             notes.append(f"{w}: no prediction (see predict-{w}.txt)")
-        m = measured.get(w)
+        m = measured.get((w, "f32"))
+        tf32, bf16 = measured.get((w, "tf32")), measured.get((w, "bf16"))
         if m is None:
             notes.append(f"{w}: no measurement on the GPU (see measure.log)")
         pred = p["step_ms"] if p else None
@@ -66,8 +71,9 @@ def main():
         ratio = f"{meas / pred:.2f}" if pred and meas else "-"
         eager, comp = torch.get((w, "eager")), torch.get((w, "compile"))
         batch = (p or m or {}).get("batch", "-")
-        print("%-8s %6s %13s %9s %12s %10s %12s %14s %9s" % (
+        print("%-8s %6s %13s %9s %12s %10s %8s %8s %12s %14s %9s" % (
             w, batch, ms(pred), ms(p["floor_ms"] if p else None), ms(meas), ratio,
+            ms(tf32["measured_ms"] if tf32 else None), ms(bf16["measured_ms"] if bf16 else None),
             ms(eager["step_ms"] if eager else None), ms(comp["step_ms"] if comp else None),
             p["launches"] if p else "-"))
     for n in notes:

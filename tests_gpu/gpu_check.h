@@ -9,6 +9,7 @@
 
 #include "jit/knobs.h"
 #include "runtime/cuda/cuda_program.h"
+#include "runtime/cuda/driver_api.h"
 #include "tests/jit/jit_check.h"
 
 namespace towerjit::testing {
@@ -61,6 +62,15 @@ inline HostVariables initial(const Graph& g) {
   HostVariables out;
   for (const auto& [name, a] : reference::initialize_variables(g, 1)) out[name] = to_host(a);
   return out;
+}
+
+// Cases that place towers or variables on gpu:0 and gpu:1: on a machine with fewer GPUs (a
+// lent H200 has one) they say so and return, as `GPU: copies between two GPUs` does. The
+// emulated GPU has two (tests_gpu/main.cpp), so every machine runs them there.
+inline bool skip_unless_gpus(int needed) {
+  if (cuda::cuda_device_count() >= needed) return false;
+  WARN("skipped: needs " << needed << " GPUs, this machine has " << cuda::cuda_device_count());
+  return true;
 }
 
 }  // namespace towerjit::testing

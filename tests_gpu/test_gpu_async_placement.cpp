@@ -37,6 +37,7 @@ tj::TowerTrainerOptions with_ema(std::optional<bool> gpu_variables) {
 }  // namespace
 
 TEST_CASE("GPU: async GPU towers place each variable on the least-loaded GPU, its state with it", "[gpu]") {
+  if (tj::testing::skip_unless_gpus(2)) return;
   Mlp m;
   tj::TowerTrainer trainer(m.graph, m.loss, tj::Towers{tj::gpu(0), tj::gpu(1)}.reduce(tj::AsyncApply{}),
                            tj::adam(0.01), with_ema(std::nullopt));
@@ -56,6 +57,7 @@ TEST_CASE("GPU: async GPU towers place each variable on the least-loaded GPU, it
 }
 
 TEST_CASE("GPU: an async GPU tower with placed variables trains as one with them in host memory", "[gpu]") {
+  if (tj::testing::skip_unless_gpus(2)) return;
   // One tower: the same reads and applies in the same order, only where the apply runs differs
   // (each variable's on the GPU, against the whole apply on the CPU). The two compilers'
   // powf and division may differ by an ulp or two in Adam's bias corrections and steps; over
@@ -84,6 +86,7 @@ TEST_CASE("GPU: an async GPU tower with placed variables trains as one with them
 }
 
 TEST_CASE("GPU: async towers on two GPUs apply every gradient once to each placed variable, none lost", "[gpu]") {
+  if (tj::testing::skip_unless_gpus(2)) return;
   // loss = mean(x . w1) + 2 mean(x . w2): the gradients, the batch means of x (and twice them),
   // do not depend on w, so whatever order the towers apply in, each variable's change is
   // exactly the sum of the applied steps. w1 lives on gpu:0, w2 on gpu:1 (equal sizes: the tie
@@ -133,6 +136,7 @@ TEST_CASE("GPU: async towers on two GPUs apply every gradient once to each place
 }
 
 TEST_CASE("GPU: from 4 async towers on, the variables live on the CPU, as the seed places them", "[gpu]") {
+  if (tj::testing::skip_unless_gpus(2)) return;
   tj::Graph graph;
   const tj::Tensor loss = tj::testing::small_mlp_loss(graph);
   tj::TowerTrainer trainer(graph, loss, tj::Towers{tj::gpu(0), tj::gpu(0), tj::gpu(1), tj::gpu(1)}.reduce(tj::AsyncApply{}),
@@ -145,6 +149,7 @@ TEST_CASE("GPU: from 4 async towers on, the variables live on the CPU, as the se
 }
 
 TEST_CASE("GPU: an apply that cannot be cut by variable is named at the trainer's line", "[gpu]") {
+  if (tj::testing::skip_unless_gpus(2)) return;
   Mlp m;
   const int line = __LINE__ + 1;
   CHECK_THROWS_WITH(tj::TowerTrainer(m.graph, m.loss, tj::Towers{tj::gpu(0), tj::gpu(1)}.reduce(tj::AsyncApply{}),
@@ -154,6 +159,7 @@ TEST_CASE("GPU: an apply that cannot be cut by variable is named at the trainer'
 }
 
 TEST_CASE("GPU: sync parameter-server GPU towers with placed variables train as CPU towers do", "[gpu]") {
+  if (tj::testing::skip_unless_gpus(2)) return;
   // Each variable on one of two GPUs, the towers' gradients summed there (n_i/B, in tower order)
   // and applied by itself; batch norm's moving statistics averaged into their GPU. Against two
   // CPU towers on the same uneven slices (7 + 8 of 15), within 1e-4 over 15 momentum steps, as

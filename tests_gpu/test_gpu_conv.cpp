@@ -189,11 +189,14 @@ TEST_CASE("GPU: TF32 convolutions show TF32's error: beyond the f32 bound, withi
   }
   require_close(f32, "f32 convolutions within the f32 bound");
   require_close(tf32, "TF32 convolutions within the TF32 bound");
-  // The f32 bound is what f32 results are held to: each TF32 pass must break it.
+  // The f32 bound is what f32 results are held to: on the emulated GPU, whose cuDNN rounds the
+  // operands to TF32 whenever tensor-op math allows it, each TF32 pass must break it. A real
+  // cuDNN is allowed TF32, not made to use it: on the H200 its fastest algorithms for these
+  // shapes were FMA ones, within the f32 bound.
   const char* passes[] = {"forward", "data gradient", "filter gradient"};
   for (size_t i = 0; i < 3; ++i) {
     INFO(passes[i]);
-    CHECK(bound_violation(tf32.jit[i], f32.ref[i], f32.bound[i]).has_value());
+    if (tj::knobs::cuda_emulated()) CHECK(bound_violation(tf32.jit[i], f32.ref[i], f32.bound[i]).has_value());
     CHECK(tf32.bound[i][0] > 10 * f32.bound[i][0]);  // bounded as TF32 (2^-10 against k 2^-24)
   }
 }

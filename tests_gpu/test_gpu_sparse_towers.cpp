@@ -60,6 +60,7 @@ TEST_CASE("GPU: sparse gradients on GPU towers follow CPU towers' sparse apply (
 
 TEST_CASE("GPU: sync GPU towers with the variables on the GPUs concatenate sparse rows for the GPUs' applies",
           "[gpu]") {
+  if (tj::testing::skip_unless_gpus(2)) return;
   // TOWERJIT_GPU_VARIABLES=on: the bias is summed on the GPUs (in-device, NCCL between gpu:0
   // and gpu:1, or copies to gpu:0 with TOWERJIT_NCCL=off); the table's rows and values come
   // down, are concatenated in tower order and go to each GPU's sparse apply. The first GPU's

@@ -7,7 +7,7 @@
 # of its own (so "$HOME/.local" is a scratch prefix). Ways:
 #   installed     cmake --install, find_package(towerjit), a plain g++ line against the prefix
 #   subdirectory  add_subdirectory(towerjit) with tests, examples and benchmark OFF (builds the
-#                 libraries again)
+#                 libraries again, without optimisation: tests/package/unoptimised_compiler.sh)
 #   build_tree    docs/dsl.md's g++ line against this build, on docs/dsl.md's first program
 set -u
 way=$1 src=$2 build=$3
@@ -85,7 +85,10 @@ subdirectory)
   write_block getting-started.md my_model/main.cpp my_model/main.cpp
   write_block getting-started.md "my_model/CMakeLists.txt subdirectory" my_model/CMakeLists.txt
   ln -s "$src" "$work/my_model/towerjit"
+  # The docs' commands as written; CMake takes its compiler launcher from the environment.
+  export CMAKE_CXX_COMPILER_LAUNCHER="$src/tests/package/unoptimised_compiler.sh"
   run_block getting-started.md "build subdirectory"
+  unset CMAKE_CXX_COMPILER_LAUNCHER
   expect_losses 2
   # Nothing but the libraries was configured, and Catch2 was never looked for.
   for dir in tests tests_gpu examples bench; do
