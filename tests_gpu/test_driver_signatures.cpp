@@ -182,7 +182,7 @@ static_assert(kLtLayoutBatchCount == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT);
 static_assert(kLtLayoutBatchStride == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET);
 static_assert(kLtPrefMaxWorkspace == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES);
 static_assert(kLtPrefReductionMask == CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK);
-static_assert(kLtReductionNone == CUBLASLT_REDUCTION_SCHEME_NONE);
+static_assert(kLtReductionAny == (CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE));
 static_assert(kCublasStatusNotSupported == CUBLAS_STATUS_NOT_SUPPORTED);
 
 }  // namespace

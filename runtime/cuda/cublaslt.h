@@ -99,7 +99,10 @@ inline constexpr int kLtLayoutBatchStride = 6;      // CUBLASLT_MATRIX_LAYOUT_ST
 inline constexpr int kLtPrefMaxWorkspace = 1;       // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t
 inline constexpr int kLtPrefReductionMask = 3;      // CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, uint32_t
 inline constexpr int kLtPrefMinAlignmentA = 5;      // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, uint32_t (B, C, D: 6, 7, 8)
-inline constexpr uint32_t kLtReductionNone = 0;     // CUBLASLT_REDUCTION_SCHEME_NONE
+// CUBLASLT_REDUCTION_SCHEME_INPLACE | _COMPUTE_TYPE | _OUTPUT_TYPE (and NONE, no bit): every
+// split-K scheme, each adding its parts in a fixed order (in place, the workspace holds counters
+// that keep the parts in sequence; out of place, a separate reduction step), so repeatable.
+inline constexpr uint32_t kLtReductionAny = 7;
 inline constexpr int kCublasStatusNotSupported = 15;  // CUBLAS_STATUS_NOT_SUPPORTED
 
 struct CublasLtApi {
@@ -141,10 +144,10 @@ struct LtPlanKey {
 // workspace goes back to the device's cache, which is not stream-ordered.
 class CublasLt {
  public:
-  // The workspace every call may use. cuBLAS's documentation recommends 4 MiB before Hopper
-  // and 32 MiB on Hopper, mostly for split-K's partial sums, which towerjit excludes; the
-  // heuristic only proposes algorithms that fit (CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES).
-  static constexpr size_t kWorkspaceBytes = size_t{4} << 20;
+  // The workspace every call may use: what cuBLAS's documentation recommends on Hopper (4 MiB
+  // before it), mostly for split-K's partial sums; the heuristic only proposes algorithms that
+  // fit (CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES).
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
   // `tf32`: compute in CUBLAS_COMPUTE_32F_FAST_TF32 (knobs::allow_tf32()).
   CublasLt(const CublasLtApi& api, DeviceContext& device, const Stream& stream, bool tf32,

@@ -341,13 +341,15 @@ ConvAlgorithm Cudnn::plan(ConvPass pass, const TjConvShape& g, const std::string
   }
   listed.resize(std::max(returned, 0));
 
-  // Deterministic only (runs stay bitwise reproducible), sums of products only (results within
-  // the reference's bound), within the memory there is.
+  // Deterministic only (runs stay bitwise reproducible); sums of products only (results within
+  // the reference's f32 bound) unless TF32 is allowed, whose users have accepted errors of
+  // about 1e-3 relative, as FFT and Winograd's are (PyTorch's allow_tf32 and benchmark modes);
+  // within the memory there is.
   const size_t budget = workspace_budget(*device_);
   std::vector<CudnnAlgoPerf> fits;
   const CudnnAlgoPerf* too_big = nullptr;
   for (const CudnnAlgoPerf& p : listed) {
-    if (p.status != 0 || p.determinism != kCudnnDeterministic || !sums_products(pass, p.algo)) continue;
+    if (p.status != 0 || p.determinism != kCudnnDeterministic || !(tf32_ || sums_products(pass, p.algo))) continue;
     if (p.memory <= budget) fits.push_back(p);
     else if (!too_big || p.memory > too_big->memory) too_big = &p;
   }
