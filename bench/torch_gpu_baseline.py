@@ -2,7 +2,8 @@
 """PyTorch on a GPU, for scripts/gpu-check.sh: the Fashion-MNIST example's three models
 (examples/models.h; mlp 784-512-512-10, cnn with its dense 128 layer, resnet) with Adam at 1e-3,
 as `fashion_mnist --towers gpu:0` trains them, timed per step in eager mode and under
-torch.compile on the same GPU. One JSON line per workload and mode:
+torch.compile on the same GPU, the batch on the GPU; and eager with the batch copied from
+pageable host memory each step (`eager_host_batch`), as towerjit's measured step does. One JSON line per workload and mode:
 {"workload", "mode", "batch", "step_ms" (median), "step_ms_min", "steps", "device", "torch_version"}.
 Without torch or a CUDA device it prints {"torch": null, "error": ...} and exits 0.
 
@@ -39,15 +40,20 @@ def measure(torch, name, mode, steps, warmup):
     dev = torch.device("cuda")
     model = build(torch, name).to(dev)
     batch = BATCHES[name]
-    x = torch.rand((batch, 784), device=dev)
-    y = torch.randint(0, 10, (batch,), device=dev)
+    # "eager_host_batch": eager, with the batch copied from pageable host memory every step, as
+    # towerjit's measured step has it (TowerTrainer::step takes host tensors).
+    host_batch = mode == "eager_host_batch"
+    x_host = torch.rand((batch, 784))
+    y_host = torch.randint(0, 10, (batch,))
+    x, y = x_host.to(dev), y_host.to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = torch.nn.CrossEntropyLoss()
     forward = torch.compile(model) if mode == "compile" else model
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(forward(x), y)
+        xs, ys = (x_host.to(dev), y_host.to(dev)) if host_batch else (x, y)
+        loss = loss_fn(forward(xs), ys)
         loss.backward()
         opt.step()
         return loss
@@ -69,7 +75,7 @@ def measure(torch, name, mode, steps, warmup):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--workload", action="append", choices=sorted(BATCHES))
-    p.add_argument("--mode", action="append", choices=["eager", "compile"])
+    p.add_argument("--mode", action="append", choices=["eager", "compile", "eager_host_batch"])
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
     args = p.parse_args()
@@ -81,7 +87,7 @@ def main():
         print(json.dumps({"torch": None, "error": f"no PyTorch on a GPU: {e}"}))
         return 0
     # Every eager step first: under a time limit, torch.compile's compiles are what gets cut.
-    for mode in args.mode or ["eager", "compile"]:
+    for mode in args.mode or ["eager", "compile", "eager_host_batch"]:
         for name in args.workload or list(BATCHES):
             try:
                 r = measure(torch, name, mode, args.steps, args.warmup)

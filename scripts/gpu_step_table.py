@@ -56,8 +56,8 @@ def main():
         else:
             torch[(r["workload"], r["mode"])] = r
     head = ("workload", "batch", "predicted ms", "floor ms", "measured ms", "meas/pred", "tf32 ms", "bf16 ms",
-            "torch eager", "torch.compile", "launches")
-    print("%-8s %6s %13s %9s %12s %10s %8s %8s %12s %14s %9s" % head)
+            "torch eager", "torch.compile", "eager, host batch", "launches")
+    print("%-8s %6s %13s %9s %12s %10s %8s %8s %12s %14s %18s %9s" % head)
     for w in WORKLOADS:
         p = (json_lines(os.path.join(d, f"predict-{w}.txt")) or [None])[-1]
         if p is None:
@@ -69,12 +69,13 @@ def main():
         pred = p["step_ms"] if p else None
         meas = m["measured_ms"] if m else None
         ratio = f"{meas / pred:.2f}" if pred and meas else "-"
-        eager, comp = torch.get((w, "eager")), torch.get((w, "compile"))
+        eager, comp, fed = torch.get((w, "eager")), torch.get((w, "compile")), torch.get((w, "eager_host_batch"))
         batch = (p or m or {}).get("batch", "-")
-        print("%-8s %6s %13s %9s %12s %10s %8s %8s %12s %14s %9s" % (
+        print("%-8s %6s %13s %9s %12s %10s %8s %8s %12s %14s %18s %9s" % (
             w, batch, ms(pred), ms(p["floor_ms"] if p else None), ms(meas), ratio,
             ms(tf32["measured_ms"] if tf32 else None), ms(bf16["measured_ms"] if bf16 else None),
             ms(eager["step_ms"] if eager else None), ms(comp["step_ms"] if comp else None),
+            ms(fed["step_ms"] if fed else None),
             p["launches"] if p else "-"))
     for n in notes:
         print("note: " + n)
