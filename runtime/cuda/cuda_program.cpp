@@ -17,7 +17,6 @@
 #include "runtime/bind_feeds.h"
 #include "runtime/cuda/library.h"
 #include "runtime/cuda/program_graphs.h"
-#include "runtime/cuda/staging_copy.h"
 #include "runtime/numerics_check.h"
 
 namespace towerjit {
@@ -390,7 +389,7 @@ void CudaProgram::queue_run(const DeviceFeeds& feeds, DeviceVariables& variables
   std::vector<uint64_t> key;  // the graph's: what it baked in
   try {
     for (const cuda::Event* e : wait) stream_->wait(*e);
-    for (size_t i = 0; i < uploads.size(); ++i) cuda::copy_to_staging(staging + upload_offsets[i], uploads[i].host, uploads[i].bytes);
+    for (size_t i = 0; i < uploads.size(); ++i) std::memcpy(staging + upload_offsets[i], uploads[i].host, uploads[i].bytes);
     // The step that keys random numbers, into the device word the kernels read: two 4-byte
     // memsets, whose values are taken at the call (the host goes on at once).
     cuda::check_cuda(api.MemsetD32Async(step_slot_.ptr(), static_cast<unsigned>(step), 1, stream_->handle()),

@@ -4,8 +4,6 @@
 // a GPU those tests say so and leave the checking to the `gpu` tests (tests_gpu/). The rest
 // (error texts, size classes, loading cuBLAS and cuBLASLt, the one-hot error) need no device.
 #include <catch2/catch.hpp>
-#include <algorithm>
-#include <vector>
 
 #include "jit/knobs.h"
 #include "runtime/cpu/cpu_program.h"
@@ -15,8 +13,6 @@
 #include "runtime/cuda/cudnn.h"
 #include "runtime/cuda/library.h"
 #include "runtime/cuda/nccl.h"
-#include "runtime/cuda/staging_copy.h"
-#include "runtime/thread_pool.h"
 #include "tests/jit/cpu_test_env.h"
 #include "towerjit.h"
 
@@ -204,19 +200,4 @@ TEST_CASE("a one-hot label out of range on the GPU reads as the CPU backend's er
   try { cu::check_one_hot_slot(hot.node(), (uint64_t{2} << 32) | 12u); } catch (const tj::Error& e) { gpu_message = e.what(); }
   CHECK_THAT(cpu_message, Catch::Contains("label 12 at flat index 2 of input \"labels\" is out of range [0, 10)"));
   CHECK(gpu_message == cpu_message);
-}
-
-TEST_CASE("a feed's copy into staging, in pieces over several threads, copies every byte", "[cuda][runtime][threads]") {
-  // Sizes around the 1 MiB pieces: under one, an odd tail, more pieces than threads.
-  towerjit::ThreadPool pool(3);
-  for (const size_t bytes : {size_t{1}, size_t{127}, (size_t{1} << 20) + 7, (size_t{5} << 20) + 3}) {
-    std::vector<unsigned char> src(bytes), dst(bytes + 1, 0xAB);
-    for (size_t i = 0; i < bytes; ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
-    towerjit::cuda::copy_in_pieces(pool, dst.data(), src.data(), bytes);
-    CHECK(std::equal(src.begin(), src.end(), dst.begin()));
-    CHECK(dst[bytes] == 0xAB);  // nothing past the end
-    std::vector<unsigned char> again(bytes);
-    towerjit::cuda::copy_to_staging(again.data(), src.data(), bytes);
-    CHECK(again == src);
-  }
 }
