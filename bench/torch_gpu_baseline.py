@@ -87,7 +87,7 @@ def main():
         print(json.dumps({"torch": None, "error": f"no PyTorch on a GPU: {e}"}))
         return 0
     # Every eager step first: under a time limit, torch.compile's compiles are what gets cut.
-    for mode in args.mode or ["eager", "compile", "eager_host_batch"]:
+    for mode in args.mode or ["eager", "eager_host_batch", "compile"]:
         for name in args.workload or list(BATCHES):
             try:
                 r = measure(torch, name, mode, args.steps, args.warmup)

@@ -120,7 +120,8 @@ if [[ $steps -eq 1 ]]; then
   done
   python=$(command -v python3 || command -v python)
   if [[ -n "$python" ]]; then
-    # Eager for the three models first, then torch.compile (its compiles take most of the time).
+    # Eager for the three models first (batch on the GPU, then from host memory), then
+    # torch.compile (its compiles take most of the time).
     timeout 150 "$python" bench/torch_gpu_baseline.py --steps 20 --warmup 5 > "$out/torch.jsonl" 2> "$out/torch.log" ||
       echo "gpu-check: PyTorch's steps stopped early (torch.log)"
   fi
