@@ -64,9 +64,8 @@ inline HostVariables initial(const Graph& g) {
   return out;
 }
 
-// Cases that place towers or variables on gpu:0 and gpu:1: on a machine with fewer GPUs (a
-// lent H200 has one) they say so and return, as `GPU: copies between two GPUs` does. The
-// emulated GPU has two (tests_gpu/main.cpp), so every machine runs them there.
+// Cases that use gpu:0 and gpu:1: on a machine with fewer GPUs (a lent H200 has one) they say so
+// and return. The emulated GPU has two (tests_gpu/main.cpp), so every machine runs them there.
 inline bool skip_unless_gpus(int needed) {
   if (cuda::cuda_device_count() >= needed) return false;
   WARN("skipped: needs " << needed << " GPUs, this machine has " << cuda::cuda_device_count());

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <numeric>
 
+#include "gpu_check.h"
 #include "jit/cuda/cuda_emitter.h"
 #include "runtime/cuda/cublas.h"
 #include "runtime/cuda/device_tensor.h"
@@ -66,10 +67,7 @@ TEST_CASE("GPU: copies through streams ordered by events, timed by events", "[gp
 }
 
 TEST_CASE("GPU: copies between two GPUs", "[gpu]") {
-  if (cu::cuda_device_count() < 2) {
-    WARN("skipped: one GPU only");
-    return;
-  }
+  if (tj::testing::skip_unless_gpus(2)) return;
   cu::DeviceContext &d0 = cu::device(0), &d1 = cu::device(1);
   cu::Stream s0(d0), s1(d1);
   const tj::HostTensor host = iota(12345);

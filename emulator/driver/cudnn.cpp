@@ -32,7 +32,8 @@
 //
 // (columns: C*KH*KW * OH*OW floats per image). The others are CUDNN_STATUS_NOT_SUPPORTED.
 // Each gradient's one deterministic algorithm that sums products (ALGO_1, the only one towerjit
-// takes in f32) needs no workspace, as on the H200 for the shapes measured; the transform
+// takes in f32) needs no workspace: on the H200 it took none for the workspace-cap case's shape
+// (`a cuDNN workspace larger than the memory allowed ...` passed there). The transform
 // (FFT_TILING, taken only with TF32 allowed) is faster with one.
 //
 // Math types: CUDNN_FMA_MATH computes in full f32. Under CUDNN_DEFAULT_MATH and the tensor-op
