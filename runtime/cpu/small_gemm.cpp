@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "runtime/cpu/cpu_features.h"
@@ -11,21 +12,27 @@
 namespace towerjit::cpujit {
 namespace {
 
-// C is computed in blocks of up to 6 rows and 16 columns (two vectors): 12 accumulators, the
-// most that leave registers for the two B vectors and a broadcast of A among AVX2's 16, and
-// enough independent sums to keep both FMA pipes busy (4-5 cycles of latency each).
-constexpr int kRows = 6;
-constexpr int64_t kCols = 16;
+// C is computed in blocks of R rows by two vectors of columns: at AVX2 6 rows by 16 columns, 12
+// accumulators, the most that leave registers for the two B vectors and a broadcast of A among
+// AVX2's 16, and enough independent sums to keep both FMA pipes busy (4-5 cycles of latency
+// each); at AVX-512 12 rows by 32 columns, 24 of its 32 registers, so that each B vector loaded
+// feeds 12 FMAs (a broadcast and a load a FMA pair left the load ports the limit at 8 rows).
+constexpr int kRowsAvx2 = 6, kRowsAvx512 = 12;
 
-// The L2 size when the C library cannot say: 256 KiB, the smallest L2 of an AVX2 core
-// (Haswell's).
-constexpr long kFallbackL2Bytes = 256 * 1024;
+// Cache sizes when the C library cannot say: 256 KiB of L2 and 32 KiB of L1, the smallest of an
+// AVX2 core (Haswell's).
+constexpr long kFallbackL2Bytes = 256 * 1024, kFallbackL1Bytes = 32 * 1024;
 
+long cache_bytes(int name, long fallback) {
+  const long said = sysconf(name);
+  return said > 0 ? said : fallback;
+}
 long l2_bytes() {
-  static const long bytes = [] {
-    const long said = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return said > 0 ? said : kFallbackL2Bytes;
-  }();
+  static const long bytes = cache_bytes(_SC_LEVEL2_CACHE_SIZE, kFallbackL2Bytes);
+  return bytes;
+}
+long l1_bytes() {
+  static const long bytes = cache_bytes(_SC_LEVEL1_DCACHE_SIZE, kFallbackL1Bytes);
   return bytes;
 }
 
@@ -35,8 +42,8 @@ struct Rows {
   int64_t row, step;
 };
 
-// Where op(B)[p, j0 + 0..15] lies: 16 floats from b + p * ld (all readable), of which `cols`
-// are real.
+// Where op(B)[p, j0 + 0..width-1] lies: a block's width of floats from b + p * ld (all
+// readable), of which `cols` are real.
 struct Panel {
   const float* b;
   int64_t ld;
@@ -47,103 +54,128 @@ TOWERJIT_TARGET_AVX2 inline __m256i lanes_below(int64_t count) {
   const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(count, 0, 8))), index);
 }
-
-// C[R rows, the panel's columns] from rows a of op(A) and the panel. `Partial`: a panel of
-// fewer than 16 columns, whose part of C is read and written through masks (nothing past its
-// columns is touched).
-template <int R, bool Partial>
-TOWERJIT_TARGET_AVX2 void block(int64_t k, Rows a, Panel p, float beta, float* c, int64_t ldc) {
-  __m256i mask0 = _mm256_setzero_si256(), mask1 = _mm256_setzero_si256();
-  if constexpr (Partial) {
-    mask0 = lanes_below(p.cols);
-    mask1 = lanes_below(p.cols - 8);
-  }
-  __m256 acc[R][2];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  for (int64_t q = 0; q < k; ++q) {
-    const float* bq = p.b + q * p.ld;
-    const __m256 b0 = _mm256_loadu_ps(bq), b1 = _mm256_loadu_ps(bq + 8);
-    const float* aq = a.a + q * a.step;
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m256 x = _mm256_broadcast_ss(aq + r * a.row);
-      acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
-    }
-  }
-  const __m256 vbeta = _mm256_set1_ps(beta);
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    float* cr = c + r * ldc;
-    if constexpr (Partial) {
-      if (beta != 0.0f) {
-        acc[r][0] = _mm256_fmadd_ps(vbeta, _mm256_maskload_ps(cr, mask0), acc[r][0]);
-        acc[r][1] = _mm256_fmadd_ps(vbeta, _mm256_maskload_ps(cr + 8, mask1), acc[r][1]);
-      }
-      _mm256_maskstore_ps(cr, mask0, acc[r][0]);
-      _mm256_maskstore_ps(cr + 8, mask1, acc[r][1]);
-    } else {
-      if (beta != 0.0f) {
-        acc[r][0] = _mm256_fmadd_ps(vbeta, _mm256_loadu_ps(cr), acc[r][0]);
-        acc[r][1] = _mm256_fmadd_ps(vbeta, _mm256_loadu_ps(cr + 8), acc[r][1]);
-      }
-      _mm256_storeu_ps(cr, acc[r][0]);
-      _mm256_storeu_ps(cr + 8, acc[r][1]);
-    }
-  }
+TOWERJIT_TARGET_AVX2 inline __m256 maskload8(const float* p, int64_t count) {
+  return _mm256_maskload_ps(p, lanes_below(count));
+}
+TOWERJIT_TARGET_AVX2 inline void maskstore8(float* p, int64_t count, __m256 v) {
+  _mm256_maskstore_ps(p, lanes_below(count), v);
+}
+TOWERJIT_TARGET_AVX512 inline __mmask16 lanes_below16(int64_t count) {
+  return static_cast<__mmask16>((1u << std::clamp<int64_t>(count, 0, 16)) - 1);
+}
+TOWERJIT_TARGET_AVX512 inline __m512 broadcast16(const float* p) { return _mm512_set1_ps(*p); }
+TOWERJIT_TARGET_AVX512 inline __m512 maskload16(const float* p, int64_t count) {
+  return _mm512_maskz_loadu_ps(lanes_below16(count), p);
+}
+TOWERJIT_TARGET_AVX512 inline void maskstore16(float* p, int64_t count, __m512 v) {
+  _mm512_mask_storeu_ps(p, lanes_below16(count), v);
 }
 
-template <bool Partial>
-TOWERJIT_TARGET_AVX2 void panel_rows(int64_t m, int64_t k, Rows a, Panel p, float beta, float* c, int64_t ldc) {
-  int64_t i = 0;
-  for (; i + kRows <= m; i += kRows) block<kRows, Partial>(k, {a.a + i * a.row, a.row, a.step}, p, beta, c + i * ldc, ldc);
-  const Rows rest{a.a + i * a.row, a.row, a.step};
-  c += i * ldc;
-  switch (m - i) {
-    case 5: block<5, Partial>(k, rest, p, beta, c, ldc); break;
-    case 4: block<4, Partial>(k, rest, p, beta, c, ldc); break;
-    case 3: block<3, Partial>(k, rest, p, beta, c, ldc); break;
-    case 2: block<2, Partial>(k, rest, p, beta, c, ldc); break;
-    case 1: block<1, Partial>(k, rest, p, beta, c, ldc); break;
-    default: break;
+// One instruction set's kernels: BLOCK<R, Partial> computes C[R rows, the panel's columns] from
+// rows a of op(A) and the panel (`Partial`: a panel narrower than the block, whose part of C is
+// read and written through masks, nothing past its columns touched); ROWS<Partial> walks a
+// panel's rows in blocks of MOST. Loops over R are unrolled by pragma and the accumulators one
+// flat array, which GCC keeps in registers (as in direct_conv.cpp).
+#define TOWERJIT_UNROLL _Pragma("GCC unroll 32")
+#define TOWERJIT_SMALL_GEMM(BLOCK, ROWS, TARGET, MOST, VEC, WIDTH, ZERO, LOAD, STORE, BROADCAST, FMA, MASKLOAD, \
+                            MASKSTORE)                                                                       \
+  template <int R, bool Partial>                                                                           \
+  TARGET void BLOCK(int64_t k, Rows a, Panel p, float beta, float* c, int64_t ldc) {                       \
+    VEC acc[2 * R];                                                                                        \
+    TOWERJIT_UNROLL for (int v = 0; v < 2 * R; ++v) acc[v] = ZERO();                                       \
+    for (int64_t q = 0; q < k; ++q) {                                                                      \
+      const float* bq = p.b + q * p.ld;                                                                    \
+      const VEC b0 = LOAD(bq), b1 = LOAD(bq + WIDTH);                                                      \
+      const float* aq = a.a + q * a.step;                                                                  \
+      TOWERJIT_UNROLL for (int r = 0; r < R; ++r) {                                                        \
+        const VEC x = BROADCAST(aq + r * a.row);                                                           \
+        acc[2 * r] = FMA(x, b0, acc[2 * r]);                                                               \
+        acc[2 * r + 1] = FMA(x, b1, acc[2 * r + 1]);                                                       \
+      }                                                                                                    \
+    }                                                                                                      \
+    const VEC vbeta = BROADCAST(&beta);                                                                    \
+    TOWERJIT_UNROLL for (int v = 0; v < 2 * R; ++v) {                                                      \
+      float* cv = c + (v / 2) * ldc + (v % 2) * WIDTH;                                                     \
+      const int64_t cols = p.cols - (v % 2) * WIDTH;                                                       \
+      if constexpr (Partial) {                                                                             \
+        if (beta != 0.0f) acc[v] = FMA(vbeta, MASKLOAD(cv, cols), acc[v]);                                 \
+        MASKSTORE(cv, cols, acc[v]);                                                                       \
+      } else {                                                                                             \
+        if (beta != 0.0f) acc[v] = FMA(vbeta, LOAD(cv), acc[v]);                                           \
+        STORE(cv, acc[v]);                                                                                 \
+      }                                                                                                    \
+    }                                                                                                      \
+  }                                                                                                        \
+  template <bool Partial, int... R>                                                                        \
+  void ROWS(std::integer_sequence<int, R...>, int64_t m, int64_t k, Rows a, Panel p, float beta, float* c, \
+            int64_t ldc) {                                                                                 \
+    using Block = void (*)(int64_t, Rows, Panel, float, float*, int64_t);                                  \
+    static constexpr Block blocks[] = {BLOCK<R + 1, Partial>...};                                          \
+    for (int64_t i = 0; i < m; i += MOST) {                                                                \
+      const int64_t rows = std::min<int64_t>(MOST, m - i);                                                 \
+      blocks[rows - 1](k, {a.a + i * a.row, a.row, a.step}, p, beta, c + i * ldc, ldc);                    \
+    }                                                                                                      \
+  }
+
+TOWERJIT_SMALL_GEMM(block_avx2, rows_avx2, TOWERJIT_TARGET_AVX2, kRowsAvx2, __m256, 8, _mm256_setzero_ps,
+                    _mm256_loadu_ps, _mm256_storeu_ps, _mm256_broadcast_ss, _mm256_fmadd_ps, maskload8, maskstore8)
+TOWERJIT_SMALL_GEMM(block_avx512, rows_avx512, TOWERJIT_TARGET_AVX512, kRowsAvx512, __m512, 16, _mm512_setzero_ps,
+                    _mm512_loadu_ps, _mm512_storeu_ps, broadcast16, _mm512_fmadd_ps, maskload16, maskstore16)
+
+// The widest level the kernels have: AVX-512's blocks are 32 columns, AVX2's 16.
+bool wide() { return vector_level(cpu_isa()) == CpuIsa::avx512; }
+int64_t block_columns() { return wide() ? 32 : 16; }
+
+void panel_rows(bool partial, int64_t m, int64_t k, Rows a, Panel p, float beta, float* c, int64_t ldc) {
+  if (wide()) {
+    constexpr auto rows = std::make_integer_sequence<int, kRowsAvx512>();
+    partial ? rows_avx512<true>(rows, m, k, a, p, beta, c, ldc) : rows_avx512<false>(rows, m, k, a, p, beta, c, ldc);
+  } else {
+    constexpr auto rows = std::make_integer_sequence<int, kRowsAvx2>();
+    partial ? rows_avx2<true>(rows, m, k, a, p, beta, c, ldc) : rows_avx2<false>(rows, m, k, a, p, beta, c, ldc);
   }
 }
 
 }  // namespace
 
 bool small_sgemm_applies(int64_t m, int64_t n, int64_t k) {
-  if (vector_level(cpu_isa()) != CpuIsa::avx2) return false;
+  const CpuIsa level = vector_level(cpu_isa());
+  if (level != CpuIsa::avx2 && level != CpuIsa::avx512) return false;
   // Fewer columns than a block has would leave lanes idle in every FMA: a 10-column product
   // (a classifier's logits) ran at 0.8x OpenBLAS's rate.
-  if (n < kCols) return false;
+  if (n < block_columns()) return false;
   const double bytes = 4.0 * (static_cast<double>(m) * k + static_cast<double>(k) * n);
-  return bytes <= static_cast<double>(l2_bytes());
+  if (bytes > static_cast<double>(l2_bytes())) return false;
+  // At AVX-512 OpenBLAS's SkylakeX kernels stay ahead where both operands fit in L1 (its
+  // packing is then cheap: 64x64x64 ran at 0.84x here) and where B has more than 128 columns
+  // (its packed panels against this kernel's strided reads of B from L2: 0.76-0.93x at 256 and
+  // 512 columns), measured one thread at a time on a Sapphire Rapids core
+  // (bench/small_gemm_bench.cpp; docs/performance.md).
+  if (level == CpuIsa::avx512) return n <= 128 && bytes > static_cast<double>(l1_bytes());
+  return true;
 }
 
 void small_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   const Rows rows = transpose_a ? Rows{a, 1, lda} : Rows{a, lda, 1};
-  // A transposed B is read a column at a time, and a last panel of fewer than 16 columns may
-  // end where memory does: either is first copied into a panel of its own, one row of 16 per
-  // step of k (zero past the last column). A masked load instead costs more than the copy on
-  // AMD's cores: 9 against 22 GFLOP/s (OpenBLAS) at 64x10x64, measured on a Zen 2.
+  const int64_t width = block_columns();
+  // A transposed B is read a column at a time, and a last panel narrower than a block may end
+  // where memory does: either is first copied into a panel of its own, one row of the block's
+  // width per step of k (zero past the last column). A masked load instead costs more than the
+  // copy on AMD's cores: 9 against 22 GFLOP/s (OpenBLAS) at 64x10x64, measured on a Zen 2.
   thread_local std::vector<float> packed;
-  for (int64_t j = 0; j < n; j += kCols) {
-    const int64_t cols = std::min(kCols, n - j);
+  for (int64_t j = 0; j < n; j += width) {
+    const int64_t cols = std::min(width, n - j);
     Panel panel{b + j, ldb, cols};
-    if (transpose_b || cols < kCols) {
-      packed.assign(static_cast<size_t>(k * kCols), 0.0f);
+    if (transpose_b || cols < width) {
+      packed.assign(static_cast<size_t>(k * width), 0.0f);
       for (int64_t q = 0; q < k; ++q)
         for (int64_t jj = 0; jj < cols; ++jj)
-          packed[q * kCols + jj] = transpose_b ? b[(j + jj) * ldb + q] : b[q * ldb + j + jj];
-      panel = {packed.data(), kCols, cols};
+          packed[q * width + jj] = transpose_b ? b[(j + jj) * ldb + q] : b[q * ldb + j + jj];
+      panel = {packed.data(), width, cols};
     }
-    if (cols == kCols)
-      panel_rows<false>(m, k, rows, panel, beta, c + j, ldc);
-    else
-      panel_rows<true>(m, k, rows, panel, beta, c + j, ldc);
+    panel_rows(cols < width, m, k, rows, panel, beta, c + j, ldc);
   }
 }
 

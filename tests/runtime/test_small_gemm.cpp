@@ -91,8 +91,8 @@ TEST_CASE("small products match a double product within gamma_k, in every transp
   }
   uint32_t seed = 1;
   for (int t = 0; t < 4; ++t)
-    for (int64_t m : {1, 5, 6, 7, 13})
-      for (int64_t n : {1, 7, 8, 10, 16, 17, 33})
+    for (int64_t m : {1, 5, 6, 7, 12, 13})
+      for (int64_t n : {1, 7, 8, 10, 16, 17, 32, 33, 48})
         for (int64_t k : {1, 7, 127})
           for (float beta : {0.0f, 1.0f, 0.5f}) check(Product(t & 1, t & 2, m, n, k, seed++), beta);
   // An MLP's layer: the product the kernel is for.
@@ -109,8 +109,8 @@ TEST_CASE("small products: any slice of C has the bits of the whole product", "[
     const Product z(t & 1, t & 2, 37, 45, 127, 40 + t);
     std::vector<float> whole(z.c.size(), 0.0f), sliced(z.c.size(), 0.0f);
     cpujit::small_sgemm(z.ta, z.tb, z.m, z.n, z.k, z.a.data(), z.lda, z.b.data(), z.ldb, 0.0f, whole.data(), z.ldc);
-    // Rows 0-10 and 11-36, then columns 0-20 and 21-44 of the rest: cuts off the 6-row and
-    // 16-column blocks.
+    // Rows 0-10 and 11-36, then columns 0-20 and 21-44 of the rest: cuts across the blocks of
+    // either level (6 rows by 16 columns at AVX2, 12 by 32 at AVX-512).
     const auto a_rows = [&](int64_t i) { return z.ta ? z.a.data() + i : z.a.data() + i * z.lda; };
     const auto b_cols = [&](int64_t j) { return z.tb ? z.b.data() + j * z.ldb : z.b.data() + j; };
     cpujit::small_sgemm(z.ta, z.tb, 11, z.n, z.k, a_rows(0), z.lda, z.b.data(), z.ldb, 0.0f, sliced.data(), z.ldc);
