@@ -114,15 +114,96 @@ TOWERJIT_TARGET_AVX2 int64_t max2x2_grad_row_avx2(const float* r0, const float* 
   return ox;
 }
 
-// `avx2`: the 2x2 rows may run 8 windows at a time.
-void max_plane_inside(const Window& g, const float* x, const float* dy, float* out, bool grad, bool avx2) {
+// The same at AVX-512, 16 windows at a time, the last windows of a row through masks (a
+// 28x28 plane pools to rows of 14 windows, a 14x14 one to rows of 7: at AVX2 these run 6 and
+// all 7 windows one by one).
+
+TOWERJIT_TARGET_AVX512 inline __mmask16 lanes16(int64_t count) {
+  return static_cast<__mmask16>((1u << std::clamp<int64_t>(count, 0, 16)) - 1);
+}
+
+// 2n floats at p (n <= 16 windows) -> the windows' left cells and right cells; lanes past n
+// are zero.
+TOWERJIT_TARGET_AVX512 inline void deinterleave16(const float* p, int64_t n, __m512& even, __m512& odd) {
+  const __m512 a = _mm512_maskz_loadu_ps(lanes16(2 * n), p), b = _mm512_maskz_loadu_ps(lanes16(2 * n - 16), p + 16);
+  const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  even = _mm512_permutex2var_ps(a, evens, b);
+  odd = _mm512_permutex2var_ps(a, _mm512_add_epi32(evens, _mm512_set1_epi32(1)), b);
+}
+
+// The inverse, storing the first 2n floats at p.
+TOWERJIT_TARGET_AVX512 inline void interleave16(__m512 even, __m512 odd, int64_t n, float* p) {
+  const __m512i low = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i high = _mm512_add_epi32(low, _mm512_set1_epi32(8));
+  _mm512_mask_storeu_ps(p, lanes16(2 * n), _mm512_permutex2var_ps(even, low, odd));
+  _mm512_mask_storeu_ps(p + 16, lanes16(2 * n - 16), _mm512_permutex2var_ps(even, high, odd));
+}
+
+// beats() and max_nan() for 16 lanes (_mm512_max_ps(a, b) is b when either is NaN, as at AVX2).
+TOWERJIT_TARGET_AVX512 inline __mmask16 beats16(__m512 v, __m512 best) {
+  return _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) |
+         (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) & _mm512_cmp_ps_mask(best, best, _CMP_ORD_Q));
+}
+TOWERJIT_TARGET_AVX512 inline __m512 max_nan16(__m512 a, __m512 b) {
+  // (maskz with every lane set: _mm512_max_ps draws a false "uninitialised" warning from g++ 12.)
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), _mm512_maskz_max_ps(0xFFFF, a, b), a);
+}
+
+TOWERJIT_TARGET_AVX512 void max2x2_row_avx512(const float* r0, const float* r1, float* out, int64_t ow) {
+  for (int64_t ox = 0; ox < ow; ox += 16) {
+    const int64_t n = std::min<int64_t>(16, ow - ox);
+    __m512 a0, a1, b0, b1;
+    deinterleave16(r0 + 2 * ox, n, a0, a1);
+    deinterleave16(r1 + 2 * ox, n, b0, b1);
+    _mm512_mask_storeu_ps(out + ox, lanes16(n), max_nan16(max_nan16(a0, a1), max_nan16(b0, b1)));
+  }
+}
+
+TOWERJIT_TARGET_AVX512 void max2x2_grad_row_avx512(const float* r0, const float* r1, const float* dy, float* g0,
+                                                   float* g1, int64_t ow) {
+  for (int64_t ox = 0; ox < ow; ox += 16) {
+    const int64_t n = std::min<int64_t>(16, ow - ox);
+    __m512 c0, c1, c2, c3;
+    deinterleave16(r0 + 2 * ox, n, c0, c1);
+    deinterleave16(r1 + 2 * ox, n, c2, c3);
+    const __mmask16 m1 = beats16(c1, c0);
+    const __m512 best1 = _mm512_mask_blend_ps(m1, c0, c1);
+    const __mmask16 m2 = beats16(c2, best1);
+    const __mmask16 m3 = beats16(c3, _mm512_mask_blend_ps(m2, best1, c2));
+    const __m512 d = _mm512_maskz_loadu_ps(lanes16(n), dy + ox);
+    const __mmask16 at3 = m3, at2 = m2 & ~m3, at1 = m1 & ~(m2 | m3), at0 = ~(m1 | m2 | m3);
+    interleave16(_mm512_maskz_mov_ps(at0, d), _mm512_maskz_mov_ps(at1, d), n, g0 + 2 * ox);
+    interleave16(_mm512_maskz_mov_ps(at2, d), _mm512_maskz_mov_ps(at3, d), n, g1 + 2 * ox);
+  }
+}
+
+// The widest 2x2 row kernels the level has; returns the windows they did (the caller finishes
+// the rest one by one).
+int64_t max2x2_row(CpuIsa level, const float* r0, const float* r1, float* out, int64_t ow) {
+  if (level == CpuIsa::avx512) {
+    max2x2_row_avx512(r0, r1, out, ow);
+    return ow;
+  }
+  return level == CpuIsa::avx2 ? max2x2_row_avx2(r0, r1, out, ow) : 0;
+}
+int64_t max2x2_grad_row(CpuIsa level, const float* r0, const float* r1, const float* dy, float* g0, float* g1,
+                        int64_t ow) {
+  if (level == CpuIsa::avx512) {
+    max2x2_grad_row_avx512(r0, r1, dy, g0, g1, ow);
+    return ow;
+  }
+  return level == CpuIsa::avx2 ? max2x2_grad_row_avx2(r0, r1, dy, g0, g1, ow) : 0;
+}
+
+// `level`: the vector level whose 2x2 row kernels run.
+void max_plane_inside(const Window& g, const float* x, const float* dy, float* out, bool grad, CpuIsa level) {
   if (!grad && g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2) {
     // The usual 2x2 / stride 2 pool: two rows in, one row out, no index bookkeeping.
     for (int64_t oy = 0; oy < g.oh; ++oy) {
       const float* r0 = x + 2 * oy * g.w;
       const float* r1 = r0 + g.w;
       float* o = out + oy * g.ow;
-      for (int64_t ox = avx2 ? max2x2_row_avx2(r0, r1, o, g.ow) : 0; ox < g.ow; ++ox)
+      for (int64_t ox = max2x2_row(level, r0, r1, o, g.ow); ox < g.ow; ++ox)
         o[ox] = max_nan(max_nan(r0[2 * ox], r0[2 * ox + 1]), max_nan(r1[2 * ox], r1[2 * ox + 1]));
     }
     return;
@@ -137,7 +218,7 @@ void max_plane_inside(const Window& g, const float* x, const float* dy, float* o
       float* g0 = out + 2 * oy * g.w;
       float* g1 = g0 + g.w;
       const float* d = dy + oy * g.ow;
-      for (int64_t ox = avx2 ? max2x2_grad_row_avx2(r0, r1, d, g0, g1, g.ow) : 0; ox < g.ow; ++ox) {
+      for (int64_t ox = max2x2_grad_row(level, r0, r1, d, g0, g1, g.ow); ox < g.ow; ++ox) {
         const float cell[4] = {r0[2 * ox], r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]};
         int best = 0;  // the first maximum in row-major order, as the reference
         for (int j = 1; j < 4; ++j)
@@ -161,9 +242,9 @@ void max_plane_inside(const Window& g, const float* x, const float* dy, float* o
     }
 }
 
-void pool_plane(Op op, const Window& g, const float* x, const float* dy, float* out, bool avx2) {
+void pool_plane(Op op, const Window& g, const float* x, const float* dy, float* out, CpuIsa level) {
   if ((op == Op::MaxPool2D || op == Op::MaxPool2DGrad) && all_inside(g))
-    return max_plane_inside(g, x, dy, out, op == Op::MaxPool2DGrad, avx2);
+    return max_plane_inside(g, x, dy, out, op == Op::MaxPool2DGrad, level);
   const float inv = 1.0f / static_cast<float>(g.kh * g.kw);
   if (op == Op::MaxPool2DGrad || op == Op::AvgPool2DGrad) std::fill(out, out + g.h * g.w, 0.0f);
   for (int64_t oy = 0; oy < g.oh; ++oy)
@@ -198,13 +279,13 @@ void pool2d(Op op, const Attrs& at, const std::vector<View>& in, const View& out
   const Window g{xs[2], xs[3], ys[2], ys[3], at.kernel[0], at.kernel[1],
                  at.stride[0], at.stride[1], at.pad[0], at.pad[1]};
   const int64_t planes = xs[0] * xs[1], in_plane = g.h * g.w, out_plane = g.oh * g.ow;
-  const bool avx2 = isa_allows(CpuIsa::avx2);  // asked once: it reads the environment
+  const CpuIsa level = vector_level(cpu_isa());  // asked once: it reads the environment
   parallel(pool, planes, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const float* x = op == Op::AvgPool2DGrad ? nullptr : in[0].f() + p * in_plane;
       const float* dy = grad ? in.back().f() + p * out_plane : nullptr;
       float* o = out.f() + p * (grad ? in_plane : out_plane);
-      pool_plane(op, g, x, dy, o, avx2);
+      pool_plane(op, g, x, dy, o, level);
     }
   });
 }

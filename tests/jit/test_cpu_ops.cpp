@@ -141,17 +141,19 @@ TEST_CASE("convolution: the same bits whatever the thread count", "[cpu][jit][is
     }
 }
 
-// The 2x2 / stride 2 max pool runs 8 windows at a time (AVX2) and the rest one by one: widths
-// 38 (19 windows: 8 + 8 + 3) and 37 (a column outside every window), and values drawn from
+// The 2x2 / stride 2 max pool runs 8 windows at a time (AVX2) and the rest one by one, or 16
+// at a time with the rest masked (AVX-512): widths 38 (19 windows: 8 + 8 + 3, or 16 + 3), 37 (a
+// column outside every window) and 14 (7 windows: none a whole vector), and values drawn from
 // {0, 1, 2} so that windows tie and the first maximum in row-major order must win.
 TEST_CASE("2x2 max pool: the vector and scalar paths, ties and odd sizes match the reference", "[cpu][jit][isa]") {
   tj::Graph g;
   tj::GraphScope use(g);
   auto even = tj::input("even", {kBatch, 3, 6, 38});
   auto odd = tj::input("odd", {kBatch, 2, 7, 37});
-  auto pe = tj::max_pool2d(even), po = tj::max_pool2d(odd);
-  auto loss = tj::sum(pe * pe) + tj::sum(po * po * po);
-  auto grads = tj::grad(loss, {even, odd});
+  auto narrow = tj::input("narrow", {kBatch, 2, 14, 14});
+  auto pe = tj::max_pool2d(even), po = tj::max_pool2d(odd), pn = tj::max_pool2d(narrow);
+  auto loss = tj::sum(pe * pe) + tj::sum(po * po * po) + tj::sum(pn * pn);
+  auto grads = tj::grad(loss, {even, odd, narrow});
   auto ties = [](tj::Shape shape, uint32_t seed) {
     tj::reference::Array a = random_array(shape, seed, 0, 3);
     for (double& v : a.data) v = std::floor(v);
@@ -160,8 +162,10 @@ TEST_CASE("2x2 max pool: the vector and scalar paths, ties and odd sizes match t
   tj::ThreadPool threads(2);
   for (int64_t batch : {1, 3}) {
     tj::reference::Variables vars;
-    auto r = run_both(g, {pe, po, grads[0], grads[1]},
-                      {{"even", ties({batch, 3, 6, 38}, 11)}, {"odd", random_array({batch, 2, 7, 37}, 12)}},
+    auto r = run_both(g, {pe, po, pn, grads[0], grads[1], grads[2]},
+                      {{"even", ties({batch, 3, 6, 38}, 11)},
+                       {"odd", random_array({batch, 2, 7, 37}, 12)},
+                       {"narrow", ties({batch, 2, 14, 14}, 13)}},
                       vars, false, &threads);
     require_close(r, "2x2 max pool at batch " + std::to_string(batch));
   }
