@@ -4,11 +4,51 @@
 #include "runtime/flush_denormals.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace towerjit {
+namespace {
+
+// How long a thread of the pool spins, waiting for the next loop (a worker) or for the workers
+// to finish (the caller), before it sleeps on a condition variable. A step's loops come a few
+// microseconds apart; sleeping between them costs a futex wake each time, and woken that often
+// a worker was put on its waker's core by the scheduler, so the two halves of every loop ran one
+// after the other: a 25 us loop took 75 us back to back, 25 us with a pause between calls (a
+// 2-vCPU KVM guest, docs/performance.md); a sleeping worker there took about 100 us to wake, so
+// loops 200 us apart still paid it with a spin of 200 us, and not with one of 1 ms (OpenMP's
+// runtimes spin longer still: GOMP_SPINCOUNT, KMP_BLOCKTIME). A spinning worker takes a core
+// from whatever runs next, so it stops at rest() (before OpenBLAS's own threads take a product),
+// and a pool with more threads than the machine has never spins.
+constexpr auto kSpin = std::chrono::microseconds(1000);
+
+inline void relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Spins until `ready()` or kSpin has passed; returns whether it became ready.
+template <class Ready>
+bool spin_until(Ready ready) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  if (ready()) return true;
+  for (;;) {
+    for (int i = 0; i < 16; ++i) {
+      if (ready()) return true;
+      relax();
+    }
+    if (std::chrono::steady_clock::now() >= until) return ready();
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int threads, std::vector<std::vector<int>> pins) {
-  if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 0) threads = hardware;
+  spins_ = threads <= hardware;
   pins.resize(threads);
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i, pin = std::move(pins[i])] { work(i, pin); });
 }
@@ -39,9 +79,10 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     std::lock_guard lock(mutex_);
     body_ = &body;
     n_ = n;
-    pending_ = static_cast<int>(workers_.size());
+    pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
     error_ = nullptr;
-    ++generation_;
+    resting_.store(false, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
   std::exception_ptr mine;
@@ -51,22 +92,32 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   } catch (...) {
     mine = std::current_exception();
   }
+  const auto finished = [this] { return pending_.load(std::memory_order_acquire) == 0; };
+  if (spins_) spin_until(finished);
   std::unique_lock lock(mutex_);
-  done_.wait(lock, [this] { return pending_ == 0; });
+  done_.wait(lock, finished);
   body_ = nullptr;
   if (mine) std::rethrow_exception(mine);
   if (error_) std::rethrow_exception(error_);
 }
 
+void ThreadPool::rest() { resting_.store(true, std::memory_order_relaxed); }
+
 void ThreadPool::work(int index, std::vector<int> pin) {
   const FlushDenormals flush;  // the pool's threads only ever compute for towerjit
   pin_current_thread(pin);
   uint64_t seen = 0;
+  const auto called = [&] {
+    return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen;
+  };
+  const auto called_or_resting = [&] { return called() || resting_.load(std::memory_order_relaxed); };
   for (;;) {
+    if (spins_) spin_until(called_or_resting);
+    // body_ and n_ are read under the mutex they were written under.
     std::unique_lock lock(mutex_);
-    wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+    wake_.wait(lock, called);
     if (stop_) return;
-    seen = generation_;
+    seen = generation_.load(std::memory_order_relaxed);
     const auto* body = body_;
     const int64_t n = n_;
     lock.unlock();
@@ -79,7 +130,7 @@ void ThreadPool::work(int index, std::vector<int> pin) {
     }
     lock.lock();
     if (failure && !error_) error_ = failure;
-    if (--pending_ == 0) done_.notify_all();
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) done_.notify_all();
   }
 }
 

@@ -3,6 +3,7 @@
 // (runtime/flush_denormals.h); the calling thread keeps its own mode.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -29,17 +30,25 @@ class ThreadPool {
   // chunk is rethrown here.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& body);
 
+  // Workers waiting for the next loop stop spinning and sleep until it comes: called before the
+  // caller hands the cores to threads of another library (OpenBLAS's).
+  void rest();
+
  private:
   void work(int index, std::vector<int> pin);
 
   std::vector<std::thread> workers_;
+  // A loop is published under the mutex (body_, n_, then generation_ counted up); a worker sees
+  // it by spinning on generation_ for a while after its last chunk, else by sleeping on wake_.
+  // The caller likewise spins on pending_ before it sleeps on done_.
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   const std::function<void(int64_t, int64_t)>* body_ = nullptr;
   int64_t n_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_ = 0;
+  std::atomic<int> pending_ = 0;
+  std::atomic<bool> stop_ = false, resting_ = false;
+  bool spins_ = true;  // false when the pool has more threads than the machine
   std::exception_ptr error_;
 };
 

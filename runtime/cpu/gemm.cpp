@@ -53,7 +53,9 @@ void sgemm(ThreadPool* pool, bool transpose_a, bool transpose_b, int64_t m, int6
   if (!small && flops >= kOpenBlasThreadsFlops && lib.set_threads) {
     std::unique_lock<std::mutex> mine(openblas_threads, std::try_to_lock);
     if (mine.owns_lock()) {
-      // The pool's threads are idle meanwhile: the caller holds them for this step.
+      // The pool's threads are idle meanwhile: the caller holds them for this step, and they
+      // stop spinning for the next loop so that OpenBLAS's threads have the cores.
+      pool->rest();
       lib.set_threads(static_cast<int>(pieces));
       call(false, transpose_a, transpose_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
       lib.set_threads(1);
