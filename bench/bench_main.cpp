@@ -260,14 +260,18 @@ json run_workload(const std::string& name, const Options& o, tj::ThreadPool& poo
   const double warm_ms = ms_since(t0);
 
   std::vector<float> losses;
-  for (int i = 0; i < o.warmup; ++i) losses.push_back(program.run(feeds, vars, i)[0].f32[0]);
+  int64_t step_index = 0;
+  auto run_step = [&] { losses.push_back(program.run(feeds, vars, step_index++)[0].f32[0]); };
   std::vector<double> times, round_ms;
   for (int r = 0; r < o.rounds; ++r) {
     before_round(r);
+    // Warm-up steps in every round, after the peers' processes have had the cores, as each peer
+    // warms up in its own run before it is timed.
+    for (int i = 0; i < o.warmup; ++i) run_step();
     std::vector<double> round;
     for (int i = 0; i < o.steps; ++i) {
       t0 = Clock::now();
-      losses.push_back(program.run(feeds, vars, o.warmup + r * o.steps + i)[0].f32[0]);
+      run_step();
       round.push_back(ms_since(t0));
     }
     round_ms.push_back(median(round));

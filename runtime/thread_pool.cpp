@@ -13,12 +13,13 @@ namespace {
 // to finish (the caller), before it sleeps on a condition variable. A step's loops come a few
 // microseconds apart; sleeping between them costs a futex wake each time, and woken that often
 // a worker was put on its waker's core by the scheduler, so the two halves of every loop ran one
-// after the other: a 25 us loop took 75 us back to back, 25 us with a pause between calls (a
-// 2-vCPU KVM guest, docs/performance.md); a sleeping worker there took about 100 us to wake, so
+// after the other: a loop of two 12 us halves took 75 us back to back and 25 us with a pause
+// between calls, 12 us with the spin (a 2-vCPU KVM guest, docs/performance.md); a sleeping
+// worker there took about 100 us to wake, so
 // loops 200 us apart still paid it with a spin of 200 us, and not with one of 1 ms (OpenMP's
 // runtimes spin longer still: GOMP_SPINCOUNT, KMP_BLOCKTIME). A spinning worker takes a core
-// from whatever runs next, so it stops at rest() (before OpenBLAS's own threads take a product),
-// and a pool with more threads than the machine has never spins.
+// from whatever else would run, so a pool with more threads than the machine has never spins,
+// and matrix products no longer hand the cores to OpenBLAS's own threads (runtime/cpu/gemm.h).
 constexpr auto kSpin = std::chrono::microseconds(1000);
 
 inline void relax() {
@@ -81,7 +82,6 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     n_ = n;
     pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
     error_ = nullptr;
-    resting_.store(false, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
@@ -101,8 +101,6 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   if (error_) std::rethrow_exception(error_);
 }
 
-void ThreadPool::rest() { resting_.store(true, std::memory_order_relaxed); }
-
 void ThreadPool::work(int index, std::vector<int> pin) {
   const FlushDenormals flush;  // the pool's threads only ever compute for towerjit
   pin_current_thread(pin);
@@ -110,9 +108,8 @@ void ThreadPool::work(int index, std::vector<int> pin) {
   const auto called = [&] {
     return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen;
   };
-  const auto called_or_resting = [&] { return called() || resting_.load(std::memory_order_relaxed); };
   for (;;) {
-    if (spins_) spin_until(called_or_resting);
+    if (spins_) spin_until(called);
     // body_ and n_ are read under the mutex they were written under.
     std::unique_lock lock(mutex_);
     wake_.wait(lock, called);

@@ -30,10 +30,6 @@ class ThreadPool {
   // chunk is rethrown here.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& body);
 
-  // Workers waiting for the next loop stop spinning and sleep until it comes: called before the
-  // caller hands the cores to threads of another library (OpenBLAS's).
-  void rest();
-
  private:
   void work(int index, std::vector<int> pin);
 
@@ -47,7 +43,7 @@ class ThreadPool {
   int64_t n_ = 0;
   std::atomic<uint64_t> generation_ = 0;
   std::atomic<int> pending_ = 0;
-  std::atomic<bool> stop_ = false, resting_ = false;
+  std::atomic<bool> stop_ = false;
   bool spins_ = true;  // false when the pool has more threads than the machine
   std::exception_ptr error_;
 };

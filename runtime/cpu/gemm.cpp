@@ -3,7 +3,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <mutex>
 
 #include "runtime/cpu/blas.h"
 #include "runtime/cpu/small_gemm.h"
@@ -14,11 +13,6 @@ namespace {
 // Below this many flops a product runs on the calling thread: waking the pool costs about
 // 12 us here, what a 2-core machine spends on a 64x64x256 product.
 constexpr double kSplitFlops = 4e6;
-// From this many flops on, OpenBLAS's own threads beat slices cut here (they share packed
-// panels; each slice packs its own): 1.8x on the transposed 256x512x512 products of an MLP's
-// backward pass, measured by the benchmark's floor (bench/gemm_floor.h). Below it, slices win
-// (1.5-2x on 784x64x64), since OpenBLAS's thread hand-off costs more than the product.
-constexpr double kOpenBlasThreadsFlops = 32e6;
 
 // One single-threaded product, on the small kernel when the whole product was given to it
 // (decided once per product, so every slice of it sums alike).
@@ -45,22 +39,6 @@ void sgemm(ThreadPool* pool, bool transpose_a, bool transpose_b, int64_t m, int6
   if (pieces == 1 || flops < kSplitFlops || extent < 2 * pieces) {
     call(small, transpose_a, transpose_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
     return;
-  }
-  const Blas& lib = blas();
-  // OpenBLAS's thread count is process-wide: one product at a time may raise it. Another
-  // program's product (a second CPU tower with a pool of its own) meanwhile takes the slices.
-  static std::mutex openblas_threads;
-  if (!small && flops >= kOpenBlasThreadsFlops && lib.set_threads) {
-    std::unique_lock<std::mutex> mine(openblas_threads, std::try_to_lock);
-    if (mine.owns_lock()) {
-      // The pool's threads are idle meanwhile: the caller holds them for this step, and they
-      // stop spinning for the next loop so that OpenBLAS's threads have the cores.
-      pool->rest();
-      lib.set_threads(static_cast<int>(pieces));
-      call(false, transpose_a, transpose_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
-      lib.set_threads(1);
-      return;
-    }
   }
   // Slice boundaries on multiples of 16 (the kernels' register blocks) when every slice still
   // gets some.

@@ -12,13 +12,13 @@ namespace towerjit::cpujit {
 
 // C[m, n] = op(A)[m, k] * op(B)[k, n] + beta * C, op transposing when asked (A is then stored
 // [k, m], B [n, k]). Without a pool, or for a small product: one single-threaded call. With a
-// pool: a mid-sized product is cut along the larger of m and n into one slice per thread
-// (multiples of 16 where it allows), each slice a single-threaded call; a single-threaded call
-// goes to the small-product kernel where it applies (runtime/cpu/small_gemm.h: operands in L2
-// at AVX2, decided once for the whole product), else to OpenBLAS. A large one runs on
-// OpenBLAS's own threads, as many as the pool has, while the pool waits (OpenBLAS's setting is
-// process-wide, so one such product runs at a time; a concurrent one, from another tower's
-// pool, is cut into slices instead).
+// pool: the product is cut along the larger of m and n into one slice per thread (multiples of
+// 16 where it allows), each slice a single-threaded call; a single-threaded call goes to the
+// small-product kernel where it applies (runtime/cpu/small_gemm.h: operands in L2, decided once
+// for the whole product), else to OpenBLAS. Large products once ran on OpenBLAS's own threads
+// instead; with the pool's threads spinning between loops (runtime/thread_pool.h) a woken
+// OpenBLAS thread was queued behind a busy core, and slices were as fast product by product
+// and faster in the step (mlp-large 4.3 -> 3.7 ms on Sapphire Rapids; docs/performance.md).
 void sgemm(ThreadPool* pool, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 

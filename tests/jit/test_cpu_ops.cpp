@@ -171,15 +171,15 @@ TEST_CASE("2x2 max pool: the vector and scalar paths, ties and odd sizes match t
   }
 }
 
-// Matrix products with a pool go three ways (runtime/cpu/gemm.h): under 4 MFLOP one call, up
-// to 32 MFLOP slices over the threads (by rows when the output is taller, by columns when it is
-// wider), above that OpenBLAS's own threads. Every way and every transpose against the reference.
+// Matrix products with a pool go two ways (runtime/cpu/gemm.h): under 4 MFLOP one call, above
+// it slices over the threads (by rows when the output is taller, by columns when it is wider).
+// Every way, a large product too, and every transpose against the reference.
 TEST_CASE("matrix products split over the pool match the reference in every transpose", "[cpu][jit][isa]") {
   struct Size { int64_t m, n, k; };
   const Size sizes[] = {{33, 17, 9},       // one call
                         {301, 97, 203},    // slices by rows (12 MFLOP)
                         {37, 509, 211},    // slices by columns (8 MFLOP)
-                        {401, 303, 299}};  // OpenBLAS's threads (73 MFLOP)
+                        {401, 303, 299}};  // slices by rows (73 MFLOP; once OpenBLAS's threads)
   tj::ThreadPool threads(2);
   for (const Size& z : sizes)
     for (int t = 0; t < 4; ++t) {
