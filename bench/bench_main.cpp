@@ -8,8 +8,8 @@
 //   build/bench/towerjit_bench --gpu-model h200 --workload mlp|cnn|resnet [--batch N]   (bench/gpu_model.h)
 //
 // For each workload: compile cold (a fresh TOWERJIT_CACHE_DIR) and warm (the same program
-// again: a cache hit); run warm-up steps, then rounds of PyTorch's settings and our timed
-// steps in turn, on fixed random data (the same batch every step); each side's figure is the
+// again: a cache hit); then rounds of PyTorch's settings and our warm-up and timed steps in
+// turn, on fixed random data (the same batch every step); each side's figure is the
 // median over rounds of a round's median step. The GEMM floor times each sgemm of the step alone on
 // its shape. A profiled pass (CpuProgram::step_times) says where the step's time goes, and each
 // loop kernel's bytes and GB/s against the machine's measured copy bandwidth (bench/copy_bandwidth.h).
