@@ -15,11 +15,11 @@ namespace {
 // a worker was put on its waker's core by the scheduler, so the two halves of every loop ran one
 // after the other: a loop of two 12 us halves took 75 us back to back and 25 us with a pause
 // between calls, 12 us with the spin (a 2-vCPU KVM guest, docs/performance.md); a sleeping
-// worker there took about 100 us to wake, so
-// loops 200 us apart still paid it with a spin of 200 us, and not with one of 1 ms (OpenMP's
-// runtimes spin longer still: GOMP_SPINCOUNT, KMP_BLOCKTIME). A spinning worker takes a core
-// from whatever else would run, so a pool with more threads than the machine has never spins,
-// and matrix products no longer hand the cores to OpenBLAS's own threads (runtime/cpu/gemm.h).
+// worker there took about 100 us to wake, so loops 200 us apart still paid it with a spin of
+// 200 us, and not with one of 1 ms (OpenMP's runtimes spin longer still: GOMP_SPINCOUNT,
+// KMP_BLOCKTIME). A spinning worker takes a core from whatever else would run, so a pool with
+// more threads than the process has cores never spins, and matrix products no longer hand the
+// cores to OpenBLAS's own threads (runtime/cpu/gemm.h).
 constexpr auto kSpin = std::chrono::microseconds(1000);
 
 inline void relax() {
@@ -47,9 +47,8 @@ bool spin_until(Ready ready) {
 }  // namespace
 
 ThreadPool::ThreadPool(int threads, std::vector<std::vector<int>> pins) {
-  const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (threads <= 0) threads = hardware;
-  spins_ = threads <= hardware;
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  spins_ = threads <= static_cast<int>(allowed_cores().size());
   pins.resize(threads);
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i, pin = std::move(pins[i])] { work(i, pin); });
 }

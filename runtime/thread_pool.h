@@ -44,7 +44,7 @@ class ThreadPool {
   std::atomic<uint64_t> generation_ = 0;
   std::atomic<int> pending_ = 0;
   std::atomic<bool> stop_ = false;
-  bool spins_ = true;  // false when the pool has more threads than the machine
+  bool spins_ = true;  // false when the pool has more threads than the process has cores
   std::exception_ptr error_;
 };
 

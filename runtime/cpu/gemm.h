@@ -17,8 +17,8 @@ namespace towerjit::cpujit {
 // small-product kernel where it applies (runtime/cpu/small_gemm.h: operands in L2, decided once
 // for the whole product), else to OpenBLAS. Large products once ran on OpenBLAS's own threads
 // instead; with the pool's threads spinning between loops (runtime/thread_pool.h) a woken
-// OpenBLAS thread was queued behind a busy core, and slices were as fast product by product
-// and faster in the step (mlp-large 4.3 -> 3.7 ms on Sapphire Rapids; docs/performance.md).
+// OpenBLAS thread was queued behind a busy core, and in the step slices are faster (mlp-large
+// 4.3 -> 3.7 ms on Sapphire Rapids; docs/performance.md).
 void sgemm(ThreadPool* pool, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
