@@ -10,7 +10,7 @@
 #include "jit/knobs.h"
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/conv_geometry.h"
-#include "runtime/cpu/cpu_features.h"
+#include "runtime/cpu/vector_lanes.h"
 #include "runtime/cpu/narrow_conv.h"
 
 namespace towerjit::cpujit {
@@ -149,12 +149,11 @@ std::vector<float> pack_weights(const Conv& g, const float* w, bool flip) {
     }                                                                                            \
   }
 
-TOWERJIT_TARGET_AVX512 inline __m512 broadcast512(const float* p) { return _mm512_set1_ps(*p); }
 
 TOWERJIT_KERNELS(forward_avx2, filter_avx2, TOWERJIT_TARGET_AVX2, __m256, 8, _mm256_setzero_ps, _mm256_loadu_ps,
                  _mm256_storeu_ps, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_add_ps)
 TOWERJIT_KERNELS(forward_avx512, filter_avx512, TOWERJIT_TARGET_AVX512, __m512, 16, _mm512_setzero_ps,
-                 _mm512_loadu_ps, _mm512_storeu_ps, broadcast512, _mm512_fmadd_ps, _mm512_add_ps)
+                 _mm512_loadu_ps, _mm512_storeu_ps, broadcast16, _mm512_fmadd_ps, _mm512_add_ps)
 
 using ForwardBlock = void (*)(const Conv&, const float*, const float*, float*);
 using FilterBlock = void (*)(const Conv&, const float*, const int64_t*, const float*, float*);

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "runtime/cpu/conv.h"
-#include "runtime/cpu/cpu_features.h"
+#include "runtime/cpu/vector_lanes.h"
 
 namespace towerjit::cpujit {
 namespace {
@@ -156,23 +156,6 @@ void fill_rows(const ConvGeometry& g, const WindowRows& r, const float* image, f
     TOWERJIT_UNROLL for (int a = 0; a < OB * TB; ++a) STORE(part + ((a / TB) * taps + a % TB) * WIDTH, acc[a]);     \
   }                                                                                                                 \
   }  // namespace NS
-
-TOWERJIT_TARGET_AVX2 inline __m256i first_lanes8(int64_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-TOWERJIT_TARGET_AVX2 inline __m256 maskload8(const float* p, int64_t n) {
-  return _mm256_maskload_ps(p, first_lanes8(n));
-}
-TOWERJIT_TARGET_AVX2 inline void maskstore8(float* p, int64_t n, __m256 v) {
-  _mm256_maskstore_ps(p, first_lanes8(n), v);
-}
-TOWERJIT_TARGET_AVX512 inline __m512 broadcast16(const float* p) { return _mm512_set1_ps(*p); }
-TOWERJIT_TARGET_AVX512 inline __m512 maskload16(const float* p, int64_t n) {
-  return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
-}
-TOWERJIT_TARGET_AVX512 inline void maskstore16(float* p, int64_t n, __m512 v) {
-  _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
-}
 
 // 12 accumulators of the 16 AVX2 registers (a block's loads and broadcast take the rest), 24
 // of AVX-512's 32.

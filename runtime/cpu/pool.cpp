@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "runtime/cpu/conv.h"
-#include "runtime/cpu/cpu_features.h"
+#include "runtime/cpu/vector_lanes.h"
 
 namespace towerjit::cpujit {
 namespace {
@@ -118,14 +118,10 @@ TOWERJIT_TARGET_AVX2 int64_t max2x2_grad_row_avx2(const float* r0, const float* 
 // 28x28 plane pools to rows of 14 windows, a 14x14 one to rows of 7: at AVX2 these run 6 and
 // all 7 windows one by one).
 
-TOWERJIT_TARGET_AVX512 inline __mmask16 lanes16(int64_t count) {
-  return static_cast<__mmask16>((1u << std::clamp<int64_t>(count, 0, 16)) - 1);
-}
-
 // 2n floats at p (n <= 16 windows) -> the windows' left cells and right cells; lanes past n
 // are zero.
 TOWERJIT_TARGET_AVX512 inline void deinterleave16(const float* p, int64_t n, __m512& even, __m512& odd) {
-  const __m512 a = _mm512_maskz_loadu_ps(lanes16(2 * n), p), b = _mm512_maskz_loadu_ps(lanes16(2 * n - 16), p + 16);
+  const __m512 a = _mm512_maskz_loadu_ps(first_lanes16(2 * n), p), b = _mm512_maskz_loadu_ps(first_lanes16(2 * n - 16), p + 16);
   const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   even = _mm512_permutex2var_ps(a, evens, b);
   odd = _mm512_permutex2var_ps(a, _mm512_add_epi32(evens, _mm512_set1_epi32(1)), b);
@@ -135,8 +131,8 @@ TOWERJIT_TARGET_AVX512 inline void deinterleave16(const float* p, int64_t n, __m
 TOWERJIT_TARGET_AVX512 inline void interleave16(__m512 even, __m512 odd, int64_t n, float* p) {
   const __m512i low = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i high = _mm512_add_epi32(low, _mm512_set1_epi32(8));
-  _mm512_mask_storeu_ps(p, lanes16(2 * n), _mm512_permutex2var_ps(even, low, odd));
-  _mm512_mask_storeu_ps(p + 16, lanes16(2 * n - 16), _mm512_permutex2var_ps(even, high, odd));
+  _mm512_mask_storeu_ps(p, first_lanes16(2 * n), _mm512_permutex2var_ps(even, low, odd));
+  _mm512_mask_storeu_ps(p + 16, first_lanes16(2 * n - 16), _mm512_permutex2var_ps(even, high, odd));
 }
 
 // beats() and max_nan() for 16 lanes (_mm512_max_ps(a, b) is b when either is NaN, as at AVX2).
@@ -155,7 +151,7 @@ TOWERJIT_TARGET_AVX512 void max2x2_row_avx512(const float* r0, const float* r1, 
     __m512 a0, a1, b0, b1;
     deinterleave16(r0 + 2 * ox, n, a0, a1);
     deinterleave16(r1 + 2 * ox, n, b0, b1);
-    _mm512_mask_storeu_ps(out + ox, lanes16(n), max_nan16(max_nan16(a0, a1), max_nan16(b0, b1)));
+    _mm512_mask_storeu_ps(out + ox, first_lanes16(n), max_nan16(max_nan16(a0, a1), max_nan16(b0, b1)));
   }
 }
 
@@ -170,7 +166,7 @@ TOWERJIT_TARGET_AVX512 void max2x2_grad_row_avx512(const float* r0, const float*
     const __m512 best1 = _mm512_mask_blend_ps(m1, c0, c1);
     const __mmask16 m2 = beats16(c2, best1);
     const __mmask16 m3 = beats16(c3, _mm512_mask_blend_ps(m2, best1, c2));
-    const __m512 d = _mm512_maskz_loadu_ps(lanes16(n), dy + ox);
+    const __m512 d = _mm512_maskz_loadu_ps(first_lanes16(n), dy + ox);
     const __mmask16 at3 = m3, at2 = m2 & ~m3, at1 = m1 & ~(m2 | m3), at0 = ~(m1 | m2 | m3);
     interleave16(_mm512_maskz_mov_ps(at0, d), _mm512_maskz_mov_ps(at1, d), n, g0 + 2 * ox);
     interleave16(_mm512_maskz_mov_ps(at2, d), _mm512_maskz_mov_ps(at3, d), n, g1 + 2 * ox);

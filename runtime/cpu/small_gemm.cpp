@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/cpu/cpu_features.h"
+#include "runtime/cpu/vector_lanes.h"
 
 namespace towerjit::cpujit {
 namespace {
@@ -49,27 +49,6 @@ struct Panel {
   int64_t ld;
   int64_t cols;
 };
-
-TOWERJIT_TARGET_AVX2 inline __m256i lanes_below(int64_t count) {
-  const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(count, 0, 8))), index);
-}
-TOWERJIT_TARGET_AVX2 inline __m256 maskload8(const float* p, int64_t count) {
-  return _mm256_maskload_ps(p, lanes_below(count));
-}
-TOWERJIT_TARGET_AVX2 inline void maskstore8(float* p, int64_t count, __m256 v) {
-  _mm256_maskstore_ps(p, lanes_below(count), v);
-}
-TOWERJIT_TARGET_AVX512 inline __mmask16 lanes_below16(int64_t count) {
-  return static_cast<__mmask16>((1u << std::clamp<int64_t>(count, 0, 16)) - 1);
-}
-TOWERJIT_TARGET_AVX512 inline __m512 broadcast16(const float* p) { return _mm512_set1_ps(*p); }
-TOWERJIT_TARGET_AVX512 inline __m512 maskload16(const float* p, int64_t count) {
-  return _mm512_maskz_loadu_ps(lanes_below16(count), p);
-}
-TOWERJIT_TARGET_AVX512 inline void maskstore16(float* p, int64_t count, __m512 v) {
-  _mm512_mask_storeu_ps(p, lanes_below16(count), v);
-}
 
 // One instruction set's kernels: BLOCK<R, Partial> computes C[R rows, the panel's columns] from
 // rows a of op(A) and the panel (`Partial`: a panel narrower than the block, whose part of C is
@@ -122,12 +101,13 @@ TOWERJIT_SMALL_GEMM(block_avx2, rows_avx2, TOWERJIT_TARGET_AVX2, kRowsAvx2, __m2
 TOWERJIT_SMALL_GEMM(block_avx512, rows_avx512, TOWERJIT_TARGET_AVX512, kRowsAvx512, __m512, 16, _mm512_setzero_ps,
                     _mm512_loadu_ps, _mm512_storeu_ps, broadcast16, _mm512_fmadd_ps, maskload16, maskstore16)
 
-// The widest level the kernels have: AVX-512's blocks are 32 columns, AVX2's 16.
-bool wide() { return vector_level(cpu_isa()) == CpuIsa::avx512; }
-int64_t block_columns() { return wide() ? 32 : 16; }
+// AVX-512's blocks are 32 columns, AVX2's 16. `wide`: the level is AVX-512 (asked once a call:
+// cpu_isa() reads the environment).
+int64_t block_columns(bool wide) { return wide ? 32 : 16; }
+bool is_wide(CpuIsa level) { return vector_level(level) == CpuIsa::avx512; }
 
-void panel_rows(bool partial, int64_t m, int64_t k, Rows a, Panel p, float beta, float* c, int64_t ldc) {
-  if (wide()) {
+void panel_rows(bool wide, bool partial, int64_t m, int64_t k, Rows a, Panel p, float beta, float* c, int64_t ldc) {
+  if (wide) {
     constexpr auto rows = std::make_integer_sequence<int, kRowsAvx512>();
     partial ? rows_avx512<true>(rows, m, k, a, p, beta, c, ldc) : rows_avx512<false>(rows, m, k, a, p, beta, c, ldc);
   } else {
@@ -143,7 +123,7 @@ bool small_sgemm_applies(int64_t m, int64_t n, int64_t k) {
   if (level != CpuIsa::avx2 && level != CpuIsa::avx512) return false;
   // Fewer columns than a block has would leave lanes idle in every FMA: a 10-column product
   // (a classifier's logits) ran at 0.8x OpenBLAS's rate.
-  if (n < block_columns()) return false;
+  if (n < block_columns(is_wide(level))) return false;
   const double bytes = 4.0 * (static_cast<double>(m) * k + static_cast<double>(k) * n);
   if (bytes > static_cast<double>(l2_bytes())) return false;
   // At AVX-512 OpenBLAS's SkylakeX kernels stay ahead where both operands fit in L1 (its
@@ -159,7 +139,8 @@ void small_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64
                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   const Rows rows = transpose_a ? Rows{a, 1, lda} : Rows{a, lda, 1};
-  const int64_t width = block_columns();
+  const bool wide = is_wide(cpu_isa());
+  const int64_t width = block_columns(wide);
   // A transposed B is read a column at a time, and a last panel narrower than a block may end
   // where memory does: either is first copied into a panel of its own, one row of the block's
   // width per step of k (zero past the last column). A masked load instead costs more than the
@@ -175,7 +156,7 @@ void small_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64
           packed[q * width + jj] = transpose_b ? b[(j + jj) * ldb + q] : b[q * ldb + j + jj];
       panel = {packed.data(), width, cols};
     }
-    panel_rows(cols < width, m, k, rows, panel, beta, c + j, ldc);
+    panel_rows(wide, cols < width, m, k, rows, panel, beta, c + j, ldc);
   }
 }
 
