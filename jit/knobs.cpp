@@ -53,11 +53,12 @@ int parse_debug(const char* name, const std::string& v) {
 
 CpuIsa parse_cpu_isa(const char* name, const std::string& v) {
   const std::string level = lower(v);
+  if (level == "amx") return CpuIsa::amx;
   if (level == "avx512bf16") return CpuIsa::avx512bf16;
   if (level == "avx512") return CpuIsa::avx512;
   if (level == "avx2") return CpuIsa::avx2;
   if (level == "baseline") return CpuIsa::baseline;
-  throw Error(std::string("towerjit: ") + name + "=" + v + " is not a level: set avx512bf16, avx512, avx2 or baseline, "
+  throw Error(std::string("towerjit: ") + name + "=" + v + " is not a level: set amx, avx512bf16, avx512, avx2 or baseline, "
               "or unset it for the widest this CPU has");
 }
 

@@ -62,13 +62,14 @@ bool matmul_epilogues_enabled();
 
 // ---- The CPU code
 
-// TOWERJIT_CPU_ISA: the widest x86 vector level towerjit's CPU code may use: "avx512bf16"
+// TOWERJIT_CPU_ISA: the widest x86 vector level towerjit's CPU code may use: "amx" (AMX-BF16
+// tiles for bf16 matrix products, with all of avx512bf16), "avx512bf16"
 // (AVX-512 with AVX512_BF16's vdpbf16ps for bf16 matrix products), "avx512" (AVX-512 F and BW),
 // "avx2" (AVX2 + FMA, x86-64-v3), "baseline" (SSE2, x86-64). It caps the LLVM target of the
 // JIT'd kernels, the direct convolutions, the 2x2 pools, the bf16 products and the OpenBLAS core
 // type (jit/cpu/cpu_isa.h). Unset: the widest this CPU has. Another value is an error; a level
 // the CPU lacks is an error when towerjit first needs the level (cpujit::cpu_isa()).
-enum class CpuIsa { baseline, avx2, avx512, avx512bf16 };
+enum class CpuIsa { baseline, avx2, avx512, avx512bf16, amx };
 std::optional<CpuIsa> cpu_isa_cap();
 
 // TOWERJIT_DIRECT_CONV: "off" (also "0", "false", "no") runs every CPU convolution through

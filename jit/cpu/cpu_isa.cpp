@@ -1,5 +1,8 @@
 #include "jit/cpu/cpu_isa.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <fstream>
 
 #include "dsl/error.h"
@@ -12,11 +15,22 @@ struct Level {
   const char* name;
   const char* openblas_core;
 };
-// AVX512_BF16 adds only bf16 dot products, which Debian's OpenBLAS does not offer (no sbgemm):
-// its core type stays SkylakeX's.
-constexpr Level kLevels[] = {
-    {"baseline", "Prescott"}, {"avx2", "Haswell"}, {"avx512", "SkylakeX"}, {"avx512bf16", "SkylakeX"}};
-static_assert(static_cast<int>(CpuIsa::baseline) == 0 && static_cast<int>(CpuIsa::avx512bf16) == 3);
+// AVX512_BF16 and AMX add only bf16 products, which Debian's OpenBLAS does not offer (no
+// sbgemm): their core type stays SkylakeX's.
+constexpr Level kLevels[] = {{"baseline", "Prescott"},
+                             {"avx2", "Haswell"},
+                             {"avx512", "SkylakeX"},
+                             {"avx512bf16", "SkylakeX"},
+                             {"amx", "SkylakeX"}};
+static_assert(static_cast<int>(CpuIsa::baseline) == 0 && static_cast<int>(CpuIsa::amx) == 4);
+
+// Linux hands a process AMX's 8 KiB of tile registers only when asked (arch_prctl
+// ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, Linux 5.16 and later); before that, a tile
+// instruction faults. Asked once for the whole process, before any thread uses a tile.
+bool os_grants_amx_tiles() {
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
 }  // namespace
 
 const char* isa_name(CpuIsa isa) { return kLevels[static_cast<int>(isa)].name; }
@@ -26,8 +40,11 @@ const char* openblas_core(CpuIsa level) { return kLevels[static_cast<int>(level)
 CpuIsa widest_isa() {
   static const CpuIsa widest = [] {
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
-      return __builtin_cpu_supports("avx512bf16") ? CpuIsa::avx512bf16 : CpuIsa::avx512;
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {
+      if (!__builtin_cpu_supports("avx512bf16")) return CpuIsa::avx512;
+      const bool amx = __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16");
+      return amx && os_grants_amx_tiles() ? CpuIsa::amx : CpuIsa::avx512bf16;
+    }
     return avx2 ? CpuIsa::avx2 : CpuIsa::baseline;
   }();
   return widest;
@@ -54,16 +71,20 @@ std::string cpu_description() {
   add("avx512f", __builtin_cpu_supports("avx512f"));
   add("avx512bw", __builtin_cpu_supports("avx512bw"));
   add("avx512_bf16", __builtin_cpu_supports("avx512bf16"));
+  add("amx_tile", __builtin_cpu_supports("amx-tile"));
+  add("amx_bf16", __builtin_cpu_supports("amx-bf16"));
   return model + ": " + features;
 }
 
 CpuIsa checked_isa(CpuIsa requested, CpuIsa widest, const std::string& cpu) {
   if (requested <= widest) return requested;
   std::string levels;
-  for (CpuIsa l : {CpuIsa::avx512bf16, CpuIsa::avx512, CpuIsa::avx2, CpuIsa::baseline})
+  for (CpuIsa l : {CpuIsa::amx, CpuIsa::avx512bf16, CpuIsa::avx512, CpuIsa::avx2, CpuIsa::baseline})
     if (l <= widest) levels += std::string(levels.empty() ? "" : " or ") + isa_name(l);
   throw Error(std::string("towerjit: TOWERJIT_CPU_ISA=") + isa_name(requested) + " asks for " +
-              (requested == CpuIsa::avx512bf16 ? "AVX-512 with AVX512_BF16 (avx512f, avx512bw and avx512_bf16)"
+              (requested == CpuIsa::amx ? "AMX-BF16 tiles granted by the kernel (amx_tile and amx_bf16, Linux 5.16 or "
+                                          "later) with AVX-512 and AVX512_BF16"
+               : requested == CpuIsa::avx512bf16 ? "AVX-512 with AVX512_BF16 (avx512f, avx512bw and avx512_bf16)"
                : requested == CpuIsa::avx512   ? "AVX-512 (avx512f and avx512bw)"
                                                : "AVX2 and FMA") +
               ", which this CPU lacks (" + cpu + "); set TOWERJIT_CPU_ISA=" + levels +

@@ -13,11 +13,12 @@ namespace towerjit::cpujit {
 
 using knobs::CpuIsa;
 
-// "avx512bf16", "avx512", "avx2", "baseline": the knob's spelling.
+// "amx", "avx512bf16", "avx512", "avx2", "baseline": the knob's spelling.
 const char* isa_name(CpuIsa isa);
 
-// The widest level this CPU runs: AVX-512 F and BW with AVX512_BF16, else AVX-512 F and BW,
-// else AVX2 and FMA, else the baseline.
+// The widest level this CPU runs: AMX-BF16 tiles the kernel grants this process, with AVX-512 F,
+// BW and AVX512_BF16; else AVX-512 F and BW with AVX512_BF16, else AVX-512 F and BW, else AVX2
+// and FMA, else the baseline.
 CpuIsa widest_isa();
 
 // This CPU's model name and its vector features, for messages ("AMD EPYC: sse2 sse3 ... avx2 fma").
@@ -34,10 +35,10 @@ CpuIsa checked_isa(CpuIsa requested, CpuIsa widest, const std::string& cpu);
 // baseline Prescott's SSE3 kernels, OpenBLAS's own fallback for CPUs it does not know.
 const char* openblas_core(CpuIsa level);
 
-// The level of the vector code generated for `level`: avx512bf16 adds only the bf16 dot
-// products of runtime/cpu/gemm_half.cpp, so the JIT'd kernels and the direct convolutions of
-// avx512bf16 are avx512's.
-constexpr CpuIsa vector_level(CpuIsa level) { return level == CpuIsa::avx512bf16 ? CpuIsa::avx512 : level; }
+// The level of the vector code generated for `level`: avx512bf16 and amx add only the bf16
+// products of runtime/cpu/gemm_half.cpp and amx_gemm.cpp, so the JIT'd kernels and the direct
+// convolutions of both are avx512's.
+constexpr CpuIsa vector_level(CpuIsa level) { return level >= CpuIsa::avx512bf16 ? CpuIsa::avx512 : level; }
 
 // Whether towerjit's CPU code may use `level`.
 inline bool isa_allows(CpuIsa level) { return cpu_isa() >= level; }

@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "dsl/error.h"
+#include "jit/passes/fusion_plan.h"
 
 namespace towerjit {
 namespace {
@@ -39,11 +40,25 @@ Rewritten half_matmul_operands(const Graph& graph, DType dtype) {
   internal_check(is_half_float(dtype)) << "half_matmul_operands to " << dtype_name(dtype);
   return rewrite_graph(graph, [dtype](Node n, Graph& out) {
     if (n.op != Op::MatMul || out.node(n.inputs[0]).dtype != DType::f32) return out.add(std::move(n));
+    // The cast keeps the matmul's location and scope: a dump names the line of the product.
+    auto cast = [&](int value) {
+      return out.add(Node{.op = Op::Cast, .inputs = {value}, .shape = out.node(value).shape, .dtype = dtype,
+                          .attrs = {}, .loc = n.loc, .stack = n.stack, .scope = n.scope, .grad_of = n.grad_of});
+    };
     for (int& in : n.inputs) {
-      // The cast keeps the matmul's location and scope: a dump names the line of the product.
-      Node cast{.op = Op::Cast, .inputs = {in}, .shape = out.node(in).shape, .dtype = dtype,
-                .attrs = {}, .loc = n.loc, .stack = n.stack, .scope = n.scope, .grad_of = n.grad_of};
-      in = out.add(std::move(cast));
+      // A transposed operand (the backward's x^T and W^T) is cast before its transpose, which
+      // lowering then folds into the product's flags, and the cast is the forward's own (CSE):
+      // cast(transpose(x)) had been a transposing kernel of its own per operand, strided reads
+      // at a third of the copy bandwidth.
+      const Node& operand = out.node(in);
+      if (swaps_last_two(operand)) {
+        Node transposed = operand;
+        transposed.inputs = {cast(operand.inputs[0])};
+        transposed.dtype = dtype;
+        in = out.add(std::move(transposed));
+      } else {
+        in = cast(in);
+      }
     }
     return out.add(std::move(n));
   });

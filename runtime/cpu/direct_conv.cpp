@@ -188,6 +188,7 @@ const Kernels* kernels_for(int64_t o) {
   static const Kernels k512_narrow = avx512_kernels<1>(std::make_integer_sequence<int, 24>());
   if (!knobs::direct_conv()) return nullptr;
   switch (vector_level(cpu_isa())) {
+    case CpuIsa::amx:
     case CpuIsa::avx512bf16:
     case CpuIsa::avx512: return o > 16 ? &k512 : &k512_narrow;
     case CpuIsa::avx2: return &k2;

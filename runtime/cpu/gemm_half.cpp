@@ -8,6 +8,8 @@
 
 #include "dsl/half_float.h"
 #include "runtime/cpu/cpu_features.h"
+#include "runtime/cpu/amx_gemm.h"
+#include "runtime/cpu/bf16_pairs.h"
 #include "runtime/cpu/gemm.h"
 
 namespace towerjit::cpujit {
@@ -18,70 +20,13 @@ constexpr double kSplitFlops = 4e6;
 constexpr int64_t kRows = 8;    // rows of C a kernel call keeps in registers
 constexpr int64_t kLanes = 16;  // f32 lanes of a 512-bit register: columns per block
 
-// vdpbf16ps multiplies pairs: lane j of the result gains a[2j] b[2j] + a[2j+1] b[2j+1] (each
-// product exact in f32; the two additions round to nearest even, subnormals flushed). So A is
-// packed as pairs along k, one 32-bit word per (row, pair), broadcast to every lane, and B in
-// panels of 16 columns, each [pair][column][2]: the two k-neighbours of a column side by side,
-// a panel's pairs one after another (a 4 KiB stride between them aliased in L1: 4x slower at
-// n = 1024). An odd k pads with zeros.
-struct Packed {
-  int64_t pairs = 0, rows = 0, columns = 0;  // rows padded to kRows, columns to 2 kLanes
-  std::vector<uint32_t> a;                   // [rows / kRows][pairs][kRows]: a block's kRows words together
-  std::vector<uint32_t> b;                   // [columns / kLanes][pairs][kLanes]: a panel's pairs in a row
-};
-
-// Two bf16 neighbours along k as one word, the first in the low half (as vdpbf16ps reads them).
-inline uint32_t pair_word(uint16_t first, uint16_t second) { return first | static_cast<uint32_t>(second) << 16; }
-
-// Each word written once, walking the source along its rows (a division per element had made the
-// packing cost more than the product: mlp-large's bf16 step ran slower than its f32 one).
-Packed pack(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
-            const uint16_t* b, int64_t ldb) {
-  Packed p;
-  p.pairs = (k + 1) / 2;
-  p.rows = (m + kRows - 1) / kRows * kRows;
-  p.columns = (n + 2 * kLanes - 1) / (2 * kLanes) * (2 * kLanes);  // whole pairs of panels
-  p.a.assign(p.rows * p.pairs, 0);
-  p.b.assign(p.pairs * p.columns, 0);
-  const int64_t whole = k / 2;  // pairs with both halves in k
-  // A's word (i, q) at [i / kRows][q][i % kRows].
-  auto a_words = [&](int64_t i) { return p.a.data() + i / kRows * p.pairs * kRows + i % kRows; };
-  if (!ta) {
-    for (int64_t i = 0; i < m; ++i) {
-      const uint16_t* row = a + i * lda;
-      uint32_t* out = a_words(i);
-      for (int64_t q = 0; q < whole; ++q) out[q * kRows] = pair_word(row[2 * q], row[2 * q + 1]);
-      if (k % 2) out[whole * kRows] = row[k - 1];
-    }
-  } else {  // A stored [k, m]: rows 2q and 2q + 1 of it give pair q of every row of op(A)
-    for (int64_t q = 0; q < p.pairs; ++q) {
-      const uint16_t* first = a + 2 * q * lda;
-      const uint16_t* second = 2 * q + 1 < k ? first + lda : nullptr;
-      for (int64_t i = 0; i < m; ++i) a_words(i)[q * kRows] = pair_word(first[i], second ? second[i] : 0);
-    }
-  }
-  // B's word (q, j) at [j / kLanes][q][j % kLanes].
-  auto b_words = [&](int64_t j) { return p.b.data() + j / kLanes * p.pairs * kLanes + j % kLanes; };
-  if (!tb) {
-    for (int64_t q = 0; q < p.pairs; ++q) {
-      const uint16_t* first = b + 2 * q * ldb;
-      const uint16_t* second = 2 * q + 1 < k ? first + ldb : nullptr;
-      for (int64_t j0 = 0; j0 < n; j0 += kLanes) {
-        uint32_t* out = b_words(j0) + q * kLanes;
-        const int64_t lanes = std::min(kLanes, n - j0);
-        for (int64_t l = 0; l < lanes; ++l) out[l] = pair_word(first[j0 + l], second ? second[j0 + l] : 0);
-      }
-    }
-  } else {  // B stored [n, k]: each of its rows is a column of op(B), its pairs side by side
-    for (int64_t j = 0; j < n; ++j) {
-      const uint16_t* row = b + j * ldb;
-      uint32_t* out = b_words(j);
-      for (int64_t q = 0; q < whole; ++q) out[q * kLanes] = pair_word(row[2 * q], row[2 * q + 1]);
-      if (k % 2) out[whole * kLanes] = row[k - 1];
-    }
-  }
-  return p;
-}
+// vdpbf16ps multiplies pairs (bf16_pairs.h): lane j of the result gains a[2j] b[2j] + a[2j+1]
+// b[2j+1] (each product exact in f32; the two additions round to nearest even, subnormals
+// flushed). So A's words are packed kRows rows at a time, one broadcast to every lane, and B in
+// panels of 16 columns (a 4 KiB stride between a panel's pairs aliased in L1: 4x slower at
+// n = 1024); rows padded to kRows, columns to two panels.
+constexpr Bf16PairShape kShape{kRows, 1, kRows, 1, 2 * kLanes};
+static_assert(kLanes == kPanelColumns);
 
 // Rows [first, last) of C (multiples of kRows, within the padded rows), every column. The
 // pairs are taken kPairBlock at a time and the columns kColumnBlock at a time, so that the
@@ -89,14 +34,14 @@ Packed pack(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a
 // C is the accumulator between pair blocks (still one f32 sum per element, in a fixed order).
 constexpr int64_t kPairBlock = 128, kColumnBlock = 256;
 
-__attribute__((target("avx512f,avx512bf16"))) void dot_rows(const Packed& p, int64_t n, int64_t m,
+__attribute__((target("avx512f,avx512bf16"))) void dot_rows(const Bf16Pairs& p, int64_t n, int64_t m,
                                                             int64_t first, int64_t last, float* c, int64_t ldc) {
   for (int64_t q0 = 0; q0 < p.pairs; q0 += kPairBlock) {
     const int64_t q1 = std::min(p.pairs, q0 + kPairBlock);
     for (int64_t j0 = 0; j0 < n; j0 += kColumnBlock) {
       const int64_t j1 = std::min(n, j0 + kColumnBlock);
       for (int64_t i = first; i < last; i += kRows) {
-        const uint32_t* a = p.a.data() + i * p.pairs;  // the block of rows i .. i + kRows - 1
+        const uint32_t* a = p.a_rows(i);  // the block of rows i .. i + kRows - 1
         const int64_t rows = std::min(kRows, m - i);
         // Two panels (32 columns) at a time: 8 accumulators hid vdpbf16ps's latency on Zen 4,
         // where 4 left it exposed; 8 rows (16 accumulators) ran 3-6% faster than 4 on Sapphire
@@ -116,7 +61,7 @@ __attribute__((target("avx512f,avx512bf16"))) void dot_rows(const Packed& p, int
             acc[v] = q0 == 0 || r >= rows ? _mm512_setzero_ps()
                                           : _mm512_maskz_loadu_ps(mask[h], c + (i + r) * ldc + j + h * kLanes);
           }
-          const uint32_t* panel = p.b.data() + j / kLanes * p.pairs * kLanes;
+          const uint32_t* panel = p.panel(j);
           for (int64_t q = q0; q < q1; ++q) {
             const __m512bh b0 = (__m512bh)_mm512_loadu_si512(panel + q * kLanes);
             const __m512bh b1 = (__m512bh)_mm512_loadu_si512(panel + (p.pairs + q) * kLanes);
@@ -138,7 +83,11 @@ __attribute__((target("avx512f,avx512bf16"))) void dot_rows(const Packed& p, int
 
 void dot_bf16(ThreadPool* pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
               int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
-  const Packed p = pack(ta, tb, m, n, k, a, lda, b, ldb);
+  // This thread's buffers, kept from product to product (bf16_pairs.h); named by a reference,
+  // which the pool's workers share (a thread_local named in a lambda is the running thread's own).
+  thread_local Bf16Pairs packed;
+  Bf16Pairs& p = packed;
+  pack_bf16_pairs(kShape, pool, ta, tb, m, n, k, a, lda, b, ldb, p);
   const int64_t blocks = p.rows / kRows;
   if (!pool || 2.0 * m * n * k < kSplitFlops || blocks < 2) {
     dot_rows(p, n, m, 0, p.rows, c, ldc);
@@ -179,16 +128,20 @@ void widened(ThreadPool* pool, DType dtype, bool ta, bool tb, int64_t m, int64_t
   sgemm(pool, false, false, m, n, k, af.data(), k, bf.data(), n, 0.0f, c, ldc);
 }
 
+bool use_amx(DType dtype) { return dtype == DType::bf16 && isa_allows(CpuIsa::amx); }
 bool use_dot_bf16(DType dtype) { return dtype == DType::bf16 && isa_allows(CpuIsa::avx512bf16); }
 
 }  // namespace
 
-const char* half_gemm_path(DType dtype) { return use_dot_bf16(dtype) ? "vdpbf16ps" : "widened to f32 + sgemm"; }
+const char* half_gemm_path(DType dtype) {
+  return use_amx(dtype) ? "amx tiles" : use_dot_bf16(dtype) ? "vdpbf16ps" : "widened to f32 + sgemm";
+}
 
 void half_gemm(ThreadPool* pool, DType dtype, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
                int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  if (use_dot_bf16(dtype)) dot_bf16(pool, transpose_a, transpose_b, m, n, k, a, lda, b, ldb, c, ldc);
+  if (use_amx(dtype)) amx_bf16_gemm(pool, transpose_a, transpose_b, m, n, k, a, lda, b, ldb, c, ldc);
+  else if (use_dot_bf16(dtype)) dot_bf16(pool, transpose_a, transpose_b, m, n, k, a, lda, b, ldb, c, ldc);
   else widened(pool, dtype, transpose_a, transpose_b, m, n, k, a, lda, b, ldb, c, ldc);
 }
 

@@ -37,8 +37,8 @@ double bits_f32(uint32_t bits) { return std::bit_cast<float>(bits); }
 // Every CPU level this CPU has, each a TOWERJIT_CPU_ISA value.
 std::vector<const char*> levels() {
   std::vector<const char*> out;
-  for (auto level : {tj::knobs::CpuIsa::avx512bf16, tj::knobs::CpuIsa::avx512, tj::knobs::CpuIsa::avx2,
-                     tj::knobs::CpuIsa::baseline})
+  for (auto level : {tj::knobs::CpuIsa::amx, tj::knobs::CpuIsa::avx512bf16, tj::knobs::CpuIsa::avx512,
+                     tj::knobs::CpuIsa::avx2, tj::knobs::CpuIsa::baseline})
     if (level <= tj::cpujit::widest_isa()) out.push_back(tj::cpujit::isa_name(level));
   return out;
 }
@@ -189,14 +189,16 @@ TEST_CASE("half floats: constants and variables start rounded once", "[half][cpu
 }
 
 // bf16 x bf16 and f16 x f16 -> f32: each product exact in f32, the sum in f32, so the f32 bound
-// of the rounded operands applies; at every level (vdpbf16ps where avx512bf16 is allowed,
-// widened to f32 + sgemm elsewhere), transposed operands and batches too.
+// of the rounded operands applies; at every level (AMX tiles where amx is allowed, vdpbf16ps
+// where avx512bf16 is, widened to f32 + sgemm elsewhere), transposed operands and batches too.
 TEST_CASE("half floats: matmul of bf16 and f16 operands within the derived bound", "[half][cpu][jit][isa]") {
   struct Dims { int64_t m, k, n; };
   for (const char* level : levels())
     for (DType t : {DType::bf16, DType::f16})
       for (Dims d : {Dims{1, 1, 1}, Dims{7, 7, 7}, Dims{127, 33, 17}, Dims{5, 127, 127}, Dims{3, 8, 40},
-                     Dims{9, 600, 300}}) {  // several pair and column blocks of the vdpbf16ps kernel
+                     Dims{9, 600, 300},      // several pair and column blocks of the vdpbf16ps kernel
+                     Dims{70, 99, 45},       // AMX: 3 blocks of 32 rows, 4 tiles of pairs (the last odd), 2 of columns
+                     Dims{200, 301, 300}}) {  // 36 MFLOP: split over the pool
         tj::test::ScopedEnv isa("TOWERJIT_CPU_ISA", level);
         INFO("level " << level << " (" << tj::cpujit::half_gemm_path(t) << "), " << tj::dtype_name(t) << ", "
                       << d.m << "x" << d.k << "x" << d.n);
@@ -214,6 +216,11 @@ TEST_CASE("half floats: matmul of bf16 and f16 operands within the derived bound
                              {"bt", random_array({d.n, d.k}, 5, -2, 2)}},
                             {}, "half matmul");
       }
+  if (tj::cpujit::widest_isa() >= tj::knobs::CpuIsa::amx) {
+    tj::test::ScopedEnv isa("TOWERJIT_CPU_ISA", "amx");
+    CHECK(std::string(tj::cpujit::half_gemm_path(DType::bf16)) == "amx tiles");
+    CHECK(std::string(tj::cpujit::half_gemm_path(DType::f16)) == "widened to f32 + sgemm");
+  }
   if (tj::cpujit::widest_isa() >= tj::knobs::CpuIsa::avx512bf16) {
     tj::test::ScopedEnv isa("TOWERJIT_CPU_ISA", "avx512bf16");
     CHECK(std::string(tj::cpujit::half_gemm_path(DType::bf16)) == "vdpbf16ps");
@@ -385,6 +392,10 @@ TEST_CASE("half floats: the matmul policy pass casts every product's operands an
   const std::string text = tj::kir::to_string(p);
   INFO(text);
   CHECK(text.find("_cast_add_relu over [B,5]") != std::string::npos);
+  // The backward's transposed operands (x^T, h^T, W^T) are cast before their transpose, which
+  // folds into the products' flags: no kernel transposes, and each cast is the forward's.
+  CHECK(text.find("transpose") == std::string::npos);
+  CHECK(text.find("^T") != std::string::npos);
   // A cast alone in a kernel (or a group's part) reads a variable or an input, never a value
   // another kernel computed.
   auto check_part = [&](const tj::kir::Kernel& k) {
