@@ -57,7 +57,8 @@ struct Options {
   std::vector<std::string> workloads;
   bool torch = true;  // false: no Python baseline at all, Debian's PyTorch nor the peers
   // --precision bf16|f16: towerjit's matrix products take 16-bit operands (the precision policy,
-  // jit/passes/half_matmuls.h); the peers stay f32.
+  // jit/passes/half_matmuls.h), and the peers run their own mixed precision (torch.autocast;
+  // JAX's products and convolutions on 16-bit operands).
   tj::DType precision = tj::DType::f32;
   std::vector<std::string> peers = bench::peer_names();
 };
@@ -363,6 +364,7 @@ int main(int argc, char** argv) try {
   if (!cache_dir) throw tj::Error("towerjit_bench: cannot create a temporary cache directory");
   tj::set_compile_options({.cache_dir = cache_dir});  // TOWERJIT_CACHE_DIR still overrides it
 
+  const std::string precision_flag = "--precision " + std::string(tj::dtype_name(o.precision));
   std::string torch_missing;
   std::optional<std::string> python;
   if (!o.torch) torch_missing = "skipped (--no-torch)";
@@ -371,6 +373,9 @@ int main(int argc, char** argv) try {
   if (o.torch && !o.peers.empty()) {
     std::cerr << "towerjit_bench: looking for the peers (" << TOWERJIT_BENCH_DIR "/peer_probe.py)...\n";
     peers = bench::choose_peers(bench::probe_pythons(TOWERJIT_BENCH_DIR), o.peers, TOWERJIT_BENCH_DIR);
+    // Under --precision bf16 / f16 each peer takes its own mixed precision: torch.autocast, and
+    // JAX's products and convolutions on 16-bit operands (bench/jax_baseline.py).
+    for (bench::Peer& p : peers) p.args += (p.args.empty() ? "" : " ") + precision_flag;
     for (const bench::Peer& p : peers)
       std::cerr << "towerjit_bench: peer " << p.name << ": "
                 << (p.unavailable.empty() ? p.version + " (" + p.python + ")" : "unavailable: " + p.unavailable) << "\n";
@@ -407,7 +412,7 @@ int main(int argc, char** argv) try {
       std::cerr << "towerjit_bench: " << name << ": round " << round + 1 << ": PyTorch (" << *python << ", "
                 << settings.size() << " settings)...\n";
       const bench::TorchResults torch = bench::run_torch(*python, TOWERJIT_BENCH_DIR "/torch_baseline.py",
-                                                         settings, {name}, o.steps, o.warmup);
+                                                         settings, {name}, o.steps, o.warmup, precision_flag);
       for (const auto& [setting, per] : torch)
         if (per.count(name)) torch_rounds[setting].push_back(per.at(name).step_ms);
       std::cerr << "towerjit_bench: " << name << ": round " << round + 1 << ": towerjit...\n";

@@ -6,7 +6,12 @@ line per workload in torch_baseline.py's format: {"workload", "threads", "step_m
 "step_ms_min", "step_ms_max", "samples_per_s", "steps", "first_step_ms" (the compile and one
 step), "jax_version"}. Without JAX it prints {"jax": null, "error": ...} and exits 0.
 
-  python3 bench/jax_baseline.py --threads 1 [--steps 50] [--warmup 10] [--workload cnn]
+  python3 bench/jax_baseline.py --threads 1 [--steps 50] [--warmup 10] [--workload cnn] [--precision bf16]
+
+--precision bf16|f16 takes the matrix products' and convolutions' operands in that dtype, as
+towerjit's precision policy does (jmp's compute dtype for just those ops): products accumulate
+and return f32 (preferred_element_type), convolutions return the 16-bit type, widened to f32
+for what follows; the parameters, the loss and the update stay f32.
 
 XLA's CPU client sizes its thread pool by the CPUs this process may run on, so --threads N
 pins the process to N of them before JAX loads.
@@ -88,10 +93,22 @@ def init(np, name, seed):
     return params, state
 
 
-def make_loss(jax, name, dropout=DROPOUT):
-    """loss(params, state, x, y, key) -> (mean cross-entropy, new batch-norm state)."""
+def make_loss(jax, name, dropout=DROPOUT, half=None):
+    """loss(params, state, x, y, key) -> (mean cross-entropy, new batch-norm state). `half`: the
+    products' and convolutions' operand dtype (a jnp dtype), None for f32."""
     jnp, lax = jax.numpy, jax.lax
     spec = expand(layers(name))
+
+    def dot(a, b):  # f32 (or the caller's float64) as it is; else 16-bit operands, an f32 sum
+        if half is None:
+            return a @ b
+        return jnp.matmul(a.astype(half), b.astype(half), preferred_element_type=jnp.float32)
+
+    def conv(x, w):  # a 16-bit convolution's result is 16-bit (cuDNN's and towerjit's), widened after
+        narrow = (lambda a: a) if half is None else (lambda a: a.astype(half))
+        y = lax.conv_general_dilated(narrow(x), narrow(w), (1, 1), ((1, 1), (1, 1)),
+                                     dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        return y if half is None else y.astype(jnp.float32)
 
     def forward(params, state, x, key):
         p, s = iter(params), iter(state)
@@ -105,10 +122,9 @@ def make_loss(jax, name, dropout=DROPOUT):
                     x = x.reshape(x.shape[0], 1, 28, 28)
                 elif kind == "linear":
                     w, b = next(p), next(p)
-                    x = x @ w.T + b
+                    x = dot(x, w.T) + b
                 elif kind == "conv":
-                    x = lax.conv_general_dilated(x, next(p), (1, 1), ((1, 1), (1, 1)),
-                                                 dimension_numbers=("NCHW", "OIHW", "NCHW"))
+                    x = conv(x, next(p))
                     if layer[3]:
                         x = x + next(p)[None, :, None, None]
                 elif kind == "bn":
@@ -148,10 +164,10 @@ def make_loss(jax, name, dropout=DROPOUT):
     return loss
 
 
-def make_step(jax, name, dropout=DROPOUT):
+def make_step(jax, name, dropout=DROPOUT, half=None):
     """step(params, momenta, state, x, y, key) -> (params, momenta, state, loss): the forward,
     the gradients and torch.optim.SGD's momentum update (m' = 0.9 m + g, w' = w - 0.05 m')."""
-    grad = jax.value_and_grad(make_loss(jax, name, dropout), has_aux=True)
+    grad = jax.value_and_grad(make_loss(jax, name, dropout, half), has_aux=True)
 
     def step(params, momenta, state, x, y, key):
         (loss, new_state), grads = grad(params, state, x, y, key)
@@ -162,7 +178,7 @@ def make_step(jax, name, dropout=DROPOUT):
     return step
 
 
-def measure(jax, np, name, steps, warmup):
+def measure(jax, np, name, steps, warmup, half=None):
     jnp = jax.numpy
     params, state = init(np, name, 0)
     params = [jnp.asarray(a) for a in params]
@@ -173,7 +189,7 @@ def measure(jax, np, name, steps, warmup):
     # Fixed random data, the same every step (as the C++ side does).
     x = jnp.asarray(rng.random((batch, 1, 28, 28) if name == "cnn" else (batch, 784), dtype=np.float32))
     y = jnp.asarray(rng.integers(0, 10, batch, dtype=np.int32))
-    step = jax.jit(make_step(jax, name), donate_argnums=(0, 1, 2))
+    step = jax.jit(make_step(jax, name, half=half), donate_argnums=(0, 1, 2))
     key = jax.random.PRNGKey(0)
 
     def one(i):
@@ -209,6 +225,7 @@ def main():
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--workload", action="append", choices=sorted(WORKLOADS))
+    p.add_argument("--precision", choices=["f32", "bf16", "f16"], default="f32")
     args = p.parse_args()
     if args.threads < 1:
         p.error("--threads must be at least 1")
@@ -220,9 +237,10 @@ def main():
     except Exception as e:  # ImportError, or a broken install
         print(json.dumps({"jax": None, "error": f"cannot import jax: {e}"}))
         return 0
+    half = {"f32": None, "bf16": jax.numpy.bfloat16, "f16": jax.numpy.float16}[args.precision]
     for name in args.workload or list(WORKLOADS):
-        r = measure(jax, np, name, args.steps, max(1, args.warmup))
-        r.update(threads=args.threads, jax_version=jax.__version__)
+        r = measure(jax, np, name, args.steps, max(1, args.warmup), half)
+        r.update(threads=args.threads, jax_version=jax.__version__, precision=args.precision)
         print(json.dumps(r), flush=True)
     return 0
 

@@ -6,6 +6,11 @@ workload: {"workload", "threads", "step_ms" (median), "step_ms_min", "step_ms_ma
 and exits 0.
 
   python3 bench/torch_baseline.py --threads 2 [--mode eager|compile] [--steps 50] [--warmup 10] [--workload cnn]
+                                   [--precision bf16]
+
+--precision bf16|f16 runs the forward and the loss under torch.autocast("cpu", dtype) (PyTorch's
+mixed precision: linear layers and convolutions in the 16-bit type, oneDNN's AMX or AVX512_BF16
+kernels where the CPU has them); the parameters and the optimiser stay f32.
 
 --mode compile runs the model through torch.compile (Inductor's C++ backend on the CPU; its
 backward too, through AOTAutograd); the loss and the optimiser step stay eager, as in
@@ -110,7 +115,7 @@ def build(torch, name):
     return model, shape
 
 
-def measure(torch, name, steps, warmup, mode="eager"):
+def measure(torch, name, steps, warmup, mode="eager", precision="f32"):
     torch.manual_seed(0)
     model, shape = build(torch, name)
     forward = torch.compile(model) if mode == "compile" else model
@@ -124,9 +129,12 @@ def measure(torch, name, steps, warmup, mode="eager"):
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()  # mean over the batch (over its tokens for gpt-small)
 
+    half = {"bf16": torch.bfloat16, "f16": torch.float16}.get(precision)
+
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(forward(x), y)
+        with torch.autocast("cpu", dtype=half or torch.bfloat16, enabled=half is not None):
+            loss = loss_fn(forward(x), y)
         loss.backward()
         opt.step()
         return loss
@@ -154,6 +162,7 @@ def main():
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--workload", action="append", choices=sorted(WORKLOADS))
     p.add_argument("--mode", choices=["eager", "compile"], default="eager")
+    p.add_argument("--precision", choices=["f32", "bf16", "f16"], default="f32")
     args = p.parse_args()
     try:
         import torch
@@ -165,8 +174,8 @@ def main():
     # PyTorch here, so that neither side pays for the slow path on tiny values.
     torch.set_flush_denormal(True)
     for name in args.workload or list(WORKLOADS):
-        r = measure(torch, name, args.steps, max(1, args.warmup), args.mode)
-        r.update(threads=args.threads, torch_version=torch.__version__, mode=args.mode)
+        r = measure(torch, name, args.steps, max(1, args.warmup), args.mode, args.precision)
+        r.update(threads=args.threads, torch_version=torch.__version__, mode=args.mode, precision=args.precision)
         print(json.dumps(r), flush=True)
     return 0
 
