@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "dsl/error.h"
+
 namespace towerjit::cpujit {
 namespace {
 
@@ -25,6 +27,49 @@ void grow(std::vector<uint32_t>& v, int64_t words) {
   if (static_cast<int64_t>(v.size()) < words) v.resize(words);
 }
 
+
+// A in blocks of R rows x P pairs (Bf16PairShape), P a constant so that a word's place within
+// its row, (q / P) R P + q % P, is shifts and masks. Row-major A: a row at a time, its words
+// read in order; transposed A (stored [k, m]): a pair at a time over R neighbouring rows of
+// op(A), which are neighbours in both of the source rows the pair interleaves. Padding rows and
+// pairs are written as zeros.
+template <int64_t P>
+void pack_a(Bf16Pairs& p, int64_t R, ThreadPool* pool, bool ta, int64_t m, int64_t k, const uint16_t* a,
+            int64_t lda) {
+  const int64_t whole = k / 2, pairs = (k + 1) / 2;
+  auto at = [&](uint32_t* row, int64_t q) -> uint32_t& { return row[q / P * R * P + q % P]; };
+  loop(pool, p.rows / R, m * pairs, [&](int64_t first, int64_t last) {
+    for (int64_t i0 = first * R; i0 < last * R; i0 += R) {
+      uint32_t* block = p.a.data() + i0 * p.pairs;  // row i0 + r's words start at block + r P
+      if (!ta) {
+        for (int64_t r = 0; r < R; ++r) {
+          uint32_t* row = block + r * P;
+          const uint16_t* from = a + (i0 + r) * lda;
+          int64_t q = 0;
+          if (i0 + r < m) {
+            // Whole blocks are the row's own bytes (two bf16 neighbours, the first low, are one
+            // little-endian word), copied P words at a time.
+            for (; q + P <= whole; q += P) std::memcpy(&at(row, q), from + 2 * q, P * sizeof(uint32_t));
+            for (; q < whole; ++q) at(row, q) = pair_word(from[2 * q], from[2 * q + 1]);
+            if (q < pairs) at(row, q++) = from[2 * whole];
+          }
+          for (; q < p.pairs; ++q) at(row, q) = 0;
+        }
+      } else {
+        const int64_t rows = std::clamp<int64_t>(m - i0, 0, R);
+        for (int64_t q = 0; q < p.pairs; ++q) {
+          const uint16_t* one = q < pairs ? a + 2 * q * lda + i0 : nullptr;
+          const uint16_t* two = q < whole ? one + lda : nullptr;
+          int64_t r = 0;
+          if (two) for (; r < rows; ++r) at(block + r * P, q) = pair_word(one[r], two[r]);
+          else if (one) for (; r < rows; ++r) at(block + r * P, q) = one[r];
+          for (; r < R; ++r) at(block + r * P, q) = 0;
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 
 // Each word's address advanced, never computed per element (a division per element had cost more
@@ -39,31 +84,9 @@ void pack_bf16_pairs(const Bf16PairShape& shape, ThreadPool* pool, bool ta, bool
   grow(p.b, p.pairs * p.columns);
   const int64_t whole = k / 2, pairs = (k + 1) / 2;
 
-  // A block by block, each [R][P] words in a row: row-major A's words are its own bytes (two bf16
-  // neighbours, the first low, are one little-endian word), copied; a transposed A's words
-  // interleave two of its rows.
-  const int64_t R = shape.a_block_rows, P = shape.a_block_pairs;
-  loop(pool, p.rows / R, m * pairs, [&](int64_t first, int64_t last) {
-    for (int64_t i0 = first * R; i0 < last * R; i0 += R) {
-      uint32_t* out = p.a.data() + i0 * p.pairs;  // the row block's blocks, one after another
-      for (int64_t q0 = 0; q0 < p.pairs; q0 += P, out += R * P) {
-        const int64_t cells = std::clamp<int64_t>(pairs - q0, 0, P), full = std::clamp<int64_t>(whole - q0, 0, P);
-        for (int64_t r = 0; r < R; ++r) {
-          uint32_t* to = out + r * P;
-          const int64_t i = i0 + r, done = i < m ? cells : 0;
-          if (i < m && !ta) {
-            const uint16_t* from = a + i * lda + 2 * q0;
-            std::memcpy(to, from, static_cast<size_t>(full) * sizeof(uint32_t));
-            if (cells > full) to[full] = from[2 * full];
-          } else if (i < m) {  // A stored [k, m]: its rows 2q and 2q + 1 give pair q of op(A)'s row i
-            const uint16_t* from = a + 2 * q0 * lda + i;
-            for (int64_t c = 0; c < cells; ++c) to[c] = pair_word(from[2 * c * lda], c < full ? from[(2 * c + 1) * lda] : 0);
-          }
-          std::fill(to + done, to + P, 0u);
-        }
-      }
-    }
-  });
+  if (shape.a_block_pairs == 1) pack_a<1>(p, shape.a_block_rows, pool, ta, m, k, a, lda);
+  else if (shape.a_block_pairs == 16) pack_a<16>(p, shape.a_block_rows, pool, ta, m, k, a, lda);
+  else internal_check(false) << "bf16 pairs packed in blocks of " << shape.a_block_pairs << " pairs";
 
   // B panel by panel, each [pair][16 columns]: a row-major B's pair of rows interleaved 16 columns
   // at a time; a transposed B's rows are its columns, whose words are again its own bytes.
