@@ -25,10 +25,11 @@ inline ConvGeometry conv_geometry(const Attrs& at, const Shape& x, const Shape& 
   return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], at.stride[0], at.stride[1], at.pad[0], at.pad[1]};
 }
 
-// Scratch memory reused across calls on a thread (slots 0 and 1): a training step convolves
-// many times.
+// Scratch memory reused across calls on a thread (slots 0 to 3): a training step convolves
+// many times. Slots 0 and 1 are the kernels' own (a packed image, its results); 2 and 3 hold a
+// 16-bit image widened, or a 16-bit result before rounding (conv_images.h).
 inline float* conv_scratch(int slot, int64_t floats) {
-  thread_local std::vector<float> buffers[2];
+  thread_local std::vector<float> buffers[4];
   if (static_cast<int64_t>(buffers[slot].size()) < floats) buffers[slot].resize(floats);
   return buffers[slot].data();
 }

@@ -10,6 +10,7 @@
 #include "jit/knobs.h"
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/conv_geometry.h"
+#include "runtime/cpu/conv_images.h"
 #include "runtime/cpu/vector_lanes.h"
 #include "runtime/cpu/narrow_conv.h"
 
@@ -224,14 +225,18 @@ void forward_image(const Conv& g, const Kernels& k, const float* xp, const float
   transpose(out, g.spatial(), g.o, g.opad(), y_image, g.spatial());
 }
 
-void forward(const Conv& g, const Kernels& k, const float* x, const std::vector<float>& wp, float* y,
+// x and y of any float dtype, an image at a time in f32 (conv_images.h).
+void forward(const Conv& g, const Kernels& k, const View& x, const std::vector<float>& wp, const View& y,
              ThreadPool* pool) {
+  const int64_t image = g.c * g.h * g.w, result = g.o * g.spatial();
   parallel(pool, g.n, [&](int64_t begin, int64_t end) {
     float* xp = conv_scratch(0, g.hp() * g.wp() * g.c);
     float* out = conv_scratch(1, g.spatial() * g.opad());
     for (int64_t i = begin; i < end; ++i) {
-      pack_image(g, x + i * g.c * g.h * g.w, xp);
-      forward_image(g, k, xp, wp.data(), out, y + i * g.o * g.spatial());
+      pack_image(g, image_in(x, i, image, 2), xp);
+      float* yi = image_out(y, i, result, 3);
+      forward_image(g, k, xp, wp.data(), out, yi);
+      image_done(y, i, result, yi);
     }
   });
 }
@@ -242,12 +247,14 @@ bool direct_conv2d(const Attrs& at, const View& x, const View& w, const View& y,
   const ConvGeometry geometry = conv_geometry(at, x.shape, w.shape, y.shape);
   const Kernels* k = kernels_for(geometry.o);
   if (!k) return false;
+  std::vector<float> widened;
+  const float* wf = as_floats(w, widened);
   if (geometry.c <= kNarrowChannels) {
-    narrow_conv_forward(geometry, uses_avx512(), x.f(), w.f(), y.f(), pool);
+    narrow_conv_forward(geometry, uses_avx512(), x, wf, y, pool);
     return true;
   }
   const Conv g{geometry, k->lanes};
-  forward(g, *k, x.f(), pack_weights(g, w.f(), false), y.f(), pool);
+  forward(g, *k, x, pack_weights(g, wf, false), y, pool);
   return true;
 }
 
@@ -259,6 +266,8 @@ bool direct_conv2d_grad_input(const Attrs& at, const View& dy, const View& w, co
   if (!k || f.sh != 1 || f.sw != 1 || f.ph > f.kh - 1 || f.pw > f.kw - 1) return false;
   const Conv g{{f.n, f.o, f.oh, f.ow, f.c, f.kh, f.kw, f.h, f.w, 1, 1, f.kh - 1 - f.ph, f.kw - 1 - f.pw}, k->lanes};
   if (g.hp() - g.kh + 1 != g.oh || g.wp() - g.kw + 1 != g.ow) return false;
+  std::vector<float> widened;
+  const float* wf = as_floats(w, widened);
   if (g.o <= kNarrowChannels) {  // few input channels: the filter rotated, as [C][O][KH][KW]
     std::vector<float> flipped(f.o * f.ckk());
     for (int64_t ci = 0; ci < f.c; ++ci)
@@ -266,11 +275,11 @@ bool direct_conv2d_grad_input(const Attrs& at, const View& dy, const View& w, co
         for (int64_t ky = 0; ky < f.kh; ++ky)
           for (int64_t kx = 0; kx < f.kw; ++kx)
             flipped[((ci * f.o + o) * f.kh + ky) * f.kw + kx] =
-                w.f()[((o * f.c + ci) * f.kh + (f.kh - 1 - ky)) * f.kw + (f.kw - 1 - kx)];
-    narrow_conv_forward(g, uses_avx512(), dy.f(), flipped.data(), dx.f(), pool);
+                wf[((o * f.c + ci) * f.kh + (f.kh - 1 - ky)) * f.kw + (f.kw - 1 - kx)];
+    narrow_conv_forward(g, uses_avx512(), dy, flipped.data(), dx, pool);
     return true;
   }
-  forward(g, *k, dy.f(), pack_weights(g, w.f(), true), dx.f(), pool);
+  forward(g, *k, dy, pack_weights(g, wf, true), dx, pool);
   return true;
 }
 
@@ -285,8 +294,16 @@ bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, c
   const ConvGeometry geometry = conv_geometry(at, x.shape, dw.shape, dy.shape);
   const Kernels* k = kernels_for(geometry.o);
   if (!k) return false;
+  // A 16-bit dw (a few thousand elements) is summed in f32, then rounded once.
+  std::vector<float> wide;
+  if (dw.dtype != DType::f32) wide.resize(static_cast<size_t>(dw.shape.elements(0)));
+  float* dwf = dw.dtype == DType::f32 ? dw.f() : wide.data();
+  auto round_dw = [&] {
+    if (dw.dtype != DType::f32) narrow_span(wide.data(), dw.h(), static_cast<int64_t>(wide.size()), dw.dtype);
+  };
   if (geometry.c <= kNarrowChannels) {
-    narrow_conv_grad_filter(geometry, uses_avx512(), x.f(), dy.f(), dw.f(), pool);
+    narrow_conv_grad_filter(geometry, uses_avx512(), x, dy, dwf, pool);
+    round_dw();
     return true;
   }
   const Conv g{geometry, k->lanes};
@@ -317,8 +334,8 @@ bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, c
     std::fill(partial.data() + first * size, partial.data() + last * size, 0.0f);
     for (int64_t chunk = first; chunk < last; ++chunk)
       for (int64_t i = g.n * chunk / chunks; i < g.n * (chunk + 1) / chunks; ++i) {
-        pack_image(g, x.f() + i * g.c * g.h * g.w, xp);
-        transpose(dy.f() + i * g.o * s, g.o, s, s, dyt, g.opad());
+        pack_image(g, image_in(x, i, g.c * g.h * g.w, 2), xp);
+        transpose(image_in(dy, i, g.o * s, 3), g.o, s, s, dyt, g.opad());
         for (const Tile& tile : tiles) {
           float* out = partial.data() + chunk * size + tile.tap * g.opad() + tile.block * g.lanes;
           if (by_row)
@@ -349,9 +366,10 @@ bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, c
       const int64_t o = e % g.opad(), tap = e / g.opad();
       if (o >= g.o) continue;
       const int64_t ci = tap % g.c, kx = tap / g.c % g.kw, ky = tap / g.c / g.kw;
-      dw.f()[((o * g.c + ci) * g.kh + ky) * g.kw + kx] = sum[e - e0];
+      dwf[((o * g.c + ci) * g.kh + ky) * g.kw + kx] = sum[e - e0];
     }
   });
+  round_dw();
   return true;
 }
 

@@ -2,7 +2,9 @@
 // half_convolutions.h): the operands widened to f32 (exactly), the f32 convolution of conv.h,
 // and its result rounded to the operands' dtype (nearest, ties to even), as cuDNN's 16-bit
 // configurations store it. So the result is bitwise the f32 convolution of the rounded
-// operands, rounded once; the speed is the f32 convolution's plus two passes.
+// operands, rounded once. The direct kernels widen and round an image at a time in cache
+// (conv_images.h); the im2col path (the baseline level, a strided input gradient) widens the
+// operands whole and rounds the result whole, two passes more than f32.
 #pragma once
 
 #include "dsl/node.h"

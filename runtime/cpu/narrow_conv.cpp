@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/cpu/conv.h"
+#include "runtime/cpu/conv_images.h"
 #include "runtime/cpu/vector_lanes.h"
 
 namespace towerjit::cpujit {
@@ -230,7 +231,7 @@ float* rows_scratch(const WindowRows& r, const Kernels& k) {
 
 }  // namespace
 
-void narrow_conv_forward(const ConvGeometry& g, bool avx512, const float* x, const float* w, float* y,
+void narrow_conv_forward(const ConvGeometry& g, bool avx512, const View& x, const float* w, const View& y,
                          ThreadPool* pool) {
   const Kernels& k = kernels(avx512);
   const WindowRows r = window_rows(g);
@@ -241,8 +242,8 @@ void narrow_conv_forward(const ConvGeometry& g, bool avx512, const float* x, con
   parallel(pool, g.n, [&](int64_t begin, int64_t end) {
     float* rows = rows_scratch(r, k);
     for (int64_t i = begin; i < end; ++i) {
-      fill_rows(g, r, x + i * g.c * g.h * g.w, rows);
-      float* yi = y + i * g.o * s;
+      fill_rows(g, r, image_in(x, i, g.c * g.h * g.w, 2), rows);
+      float* yi = image_out(y, i, g.o * s, 3);
       for (int64_t b = 0; b < channels.count; ++b) {
         const int64_t o0 = channels.cut(b), ob = channels.cut(b + 1) - o0, most = k.accs / ob;
         // Blocks of `most` vectors of pixels in one call, then one block of the rest.
@@ -251,11 +252,12 @@ void narrow_conv_forward(const ConvGeometry& g, bool avx512, const float* x, con
         if (full < vectors)
           k.forward[ob][vectors - full](taps, rows, r.off.data(), w + o0 * taps, full * k.width, s, yi + o0 * s, s);
       }
+      image_done(y, i, g.o * s, yi);
     }
   });
 }
 
-void narrow_conv_grad_filter(const ConvGeometry& g, bool avx512, const float* x, const float* dy, float* dw,
+void narrow_conv_grad_filter(const ConvGeometry& g, bool avx512, const View& x, const View& dy, float* dw,
                              ThreadPool* pool) {
   const Kernels& k = kernels(avx512);
   const WindowRows r = window_rows(g);
@@ -269,8 +271,8 @@ void narrow_conv_grad_filter(const ConvGeometry& g, bool avx512, const float* x,
     float* rows = rows_scratch(r, k);
     for (int64_t chunk = first; chunk < last; ++chunk)
       for (int64_t i = g.n * chunk / chunks; i < g.n * (chunk + 1) / chunks; ++i) {
-        fill_rows(g, r, x + i * g.c * g.h * g.w, rows);
-        const float* dyi = dy + i * g.o * s;
+        fill_rows(g, r, image_in(x, i, g.c * g.h * g.w, 2), rows);
+        const float* dyi = image_in(dy, i, g.o * s, 3);
         // Each tile over all of the image's pixels (strips of pixels that stay in L1 across the
         // tiles were slower: each call then reloads and stores its partial sums more often).
         for (int64_t b = 0; b < channels.count; ++b) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "runtime/cpu/conv_geometry.h"
+#include "runtime/cpu/library.h"
 #include "runtime/thread_pool.h"
 
 namespace towerjit::cpujit {
@@ -21,15 +22,16 @@ namespace towerjit::cpujit {
 // gradient) take these kernels.
 constexpr int64_t kNarrowChannels = 4;
 
-// y [N, O, OH, OW] = conv(x [N, C, H, W], w [O, C, KH, KW]) (`w` read as [O][C*KH*KW]).
+// y [N, O, OH, OW] = conv(x [N, C, H, W], w [O, C, KH, KW]) (`w` read as [O][C*KH*KW]); x and
+// y of any float dtype, an image at a time in f32 (conv_images.h).
 // `avx512`: the AVX-512 kernels, else AVX2 + FMA; the caller checks the CPU has them.
-void narrow_conv_forward(const ConvGeometry& g, bool avx512, const float* x, const float* w, float* y,
+void narrow_conv_forward(const ConvGeometry& g, bool avx512, const View& x, const float* w, const View& y,
                          ThreadPool* pool);
 
 // dw [O, C, KH, KW] = the sum over the batch of dy x the windows of x: a fixed 16 chunks of
 // the batch, each summed in image order, then the chunks in order: the same bits on any
 // number of threads.
-void narrow_conv_grad_filter(const ConvGeometry& g, bool avx512, const float* x, const float* dy, float* dw,
+void narrow_conv_grad_filter(const ConvGeometry& g, bool avx512, const View& x, const View& dy, float* dw,
                              ThreadPool* pool);
 
 }  // namespace towerjit::cpujit

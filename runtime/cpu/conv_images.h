@@ -1,0 +1,34 @@
+// A convolution's batch tensors one image at a time in f32, whatever their dtype, for the
+// direct kernels (direct_conv.cpp, narrow_conv.cpp): an f32 image is used in place; a bf16 or
+// f16 one (the precision policy's, jit/passes/half_convolutions.h) is widened into this
+// thread's scratch as its turn comes, and a 16-bit result is written to scratch and rounded
+// into place once the image is done. The per-image copies stay in cache, so a 16-bit
+// convolution moves 2 bytes an element through memory, where widening and rounding whole
+// tensors had been passes of their own (resnet-bn's bf16 step 1.27x its f32 one).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dsl/dtype.h"
+#include "runtime/cpu/library.h"
+
+namespace towerjit::cpujit {
+
+// n bit patterns of `dtype` (bf16 or f16) as floats (exact), and floats rounded to `dtype`
+// (to nearest even; a NaN becomes the quiet NaN of its sign, as half_bits gives).
+void widen_span(const uint16_t* from, float* to, int64_t n, DType dtype);
+void narrow_span(const float* from, uint16_t* to, int64_t n, DType dtype);
+
+// Image i (of `elements` each) of `v` as f32: in place, or widened into scratch `slot`
+// (conv_geometry.h's conv_scratch) of the calling thread.
+const float* image_in(const View& v, int64_t i, int64_t elements, int slot);
+// Where to write image i of `v` in f32: in place, or scratch `slot`; then image_done(v, i,
+// elements, written) rounds a 16-bit image into place (nothing for f32).
+float* image_out(const View& v, int64_t i, int64_t elements, int slot);
+void image_done(const View& v, int64_t i, int64_t elements, const float* written);
+
+// All of `v` as f32 (a filter: small): in place, or widened into `keep`.
+const float* as_floats(const View& v, std::vector<float>& keep);
+
+}  // namespace towerjit::cpujit
