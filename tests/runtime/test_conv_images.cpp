@@ -6,7 +6,11 @@
 // ([isa]).
 #include <catch2/catch.hpp>
 
+#include <xmmintrin.h>
+
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -83,4 +87,64 @@ TEST_CASE("16-bit convolutions an image at a time equal the widened f32 convolut
             REQUIRE(got[e] == want[e]);
           }
         }
+}
+
+// The spans' conversions (F16C's vcvtph2ps / vcvtps2ph at the avx2 level and above, scalar
+// below; bf16 by bits) against dsl/half_float.h's closed form: every one of the 65536 bit
+// patterns widened, and floats narrowed through every rounding case (ties to even, f16
+// subnormals, overflow, NaN payloads, signed zeros), with MXCSR's flush-to-zero and
+// denormals-are-zero on, as towerjit computes, and off; lengths around the 8-wide blocks.
+TEST_CASE("16-bit spans widen and round as the closed form, every f16 pattern, flushed or not", "[half][cpu][isa]") {
+  const unsigned saved = _mm_getcsr();
+  struct Restore {
+    unsigned csr;
+    ~Restore() { _mm_setcsr(csr); }
+  } restore{saved};
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> values = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 65520.0f, 65519.99f, 1e9f, -1e9f, inf, -inf,
+                               0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-26f, 0x1.004p-14f, 0x1.ffcp-15f, 1e-40f, -1e-40f,
+                               1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 1.0f + 0x1p-8f, 1.0f + 0x1p-8f + 0x1p-20f,
+                               std::bit_cast<float>(0x7fc00000u), std::bit_cast<float>(0xffc00001u),
+                               std::bit_cast<float>(0x7fbfffffu), std::bit_cast<float>(0x7f800001u)};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-70000.0f, 70000.0f);
+  while (values.size() < 203) values.push_back(u(rng));
+  std::vector<uint16_t> patterns(65536);
+  for (uint32_t b = 0; b < 65536; ++b) patterns[b] = static_cast<uint16_t>(b);
+  // The closed form's values as f32 bits, converted with nothing flushed (a flushing MXCSR would
+  // flush the oracle's own double -> float conversion).
+  _mm_setcsr(saved & ~0x8040u);
+  std::vector<uint32_t> want_bits[2];  // f16, bf16
+  for (int f = 0; f < 2; ++f)
+    for (uint32_t b = 0; b < 65536; ++b)
+      want_bits[f].push_back(std::bit_cast<uint32_t>(static_cast<float>(tj::half_value(static_cast<uint16_t>(b), f ? DType::bf16 : DType::f16))));
+  for (unsigned csr : {saved | 0x8040u, saved & ~0x8040u})  // FTZ | DAZ on, then off
+    for (DType t : {DType::f16, DType::bf16}) {
+      _mm_setcsr(csr);
+      INFO(tj::dtype_name(t) << (csr & 0x8040u ? ", flushed" : ", not flushed") << ", level "
+                             << cpujit::isa_name(cpujit::cpu_isa()));
+      std::vector<float> wide(patterns.size());
+      cpujit::widen_span(patterns.data(), wide.data(), static_cast<int64_t>(wide.size()), t);
+      for (uint32_t b = 0; b < 65536; ++b) {
+        const uint32_t want = want_bits[t == DType::bf16][b], got = std::bit_cast<uint32_t>(wide[b]);
+        INFO("pattern " << b);
+        if ((want & 0x7fffffffu) > 0x7f800000u) REQUIRE((got & 0x7fffffffu) > 0x7f800000u);  // a NaN
+        else REQUIRE(got == want);
+      }
+      for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{27}, static_cast<int64_t>(values.size())}) {
+        std::vector<uint16_t> narrow(static_cast<size_t>(n));
+        cpujit::narrow_span(values.data(), narrow.data(), n, t);
+        for (int64_t i = 0; i < n; ++i) {
+          // A flushed f32 subnormal input is zero to the hardware: its nearest 16-bit value is the
+          // signed zero either way (bf16 keeps f32's subnormals only when they are not flushed).
+          const float v = values[i];
+          const uint32_t bits = std::bit_cast<uint32_t>(v);
+          const bool subnormal = (bits & 0x7f800000u) == 0 && (bits & 0x007fffffu) != 0;  // by bits: DAZ hides it from FP ops
+          const bool flushed = (csr & 0x8040u) && subnormal;
+          INFO("value " << v << " (" << std::hex << std::bit_cast<uint32_t>(v) << std::dec << ")");
+          if (flushed && t == DType::bf16) continue;
+          REQUIRE(narrow[i] == tj::half_bits(flushed ? (bits >> 31 ? -0.0 : 0.0) : v, t));
+        }
+      }
+    }
 }
