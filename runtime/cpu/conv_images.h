@@ -10,15 +10,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "dsl/dtype.h"
 #include "runtime/cpu/library.h"
 
 namespace towerjit::cpujit {
-
-// n bit patterns of `dtype` (bf16 or f16) as floats (exact), and floats rounded to `dtype`
-// (to nearest even; a NaN becomes the quiet NaN of its sign, as half_bits gives).
-void widen_span(const uint16_t* from, float* to, int64_t n, DType dtype);
-void narrow_span(const float* from, uint16_t* to, int64_t n, DType dtype);
 
 // Image i (of `elements` each) of `v` as f32: in place, or widened into scratch `slot`
 // (conv_geometry.h's conv_scratch) of the calling thread.

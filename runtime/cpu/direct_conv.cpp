@@ -11,6 +11,7 @@
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/conv_geometry.h"
 #include "runtime/cpu/conv_images.h"
+#include "runtime/cpu/half_spans.h"
 #include "runtime/cpu/vector_lanes.h"
 #include "runtime/cpu/narrow_conv.h"
 

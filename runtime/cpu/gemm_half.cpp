@@ -11,6 +11,7 @@
 #include "runtime/cpu/amx_gemm.h"
 #include "runtime/cpu/bf16_pairs.h"
 #include "runtime/cpu/gemm.h"
+#include "runtime/cpu/half_spans.h"
 
 namespace towerjit::cpujit {
 namespace {
@@ -116,16 +117,18 @@ float widen_half(uint16_t bits, DType dtype) {
 
 namespace {
 
-// The operands widened to f32 (exact), transposes resolved, then sgemm.
+// The operands widened to f32 (exact) row by row as they are stored, then sgemm with the same
+// transposes.
 void widened(ThreadPool* pool, DType dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
              int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
-  std::vector<float> af(m * k), bf(k * n);
-  auto widen = [dtype](uint16_t bits) { return widen_half(bits, dtype); };
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t kk = 0; kk < k; ++kk) af[i * k + kk] = widen(ta ? a[kk * lda + i] : a[i * lda + kk]);
-  for (int64_t kk = 0; kk < k; ++kk)
-    for (int64_t j = 0; j < n; ++j) bf[kk * n + j] = widen(tb ? b[j * ldb + kk] : b[kk * ldb + j]);
-  sgemm(pool, false, false, m, n, k, af.data(), k, bf.data(), n, 0.0f, c, ldc);
+  auto widen = [dtype](const uint16_t* from, int64_t rows, int64_t columns, int64_t ld) {
+    std::vector<float> out(static_cast<size_t>(rows * columns));
+    for (int64_t r = 0; r < rows; ++r) widen_span(from + r * ld, out.data() + r * columns, columns, dtype);
+    return out;
+  };
+  const std::vector<float> af = ta ? widen(a, k, m, lda) : widen(a, m, k, lda);
+  const std::vector<float> bf = tb ? widen(b, n, k, ldb) : widen(b, k, n, ldb);
+  sgemm(pool, ta, tb, m, n, k, af.data(), ta ? m : k, bf.data(), tb ? k : n, 0.0f, c, ldc);
 }
 
 bool use_amx(DType dtype) { return dtype == DType::bf16 && isa_allows(CpuIsa::amx); }

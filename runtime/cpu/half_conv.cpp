@@ -5,6 +5,7 @@
 #include "dsl/error.h"
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/conv_images.h"
+#include "runtime/cpu/half_spans.h"
 #include "runtime/cpu/direct_conv.h"
 
 namespace towerjit::cpujit {

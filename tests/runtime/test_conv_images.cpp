@@ -19,6 +19,7 @@
 #include "jit/cpu/cpu_isa.h"
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/conv_images.h"
+#include "runtime/cpu/half_spans.h"
 #include "runtime/cpu/half_conv.h"
 #include "runtime/thread_pool.h"
 
