@@ -15,6 +15,7 @@
 #include "runtime/cpu/gemm_half.h"
 #include "runtime/thread_pool.h"
 #include "tests/jit/cpu_test_env.h"
+#include "tests/runtime/f32_gamma.h"
 
 namespace tj = towerjit;
 namespace cpujit = towerjit::cpujit;
@@ -22,10 +23,7 @@ using tj::knobs::CpuIsa;
 
 namespace {
 
-constexpr double kU = 0x1p-24;  // float's unit roundoff
-
-// Higham's gamma_n = n u / (1 - n u): the bound on the relative error of n roundings.
-double gamma(int64_t n) { return n * kU / (1.0 - n * kU); }
+using towerjit::testing::f32_gamma;
 
 struct Product {
   bool ta, tb;
@@ -68,7 +66,7 @@ void check_bound(const Product& z, const std::vector<float>& c) {
         magnitude += std::fabs(z.at_a(i, p) * z.at_b(p, j));
       }
       INFO("C[" << i << ", " << j << "] = " << got << ", exact " << exact);
-      REQUIRE(std::fabs(got - exact) <= gamma(z.k) * magnitude);
+      REQUIRE(std::fabs(got - exact) <= f32_gamma(z.k) * magnitude);
     }
 }
 

@@ -13,15 +13,13 @@
 #include "jit/cpu/cpu_isa.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/small_gemm.h"
+#include "tests/runtime/f32_gamma.h"
 
 namespace cpujit = towerjit::cpujit;
 
 namespace {
 
-constexpr double kU = 0x1p-24;  // float's unit roundoff
-
-// Higham's gamma_n = n u / (1 - n u): the bound on the relative error of n roundings.
-double gamma(int64_t n) { return n * kU / (1.0 - n * kU); }
+using towerjit::testing::f32_gamma;
 
 struct Product {
   bool ta, tb;
@@ -75,7 +73,7 @@ void check(const Product& z, float beta) {
         magnitude += std::fabs(beta * static_cast<double>(z.c[i * z.ldc + j]));
       }
       // k products summed in order, then beta * C added (one product and one sum more).
-      const double bound = gamma(z.k + 2) * magnitude;
+      const double bound = f32_gamma(z.k + 2) * magnitude;
       INFO("C[" << i << ", " << j << "] = " << got << ", exact " << exact << ", bound " << bound);
       REQUIRE(std::fabs(got - exact) <= bound);
     }
