@@ -94,10 +94,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void tile_blocks(const Bf16Pairs& p
 
 void amx_bf16_gemm(ThreadPool* pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
                    int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
-  // This thread's buffers, kept from product to product (bf16_pairs.h); named by a reference,
-  // which the pool's workers share (a thread_local named in a lambda is the running thread's own).
-  thread_local Bf16Pairs packed;
-  Bf16Pairs& p = packed;
+  Bf16Pairs& p = this_thread_pairs();
   pack_bf16_pairs(kShape, pool, ta, tb, m, n, k, a, lda, b, ldb, p);
   const int64_t blocks = p.rows / kBlock * (p.columns / kBlock);
   if (!pool || pool->size() < 2 || 2.0 * m * n * k < kSplitFlops || blocks < 2) {

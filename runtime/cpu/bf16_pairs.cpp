@@ -27,7 +27,6 @@ void grow(std::vector<uint32_t>& v, int64_t words) {
   if (static_cast<int64_t>(v.size()) < words) v.resize(words);
 }
 
-
 // A in blocks of R rows x P pairs (Bf16PairShape), P a constant so that a word's place within
 // its row, (q / P) R P + q % P, is shifts and masks. Row-major A: a row at a time, its words
 // read in order; transposed A (stored [k, m]): a pair at a time over R neighbouring rows of
@@ -72,9 +71,15 @@ void pack_a(Bf16Pairs& p, int64_t R, ThreadPool* pool, bool ta, int64_t m, int64
 
 }  // namespace
 
-// Each word's address advanced, never computed per element (a division per element had cost more
-// than the product). k's pairs: `whole` with both halves in k, `pairs` with either (k odd: the
-// last pair's second half is zero); past them, and past m and n, zeros.
+Bf16Pairs& this_thread_pairs() {
+  thread_local Bf16Pairs pairs;
+  return pairs;
+}
+
+// Every word's place found by shifts, masks and pointers advanced, never by a division per
+// element (one had cost more than the product). k's pairs: `whole` with both halves in k,
+// `pairs` with either (k odd: the last pair's second half is zero); past them, and past m and
+// n, zeros.
 void pack_bf16_pairs(const Bf16PairShape& shape, ThreadPool* pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                      const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, Bf16Pairs& p) {
   p.pairs = round_up((k + 1) / 2, shape.pair_multiple);

@@ -40,6 +40,10 @@ struct Bf16Pairs {
   const uint32_t* panel(int64_t j) const { return b.data() + j / kPanelColumns * pairs * kPanelColumns; }
 };
 
+// The calling thread's Bf16Pairs, kept from product to product. A reference to it may be handed
+// to the pool's workers (a thread_local named inside their lambda would be each worker's own).
+Bf16Pairs& this_thread_pairs();
+
 // op(A)[m, k] and op(B)[k, n] of bf16 bit patterns (row-major; A stored [k, m] when
 // transpose_a, B [n, k] when transpose_b) packed into `out` for `shape`, every word (padding
 // too) written once, over `pool` when it is worth it.

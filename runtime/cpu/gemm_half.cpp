@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "dsl/half_float.h"
-#include "runtime/cpu/cpu_features.h"
 #include "runtime/cpu/amx_gemm.h"
 #include "runtime/cpu/bf16_pairs.h"
+#include "runtime/cpu/cpu_features.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/half_spans.h"
 
@@ -84,10 +84,7 @@ __attribute__((target("avx512f,avx512bf16"))) void dot_rows(const Bf16Pairs& p, 
 
 void dot_bf16(ThreadPool* pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
               int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
-  // This thread's buffers, kept from product to product (bf16_pairs.h); named by a reference,
-  // which the pool's workers share (a thread_local named in a lambda is the running thread's own).
-  thread_local Bf16Pairs packed;
-  Bf16Pairs& p = packed;
+  Bf16Pairs& p = this_thread_pairs();
   pack_bf16_pairs(kShape, pool, ta, tb, m, n, k, a, lda, b, ldb, p);
   const int64_t blocks = p.rows / kRows;
   if (!pool || 2.0 * m * n * k < kSplitFlops || blocks < 2) {
@@ -123,7 +120,9 @@ void widened(ThreadPool* pool, DType dtype, bool ta, bool tb, int64_t m, int64_t
              int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
   auto widen = [dtype](const uint16_t* from, int64_t rows, int64_t columns, int64_t ld) {
     std::vector<float> out(static_cast<size_t>(rows * columns));
-    for (int64_t r = 0; r < rows; ++r) widen_span(from + r * ld, out.data() + r * columns, columns, dtype);
+    if (ld == columns) widen_span(from, out.data(), rows * columns, dtype);  // one run
+    else
+      for (int64_t r = 0; r < rows; ++r) widen_span(from + r * ld, out.data() + r * columns, columns, dtype);
     return out;
   };
   const std::vector<float> af = ta ? widen(a, k, m, lda) : widen(a, m, k, lda);

@@ -21,13 +21,13 @@ inline uint16_t narrow_bf16(float v) {
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-// f16 through F16C, 8 at a time. vcvtph2ps is exact (f16 subnormals
-// become normal floats; MXCSR's DAZ does not apply to its 16-bit inputs). vcvtps2ph rounds to
-// nearest even, overflows to infinity and keeps f16 subnormals (FTZ does not apply to it; an
-// f32 subnormal, flushed by DAZ, would round to a signed zero anyway); a NaN keeps the top of
-// its payload, so NaN lanes are set to the quiet NaN of their sign that half_bits gives.
-// F16C is part of the avx2 level (x86-64-v3), so TOWERJIT_CPU_ISA=baseline runs the scalar
-// conversions an SSE2-only machine would.
+// f16 through F16C, 8 at a time. vcvtph2ps is exact (f16 subnormals become normal floats;
+// MXCSR's DAZ does not apply to its 16-bit inputs). vcvtps2ph rounds to nearest even, overflows
+// to infinity and keeps f16 subnormals (FTZ does not apply to it; an f32 subnormal, flushed by
+// DAZ, would round to a signed zero anyway); a NaN keeps the top of its payload, so NaN lanes
+// are set to the quiet NaN of their sign that half_bits gives. F16C is part of the avx2 level
+// (x86-64-v3), so TOWERJIT_CPU_ISA=baseline runs the scalar conversions an SSE2-only machine
+// would. (The level is read from the environment each call: convert whole runs at a time.)
 bool has_f16c() { return isa_allows(CpuIsa::avx2); }
 
 __attribute__((target("avx2,f16c"))) void widen_f16c(const uint16_t* from, float* to, int64_t n) {
