@@ -50,10 +50,8 @@ Rewritten half_matmul_operands(const Graph& graph, DType dtype) {
       // lowering then folds into the product's flags, and the cast is the forward's own (CSE):
       // cast(transpose(x)) had been a transposing kernel of its own per operand, strided reads
       // at a third of the copy bandwidth.
-      const Node& operand = out.node(in);
-      if (swaps_last_two(operand)) {
-        Node transposed = operand;
-        transposed.inputs = {cast(operand.inputs[0])};
+      if (Node transposed = out.node(in); swaps_last_two(transposed)) {  // a copy: add() may move nodes
+        transposed.inputs = {cast(transposed.inputs[0])};
         transposed.dtype = dtype;
         in = out.add(std::move(transposed));
       } else {
