@@ -24,12 +24,14 @@ constexpr Level kLevels[] = {{"baseline", "Prescott"},
                              {"amx", "SkylakeX"}};
 static_assert(static_cast<int>(CpuIsa::baseline) == 0 && static_cast<int>(CpuIsa::amx) == 4);
 
-// Linux hands a process AMX's 8 KiB of tile registers only when asked (arch_prctl
-// ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, Linux 5.16 and later); before that, a tile
-// instruction faults. Asked once for the whole process, before any thread uses a tile.
-bool os_grants_amx_tiles() {
-  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+// Whether Linux can give a process AMX's tile registers (arch_prctl ARCH_GET_XCOMP_SUPP lists
+// XFEATURE_XTILEDATA: Linux 5.16 and later). A process asks for them only when it first
+// multiplies on tiles (runtime/cpu/amx_gemm.h, amx_tiles_granted).
+bool os_supports_amx_tiles() {
+  constexpr long kArchGetXcompSupp = 0x1021;
+  constexpr int kXfeatureXtiledata = 18;
+  unsigned long features = 0;
+  return syscall(SYS_arch_prctl, kArchGetXcompSupp, &features) == 0 && (features >> kXfeatureXtiledata & 1u);
 }
 }  // namespace
 
@@ -43,7 +45,7 @@ CpuIsa widest_isa() {
     if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {
       if (!__builtin_cpu_supports("avx512bf16")) return CpuIsa::avx512;
       const bool amx = __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16");
-      return amx && os_grants_amx_tiles() ? CpuIsa::amx : CpuIsa::avx512bf16;
+      return amx && os_supports_amx_tiles() ? CpuIsa::amx : CpuIsa::avx512bf16;
     }
     return avx2 ? CpuIsa::avx2 : CpuIsa::baseline;
   }();
@@ -82,7 +84,7 @@ CpuIsa checked_isa(CpuIsa requested, CpuIsa widest, const std::string& cpu) {
   for (CpuIsa l : {CpuIsa::amx, CpuIsa::avx512bf16, CpuIsa::avx512, CpuIsa::avx2, CpuIsa::baseline})
     if (l <= widest) levels += std::string(levels.empty() ? "" : " or ") + isa_name(l);
   throw Error(std::string("towerjit: TOWERJIT_CPU_ISA=") + isa_name(requested) + " asks for " +
-              (requested == CpuIsa::amx ? "AMX-BF16 tiles granted by the kernel (amx_tile and amx_bf16, Linux 5.16 or "
+              (requested == CpuIsa::amx ? "AMX-BF16 tiles the kernel supports (amx_tile and amx_bf16, Linux 5.16 or "
                                           "later) with AVX-512 and AVX512_BF16"
                : requested == CpuIsa::avx512bf16 ? "AVX-512 with AVX512_BF16 (avx512f, avx512bw and avx512_bf16)"
                : requested == CpuIsa::avx512   ? "AVX-512 (avx512f and avx512bw)"

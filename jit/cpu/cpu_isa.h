@@ -16,8 +16,8 @@ using knobs::CpuIsa;
 // "amx", "avx512bf16", "avx512", "avx2", "baseline": the knob's spelling.
 const char* isa_name(CpuIsa isa);
 
-// The widest level this CPU runs: AMX-BF16 tiles the kernel grants this process, with AVX-512 F,
-// BW and AVX512_BF16; else AVX-512 F and BW with AVX512_BF16, else AVX-512 F and BW, else AVX2
+// The widest level this CPU runs: AMX-BF16 tiles the kernel supports, with AVX-512 F, BW and
+// AVX512_BF16; else AVX-512 F and BW with AVX512_BF16, else AVX-512 F and BW, else AVX2
 // and FMA, else the baseline.
 CpuIsa widest_isa();
 

@@ -1,6 +1,8 @@
 #include "runtime/cpu/amx_gemm.h"
 
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -91,6 +93,14 @@ __attribute__((target("amx-tile,amx-bf16"))) void tile_blocks(const Bf16Pairs& p
 }
 
 }  // namespace
+
+bool amx_tiles_granted() {
+  static const bool granted = [] {
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return granted;
+}
 
 void amx_bf16_gemm(ThreadPool* pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
                    int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {

@@ -9,7 +9,15 @@
 
 namespace towerjit::cpujit {
 
-// C[m, n] = op(A)[m, k] * op(B)[k, n] for bf16 A and B (bit patterns), f32 C, as half_gemm.
+// Asks Linux, once a process, for the tile registers' state (arch_prctl ARCH_REQ_XCOMP_PERM):
+// until then a tile instruction faults. Asked by the first product on tiles, not when the CPU
+// level is read, so a process that never multiplies bf16 keeps the thread state and signal
+// frames of one without AMX. False where Linux refuses (a thread's alternate signal stack too
+// small for the tiles' 8 KiB, say): half_gemm then runs vdpbf16ps.
+bool amx_tiles_granted();
+
+// C[m, n] = op(A)[m, k] * op(B)[k, n] for bf16 A and B (bit patterns), f32 C, as half_gemm; only
+// once amx_tiles_granted().
 void amx_bf16_gemm(ThreadPool* pool, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
                    const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc);
 

@@ -130,7 +130,7 @@ void widened(ThreadPool* pool, DType dtype, bool ta, bool tb, int64_t m, int64_t
   sgemm(pool, ta, tb, m, n, k, af.data(), ta ? m : k, bf.data(), tb ? k : n, 0.0f, c, ldc);
 }
 
-bool use_amx(DType dtype) { return dtype == DType::bf16 && isa_allows(CpuIsa::amx); }
+bool use_amx(DType dtype) { return dtype == DType::bf16 && isa_allows(CpuIsa::amx) && amx_tiles_granted(); }
 bool use_dot_bf16(DType dtype) { return dtype == DType::bf16 && isa_allows(CpuIsa::avx512bf16); }
 
 }  // namespace
