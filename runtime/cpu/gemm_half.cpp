@@ -3,10 +3,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <bit>
 #include <vector>
 
-#include "dsl/half_float.h"
 #include "runtime/cpu/amx_gemm.h"
 #include "runtime/cpu/bf16_pairs.h"
 #include "runtime/cpu/cpu_features.h"
@@ -94,25 +92,6 @@ void dot_bf16(ThreadPool* pool, bool ta, bool tb, int64_t m, int64_t n, int64_t 
   pool->parallel_for(blocks, [&](int64_t first, int64_t last) { dot_rows(p, n, m, first * kRows, last * kRows, c, ldc); });
 }
 
-// Every f16 bit pattern's value as a float: widening by table is as fast as F16C's scalar
-// conversion and needs no CPU feature.
-const float* f16_table() {
-  static const std::vector<float> table = [] {
-    std::vector<float> t(0x10000);
-    for (uint32_t b = 0; b < 0x10000; ++b) t[b] = static_cast<float>(half_value(static_cast<uint16_t>(b), DType::f16));
-    return t;
-  }();
-  return table.data();
-}
-
-}  // namespace
-
-float widen_half(uint16_t bits, DType dtype) {
-  if (dtype == DType::f16) return f16_table()[bits];
-  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
-}
-
-namespace {
 
 // The operands widened to f32 (exact) row by row as they are stored, then sgemm with the same
 // transposes.

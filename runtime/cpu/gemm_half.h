@@ -23,8 +23,4 @@ void half_gemm(ThreadPool* pool, DType dtype, bool transpose_a, bool transpose_b
 // "widened to f32 + sgemm" (for tests and the benchmark's labels).
 const char* half_gemm_path(DType dtype);
 
-// A bf16 or f16 bit pattern's value as a float (exact): bf16 by a shift, f16 by a table of every
-// pattern (as fast as F16C's scalar conversion, and no CPU feature needed).
-float widen_half(uint16_t bits, DType dtype);
-
 }  // namespace towerjit::cpujit

@@ -21,16 +21,22 @@ View widened(const View& v, std::vector<float>& storage, ThreadPool* pool) {
   return View{v.shape, storage.data(), DType::f32};
 }
 
-// The direct kernels, which take the 16-bit tensors an image at a time (conv_images.h); false
-// where they do not cover the convolution.
-bool direct(Op op, const Attrs& at, const View& a, const View& b, const View& out, ThreadPool* pool) {
+// An op's two paths: the direct kernels, which take the 16-bit tensors an image at a time
+// (conv_images.h) and return false where they do not cover the convolution, and conv.h's
+// whole-tensor f32 function.
+struct Paths {
+  bool (*direct)(const Attrs&, const View&, const View&, const View&, ThreadPool*);
+  void (*whole)(const Attrs&, const View&, const View&, const View&, ThreadPool*);
+};
+
+Paths paths(Op op) {
   switch (op) {
-    case Op::Conv2D: return direct_conv2d(at, a, b, out, pool);
-    case Op::Conv2DGradInput: return direct_conv2d_grad_input(at, a, b, out, pool);
-    case Op::Conv2DGradFilter: return direct_conv2d_grad_filter(at, a, b, out, pool);
+    case Op::Conv2D: return {direct_conv2d, conv2d};
+    case Op::Conv2DGradInput: return {direct_conv2d_grad_input, conv2d_grad_input};
+    case Op::Conv2DGradFilter: return {direct_conv2d_grad_filter, conv2d_grad_filter};
     default: internal_check(false) << "half_convolution of " << op_name(op);
   }
-  return false;
+  return {};
 }
 
 }  // namespace
@@ -39,7 +45,8 @@ void half_convolution(Op op, const Attrs& at, const View& a, const View& b, cons
   internal_check(is_half_float(out.dtype) && a.dtype == out.dtype && b.dtype == out.dtype)
       << "a 16-bit convolution of " << dtype_name(a.dtype) << " and " << dtype_name(b.dtype) << " into "
       << dtype_name(out.dtype);
-  if (direct(op, at, a, b, out, pool)) return;
+  const Paths path = paths(op);
+  if (path.direct(at, a, b, out, pool)) return;
   // Elsewhere (im2col + sgemm: the baseline level, a strided input gradient) the operands are
   // widened whole and the result rounded whole. This thread's copies are kept from call to
   // call (fresh megabytes a call had cost their page faults every time), named by references,
@@ -48,12 +55,7 @@ void half_convolution(Op op, const Attrs& at, const View& a, const View& b, cons
   std::vector<float>&wa = kept[0], &wb = kept[1], &wo = kept[2];
   wo.resize(static_cast<size_t>(out.shape.elements(0)));
   const View fa = widened(a, wa, pool), fb = widened(b, wb, pool), fo{out.shape, wo.data(), DType::f32};
-  switch (op) {
-    case Op::Conv2D: conv2d(at, fa, fb, fo, pool); break;
-    case Op::Conv2DGradInput: conv2d_grad_input(at, fa, fb, fo, pool); break;
-    case Op::Conv2DGradFilter: conv2d_grad_filter(at, fa, fb, fo, pool); break;
-    default: internal_check(false) << "half_convolution of " << op_name(op);
-  }
+  path.whole(at, fa, fb, fo, pool);
   parallel(pool, static_cast<int64_t>(wo.size()), [&](int64_t first, int64_t last) {
     narrow_span(wo.data() + first, out.h() + first, last - first, out.dtype);
   });

@@ -10,6 +10,10 @@
 
 namespace towerjit::cpujit {
 
+// A bf16 or f16 bit pattern's value as a float (exact): bf16 by a shift, f16 by a table of every
+// pattern (as fast as F16C's scalar conversion, and no CPU feature needed).
+float widen_half(uint16_t bits, DType dtype);
+
 // n bit patterns of `dtype` (bf16 or f16) as floats (exact), and floats rounded to `dtype`
 // (to nearest even; a NaN becomes the quiet NaN of its sign, as half_bits gives).
 void widen_span(const uint16_t* from, float* to, int64_t n, DType dtype);
