@@ -456,8 +456,9 @@ int main(int argc, char** argv) {
                  "stay f32; f16 scales the loss dynamically (CPU towers; docs/dsl.md)")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--gradient-compression", f.gradient_compression,
-                 "off, bf16 or f16: under mpirun, sync gradients cross processes rounded to 16 bits and summed "
-                 "in them, half the bytes (Horovod's Compression.fp16; docs/distributed.md)")
+                 "off, bf16 or f16: sync gradients cross processes (mpirun), and GPUs through NCCL with "
+                 "TOWERJIT_GPU_VARIABLES=on, rounded to 16 bits and summed in them, half the bytes (Horovod's "
+                 "Compression.fp16; docs/distributed.md)")
       ->check(CLI::IsMember({"off", "bf16", "f16"}));
   CLI11_PARSE(app, argc, argv);
   f.epochs_given = app.count("--epochs") > 0;

@@ -5,6 +5,10 @@
 // NCCL's kernels hold their streams until the collective is done. Calls between
 // ncclGroupStart and ncclGroupEnd are queued at GroupEnd, as NCCL launches a group.
 //
+// f32, bf16 and f16 (gradient compression): each partial sum is one rounding to the format of
+// the exact sum of two of its values, starting from rank 0's (NCCL's kernels add two 16-bit
+// values in float, exact there or below the rounding, and round to the format).
+//
 // Across processes (ncclGetUniqueId, then ncclCommInitRank on every process, the id sent
 // between them by the caller, as over MPI): the ranks meet in POSIX shared memory named by the
 // id. Each collective is a segment of its own, named by the id and its sequence number: each
@@ -33,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "dsl/half_float.h"
 #include "emulator/driver/emulated_devices.h"
 #include "emulator/kernel/block_scheduler.h"
 #include "jit/knobs.h"
@@ -40,7 +45,29 @@
 namespace {
 
 constexpr int kSuccess = 0, kInvalidArgument = 4, kInvalidUsage = 5;
-constexpr int kFloat32 = 7, kSum = 0;
+constexpr int kFloat16 = 6, kFloat32 = 7, kBfloat16 = 9, kSum = 0;
+
+// The bytes of an element of an NCCL type this NCCL sums (0: not one).
+std::size_t element_bytes(int type) { return type == kFloat32 ? 4 : type == kFloat16 || type == kBfloat16 ? 2 : 0; }
+
+// out = Σ_k parts[k] in rank order, in the type: see the file's comment.
+void sum_in_rank_order(int type, const std::vector<const void*>& parts, void* out, std::size_t count) {
+  if (type == kFloat32) {
+    std::vector<float> sum(static_cast<const float*>(parts[0]), static_cast<const float*>(parts[0]) + count);
+    for (std::size_t k = 1; k < parts.size(); ++k)
+      for (std::size_t i = 0; i < count; ++i) sum[i] += static_cast<const float*>(parts[k])[i];
+    std::memcpy(out, sum.data(), count * sizeof(float));
+    return;
+  }
+  const towerjit::DType format = type == kBfloat16 ? towerjit::DType::bf16 : towerjit::DType::f16;
+  std::vector<uint16_t> sum(static_cast<const uint16_t*>(parts[0]), static_cast<const uint16_t*>(parts[0]) + count);
+  for (std::size_t k = 1; k < parts.size(); ++k)
+    for (std::size_t i = 0; i < count; ++i)
+      sum[i] = towerjit::half_bits(
+          towerjit::half_value(sum[i], format) + towerjit::half_value(static_cast<const uint16_t*>(parts[k])[i], format),
+          format);
+  std::memcpy(out, sum.data(), count * sizeof(uint16_t));
+}
 
 // One all-reduce across the ranks of a clique: where each rank's send and receive buffers are.
 struct Collective {
@@ -48,19 +75,19 @@ struct Collective {
   std::condition_variable done;
   int arrived = 0, ranks;
   bool finished = false;
+  int type;
   std::size_t count;
-  std::vector<const float*> send;
-  std::vector<float*> recv;
-  explicit Collective(int n, std::size_t c) : ranks(n), count(c), send(n), recv(n) {}
+  std::vector<const void*> send;
+  std::vector<void*> recv;
+  explicit Collective(int n, int t, std::size_t c) : ranks(n), type(t), count(c), send(n), recv(n) {}
 
-  void arrive(int rank, const float* s, float* r) {
+  void arrive(int rank, const void* s, void* r) {
     std::unique_lock lock(mutex);
     send[rank] = s, recv[rank] = r;
     if (++arrived == ranks) {
-      std::vector<float> sum(count, 0.0f);
-      for (int k = 0; k < ranks; ++k)
-        for (std::size_t i = 0; i < count; ++i) sum[i] += send[k][i];
-      for (int k = 0; k < ranks; ++k) std::memcpy(recv[k], sum.data(), count * sizeof(float));
+      std::vector<char> sum(count * element_bytes(type));
+      sum_in_rank_order(type, send, sum.data(), count);
+      for (int k = 0; k < ranks; ++k) std::memcpy(recv[k], sum.data(), sum.size());
       finished = true;
       done.notify_all();
     } else {
@@ -99,7 +126,7 @@ struct Comm {
 };
 
 // One all-reduce over processes, as each rank sees it: a shared segment holding the two
-// counters and every rank's slot of `count` floats.
+// counters and every rank's slot of `count` elements.
 struct SharedHeader {
   int arrived, left;
 };
@@ -117,18 +144,19 @@ double timeout_s() {
   }
 }
 
-void all_reduce_over_processes(const World& world, std::size_t sequence, int rank, const float* send, float* recv,
-                               std::size_t count) {
+void all_reduce_over_processes(const World& world, std::size_t sequence, int rank, int type, const void* send,
+                               void* recv, std::size_t count) {
   const std::string name = world.name + "-" + std::to_string(sequence);
-  const std::size_t bytes = sizeof(SharedHeader) + static_cast<std::size_t>(world.ranks) * count * sizeof(float);
+  const std::size_t slot = count * element_bytes(type);
+  const std::size_t bytes = sizeof(SharedHeader) + static_cast<std::size_t>(world.ranks) * slot;
   const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT, 0600);
   if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) fail("cannot make shared memory " + name);
   void* at = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
   if (at == MAP_FAILED) fail("cannot map shared memory " + name);
   auto* header = static_cast<SharedHeader*>(at);
-  float* slots = reinterpret_cast<float*>(static_cast<char*>(at) + sizeof(SharedHeader));
-  std::memcpy(slots + static_cast<std::size_t>(rank) * count, send, count * sizeof(float));
+  char* slots = static_cast<char*>(at) + sizeof(SharedHeader);
+  std::memcpy(slots + static_cast<std::size_t>(rank) * slot, send, slot);
   std::atomic_ref<int>(header->arrived).fetch_add(1, std::memory_order_acq_rel);
   const auto start = std::chrono::steady_clock::now();
   const double limit = timeout_s();
@@ -139,11 +167,9 @@ void all_reduce_over_processes(const World& world, std::size_t sequence, int ran
            std::to_string(sequence + 1));
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  for (std::size_t i = 0; i < count; ++i) {
-    float sum = 0.0f;
-    for (int k = 0; k < world.ranks; ++k) sum += slots[static_cast<std::size_t>(k) * count + i];
-    recv[i] = sum;
-  }
+  std::vector<const void*> parts;
+  for (int k = 0; k < world.ranks; ++k) parts.push_back(slots + static_cast<std::size_t>(k) * slot);
+  sum_in_rank_order(type, parts, recv, count);
   const bool last = std::atomic_ref<int>(header->left).fetch_add(1, std::memory_order_acq_rel) + 1 == world.ranks;
   ::munmap(at, bytes);
   if (last) ::shm_unlink(name.c_str());
@@ -210,9 +236,10 @@ int ncclCommDestroy(Comm* c) {
 }
 
 int ncclAllReduce(const void* send, void* recv, std::size_t count, int type, int op, Comm* comm, CUstream s) {
-  if (type != kFloat32 || op != kSum) return kInvalidArgument;
-  if (!device_range(reinterpret_cast<std::uintptr_t>(send), count * 4) ||
-      !device_range(reinterpret_cast<std::uintptr_t>(recv), count * 4))
+  const std::size_t element = element_bytes(type);
+  if (element == 0 || op != kSum) return kInvalidArgument;
+  if (!device_range(reinterpret_cast<std::uintptr_t>(send), count * element) ||
+      !device_range(reinterpret_cast<std::uintptr_t>(recv), count * element))
     return kInvalidArgument;
   const int rank = comm->rank;
   Stream* stream = &stream_of(s);
@@ -222,8 +249,7 @@ int ncclAllReduce(const void* send, void* recv, std::size_t count, int type, int
       stream->enqueue_made([=]() -> std::function<void()> {
         const std::size_t sequence = comm->calls++;
         return [=] {
-          all_reduce_over_processes(*world, sequence, rank, static_cast<const float*>(send), static_cast<float*>(recv),
-                                    count);
+          all_reduce_over_processes(*world, sequence, rank, type, send, recv, count);
         };
       });
     };
@@ -238,14 +264,15 @@ int ncclAllReduce(const void* send, void* recv, std::size_t count, int type, int
         std::lock_guard lock(comm->clique->mutex);
         auto& all = comm->clique->collectives;
         const std::size_t sequence = comm->calls++;
-        while (sequence >= all.size()) all.push_back(std::make_shared<Collective>(comm->clique->ranks, count));
+        while (sequence >= all.size()) all.push_back(std::make_shared<Collective>(comm->clique->ranks, type, count));
         collective = all[sequence];
       }
       return [=] {
-        if (collective->count != count)
-          throw Fault("emulated NCCL: the ranks of an all-reduce disagree on its size (" +
-                      std::to_string(collective->count) + " and " + std::to_string(count) + " floats)");
-        collective->arrive(rank, static_cast<const float*>(send), static_cast<float*>(recv));
+        if (collective->count != count || collective->type != type)
+          throw Fault("emulated NCCL: the ranks of an all-reduce disagree on its size or type (" +
+                      std::to_string(collective->count) + " elements of type " + std::to_string(collective->type) +
+                      " and " + std::to_string(count) + " of type " + std::to_string(type) + ")");
+        collective->arrive(rank, send, recv);
       };
     });
   };

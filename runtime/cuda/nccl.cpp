@@ -50,6 +50,15 @@ void check_nccl(NcclResult r, const char* call, const std::string& context, std:
                          << context;
 }
 
+int nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return kNcclFloat32;
+    case DType::bf16: return kNcclBfloat16;
+    case DType::f16: return kNcclFloat16;
+    default: internal_check(false) << "an all-reduce of " << dtype_name(dtype); return kNcclFloat32;
+  }
+}
+
 }  // namespace
 
 bool nccl_available() { return nccl().ok; }
@@ -107,7 +116,7 @@ NcclCommunicators::~NcclCommunicators() {
     if (c) nccl().api.CommDestroy(c);
 }
 
-void NcclCommunicators::all_reduce_sum(const std::vector<std::vector<std::pair<CUdeviceptr, size_t>>>& buffers,
+void NcclCommunicators::all_reduce_sum(const std::vector<std::vector<NcclBuffer>>& buffers,
                                        const std::vector<const Stream*>& streams, const std::string& what,
                                        std::source_location loc) const {
   const NcclApi& api = require_nccl(loc);
@@ -119,9 +128,9 @@ void NcclCommunicators::all_reduce_sum(const std::vector<std::vector<std::pair<C
   for (size_t r = 0; r < comms_.size() && !failed; ++r) {
     internal_check(buffers[r].size() == buffers[0].size()) << "all_reduce_sum: ranks list different buffers";
     devices_[r]->make_current();
-    for (const auto& [ptr, elements] : buffers[r]) {
-      auto* p = reinterpret_cast<void*>(ptr);
-      if ((failed = api.AllReduce(p, p, elements, kNcclFloat32, kNcclSum, comms_[r], streams[r]->handle()))) {
+    for (const NcclBuffer& b : buffers[r]) {
+      auto* p = reinterpret_cast<void*>(b.ptr);
+      if ((failed = api.AllReduce(p, p, b.elements, nccl_type(b.dtype), kNcclSum, comms_[r], streams[r]->handle()))) {
         failed_call = "ncclAllReduce";
         break;
       }

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "dsl/dtype.h"
 #include "runtime/cuda/device.h"
 
 typedef struct ncclComm* ncclComm_t;
@@ -45,8 +46,18 @@ struct NcclUniqueId {
   X(GetUniqueId, ncclGetUniqueId, NcclResult (*)(NcclUniqueId*))                                \
   X(CommInitRank, ncclCommInitRank, NcclResult (*)(ncclComm_t*, int, NcclUniqueId, int))
 
-inline constexpr int kNcclFloat32 = 7;  // ncclFloat32
-inline constexpr int kNcclSum = 0;      // ncclSum
+inline constexpr int kNcclFloat16 = 6;   // ncclFloat16 (__half)
+inline constexpr int kNcclFloat32 = 7;   // ncclFloat32
+inline constexpr int kNcclBfloat16 = 9;  // ncclBfloat16 (__nv_bfloat16)
+inline constexpr int kNcclSum = 0;       // ncclSum
+
+// A device buffer of an all-reduce: f32, or bf16 / f16 (gradient compression), which NCCL sums
+// in the format, each partial sum rounded to it.
+struct NcclBuffer {
+  CUdeviceptr ptr;
+  size_t elements;
+  DType dtype = DType::f32;
+};
 
 struct NcclApi {
 #define TOWERJIT_NCCL_MEMBER(member, symbol, signature) std::type_identity_t<signature> member = nullptr;
@@ -84,10 +95,10 @@ class NcclCommunicators {
 
   int size() const { return static_cast<int>(comms_.size()); }
 
-  // In-place sums of f32 buffers across the ranks: buffers[r][k] (address, elements) on rank
-  // r's GPU is replaced by Σ_r buffers[r][k], for every k; every rank lists the same element
-  // counts. The calls are grouped, queued on streams[r], and not waited for.
-  void all_reduce_sum(const std::vector<std::vector<std::pair<CUdeviceptr, size_t>>>& buffers,
+  // In-place sums across the ranks: buffers[r][k] on rank r's GPU is replaced by Σ_r
+  // buffers[r][k], for every k; every rank lists the same element counts and dtypes. The calls
+  // are grouped, queued on streams[r], and not waited for.
+  void all_reduce_sum(const std::vector<std::vector<NcclBuffer>>& buffers,
                       const std::vector<const Stream*>& streams, const std::string& what,
                       std::source_location loc = std::source_location::current()) const;
 

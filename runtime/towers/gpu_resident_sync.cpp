@@ -86,15 +86,29 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
   // reductions, the loss's read and the apply are done with them before the next step queues
   // the towers again, and the model's updates are copied into their variables (apply()).
   for (CudaProgram* tower : setup_.towers) tower->set_fetches_in_place(true);
+  std::vector<cuda::DeviceContext*> contexts;
+  for (auto& gpu : gpus_) contexts.push_back(gpu->context);
+  if (across_processes() && knobs::nccl_world()) join_world_nccl(contexts);
+  if (!nccl_ && gpus_.size() > 1 && knobs::nccl_enabled() && cuda::nccl_available())
+    nccl_ = std::make_unique<cuda::NcclCommunicators>(contexts, loc);
+  if (nccl_ || across_processes()) wire_ = setup_.compression;
   for (auto& gpu : gpus_) {
     const Device device = towerjit::gpu(gpu->context->ordinal());
     gpu->copies = std::make_unique<cuda::Stream>(*gpu->context);
     const int sets = static_cast<int>(gpu->towers.size());
     for (const std::vector<int>& bucket : buckets_) {
-      gpu->reduce.push_back(
-          weighted_sum(sets, pick(shapes, bucket), pick(is_update, bucket), device, "reduce", loc));
+      gpu->reduce.push_back(weighted_sum(sets, pick(shapes, bucket), pick(is_update, bucket), device, "reduce", loc,
+                                         DType::f32, wire_));
       gpu->reduce.back()->set_fetches_in_place(true);
       gpu->reduce_feeds.emplace_back();
+      if (wire_ == DType::f32) continue;
+      std::vector<Shape> gradients_of_bucket;
+      for (int k : bucket)
+        if (!is_update[k]) gradients_of_bucket.push_back(shapes[k]);
+      gpu->widen.push_back(widened(gradients_of_bucket, wire_, device, "widen", loc));
+      gpu->widen.back()->set_fetches_in_place(true);
+      gpu->widen_feeds.emplace_back();
+      gpu->widened_events.push_back(std::make_unique<cuda::Event>(*gpu->context, /*timing=*/false));
     }
     gpu->apply = std::make_unique<CudaProgram>(*setup_.apply_graph, setup_.apply_fetches, setup_.apply_updates,
                                                device, "apply", loc);
@@ -107,17 +121,10 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
     gpu->apply_feeds[setup_.gradient_scale] = to_device(scalar(1.0), *gpu->context, *gpu->copies);
     gpu->reduced.resize(shapes.size());
   }
-  std::vector<cuda::DeviceContext*> contexts;
-  for (auto& gpu : gpus_) contexts.push_back(gpu->context);
-  if (across_processes() && knobs::nccl_world()) join_world_nccl(contexts);
-  if (nccl_) {
-    // One communicator over every process's GPUs: no MPI step.
-  } else if (gpus_.size() > 1 && knobs::nccl_enabled() && cuda::nccl_available()) {
-    nccl_ = std::make_unique<cuda::NcclCommunicators>(contexts, loc);
-  } else if (gpus_.size() > 1 && !shapes.empty()) {
+  if (!nccl_ && gpus_.size() > 1 && !shapes.empty()) {
     Gpu& first = *gpus_[0];
     combine_ = weighted_sum(static_cast<int>(gpus_.size()), shapes, is_update, towerjit::gpu(first.context->ordinal()),
-                            "combine_gpus", loc);
+                            "combine_gpus", loc, wire_, wire_);
     for (size_t g = 0; g < gpus_.size(); ++g) {  // every GPU's sum counts once
       combine_feeds_[gradient_weight(static_cast<int>(g))] = to_device(scalar(1.0), *first.context, *first.copies);
       combine_feeds_[update_weight(static_cast<int>(g))] = to_device(scalar(1.0), *first.context, *first.copies);
@@ -131,6 +138,7 @@ std::vector<const CudaProgram*> GpuResidentSync::programs() const {
   std::vector<const CudaProgram*> out;
   for (const auto& r : gpus_.front()->reduce) out.push_back(r.get());
   if (combine_) out.push_back(combine_.get());
+  for (const auto& w : gpus_.front()->widen) out.push_back(w.get());
   out.push_back(gpus_.front()->apply.get());
   return out;
 }
@@ -186,11 +194,14 @@ void GpuResidentSync::queue_bucket(size_t b, std::vector<std::vector<DeviceTenso
     for (size_t k = 0; k < bucket.size(); ++k) gpu->reduced[bucket[k]] = std::move(sums[k]);
   }
   if (nccl_) {
-    std::vector<std::vector<std::pair<CUdeviceptr, size_t>>> buffers;
+    std::vector<std::vector<cuda::NcclBuffer>> buffers;
     std::vector<const cuda::Stream*> streams;
     for (auto& gpu : gpus_) {
       buffers.emplace_back();
-      for (int k : bucket) buffers.back().emplace_back(gpu->reduced[k].ptr(), static_cast<size_t>(gpu->reduced[k].size()));
+      for (int k : bucket) {
+        const DeviceTensor& sum = gpu->reduced[k];
+        buffers.back().push_back({sum.ptr(), static_cast<size_t>(sum.size()), sum.dtype});
+      }
       streams.push_back(&gpu->reduce[b]->stream());
     }
     nccl_->all_reduce_sum(buffers, streams, "gradient bucket " + std::to_string(b + 1) + " of " + std::to_string(buckets_.size()), loc_);
@@ -198,7 +209,27 @@ void GpuResidentSync::queue_bucket(size_t b, std::vector<std::vector<DeviceTenso
   for (auto& gpu : gpus_) {
     gpu->reduced_events[b]->record(gpu->reduce[b]->stream());
     gpu->bucket_done[b] = gpu->reduced_events[b].get();
+    if (reduced_on_device()) widen_bucket(*gpu, b);
   }
+}
+
+// With compression, bucket b's gradients on `gpu` (their 16-bit total, complete once
+// bucket_done[b] is) widened to f32 behind that event; bucket_done[b] becomes the widening's.
+void GpuResidentSync::widen_bucket(Gpu& gpu, size_t b) {
+  if (wire_ == DType::f32) return;
+  std::vector<int> gradients;
+  for (int k : buckets_[b])
+    if (static_cast<size_t>(k) < gradient_of_.size()) gradients.push_back(k);
+  if (gradients.empty()) return;
+  DeviceFeeds& feeds = gpu.widen_feeds[b];
+  for (size_t i = 0; i < gradients.size(); ++i) feeds[part(0, i)] = std::move(gpu.reduced[gradients[i]]);
+  DeviceVariables none;
+  std::vector<const cuda::Event*> wait;
+  if (gpu.bucket_done[b]) wait.push_back(gpu.bucket_done[b]);
+  std::vector<DeviceTensor> wide = gpu.widen[b]->queue_to_device(feeds, none, 0, wait, {}, loc_);
+  for (size_t i = 0; i < gradients.size(); ++i) gpu.reduced[gradients[i]] = std::move(wide[i]);
+  gpu.widened_events[b]->record(gpu.widen[b]->stream());
+  gpu.bucket_done[b] = gpu.widened_events[b].get();
 }
 
 // Several GPUs without NCCL: every GPU's sums are copied to the first, added there in GPU
@@ -324,6 +355,7 @@ void GpuResidentSync::finish_all() {
   for (CudaProgram* tower : setup_.towers) finish(*tower);
   for (auto& gpu : gpus_) {
     for (auto& program : gpu->reduce) finish(*program);
+    for (auto& program : gpu->widen) finish(*program);
     finish(*gpu->apply);  // nothing to wait for unless queue_apply() queued it
   }
   if (failure) std::rethrow_exception(failure);
@@ -387,8 +419,12 @@ GpuResidentSync::Result GpuResidentSync::step(const std::vector<HostFeeds>& slic
   if (mpi_between_processes() && combine_)
     for (size_t b = 0; b < buckets_.size(); ++b) send_bucket(b);
   if (mpi_between_processes()) receive_buckets();
+  for (auto& gpu : gpus_)
+    for (size_t b = 0; b < buckets_.size(); ++b) widen_bucket(*gpu, b);
   feed_sparse(outputs, weights);
   for (auto& gpu : gpus_) apply(*gpu, result);
+  for (auto& gpu : gpus_)
+    for (auto& program : gpu->widen) program->finish(loc_);  // done: the apply waited for them
   return result;
 }
 

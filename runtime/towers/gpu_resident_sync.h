@@ -19,6 +19,12 @@
 //      the hierarchical scheme, NCCL inside the process, MPI between (docs/distributed.md); or,
 //      with TOWERJIT_NCCL_WORLD=on where every process's NCCL can, one NCCL communicator over
 //      every process's GPUs (bootstrapped over MPI), and no MPI step;
+//   With gradient compression (Setup::compression bf16 or f16) and a collective to cross
+//   (NCCL, MPI), each GPU's sum of a bucket's gradients is rounded to the format in its reduce
+//   program, the collectives sum in the format (NCCL's bf16 / f16 all-reduce, the transport's
+//   16-bit one), and a program per bucket widens the total to f32 for the apply: half the
+//   gradients' bytes. The model's updates stay f32. The GPUs' sums meeting by copies (no NCCL)
+//   add the 16-bit values in f32 and round once;
 //   5. a sparse gradient (an embedding's rows and values, CompiledTowers::sparse) takes no
 //      part in the buckets: once the towers have run, each tower's rows and values are copied
 //      down, concatenated in world tower order on the host as host-memory towers do
@@ -69,6 +75,7 @@ class GpuResidentSync {
     std::vector<Sparse> sparse;
     dist::Transport* world = nullptr;  // the processes (null or one: this process alone)
     double bucket_mb = 25;             // TowerStrategyOptions::bucket_mb, as resolved
+    DType compression = DType::f32;    // TowerStrategyOptions::gradient_compression
   };
   // Compiles the reduce and apply programs for every GPU of `setup.towers` and copies
   // `initial` to each.
@@ -107,6 +114,7 @@ class GpuResidentSync {
   void send_bucket(size_t b);
   void receive_buckets();
   void feed_sparse(const std::vector<std::vector<DeviceTensor>>& outputs, const std::vector<double>& weights);
+  void widen_bucket(Gpu& gpu, size_t b);
   void feed_apply(Gpu& gpu);
   void apply(Gpu& gpu, Result& result);
   // Whether every bucket's sum is complete on the GPUs without the host (see step 5 above).
@@ -129,6 +137,9 @@ class GpuResidentSync {
   std::unique_ptr<CudaProgram> combine_;  // else, on the first GPU: the sum of every GPU's reduced tensors
   DeviceFeeds combine_feeds_;             // its weights (all 1), and each step's sums
   bool nccl_world_ = false;  // nccl_ spans every process's GPUs (TOWERJIT_NCCL_WORLD)
+  // The gradients' dtype in the collectives: Setup::compression where one crosses GPUs or
+  // processes (NCCL, MPI), else f32.
+  DType wire_ = DType::f32;
   // Across processes: each reduced tensor on its way, shared with its all-reduce, which may
   // outlive a wait that gave up on it (runtime/dist/transport.h).
   std::vector<std::shared_ptr<HostTensor>> host_;
@@ -153,6 +164,11 @@ struct GpuResidentSync::Gpu {
   // sum), and the reductions' events that it points at.
   std::vector<const cuda::Event*> bucket_done;
   std::vector<std::unique_ptr<cuda::Event>> reduced_events;
+  // With compression, per bucket: the program widening its gradients' total to f32, its feeds,
+  // and the event after it (then the bucket's bucket_done).
+  std::vector<std::unique_ptr<CudaProgram>> widen;
+  std::vector<DeviceFeeds> widen_feeds;
+  std::vector<std::unique_ptr<cuda::Event>> widened_events;
   std::vector<DeviceTensor> apply_fetches;  // the queued apply's fetches, views of its temporaries
   std::unique_ptr<cuda::PinnedBuffer> apply_staging;  // their values, copied down behind the apply
 };

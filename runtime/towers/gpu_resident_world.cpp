@@ -61,7 +61,10 @@ void GpuResidentSync::send_bucket(size_t b) {
   across_.resize(buckets_.size());
   for (int j : buckets_[b]) {
     host_[j] = std::make_shared<HostTensor>(to_host(first.reduced[j], *first.copies));
-    across_[b] = setup_.world->start_all_reduce_sum(host_[j]->f32.data(), host_[j]->size(), host_[j]);
+    HostTensor& sum = *host_[j];
+    across_[b] = sum.dtype == DType::f32
+                     ? setup_.world->start_all_reduce_sum(sum.f32.data(), sum.size(), host_[j])
+                     : setup_.world->start_all_reduce_sum(sum.b16.data(), sum.size(), sum.dtype, host_[j]);  // compressed
   }
 }
 

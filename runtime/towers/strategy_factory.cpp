@@ -29,7 +29,7 @@ const std::vector<StrategyRow> kTable = {
     // name                   reduce          variant                       devices            processes                             variables              determinism towers  make  per_variable compression
     {"sync_async_by_variable", R::Reduce::sync,  R::Variant::any,              R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_async_by_variable, true, true},
     {"sync_placed",           R::Reduce::sync,  R::Variant::parameter_server, R::Devices::all_gpus, R::Processes::one,                 R::Variables::gpus,    true,  true,  make_sync_placed},
-    {"sync_gpu",              R::Reduce::sync,  R::Variant::any,              R::Devices::all_gpus, R::Processes::any,                 R::Variables::gpus,    false, true,  make_sync_gpu},
+    {"sync_gpu",              R::Reduce::sync,  R::Variant::any,              R::Devices::all_gpus, R::Processes::any,                 R::Variables::gpus,    false, true,  make_sync_gpu, false, true},
     {"sync_host",             R::Reduce::sync,  R::Variant::replicated,       R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_host_replicated, false, true},
     {"sync_host_one_copy",    R::Reduce::sync,  R::Variant::parameter_server, R::Devices::any,      R::Processes::any,                 R::Variables::host,    true,  true,  make_sync_host_one_copy,   false, true},
     {"async_placed",          R::Reduce::async, R::Variant::any,              R::Devices::all_gpus, R::Processes::one,                 R::Variables::gpus,    true,  true,  make_async_placed},
@@ -45,9 +45,10 @@ struct Column {
 };
 const Column kColumns[] = {
     {[](const R& r, const StrategyRequest& q) { return !q.compresses() || (r.compression && !q.deterministic_layout); },
-     "gradient compression (TowerStrategyOptions::gradient_compression) is built for sync towers reducing in "
-     "host memory without TOWERJIT_DETERMINISTIC=layout (whose gather sends every tower's f32 gradients); keep the "
-     "variables in host memory (TOWERJIT_GPU_VARIABLES=off) and the default determinism, or train without it"},
+     "gradient compression (TowerStrategyOptions::gradient_compression) is built for sync towers all-reducing "
+     "their gradients (in host memory, or on the GPUs through NCCL and MPI) without TOWERJIT_DETERMINISTIC=layout "
+     "(whose gather sends every tower's f32 gradients); declare sync towers with the default determinism, or train "
+     "without it"},
     {[](const R& r, const StrategyRequest& q) { return r.per_variable == q.per_variable; },
      "per-variable rules (Towers::with) are built for sync towers in one process with the variables in host memory; "
      "drop the rules or train that way"},

@@ -83,7 +83,9 @@ struct StrategyRequest {
   bool nccl_world = false;            // TOWERJIT_NCCL_WORLD
   bool per_variable = false;          // Towers::with rules
   DType gradient_compression = DType::f32;
-  // Gradient compression asked for where gradients cross processes (one process: nothing to do).
+  // Gradient compression asked for where gradients cross processes. (In one process the option
+  // is taken by every strategy: only sync towers with the variables on several GPUs reduce
+  // through a collective, NCCL, which it then compresses.)
   bool compresses() const { return gradient_compression != DType::f32 && processes > 1; }
   // The request for `towers` in `world`, `options` overridden by the environment.
   static StrategyRequest of(const Towers& towers, const dist::Transport& world, const TowerStrategyOptions& options);

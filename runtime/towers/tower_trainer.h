@@ -68,9 +68,10 @@ struct TowerStrategyOptions {
   // bf16 or f16: sync towers' gradients cross processes in 16 bits (Horovod's
   // Compression.fp16): each process's sum is rounded, the all-reduce sums in the format (every
   // partial sum rounded, in the pinned algorithm's fixed order) and the result is widened back.
-  // Half the bytes of the gradients' all-reduce. f32 (the default): no compression. Only where
-  // the gradients cross processes in host memory (runtime/towers/reducer.h, stage 3); no effect
-  // within one process.
+  // Half the bytes of the gradients' all-reduce. f32 (the default): no compression. Where the
+  // gradients cross processes in host memory (runtime/towers/reducer.h, stage 3), and, with the
+  // variables on the GPUs, where they cross GPUs through NCCL or processes through MPI
+  // (runtime/towers/gpu_resident_sync.h); nothing else changes within one process.
   DType gradient_compression = DType::f32;
 };
 

@@ -11,13 +11,17 @@
 #include <cstring>
 #include <functional>
 #include <latch>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "jit/knobs.h"
+#include "runtime/dist/half_wire.h"
 #include "tests/jit/cpu_test_env.h"
+
+namespace tj = towerjit;
 
 namespace {
 
@@ -315,6 +319,81 @@ TEST_CASE("emulated NCCL: ranks joined by a unique id sum their buffers in rank 
   }
   for (Handle s : streams) e.StreamDestroy(s);
   for (Comm c : comms) CommDestroy(c);
+}
+
+// Gradient compression's all-reduce: bf16 (ncclBfloat16, 9) and f16 (ncclFloat16, 6) summed
+// in the format over 3 ranks, each partial sum one rounding of the exact sum, in rank order:
+// the same bits as half_wire.h's add_on_wire (bit operations, written apart from the emulator's
+// conversions), on every rank, for ranks of one clique (ncclCommInitAll) and ranks joined by an
+// id (ncclCommInitRank, shared memory). Random bit patterns (ties, overflow, subnormals, signed
+// zeros, infinities, NaN: any NaN stands for NaN) at sizes 1, 7 and 127.
+TEST_CASE("emulated NCCL: bf16 and f16 all-reduces sum in the format, in rank order", "[emulator]") {
+  Emulator& e = emulator();
+  struct UniqueId {
+    char internal[128];
+  };
+  using Comm = void*;
+  int (*CommInitAll)(Comm*, int, const int*);
+  int (*GetUniqueId)(UniqueId*);
+  int (*CommInitRank)(Comm*, int, UniqueId, int);
+  int (*AllReduce)(const void*, void*, size_t, int, int, Comm, Handle);
+  int (*GroupStart)();
+  int (*GroupEnd)();
+  int (*CommDestroy)(Comm);
+  e.bind(CommInitAll, "ncclCommInitAll"), e.bind(GetUniqueId, "ncclGetUniqueId");
+  e.bind(CommInitRank, "ncclCommInitRank"), e.bind(AllReduce, "ncclAllReduce");
+  e.bind(GroupStart, "ncclGroupStart"), e.bind(GroupEnd, "ncclGroupEnd"), e.bind(CommDestroy, "ncclCommDestroy");
+  constexpr int kRanks = 3, kSum = 0, kFloat16 = 6, kBfloat16 = 9, kInt8 = 0, kInvalidArgument = 4;
+  std::mt19937 random(2025);
+  for (const bool by_id : {false, true}) {
+    Comm comms[kRanks];
+    if (by_id) {
+      UniqueId id;
+      REQUIRE(GetUniqueId(&id) == 0);
+      for (int r = 0; r < kRanks; ++r) REQUIRE(CommInitRank(&comms[r], kRanks, id, r) == 0);
+    } else {
+      const int devices[kRanks] = {0, 0, 0};
+      REQUIRE(CommInitAll(comms, kRanks, devices) == 0);
+    }
+    Handle streams[kRanks];
+    for (Handle& s : streams) REQUIRE(e.StreamCreate(&s, 1) == 0);
+    for (const auto& [type, format] : {std::pair{kBfloat16, tj::DType::bf16}, std::pair{kFloat16, tj::DType::f16}})
+      for (const size_t n : {size_t{1}, size_t{7}, size_t{127}}) {
+        INFO((by_id ? "ranks joined by an id" : "one clique") << ", " << tj::dtype_name(format) << ", " << n);
+        std::vector<uint16_t> in[kRanks];
+        CUdeviceptr buffer[kRanks];
+        REQUIRE(GroupStart() == 0);  // the ranks' calls from one thread, as NCCL asks
+        for (int r = 0; r < kRanks; ++r) {
+          for (size_t i = 0; i < n; ++i) in[r].push_back(static_cast<uint16_t>(random()));
+          REQUIRE(e.MemAlloc(&buffer[r], n * 2) == 0);
+          REQUIRE(e.HtoD(buffer[r], in[r].data(), n * 2, streams[r]) == 0);
+          auto* p = reinterpret_cast<void*>(buffer[r]);
+          REQUIRE(AllReduce(p, p, n, type, kSum, comms[r], streams[r]) == 0);
+        }
+        REQUIRE(GroupEnd() == 0);
+        for (int r = 0; r < kRanks; ++r) {
+          std::vector<uint16_t> out(n);
+          REQUIRE(e.DtoH(out.data(), buffer[r], n * 2, streams[r]) == 0);
+          REQUIRE(e.StreamSynchronize(streams[r]) == 0);
+          for (size_t i = 0; i < n; ++i) {
+            const uint16_t want = tj::dist::add_on_wire(tj::dist::add_on_wire(in[0][i], in[1][i], format), in[2][i], format);
+            const float value = tj::dist::from_wire(want, format);
+            INFO("element " << i << ": " << in[0][i] << " + " << in[1][i] << " + " << in[2][i]);
+            if (std::isnan(value)) CHECK(std::isnan(tj::dist::from_wire(out[i], format)));
+            else CHECK(out[i] == want);
+          }
+          e.MemFree(buffer[r]);
+        }
+      }
+    CUdeviceptr small;
+    REQUIRE(e.MemAlloc(&small, 8) == 0);
+    auto* p = reinterpret_cast<void*>(small);
+    CHECK(AllReduce(p, p, 2, kInt8, kSum, comms[0], streams[0]) == kInvalidArgument);  // not a type it sums
+    CHECK(AllReduce(p, p, 5, kBfloat16, kSum, comms[0], streams[0]) == kInvalidArgument);  // 10 bytes of 8
+    e.MemFree(small);
+    for (Handle s : streams) e.StreamDestroy(s);
+    for (Comm c : comms) CommDestroy(c);
+  }
 }
 
 // Stream capture as CUDA defines it: work queued on a capturing stream (and on a stream that

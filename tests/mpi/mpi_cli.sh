@@ -278,7 +278,32 @@ gradient_compression_across_processes)
   a=$(step_loss "$work/a.jsonl" 24); b=$(step_loss "$work/b.jsonl" 24); f=$(step_loss "$work/f32.jsonl" 24)
   [ -n "$a" ] && [ "$a" = "$b" ] || fail "two compressed runs differ at step 24: $a, $b"
   awk -v a="$a" -v f="$f" 'BEGIN { d = a - f; if (d < 0) d = -d; exit !(d < 0.05 * f) }' ||
-    fail "the compressed run's step-24 loss $a is far from the uncompressed $f" ;;
+    fail "the compressed run's step-24 loss $a is far from the uncompressed $f"
+  # The same with the variables on 2 emulated GPUs per process: NCCL between a process's GPUs
+  # and MPI between the processes both in bf16 (the MPI bytes halve), or one NCCL communicator
+  # over the world's 4 GPUs in bf16 (no gradient bytes over MPI); two runs bitwise the same.
+  gpus="--steps 12 --batch 64 --hidden 32 --log-every 1 --towers gpu:0,gpu:1"
+  for variant in "TOWERJIT_NCCL_WORLD=off" "TOWERJIT_NCCL_WORLD=on"; do
+    for run in f32 a b; do
+      compression=$([ $run = f32 ] || echo "--gradient-compression bf16")
+      # shellcheck disable=SC2086  # $variant, $gpus and $compression split on purpose
+      (export $variant TOWERJIT_CUDA=emulator TOWERJIT_EMULATED_GPUS=2 TOWERJIT_GPU_VARIABLES=on
+       mpi 2 -x TOWERJIT_CUDA -x TOWERJIT_EMULATED_GPUS -x TOWERJIT_GPU_VARIABLES -x TOWERJIT_NCCL_WORLD \
+         "$bin" $gpus $compression --metrics "$work/gpu_$run.jsonl") >"$work/gpu_$run" 2>&1 ||
+        { cat "$work/gpu_$run"; fail "GPU towers, $variant, run $run"; }
+    done
+    full=$(bytes "$work/gpu_f32"); half=$(bytes "$work/gpu_a")
+    case $variant in
+      *=off) awk -v h="$half" -v f="$full" 'BEGIN { exit !(h != "" && h < 0.55 * f) }' ||
+               fail "GPU towers: compressed $half bytes a step over MPI, uncompressed $full" ;;
+      *=on) [ "$half" = 24 ] && [ "$full" = 24 ] || fail "GPU towers, one NCCL world: $half and $full bytes a step over MPI" ;;
+    esac
+    a=$(step_loss "$work/gpu_a.jsonl" 12); b=$(step_loss "$work/gpu_b.jsonl" 12); f=$(step_loss "$work/gpu_f32.jsonl" 12)
+    [ -n "$a" ] && [ "$a" = "$b" ] || fail "GPU towers, $variant: two compressed runs differ at step 12: $a, $b"
+    [ "$a" != "$f" ] || fail "GPU towers, $variant: the compressed loss $a is the uncompressed one"
+    awk -v a="$a" -v f="$f" 'BEGIN { d = a - f; if (d < 0) d = -d; exit !(d < 0.05 * f) }' ||
+      fail "GPU towers, $variant: the compressed step-12 loss $a is far from the uncompressed $f"
+  done ;;
 sparse_gradients_across_processes)
   # An embedding's sparse gradient over 2 processes x 1 tower, batch 11 (5 + 6): the world's
   # rows and values all-gathered and concatenated (tests/mpi/sparse_towers.cpp), as 2 towers

@@ -112,7 +112,7 @@ TEST_CASE("async GPU towers keep each variable on a GPU by the seed's rule unles
   CHECK(chosen(several) == "async_server");
 }
 
-TEST_CASE("gradient compression is served where sync gradients cross processes in host memory", "[towers][strategy]") {
+TEST_CASE("gradient compression is served where sync gradients are all-reduced across processes", "[towers][strategy]") {
   StrategyRequest q;
   q.processes = 2;
   q.gradient_compression = tj::DType::bf16;
@@ -123,13 +123,16 @@ TEST_CASE("gradient compression is served where sync gradients cross processes i
   layout.deterministic_layout = true;
   CHECK(chosen(layout) == "none");
   q.all_gpus = q.gpu_variables = true;
+  CHECK(chosen(q) == "sync_gpu");  // NCCL and MPI in 16 bits
+  q.async = true;
   CHECK(chosen(q) == "none");
-  CHECK_THROWS_WITH(tj::detail::require_strategy(q, tj::Loc::current()),
+  CHECK_THROWS_WITH(tj::detail::require_strategy(layout, tj::Loc::current()),
                     Catch::Contains("gradient compression (TowerStrategyOptions::gradient_compression) is built for "
-                                    "sync towers reducing in host memory") &&
+                                    "sync towers all-reducing their gradients") &&
                         Catch::Contains("sync_host: sync replicated, any devices, any processes, variables in host "
                                         "memory, gradient compression"));
-  // One process: nothing crosses, so every strategy takes the option (and ignores it).
+  // One process: every strategy takes the option (and ignores it unless NCCL joins GPUs).
+  q.async = false;
   q.processes = 1;
   CHECK(chosen(q) == "sync_placed");
   tj::Graph graph;

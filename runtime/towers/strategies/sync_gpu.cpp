@@ -1,6 +1,6 @@
 // Synchronous towers that are all GPUs, with the variables kept on the GPUs
 // (TOWERJIT_GPU_VARIABLES=on): one copy per GPU, the reduction (in-device sums, NCCL between
-// GPUs, MPI between processes; a sparse gradient's rows concatenated on the host) and the apply
+// GPUs, MPI between processes, in 16 bits with gradient compression; a sparse gradient's rows concatenated on the host) and the apply
 // on the GPUs (runtime/towers/gpu_resident_sync.h);
 // the host copy is a cache refreshed when asked for.
 #include <algorithm>
@@ -19,7 +19,8 @@ class SyncGpu final : public TowerStrategy {
     GpuResidentSync::Setup setup{.apply_graph = &c.apply_side->graph, .apply_fetches = c.apply_fetches,
                                  .apply_updates = c.apply_updates, .gradient_inputs = c.gradient_inputs,
                                  .gradient_scale = TowerProgram::gradient_scale, .world = state.world,
-                                 .bucket_mb = state.options.bucket_mb};
+                                 .bucket_mb = state.options.bucket_mb,
+                                 .compression = state.options.gradient_compression};
     for (const auto& p : c.tower_step) setup.towers.push_back(p->cuda());
     for (const auto& u : c.model_updates) setup.model_update_variables.push_back(u.variable);
     for (const auto& k : c.sparse) setup.sparse.push_back({k.variable, k.rows_input});
@@ -66,8 +67,9 @@ class SyncGpu final : public TowerStrategy {
   void list_programs(const AddProgram& add) const override {
     for (const CudaProgram* p : gpus_->programs())
       add(p->name(),
-          p->name().starts_with("apply") ? "once per step per copy of the variables, on the reduced gradients"
-                                         : "on each GPU, summing its towers' or the GPUs' values",
+          p->name().starts_with("apply")   ? "once per step per copy of the variables, on the reduced gradients"
+          : p->name().starts_with("widen") ? "on each GPU, the compressed all-reduce's totals widened to f32"
+                                           : "on each GPU, summing its towers' or the GPUs' values",
           p->lowered_graph(), p->program());
   }
   void name_trace_rows(report::Trace& trace) const override { trace.name_thread(kApplyRow, "apply"); }
