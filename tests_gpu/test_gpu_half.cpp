@@ -195,9 +195,10 @@ TEST_CASE("GPU: a training step under the bf16 policy on a GPU tower is the CPU 
 // A conv net's SGD step under the conv policy on gpu:0 (cuDNN's PSEUDO_BFLOAT16 / PSEUDO_HALF
 // configurations on the emulator's cuDNN) and on cpu:0, each against the reference of the same
 // step on the graph the policy pass writes (16-bit operands and results, the derived bound),
-// and so against each other within twice that bound. Batches 1 and 7; a stride-2 layer and an
-// input gradient (the second convolution's) included. Without cuDNN, a 16-bit convolution is
-// an error naming the fix.
+// and so against each other within twice that bound. Batches 1 and 7; a stride-2 layer, an
+// input gradient (the second convolution's) and a 16-bit max pool between them (overlapping
+// padded 3x3 windows of stride 2: its gradient sums dy where windows share their maximum, and
+// rounds once) included. Without cuDNN, a 16-bit convolution is an error naming the fix.
 TEST_CASE("GPU: convolutions under the bf16 and f16 conv policy run on cuDNN's 16-bit configurations within the bound",
           "[gpu][half]") {
   auto build = [](tj::Graph& g, bool updates) {
@@ -205,7 +206,7 @@ TEST_CASE("GPU: convolutions under the bf16 and f16 conv policy run on cuDNN's 1
     auto x = tj::input("x", {kBatch, 2, 9, 9});
     auto w1 = tj::variable("w1", {3, 2, 3, 3}, {.init = tj::init::uniform(-0.5, 0.5)});
     auto w2 = tj::variable("w2", {4, 3, 3, 3}, {.init = tj::init::uniform(-0.5, 0.5)});
-    auto h = tj::relu(tj::conv2d(x, w1, {.stride = 1, .pad = 1}));
+    auto h = tj::max_pool2d(tj::relu(tj::conv2d(x, w1, {.stride = 1, .pad = 1})), {.kernel = 3, .stride = 2, .pad = 1});
     auto y = tj::conv2d(h, w2, {.stride = 2, .pad = 0});
     auto loss = tj::mean(y * y);
     if (updates) {

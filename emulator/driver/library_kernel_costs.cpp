@@ -57,20 +57,24 @@ KernelCost layer_norm_cost(const std::string& k, const TjNormShape& s) {
 }  // namespace
 
 KernelCost library_kernel_cost(const std::string& k, void** params) {
-  constexpr double f = 4;  // every library kernel's elements are 4 bytes
+  constexpr double f = 4;  // the library kernels' elements are 4 bytes, but the 16-bit pools'
   if (k == "tj_im2col" || k == "tj_col2im") {
     const auto& g = param<TjConvShape>(params, 2);
     const double image = static_cast<double>(g.n) * g.c * g.h * g.w;
     const double cols = static_cast<double>(g.n) * g.c * g.kh * g.kw * g.oh * g.ow;
     return {f * (image + cols), 0};
   }
-  if (k == "tj_max_pool2d" || k == "tj_avg_pool2d") {
+  // The max pools of 16-bit tensors (tj_max_pool2d_bf16, ..._grad_f16): 2 bytes an element.
+  const bool half = k.ends_with("_bf16") || k.ends_with("_f16");
+  const std::string pool = half ? k.substr(0, k.rfind('_')) : k;
+  const double e = half ? 2 : f;
+  if (pool == "tj_max_pool2d" || k == "tj_avg_pool2d") {
     const auto& s = param<TjPoolShape>(params, 2);
-    return {f * static_cast<double>(s.planes) * (s.h * s.w + s.oh * s.ow), 0};
+    return {e * static_cast<double>(s.planes) * (s.h * s.w + s.oh * s.ow), 0};
   }
-  if (k == "tj_max_pool2d_grad") {  // reads x and dy, writes dx
+  if (pool == "tj_max_pool2d_grad") {  // reads x and dy, writes dx
     const auto& s = param<TjPoolShape>(params, 3);
-    return {f * static_cast<double>(s.planes) * (2 * s.h * s.w + s.oh * s.ow), 0};
+    return {e * static_cast<double>(s.planes) * (2 * s.h * s.w + s.oh * s.ow), 0};
   }
   if (k == "tj_avg_pool2d_grad") {
     const auto& s = param<TjPoolShape>(params, 2);

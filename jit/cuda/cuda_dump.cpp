@@ -84,7 +84,9 @@ json launch_of(const kir::Program& p, const EmittedKernel& k, int sm_count) {
 
 }  // namespace
 
-std::string library_routine(const kir::LibraryCall& c, bool cudnn) {
+std::string library_routine(const kir::LibraryCall& c, bool cudnn, DType output) {
+  std::string half;  // the 16-bit max pools' suffix
+  if (is_half_float(output)) half.append("_").append(dtype_name(output));
   switch (c.op) {
     case Op::MatMul:  // cuBLAS's sgemm where cuBLASLt does not load (docs/cuda.md)
       if (c.epilogue == kir::MatMulEpilogue::bias) return "cublasLtMatmul, CUBLASLT_EPILOGUE_BIAS";
@@ -96,8 +98,8 @@ std::string library_routine(const kir::LibraryCall& c, bool cudnn) {
     case Op::Conv2DGradFilter:
       return cudnn ? "cudnnConvolutionBackwardFilter"
                    : "tj_im2col + cublasSgemmStridedBatched (per-image parts) + tj_sum_images";
-    case Op::MaxPool2D: return "tj_max_pool2d";
-    case Op::MaxPool2DGrad: return "tj_max_pool2d_grad";
+    case Op::MaxPool2D: return "tj_max_pool2d" + half;
+    case Op::MaxPool2DGrad: return "tj_max_pool2d_grad" + half;
     case Op::AvgPool2D: return "tj_avg_pool2d";
     case Op::AvgPool2DGrad: return "tj_avg_pool2d_grad";
     case Op::OneHot: return "tj_one_hot";
@@ -127,7 +129,7 @@ std::string cuda_index_json(const Graph& g, const kir::Program& p, const CudaMod
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const kir::Step& s = p.steps[i];
     if (s.kind == kir::Step::Kind::kernel) index["steps"][i]["launch"] = launch_of(p, m.kernels[s.index], sm_count);
-    if (s.kind == kir::Step::Kind::library) index["steps"][i]["cuda"] = library_routine(p.calls[s.index], cudnn);
+    if (s.kind == kir::Step::Kind::library) index["steps"][i]["cuda"] = library_routine(p.calls[s.index], cudnn, p.buffers[p.calls[s.index].output].dtype);
     if (s.kind == kir::Step::Kind::copy) index["steps"][i]["cuda"] = "cuMemcpyDtoDAsync";
   }
   index["backend"] = "cuda";

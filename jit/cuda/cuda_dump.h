@@ -43,7 +43,7 @@ std::vector<std::string> dump_cuda_of(const std::string& dir, const Graph& lower
 // The CUDA routines a library call runs as: "cublasLtMatmul" (with its epilogue:
 // "cublasLtMatmul, CUBLASLT_EPILOGUE_RELU_BIAS"),
 // "cudnnConvolutionForward" (or without cuDNN "tj_im2col + cublasSgemmStridedBatched"),
-// "tj_max_pool2d", ...
-std::string library_routine(const kir::LibraryCall& call, bool cudnn = true);
+// "tj_max_pool2d" ("tj_max_pool2d_bf16" where `output` is bf16), ...
+std::string library_routine(const kir::LibraryCall& call, bool cudnn = true, DType output = DType::f32);
 
 }  // namespace towerjit::cuda

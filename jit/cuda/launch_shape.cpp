@@ -11,7 +11,11 @@
 //     kernel with many registers), evens out in the second wave, and the partials stay few;
 //   - no split below 16384 points (64 KiB of f32): one block reads that in a few microseconds,
 //     about what the combine kernel's launch costs (a launch is a few microseconds on the
-//     driver API, less in a CUDA Graph);
+//     driver API, less in a CUDA Graph), unless a thread would walk more than 8 points one
+//     after another: the loads of a walk are in flight 4 at a time (NVRTC unrolls the loop by
+//     4, jit/cost/launch_model.h), each round a DRAM latency (~0.5 us on H100 and H200, Chips
+//     and Cheese 2023), so 64 points (the logits' bias gradient at batch 512: 10 columns) are
+//     8 us against a replayed combine's ~1 us; such a walk splits only as far as 8 points;
 //   - every thread of a unit has at least one reduced point of its split.
 // With these, a reduction over >= 65536 points runs on at least points / 256 >= 256 blocks
 // (see the proof in docs/cuda.md), more than any current GPU's SM count.
@@ -24,7 +28,8 @@ namespace {
 
 constexpr int64_t kBlocksPerSm = 8;         // resident 256-thread blocks per SM
 constexpr int64_t kWaves = 2;               // the split grid's target, in full waves
-constexpr int64_t kSplitMinPoints = 16384;  // smaller reductions never split
+constexpr int64_t kSplitMinPoints = 16384;  // smaller reductions split only for a long walk
+constexpr int64_t kMaxWalk = 8;             // a thread's reduced points, one after another
 constexpr int64_t kMaxBlocksPerSm = 32;     // grid-stride kernels: at most 4 waves of blocks
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -50,9 +55,12 @@ Launch EmittedKernel::launch(int64_t batch, int sm_count) const {
   const int64_t per_block = scheme == S::row_per_warp ? block / 32 : 1;
   const int64_t lanes = scheme == S::row_per_warp ? 32 : scheme == S::column ? block / 32 : block;
   int64_t splits = 1;
-  if (may_split() && pts >= kSplitMinPoints && ceil_div(units, per_block) < kBlocksPerSm * sms) {
-    const int64_t want = ceil_div(kWaves * kBlocksPerSm * sms * per_block, std::max<int64_t>(units, 1));
-    splits = std::clamp<int64_t>(std::min(want, ceil_div(len, lanes)), 1, std::max<int64_t>(len, 1));
+  const int64_t walk = ceil_div(len, lanes);
+  const bool large = pts >= kSplitMinPoints, long_walk = walk > kMaxWalk;
+  if (may_split() && (large || long_walk) && ceil_div(units, per_block) < kBlocksPerSm * sms) {
+    int64_t want = ceil_div(kWaves * kBlocksPerSm * sms * per_block, std::max<int64_t>(units, 1));
+    if (!large) want = std::min(want, ceil_div(walk, kMaxWalk));
+    splits = std::clamp<int64_t>(std::min(want, walk), 1, std::max<int64_t>(len, 1));
   }
   // Equal pieces of `chunk` points; recounting from chunk leaves no piece empty.
   l.chunk = std::max<int64_t>(1, ceil_div(len, splits));

@@ -70,7 +70,10 @@ class Planner {
   std::vector<bool> recomputed(const std::vector<int>& fetches, const std::vector<bool>& reads_nothing) const;
   void choose_hosts();
   void merge_sibling_reductions();
-  bool sibling_reads_ok(int r2, int r1) const;
+  void host_maps_beside_reductions();
+  bool inlines(int n, int target) const;
+  bool sibling_reads_ok(int r2, int r1) const { return reads_ready({g_.node(r2).inputs[0]}, r1); }
+  bool reads_ready(std::vector<int> values, int r1) const;
   void choose_in_place(const std::vector<int>& update_ops);
   void scatter_in_place(int update, const std::vector<int>& pos);
   bool elementwise(int id) const;
@@ -338,6 +341,42 @@ void Planner::choose_hosts() {
                                    [&](int other) { return other == c || p_.kernel_root(other) > root; });
     if (same_space && later) p_.host[n] = c;
   }
+  host_maps_beside_reductions();
+}
+
+// An elementwise value stored for other kernels, whose body computes a reduction's input too
+// (inlined in both, never stored), is computed in the reduction's kernel as well: the ReLU
+// gradient rounded to bf16 for the convolution's gradients beside the bias gradient's sum of
+// it, one pass over the ReLU's and the pool gradient's values instead of two (in f32 the same
+// value is the reduction's input itself, which the rule above stores on the side). The
+// reduction's kernel runs at the reduction's place: everything the value reads must be ready
+// by then, and its readers come after.
+void Planner::host_maps_beside_reductions() {
+  for (int r = 0; r < g_.size(); ++r) {
+    const Node& sum = g_.node(r);
+    if (!p_.needed[r] || op_kind(sum.op) != OpKind::Reduce || p_.host[r] >= 0) continue;
+    const int input = sum.inputs[0];
+    if (p_.buffered[input]) continue;  // stored already: the reduction loads it
+    for (int n = 0; n < g_.size(); ++n) {
+      const Node& map = g_.node(n);
+      if (!p_.needed[n] || !p_.buffered[n] || p_.folded[n] || p_.view[n] || limited_[n] || p_.host[n] >= 0 ||
+          !elementwise(n) || map.shape != g_.node(input).shape || consumers_[n].empty() || !inlines(n, input))
+        continue;
+      const bool hosts_others = std::any_of(p_.host.begin(), p_.host.end(), [&](int h) { return h == n; });
+      const bool readers_later = std::all_of(consumers_[n].begin(), consumers_[n].end(),
+                                             [&](int c) { return p_.kernel_root(c) > r; });
+      if (!hosts_others && readers_later && reads_ready(map.inputs, r)) p_.host[n] = r;
+    }
+  }
+}
+
+// Whether n's body, inlined through unbuffered nodes, computes `target`.
+bool Planner::inlines(int n, int target) const {
+  for (int in : g_.node(n).inputs) {
+    if (in == target) return true;
+    if (!p_.buffered[in] && !p_.folded[in] && inlines(in, target)) return true;
+  }
+  return false;
 }
 
 // Sibling reductions: a reduction over the same loop space and axes as an earlier one that is a
@@ -361,11 +400,12 @@ void Planner::merge_sibling_reductions() {
   }
 }
 
-// Whether reduction r2, computed in r1's kernel (which runs at r1's place in node order), finds
-// every buffer it reads written by then: each is an input or variable, computed by a step
-// before r1, or computed in r1's kernel itself from such buffers, never r1's own result.
-bool Planner::sibling_reads_ok(int r2, int r1) const {
-  std::vector<int> stack{g_.node(r2).inputs[0]};
+// Whether `values` (a sibling reduction's input, or the operands of a value hosted beside a
+// reduction), computed in r1's kernel (which runs at r1's place in node order), find every
+// buffer they read written by then: each is an input or variable, computed by a step before
+// r1, or computed in r1's kernel itself from such buffers, never r1's own result.
+bool Planner::reads_ready(std::vector<int> values, int r1) const {
+  std::vector<int>& stack = values;
   std::vector<bool> seen(g_.size(), false);
   while (!stack.empty()) {
     int m = stack.back();

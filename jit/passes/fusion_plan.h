@@ -32,7 +32,8 @@ struct FusionPlan {
   std::vector<bool> folded;    // a transpose a GEMM reads as a transposed operand
   std::vector<bool> view;      // a buffered reshape of a buffered node: the same elements
   // Computed inside another node's kernel, or -1: an elementwise node in its first consumer's,
-  // a reduction in an earlier sibling reduction's (same loop space and axes).
+  // or in a reduction's whose input its body computes too (same loop space), a reduction in an
+  // earlier sibling reduction's (same loop space and axes).
   std::vector<int> host;
   std::vector<int> in_place;   // for an update's value: the variable node it is written to, or -1
   // The node whose kernel computes `node` (itself unless it rides along in a consumer's).

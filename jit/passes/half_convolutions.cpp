@@ -8,7 +8,8 @@ Rewritten half_conv_operands(const Graph& graph, DType dtype) {
   internal_check(is_half_float(dtype)) << "half_conv_operands to " << dtype_name(dtype);
   return rewrite_graph(graph, [dtype](Node n, Graph& out) {
     const bool conv = n.op == Op::Conv2D || n.op == Op::Conv2DGradInput || n.op == Op::Conv2DGradFilter;
-    if (!conv || out.node(n.inputs[0]).dtype != DType::f32) return out.add(std::move(n));
+    const bool max_pool = n.op == Op::MaxPool2D || n.op == Op::MaxPool2DGrad;
+    if (!(conv || max_pool) || out.node(n.inputs[0]).dtype != DType::f32) return out.add(std::move(n));
     // The casts keep the convolution's location and scope: a dump names the line of the layer.
     const Node like = n;
     auto cast = [&](int from, DType to) {

@@ -6,6 +6,13 @@
 // sum rounded once on store) and what torch.autocast gives for conv2d. Each rounding of an
 // operand is a cast that lowering fuses into the kernel producing it, and the widening into the
 // kernels reading the result, so the operands and results move 2 bytes an element.
+//
+// Max pooling and its gradient go the same way, so the feature maps between convolutions move
+// 2 bytes an element too (torch.autocast keeps them in the autocast dtype): rounding is
+// monotonic, so a max pool of rounded values is the rounded max pool, the same numbers as
+// rounding its result for the next convolution; its gradient routes each rounded dy to its
+// window's first largest element (a tie among values that only rounding made equal goes to the
+// first), summed in f32 and rounded once where windows overlap.
 #pragma once
 
 #include "dsl/dtype.h"
@@ -13,9 +20,9 @@
 
 namespace towerjit {
 
-// `graph` with each Conv2D, Conv2DGradInput and Conv2DGradFilter of f32 operands rewritten to
-// cast(conv(cast(a, dtype), cast(b, dtype)) of dtype, f32) (dtype bf16 or f16). Runs on the
-// training graph after autodiff, so the backward convolutions are covered too.
+// `graph` with each Conv2D, Conv2DGradInput, Conv2DGradFilter, MaxPool2D and MaxPool2DGrad of
+// f32 operands rewritten to cast(op(cast(a, dtype), ...) of dtype, f32) (dtype bf16 or f16).
+// Runs on the training graph after autodiff, so the backward ops are covered too.
 Rewritten half_conv_operands(const Graph& graph, DType dtype);
 
 }  // namespace towerjit

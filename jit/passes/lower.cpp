@@ -192,6 +192,11 @@ void Lowering::emit_kernel(int node) {
       reductions.push_back({add_access(k, buffer_of(r), rn.shape, out_map), value, rn.op});
     }
     k.outputs.insert(k.outputs.begin(), reductions.begin(), reductions.end());
+    // The elementwise values the plan computes beside the reductions (their bodies share the
+    // reductions' input): inlined, stored on the side.
+    for (int h = 0; h < g_.size(); ++h)
+      if (plan_.needed[h] && plan_.host[h] == node && op_kind(g_.node(h).op) != OpKind::Reduce)
+        expr(k, h, identity_map(x.shape.rank()), false);
   } else {
     k.space = n.shape;
     const IndexMap id = identity_map(n.shape.rank());

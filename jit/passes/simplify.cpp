@@ -50,7 +50,17 @@ int identity_of(const Node& n, const Graph& out) {
       return is_constant(out, in(1), 1) && same(in(0)) ? in(0) : -1;
     case Op::Neg:
       return out.node(in(0)).op == Op::Neg ? out.node(in(0)).inputs[0] : -1;
-    case Op::Reshape: case Op::BroadcastTo: case Op::Cast:
+    case Op::Cast: {
+      if (same(in(0))) return in(0);
+      // A 16-bit value widened to f32 and rounded back is itself (the widening is exact): the
+      // precision policy's casts between two 16-bit ops (jit/passes/half_convolutions.h).
+      const Node& wide = out.node(in(0));
+      if (wide.op == Op::Cast && wide.dtype == DType::f32 && is_half_float(n.dtype) &&
+          out.node(wide.inputs[0]).dtype == n.dtype && out.node(wide.inputs[0]).shape == n.shape)
+        return wide.inputs[0];
+      return -1;
+    }
+    case Op::Reshape: case Op::BroadcastTo:
       return same(in(0)) ? in(0) : -1;
     case Op::Transpose: {
       for (int i = 0; i < static_cast<int>(n.attrs.axes.size()); ++i)
@@ -81,6 +91,18 @@ Rewritten simplify(const Graph& graph) {
     if (n.op == Op::AllReduce) return n.inputs[0];
     // A graph not selected for inference (jit/passes/select_phase.h) trains.
     if (n.op == Op::PhaseSelect) return n.inputs[0];
+    // A 16-bit value widened, reshaped and rounded back is the value reshaped (the precision
+    // policy's casts around a flatten between a 16-bit op and a 16-bit product).
+    if (n.op == Op::Cast && is_half_float(n.dtype) && out.node(n.inputs[0]).op == Op::Reshape) {
+      const Node& reshape = out.node(n.inputs[0]);
+      const Node& wide = out.node(reshape.inputs[0]);
+      if (wide.op == Op::Cast && wide.dtype == DType::f32 && out.node(wide.inputs[0]).dtype == n.dtype) {
+        Node narrow = reshape;
+        narrow.inputs = {wide.inputs[0]};
+        narrow.dtype = n.dtype;
+        return out.add(std::move(narrow));
+      }
+    }
     // reshape(reshape(x)) is one reshape; transpose(transpose(x)) one transpose.
     if (n.op == Op::Reshape && out.node(n.inputs[0]).op == Op::Reshape)
       n.inputs[0] = out.node(n.inputs[0]).inputs[0];

@@ -430,7 +430,7 @@ Array error_bound(const EvalArgs& a, const std::vector<const Array*>& bounds, co
                           y);
     }
     case Op::MaxPool2D: return moved_bound(a, bounds, eval_max_pool2d);  // the window's largest error
-    case Op::MaxPool2DGrad: return max_pool2d_grad_bound(a, *bounds[0], *bounds[1]);
+    case Op::MaxPool2DGrad: return stored_bound(a, max_pool2d_grad_bound(a, *bounds[0], *bounds[1]), y);
     case Op::AvgPool2D: return linear_bound(a, *bounds[0], at.kernel[0] * at.kernel[1], eval_avg_pool2d);
     case Op::AvgPool2DGrad: return linear_bound(a, *bounds[0], at.kernel[0] * at.kernel[1], eval_avg_pool2d_grad);
     case Op::OneHot: return one_hot_bound(a, *bounds[0]);

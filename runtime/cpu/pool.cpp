@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <limits>
 
+#include "dsl/error.h"
 #include "runtime/cpu/conv.h"
+#include "runtime/cpu/half_spans.h"
 #include "runtime/cpu/vector_lanes.h"
 
 namespace towerjit::cpujit {
@@ -276,12 +278,29 @@ void pool2d(Op op, const Attrs& at, const std::vector<View>& in, const View& out
                  at.stride[0], at.stride[1], at.pad[0], at.pad[1]};
   const int64_t planes = xs[0] * xs[1], in_plane = g.h * g.w, out_plane = g.oh * g.ow;
   const CpuIsa level = vector_level(cpu_isa());  // asked once: it reads the environment
+  const int64_t out_size = grad ? in_plane : out_plane;
+  if (is_half_float(out.dtype)) {
+    // 16-bit tensors (the precision policy's max pools, jit/passes/half_convolutions.h): a
+    // plane at a time widened (exactly) into this thread's floats, pooled, and rounded back.
+    internal_check(op == Op::MaxPool2D || op == Op::MaxPool2DGrad) << "a 16-bit " << op_name(op);
+    const DType t = out.dtype;
+    parallel(pool, planes, [&](int64_t begin, int64_t end) {
+      thread_local std::vector<float> x, dy, o;
+      x.resize(in_plane), dy.resize(out_plane), o.resize(out_size);
+      for (int64_t p = begin; p < end; ++p) {
+        widen_span(in[0].h() + p * in_plane, x.data(), in_plane, t);
+        if (grad) widen_span(in.back().h() + p * out_plane, dy.data(), out_plane, t);
+        pool_plane(op, g, x.data(), dy.data(), o.data(), level);
+        narrow_span(o.data(), out.h() + p * out_size, out_size, t);
+      }
+    });
+    return;
+  }
   parallel(pool, planes, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const float* x = op == Op::AvgPool2DGrad ? nullptr : in[0].f() + p * in_plane;
       const float* dy = grad ? in.back().f() + p * out_plane : nullptr;
-      float* o = out.f() + p * (grad ? in_plane : out_plane);
-      pool_plane(op, g, x, dy, o, level);
+      pool_plane(op, g, x, dy, out.f() + p * out_size, level);
     }
   });
 }

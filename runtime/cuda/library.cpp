@@ -181,9 +181,16 @@ void pool(Op op, const Node& node, const std::vector<DeviceView>& in, const Devi
                 at.stride[0], at.stride[1], at.pad[0], at.pad[1]};
   const int64_t outputs = s.planes * s.oh * s.ow, inputs = s.planes * s.h * s.w;
   CUdeviceptr x = in[0].ptr, dy = in.back().ptr, o = out.ptr;
+  // 16-bit max pools (the precision policy's, jit/passes/half_convolutions.h): kernels of their own.
+  auto max_pool = [&](const char* name) {
+    std::string kernel = name;
+    if (is_half_float(out.dtype)) kernel.append("_").append(dtype_name(out.dtype));
+    return kernel;
+  };
   switch (op) {
-    case Op::MaxPool2D: return launch_library(env, "tj_max_pool2d", outputs, node, x, o, s);
-    case Op::MaxPool2DGrad: return launch_library(env, "tj_max_pool2d_grad", inputs, node, x, dy, o, s);
+    case Op::MaxPool2D: return launch_library(env, max_pool("tj_max_pool2d").c_str(), outputs, node, x, o, s);
+    case Op::MaxPool2DGrad:
+      return launch_library(env, max_pool("tj_max_pool2d_grad").c_str(), inputs, node, x, dy, o, s);
     case Op::AvgPool2D: return launch_library(env, "tj_avg_pool2d", outputs, node, x, o, s);
     default: return launch_library(env, "tj_avg_pool2d_grad", inputs, node, dy, o, s);
   }

@@ -42,7 +42,13 @@ void check_launch(const tj::cuda::EmittedKernel& k, int64_t batch, int sms) {
   if (l.splits > 1) {
     CHECK(l.combine_grid >= 1);
     CHECK(l.partials_bytes == l.splits * outputs * k.partial_bytes);
-    CHECK(points >= 16384);  // small reductions never pay for a second launch
+    // A small reduction pays for a second launch only to cut a thread's walk of more than 8
+    // points one after another (~0.5 us of DRAM latency every 4), and only down to 8.
+    if (points < 16384) {
+      const int64_t lanes = k.scheme == Scheme::row_per_warp ? 32 : k.scheme == Scheme::column ? k.block / 32 : k.block;
+      CHECK((len + lanes - 1) / lanes > 8);
+      CHECK((l.chunk + lanes - 1) / lanes <= 8);
+    }
   } else {
     CHECK(l.combine_grid == 0);
     CHECK(l.partials_bytes == 0);
@@ -84,9 +90,16 @@ TEST_CASE("CUDA launch: the split is a function of the shape and the SM count al
   REQUIRE(m.kernels.size() == 1);
   const auto& k = m.kernels[0];
   CHECK(k.scheme == Scheme::column);
-  // Below 16384 points: one pass, whatever the device.
-  CHECK(k.launch(2340, 132).splits == 1);
-  CHECK(k.launch(2340, 4).splits == 1);
+  // Below 16384 points: one pass where each thread walks at most 8 rows (B = 64: 8 lanes of 8);
+  // a longer walk splits only as far as 8 rows a thread, whatever the device: [2340, 7] walks
+  // ceil(2340 / 8) = 293 rows, so 37 pieces of 64.
+  CHECK(k.launch(64, 132).splits == 1);
+  CHECK(k.launch(65, 132).splits == 2);
+  for (int sms : {4, 132}) {
+    const tj::cuda::Launch walk = k.launch(2340, sms);
+    CHECK(walk.splits == 37);
+    CHECK(walk.chunk == 64);
+  }
   // [4099, 7] on the emulator's 4 SMs: one tile of 32 columns, so 64 pieces (two waves of 8
   // blocks per SM) of ceil(4099 / 64) = 65 rows.
   const tj::cuda::Launch emulated = k.launch(4099, 4);

@@ -586,6 +586,43 @@ TEST_CASE("half floats: the conv policy rounds every convolution's operands, for
             "precision=matmul bf16, conv f32") != std::string::npos);
 }
 
+// Max pools under the conv policy take and give 16-bit values (jit/passes/half_convolutions.h):
+// rounding is monotonic, so the pool of the rounded feature map is bitwise the f32 pool of it,
+// for overlapping padded windows and plain 2x2 ones, at batch 7 (odd planes), bf16 and f16; a
+// NaN in a window wins it as in f32.
+TEST_CASE("half floats: max pools under the conv policy are the f32 pools of the rounded maps, bitwise", "[half][cpu][jit]") {
+  struct Restore {
+    ~Restore() { tj::set_precision_policy({}); }
+  } restore;
+  for (const DType t : {DType::bf16, DType::f16})
+    for (const tj::Pool2DOptions pool : {tj::Pool2DOptions{.kernel = 3, .stride = 2, .pad = 1}, tj::Pool2DOptions{}}) {
+      INFO(tj::dtype_name(t) << ", kernel " << pool.kernel);
+      tj::Graph g;
+      tj::GraphScope use(g);
+      auto x = tj::input("x", {kBatch, 3, 9, 9});
+      auto w = tj::variable("w", {5, 3, 3, 3}, {.init = tj::init::uniform(-1, 1)});
+      auto rounded = [t](tj::Tensor v) { return tj::cast(tj::cast(v, t), DType::f32); };
+      auto y = tj::max_pool2d(tj::relu(tj::conv2d(x, w, {.stride = 1, .pad = 1})), pool);
+      auto by_hand = tj::max_pool2d(tj::relu(rounded(tj::conv2d(rounded(x), rounded(w), {.stride = 1, .pad = 1}))), pool);
+      tj::reference::Array xa = random_array({7, 3, 9, 9}, 5, -2, 2);
+      xa.data[40] = std::numeric_limits<double>::quiet_NaN();
+      tj::HostVariables hv;
+      for (const auto& [name, a] : tj::reference::initialize_variables(g, 3)) hv[name] = to_host(a);
+      tj::set_precision_policy({.conv_operands = t});
+      tj::CpuProgram policy(g, {y}, false);
+      tj::set_precision_policy({});
+      tj::CpuProgram plain(g, {by_hand}, false);
+      const tj::HostTensor a = policy.run({{"x", to_host(xa)}}, hv)[0], b = plain.run({{"x", to_host(xa)}}, hv)[0];
+      CHECK(std::memcmp(a.f32.data(), b.f32.data(), a.f32.size() * 4) == 0);
+      CHECK(std::any_of(a.f32.begin(), a.f32.end(), [](float v) { return std::isnan(v); }));
+      CHECK(policy.program().calls.size() == plain.program().calls.size());
+      bool half_pool = false;
+      for (const tj::kir::LibraryCall& c : policy.program().calls)
+        half_pool = half_pool || (c.op == tj::Op::MaxPool2D && policy.program().buffers[c.output].dtype == t);
+      CHECK(half_pool);
+    }
+}
+
 // The CPU's 16-bit convolution rounds its f32 sums as dsl/half_float.h does, in the cases a
 // random test rarely meets: a 1x2 filter of ones sums pairs of bf16 values exactly in f32 into
 // ties (to even, down and up), a NaN, a sum past the largest bf16 (infinity) and a tie at the

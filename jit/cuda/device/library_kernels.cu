@@ -97,11 +97,50 @@ extern "C" __global__ void tj_matmul_epilogue(float* __restrict__ out, const flo
   }
 }
 
+// The max pools' elements: float, or bf16 / f16 held as their bit patterns (this module is
+// compiled without the toolkit's half headers): widened exactly to compare and sum, a sum
+// rounded back to nearest even. A max pool copies its window's largest element as it is.
+struct TjF32 {
+  typedef float Bits;
+  static __device__ __forceinline__ float value(float v) { return v; }
+  static __device__ __forceinline__ float round(float v) { return v; }
+};
+struct TjBf16 {
+  typedef unsigned short Bits;
+  static __device__ __forceinline__ float value(unsigned short b) { return __uint_as_float((unsigned)b << 16); }
+  static __device__ __forceinline__ unsigned short round(float v) {
+    const unsigned u = __float_as_uint(v);
+    if (v != v) return (unsigned short)((u >> 16) | 0x7FC0);  // NaN: quiet, of its sign
+    return (unsigned short)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);  // ties to even; a carry is right
+  }
+};
+struct TjF16 {
+  typedef unsigned short Bits;
+  static __device__ __forceinline__ float value(unsigned short h) {
+    const unsigned sign = (unsigned)(h & 0x8000) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FF;
+    if (e == 0) return __uint_as_float(sign) + (sign ? -1.0f : 1.0f) * (float)m * 5.9604644775390625e-8f;  // m 2^-24
+    if (e == 31) return __uint_as_float(sign | 0x7F800000u | (m << 13));
+    return __uint_as_float(sign | ((e + 112) << 23) | (m << 13));
+  }
+  static __device__ __forceinline__ unsigned short round(float v) {
+    unsigned u = __float_as_uint(v);
+    const unsigned short sign = (unsigned short)((u >> 16) & 0x8000);
+    u &= 0x7FFFFFFFu;
+    if (u > 0x7F800000u) return sign | 0x7E00;   // NaN: quiet
+    if (u >= 0x477FF000u) return sign | 0x7C00;  // from 65520 on: infinity
+    if (u < 0x38800000u)                         // below 2^-14: a subnormal, in units of 2^-24 (exact scaling)
+      return sign | (unsigned short)rintf(__uint_as_float(u) * 16777216.0f);
+    u += 0xC8000000u + 0xFFFu + ((u >> 13) & 1u);  // the exponent rebiased (127 -> 15), ties to even
+    return sign | (unsigned short)(u >> 13);
+  }
+};
+
 // The first maximum of a window in row-major window order (as the CPU backend), as a flat
 // index into x, or -1 for a window entirely in the padding. A NaN counts as larger than every
 // number (the first NaN wins): the pool is NaN where its window holds one, and its gradient
 // goes to that NaN, as the reference's.
-__device__ __forceinline__ tj_i64 tj_window_argmax(const float* x, TjPoolShape s, tj_i64 plane,
+template <typename T>
+__device__ __forceinline__ tj_i64 tj_window_argmax(const typename T::Bits* x, TjPoolShape s, tj_i64 plane,
                                                     tj_i64 oy, tj_i64 ox) {
   const tj_i64 y0 = oy * s.stride_h - s.pad_h, x0 = ox * s.stride_w - s.pad_w;
   tj_i64 arg = -1;
@@ -111,19 +150,32 @@ __device__ __forceinline__ tj_i64 tj_window_argmax(const float* x, TjPoolShape s
       const tj_i64 iy = y0 + dy, ix = x0 + dx;
       if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
       const tj_i64 i = (plane * s.h + iy) * s.w + ix;
-      if (arg < 0 || x[i] > best || (x[i] != x[i] && best == best)) best = x[i], arg = i;
+      const float v = T::value(x[i]);
+      if (arg < 0 || v > best || (v != v && best == best)) best = v, arg = i;
     }
   return arg;
 }
 
-extern "C" __global__ void tj_max_pool2d(const float* __restrict__ x, float* __restrict__ y,
-                                         TjPoolShape s) {
+template <typename T>
+__device__ __forceinline__ void tj_max_pool2d_body(const typename T::Bits* __restrict__ x,
+                                                   typename T::Bits* __restrict__ y, TjPoolShape s) {
   const tj_i64 total = s.planes * s.oh * s.ow;
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
     TJ_WORK(1);
-    const tj_i64 arg = tj_window_argmax(x, s, p / (s.oh * s.ow), p / s.ow % s.oh, p % s.ow);
-    y[p] = arg < 0 ? -TJ_INF : x[arg];
+    const tj_i64 arg = tj_window_argmax<T>(x, s, p / (s.oh * s.ow), p / s.ow % s.oh, p % s.ow);
+    y[p] = arg < 0 ? T::round(-TJ_INF) : x[arg];
   }
+}
+extern "C" __global__ void tj_max_pool2d(const float* __restrict__ x, float* __restrict__ y, TjPoolShape s) {
+  tj_max_pool2d_body<TjF32>(x, y, s);
+}
+extern "C" __global__ void tj_max_pool2d_bf16(const unsigned short* __restrict__ x, unsigned short* __restrict__ y,
+                                              TjPoolShape s) {
+  tj_max_pool2d_body<TjBf16>(x, y, s);
+}
+extern "C" __global__ void tj_max_pool2d_f16(const unsigned short* __restrict__ x, unsigned short* __restrict__ y,
+                                             TjPoolShape s) {
+  tj_max_pool2d_body<TjF16>(x, y, s);
 }
 
 // The windows (in output coordinates) that contain input coordinate i along one axis.
@@ -134,9 +186,12 @@ __device__ __forceinline__ void tj_windows_of(tj_i64 i, int k, int stride, int p
   *hi = t / stride < out - 1 ? t / stride : out - 1;
 }
 
-// dx[i] = sum of dy over the windows whose first maximum is element i, in window order.
-extern "C" __global__ void tj_max_pool2d_grad(const float* __restrict__ x, const float* __restrict__ dy,
-                                              float* __restrict__ dx, TjPoolShape s) {
+// dx[i] = sum of dy over the windows whose first maximum is element i, in window order (in
+// float; a 16-bit dx rounded once).
+template <typename T>
+__device__ __forceinline__ void tj_max_pool2d_grad_body(const typename T::Bits* __restrict__ x,
+                                                        const typename T::Bits* __restrict__ dy,
+                                                        typename T::Bits* __restrict__ dx, TjPoolShape s) {
   const tj_i64 total = s.planes * s.h * s.w;
   for (tj_i64 p = TJ_GLOBAL_THREAD; p < total; p += TJ_GRID_THREADS) {
     TJ_WORK(1);
@@ -147,9 +202,23 @@ extern "C" __global__ void tj_max_pool2d_grad(const float* __restrict__ x, const
     float sum = 0.0f;
     for (tj_i64 oy = y_lo; oy <= y_hi; ++oy)
       for (tj_i64 ox = x_lo; ox <= x_hi; ++ox)
-        if (tj_window_argmax(x, s, plane, oy, ox) == p) sum += dy[(plane * s.oh + oy) * s.ow + ox];
-    dx[p] = sum;
+        if (tj_window_argmax<T>(x, s, plane, oy, ox) == p) sum += T::value(dy[(plane * s.oh + oy) * s.ow + ox]);
+    dx[p] = T::round(sum);
   }
+}
+extern "C" __global__ void tj_max_pool2d_grad(const float* __restrict__ x, const float* __restrict__ dy,
+                                              float* __restrict__ dx, TjPoolShape s) {
+  tj_max_pool2d_grad_body<TjF32>(x, dy, dx, s);
+}
+extern "C" __global__ void tj_max_pool2d_grad_bf16(const unsigned short* __restrict__ x,
+                                                   const unsigned short* __restrict__ dy,
+                                                   unsigned short* __restrict__ dx, TjPoolShape s) {
+  tj_max_pool2d_grad_body<TjBf16>(x, dy, dx, s);
+}
+extern "C" __global__ void tj_max_pool2d_grad_f16(const unsigned short* __restrict__ x,
+                                                  const unsigned short* __restrict__ dy,
+                                                  unsigned short* __restrict__ dx, TjPoolShape s) {
+  tj_max_pool2d_grad_body<TjF16>(x, dy, dx, s);
 }
 
 // The mean over the window's in-bounds elements, divided by the full window size (padding
