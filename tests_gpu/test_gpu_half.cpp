@@ -5,6 +5,7 @@
 // training step under the bf16 policy on a GPU tower within the bound of the same step on a
 // CPU tower; convolutions under the conv policy on cuDNN's 16-bit configurations the same way.
 // Odd batch sizes: 1, 7 and 127.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <functional>
@@ -68,9 +69,15 @@ TEST_CASE("GPU: bf16 and f16 casts and layout ops equal the CPU JIT bit for bit"
         tj::transpose(m, {1, 0}),                           // layout ops move the 16 bits
         tj::slice(m, {0, 1}, {-1, 5}),
         tj::broadcast_to(tj::reshape(h, {kBatch, 1}), tj::Shape{kBatch, 3}),
-        tj::constant(0.1, {3}, t)};
+        tj::constant(0.1, {3}, t),
+        // rows of 8: 16-bit quads loaded and stored 8 bytes at a time (the vector path)
+        tj::cast(tj::relu(tj::cast(tj::input("q", {kBatch, 8}, t), DType::f32)) * 3.0f - 1.0f, t)};
     tj::CudaProgram gpu(g, fetches, false);
     tj::CpuProgram cpu(g, fetches);
+    // Alone (not grouped with the others into one launch), the quads' kernel takes the vector path.
+    tj::CudaProgram quads(g, {fetches.back()}, false);
+    REQUIRE(quads.module().kernels.size() == 1);
+    CHECK(quads.module().kernels[0].vector_width == 4);
     for (int64_t n : {1, 7, 127}) {
       INFO(tj::dtype_name(t) << ", batch " << n);
       const tj::reference::Array xs = values_of(n, 7);
@@ -82,10 +89,15 @@ TEST_CASE("GPU: bf16 and f16 casts and layout ops equal the CPU JIT bit for bit"
         is[i] = static_cast<double>(static_cast<int32_t>(r[i * 6 + 1]) * 997);
       }
       for (int64_t i = 0; i < n * 6; ++i) ms[i] = tj::round_to(t, r[i]);
+      tj::reference::Array qs(tj::Shape{n, 8}, t);
+      const tj::reference::Array q_values = values_of(n * 8, 9);
+      for (int64_t i = 0; i < n * 8; ++i) qs[i] = tj::round_to(t, q_values[i]);
       tj::HostFeeds feeds{{"x", to_host(xs)}, {"xi", to_host(is)}, {"h", to_host(hs)}, {"hi", to_host(his)},
-                          {"m", to_host(ms)}};
+                          {"m", to_host(ms)}, {"q", to_host(qs)}};
       tj::HostVariables vars;
-      const std::vector<tj::HostTensor> on_gpu = gpu.run(feeds, vars), on_cpu = cpu.run(feeds, vars);
+      std::vector<tj::HostTensor> on_gpu = gpu.run(feeds, vars), on_cpu = cpu.run(feeds, vars);
+      on_gpu.push_back(quads.run(feeds, vars)[0]);
+      on_cpu.push_back(on_cpu.back());
       REQUIRE(on_gpu.size() == on_cpu.size());
       for (size_t f = 0; f < on_gpu.size(); ++f) {
         REQUIRE(on_gpu[f].dtype == on_cpu[f].dtype);

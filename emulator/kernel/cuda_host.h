@@ -79,7 +79,7 @@ inline T* dynamic_shared() {
   return static_cast<T*>(tj_emu_api->dynamic_shared());
 }
 
-// The pre-pass turns reinterpret_cast<... float4*>(p) into this: the GPU faults on a vector
+// The pre-pass turns reinterpret_cast<... float4*>(p) (and tj_bf16x4*, tj_f16x4*) into this: the GPU faults on a vector
 // access that is not aligned to its size, so the emulator does too.
 template <typename P, typename Q>
 inline P vector_cast(int line, Q* p) {

@@ -102,8 +102,10 @@ HostSource prepare_host_source(const std::string& cuda_source) {
   // __shared__ T name[N]...;  ->  T (&name)[N]... = tj_emu::shared<T[N]...>(__LINE__);
   static const std::regex static_shared(R"(__shared__\s+(?:__align__\(\d+\)\s+)?([A-Za-z_][\w:]*)\s+(\w+)\s*((?:\[[^\]\n]+\])+)\s*;)");
   text = std::regex_replace(text, static_shared, "$1 (&$2)$3 = tj_emu::shared<$1$3>(__LINE__);");
-  // reinterpret_cast<const float4*>(  ->  tj_emu::vector_cast<const float4*>(__LINE__,
-  static const std::regex vector_cast(R"(reinterpret_cast\s*<\s*((?:const\s+)?float[24]\s*\*)\s*>\s*\()");
+  // reinterpret_cast<const float4*>(  ->  tj_emu::vector_cast<const float4*>(__LINE__, (and the
+  // 8-byte quads of bf16 / f16 elements, tj_bf16x4 and tj_f16x4)
+  static const std::regex vector_cast(
+      R"(reinterpret_cast\s*<\s*((?:const\s+)?(?:float[24]|tj_bf16x4|tj_f16x4)\s*\*)\s*>\s*\()");
   text = std::regex_replace(text, vector_cast, "tj_emu::vector_cast<$1>(__LINE__, ");
 
   // Every kernel gets an entry taking the driver's parameter array.

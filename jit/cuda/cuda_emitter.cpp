@@ -26,7 +26,10 @@ using detail::output_exprs;
 using detail::Point;
 using detail::point_of;
 using detail::range;
+using detail::narrow;
 using detail::store_outputs;
+using detail::stored_expr;
+using detail::widen;
 using Scheme = EmittedKernel::Scheme;
 
 constexpr int kBlock = 256;
@@ -37,11 +40,23 @@ constexpr int kBlock = 256;
 constexpr const char* kHalfFloatIncludes =
     "// bf16 and f16 buffers: __nv_bfloat16 and __half, widened to float on load, rounded to\n"
     "// nearest even on store (__float2bfloat16_rn, __float2half_rn).\n"
-    "#ifdef __CUDACC__\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#endif\n\n";
-// The accesses a float4 path loads or stores as vectors, or nothing when the kernel does not
+    "#ifdef __CUDACC__\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n#endif\n"
+    "// Four of them in 8 bytes, one load or store for the vector path's quad of points.\n"
+    "struct alignas(8) tj_bf16x4 { __nv_bfloat16 x, y, z, w; };\n"
+    "struct alignas(8) tj_f16x4 { __half x, y, z, w; };\n\n";
+// A quad of `t`'s elements as one aligned load or store: float4 (16 bytes), or four bf16 / f16
+// in 8 (the prelude's tj_bf16x4 / tj_f16x4).
+std::string quad_type(DType t) {
+  if (t == DType::bf16) return "tj_bf16x4";
+  if (t == DType::f16) return "tj_f16x4";
+  return is_real(t) ? "float4" : "int4";
+}
+
+// The accesses a vector path loads or stores as quads, or nothing when the kernel does not
 // allow one: each load or store must be contiguous (stride 1) or constant (stride 0) along the
 // last axis, whose extent is a multiple of 4, with every other stride and the offset multiples
-// of 4, so a quad starting at a multiple of 4 stays in one aligned 16 bytes.
+// of 4, so a quad starting at a multiple of 4 stays in one aligned 16 bytes (8 for 16-bit
+// elements).
 std::vector<int> vector_accesses(const KernelWriter& w) {
   const kir::Kernel& k = w.kernel();
   const int rank = k.space.rank();
@@ -65,8 +80,6 @@ std::vector<int> vector_accesses(const KernelWriter& w) {
   std::sort(vec.begin(), vec.end());
   vec.erase(std::unique(vec.begin(), vec.end()), vec.end());
   for (int a : vec) {
-    // bf16 / f16 buffers take the scalar loop for now: a quad of them is 8 bytes, not a float4.
-    if (is_half_float(w.buffer_dtype(a))) return {};
     const kir::Access& acc = k.accesses[a];
     if (!quad(acc.offset)) return {};
     for (int axis = 0; axis + 1 < rank; ++axis)
@@ -80,7 +93,8 @@ void emit_vector_path(std::ostream& out, const KernelWriter& w, const std::vecto
   const int rank = k.space.rank();
   std::set<std::string> ptrs;
   for (int a : vec) ptrs.insert(w.buffer(a));
-  out << "  // 4 points per thread with 16-byte loads and stores when the pointers allow it.\n  if (((";
+  out << "  // 4 points per thread with 16-byte (16-bit elements: 8-byte) loads and stores when the\n"
+         "  // pointers allow it.\n  if (((";
   for (auto it = ptrs.begin(); it != ptrs.end(); ++it)
     out << (it == ptrs.begin() ? "" : " | ") << "(tj_u64)" << *it;
   out << ") & 15) == 0) {\n";
@@ -97,18 +111,21 @@ void emit_vector_path(std::ostream& out, const KernelWriter& w, const std::vecto
   for (const auto& o : k.outputs) outs.insert(o.access);
   for (int a : vec) {
     if (outs.count(a)) continue;
-    const std::string t = w.type(w.buffer_dtype(a)) + "4";
+    const DType dt = w.buffer_dtype(a);
+    const std::string t = quad_type(dt);
     out << "      const " << t << " a" << a << " = *reinterpret_cast<const " << t << "*>(" << w.buffer(a)
         << " + " << w.address(a, base) << ");\n";
-    for (int l = 0; l < 4; ++l) lanes[l].loaded[a] = "a" + std::to_string(a) + "." + lane[l];
+    for (int l = 0; l < 4; ++l) lanes[l].loaded[a] = widen(dt, "a" + std::to_string(a) + "." + lane[l]);  // exact
   }
   for (int l = 0; l < 4; ++l) w.body(out, "      ", lanes[l], output_exprs(k, 0));
-  for (const auto& o : k.outputs) {
-    const std::string t = w.type(w.buffer_dtype(o.access));
-    out << "      *reinterpret_cast<" << t << "4*>(" << w.buffer(o.access) << " + " << w.address(o.access, base)
-        << ") = make_" << t << "4(";
-    for (int l = 0; l < 4; ++l) out << (l ? ", " : "") << w.value(o.expr, lanes[l]);
-    out << ");\n";
+  for (size_t i = 0; i < k.outputs.size(); ++i) {
+    const int access = k.outputs[i].access;
+    const DType dt = w.buffer_dtype(access);
+    const std::string t = quad_type(dt);
+    out << "      *reinterpret_cast<" << t << "*>(" << w.buffer(access) << " + " << w.address(access, base) << ") = "
+        << (is_half_float(dt) ? t + "{" : "make_" + t + "(");
+    for (int l = 0; l < 4; ++l) out << (l ? ", " : "") << narrow(dt, w.value(stored_expr(k, i), lanes[l]));
+    out << (is_half_float(dt) ? "};\n" : ");\n");
   }
   out << "    }\n    return;\n  }\n";
 }
