@@ -370,11 +370,18 @@ void Planner::host_maps_beside_reductions() {
   }
 }
 
-// Whether n's body, inlined through unbuffered nodes, computes `target`.
+// Whether n's body, inlined through unbuffered nodes, computes `target` (each node of the body
+// visited once: bodies share subexpressions).
 bool Planner::inlines(int n, int target) const {
-  for (int in : g_.node(n).inputs) {
-    if (in == target) return true;
-    if (!p_.buffered[in] && !p_.folded[in] && inlines(in, target)) return true;
+  std::vector<int> stack{n};
+  std::set<int> seen;
+  while (!stack.empty()) {
+    const int m = stack.back();
+    stack.pop_back();
+    for (int in : g_.node(m).inputs) {
+      if (in == target) return true;
+      if (!p_.buffered[in] && !p_.folded[in] && seen.insert(in).second) stack.push_back(in);
+    }
   }
   return false;
 }
