@@ -73,7 +73,7 @@ class Planner {
   void host_maps_beside_reductions();
   bool inlines(int n, int target) const;
   bool sibling_reads_ok(int r2, int r1) const { return reads_ready({g_.node(r2).inputs[0]}, r1); }
-  bool reads_ready(std::vector<int> values, int r1) const;
+  bool reads_ready(std::vector<int> stack, int r1) const;
   void choose_in_place(const std::vector<int>& update_ops);
   void scatter_in_place(int update, const std::vector<int>& pos);
   bool elementwise(int id) const;
@@ -407,12 +407,11 @@ void Planner::merge_sibling_reductions() {
   }
 }
 
-// Whether `values` (a sibling reduction's input, or the operands of a value hosted beside a
-// reduction), computed in r1's kernel (which runs at r1's place in node order), find every
-// buffer they read written by then: each is an input or variable, computed by a step before
-// r1, or computed in r1's kernel itself from such buffers, never r1's own result.
-bool Planner::reads_ready(std::vector<int> values, int r1) const {
-  std::vector<int>& stack = values;
+// Whether the values on `stack` (a sibling reduction's input, or the operands of a value hosted
+// beside a reduction), computed in r1's kernel (which runs at r1's place in node order), find
+// every buffer they read written by then: each is an input or variable, computed by a step
+// before r1, or computed in r1's kernel itself from such buffers, never r1's own result.
+bool Planner::reads_ready(std::vector<int> stack, int r1) const {
   std::vector<bool> seen(g_.size(), false);
   while (!stack.empty()) {
     int m = stack.back();
