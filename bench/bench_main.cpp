@@ -198,6 +198,10 @@ json loop_kernel_rates(const tj::kir::Program& p, const std::vector<double>& ms_
 // bytes and GB/s.
 json profile(tj::CpuProgram& program, const tj::HostFeeds& feeds, tj::HostVariables& vars,
              int64_t batch, int steps, const bench::CopyBandwidth& bw) {
+  // One step first, unprofiled, as every timed round warms up: the profile follows the products'
+  // timing (time_gemms), which leaves the caches full of its own matrices and the pool's
+  // threads asleep, and its first step had taken twice the steady one in its first kernels.
+  program.run(feeds, vars, 0);
   std::vector<double> times;
   program.step_times = &times;
   const auto start = Clock::now();

@@ -4,7 +4,9 @@
 // thread's CPU time (time it was not running does not count, so on a shared machine the
 // kernels' rate against the sgemm peak measured the same way swings far less than wall time;
 // contention for caches and memory still counts). One JSON line per layer and pass, best of
-// `--repeats` (default 5).
+// `--repeats` (default 5). `--buffers N` (default 1) gives each call the next of N copies of
+// the tensors, so that with N of 8 or more they come from memory, as in a training step where
+// other layers ran in between, rather than from the caches the previous call left them in.
 #include <time.h>
 
 #include <algorithm>
@@ -51,9 +53,11 @@ double best_ms(const std::function<void()>& f, int repeats, double (*clock)()) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int repeats = 5;
-  for (int a = 1; a + 1 < argc; a += 2)
+  int repeats = 5, buffers = 1;
+  for (int a = 1; a + 1 < argc; a += 2) {
     if (!std::strcmp(argv[a], "--repeats")) repeats = std::atoi(argv[a + 1]);
+    if (!std::strcmp(argv[a], "--buffers")) buffers = std::max(1, std::atoi(argv[a + 1]));
+  }
   tj::ThreadPool pool;  // one thread per core, as the bench's
   const int64_t n = 1024;
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
@@ -63,8 +67,8 @@ int main(int argc, char** argv) {
   const double flops = 2.0 * n * n * n;
   const double peak_pool = flops / (best_ms(gemm(&pool), repeats, wall_ms) * 1e6);
   const double peak_one = flops / (best_ms(gemm(nullptr), repeats, thread_cpu_ms) * 1e6);
-  std::printf("{\"cpu_isa\":\"%s\",\"threads\":%d,\"sgemm_peak_gflops\":{\"pool_wall\":%.1f,\"one_thread_cpu\":%.1f}}\n",
-              tj::cpujit::isa_name(tj::cpujit::cpu_isa()), pool.size(), peak_pool, peak_one);
+  std::printf("{\"cpu_isa\":\"%s\",\"threads\":%d,\"buffers\":%d,\"sgemm_peak_gflops\":{\"pool_wall\":%.1f,\"one_thread_cpu\":%.1f}}\n",
+              tj::cpujit::isa_name(tj::cpujit::cpu_isa()), pool.size(), buffers, peak_pool, peak_one);
   struct Layer { const char* name; int64_t c, hw, o; };
   const Layer layers[] = {{"1->16 28x28 (conv1)", 1, 28, 16}, {"3->16 32x32 (an RGB first layer)", 3, 32, 16},
                           {"16->16 28x28 (block1)", 16, 28, 16},
@@ -79,16 +83,22 @@ int main(int argc, char** argv) {
         dw(w.size());
     for (std::vector<float>* v : {&x, &w, &y})
       for (float& e : *v) e = dist(rng);
-    const tj::cpujit::View X{tj::Shape{batch, l.c, l.hw, l.hw}, x.data()}, W{tj::Shape{l.o, l.c, 3, 3}, w.data()},
+    std::vector<std::vector<float>> xs(buffers, x), ys(buffers, y), dxs(buffers, dx);
+    tj::cpujit::View X{tj::Shape{batch, l.c, l.hw, l.hw}, x.data()}, W{tj::Shape{l.o, l.c, 3, 3}, w.data()},
         Y{tj::Shape{batch, l.o, l.hw, l.hw}, y.data()}, DX{X.shape, dx.data()}, DW{W.shape, dw.data()};
+    int turn = 0;
+    auto next_buffers = [&] {
+      turn = (turn + 1) % buffers;
+      X.data = xs[turn].data(), Y.data = ys[turn].data(), DX.data = dxs[turn].data();
+    };
     const double f = 2.0 * batch * l.hw * l.hw * l.o * l.c * 9;
     struct Pass { const char* name; std::function<void(tj::ThreadPool*)> run; };
     const Pass passes[] = {{"conv2d", [&](tj::ThreadPool* p) { tj::cpujit::conv2d(at, X, W, Y, p); }},
                            {"conv2d_grad_filter", [&](tj::ThreadPool* p) { tj::cpujit::conv2d_grad_filter(at, X, Y, DW, p); }},
                            {"conv2d_grad_input", [&](tj::ThreadPool* p) { tj::cpujit::conv2d_grad_input(at, Y, W, DX, p); }}};
     for (const Pass& pass : passes) {
-      const double pool_ms = best_ms([&] { pass.run(&pool); }, repeats, wall_ms);
-      const double one_ms = best_ms([&] { pass.run(nullptr); }, repeats, thread_cpu_ms);
+      const double pool_ms = best_ms([&] { next_buffers(); pass.run(&pool); }, repeats, wall_ms);
+      const double one_ms = best_ms([&] { next_buffers(); pass.run(nullptr); }, repeats, thread_cpu_ms);
       std::printf("{\"layer\":\"%s\",\"op\":\"%s\",\"pool_wall_ms\":%.3f,\"of_pool_peak\":%.3f,"
                   "\"one_thread_cpu_ms\":%.3f,\"of_one_thread_peak\":%.3f}\n",
                   l.name, pass.name, pool_ms, f / (pool_ms * 1e6) / peak_pool, one_ms, f / (one_ms * 1e6) / peak_one);

@@ -1,5 +1,7 @@
 #include "runtime/cpu/conv_images.h"
 
+#include <immintrin.h>
+
 #include "runtime/cpu/conv_geometry.h"
 #include "runtime/cpu/half_spans.h"
 
@@ -18,6 +20,14 @@ float* image_out(const View& v, int64_t i, int64_t elements, int slot) {
 
 void image_done(const View& v, int64_t i, int64_t elements, const float* written) {
   if (v.dtype != DType::f32) narrow_span(written, v.h() + i * elements, elements, v.dtype);
+}
+
+void prefetch_image(const View& v, int64_t i, int64_t elements, int64_t part, int64_t parts) {
+  const int64_t bytes = elements * dtype_bytes(v.dtype);
+  const char* image = static_cast<const char*>(v.data) + i * bytes;
+  constexpr int64_t kLine = 64;
+  for (int64_t at = bytes * part / parts / kLine * kLine, end = bytes * (part + 1) / parts; at < end; at += kLine)
+    _mm_prefetch(image + at, _MM_HINT_T1);
 }
 
 const float* as_floats(const View& v, std::vector<float>& keep) {

@@ -22,6 +22,14 @@ const float* image_in(const View& v, int64_t i, int64_t elements, int slot);
 float* image_out(const View& v, int64_t i, int64_t elements, int slot);
 void image_done(const View& v, int64_t i, int64_t elements, const float* written);
 
+// Asks the caches for slice `part` of `parts` of image i of `v` (into L2: the kernels' own
+// packed copies keep L1). The direct kernels call it for the next image while they compute
+// the current one, so its first reads and writes do not wait on memory: an image's kernels do
+// no memory traffic of their own, and without it each image began with a burst the core
+// stalled on (a 16-channel 28x28 forward at batch 128: 2.2 ms on buffers in cache, 2.8 ms on
+// buffers that were not).
+void prefetch_image(const View& v, int64_t i, int64_t elements, int64_t part, int64_t parts);
+
 // All of `v` as f32 (a filter: small): in place, or widened into `keep`.
 const float* as_floats(const View& v, std::vector<float>& keep);
 

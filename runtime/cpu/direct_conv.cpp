@@ -14,6 +14,7 @@
 #include "runtime/cpu/half_spans.h"
 #include "runtime/cpu/vector_lanes.h"
 #include "runtime/cpu/narrow_conv.h"
+#include "runtime/cpu/transpose.h"
 
 namespace towerjit::cpujit {
 namespace {
@@ -26,43 +27,32 @@ struct Conv : ConvGeometry {
   int64_t opad() const { return blocks() * lanes; }
 };
 
-// out[j * ld_out + i] = in[i * ld_in + j] for i < rows, j < cols: 8x8 tiles through registers
-// (the layout changes between NCHW and the kernels' channels-last blocks), scalar at the edges.
-TOWERJIT_TARGET_AVX2 void transpose(const float* in, int64_t rows, int64_t cols, int64_t ld_in, float* out,
-                             int64_t ld_out) {
-  int64_t i = 0;
-  for (; i + 8 <= rows; i += 8) {
-    int64_t j = 0;
-    for (; j + 8 <= cols; j += 8) {
-      __m256 r[8], t[8];
-      for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(in + (i + k) * ld_in + j);
-      for (int k = 0; k < 8; k += 2) {
-        t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
-        t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
-      }
-      for (int k = 0; k < 8; k += 4) {
-        r[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
-        r[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xEE);
-        r[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
-        r[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
-      }
-      // r[k] holds column k (low 128-bit lane: rows 0-3) and column k + 4 (high lane) of rows
-      // 0-3; r[k + 4] the same of rows 4-7.
-      for (int k = 0; k < 4; ++k) {
-        _mm256_storeu_ps(out + (j + k) * ld_out + i, _mm256_permute2f128_ps(r[k], r[k + 4], 0x20));
-        _mm256_storeu_ps(out + (j + k + 4) * ld_out + i, _mm256_permute2f128_ps(r[k], r[k + 4], 0x31));
-      }
+// One image [C, H, W] into xp[Hp][C][Wp] (each padded row, channel after channel), zero in the
+// padding: the forward kernels' layout, where a block's pixels along a row are consecutive
+// floats. Only the padding is cleared; the rest is copied over row by row.
+TOWERJIT_TARGET_AVX2 void pack_rows(const Conv& g, const float* image, float* xp) {
+  const int64_t row = g.c * g.wp();
+  std::fill(xp, xp + g.ph * row, 0.0f);
+  std::fill(xp + (g.ph + g.h) * row, xp + g.hp() * row, 0.0f);
+  for (int64_t iy = 0; iy < g.h; ++iy)
+    for (int64_t ci = 0; ci < g.c; ++ci) {
+      // [pw zeros][w floats][pw zeros], by vectors (a call to memmove per row of 14 or 28
+      // floats cost more than the transposes it replaced).
+      const float* in = image + (ci * g.h + iy) * g.w;
+      float* out = xp + (iy + g.ph) * row + ci * g.wp();
+      for (int64_t j = 0; j < g.pw; ++j) out[j] = 0.0f;
+      out += g.pw;
+      int64_t j = 0;
+      for (; j + 8 <= g.w; j += 8) _mm256_storeu_ps(out + j, _mm256_loadu_ps(in + j));
+      if (j < g.w) maskstore8(out + j, g.w - j, maskload8(in + j, g.w - j));
+      for (j = g.w; j < g.w + g.pw; ++j) out[j] = 0.0f;
     }
-    for (; j < cols; ++j)
-      for (int k = 0; k < 8; ++k) out[j * ld_out + i + k] = in[(i + k) * ld_in + j];
-  }
-  for (; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) out[j * ld_out + i] = in[i * ld_in + j];
 }
 
-// One image [C, H, W] into xp[Hp][Wp][C] (channels last), zero in the padding (only the
-// padding is cleared: the rest is written over).
-void pack_image(const Conv& g, const float* image, float* xp) {
+// One image [C, H, W] into xp[Hp][Wp][C] (channels last), zero in the padding: the filter
+// gradient's layout, where a block's taps are consecutive channels. Only the padding is
+// cleared: the rest is written over.
+void pack_channels_last(const Conv& g, const float* image, float* xp) {
   const int64_t row = g.wp() * g.c, edge = g.pw * g.c;
   std::fill(xp, xp + g.ph * row, 0.0f);
   std::fill(xp + (g.ph + g.h) * row, xp + g.hp() * row, 0.0f);
@@ -70,13 +60,13 @@ void pack_image(const Conv& g, const float* image, float* xp) {
     float* out = xp + (iy + g.ph) * row;
     std::fill(out, out + edge, 0.0f);
     std::fill(out + row - edge, out + row, 0.0f);
-    transpose(image + iy * g.w, g.c, g.w, g.h * g.w, out + edge, g.c);
+    transpose_floats(image + iy * g.w, g.c, g.w, g.h * g.w, out + edge, g.c);
   }
 }
 
-// Weights [O, C, KH, KW] into wp[O/lanes][KH][KW][C][lanes], zero past O. `flip` reads them
-// rotated by 180 degrees with O and C swapped (w[c, o, KH-1-ky, KW-1-kx]): the input
-// gradient's filter.
+// Weights [O, C, KH, KW] into wp[O/lanes][KH][KW][C][lanes] (the order the forward kernel walks
+// them), zero past O. `flip` reads them rotated by 180 degrees with O and C swapped
+// (w[c, o, KH-1-ky, KW-1-kx]): the input gradient's filter.
 std::vector<float> pack_weights(const Conv& g, const float* w, bool flip) {
   std::vector<float> wp(g.blocks() * g.ckk() * g.lanes, 0.0f);
   for (int64_t o = 0; o < g.o; ++o)
@@ -85,18 +75,25 @@ std::vector<float> pack_weights(const Conv& g, const float* w, bool flip) {
         for (int64_t kx = 0; kx < g.kw; ++kx) {
           const float v = flip ? w[((ci * g.o + o) * g.kh + (g.kh - 1 - ky)) * g.kw + (g.kw - 1 - kx)]
                                : w[((o * g.c + ci) * g.kh + ky) * g.kw + kx];
-          wp[(((o / g.lanes) * g.kh + ky) * g.kw + kx) * g.c * g.lanes + ci * g.lanes + o % g.lanes] = v;
+          wp[((((o / g.lanes) * g.kh + ky) * g.kw + kx) * g.c + ci) * g.lanes + o % g.lanes] = v;
         }
   return wp;
 }
 
 // The register-blocked kernels. A forward block is R output pixels along a row x one block of
-// NV vectors of output channels: `x` is the padded image at the first pixel's window corner (the
-// window's row ky is kw*c contiguous floats of x and of `w`), `out` the pixels' [R][opad]
-// results. A filter block is R taps x one block of output channels, summed over an image's
-// pixels: acc[t] += x[window + tap t] * dy[pixel], with `dy` [OH*OW][opad] at the block, added
-// into `dw` [R][opad]. Tap t's element of a window is `offsets[t]`, or `t` itself (TAPS_IN_A_ROW:
-// the block's taps are consecutive input channels of one (ky, kx), and `xp` points at the first).
+// NV vectors of output channels: `x` is the image packed by pack_rows at the first pixel's
+// window corner, `w` the block's weights as pack_weights lays them out, `out` the pixels'
+// [R][opad] results. Pixel r's input for tap (ky, kx, ci) is x[ky * C * Wp + ci * Wp + kx +
+// r * SW]: with the stride SW known to the compiler (1 or 2; 0 reads g.sw), every broadcast is
+// one pointer plus a constant, so each FMA takes its operand from memory as one fused
+// instruction (a register index per pixel had spilled pointers and split the FMAs in two). The
+// channels are the inner loop: with kx inner, GCC carried the loads one kx shares with the
+// next in registers and spilled them.
+// A filter block is R taps x one block of output channels, summed over an image's pixels
+// (pack_channels_last's layout): acc[t] += x[window + tap t] * dy[pixel], with `dy`
+// [OH*OW][opad] at the block, added into `dw` [R][opad]. Tap t's element of a window is
+// `offsets[t]`, or `t` itself (TAPS_IN_A_ROW: the block's taps are consecutive input channels of
+// one (ky, kx), and `xp` points at the first).
 // R * NV accumulators, NV weights and a broadcast must fit the registers: R <= 6 with AVX2
 // (NV = 2: 15 of 16), R <= 12 (NV = 2) or 24 (NV = 1) with AVX-512.
 //
@@ -105,23 +102,23 @@ std::vector<float> pack_weights(const Conv& g, const float* w, bool flip) {
 // stack after every FMA at AVX2, which halved the kernels' rate).
 #define TOWERJIT_UNROLL _Pragma("GCC unroll 32")
 #define TOWERJIT_KERNELS(FORWARD, FILTER, TARGET, VEC, WIDTH, ZERO, LOAD, STORE, BROADCAST, FMA, ADD) \
-  template <int R, int NV>                                                                       \
+  template <int R, int NV, int SW>                                                               \
   TARGET void FORWARD(const Conv& g, const float* x, const float* w, float* out) {              \
-    const int64_t row = g.wp() * g.c, pixel = g.sw * g.c, span = g.kw * g.c;                    \
+    const int64_t sw = SW ? SW : g.sw, plane = g.wp(), row = g.c * plane;                       \
     VEC acc[R * NV];                                                                             \
     TOWERJIT_UNROLL for (int a = 0; a < R * NV; ++a) acc[a] = ZERO();                            \
-    for (int64_t ky = 0; ky < g.kh; ++ky) {                                                      \
-      const float* xr = x + ky * row;                                                            \
-      const float* wr = w + ky * span * NV * WIDTH;                                              \
-      for (int64_t j = 0; j < span; ++j) {                                                       \
-        VEC wv[NV];                                                                              \
-        TOWERJIT_UNROLL for (int v = 0; v < NV; ++v) wv[v] = LOAD(wr + (j * NV + v) * WIDTH);    \
-        TOWERJIT_UNROLL for (int r = 0; r < R; ++r) {                                            \
-          const VEC xb = BROADCAST(xr + r * pixel + j);                                          \
-          TOWERJIT_UNROLL for (int v = 0; v < NV; ++v) acc[r * NV + v] = FMA(xb, wv[v], acc[r * NV + v]); \
+    for (int64_t ky = 0; ky < g.kh; ++ky)                                                        \
+      for (int64_t kx = 0; kx < g.kw; ++kx) {                                                    \
+        const float* xr = x + ky * row + kx;                                                     \
+        for (int64_t ci = 0; ci < g.c; ++ci, xr += plane, w += NV * WIDTH) {                     \
+          VEC wv[NV];                                                                            \
+          TOWERJIT_UNROLL for (int v = 0; v < NV; ++v) wv[v] = LOAD(w + v * WIDTH);              \
+          TOWERJIT_UNROLL for (int r = 0; r < R; ++r) {                                          \
+            const VEC xb = BROADCAST(xr + r * sw);                                               \
+            TOWERJIT_UNROLL for (int v = 0; v < NV; ++v) acc[r * NV + v] = FMA(xb, wv[v], acc[r * NV + v]); \
+          }                                                                                      \
         }                                                                                        \
       }                                                                                          \
-    }                                                                                            \
     const int64_t ld = g.opad();                                                                 \
     TOWERJIT_UNROLL for (int a = 0; a < R * NV; ++a) STORE(out + (a / NV) * ld + (a % NV) * WIDTH, acc[a]); \
   }                                                                                              \
@@ -160,24 +157,36 @@ TOWERJIT_KERNELS(forward_avx512, filter_avx512, TOWERJIT_TARGET_AVX512, __m512, 
 using ForwardBlock = void (*)(const Conv&, const float*, const float*, float*);
 using FilterBlock = void (*)(const Conv&, const float*, const int64_t*, const float*, float*);
 
-// One instruction set's kernels for one block width: forward[r], filter[r] (taps anywhere in
-// the window, by offsets) and filter_row[r] (consecutive taps) for blocks of r = 1..most items.
+// One instruction set's kernels for one block width: forward[s][r] for stride s (1, 2, or 0:
+// any), filter[r] (taps anywhere in the window, by offsets) and filter_row[r] (consecutive
+// taps) for blocks of r = 1..most items.
 struct Kernels {
   int64_t lanes;
   int most;
-  std::vector<ForwardBlock> forward;
+  std::vector<ForwardBlock> forward[3];
   std::vector<FilterBlock> filter, filter_row;
+  const std::vector<ForwardBlock>& forward_at(int64_t stride) const { return forward[stride <= 2 ? stride : 0]; }
 };
 
 template <int NV, int... R>
 Kernels avx2_kernels(std::integer_sequence<int, R...>) {
-  return {NV * 8, sizeof...(R), {nullptr, forward_avx2<R + 1, NV>...},
-          {nullptr, filter_avx2<R + 1, NV, false>...}, {nullptr, filter_avx2<R + 1, NV, true>...}};
+  return {NV * 8,
+          sizeof...(R),
+          {{nullptr, forward_avx2<R + 1, NV, 0>...},
+           {nullptr, forward_avx2<R + 1, NV, 1>...},
+           {nullptr, forward_avx2<R + 1, NV, 2>...}},
+          {nullptr, filter_avx2<R + 1, NV, false>...},
+          {nullptr, filter_avx2<R + 1, NV, true>...}};
 }
 template <int NV, int... R>
 Kernels avx512_kernels(std::integer_sequence<int, R...>) {
-  return {NV * 16, sizeof...(R), {nullptr, forward_avx512<R + 1, NV>...},
-          {nullptr, filter_avx512<R + 1, NV, false>...}, {nullptr, filter_avx512<R + 1, NV, true>...}};
+  return {NV * 16,
+          sizeof...(R),
+          {{nullptr, forward_avx512<R + 1, NV, 0>...},
+           {nullptr, forward_avx512<R + 1, NV, 1>...},
+           {nullptr, forward_avx512<R + 1, NV, 2>...}},
+          {nullptr, filter_avx512<R + 1, NV, false>...},
+          {nullptr, filter_avx512<R + 1, NV, true>...}};
 }
 
 // The kernels for a convolution with `o` output channels, or null for the im2col path: the
@@ -211,19 +220,24 @@ struct EvenBlocks {
   int64_t cut(int64_t b) const { return n * b / count; }
 };
 
-// One image: xp packed, y_image [O, OH*OW]. `out` is [OH*OW][opad] scratch.
+// One image: xp packed, y_image [O, OH*OW]. `out` is [OH*OW][opad] scratch. Each output row
+// also prefetches a slice of the next image (`next(slice, slices)`).
+template <typename Next>
 void forward_image(const Conv& g, const Kernels& k, const float* xp, const float* wp, float* out,
-                   float* y_image) {
-  const int64_t wp_row = g.wp() * g.c, filter = g.ckk() * g.lanes;
-  const EvenBlocks row(g.ow, k.most);
-  for (int64_t oy = 0; oy < g.oh; ++oy)
-    for (int64_t part = 0; part < row.count; ++part) {
-      const int64_t ox = row.cut(part), r = row.cut(part + 1) - ox;
-      const float* corner = xp + oy * g.sh * wp_row + ox * g.sw * g.c;
+                   float* y_image, const Next& next) {
+  const int64_t row = g.c * g.wp(), filter = g.ckk() * g.lanes;
+  const std::vector<ForwardBlock>& blocks = k.forward_at(g.sw);
+  const EvenBlocks row_parts(g.ow, k.most);
+  for (int64_t oy = 0; oy < g.oh; ++oy) {
+    next(oy, g.oh);
+    for (int64_t part = 0; part < row_parts.count; ++part) {
+      const int64_t ox = row_parts.cut(part), r = row_parts.cut(part + 1) - ox;
+      const float* corner = xp + oy * g.sh * row + ox * g.sw;
       for (int64_t b = 0; b < g.blocks(); ++b)
-        k.forward[r](g, corner, wp + b * filter, out + (oy * g.ow + ox) * g.opad() + b * g.lanes);
+        blocks[r](g, corner, wp + b * filter, out + (oy * g.ow + ox) * g.opad() + b * g.lanes);
     }
-  transpose(out, g.spatial(), g.o, g.opad(), y_image, g.spatial());
+  }
+  transpose_floats(out, g.spatial(), g.o, g.opad(), y_image, g.spatial());
 }
 
 // x and y of any float dtype, an image at a time in f32 (conv_images.h).
@@ -234,9 +248,13 @@ void forward(const Conv& g, const Kernels& k, const View& x, const std::vector<f
     float* xp = conv_scratch(0, g.hp() * g.wp() * g.c);
     float* out = conv_scratch(1, g.spatial() * g.opad());
     for (int64_t i = begin; i < end; ++i) {
-      pack_image(g, image_in(x, i, image, 2), xp);
+      pack_rows(g, image_in(x, i, image, 2), xp);
       float* yi = image_out(y, i, result, 3);
-      forward_image(g, k, xp, wp.data(), out, yi);
+      forward_image(g, k, xp, wp.data(), out, yi, [&](int64_t slice, int64_t slices) {
+        if (i + 1 == end) return;
+        prefetch_image(x, i + 1, image, slice, slices);
+        prefetch_image(y, i + 1, result, slice, slices);
+      });
       image_done(y, i, result, yi);
     }
   });
@@ -333,11 +351,17 @@ bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, c
     float* dyt = conv_scratch(1, s * g.opad());
     if (g.o != g.opad()) std::fill(dyt, dyt + s * g.opad(), 0.0f);
     std::fill(partial.data() + first * size, partial.data() + last * size, 0.0f);
+    const int64_t image = g.c * g.h * g.w, end = g.n * last / chunks;
     for (int64_t chunk = first; chunk < last; ++chunk)
       for (int64_t i = g.n * chunk / chunks; i < g.n * (chunk + 1) / chunks; ++i) {
-        pack_image(g, image_in(x, i, g.c * g.h * g.w, 2), xp);
-        transpose(image_in(dy, i, g.o * s, 3), g.o, s, s, dyt, g.opad());
-        for (const Tile& tile : tiles) {
+        pack_channels_last(g, image_in(x, i, image, 2), xp);
+        transpose_floats(image_in(dy, i, g.o * s, 3), g.o, s, s, dyt, g.opad());
+        for (size_t t = 0; t < tiles.size(); ++t) {
+          const Tile& tile = tiles[t];
+          if (i + 1 < end) {  // a slice of the next image with each tile (conv_images.h)
+            prefetch_image(x, i + 1, image, t, tiles.size());
+            prefetch_image(dy, i + 1, g.o * s, t, tiles.size());
+          }
           float* out = partial.data() + chunk * size + tile.tap * g.opad() + tile.block * g.lanes;
           if (by_row)
             k->filter_row[tile.count](g, xp + offsets[tile.tap], nullptr, dyt + tile.block * g.lanes, out);

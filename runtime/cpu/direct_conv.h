@@ -1,10 +1,11 @@
 // Direct convolutions on the CPU (AVX-512, or AVX2 + FMA): no im2col columns. The batched
 // im2col of conv.cpp spends most of a small-channel convolution writing and reading its
 // columns (14 MB for a 16-channel 14x14 layer at batch 128) and reordering between NCHW and the
-// GEMM's layout; here each image is packed once into a padded channels-last copy that stays in
-// cache, and a register-blocked kernel (AVX2: 6 pixels x 16 output channels of accumulators;
-// AVX-512: 12 x 32, or 24 x 16 for narrow layers) reads it in place. Images are split over
-// the thread pool. Layers with at most 4 input channels (forward, filter gradient) or whose
+// GEMM's layout; here each image is packed once into a padded copy that stays in cache (its
+// rows channel after channel for the forward pass and the input gradient, channels last for
+// the filter gradient), and a register-blocked kernel (AVX2: 6 pixels x 16 output channels of
+// accumulators; AVX-512: 12 x 32, or 24 x 16 for narrow layers) reads it in place. Images are
+// split over the thread pool; each thread prefetches its next image while it computes one. Layers with at most 4 input channels (forward, filter gradient) or whose
 // input gradient has at most 4 channels take narrow_conv.h's kernels instead.
 //
 // Each function returns false, having done nothing, when the CPU lacks AVX2/FMA, the

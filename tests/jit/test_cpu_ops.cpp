@@ -63,7 +63,8 @@ TEST_CASE("convolution: direct and im2col paths match the reference at odd geome
                                  {2, 8, 6, 1, 5, 1, 2},  {5, 7, 9, 16, 1, 1, 0},  {4, 9, 7, 6, 3, 2, 1},
                                  {20, 6, 5, 3, 3, 1, 1},  {1, 28, 28, 16, 3, 1, 1}, {127, 5, 6, 7, 3, 1, 1},
                                  {7, 11, 9, 127, 3, 2, 0}, {33, 7, 5, 40, 3, 1, 1}, {16, 1, 1, 16, 1, 1, 0},
-                                 {8, 13, 3, 24, 3, 2, 2}, {1, 11, 9, 3, 3, 2, 1}, {3, 13, 17, 5, 3, 1, 1}};
+                                 {8, 13, 3, 24, 3, 2, 2}, {1, 11, 9, 3, 3, 2, 1}, {3, 13, 17, 5, 3, 1, 1},
+                                 {6, 10, 11, 20, 3, 3, 1}};  // the last: stride 3, the kernels of any stride
   struct Path { const char* isa; const char* direct; };
   std::vector<Path> paths{{nullptr, "off"}};
   for (tj::knobs::CpuIsa level : {tj::knobs::CpuIsa::avx512, tj::knobs::CpuIsa::avx2})
