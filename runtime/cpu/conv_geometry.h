@@ -28,10 +28,14 @@ inline ConvGeometry conv_geometry(const Attrs& at, const Shape& x, const Shape& 
 // Scratch memory reused across calls on a thread (slots 0 to 3): a training step convolves
 // many times. Slots 0 and 1 are the kernels' own (a packed image, its results); 2 and 3 hold a
 // 16-bit image widened, or a 16-bit result before rounding (conv_images.h).
+// Each starts on a 64-byte boundary: the kernels' vectors of 16 channels are then whole cache
+// lines, where a line split costs a load twice.
 inline float* conv_scratch(int slot, int64_t floats) {
+  constexpr int64_t kLine = 16;  // floats
   thread_local std::vector<float> buffers[4];
-  if (static_cast<int64_t>(buffers[slot].size()) < floats) buffers[slot].resize(floats);
-  return buffers[slot].data();
+  if (static_cast<int64_t>(buffers[slot].size()) < floats + kLine) buffers[slot].resize(floats + kLine);
+  const auto at = reinterpret_cast<uintptr_t>(buffers[slot].data());
+  return buffers[slot].data() + (kLine - at / sizeof(float) % kLine) % kLine;
 }
 
 }  // namespace towerjit::cpujit

@@ -189,6 +189,58 @@ Kernels avx512_kernels(std::integer_sequence<int, R...>) {
           {nullptr, filter_avx512<R + 1, NV, true>...}};
 }
 
+// The filter gradient with vectors along the input channels, where they come in sixteens
+// (AVX-512): OB output channels x TV taps (consecutive (ky, kx) of the window) of accumulators,
+// each a vector of 16 channels, summed over an image's pixels: acc[ob][tv] += dy[pixel][o0 + ob]
+// (broadcast) * x[pixel's window + tap tv][c0..c0 + 15]. Per pixel TV loads and OB broadcasts
+// for OB * TV FMAs (8 x 3: 11 for 24), where the channels-last kernel above does one broadcast
+// per FMA when the output channels fill one vector (16 of them). `xp` is the channels-last image
+// at channel c0, `offsets` the TV taps' elements of a window, `dyt` [OH*OW][opad] at o0, and
+// `part` [O][KH*KW][C] at (o0, first tap, c0), added to.
+template <int OB, int TV>
+TOWERJIT_TARGET_AVX512 void filter_by_channels(const Conv& g, const float* xp, const int64_t* offsets,
+                                               const float* dyt, float* part) {
+  int64_t off[TV];
+  TOWERJIT_UNROLL for (int t = 0; t < TV; ++t) off[t] = offsets[t];
+  __m512 acc[OB * TV];
+  TOWERJIT_UNROLL for (int a = 0; a < OB * TV; ++a) acc[a] = _mm512_setzero_ps();
+  const int64_t row = g.wp() * g.c, ld = g.opad(), step = g.sw * g.c;
+  for (int64_t oy = 0; oy < g.oh; ++oy) {
+    const float* corner = xp + oy * g.sh * row;
+    const float* dr = dyt + oy * g.ow * ld;
+    for (int64_t ox = 0; ox < g.ow; ++ox, corner += step, dr += ld) {
+      __m512 xv[TV];
+      TOWERJIT_UNROLL for (int t = 0; t < TV; ++t) xv[t] = _mm512_loadu_ps(corner + off[t]);
+      TOWERJIT_UNROLL for (int ob = 0; ob < OB; ++ob) {
+        const __m512 d = _mm512_set1_ps(dr[ob]);
+        TOWERJIT_UNROLL for (int t = 0; t < TV; ++t) acc[ob * TV + t] = _mm512_fmadd_ps(d, xv[t], acc[ob * TV + t]);
+      }
+    }
+  }
+  const int64_t kk = g.kh * g.kw;
+  TOWERJIT_UNROLL for (int a = 0; a < OB * TV; ++a) {
+    float* out = part + ((a / TV) * kk + a % TV) * g.c;
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), acc[a]));
+  }
+}
+
+using ChannelFilterBlock = void (*)(const Conv&, const float*, const int64_t*, const float*, float*);
+constexpr int kChannelBlockOutputs = 8, kChannelBlockTaps = 3;
+
+// filter_by_channels<ob, tv> at [ob][tv], ob = 1..8, tv = 1..3.
+template <int OB, int... T>
+std::vector<ChannelFilterBlock> channel_filter_row(std::integer_sequence<int, T...>) {
+  return {nullptr, &filter_by_channels<OB, T + 1>...};
+}
+template <int... O>
+std::vector<std::vector<ChannelFilterBlock>> channel_filter_table(std::integer_sequence<int, O...>) {
+  return {{}, channel_filter_row<O + 1>(std::make_integer_sequence<int, kChannelBlockTaps>())...};
+}
+const std::vector<std::vector<ChannelFilterBlock>>& channel_filter_blocks() {
+  static const auto table = channel_filter_table(std::make_integer_sequence<int, kChannelBlockOutputs>());
+  return table;
+}
+
 // The kernels for a convolution with `o` output channels, or null for the im2col path: the
 // AVX-512 ones where the CPU has them (blocks of 32 channels, or 16 for 16 or fewer, so that
 // no half block idles), else AVX2 + FMA (blocks of 16), as cpu_isa() allows;
@@ -326,22 +378,39 @@ bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, c
     return true;
   }
   const Conv g{geometry, k->lanes};
-  const int64_t taps = g.ckk(), s = g.spatial(), size = taps * g.opad();
+  const int64_t taps = g.ckk(), s = g.spatial(), kk = g.kh * g.kw;
+  // Vectors along the input channels where they come in sixteens (AVX-512), else along the
+  // output channels; each chunk's partial sum is laid out as its kernel writes it.
+  const bool by_channels = uses_avx512() && g.c % 16 == 0;
+  const int64_t size = by_channels ? g.o * kk * g.c : taps * g.opad();
   std::vector<int64_t> offsets;  // tap (ky, kx, ci) -> its element in a window of the packed image
   for (int64_t ky = 0; ky < g.kh; ++ky)
     for (int64_t kx = 0; kx < g.kw; ++kx)
       for (int64_t ci = 0; ci < g.c; ++ci) offsets.push_back((ky * g.wp() + kx) * g.c + ci);
   // Tiles of consecutive channels of one (ky, kx) where there are enough channels (the kernel
-  // then finds its taps at fixed distances), else of any taps.
+  // then finds its taps at fixed distances), else of any taps. By channels: tiles of up to 8
+  // output channels x 3 window positions x 16 channels.
   struct Tile { int64_t tap, count, block; };
   std::vector<Tile> tiles;
   const bool by_row = g.c >= std::min<int64_t>(k->most, 8);
-  const int64_t run = by_row ? g.c : taps, runs = taps / run;
-  const EvenBlocks parts(run, k->most);
-  for (int64_t r = 0; r < runs; ++r)
-    for (int64_t part = 0; part < parts.count; ++part)
-      for (int64_t b = 0; b < g.blocks(); ++b)
-        tiles.push_back({r * run + parts.cut(part), parts.cut(part + 1) - parts.cut(part), b});
+  if (by_channels) {
+    const EvenBlocks outputs(g.o, kChannelBlockOutputs), positions(kk, kChannelBlockTaps);
+    for (int64_t b = 0; b < outputs.count; ++b)
+      for (int64_t p = 0; p < positions.count; ++p)
+        for (int64_t c0 = 0; c0 < g.c; c0 += 16)
+          tiles.push_back({positions.cut(p) * g.c + c0, positions.cut(p + 1) - positions.cut(p), b});
+  } else {
+    const int64_t run = by_row ? g.c : taps, runs = taps / run;
+    const EvenBlocks parts(run, k->most);
+    for (int64_t r = 0; r < runs; ++r)
+      for (int64_t part = 0; part < parts.count; ++part)
+        for (int64_t b = 0; b < g.blocks(); ++b)
+          tiles.push_back({r * run + parts.cut(part), parts.cut(part + 1) - parts.cut(part), b});
+  }
+  const EvenBlocks outputs(g.o, kChannelBlockOutputs);
+  // Tap t's window positions, for the by-channels tiles: one offset per (ky, kx).
+  std::vector<int64_t> positions;
+  for (int64_t t = 0; t < kk; ++t) positions.push_back(offsets[t * g.c]);
   // 16 chunks: enough to share out over a pool of a few threads evenly.
   const int64_t chunks = std::min<int64_t>(g.n, 16);
   std::vector<float> partial(chunks * size);  // zeroed by the thread that sums the chunk
@@ -362,6 +431,13 @@ bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, c
             prefetch_image(x, i + 1, image, t, tiles.size());
             prefetch_image(dy, i + 1, g.o * s, t, tiles.size());
           }
+          if (by_channels) {  // tile.tap = position * C + c0
+            const int64_t o0 = outputs.cut(tile.block), position = tile.tap / g.c, c0 = tile.tap % g.c;
+            channel_filter_blocks()[outputs.cut(tile.block + 1) - o0][tile.count](
+                g, xp + c0, positions.data() + position, dyt + o0,
+                partial.data() + chunk * size + (o0 * kk + position) * g.c + c0);
+            continue;
+          }
           float* out = partial.data() + chunk * size + tile.tap * g.opad() + tile.block * g.lanes;
           if (by_row)
             k->filter_row[tile.count](g, xp + offsets[tile.tap], nullptr, dyt + tile.block * g.lanes, out);
@@ -379,8 +455,9 @@ bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, c
       finished.wait(done, std::memory_order_acquire);
       done = finished.load(std::memory_order_acquire);
     }
-    // dw[o][ci][ky][kx] = the chunks' sum of partial[tap = (ky, kx, ci)][o], over a share of
-    // the partial sums' elements, each chunk's read in one sweep.
+    // dw[o][ci][ky][kx] = the chunks' sum of partial[tap = (ky, kx, ci)][o] (by channels:
+    // partial[o][ky, kx][ci]), over a share of the partial sums' elements, each chunk's read in
+    // one sweep.
     const int64_t e0 = size * first / chunks, e1 = size * last / chunks;
     std::vector<float> sum(partial.begin() + e0, partial.begin() + e1);
     for (int64_t chunk = 1; chunk < chunks; ++chunk) {
@@ -388,6 +465,11 @@ bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, c
       for (int64_t e = e0; e < e1; ++e) sum[e - e0] += from[e];
     }
     for (int64_t e = e0; e < e1; ++e) {
+      if (by_channels) {
+        const int64_t o = e / (kk * g.c), position = e / g.c % kk, ci = e % g.c;
+        dwf[(o * g.c + ci) * kk + position] = sum[e - e0];
+        continue;
+      }
       const int64_t o = e % g.opad(), tap = e / g.opad();
       if (o >= g.o) continue;
       const int64_t ci = tap % g.c, kx = tap / g.c % g.kw, ky = tap / g.c / g.kw;
