@@ -393,12 +393,13 @@ bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, c
   struct Tile { int64_t tap, count, block; };
   std::vector<Tile> tiles;
   const bool by_row = g.c >= std::min<int64_t>(k->most, 8);
+  const EvenBlocks outputs(g.o, kChannelBlockOutputs);  // the by-channels tiles' output blocks
   if (by_channels) {
-    const EvenBlocks outputs(g.o, kChannelBlockOutputs), positions(kk, kChannelBlockTaps);
+    const EvenBlocks groups(kk, kChannelBlockTaps);
     for (int64_t b = 0; b < outputs.count; ++b)
-      for (int64_t p = 0; p < positions.count; ++p)
+      for (int64_t p = 0; p < groups.count; ++p)
         for (int64_t c0 = 0; c0 < g.c; c0 += 16)
-          tiles.push_back({positions.cut(p) * g.c + c0, positions.cut(p + 1) - positions.cut(p), b});
+          tiles.push_back({groups.cut(p) * g.c + c0, groups.cut(p + 1) - groups.cut(p), b});
   } else {
     const int64_t run = by_row ? g.c : taps, runs = taps / run;
     const EvenBlocks parts(run, k->most);
@@ -407,8 +408,7 @@ bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, c
         for (int64_t b = 0; b < g.blocks(); ++b)
           tiles.push_back({r * run + parts.cut(part), parts.cut(part + 1) - parts.cut(part), b});
   }
-  const EvenBlocks outputs(g.o, kChannelBlockOutputs);
-  // Tap t's window positions, for the by-channels tiles: one offset per (ky, kx).
+  // Each window position's (ky, kx) element of a window, for the by-channels tiles.
   std::vector<int64_t> positions;
   for (int64_t t = 0; t < kk; ++t) positions.push_back(offsets[t * g.c]);
   // 16 chunks: enough to share out over a pool of a few threads evenly.
