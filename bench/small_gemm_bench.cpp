@@ -1,6 +1,6 @@
-// towerjit_small_gemm_bench: the products the small-product kernel takes (runtime/cpu/
-// small_gemm.h) against OpenBLAS's sgemm on one thread, at the level TOWERJIT_CPU_ISA sets:
-// the bench's MLP, cnn and gpt-small products. Timed in the thread's CPU time (time it was not
+// towerjit_small_gemm_bench: the products the small-product kernel (runtime/cpu/small_gemm.h)
+// and the packed kernel (runtime/cpu/packed_gemm.h) take, against OpenBLAS's sgemm on one
+// thread, at the level TOWERJIT_CPU_ISA sets: the bench's MLP, cnn and gpt-small products. Timed in the thread's CPU time (time it was not
 // running does not count, so a shared machine moves the figures less), best of `--repeats`
 // (default 7) runs of enough calls for about 20 ms. One JSON line per product.
 #include <time.h>
@@ -17,6 +17,7 @@
 
 #include "jit/cpu/cpu_isa.h"
 #include "runtime/cpu/blas.h"
+#include "runtime/cpu/packed_gemm.h"
 #include "runtime/cpu/small_gemm.h"
 
 namespace cpujit = towerjit::cpujit;
@@ -70,6 +71,15 @@ const Shape kShapes[] = {
     {"mlp-large fc2 (a slice of two)", false, false, 128, 512, 512},
     {"mlp-large fc2 weight gradient (a slice of two)", true, false, 256, 512, 256},
     {"mlp-large fc2 input gradient (a slice of two)", false, true, 128, 512, 512},
+    // The packed kernel's: larger than L2 or wider than 128 columns.
+    {"mlp-large fc1 (a slice of two)", false, false, 256, 256, 784},
+    {"mlp-large fc1 weight gradient (a slice of two)", true, false, 392, 512, 256},
+    {"mlp-large fc2 weight gradient", true, false, 512, 512, 256},
+    {"mlp-large fc2 input gradient", false, true, 256, 512, 512},
+    {"gpt-small mlp up", false, false, 2048, 256, 64},
+    {"odd sizes", false, false, 127, 77, 300},
+    {"odd sizes, both transposed", true, true, 127, 77, 300},
+    {"square", false, false, 1024, 1024, 1024},
 };
 
 }  // namespace
@@ -102,8 +112,19 @@ int main(int argc, char** argv) {
                 s.product, cpujit::isa_name(cpujit::cpu_isa()), s.m, s.n, s.k, s.ta ? "true" : "false",
                 s.tb ? "true" : "false", flops / openblas / 1e9);
     if (applies)
-      std::printf("\"small_gflops\": %.1f, \"speedup\": %.2f}\n", flops / small / 1e9, openblas / small);
+      std::printf("\"small_gflops\": %.1f, \"small_speedup\": %.2f, ", flops / small / 1e9, openblas / small);
     else
-      std::printf("\"small_gflops\": null, \"why\": \"not taken: fewer columns than a block, operands past the L2 cache, or a level without the kernel\"}\n");
+      std::printf("\"small_gflops\": null, ");
+    // Timed wherever the level has it, taken or not, so its thresholds can be read off.
+    if (cpujit::vector_level(cpujit::cpu_isa()) == cpujit::CpuIsa::avx512) {
+      const double packed = best_seconds([&] {
+        cpujit::packed_sgemm(s.ta, s.tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, 0.0f, c.data(), s.n);
+      }, calls, repeats);
+      std::printf("\"packed_gflops\": %.1f, \"packed_speedup\": %.2f, ", flops / packed / 1e9, openblas / packed);
+    }
+    const char* taken = applies                                            ? "small"
+                        : cpujit::packed_sgemm_applies(s.m, s.n, s.k) ? "packed"
+                                                                           : "openblas";
+    std::printf("\"taken\": \"%s\"}\n", taken);
   }
 }

@@ -13,9 +13,9 @@ namespace towerjit::cpujit {
 // C[m, n] = op(A)[m, k] * op(B)[k, n] + beta * C, op transposing when asked (A is then stored
 // [k, m], B [n, k]). Without a pool, or for a small product: one single-threaded call. With a
 // pool: the product is cut along the larger of m and n into one slice per thread (multiples of
-// 16 where it allows), each slice a single-threaded call; a single-threaded call goes to the
-// small-product kernel where it applies (runtime/cpu/small_gemm.h: operands in L2, decided once
-// for the whole product), else to OpenBLAS. Large products once ran on OpenBLAS's own threads
+// 16 where it allows), each slice a single-threaded call. The kernel is decided once for the
+// whole product: the small-product kernel where it applies (runtime/cpu/small_gemm.h: operands
+// in L2), else the packed kernel at AVX-512 (runtime/cpu/packed_gemm.h), else OpenBLAS. Large products once ran on OpenBLAS's own threads
 // instead; with the pool's threads spinning between loops (runtime/thread_pool.h) a woken
 // OpenBLAS thread was queued behind a busy core, and in the step slices are faster (mlp-large
 // 4.3 -> 3.7 ms on Sapphire Rapids; docs/performance.md).
