@@ -122,6 +122,11 @@ struct Packed {
   float* a() { return b() + kDepth * kWidth; }
 };
 
+// Where the sums over k are cut: `blocks` blocks as even as whole steps allow (784 steps as 261,
+// 261, 262 rather than 384, 384, 16, whose last block would reload and store C for 16 steps of
+// work). The bounds depend on k alone, never on the slice of C.
+int64_t block_bound(int64_t k, int64_t blocks, int64_t index) { return k * index / blocks; }
+
 // C = beta * C where the product has no depth (C not read when beta is 0, as cblas_sgemm).
 void scale(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
   for (int64_t i = 0; i < m; ++i)
@@ -143,10 +148,12 @@ void packed_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int6
   float* const pb = packed.b();
   float* const pa = packed.a();
   const Blocks& blocks = transpose_a ? kBySteps : kByRows;
+  const int64_t step_blocks = (k + kDepth - 1) / kDepth;
   for (int64_t j0 = 0; j0 < n; j0 += kWidth) {
     const int64_t width = std::min(kWidth, n - j0);
-    for (int64_t p0 = 0; p0 < k; p0 += kDepth) {
-      const int64_t depth = std::min(kDepth, k - p0);
+    for (int64_t block_index = 0; block_index < step_blocks; ++block_index) {
+      const int64_t p0 = block_bound(k, step_blocks, block_index);
+      const int64_t depth = block_bound(k, step_blocks, block_index + 1) - p0;
       // The first block of steps applies beta; the later ones add to what it left.
       const float beta_here = p0 == 0 ? beta : 1.0f;
       pack_b(transpose_b, transpose_b ? b + j0 * ldb + p0 : b + p0 * ldb + j0, ldb, depth, width, pb);

@@ -17,9 +17,9 @@ namespace towerjit::cpujit {
 bool packed_sgemm_applies(int64_t m, int64_t n, int64_t k);
 
 // C[m, n] = op(A)[m, k] * op(B)[k, n] + beta * C, row-major, as cblas_sgemm with alpha 1 (C is
-// not read when beta is 0). Each element of C is summed over k in blocks of fixed bounds
-// (0-383, 384-767, ...), each block's sum added to C in order: the bits do not depend on which
-// slice of C a call computes. Needs AVX-512 (packed_sgemm_applies).
+// not read when beta is 0). Each element of C is summed over k in blocks of at most 384 steps
+// whose bounds depend on k alone, each block's sum added to C in order: the bits do not depend
+// on which slice of C a call computes. Needs AVX-512 (packed_sgemm_applies).
 void packed_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                   const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
