@@ -79,6 +79,7 @@ const Shape kShapes[] = {
     {"gpt-small mlp up", false, false, 2048, 256, 64},
     {"odd sizes", false, false, 127, 77, 300},
     {"odd sizes, both transposed", true, true, 127, 77, 300},
+    {"shallow, both transposed", true, true, 33, 45, 17},
     {"square", false, false, 1024, 1024, 1024},
 };
 

@@ -133,17 +133,9 @@ void scale(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
     for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
 }
 
-}  // namespace
-
-bool packed_sgemm_applies(int64_t m, int64_t n, int64_t k) {
-  if (vector_level(cpu_isa()) != CpuIsa::avx512) return false;
-  return m >= kRows && n >= kCols && k >= 64;
-}
-
-void packed_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) return scale(m, n, beta, c, ldc);
+// C = op(A) op(B) + beta C through the packed blocks (any m and n; k at least 1).
+void multiply(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   thread_local Packed packed;
   float* const pb = packed.b();
   float* const pa = packed.a();
@@ -168,6 +160,38 @@ void packed_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int6
       }
     }
   }
+}
+
+// A product with fewer columns than a block (a classifier's 10 logits) would leave most lanes
+// of every FMA idle: it is computed transposed instead, C^T = op(B)^T op(A)^T, whose n rows fill
+// the register block's rows (10 of 12), then C = (C^T)^T + beta C. From this many columns on.
+constexpr int64_t kNarrowestColumns = 8;
+
+bool narrow(int64_t m, int64_t n) { return n < kCols && n >= kNarrowestColumns && m >= kCols; }
+
+void multiply_narrow(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a,
+                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  thread_local std::vector<float> transposed;
+  transposed.resize(static_cast<size_t>(n * m));
+  multiply(!transpose_b, !transpose_a, n, m, k, b, ldb, a, lda, 0.0f, transposed.data(), m);
+  if (beta == 0.0f) return transpose_floats(transposed.data(), n, m, m, c, ldc);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta * c[i * ldc + j] + transposed[j * m + i];
+}
+
+}  // namespace
+
+bool packed_sgemm_applies(int64_t m, int64_t n, int64_t k) {
+  if (vector_level(cpu_isa()) != CpuIsa::avx512 || k <= 0) return false;
+  return (m >= kRows && n >= kCols) || narrow(m, n);
+}
+
+void packed_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) return scale(m, n, beta, c, ldc);
+  if (narrow(m, n)) return multiply_narrow(transpose_a, transpose_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  multiply(transpose_a, transpose_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace towerjit::cpujit

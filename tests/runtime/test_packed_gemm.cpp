@@ -1,8 +1,8 @@
 // The packed AVX-512 product kernel (runtime/cpu/packed_gemm.h) against a double-precision
 // product: odd sizes on either side of its register block (12 rows by 32 columns) and of its
-// cache blocks (384 steps of k, 512 columns of B), every transpose, beta 0 (C unread), 1 and
-// 0.5; its bits whatever slice of C a call computes or however a pool cuts it; and an empty
-// depth.
+// cache blocks (384 steps of k, 512 columns of B), narrow products (8 to 31 columns, computed
+// transposed), every transpose, beta 0 (C unread), 1 and 0.5; its bits whatever slice of C a
+// call computes or however a pool cuts it; and an empty depth.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -35,7 +35,7 @@ TEST_CASE("packed products match a double product within gamma_k, in every trans
   uint32_t seed = 1;
   for (int t = 0; t < 4; ++t) {
     for (int64_t m : {1, 7, 12, 13, 127})
-      for (int64_t n : {1, 31, 32, 33, 77})
+      for (int64_t n : {1, 10, 31, 32, 33, 77})
         for (int64_t k : {1, 7, 127, 385})
           for (float beta : {0.0f, 1.0f, 0.5f}) check(Product(t & 1, t & 2, m, n, k, seed++), beta);
     // Past a packed block of B's 512 columns, and past two blocks of k.
@@ -69,15 +69,22 @@ TEST_CASE("packed products: any slice of C has the bits of the whole product", "
 
 TEST_CASE("packed products split over a pool have the bits of one thread's", "[cpu][isa]") {
   if (skipped()) return;
-  // mlp-large's first layer and its weight gradient: cut by columns and by rows over two threads.
-  for (const bool ta : {false, true}) {
-    const Product z(ta, false, ta ? 784 : 256, 512, ta ? 256 : 784, 50);
+  // mlp-large's first layer and its weight gradient, cut by columns and by rows over two
+  // threads; its logits and their weight gradient (10 columns, computed transposed), by rows.
+  struct Shape {
+    bool ta;
+    int64_t m, n, k;
+  };
+  for (const Shape& s : {Shape{false, 256, 512, 784}, Shape{true, 784, 512, 256}, Shape{false, 256, 10, 512},
+                         Shape{true, 512, 10, 256}}) {
+    const bool ta = s.ta;
+    const Product z(ta, false, s.m, s.n, s.k, 50);
     REQUIRE(cpujit::packed_sgemm_applies(z.m, z.n, z.k));
     std::vector<float> one(z.c.size(), 0.0f), two(z.c.size(), 0.0f);
     towerjit::ThreadPool threads(2);
     cpujit::sgemm(nullptr, z.ta, z.tb, z.m, z.n, z.k, z.a.data(), z.lda, z.b.data(), z.ldb, 0.0f, one.data(), z.ldc);
     cpujit::sgemm(&threads, z.ta, z.tb, z.m, z.n, z.k, z.a.data(), z.lda, z.b.data(), z.ldb, 0.0f, two.data(), z.ldc);
-    INFO((ta ? "784x512x256 A^T" : "256x512x784"));
+    INFO(s.m << "x" << s.n << "x" << s.k << (ta ? " A^T" : ""));
     REQUIRE(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
   }
 }
