@@ -1,8 +1,9 @@
 // towerjit_small_gemm_bench: the products the small-product kernel (runtime/cpu/small_gemm.h)
 // and the packed kernel (runtime/cpu/packed_gemm.h) take, against OpenBLAS's sgemm on one
-// thread, at the level TOWERJIT_CPU_ISA sets: the bench's MLP, cnn and gpt-small products. Timed in the thread's CPU time (time it was not
-// running does not count, so a shared machine moves the figures less), best of `--repeats`
-// (default 7) runs of enough calls for about 20 ms. One JSON line per product.
+// thread, at the level TOWERJIT_CPU_ISA sets: the bench's MLP, cnn and gpt-small products.
+// Timed in the thread's CPU time (time it was not running does not count, so a shared machine
+// moves the figures less), best of `--repeats` (default 7) runs of enough calls for about 20
+// ms. One JSON line per product.
 #include <time.h>
 
 #include <algorithm>

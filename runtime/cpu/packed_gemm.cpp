@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -21,7 +22,7 @@ constexpr int kRows = 12, kCols = 32;
 // The cache blocks. A block of A (12 rows by kDepth steps, 18 KiB) stays in the L1 cache while
 // it runs across every panel of B packed with it; B is packed kDepth steps by kWidth columns at
 // a time (768 KiB), which stays in a Sapphire Rapids core's 2 MiB L2 while every block of A
-// passes over it. The sums over k are cut where kDepth says, whatever the product's slice.
+// passes over it.
 constexpr int64_t kDepth = 384, kWidth = 512;
 
 // Where a packed block of A keeps element (row r, step q): [q * kStep + r * kRow]. Row-major A

@@ -2,7 +2,7 @@
 // register block of 12 rows by 32 columns of C (24 of the 32 vector registers). On a Sapphire
 // Rapids core OpenBLAS's SkylakeX sgemm ran at 130-148 GFLOP/s one thread, 65-74% of the 200
 // that independent FMAs reach there; this kernel alone reaches 165-175, and the whole product
-// 1.10-1.14x OpenBLAS's rate on the MLP's layers (bench/small_gemm_bench.cpp;
+// 1.09-1.16x OpenBLAS's rate on the MLP's layers (bench/small_gemm_bench.cpp;
 // docs/performance.md). Products that fit the L2 cache with few columns stay on small_gemm.h's
 // kernel, and every level below AVX-512 on OpenBLAS (runtime/cpu/gemm.h).
 #pragma once

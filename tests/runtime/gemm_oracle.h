@@ -82,4 +82,19 @@ inline void check_product(Sgemm sgemm, const Product& z, float beta) {
   }
 }
 
+// Computes the product whole, then in three slices: rows [0, row_cut) whole, and of the rest
+// columns [0, col_cut) and [col_cut, n). Requires the two results' bits to be equal.
+inline void check_slices_match_whole(Sgemm sgemm, const Product& z, int64_t row_cut, int64_t col_cut) {
+  std::vector<float> whole(z.c.size(), 0.0f), sliced(z.c.size(), 0.0f);
+  sgemm(z.ta, z.tb, z.m, z.n, z.k, z.a.data(), z.lda, z.b.data(), z.ldb, 0.0f, whole.data(), z.ldc);
+  const float* a_rest = z.ta ? z.a.data() + row_cut : z.a.data() + row_cut * z.lda;
+  const float* b_right = z.tb ? z.b.data() + col_cut * z.ldb : z.b.data() + col_cut;
+  float* c_rest = sliced.data() + row_cut * z.ldc;
+  sgemm(z.ta, z.tb, row_cut, z.n, z.k, z.a.data(), z.lda, z.b.data(), z.ldb, 0.0f, sliced.data(), z.ldc);
+  sgemm(z.ta, z.tb, z.m - row_cut, col_cut, z.k, a_rest, z.lda, z.b.data(), z.ldb, 0.0f, c_rest, z.ldc);
+  sgemm(z.ta, z.tb, z.m - row_cut, z.n - col_cut, z.k, a_rest, z.lda, b_right, z.ldb, 0.0f, c_rest + col_cut, z.ldc);
+  INFO(z.m << "x" << z.n << "x" << z.k << (z.ta ? " A^T" : "") << (z.tb ? " B^T" : ""));
+  REQUIRE(std::memcmp(whole.data(), sliced.data(), whole.size() * sizeof(float)) == 0);
+}
+
 }  // namespace towerjit::testing

@@ -48,23 +48,12 @@ TEST_CASE("packed products match a double product within gamma_k, in every trans
 
 TEST_CASE("packed products: any slice of C has the bits of the whole product", "[cpu][isa]") {
   if (skipped()) return;
-  for (int t = 0; t < 4; ++t) {
-    // 800 steps of k: three blocks of sums, whose bounds must not move with the slice.
-    const Product z(t & 1, t & 2, 37, 545, 800, 40 + t);
-    std::vector<float> whole(z.c.size(), 0.0f), sliced(z.c.size(), 0.0f);
-    cpujit::packed_sgemm(z.ta, z.tb, z.m, z.n, z.k, z.a.data(), z.lda, z.b.data(), z.ldb, 0.0f, whole.data(), z.ldc);
-    // Rows 0-10 and 11-36, then columns 0-20 and 21-544 of the rest: cuts across the register
-    // blocks and the 512-column blocks of B.
-    const auto a_rows = [&](int64_t i) { return z.ta ? z.a.data() + i : z.a.data() + i * z.lda; };
-    const auto b_cols = [&](int64_t j) { return z.tb ? z.b.data() + j * z.ldb : z.b.data() + j; };
-    cpujit::packed_sgemm(z.ta, z.tb, 11, z.n, z.k, a_rows(0), z.lda, z.b.data(), z.ldb, 0.0f, sliced.data(), z.ldc);
-    cpujit::packed_sgemm(z.ta, z.tb, 26, 21, z.k, a_rows(11), z.lda, b_cols(0), z.ldb, 0.0f,
-                         sliced.data() + 11 * z.ldc, z.ldc);
-    cpujit::packed_sgemm(z.ta, z.tb, 26, 524, z.k, a_rows(11), z.lda, b_cols(21), z.ldb, 0.0f,
-                         sliced.data() + 11 * z.ldc + 21, z.ldc);
-    INFO("transposes " << t);
-    REQUIRE(std::memcmp(whole.data(), sliced.data(), whole.size() * sizeof(float)) == 0);
-  }
+  // 800 steps of k: three blocks of sums, whose bounds must not move with the slice. Rows 0-10
+  // and 11-36, then columns 0-20 and 21-544 of the rest: cuts across the register blocks and
+  // the 512-column blocks of B.
+  for (int t = 0; t < 4; ++t)
+    towerjit::testing::check_slices_match_whole(cpujit::packed_sgemm, Product(t & 1, t & 2, 37, 545, 800, 40 + t), 11,
+                                                21);
 }
 
 TEST_CASE("packed products split over a pool have the bits of one thread's", "[cpu][isa]") {

@@ -42,21 +42,11 @@ TEST_CASE("small products: any slice of C has the bits of the whole product", "[
     WARN("skipped: the small-product kernel needs AVX2 and FMA, which TOWERJIT_CPU_ISA or this CPU rules out");
     return;
   }
-  for (int t = 0; t < 4; ++t) {
-    const Product z(t & 1, t & 2, 37, 45, 127, 40 + t);
-    std::vector<float> whole(z.c.size(), 0.0f), sliced(z.c.size(), 0.0f);
-    cpujit::small_sgemm(z.ta, z.tb, z.m, z.n, z.k, z.a.data(), z.lda, z.b.data(), z.ldb, 0.0f, whole.data(), z.ldc);
-    // Rows 0-10 and 11-36, then columns 0-20 and 21-44 of the rest: cuts across the blocks of
-    // either level (6 rows by 16 columns at AVX2, 12 by 32 at AVX-512).
-    const auto a_rows = [&](int64_t i) { return z.ta ? z.a.data() + i : z.a.data() + i * z.lda; };
-    const auto b_cols = [&](int64_t j) { return z.tb ? z.b.data() + j * z.ldb : z.b.data() + j; };
-    cpujit::small_sgemm(z.ta, z.tb, 11, z.n, z.k, a_rows(0), z.lda, z.b.data(), z.ldb, 0.0f, sliced.data(), z.ldc);
-    cpujit::small_sgemm(z.ta, z.tb, 26, 21, z.k, a_rows(11), z.lda, b_cols(0), z.ldb, 0.0f, sliced.data() + 11 * z.ldc,
-                        z.ldc);
-    cpujit::small_sgemm(z.ta, z.tb, 26, 24, z.k, a_rows(11), z.lda, b_cols(21), z.ldb, 0.0f,
-                        sliced.data() + 11 * z.ldc + 21, z.ldc);
-    REQUIRE(std::memcmp(whole.data(), sliced.data(), whole.size() * sizeof(float)) == 0);
-  }
+  // Rows 0-10 and 11-36, then columns 0-20 and 21-44 of the rest: cuts across the blocks of
+  // either level (6 rows by 16 columns at AVX2, 12 by 32 at AVX-512).
+  for (int t = 0; t < 4; ++t)
+    towerjit::testing::check_slices_match_whole(cpujit::small_sgemm, Product(t & 1, t & 2, 37, 45, 127, 40 + t), 11,
+                                                21);
 }
 
 TEST_CASE("small products split over a pool have the bits of one thread's", "[cpu][isa]") {
