@@ -3,6 +3,8 @@
 #include "runtime/cpu/blas.h"
 #include "runtime/cpu/gemm.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -79,13 +81,20 @@ GemmTiming time_one(const GemmShape& g, ThreadPool& pool, int repeats) {
                   c.data(), g.n);
   };
   GemmTiming t{g};
-  // The step's `count` calls through OpenBLAS's own threads, one after another.
+  // The step's `count` calls through OpenBLAS's own threads, one after another (OpenBLAS itself,
+  // not cpujit::sgemm, which at AVX-512 takes most products to its own kernels).
   const cpujit::Blas& blas = cpujit::blas();
   if (blas.set_threads) blas.set_threads(blas.threads);
-  t.openblas_ms = median_ms([&] { for (int64_t i = 0; i < g.count; ++i) product(nullptr); }, repeats);
+  t.openblas_ms = median_ms([&] {
+    for (int64_t i = 0; i < g.count; ++i)
+      blas.sgemm(CblasRowMajor, g.transpose_a ? CblasTrans : CblasNoTrans, g.transpose_b ? CblasTrans : CblasNoTrans,
+                 static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), 1.0f, a.data(),
+                 static_cast<int>(lda), b.data(), static_cast<int>(ldb), 0.0f, c.data(), static_cast<int>(g.n));
+  }, repeats);
   if (blas.set_threads) blas.set_threads(1);
-  // The same calls as towerjit makes them: single-threaded OpenBLAS, spread over the pool by
-  // call when there are enough of them, else each split (runtime/cpu/gemm.h).
+  // The same calls as towerjit makes them: single-threaded products (its own kernels or
+  // OpenBLAS, as runtime/cpu/gemm.h picks), spread over the pool by call when there are enough of
+  // them, else each split.
   t.split_ms = median_ms([&] {
     if (g.count >= pool.size())
       pool.parallel_for(g.count, [&](int64_t first, int64_t last) {

@@ -1,7 +1,7 @@
 // The GEMM floor of a compiled step: the sgemm calls its library steps make (matrix products,
 // and the im2col GEMMs of convolutions and their gradients), each timed alone through
-// sgemm on exactly its shape, through OpenBLAS's own threads and split over towerjit's pool,
-// the faster of the two. The sum is the time the step could not go below without
+// sgemm on exactly its shape, through OpenBLAS's own threads and as towerjit makes it (its
+// kernel choice, split over its pool), the faster of the two. The sum is the time the step could not go below without
 // a faster GEMM.
 #pragma once
 
@@ -38,8 +38,9 @@ struct GemmTiming {
 // random operands; the floor takes the faster.
 std::vector<GemmTiming> time_gemms(const std::vector<GemmShape>& shapes, ThreadPool& pool, int repeats = 9);
 
-// The machine's sgemm peak, GFLOP/s: a 1024^3 product through OpenBLAS on one thread, and
-// split over the pool's threads as towerjit splits products (the best of 5 samples each).
+// The machine's sgemm peak, GFLOP/s: a 1024^3 product through cpujit::sgemm (the packed kernel
+// at AVX-512, OpenBLAS below; runtime/cpu/gemm.h) on one thread, and split over the pool's
+// threads as towerjit splits products (the best of 5 samples each).
 struct SgemmPeak {
   double one_thread = 0, pool = 0;
 };
