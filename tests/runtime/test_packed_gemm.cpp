@@ -59,21 +59,22 @@ TEST_CASE("packed products: any slice of C has the bits of the whole product", "
 TEST_CASE("packed products split over a pool have the bits of one thread's", "[cpu][isa]") {
   if (skipped()) return;
   // mlp-large's first layer and its weight gradient, cut by columns and by rows over two
-  // threads; its logits and their weight gradient (10 columns, computed transposed), by rows.
+  // threads; 10-column products (computed transposed) by rows, each large enough (at least
+  // 4 MFLOP) that sgemm splits it at all.
   struct Shape {
     bool ta;
     int64_t m, n, k;
   };
-  for (const Shape& s : {Shape{false, 256, 512, 784}, Shape{true, 784, 512, 256}, Shape{false, 256, 10, 512},
-                         Shape{true, 512, 10, 256}}) {
-    const bool ta = s.ta;
-    const Product z(ta, false, s.m, s.n, s.k, 50);
+  for (const Shape& s : {Shape{false, 256, 512, 784}, Shape{true, 784, 512, 256}, Shape{false, 1024, 10, 512},
+                         Shape{true, 1568, 10, 256}}) {
+    REQUIRE(2.0 * s.m * s.n * s.k >= 4e6);
+    const Product z(s.ta, false, s.m, s.n, s.k, 50);
     REQUIRE(cpujit::packed_sgemm_applies(z.m, z.n, z.k));
     std::vector<float> one(z.c.size(), 0.0f), two(z.c.size(), 0.0f);
     towerjit::ThreadPool threads(2);
     cpujit::sgemm(nullptr, z.ta, z.tb, z.m, z.n, z.k, z.a.data(), z.lda, z.b.data(), z.ldb, 0.0f, one.data(), z.ldc);
     cpujit::sgemm(&threads, z.ta, z.tb, z.m, z.n, z.k, z.a.data(), z.lda, z.b.data(), z.ldb, 0.0f, two.data(), z.ldc);
-    INFO(s.m << "x" << s.n << "x" << s.k << (ta ? " A^T" : ""));
+    INFO(s.m << "x" << s.n << "x" << s.k << (s.ta ? " A^T" : ""));
     REQUIRE(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
   }
 }
