@@ -56,15 +56,16 @@ HostFeeds feeds_of(int64_t batch) {
 struct WorkloadTrainer {
   Graph graph;
   std::unique_ptr<TowerTrainer> trainer;
-  WorkloadTrainer(const std::string& workload, DType precision) {
+  WorkloadTrainer(const std::string& workload, DType precision, bool prefetch_feeds = true) {
     GraphScope use(graph);
+    const TowerStrategyOptions strategy{.gpu_variables = true, .prefetch_feeds = prefetch_feeds};
     // --precision bf16|f16: the products' operands in 16 bits (the precision policy on the tower).
     const Towers towers = Towers({towerjit::gpu(0)}).precision({.matmul_operands = precision});
     if (workload == "gpt") {
       auto logits = examples::gpt(input("tokens", {kBatch, kGpt.context}, DType::i32), kGpt);
       auto loss = mean(softmax_cross_entropy(logits, input("targets", {kBatch, kGpt.context}, DType::i32)));
       trainer = std::make_unique<TowerTrainer>(graph, loss, towers, adam(1e-3),
-                                               TowerTrainerOptions{.seed = 1, .strategy = {.gpu_variables = true}});
+                                               TowerTrainerOptions{.seed = 1, .strategy = strategy});
       return;
     }
     auto image = input("image", {kBatch, 784});
@@ -74,8 +75,7 @@ struct WorkloadTrainer {
                                          : examples::mlp(image, 512);
     auto loss = mean(softmax_cross_entropy(logits, label));
     trainer = std::make_unique<TowerTrainer>(graph, loss, towers, adam(1e-3),
-                                             TowerTrainerOptions{.seed = 1, .logits = logits,
-                                                                 .strategy = {.gpu_variables = true}});
+                                             TowerTrainerOptions{.seed = 1, .logits = logits, .strategy = strategy});
   }
 };
 
@@ -129,13 +129,35 @@ int measure(const std::string& workload, int64_t batch, int steps, DType precisi
   return 0;
 }
 
+// --measure-fit N on a real GPU: fit() over a dataset in host memory (4 batches of random
+// examples, shuffled, gathered by 4 pipeline threads), N steps after 3 warm-up steps, with each
+// batch copied to the GPU while the step before trains (TOWERJIT_PREFETCH_FEEDS, the default)
+// and without: the time a step takes as a training loop sees it, host copies included.
+int measure_fit(const std::string& workload, int64_t batch, int steps, DType precision, bool tf32) {
+  batch = batch > 0 ? batch : default_batch(workload);
+  const data::TensorDataset data(workload == "gpt" ? gpt_feeds_of(4 * batch) : feeds_of(4 * batch));
+  for (bool prefetch : {false, true}) {
+    WorkloadTrainer w(workload, precision, prefetch);
+    data::BatchPipeline batches(data, {.batch = batch, .threads = 4, .depth = 4});
+    fit(*w.trainer, batches, {.max_steps = 3, .stop_on_signals = false});
+    const auto t0 = Clock::now();
+    fit(*w.trainer, batches, {.max_steps = 3 + steps, .stop_on_signals = false});
+    const double ms = seconds_since(t0) * 1e3 / steps;
+    std::printf("{\"workload\":\"%s\",\"batch\":%lld,\"precision\":\"%s\",\"tf32\":%s,\"fit_ms_per_step\":%.4f,"
+                "\"prefetch_feeds\":%s,\"steps\":%d}\n",
+                workload.c_str(), static_cast<long long>(batch), std::string(dtype_name(precision)).c_str(),
+                tf32 ? "true" : "false", ms, prefetch ? "true" : "false", steps);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int gpu_model_main(int argc, char** argv) {
   std::string gpu_name, workload = "mlp";
   int64_t batch = 0;
   cost::ModelOptions options;
-  int top = 15, measure_steps = 0;
+  int top = 15, measure_steps = 0, measure_fit_steps = 0;
   DType precision = DType::f32;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -162,13 +184,15 @@ int gpu_model_main(int argc, char** argv) {
     }
     else if (a == "--top") top = std::stoi(value());
     else if (a == "--measure") measure_steps = std::max(1, std::stoi(value()));
+    else if (a == "--measure-fit") measure_fit_steps = std::max(1, std::stoi(value()));
     else throw Error("towerjit_bench --gpu-model: unknown argument " + a +
                      "; use --gpu-model GPU --workload mlp|cnn|resnet|gpt [--batch N] [--graph] [--tf32] [--precision f32|bf16|f16] [--top N] "
-                     "[--measure STEPS]");
+                     "[--measure STEPS] [--measure-fit STEPS]");
   }
   // The step that runs, measured or priced: with --tf32, cuBLASLt and cuDNN in TF32.
   if (options.tf32) setenv("TOWERJIT_ALLOW_TF32", "on", 1);
   if (measure_steps > 0) return measure(workload, batch, measure_steps, precision, options.tf32);
+  if (measure_fit_steps > 0) return measure_fit(workload, batch, measure_fit_steps, precision, options.tf32);
   const cost::GpuSpec& gpu = cost::gpu_spec(gpu_name);
   const ModelledStep m = record_workload(gpu, workload, batch, precision);
   const cost::StepPrediction p = cost::predict_step(gpu, m.launches, options);

@@ -7,7 +7,9 @@
 // step, the roofline floor, their ratio and the launches a step; gpt is the gpt-small bench
 // case (examples/gpt.h, batch 32, its fused attention included). See docs/performance.md.
 // With `--measure STEPS` it runs the same step on the real GPU instead and prints its median
-// time (scripts/gpu-check.sh puts the two side by side).
+// time (scripts/gpu-check.sh puts the two side by side); with `--measure-fit STEPS`, fit() over
+// a dataset in host memory, each batch copied to the GPU while the step before trains and
+// without (TOWERJIT_PREFETCH_FEEDS), the mean time a step.
 #pragma once
 
 #include <cstdint>

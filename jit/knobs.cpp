@@ -167,6 +167,7 @@ constexpr Knob kKnobs[] = {
     // Towers and their strategy.
     {"TOWERJIT_PIN_TOWERS", "switch", switch_check, nullptr},
     {"TOWERJIT_GPU_VARIABLES", "switch", switch_check, nullptr},
+    {"TOWERJIT_PREFETCH_FEEDS", "switch", switch_check, nullptr},
     {"TOWERJIT_BUCKET_MB", "MB, from 0", checks<parse_bucket_mb>, nullptr},
     {"TOWERJIT_DETERMINISTIC", "layout or off", checks<parse_deterministic>, nullptr},
     // Processes.
@@ -317,6 +318,7 @@ bool check_numerics() { return switch_knob("TOWERJIT_CHECK_NUMERICS", compile_op
 bool pin_towers() { return switch_knob("TOWERJIT_PIN_TOWERS", true); }
 bool gpu_variables() { return gpu_variables(false); }
 bool gpu_variables(bool option) { return switch_knob("TOWERJIT_GPU_VARIABLES", option); }
+bool prefetch_feeds(bool option) { return switch_knob("TOWERJIT_PREFETCH_FEEDS", option); }
 double bucket_mb() { return bucket_mb(25); }
 double bucket_mb(double option) { return value_of("TOWERJIT_BUCKET_MB", option, parse_bucket_mb); }
 bool deterministic_layout() { return deterministic_layout(false); }

@@ -101,6 +101,11 @@ bool gpu_variables();
 // The same as an override of a program's option: the knob's value when set, else `option`.
 bool gpu_variables(bool option);
 
+// TOWERJIT_PREFETCH_FEEDS: "on" has fit() on sync towers that are all GPUs, with the variables
+// on the GPUs, copy each batch to the GPUs while the step before it trains
+// (runtime/towers/feed_prefetch.h); "off" copies each batch at its own step. Default: on.
+bool prefetch_feeds(bool option);  // the knob when set, else `option` (TowerStrategyOptions)
+
 // TOWERJIT_BUCKET_MB: the size of the gradient buckets reduced between GPUs while the backward
 // pass goes on (variables on the GPUs); the first bucket is 1 MB or this, the smaller, as in
 // PyTorch DDP. 0 puts every gradient in a bucket of its own. Default: 25.

@@ -118,6 +118,12 @@ if [[ $steps -eq 1 ]]; then
         >> "$out/measure.jsonl" 2>> "$out/measure.log" || echo "gpu-check: towerjit $w step ${mode:-f32} failed (measure.log)"
     done
   done
+  # fit() over a dataset in host memory, each batch copied at its step and prefetched.
+  : > "$out/fit.jsonl"
+  for w in mlp cnn resnet; do
+    env -u TOWERJIT_CUDA timeout 60 "$steps_bin" --gpu-model "$model" --workload "$w" --measure-fit 20 \
+      >> "$out/fit.jsonl" 2>> "$out/measure.log" || echo "gpu-check: towerjit $w fit() failed (measure.log)"
+  done
   python=$(command -v python3 || command -v python)
   if [[ -n "$python" ]]; then
     # Eager for the three models first (batch on the GPU, then from host memory), then

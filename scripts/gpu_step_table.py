@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """The training-step table of scripts/gpu-check.sh: for each workload, the cost model's
 prediction (towerjit_bench --gpu-model, its last line), towerjit measured on this GPU
-(towerjit_bench --measure), and PyTorch eager and torch.compile on the same GPU
-(bench/torch_gpu_baseline.py), from the files gpu-check.sh leaves in DIR:
+(towerjit_bench --measure), fit() over a dataset in host memory with each batch copied at its
+step and prefetched while the step before trains (towerjit_bench --measure-fit), and PyTorch
+eager and torch.compile on the same GPU (bench/torch_gpu_baseline.py), from the files
+gpu-check.sh leaves in DIR:
 
-  DIR/predict-<workload>.txt   DIR/measure.jsonl   DIR/torch.jsonl
+  DIR/predict-<workload>.txt   DIR/measure.jsonl   DIR/fit.jsonl   DIR/torch.jsonl
 
   python3 scripts/gpu_step_table.py DIR
 A missing or failed figure prints as "-" and its reason below the table.
@@ -46,6 +48,10 @@ def main():
         if "workload" in r:
             mode = "tf32" if r.get("tf32") else r.get("precision", "f32")
             measured[(r["workload"], mode)] = r
+    fits = {}  # (workload, prefetched)
+    for r in json_lines(os.path.join(d, "fit.jsonl")):
+        if "fit_ms_per_step" in r:
+            fits[(r["workload"], bool(r.get("prefetch_feeds")))] = r["fit_ms_per_step"]
     torch = {}
     notes = []
     for r in json_lines(os.path.join(d, "torch.jsonl")):
@@ -56,8 +62,8 @@ def main():
         else:
             torch[(r["workload"], r["mode"])] = r
     head = ("workload", "batch", "predicted ms", "floor ms", "measured ms", "meas/pred", "tf32 ms", "bf16 ms",
-            "torch eager", "torch.compile", "eager, host batch", "launches")
-    print("%-8s %6s %13s %9s %12s %10s %8s %8s %12s %14s %18s %9s" % head)
+            "fit ms", "fit, prefetched", "torch eager", "torch.compile", "eager, host batch", "launches")
+    print("%-8s %6s %13s %9s %12s %10s %8s %8s %8s %16s %12s %14s %18s %9s" % head)
     for w in WORKLOADS:
         p = (json_lines(os.path.join(d, f"predict-{w}.txt")) or [None])[-1]
         if p is None:
@@ -71,9 +77,10 @@ def main():
         ratio = f"{meas / pred:.2f}" if pred and meas else "-"
         eager, comp, fed = torch.get((w, "eager")), torch.get((w, "compile")), torch.get((w, "eager_host_batch"))
         batch = (p or m or {}).get("batch", "-")
-        print("%-8s %6s %13s %9s %12s %10s %8s %8s %12s %14s %18s %9s" % (
+        print("%-8s %6s %13s %9s %12s %10s %8s %8s %8s %16s %12s %14s %18s %9s" % (
             w, batch, ms(pred), ms(p["floor_ms"] if p else None), ms(meas), ratio,
             ms(tf32["measured_ms"] if tf32 else None), ms(bf16["measured_ms"] if bf16 else None),
+            ms(fits.get((w, False))), ms(fits.get((w, True))),
             ms(eager["step_ms"] if eager else None), ms(comp["step_ms"] if comp else None),
             ms(fed["step_ms"] if fed else None),
             p["launches"] if p else "-"))

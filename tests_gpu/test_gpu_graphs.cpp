@@ -2,7 +2,8 @@
 // bits an uncaptured one gives (dropout included, whose step the kernels read from device
 // memory at every replay); each batch size is captured once and replayed after; a
 // synchronising call made while a run is captured is an error naming the call and the
-// program; and fit() over epochs whose last batch is smaller captures in the first epoch only.
+// program; and fit() over epochs whose last batch is smaller captures in the first epoch only
+// (in the first two with each batch prefetched into one of two slots, whose addresses differ).
 #include <cstring>
 #include <random>
 
@@ -118,7 +119,9 @@ TEST_CASE("GPU: a synchronising call while a run is captured is an error naming 
 TEST_CASE("GPU: fit() captures each program in the first epoch and only replays after", "[gpu]") {
   // 20 examples in batches of 8: 8, 8 and a last batch of 4, three epochs. The variables stay
   // on the GPU (TOWERJIT_GPU_VARIABLES=on): a step runs the tower's program and the apply.
-  tj::test::ScopedEnv resident("TOWERJIT_GPU_VARIABLES", "on"), knob("TOWERJIT_CUDA_GRAPHS", "on");
+  // Each batch copied at its own step (its feeds at one address); prefetched, below.
+  tj::test::ScopedEnv resident("TOWERJIT_GPU_VARIABLES", "on"), knob("TOWERJIT_CUDA_GRAPHS", "on"),
+      copied_at_step("TOWERJIT_PREFETCH_FEEDS", "off");
   const int64_t n = 20;
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
@@ -143,6 +146,38 @@ TEST_CASE("GPU: fit() captures each program in the first epoch and only replays 
   CHECK(first.replays - before.replays == 2 * 3);
   CHECK(first.uncaptured == before.uncaptured);
   // Two more epochs: nothing captured, every run replayed.
+  CHECK(after.captures == first.captures);
+  CHECK(after.replays - first.replays == 2 * 6);
+  CHECK(after.uncaptured == before.uncaptured);
+}
+
+TEST_CASE("GPU: fit() prefetching batches captures once per slot and batch size, then only replays", "[gpu]") {
+  // As above, each batch prefetched (runtime/towers/feed_prefetch.h) into one of two slots in
+  // turn: the tower's program is fed from two addresses. With 3 batches an epoch the slots
+  // swap from one epoch to the next, so the first two epochs capture the tower's program for
+  // each slot at 8 and at 4 (4 graphs) and the apply once or twice; after that, only replays.
+  tj::test::ScopedEnv resident("TOWERJIT_GPU_VARIABLES", "on"), knob("TOWERJIT_CUDA_GRAPHS", "on"),
+      prefetched("TOWERJIT_PREFETCH_FEEDS", "on");
+  const int64_t n = 20;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  tj::HostTensor image(tj::Shape{n, 784}), label(tj::Shape{n}, tj::DType::i32);
+  for (float& v : image.f32) v = pixel(rng);
+  for (int64_t i = 0; i < n; ++i) label.i32[i] = static_cast<int32_t>(i % 10);
+  const tj::data::TensorDataset data({{"image", image}, {"label", label}}, "label");
+  DropoutClassifier m;
+  tj::TowerTrainer trainer(m.graph, m.loss, tj::Towers{tj::gpu(0)}, tj::momentum(0.05, 0.9));
+  tj::data::BatchPipeline batches(data, {.batch = 8, .shuffle = false});
+  const auto before = tj::CudaProgram::total_graph_counts();
+  tj::fit(trainer, batches, {.epochs = 2, .stop_on_signals = false});
+  const auto first = tj::CudaProgram::total_graph_counts();
+  tj::fit(trainer, batches, {.epochs = 4, .stop_on_signals = false});
+  const auto after = tj::CudaProgram::total_graph_counts();
+  const int64_t first_captures = first.captures - before.captures;
+  CHECK(first_captures >= 5);
+  CHECK(first_captures <= 6);
+  CHECK(first.replays - before.replays == 2 * 6);
+  CHECK(first.uncaptured == before.uncaptured);
   CHECK(after.captures == first.captures);
   CHECK(after.replays - first.replays == 2 * 6);
   CHECK(after.uncaptured == before.uncaptured);

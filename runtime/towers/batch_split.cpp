@@ -39,8 +39,8 @@ int64_t BatchSplit::first_row_of(int t) const {
   return row;
 }
 
-BatchSplit split_step_batch(const HostFeeds& batch, int64_t whole_batch, const Towers& towers,
-                            const dist::WorldLayout& layout, Loc loc) {
+BatchSplit plan_step_batch(const HostFeeds& batch, int64_t whole_batch, const Towers& towers,
+                           const dist::WorldLayout& layout, Loc loc) {
   user_check(!batch.empty(), loc) << "step: no inputs fed; feed the model's inputs with the batch";
   const int64_t rows = batch.begin()->second.shape.rank() ? batch.begin()->second.shape[0] : 0;
   for (const auto& [name, t] : batch)
@@ -56,16 +56,23 @@ BatchSplit split_step_batch(const HostFeeds& batch, int64_t whole_batch, const T
   s.own = towers.size();
   const auto [own_first, own_count] = rows_of_rank(s.examples, towers, layout, loc);
   s.first_row = own_first;
+  s.fed_own_rows = whole_batch > 0;
   if (whole_batch > 0) {
     user_check(rows == own_count, loc)
         << dist::rank_prefix() << "step: fed " << count_of(rows, "example") << " as this process's part of a batch of "
         << s.examples << ", but its towers' slices hold " << own_count << " (rows " << own_first << " to "
         << own_first + own_count - 1 << "); feed TowerTrainer::own_rows() of each batch";
   }
+  return s;
+}
+
+BatchSplit split_step_batch(const HostFeeds& batch, int64_t whole_batch, const Towers& towers,
+                            const dist::WorldLayout& layout, Loc loc) {
+  BatchSplit s = plan_step_batch(batch, whole_batch, towers, layout, loc);
   // Fed the whole batch, this process cuts its rows out of it (the others' rows come first).
   std::vector<int64_t> cut = s.own_slices();
-  const bool skip_others = whole_batch == 0 && own_first > 0;
-  if (skip_others) cut.insert(cut.begin(), own_first);
+  const bool skip_others = !s.fed_own_rows && s.first_row > 0;
+  if (skip_others) cut.insert(cut.begin(), s.first_row);
   s.feeds = cut_batch(batch, cut, loc);
   if (skip_others) s.feeds.erase(s.feeds.begin());
   return s;

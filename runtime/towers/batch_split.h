@@ -35,13 +35,16 @@ struct BatchSplit {
   int first = 0;                 // this process's first world tower
   int own = 0;                   // this process's towers
   int64_t first_row = 0;         // this process's first row of the batch
-  std::vector<HostFeeds> feeds;  // this process's towers' slices
+  bool fed_own_rows = false;     // the batch fed holds only this process's rows (whole_batch > 0)
+  std::vector<HostFeeds> feeds;  // this process's towers' slices (split_step_batch; not plan_step_batch)
 
   // Of this process's tower t (0-based among its own).
   int64_t slice(int t) const { return slices[first + t]; }
   double share(int t) const { return shares[first + t]; }
   double weight(int t) const { return weights[first + t]; }
   int64_t first_row_of(int t) const;
+  // Where this process's tower t's rows start in the batch as fed.
+  int64_t fed_row_of(int t) const { return first_row_of(t) - (fed_own_rows ? first_row : 0); }
   std::vector<int64_t> own_slices() const { return pick(slices); }
   std::vector<double> own_shares() const { return pick(shares); }
   std::vector<double> own_weights() const { return pick(weights); }
@@ -59,5 +62,9 @@ struct BatchSplit {
 // towers than examples.
 BatchSplit split_step_batch(const HostFeeds& batch, int64_t whole_batch, const Towers& towers,
                             const dist::WorldLayout& layout, Loc loc);
+// The same split with the same checks, the slices left uncut (`feeds` empty): for a caller that
+// copies each tower's rows (fed_row_of) straight to where they go.
+BatchSplit plan_step_batch(const HostFeeds& batch, int64_t whole_batch, const Towers& towers,
+                           const dist::WorldLayout& layout, Loc loc);
 
 }  // namespace towerjit::detail

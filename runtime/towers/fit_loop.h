@@ -32,6 +32,9 @@ class FitLoop {
   bool done() const;
   // The next batch, and the event it will give (all but its loss, rate and time).
   std::pair<data::Batch, StepEvent> next();
+  // Whether a signal (agreed on by every rank, where they train in lockstep) asks the run to
+  // stop after the batch being trained: for a loop that read the next batch ahead of it.
+  bool stop_requested() const { return stop_signal() != 0; }
   // Whether a hook will use the trainer once batch `e` is trained.
   bool hooks_use_trainer(const StepEvent& e) const;
   // Batch `e` is trained, loss, rate and seconds filled in: the NaN check (naming a

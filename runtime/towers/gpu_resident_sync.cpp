@@ -372,7 +372,7 @@ void GpuResidentSync::queue_loss(int t, const DeviceTensor& loss) {
                    "cuMemcpyDtoHAsync", " (a tower's loss)", loc_);
 }
 
-GpuResidentSync::Result GpuResidentSync::step(const std::vector<HostFeeds>& slices, const std::vector<double>& weights,
+GpuResidentSync::Result GpuResidentSync::step(const std::vector<TowerFeeds>& slices, const std::vector<double>& weights,
                                               const std::vector<double>& update_weights,
                                               const std::function<uint64_t(int)>& key,
                                               const std::function<void(int, const std::function<void(int)>&)>& on_towers) {
@@ -387,8 +387,12 @@ GpuResidentSync::Result GpuResidentSync::step(const std::vector<HostFeeds>& slic
   std::vector<std::vector<DeviceTensor>> outputs(n);
   try {
     on_towers(n, [&](int t) {
-      outputs[t] = setup_.towers[t]->queue_to_device(slices[t], gpus_[gpu_of_tower_[t]]->variables, key(t), {},
-                                                     record_after_[t], loc_);
+      CudaProgram& tower = *setup_.towers[t];
+      DeviceVariables& variables = gpus_[gpu_of_tower_[t]]->variables;
+      const TowerFeeds& feeds = slices[t];
+      outputs[t] = feeds.device ? tower.queue_to_device(*feeds.device, variables, key(t), {feeds.uploaded},
+                                                        record_after_[t], loc_)
+                                : tower.queue_to_device(*feeds.host, variables, key(t), {}, record_after_[t], loc_);
       queue_loss(t, outputs[t][0]);
     });
     for (size_t b = 0; b < buckets_.size(); ++b) queue_bucket(b, outputs);

@@ -86,10 +86,18 @@ class GpuResidentSync {
     std::vector<double> losses;  // per tower
     std::vector<HostTensor> apply_fetched;  // the first GPU's apply's fetches (the learning rate, ...)
   };
+  // Tower t's feeds: in host memory (copied up through its program's page-locked block on its
+  // stream), or on its GPU already (runtime/towers/feed_prefetch.h), uploaded behind `uploaded`,
+  // which its run then waits for.
+  struct TowerFeeds {
+    const HostFeeds* host = nullptr;
+    const DeviceFeeds* device = nullptr;
+    const cuda::Event* uploaded = nullptr;
+  };
   // One step: tower t trains on `slices[t]` (on the thread `on_towers` gives it, as
   // on_towers(count, body) calls body(t) for every t); gradients are weighted by
   // `weights[t]`, model updates by `update_weights[t]`; `key(t)` keys tower t's random numbers.
-  Result step(const std::vector<HostFeeds>& slices, const std::vector<double>& weights,
+  Result step(const std::vector<TowerFeeds>& slices, const std::vector<double>& weights,
               const std::vector<double>& update_weights, const std::function<uint64_t(int)>& key,
               const std::function<void(int, const std::function<void(int)>&)>& on_towers);
 

@@ -115,6 +115,7 @@ StrategyRequest StrategyRequest::of(const Towers& towers, const dist::Transport&
   const std::string text = towers.str();  // "Towers{cpu:0,cpu:1} split=... reduce=... variant=..."
   q.declared = text.substr(text.find("} ") + 2);
   q.bucket_mb = knobs::bucket_mb(options.bucket_mb);
+  q.prefetch_feeds = knobs::prefetch_feeds(options.prefetch_feeds);
   q.nccl_world = knobs::nccl_world();
   q.per_variable = !towers.rules().empty();
   user_check(options.gradient_compression == DType::f32 || is_half_float(options.gradient_compression),

@@ -83,6 +83,7 @@ struct StrategyRequest {
   bool nccl_world = false;            // TOWERJIT_NCCL_WORLD
   bool per_variable = false;          // Towers::with rules
   DType gradient_compression = DType::f32;
+  bool prefetch_feeds = true;         // TOWERJIT_PREFETCH_FEEDS
   // Gradient compression asked for where gradients cross processes. (In one process the option
   // is taken by every strategy: only sync towers with the variables on several GPUs reduce
   // through a collective, NCCL, which it then compresses.)
@@ -90,7 +91,10 @@ struct StrategyRequest {
   // The request for `towers` in `world`, `options` overridden by the environment.
   static StrategyRequest of(const Towers& towers, const dist::Transport& world, const TowerStrategyOptions& options);
   // The options as resolved (the environment's overrides applied).
-  TowerStrategyOptions options() const { return {gpu_variables, deterministic_layout, bucket_mb, gradient_compression}; }
+  TowerStrategyOptions options() const {
+    return {.gpu_variables = gpu_variables, .deterministic_layout = deterministic_layout, .bucket_mb = bucket_mb,
+            .gradient_compression = gradient_compression, .prefetch_feeds = prefetch_feeds};
+  }
   std::string str() const;
   // What every rank must agree on about the strategy (dist::check_agreement): the declaration
   // but its devices and what decides the sequence of collectives.

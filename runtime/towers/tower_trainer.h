@@ -73,6 +73,11 @@ struct TowerStrategyOptions {
   // variables on the GPUs, where they cross GPUs through NCCL or processes through MPI
   // (runtime/towers/gpu_resident_sync.h); nothing else changes within one process.
   DType gradient_compression = DType::f32;
+  // TOWERJIT_PREFETCH_FEEDS: fit() on sync towers that are all GPUs, with the variables on the
+  // GPUs, copies each batch to the GPUs while the step before it trains, from a thread of its
+  // own through page-locked memory on a copy stream (runtime/towers/feed_prefetch.h); false:
+  // each batch is copied at its own step, by the training thread.
+  bool prefetch_feeds = true;
 };
 
 struct TowerTrainerOptions {

@@ -2,10 +2,15 @@
 // (TOWERJIT_GPU_VARIABLES=on): one copy per GPU, the reduction (in-device sums, NCCL between
 // GPUs, MPI between processes, in 16 bits with gradient compression; a sparse gradient's rows concatenated on the host) and the apply
 // on the GPUs (runtime/towers/gpu_resident_sync.h);
-// the host copy is a cache refreshed when asked for.
+// the host copy is a cache refreshed when asked for. fit() copies each batch to the GPUs while
+// the step before it trains (runtime/towers/feed_prefetch.h; TOWERJIT_PREFETCH_FEEDS).
 #include <algorithm>
+#include <exception>
 
 #include "dsl/error.h"
+#include "dsl/index_errors.h"
+#include "runtime/towers/feed_prefetch.h"
+#include "runtime/towers/fit_loop.h"
 #include "runtime/towers/gpu_resident_sync.h"
 #include "runtime/towers/tower_strategy.h"
 
@@ -24,26 +29,27 @@ class SyncGpu final : public TowerStrategy {
     for (const auto& p : c.tower_step) setup.towers.push_back(p->cuda());
     for (const auto& u : c.model_updates) setup.model_update_variables.push_back(u.variable);
     for (const auto& k : c.sparse) setup.sparse.push_back({k.variable, k.rows_input});
+    towers_ = setup.towers;
     gpus_ = std::make_unique<GpuResidentSync>(setup, host_, loc);
   }
 
   StepResult step(const HostFeeds& batch, int64_t whole_batch, Loc loc) override {
     const BatchSplit split = split_step_batch(batch, whole_batch, state_.towers, state_.layout, loc);
-    StepResult result;
-    result.slices = split.slices;
-    const std::vector<double> shares = split.own_shares();
-    const int64_t applies = state_.applies;
-    report::Trace::Span span = state_.traced("step on the GPUs", "compute", kReduceRow);
-    const GpuResidentSync::Result r = gpus_->step(
-        split.feeds, split.own_weights(), shares, [&](int t) { return random_key(applies, split.first + t); },
-        [&](int count, const std::function<void(int)>& body) { state_.on_tower_threads(count, body); });
-    span.end();
-    host_stale_ = true;
-    ++state_.applies;
-    result.learning_rate = state_.applied(r.apply_fetched);
-    for (size_t t = 0; t < r.losses.size(); ++t) result.loss += shares[t] * r.losses[t];
-    state_.world->all_reduce_sum(&result.loss, 1);  // the other processes' towers' share (errors: the transport's)
-    return result;
+    std::vector<GpuResidentSync::TowerFeeds> feeds;
+    for (const HostFeeds& slice : split.feeds) feeds.push_back({.host = &slice});
+    return run(split, feeds);
+  }
+
+  void fit(FitLoop& loop, int accumulate, Loc loc) override {
+    if (accumulate > 1 || !state_.options.prefetch_feeds) return TowerStrategy::fit(loop, accumulate, loc);
+    if (!prefetch_) prefetch_ = std::make_unique<FeedPrefetcher>(towers_);
+    try {
+      fit_prefetching(loop, loc);
+    } catch (...) {
+      prefetch_->drop();
+      throw;
+    }
+    prefetch_->drop();  // a batch read ahead of a stop
   }
 
   HostVariables& variables() override {
@@ -75,9 +81,82 @@ class SyncGpu final : public TowerStrategy {
   void name_trace_rows(report::Trace& trace) const override { trace.name_thread(kApplyRow, "apply"); }
 
  private:
+  // One step on `split`, each of this process's towers fed `feeds[t]`.
+  StepResult run(const BatchSplit& split, const std::vector<GpuResidentSync::TowerFeeds>& feeds) {
+    StepResult result;
+    result.slices = split.slices;
+    const std::vector<double> shares = split.own_shares();
+    const int64_t applies = state_.applies;
+    report::Trace::Span span = state_.traced("step on the GPUs", "compute", kReduceRow);
+    const GpuResidentSync::Result r = gpus_->step(
+        feeds, split.own_weights(), shares, [&](int t) { return random_key(applies, split.first + t); },
+        [&](int count, const std::function<void(int)>& body) { state_.on_tower_threads(count, body); });
+    span.end();
+    host_stale_ = true;
+    ++state_.applies;
+    result.learning_rate = state_.applied(r.apply_fetched);
+    for (size_t t = 0; t < r.losses.size(); ++t) result.loss += shares[t] * r.losses[t];
+    state_.world->all_reduce_sum(&result.loss, 1);  // the other processes' towers' share (errors: the transport's)
+    return result;
+  }
+
+  // fit()'s loop, each batch read from the pipeline and handed to the prefetcher as the batch
+  // before it starts training. A batch whose split is wrong (its inputs disagree on the batch
+  // size) raises its error at its own turn, after the batches before it have trained. After a
+  // step whose hooks use the trainer (an evaluation, a checkpoint), the next batch is read only
+  // once they have run, as the plain loop reads it; a stop asked for while a batch was read
+  // ahead leaves it untrained (the checkpoint's position is the step's, before it).
+  void fit_prefetching(FitLoop& loop, Loc loc) {
+    struct Ahead {
+      data::Batch batch;
+      StepEvent event;
+      BatchSplit split;
+      std::exception_ptr error;  // planning the split failed: raised at the batch's turn
+    };
+    std::unique_ptr<Ahead> next;
+    auto read_ahead = [&] {
+      auto [batch, event] = loop.next();
+      next = std::make_unique<Ahead>(Ahead{.batch = std::move(batch), .event = event});
+      try {
+        next->split = plan_step_batch(next->batch.feeds, next->batch.whole, state_.towers, state_.layout, loc);
+        std::vector<FeedPrefetcher::Rows> rows;
+        for (int t = 0; t < next->split.own; ++t) rows.push_back({next->split.fed_row_of(t), next->split.slice(t)});
+        prefetch_->prefetch(next->batch.feeds, std::move(rows));
+      } catch (...) {
+        next->error = std::current_exception();
+      }
+    };
+    if (!loop.done()) read_ahead();
+    while (next) {
+      const std::unique_ptr<Ahead> now = std::move(next);
+      if (now->error) std::rethrow_exception(now->error);
+      if (!loop.hooks_use_trainer(now->event) && !loop.done()) read_ahead();
+      const auto start = Clock::now();
+      StepResult result;
+      try {
+        const FeedPrefetcher::Ready ready = prefetch_->take();
+        std::vector<GpuResidentSync::TowerFeeds> feeds;
+        for (size_t t = 0; t < ready.feeds.size(); ++t)
+          feeds.push_back({.device = ready.feeds[t], .uploaded = ready.uploaded[t]});
+        result = run(now->split, feeds);
+        prefetch_->release();
+      } catch (const IndexOutOfRange& e) {
+        throw e.at_step(loop.step_in_words(now->event));
+      }
+      now->event.seconds = seconds_since(start);
+      now->event.loss = result.loss;
+      now->event.learning_rate = result.learning_rate;
+      loop.trained(now->event, {{now->event.step, &now->batch.feeds}});
+      if (loop.stop_requested()) return;
+      if (!next && !loop.done()) read_ahead();
+    }
+  }
+
   HostVariables host_;
   bool host_stale_ = false;  // host_ lags the GPUs' copies
+  std::vector<CudaProgram*> towers_;  // this process's towers' programs
   std::unique_ptr<GpuResidentSync> gpus_;
+  std::unique_ptr<FeedPrefetcher> prefetch_;  // made by the first fit() that prefetches
 };
 
 }  // namespace

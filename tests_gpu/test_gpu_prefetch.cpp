@@ -1,0 +1,167 @@
+// fit() on sync GPU towers with each batch copied to the GPUs while the step before it trains
+// (runtime/towers/feed_prefetch.h): the same bits as copying each batch at its own step, under
+// the emulator's random schedules too (a run that read its feeds before their copy had landed
+// would read the buffers' NaN fill or the batch before); the batch after a step whose hooks use
+// the trainer read only after them; a stop and a second fit() losing no batch; a bad batch
+// raising its error at its own turn, after the batches before it have trained.
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+
+#include "gpu_check.h"
+#include "runtime/cuda/driver_api.h"
+#include "runtime/towers/feed_prefetch.h"
+#include "towerjit.h"
+
+namespace tj = towerjit;
+using tj::kBatch;
+using tj::Tensor;
+using tj::testing::ScopedEnv;
+
+namespace {
+
+// 784-32-10 with dropout (keyed by the step and tower) and batch norm (a model update the
+// towers' slices are weighed in), mean cross-entropy.
+struct Model {
+  tj::Graph graph;
+  Tensor loss;
+  Model() {
+    tj::GraphScope use(graph);
+    auto image = tj::input("image", {kBatch, 784});
+    auto label = tj::input("label", {kBatch}, tj::DType::i32);
+    auto h = tj::batch_norm(tj::relu(tj::dense(image, 32, "fc1")), "bn");
+    h = tj::dropout(h, 0.5, /*training=*/true, /*seed=*/11);
+    loss = tj::mean(tj::softmax_cross_entropy(tj::dense(h, 10, "fc2"), label));
+  }
+};
+
+tj::data::TensorDataset dataset(int64_t n) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  tj::HostTensor image(tj::Shape{n, 784}), label(tj::Shape{n}, tj::DType::i32);
+  for (float& v : image.f32) v = pixel(rng);
+  for (int64_t i = 0; i < n; ++i) label.i32[i] = static_cast<int32_t>((i * 7) % 10);
+  return tj::data::TensorDataset({{"image", image}, {"label", label}}, "label");
+}
+
+// Records each step's loss; uses the trainer (reads its variables) at the steps in `quiet`.
+struct Record : tj::Hook {
+  std::vector<int64_t> quiet;
+  std::vector<double> losses;
+  std::vector<int64_t> steps;
+  std::vector<float> probe;  // fc1's first weight, read at the quiet steps
+  void after_step(tj::TowerTrainer& trainer, const tj::StepEvent& e) override {
+    losses.push_back(e.loss);
+    steps.push_back(e.step);
+    if (uses_trainer_at(e)) probe.push_back(trainer.variables().at("fc1/kernel").f32[0]);
+  }
+  bool uses_trainer_at(const tj::StepEvent& e) const override {
+    return std::find(quiet.begin(), quiet.end(), e.step) != quiet.end();
+  }
+};
+
+bool same_bits(const tj::HostVariables& a, const tj::HostVariables& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [name, t] : a)
+    if (!b.count(name) || t.bytes() != b.at(name).bytes() || std::memcmp(t.data(), b.at(name).data(), t.bytes()) != 0)
+      return false;
+  return true;
+}
+
+struct Run {
+  Record record;
+  tj::HostVariables variables;
+  int64_t prefetched = 0;  // batches the prefetcher copied
+};
+
+// Two towers (on two GPUs where there are two), uneven slices of batches of 7 from 20 examples
+// (7, 7 and a last batch of 6), the variables on the GPUs; fit() for each of `max_steps` in turn
+// (one fit() after another, the pipeline going on), the steps in `quiet` using the trainer.
+void train_into(Run& r, bool prefetch, const std::vector<int64_t>& max_steps, const std::vector<int64_t>& quiet = {},
+                std::function<void(tj::data::Batch&)> transform = nullptr) {
+  ScopedEnv knob("TOWERJIT_PREFETCH_FEEDS", prefetch ? "on" : "off");
+  const tj::data::TensorDataset data = dataset(20);
+  Model m;
+  const int second = tj::cuda::cuda_device_count() > 1 ? 1 : 0;
+  tj::TowerTrainer trainer(m.graph, m.loss, tj::Towers{tj::gpu(0), tj::gpu(second)}, tj::momentum(0.05, 0.9),
+                           {.seed = 3, .strategy = {.gpu_variables = true}});
+  tj::data::BatchPipeline batches(data, {.batch = 7, .seed = 9, .transform = std::move(transform)});
+  r.record.quiet = quiet;
+  const int64_t before = tj::detail::FeedPrefetcher::batches_copied();
+  for (int64_t steps : max_steps)
+    tj::fit(trainer, batches, {.max_steps = steps, .hooks = {&r.record}, .stop_on_signals = false});
+  r.prefetched = tj::detail::FeedPrefetcher::batches_copied() - before;
+  r.variables = trainer.variables();
+}
+
+Run train(bool prefetch, const std::vector<int64_t>& max_steps, const std::vector<int64_t>& quiet = {}) {
+  Run r;
+  train_into(r, prefetch, max_steps, quiet);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("GPU: fit() copying each batch while the step before trains gives the bits of copying it at its step",
+          "[gpu]") {
+  const Run plain = train(false, {7});
+  const Run prefetched = train(true, {7});
+  CHECK(plain.prefetched == 0);
+  CHECK(prefetched.prefetched == 7);
+  REQUIRE(plain.record.losses.size() == 7);
+  CHECK(prefetched.record.steps == plain.record.steps);
+  CHECK(prefetched.record.losses == plain.record.losses);
+  CHECK(same_bits(prefetched.variables, plain.variables));
+}
+
+TEST_CASE("GPU: prefetched batches keep their bits when the streams run in random orders", "[gpu]") {
+  // Every step a quiet point: each batch is read, copied and trained at once, so a run that
+  // did not wait for its batch's copy would race it at every step.
+  const std::vector<int64_t> every_step = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  const Run plain = train(false, {12}, every_step);
+  for (int seed = 1; seed <= 3; ++seed) {
+    INFO("TOWERJIT_EMULATOR_SCHEDULE=random:" << seed);
+    ScopedEnv schedule("TOWERJIT_EMULATOR_SCHEDULE", ("random:" + std::to_string(seed)).c_str());
+    const Run prefetched = train(true, {12}, every_step);
+    CHECK(prefetched.record.losses == plain.record.losses);
+    CHECK(same_bits(prefetched.variables, plain.variables));
+  }
+}
+
+TEST_CASE("GPU: prefetching fit() reads no batch ahead of hooks that use the trainer, and a second fit() loses none",
+          "[gpu]") {
+  // Steps 1 and 4 are quiet points (the hook reads the variables); fit() stops at step 3, then
+  // again at 7: every batch trains once, in order, as without prefetching.
+  const Run plain = train(false, {3, 7}, {1, 4});
+  const Run prefetched = train(true, {3, 7}, {1, 4});
+  CHECK(plain.record.steps == std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7});
+  CHECK(prefetched.record.steps == plain.record.steps);
+  CHECK(prefetched.record.losses == plain.record.losses);
+  CHECK(prefetched.record.probe == plain.record.probe);
+  CHECK(same_bits(prefetched.variables, plain.variables));
+  CHECK(prefetched.prefetched == 7);
+}
+
+TEST_CASE("GPU: a batch read ahead with inputs that disagree raises its error at its own turn", "[gpu]") {
+  // The transform cuts the labels of the third batch short: its split fails when it is read,
+  // a step early, and the error comes after the two batches before it have trained.
+  auto cut_third = [](tj::data::Batch& b) {
+    if (b.index != 2) return;
+    tj::HostTensor& label = b.feeds.at("label");
+    label = tj::rows_of(label, 0, label.shape[0] - 1);
+  };
+  for (bool prefetch : {false, true}) {
+    INFO("prefetch " << prefetch);
+    Run r;
+    std::string message;
+    try {
+      train_into(r, prefetch, {3}, {}, cut_third);
+    } catch (const tj::Error& e) {
+      message = e.what();
+    }
+    CHECK_THAT(message, Catch::Contains("step: input \"label\" has 5 examples but \"image\" has 6"));
+    CHECK(r.record.steps == std::vector<int64_t>{1, 2});
+  }
+}
