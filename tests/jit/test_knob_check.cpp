@@ -35,6 +35,7 @@ const Values kChecked[] = {
     {"TOWERJIT_CHECK_NUMERICS", "y", "yes"},
     {"TOWERJIT_PIN_TOWERS", "2", "0"},
     {"TOWERJIT_GPU_VARIABLES", "gpu", "true"},
+    {"TOWERJIT_PREFETCH_FEEDS", "ahead", "off"},
     {"TOWERJIT_BUCKET_MB", "abc", "0.5"},
     {"TOWERJIT_DETERMINISTIC", "bitwise", "layout"},
     {"TOWERJIT_MPI", "openmpi", "off"},
