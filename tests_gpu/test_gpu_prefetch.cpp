@@ -2,8 +2,9 @@
 // (runtime/towers/feed_prefetch.h): the same bits as copying each batch at its own step, under
 // the emulator's random schedules too (a run that read its feeds before their copy had landed
 // would read the buffers' NaN fill or the batch before); the batch after a step whose hooks use
-// the trainer read only after them; a stop and a second fit() losing no batch; a bad batch
-// raising its error at its own turn, after the batches before it have trained.
+// the trainer read only after them; a stop and a second fit() losing no batch; a bad batch, or
+// one whose transform threw, raising its error at its own turn, after the batches before it
+// have trained.
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -162,6 +163,24 @@ TEST_CASE("GPU: a batch read ahead with inputs that disagree raises its error at
       message = e.what();
     }
     CHECK_THAT(message, Catch::Contains("step: input \"label\" has 5 examples but \"image\" has 6"));
+    CHECK(r.record.steps == std::vector<int64_t>{1, 2});
+  }
+}
+
+TEST_CASE("GPU: a batch read ahead whose transform throws raises the error at its own turn", "[gpu]") {
+  auto throw_at_third = [](tj::data::Batch& b) {
+    if (b.index == 2) throw tj::Error("the third batch's augmentation failed");
+  };
+  for (bool prefetch : {false, true}) {
+    INFO("prefetch " << prefetch);
+    Run r;
+    std::string message;
+    try {
+      train_into(r, prefetch, {3}, {}, throw_at_third);
+    } catch (const tj::Error& e) {
+      message = e.what();
+    }
+    CHECK_THAT(message, Catch::Contains("the third batch's augmentation failed"));
     CHECK(r.record.steps == std::vector<int64_t>{1, 2});
   }
 }

@@ -6,6 +6,7 @@
 // the step before it trains (runtime/towers/feed_prefetch.h; TOWERJIT_PREFETCH_FEEDS).
 #include <algorithm>
 #include <exception>
+#include <tuple>
 
 #include "dsl/error.h"
 #include "dsl/index_errors.h"
@@ -101,8 +102,9 @@ class SyncGpu final : public TowerStrategy {
   }
 
   // fit()'s loop, each batch read from the pipeline and handed to the prefetcher as the batch
-  // before it starts training. A batch whose split is wrong (its inputs disagree on the batch
-  // size) raises its error at its own turn, after the batches before it have trained. After a
+  // before it starts training. A batch the pipeline could not make (its transform threw) or
+  // whose split is wrong (its inputs disagree on the batch size) raises its error at its own
+  // turn, after the batches before it have trained and their hooks have run. After a
   // step whose hooks use the trainer (an evaluation, a checkpoint), the next batch is read only
   // once they have run, as the plain loop reads it; a stop asked for while a batch was read
   // ahead leaves it untrained (the checkpoint's position is the step's, before it).
@@ -111,13 +113,13 @@ class SyncGpu final : public TowerStrategy {
       data::Batch batch;
       StepEvent event;
       BatchSplit split;
-      std::exception_ptr error;  // planning the split failed: raised at the batch's turn
+      std::exception_ptr error;  // reading or planning it failed: raised at the batch's turn
     };
     std::unique_ptr<Ahead> next;
     auto read_ahead = [&] {
-      auto [batch, event] = loop.next();
-      next = std::make_unique<Ahead>(Ahead{.batch = std::move(batch), .event = event});
+      next = std::make_unique<Ahead>();
       try {
+        std::tie(next->batch, next->event) = loop.next();
         next->split = plan_step_batch(next->batch.feeds, next->batch.whole, state_.towers, state_.layout, loc);
         std::vector<FeedPrefetcher::Rows> rows;
         for (int t = 0; t < next->split.own; ++t) rows.push_back({next->split.fed_row_of(t), next->split.slice(t)});
