@@ -116,12 +116,13 @@ TEST_CASE("GPU: a synchronising call while a run is captured is an error naming 
   CHECK(step.graph_counts().replays == 1);
 }
 
-TEST_CASE("GPU: fit() captures each program in the first epoch and only replays after", "[gpu]") {
-  // 20 examples in batches of 8: 8, 8 and a last batch of 4, three epochs. The variables stay
-  // on the GPU (TOWERJIT_GPU_VARIABLES=on): a step runs the tower's program and the apply.
-  // Each batch copied at its own step (its feeds at one address); prefetched, below.
+// fit() of the dropout classifier on gpu:0, the variables on the GPU (a step runs the tower's
+// program and the apply), over 20 examples in batches of 8 (8, 8 and a last batch of 4): up to
+// `first_epochs`, then on to `more_epochs`, each batch copied at its step or prefetched. The
+// graph counts before, after the first fit() and after the second.
+std::vector<tj::CudaProgram::GraphCounts> fit_graph_counts(bool prefetch, int64_t first_epochs, int64_t more_epochs) {
   tj::test::ScopedEnv resident("TOWERJIT_GPU_VARIABLES", "on"), knob("TOWERJIT_CUDA_GRAPHS", "on"),
-      copied_at_step("TOWERJIT_PREFETCH_FEEDS", "off");
+      feeds("TOWERJIT_PREFETCH_FEEDS", prefetch ? "on" : "off");
   const int64_t n = 20;
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
@@ -132,11 +133,18 @@ TEST_CASE("GPU: fit() captures each program in the first epoch and only replays 
   DropoutClassifier m;
   tj::TowerTrainer trainer(m.graph, m.loss, tj::Towers{tj::gpu(0)}, tj::momentum(0.05, 0.9));
   tj::data::BatchPipeline batches(data, {.batch = 8, .shuffle = false});
-  const auto before = tj::CudaProgram::total_graph_counts();
-  tj::fit(trainer, batches, {.epochs = 1, .stop_on_signals = false});
-  const auto first = tj::CudaProgram::total_graph_counts();
-  tj::fit(trainer, batches, {.epochs = 3, .stop_on_signals = false});
-  const auto after = tj::CudaProgram::total_graph_counts();
+  std::vector<tj::CudaProgram::GraphCounts> counts{tj::CudaProgram::total_graph_counts()};
+  tj::fit(trainer, batches, {.epochs = first_epochs, .stop_on_signals = false});
+  counts.push_back(tj::CudaProgram::total_graph_counts());
+  tj::fit(trainer, batches, {.epochs = more_epochs, .stop_on_signals = false});
+  counts.push_back(tj::CudaProgram::total_graph_counts());
+  return counts;
+}
+
+TEST_CASE("GPU: fit() captures each program in the first epoch and only replays after", "[gpu]") {
+  // Each batch copied at its own step: its feeds at one address. Three epochs.
+  const auto counts = fit_graph_counts(false, 1, 3);
+  const auto &before = counts[0], &first = counts[1], &after = counts[2];
   // First epoch: the tower's program captured for 8 and for 4; the apply (no batch) once for
   // the gradients at the addresses the full batch leaves them, once more if the last batch's
   // buffer plan puts them elsewhere. Each of the 3 steps replays both programs.
@@ -152,27 +160,12 @@ TEST_CASE("GPU: fit() captures each program in the first epoch and only replays 
 }
 
 TEST_CASE("GPU: fit() prefetching batches captures once per slot and batch size, then only replays", "[gpu]") {
-  // As above, each batch prefetched (runtime/towers/feed_prefetch.h) into one of two slots in
-  // turn: the tower's program is fed from two addresses. With 3 batches an epoch the slots
-  // swap from one epoch to the next, so the first two epochs capture the tower's program for
-  // each slot at 8 and at 4 (4 graphs) and the apply once or twice; after that, only replays.
-  tj::test::ScopedEnv resident("TOWERJIT_GPU_VARIABLES", "on"), knob("TOWERJIT_CUDA_GRAPHS", "on"),
-      prefetched("TOWERJIT_PREFETCH_FEEDS", "on");
-  const int64_t n = 20;
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-  tj::HostTensor image(tj::Shape{n, 784}), label(tj::Shape{n}, tj::DType::i32);
-  for (float& v : image.f32) v = pixel(rng);
-  for (int64_t i = 0; i < n; ++i) label.i32[i] = static_cast<int32_t>(i % 10);
-  const tj::data::TensorDataset data({{"image", image}, {"label", label}}, "label");
-  DropoutClassifier m;
-  tj::TowerTrainer trainer(m.graph, m.loss, tj::Towers{tj::gpu(0)}, tj::momentum(0.05, 0.9));
-  tj::data::BatchPipeline batches(data, {.batch = 8, .shuffle = false});
-  const auto before = tj::CudaProgram::total_graph_counts();
-  tj::fit(trainer, batches, {.epochs = 2, .stop_on_signals = false});
-  const auto first = tj::CudaProgram::total_graph_counts();
-  tj::fit(trainer, batches, {.epochs = 4, .stop_on_signals = false});
-  const auto after = tj::CudaProgram::total_graph_counts();
+  // Each batch prefetched (runtime/towers/feed_prefetch.h) into one of two slots in turn: the
+  // tower's program is fed from two addresses. With 3 batches an epoch the slots swap from one
+  // epoch to the next, so the first two epochs capture the tower's program for each slot at 8
+  // and at 4 (4 graphs) and the apply once or twice; after that, only replays.
+  const auto counts = fit_graph_counts(true, 2, 4);
+  const auto &before = counts[0], &first = counts[1], &after = counts[2];
   const int64_t first_captures = first.captures - before.captures;
   CHECK(first_captures >= 5);
   CHECK(first_captures <= 6);

@@ -145,42 +145,44 @@ TEST_CASE("GPU: prefetching fit() reads no batch ahead of hooks that use the tra
   CHECK(prefetched.prefetched == 7);
 }
 
-TEST_CASE("GPU: a batch read ahead with inputs that disagree raises its error at its own turn", "[gpu]") {
-  // The transform cuts the labels of the third batch short: its split fails when it is read,
-  // a step early, and the error comes after the two batches before it have trained.
-  auto cut_third = [](tj::data::Batch& b) {
-    if (b.index != 2) return;
-    tj::HostTensor& label = b.feeds.at("label");
-    label = tj::rows_of(label, 0, label.shape[0] - 1);
-  };
+namespace {
+
+// fit() to 3 steps with `transform` spoiling the third batch, each batch copied at its step and
+// then prefetched: the message it stopped with and the steps that trained, both ways alike.
+void check_third_batch_fails_at_its_turn(const std::function<void(tj::data::Batch&)>& transform,
+                                         const std::string& expected) {
   for (bool prefetch : {false, true}) {
     INFO("prefetch " << prefetch);
     Run r;
     std::string message;
     try {
-      train_into(r, prefetch, {3}, {}, cut_third);
+      train_into(r, prefetch, {3}, {}, transform);
     } catch (const tj::Error& e) {
       message = e.what();
     }
-    CHECK_THAT(message, Catch::Contains("step: input \"label\" has 5 examples but \"image\" has 6"));
+    CHECK_THAT(message, Catch::Contains(expected));
     CHECK(r.record.steps == std::vector<int64_t>{1, 2});
   }
 }
 
+}  // namespace
+
+TEST_CASE("GPU: a batch read ahead with inputs that disagree raises its error at its own turn", "[gpu]") {
+  // The transform cuts the labels of the third batch short: its split fails when it is read,
+  // a step early, and the error comes after the two batches before it have trained.
+  check_third_batch_fails_at_its_turn(
+      [](tj::data::Batch& b) {
+        if (b.index != 2) return;
+        tj::HostTensor& label = b.feeds.at("label");
+        label = tj::rows_of(label, 0, label.shape[0] - 1);
+      },
+      "step: input \"label\" has 5 examples but \"image\" has 6");
+}
+
 TEST_CASE("GPU: a batch read ahead whose transform throws raises the error at its own turn", "[gpu]") {
-  auto throw_at_third = [](tj::data::Batch& b) {
-    if (b.index == 2) throw tj::Error("the third batch's augmentation failed");
-  };
-  for (bool prefetch : {false, true}) {
-    INFO("prefetch " << prefetch);
-    Run r;
-    std::string message;
-    try {
-      train_into(r, prefetch, {3}, {}, throw_at_third);
-    } catch (const tj::Error& e) {
-      message = e.what();
-    }
-    CHECK_THAT(message, Catch::Contains("the third batch's augmentation failed"));
-    CHECK(r.record.steps == std::vector<int64_t>{1, 2});
-  }
+  check_third_batch_fails_at_its_turn(
+      [](tj::data::Batch& b) {
+        if (b.index == 2) throw tj::Error("the third batch's augmentation failed");
+      },
+      "the third batch's augmentation failed");
 }
