@@ -14,10 +14,18 @@
 //                       momentum, at --batch, feeds and weights on the GPU: median ms per step
 //   GPU towers          the same MLP through TowerTrainer at batch 1024, one tower and two
 //                       towers sharing gpu:0; weights, all-reduce and apply on the CPU
+//   host link           one batch of the MLP's images at --batch (784 f32 each) up to the GPU:
+//                       from page-locked memory (cuMemcpyHtoDAsync, by events), from pageable
+//                       memory (the same call, staged by the driver, then waited for: by the
+//                       host's clock), and the host's memcpy of
+//                       it into page-locked memory (what the feed prefetcher's thread does,
+//                       runtime/towers/feed_prefetch.h): where a step fed from host memory
+//                       spends the time its kernels do not
 //
 // Exits with 77 (and says why) where there is no CUDA device.
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -253,6 +261,45 @@ void gpu_towers(const Options& o, const std::string& device) {
   }
 }
 
+// One batch of the MLP's images up to the GPU, three ways (see the top of the file).
+void host_link(const Options& o, const std::string& device) {
+  const size_t bytes = static_cast<size_t>(o.batch) * 784 * 4;
+  cu::DeviceContext& dev = cu::device(0);
+  dev.make_current();
+  const cu::DriverApi& api = cu::require_driver();
+  cu::Stream stream(dev);
+  cu::Event start(dev), end(dev);
+  cu::DeviceBuffer to = dev.allocate(bytes);
+  cu::PinnedBuffer pinned(dev.context());
+  char* locked = pinned.reserve(bytes);
+  std::vector<char> pageable(bytes, 1);
+  std::memset(locked, 1, bytes);
+  std::vector<double> pinned_ms, pageable_ms, memcpy_ms;
+  using Clock = std::chrono::steady_clock;
+  for (int r = 0; r < o.warmup + o.repeat; ++r) {
+    start.record(stream);
+    cu::check_cuda(api.MemcpyHtoDAsync(to.ptr(), locked, bytes, stream.handle()), "cuMemcpyHtoDAsync");
+    end.record(stream);
+    end.synchronize();
+    auto t0 = Clock::now();
+    cu::check_cuda(api.MemcpyHtoDAsync(to.ptr(), pageable.data(), bytes, stream.handle()), "cuMemcpyHtoDAsync");
+    stream.synchronize();
+    const double pageable_t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    t0 = Clock::now();
+    std::memcpy(locked, pageable.data(), bytes);
+    const double memcpy_t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (r < o.warmup) continue;
+    pinned_ms.push_back(start.elapsed_ms(end));
+    pageable_ms.push_back(pageable_t);
+    memcpy_ms.push_back(memcpy_t);
+  }
+  const std::string what = std::to_string(bytes) + " bytes (batch " + std::to_string(o.batch) + " of 784 f32)";
+  emit("host to GPU, page-locked", bytes / median(pinned_ms) / 1e6, "GB/s", what + ", " + fixed(median(pinned_ms)) + " ms; " + device);
+  emit("host to GPU, pageable", bytes / median(pageable_ms) / 1e6, "GB/s", what + ", " + fixed(median(pageable_ms)) + " ms; " + device);
+  emit("memcpy into page-locked memory", bytes / median(memcpy_ms) / 1e6, "GB/s",
+       what + ", one thread, " + fixed(median(memcpy_ms)) + " ms; " + device);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -268,6 +315,7 @@ int main(int argc, char** argv) {
     optimiser_apply(o, device);
     mlp_step(o, device);
     gpu_towers(o, device);
+    host_link(o, device);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
