@@ -8,12 +8,14 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 
 #include "gpu_check.h"
 #include "runtime/cuda/driver_api.h"
 #include "runtime/towers/feed_prefetch.h"
+#include "runtime/towers/gpu_resident_sync.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;
@@ -75,6 +77,7 @@ struct Run {
   Record record;
   tj::HostVariables variables;
   int64_t prefetched = 0;  // batches the prefetcher copied
+  int64_t behind = 0;      // steps queued behind the one before
 };
 
 // Two towers (on two GPUs where there are two), uneven slices of batches of 7 from 20 examples
@@ -90,11 +93,21 @@ void train_into(Run& r, bool prefetch, const std::vector<int64_t>& max_steps, co
                            {.seed = 3, .strategy = {.gpu_variables = true}});
   tj::data::BatchPipeline batches(data, {.batch = 7, .seed = 9, .transform = std::move(transform)});
   r.record.quiet = quiet;
-  const int64_t before = tj::detail::FeedPrefetcher::batches_copied();
-  for (int64_t steps : max_steps)
-    tj::fit(trainer, batches, {.max_steps = steps, .hooks = {&r.record}, .stop_on_signals = false});
-  r.prefetched = tj::detail::FeedPrefetcher::batches_copied() - before;
-  r.variables = trainer.variables();
+  const int64_t before = tj::detail::FeedPrefetcher::batches_copied(),
+                behind = tj::GpuResidentSync::steps_queued_behind();
+  auto keep = [&] {  // also when fit() throws
+    r.prefetched = tj::detail::FeedPrefetcher::batches_copied() - before;
+    r.behind = tj::GpuResidentSync::steps_queued_behind() - behind;
+    r.variables = trainer.variables();
+  };
+  try {
+    for (int64_t steps : max_steps)
+      tj::fit(trainer, batches, {.max_steps = steps, .hooks = {&r.record}, .stop_on_signals = false});
+  } catch (...) {
+    keep();
+    throw;
+  }
+  keep();
 }
 
 Run train(bool prefetch, const std::vector<int64_t>& max_steps, const std::vector<int64_t>& quiet = {}) {
@@ -111,23 +124,32 @@ TEST_CASE("GPU: fit() copying each batch while the step before trains gives the 
   const Run prefetched = train(true, {7});
   CHECK(plain.prefetched == 0);
   CHECK(prefetched.prefetched == 7);
+  // Every step but the first queued behind the one before (one GPU or NCCL between two).
+  CHECK(plain.behind == 0);
+  CHECK(prefetched.behind == 6);
   REQUIRE(plain.record.losses.size() == 7);
   CHECK(prefetched.record.steps == plain.record.steps);
   CHECK(prefetched.record.losses == plain.record.losses);
   CHECK(same_bits(prefetched.variables, plain.variables));
 }
 
-TEST_CASE("GPU: prefetched batches keep their bits when the streams run in random orders", "[gpu]") {
+TEST_CASE("GPU: prefetched batches and steps queued behind keep their bits when the streams run in random orders",
+          "[gpu]") {
   // Every step a quiet point: each batch is read, copied and trained at once, so a run that
-  // did not wait for its batch's copy would race it at every step.
+  // did not wait for its batch's copy would race it at every step. No quiet point: every step
+  // queued behind the one before, so towers that did not wait for the apply before would read
+  // variables it had not written yet.
   const std::vector<int64_t> every_step = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
-  const Run plain = train(false, {12}, every_step);
-  for (int seed = 1; seed <= 3; ++seed) {
-    INFO("TOWERJIT_EMULATOR_SCHEDULE=random:" << seed);
-    ScopedEnv schedule("TOWERJIT_EMULATOR_SCHEDULE", ("random:" + std::to_string(seed)).c_str());
-    const Run prefetched = train(true, {12}, every_step);
-    CHECK(prefetched.record.losses == plain.record.losses);
-    CHECK(same_bits(prefetched.variables, plain.variables));
+  for (const bool quiet : {true, false}) {
+    const Run plain = train(false, {12}, quiet ? every_step : std::vector<int64_t>{});
+    for (int seed = 1; seed <= 3; ++seed) {
+      INFO("TOWERJIT_EMULATOR_SCHEDULE=random:" << seed << (quiet ? ", every step a quiet point" : ""));
+      ScopedEnv schedule("TOWERJIT_EMULATOR_SCHEDULE", ("random:" + std::to_string(seed)).c_str());
+      const Run prefetched = train(true, {12}, quiet ? every_step : std::vector<int64_t>{});
+      CHECK(prefetched.behind == (quiet ? 0 : 11));
+      CHECK(prefetched.record.losses == plain.record.losses);
+      CHECK(same_bits(prefetched.variables, plain.variables));
+    }
   }
 }
 
@@ -185,4 +207,28 @@ TEST_CASE("GPU: a batch read ahead whose transform throws raises the error at it
         if (b.index == 2) throw tj::Error("the third batch's augmentation failed");
       },
       "the third batch's augmentation failed");
+}
+
+TEST_CASE("GPU: a NaN loss stops fit() with no later step queued behind it", "[gpu]") {
+  // The fourth batch's first pixel is NaN: its loss is NaN, and fit() stops naming it, the
+  // trainer holding exactly what the plain loop leaves (that step applied, no later one).
+  auto poison_fourth = [](tj::data::Batch& b) {
+    if (b.epoch == 1 && b.index == 0) b.feeds.at("image").f32[0] = std::numeric_limits<float>::quiet_NaN();
+  };
+  std::vector<Run> runs(2);
+  for (bool prefetch : {false, true}) {
+    INFO("prefetch " << prefetch);
+    Run& r = runs[prefetch];
+    std::string message;
+    try {
+      train_into(r, prefetch, {7}, {}, poison_fourth);
+    } catch (const tj::Error& e) {
+      message = e.what();
+    }
+    CHECK_THAT(message, Catch::Contains("the loss is NaN at step 4") && Catch::Contains("\"image\" holds NaN"));
+    CHECK(r.record.steps == std::vector<int64_t>{1, 2, 3});
+  }
+  CHECK(runs[1].behind == 3);  // steps 2, 3 and 4 behind the one before; not 5 behind 4
+  CHECK(runs[1].record.losses == runs[0].record.losses);
+  CHECK(same_bits(runs[1].variables, runs[0].variables));
 }

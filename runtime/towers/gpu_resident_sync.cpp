@@ -1,6 +1,7 @@
 #include "runtime/towers/gpu_resident_sync.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -16,6 +17,8 @@
 
 namespace towerjit {
 namespace {
+
+std::atomic<int64_t> queued_behind{0};
 
 // A fetch's place in the page-locked block of the apply's scalars: 8-byte aligned.
 size_t padded(int64_t bytes) { return (static_cast<size_t>(bytes) + 7) / 8 * 8; }
@@ -114,6 +117,7 @@ GpuResidentSync::GpuResidentSync(const Setup& setup, const HostVariables& initia
                                                device, "apply", loc);
     gpu->apply->set_fetches_in_place(true);  // read back within the step (applied())
     gpu->apply_staging = std::make_unique<cuda::PinnedBuffer>(gpu->context->context());
+    gpu->applied = std::make_unique<cuda::Event>(*gpu->context, /*timing=*/false);
     gpu->bucket_done.assign(buckets_.size(), nullptr);
     for (size_t b = 0; b < buckets_.size(); ++b)
       gpu->reduced_events.push_back(std::make_unique<cuda::Event>(*gpu->context, /*timing=*/false));
@@ -143,11 +147,13 @@ std::vector<const CudaProgram*> GpuResidentSync::programs() const {
   return out;
 }
 
-void GpuResidentSync::download(HostVariables& values) const {
+void GpuResidentSync::download(HostVariables& values) {
+  if (in_flight_) finish_all();
   values = to_host(gpus_[0]->variables, *gpus_[0]->copies);
 }
 
 void GpuResidentSync::upload(const HostVariables& values) {
+  if (in_flight_) finish_all();
   for (auto& gpu : gpus_) gpu->variables = to_device(values, *gpu->context, *gpu->copies);
 }
 
@@ -376,45 +382,93 @@ GpuResidentSync::Result GpuResidentSync::step(const std::vector<TowerFeeds>& sli
                                               const std::vector<double>& update_weights,
                                               const std::function<uint64_t(int)>& key,
                                               const std::function<void(int, const std::function<void(int)>&)>& on_towers) {
+  internal_check(!in_flight_) << "GpuResidentSync::step with a step in flight";
+  queue(slices, weights, update_weights, key, on_towers);
+  return finish();
+}
+
+std::optional<GpuResidentSync::Result> GpuResidentSync::queue(
+    const std::vector<TowerFeeds>& slices, const std::vector<double>& weights, const std::vector<double>& update_weights,
+    const std::function<uint64_t(int)>& key, const std::function<void(int, const std::function<void(int)>&)>& on_towers) {
+  const bool behind = in_flight_;
+  internal_check(!behind || overlaps()) << "GpuResidentSync::queue behind a step whose sums need the host";
   const int n = static_cast<int>(setup_.towers.size());
-  Result result;
-  result.losses.resize(n);
-  for (auto& gpu : gpus_) set_weights(*gpu, weights, update_weights);
+  std::optional<Result> previous;
   // Every tower's forward and backward queued on its stream, each bucket's event recorded as
   // its last gradient is copied out; then each bucket's reduction queued behind its events,
   // so it runs while the towers' backward passes go on; then, where the sums need no host,
-  // the apply behind the buckets' events. One wait for all of it.
+  // the apply behind the buckets' events. Behind a step in flight, the towers also wait for
+  // its apply (the variables they read); its reductions and apply are waited for before this
+  // step's are queued in their places.
   std::vector<std::vector<DeviceTensor>> outputs(n);
   try {
+    if (behind) previous = Result{.losses = wait_towers()};
+    else
+      for (auto& gpu : gpus_) set_weights(*gpu, weights, update_weights);
     on_towers(n, [&](int t) {
       CudaProgram& tower = *setup_.towers[t];
-      DeviceVariables& variables = gpus_[gpu_of_tower_[t]]->variables;
+      Gpu& gpu = *gpus_[gpu_of_tower_[t]];
       const TowerFeeds& feeds = slices[t];
-      outputs[t] = feeds.device ? tower.queue_to_device(*feeds.device, variables, key(t), {feeds.uploaded},
-                                                        record_after_[t], loc_)
-                                : tower.queue_to_device(*feeds.host, variables, key(t), {}, record_after_[t], loc_);
+      std::vector<const cuda::Event*> wait;
+      if (feeds.uploaded) wait.push_back(feeds.uploaded);
+      if (behind) wait.push_back(gpu.applied.get());
+      outputs[t] = feeds.device ? tower.queue_to_device(*feeds.device, gpu.variables, key(t), wait, record_after_[t], loc_)
+                                : tower.queue_to_device(*feeds.host, gpu.variables, key(t), wait, record_after_[t], loc_);
       queue_loss(t, outputs[t][0]);
     });
+    if (behind) {
+      for (auto& gpu : gpus_) {
+        for (auto& program : gpu->reduce) program->finish(loc_);
+        for (auto& program : gpu->widen) program->finish(loc_);
+        gpu->apply->finish(loc_);
+      }
+      previous->apply_fetched = applied(*gpus_[0]);
+      for (auto& gpu : gpus_) set_weights(*gpu, weights, update_weights);  // the reductions read them
+    }
     for (size_t b = 0; b < buckets_.size(); ++b) queue_bucket(b, outputs);
     // Across processes, each bucket leaves as soon as its reduction on this process's GPUs has
     // run (NCCL, or one GPU); when the GPUs' sums meet by copies, after they have.
     if (mpi_between_processes() && !combine_)
       for (size_t b = 0; b < buckets_.size(); ++b) send_bucket(b);
     if (reduced_on_device())
-      for (auto& gpu : gpus_) queue_apply(*gpu);
+      for (auto& gpu : gpus_) {
+        queue_apply(*gpu);
+        gpu->applied->record(gpu->apply->stream());
+      }
   } catch (...) {
+    in_flight_ = false;
     try {
       finish_all();
     } catch (...) {
     }
     throw;
   }
-  finish_all();
-  for (int t = 0; t < n; ++t) {
+  in_flight_ = true;
+  if (behind) queued_behind.fetch_add(1);
+  outputs_ = std::move(outputs);
+  weights_ = weights;
+  return previous;
+}
+
+int64_t GpuResidentSync::steps_queued_behind() { return queued_behind.load(); }
+
+std::vector<double> GpuResidentSync::wait_towers() {
+  std::vector<double> losses;
+  for (size_t t = 0; t < setup_.towers.size(); ++t) {
+    setup_.towers[t]->finish(loc_);  // nothing when already waited for
     float value;
     std::memcpy(&value, loss_staging_[t]->data(), 4);
-    result.losses[t] = value;
+    losses.push_back(value);
   }
+  return losses;
+}
+
+GpuResidentSync::Result GpuResidentSync::finish() {
+  internal_check(in_flight_) << "GpuResidentSync::finish with no step in flight";
+  in_flight_ = false;
+  Result result;
+  finish_all();
+  result.losses = wait_towers();
   if (reduced_on_device()) {
     result.apply_fetched = applied(*gpus_[0]);
     return result;
@@ -425,7 +479,7 @@ GpuResidentSync::Result GpuResidentSync::step(const std::vector<TowerFeeds>& sli
   if (mpi_between_processes()) receive_buckets();
   for (auto& gpu : gpus_)
     for (size_t b = 0; b < buckets_.size(); ++b) widen_bucket(*gpu, b);
-  feed_sparse(outputs, weights);
+  feed_sparse(outputs_, weights_);
   for (auto& gpu : gpus_) apply(*gpu, result);
   for (auto& gpu : gpus_)
     for (auto& program : gpu->widen) program->finish(loc_);  // done: the apply waited for them

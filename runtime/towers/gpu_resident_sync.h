@@ -44,6 +44,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,8 +102,31 @@ class GpuResidentSync {
               const std::vector<double>& update_weights, const std::function<uint64_t(int)>& key,
               const std::function<void(int, const std::function<void(int)>&)>& on_towers);
 
-  // The first GPU's copy of every variable, into `values` (all copies are equal).
-  void download(HostVariables& values) const;
+  // Steps one behind another (fit()'s, where overlaps()): queue() queues a step as step() does
+  // and returns at once. Queued while another step is in flight, it first waits for that
+  // step's towers on the host (wait_towers()), queues its own towers to wait on the GPU for that
+  // step's apply, then waits for that step's reductions and apply and queues its own in their
+  // place: the GPU goes from one step's apply to the next step's towers with no host round trip
+  // between, and the host collects a step while the next one runs. Returns the results of the
+  // step that was in flight, if any.
+  std::optional<Result> queue(const std::vector<TowerFeeds>& slices, const std::vector<double>& weights,
+                              const std::vector<double>& update_weights, const std::function<uint64_t(int)>& key,
+                              const std::function<void(int, const std::function<void(int)>&)>& on_towers);
+  // Waits for the towers of the step in flight: their losses (an error of theirs, such as an
+  // index out of range, is raised here).
+  std::vector<double> wait_towers();
+  // Waits for the step in flight: its results.
+  Result finish();
+  bool in_flight() const { return in_flight_; }
+  // Steps queued behind another so far, by every instance in the process (tests, the bench).
+  static int64_t steps_queued_behind();
+  // Whether a step may be queued behind another: every sum stays on the GPUs (one GPU or NCCL,
+  // no sparse gradient), in one process.
+  bool overlaps() const { return reduced_on_device() && !across_processes(); }
+
+  // The first GPU's copy of every variable, into `values` (all copies are equal); a step in
+  // flight is waited for first (its results stay to be collected).
+  void download(HostVariables& values);
   // Replaces every GPU's copy.
   void upload(const HostVariables& values);
   // The first GPU's programs besides the towers': the buckets' reductions, the sum over GPUs
@@ -152,6 +176,11 @@ class GpuResidentSync {
   // outlive a wait that gave up on it (runtime/dist/transport.h).
   std::vector<std::shared_ptr<HostTensor>> host_;
   std::vector<dist::Transport::Ticket> across_;  // per bucket: its all-reduce
+  // The step in flight (queue() returned, finish() not yet called): its towers' outputs and
+  // weights, which finish() needs where the host takes part.
+  bool in_flight_ = false;
+  std::vector<std::vector<DeviceTensor>> outputs_;
+  std::vector<double> weights_;
   Loc loc_;
 };
 
@@ -179,6 +208,7 @@ struct GpuResidentSync::Gpu {
   std::vector<std::unique_ptr<cuda::Event>> widened_events;
   std::vector<DeviceTensor> apply_fetches;  // the queued apply's fetches, views of its temporaries
   std::unique_ptr<cuda::PinnedBuffer> apply_staging;  // their values, copied down behind the apply
+  std::unique_ptr<cuda::Event> applied;  // after the queued apply: the next step's towers wait for it
 };
 
 }  // namespace towerjit

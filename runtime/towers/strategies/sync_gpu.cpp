@@ -5,7 +5,9 @@
 // the host copy is a cache refreshed when asked for. fit() copies each batch to the GPUs while
 // the step before it trains (runtime/towers/feed_prefetch.h; TOWERJIT_PREFETCH_FEEDS).
 #include <algorithm>
+#include <cmath>
 #include <exception>
+#include <optional>
 #include <tuple>
 
 #include "dsl/error.h"
@@ -47,6 +49,12 @@ class SyncGpu final : public TowerStrategy {
     try {
       fit_prefetching(loop, loc);
     } catch (...) {
+      // A hook that threw while the next step was queued: that step runs to its end (it is
+      // applied, though not reported), and nothing stays in flight.
+      if (gpus_->in_flight()) try {
+          gpus_->finish();
+        } catch (...) {
+        }
       prefetch_->drop();
       throw;
     }
@@ -81,41 +89,84 @@ class SyncGpu final : public TowerStrategy {
   }
   void name_trace_rows(report::Trace& trace) const override { trace.name_thread(kApplyRow, "apply"); }
 
+
  private:
-  // One step on `split`, each of this process's towers fed `feeds[t]`.
-  StepResult run(const BatchSplit& split, const std::vector<GpuResidentSync::TowerFeeds>& feeds) {
-    StepResult result;
-    result.slices = split.slices;
-    const std::vector<double> shares = split.own_shares();
-    const int64_t applies = state_.applies;
+  using TowerFeeds = GpuResidentSync::TowerFeeds;
+
+  // One step on `split`, each of this process's towers fed `feeds[t]`, waited for.
+  StepResult run(const BatchSplit& split, const std::vector<TowerFeeds>& feeds) {
     report::Trace::Span span = state_.traced("step on the GPUs", "compute", kReduceRow);
-    const GpuResidentSync::Result r = gpus_->step(
-        feeds, split.own_weights(), shares, [&](int t) { return random_key(applies, split.first + t); },
-        [&](int count, const std::function<void(int)>& body) { state_.on_tower_threads(count, body); });
+    const int64_t applies = state_.applies;
+    const GpuResidentSync::Result r = gpus_->step(feeds, split.own_weights(), split.own_shares(), keys(split, applies),
+                                                  on_tower_threads());
     span.end();
     host_stale_ = true;
     ++state_.applies;
+    return result_of(split, r);
+  }
+
+  // A step on `split` queued behind the one in flight, if any (GpuResidentSync::queue): that
+  // one's results.
+  std::optional<GpuResidentSync::Result> queue(const BatchSplit& split, const std::vector<TowerFeeds>& feeds) {
+    report::Trace::Span span = state_.traced("step queued on the GPUs", "compute", kReduceRow);
+    const int64_t applies = state_.applies;
+    std::optional<GpuResidentSync::Result> previous =
+        gpus_->queue(feeds, split.own_weights(), split.own_shares(), keys(split, applies), on_tower_threads());
+    host_stale_ = true;
+    ++state_.applies;
+    return previous;
+  }
+
+  // Tower t's random numbers in the step after `applies` applies.
+  static std::function<uint64_t(int)> keys(const BatchSplit& split, int64_t applies) {
+    return [applies, first = split.first](int t) { return random_key(applies, first + t); };
+  }
+  std::function<void(int, const std::function<void(int)>&)> on_tower_threads() {
+    return [this](int count, const std::function<void(int)>& body) { state_.on_tower_threads(count, body); };
+  }
+
+  // The batch's mean loss (the towers' weighted by their slices, over every process) and the
+  // learning rate, from what the GPUs returned.
+  StepResult result_of(const BatchSplit& split, const GpuResidentSync::Result& r) {
+    StepResult result;
+    result.slices = split.slices;
     result.learning_rate = state_.applied(r.apply_fetched);
-    for (size_t t = 0; t < r.losses.size(); ++t) result.loss += shares[t] * r.losses[t];
+    result.loss = mean_loss(split, r.losses);
     state_.world->all_reduce_sum(&result.loss, 1);  // the other processes' towers' share (errors: the transport's)
     return result;
   }
+  static double mean_loss(const BatchSplit& split, const std::vector<double>& losses) {
+    const std::vector<double> shares = split.own_shares();
+    double loss = 0;
+    for (size_t t = 0; t < losses.size(); ++t) loss += shares[t] * losses[t];
+    return loss;
+  }
 
-  // fit()'s loop, each batch read from the pipeline and handed to the prefetcher as the batch
-  // before it starts training. A batch the pipeline could not make (its transform threw) or
-  // whose split is wrong (its inputs disagree on the batch size) raises its error at its own
-  // turn, after the batches before it have trained and their hooks have run. After a
-  // step whose hooks use the trainer (an evaluation, a checkpoint), the next batch is read only
-  // once they have run, as the plain loop reads it; a stop asked for while a batch was read
-  // ahead leaves it untrained (the checkpoint's position is the step's, before it).
+  // fit()'s loop. Each batch is read from the pipeline and handed to the prefetcher as the
+  // batch before it starts training; where the sums stay on the GPUs in one process
+  // (GpuResidentSync::overlaps), each step is also queued behind the one before, whose
+  // results (its loss, read from page-locked memory, and its learning rate) are collected
+  // while the new one runs: its hooks run with the next step already on the GPU.
+  //
+  // The batches, their order and the bits are those of the plain loop:
+  // - a step is queued behind another only when that one's loss is finite (its towers are
+  //   waited for first): a NaN stops training with no later step applied;
+  // - after a step whose hooks use the trainer (an evaluation, a checkpoint), the next batch is
+  //   read and queued only once they have run;
+  // - a stop asked for lets the step in flight finish and be reported, and queues no other (a
+  //   batch read ahead stays untrained; a checkpoint's position is the last step's);
+  // - a batch the pipeline could not make (its transform threw) or whose split is wrong (its
+  //   inputs disagree on the batch size) raises its error at its own turn, after the batches
+  //   before it have trained and their hooks have run.
   void fit_prefetching(FitLoop& loop, Loc loc) {
     struct Ahead {
       data::Batch batch;
       StepEvent event;
       BatchSplit split;
       std::exception_ptr error;  // reading or planning it failed: raised at the batch's turn
+      Clock::time_point queued;
     };
-    std::unique_ptr<Ahead> next;
+    std::unique_ptr<Ahead> next, running;  // read ahead (its copy under way); queued, not reported
     auto read_ahead = [&] {
       next = std::make_unique<Ahead>();
       try {
@@ -128,29 +179,49 @@ class SyncGpu final : public TowerStrategy {
         next->error = std::current_exception();
       }
     };
+    auto report = [&](Ahead& done, const GpuResidentSync::Result& r) {
+      const StepResult result = result_of(done.split, r);
+      done.event.seconds = seconds_since(done.queued);
+      done.event.loss = result.loss;
+      done.event.learning_rate = result.learning_rate;
+      loop.trained(done.event, {{done.event.step, &done.batch.feeds}});
+    };
+    auto at_step = [&](const Ahead& a, auto&& body) {
+      try {
+        return body();
+      } catch (const IndexOutOfRange& e) {
+        throw e.at_step(loop.step_in_words(a.event));
+      }
+    };
     if (!loop.done()) read_ahead();
-    while (next) {
-      const std::unique_ptr<Ahead> now = std::move(next);
+    while (next || running) {
+      if (running) {
+        const std::vector<double> losses = at_step(*running, [&] { return gpus_->wait_towers(); });
+        const bool queue_behind = next && !next->error && !loop.stop_requested() && gpus_->overlaps() &&
+                                  std::isfinite(mean_loss(running->split, losses));
+        if (!queue_behind) {
+          report(*running, at_step(*running, [&] { return gpus_->finish(); }));
+          running.reset();
+          if (loop.stop_requested()) return;
+          if (!next && !loop.done()) read_ahead();
+          continue;
+        }
+      }
+      std::unique_ptr<Ahead> now = std::move(next);
       if (now->error) std::rethrow_exception(now->error);
       if (!loop.hooks_use_trainer(now->event) && !loop.done()) read_ahead();
-      const auto start = Clock::now();
-      StepResult result;
-      try {
+      now->queued = Clock::now();
+      const std::optional<GpuResidentSync::Result> previous = at_step(*now, [&] {
         const FeedPrefetcher::Ready ready = prefetch_->take();
-        std::vector<GpuResidentSync::TowerFeeds> feeds;
+        std::vector<TowerFeeds> feeds;
         for (size_t t = 0; t < ready.feeds.size(); ++t)
           feeds.push_back({.device = ready.feeds[t], .uploaded = ready.uploaded[t]});
-        result = run(now->split, feeds);
+        std::optional<GpuResidentSync::Result> r = queue(now->split, feeds);
         prefetch_->release();
-      } catch (const IndexOutOfRange& e) {
-        throw e.at_step(loop.step_in_words(now->event));
-      }
-      now->event.seconds = seconds_since(start);
-      now->event.loss = result.loss;
-      now->event.learning_rate = result.learning_rate;
-      loop.trained(now->event, {{now->event.step, &now->batch.feeds}});
-      if (loop.stop_requested()) return;
-      if (!next && !loop.done()) read_ahead();
+        return r;
+      });
+      if (running) report(*running, *previous);
+      running = std::move(now);
     }
   }
 
