@@ -103,7 +103,9 @@ bool gpu_variables(bool option);
 
 // TOWERJIT_PREFETCH_FEEDS: "on" has fit() on sync towers that are all GPUs, with the variables
 // on the GPUs, copy each batch to the GPUs while the step before it trains
-// (runtime/towers/feed_prefetch.h); "off" copies each batch at its own step. Default: on.
+// (runtime/towers/feed_prefetch.h) and, in one process, queue each step behind the one before
+// (GpuResidentSync::queue); "off" copies each batch at its own step and waits for each step
+// before the next. Default: on.
 bool prefetch_feeds(bool option);  // the knob when set, else `option` (TowerStrategyOptions)
 
 // TOWERJIT_BUCKET_MB: the size of the gradient buckets reduced between GPUs while the backward

@@ -37,6 +37,9 @@
 //      host waits once a step, at its end, for the towers, the reductions and the apply
 //      together. Where the host takes part (the GPUs' sums meeting by copies, MPI between
 //      processes), it waits for the towers first, then for the apply.
+//   7. fit() may queue a step behind the one before (queue(), where the sums stay on the GPUs
+//      in one process): its towers wait on the GPU for that step's apply, and the host collects
+//      that step while the new one runs.
 // Only each tower's loss and the apply's scalars (the learning rate, the loss scale) cross to
 // the host, copied into page-locked words behind their runs; the host copy of the variables is
 // refreshed when asked for (download()).

@@ -75,8 +75,9 @@ struct TowerStrategyOptions {
   DType gradient_compression = DType::f32;
   // TOWERJIT_PREFETCH_FEEDS: fit() on sync towers that are all GPUs, with the variables on the
   // GPUs, copies each batch to the GPUs while the step before it trains, from a thread of its
-  // own through page-locked memory on a copy stream (runtime/towers/feed_prefetch.h); false:
-  // each batch is copied at its own step, by the training thread.
+  // own through page-locked memory on a copy stream (runtime/towers/feed_prefetch.h), and, in
+  // one process, queues each step behind the one before; false: each batch is copied at its
+  // own step, by the training thread, and each step is waited for before the next.
   bool prefetch_feeds = true;
 };
 

@@ -3,7 +3,8 @@
 // GPUs, MPI between processes, in 16 bits with gradient compression; a sparse gradient's rows concatenated on the host) and the apply
 // on the GPUs (runtime/towers/gpu_resident_sync.h);
 // the host copy is a cache refreshed when asked for. fit() copies each batch to the GPUs while
-// the step before it trains (runtime/towers/feed_prefetch.h; TOWERJIT_PREFETCH_FEEDS).
+// the step before it trains (runtime/towers/feed_prefetch.h) and queues each step behind the one
+// before where it can (GpuResidentSync::queue); TOWERJIT_PREFETCH_FEEDS.
 #include <algorithm>
 #include <cmath>
 #include <exception>
