@@ -101,7 +101,6 @@ void FeedPrefetcher::release_locked() {
     Slot& slot = tower.slots[in_use_];
     tower.program->device().make_current();
     slot.consumed->record(tower.program->stream());
-    slot.consumed_recorded = true;
   }
   in_use_ = -1;
 }
@@ -148,7 +147,7 @@ void FeedPrefetcher::copy_to(Tower& tower, Slot& slot, const HostFeeds& batch, R
   cuda::DeviceContext& device = tower.program->device();
   device.make_current();
   // The page-locked block is written again only once the copies out of it have run.
-  if (slot.uploaded_recorded) slot.uploaded->synchronize();
+  slot.uploaded->synchronize();
   struct Piece {
     const char* from;
     size_t bytes;
@@ -168,7 +167,7 @@ void FeedPrefetcher::copy_to(Tower& tower, Slot& slot, const HostFeeds& batch, R
     const size_t bytes = row * static_cast<size_t>(rows.second);
     if (!d.buffer || d.buffer.bytes() < bytes) {
       // A new buffer frees the old one for others: the run that read it must have finished.
-      if (slot.consumed_recorded) slot.consumed->synchronize();
+      slot.consumed->synchronize();
       d.buffer = device.allocate(std::max<size_t>(bytes, 1));
     }
     d.shape = shape, d.dtype = h.dtype, d.device = &device;
@@ -179,7 +178,7 @@ void FeedPrefetcher::copy_to(Tower& tower, Slot& slot, const HostFeeds& batch, R
   const cuda::DriverApi& api = cuda::require_driver();
   // The buffers are written on the device only after the run that read them (the slot's
   // previous batch) has.
-  if (slot.consumed_recorded) tower.copies->wait(*slot.consumed);
+  tower.copies->wait(*slot.consumed);
   size_t at = 0;
   for (const Piece& p : pieces) {
     std::memcpy(block + at, p.from, p.bytes);
@@ -189,7 +188,6 @@ void FeedPrefetcher::copy_to(Tower& tower, Slot& slot, const HostFeeds& batch, R
     at += align64(p.bytes);
   }
   slot.uploaded->record(*tower.copies);
-  slot.uploaded_recorded = true;
 }
 
 int64_t FeedPrefetcher::batches_copied() { return copied.load(); }

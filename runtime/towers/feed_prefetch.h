@@ -69,8 +69,8 @@ class FeedPrefetcher {
   struct Slot {  // one tower's share of one batch
     std::unique_ptr<cuda::PinnedBuffer> host;
     DeviceFeeds device;
+    // Never recorded, an event is complete: waiting for it costs nothing (CUDA's rule).
     std::unique_ptr<cuda::Event> uploaded, consumed;
-    bool uploaded_recorded = false, consumed_recorded = false;
   };
   struct Tower {
     CudaProgram* program;
