@@ -1,12 +1,14 @@
 // Convolutions on the GPU through cuDNN (runtime/cuda/cudnn.h) and through the fallback
-// (TOWERJIT_CUDNN=off: im2col / col2im around cuBLAS, the filter gradient one batched GEMM and
-// a fixed-order sum): the forward pass, the data gradient and the filter gradient against the
-// reference interpreter within its error bounds at odd sizes; the algorithm found once per
+// (TOWERJIT_CUDNN=off: implicit GEMMs, jit/cuda/device/conv_kernels.cu, the filter gradient's
+// slices of depth summed in a fixed order): the forward pass, the data gradient and the filter
+// gradient against the reference interpreter within its error bounds at odd sizes, and across
+// the fallback's tile edges; the fallback's bits on any grid; the algorithm found once per
 // shape; a workspace cap that leaves out the fastest algorithm; the fallback's warning; runs
 // bitwise reproducible; TF32's error under TOWERJIT_ALLOW_TF32=on. On the emulated GPU cuDNN is
 // the emulator's stand-in (emulator/driver/cudnn.cpp), whose algorithm table the emulator-only
 // checks name.
 #include <cstring>
+#include <span>
 
 #include "gpu_check.h"
 #include "jit/knobs.h"
@@ -56,8 +58,13 @@ struct ConvGraph {
 const Geometry kGeometries[] = {{3, 9, 11, 4, 3, 2, 1}, {1, 7, 7, 7, 3, 1, 1}, {2, 8, 6, 1, 5, 1, 2},
                                 {5, 7, 9, 6, 1, 1, 0},  {4, 9, 7, 6, 3, 2, 1}, {2, 13, 5, 3, 3, 3, 0}};
 
-void match_reference(const std::string& path) {
-  for (const Geometry& ge : kGeometries) {
+// Across the implicit GEMMs' 64 x 64 tiles: 67 filters and 72 taps (two tiles of rows in the
+// forward pass, two of columns in the filter gradient), 70 channels (two tiles of rows in the
+// data gradient), depths that are not multiples of the 16 staged at a time.
+const Geometry kTileGeometries[] = {{8, 5, 6, 67, 3, 1, 1}, {70, 4, 5, 3, 1, 1, 0}, {66, 5, 5, 65, 3, 2, 1}};
+
+void match_reference(const std::string& path, std::span<const Geometry> geometries = kGeometries) {
+  for (const Geometry& ge : geometries) {
     ConvGraph cg(ge);
     for (int64_t batch : {1, 7, 127}) {
       if (batch == 127 && ge.c * ge.h * ge.w > 200) continue;  // the emulator's time: one large case is enough
@@ -97,9 +104,10 @@ TEST_CASE("GPU: convolutions through the fallback match the reference and say so
   CHECK_FALSE(cu::cudnn_available());
   CHECK(cu::cudnn_unavailable_reason() == "TOWERJIT_CUDNN=off");
   match_reference("fallback");
+  match_reference("fallback, tile edges", kTileGeometries);
   const std::string warning = cu::cudnn_warning_given();
   CHECK_THAT(warning, Catch::Contains("cuDNN is not used for convolutions"));
-  CHECK_THAT(warning, Catch::Contains("im2col / col2im kernels around cuBLAS GEMMs"));
+  CHECK_THAT(warning, Catch::Contains("implicit-GEMM kernels"));
   // The first warning of a process names its reason: here the knob (a machine without cuDNN
   // gave its own reason in an earlier case of the same process).
   CHECK_THAT(cu::cudnn_fallback_warning(cu::cudnn_unavailable_reason()), Catch::Contains("TOWERJIT_CUDNN=off. They fall back"));
@@ -165,6 +173,45 @@ TEST_CASE("GPU: the fallback's filter gradient is bitwise reproducible", "[gpu]"
   ConvGraph cg(ge);
   const auto a = run_bits(cg, ge, 7), b = run_bits(cg, ge, 7);
   for (size_t i = 0; i < a.size(); ++i) CHECK(std::memcmp(a[i].data(), b[i].data(), a[i].size() * 4) == 0);
+}
+
+// Each implicit-GEMM kernel launched directly on grids of 1, 2 and 5 blocks and on one block a
+// tile: every output is one thread's sum in depth order whichever block computes its tile, so
+// the bits are the same (the runtime caps the grid by the GPU's SM count). The filter gradient
+// here in 3 slices of 16, its partial products compared.
+TEST_CASE("GPU: the implicit-GEMM convolutions give the same bits on any grid", "[gpu]") {
+  cu::DeviceContext& dev = cu::device(0);
+  cu::Stream stream(dev);
+  // n c h w o kh kw oh ow, stride 2, pad 1: 67 filters (two tiles of rows), 72 taps.
+  TjConvShape g{5, 8, 5, 6, 67, 3, 3, 3, 3, 2, 2, 1, 1};
+  auto upload_random = [&](const tj::Shape& s, uint64_t seed) { return tj::to_device(to_host(random_array(s, seed)), dev, stream); };
+  tj::DeviceTensor x = upload_random({g.n, g.c, g.h, g.w}, 3), w = upload_random({g.o, g.c, g.kh, g.kw}, 4),
+                   dy = upload_random({g.n, g.o, g.oh, g.ow}, 5);
+  long long slices = 3, slice = 16;  // depth 5 * 3 * 3 = 45
+  struct Pass {
+    const char* kernel;
+    tj::Shape out;
+    int64_t tiles;
+  };
+  const Pass passes[] = {{"tj_conv2d_implicit", {g.n, g.o, g.oh, g.ow}, 2 * 1},
+                         {"tj_conv2d_grad_input_implicit", {g.n, g.c, g.h, g.w}, 1 * 3},
+                         {"tj_conv2d_grad_filter_implicit", {slices, g.o, g.c * g.kh * g.kw}, 2 * 2 * slices}};
+  for (const Pass& p : passes) {
+    std::vector<float> first;
+    for (int64_t grid : {p.tiles, int64_t{1}, int64_t{2}, int64_t{5}}) {
+      tj::DeviceTensor out = tj::empty_device_tensor(dev, p.out, tj::DType::f32);
+      CUdeviceptr xp = x.ptr(), wp = w.ptr(), dyp = dy.ptr(), o = out.ptr();
+      const std::string name = p.kernel;
+      std::vector<void*> params = name == "tj_conv2d_implicit"              ? std::vector<void*>{&xp, &wp, &o, &g}
+                                  : name == "tj_conv2d_grad_input_implicit" ? std::vector<void*>{&dyp, &wp, &o, &g}
+                                                                            : std::vector<void*>{&xp, &dyp, &o, &g, &slices, &slice};
+      cu::launch(dev.library_module().function(name), grid, 256, stream, params.data(), name);
+      const std::vector<float> bits = tj::to_host(out, stream).f32;
+      INFO(name << " on " << grid << " blocks");
+      if (first.empty()) first = bits;
+      else CHECK(std::memcmp(first.data(), bits.data(), bits.size() * 4) == 0);
+    }
+  }
 }
 
 TEST_CASE("GPU: TF32 convolutions show TF32's error: beyond the f32 bound, within the TF32 one", "[gpu]") {

@@ -54,16 +54,25 @@ KernelCost layer_norm_cost(const std::string& k, const TjNormShape& s) {
   return {f * (2 * elements + std::ceil(static_cast<double>(s.rows) / 64) * width), elements * 10};
 }
 
+// The implicit-GEMM convolutions (conv_kernels.cu): the image, the filter and the output each
+// read or written once (the tiles' rereads of the image's patches are the cache's), the filter
+// gradient's slices each writing a partial product; a multiply-add (2 FLOPs) per product term,
+// the data gradient's terms the stride does not divide included (its kernel multiplies them by 0).
+KernelCost implicit_gemm_cost(const std::string& k, const TjConvShape& g, void** params) {
+  constexpr double f = 4;
+  const double image = static_cast<double>(g.n) * g.c * g.h * g.w, out = static_cast<double>(g.n) * g.o * g.oh * g.ow;
+  const double filter = static_cast<double>(g.o) * g.c * g.kh * g.kw;
+  if (k == "tj_conv2d_implicit") return {f * (image + filter + out), 2 * out * g.c * g.kh * g.kw};
+  if (k == "tj_conv2d_grad_input_implicit") return {f * (out + filter + image), 2 * image * g.o * g.kh * g.kw};
+  const double slices = static_cast<double>(param<long long>(params, 4));
+  return {f * (image + out + slices * filter), 2 * filter * g.n * g.oh * g.ow};
+}
+
 }  // namespace
 
 KernelCost library_kernel_cost(const std::string& k, void** params) {
   constexpr double f = 4;  // the library kernels' elements are 4 bytes, but the 16-bit pools'
-  if (k == "tj_im2col" || k == "tj_col2im") {
-    const auto& g = param<TjConvShape>(params, 2);
-    const double image = static_cast<double>(g.n) * g.c * g.h * g.w;
-    const double cols = static_cast<double>(g.n) * g.c * g.kh * g.kw * g.oh * g.ow;
-    return {f * (image + cols), 0};
-  }
+  if (k.starts_with("tj_conv2d") && k.ends_with("_implicit")) return implicit_gemm_cost(k, param<TjConvShape>(params, 3), params);
   // The max pools of 16-bit tensors (tj_max_pool2d_bf16, ..._grad_f16): 2 bytes an element.
   const bool half = k.ends_with("_bf16") || k.ends_with("_f16");
   const std::string pool = half ? k.substr(0, k.rfind('_')) : k;
@@ -144,9 +153,9 @@ KernelCost library_kernel_cost(const std::string& k, void** params) {
     const double cols = static_cast<double>(param<long long>(params, 3));
     return {f * (2 * rows * cols + cols), rows * cols};
   }
-  if (k == "tj_sum_images") {  // reads every image's part, writes one sum per weight; an add per part
-    const double images = static_cast<double>(param<long long>(params, 2)), count = static_cast<double>(param<long long>(params, 3));
-    return {f * (images * count + count), images * count};
+  if (k == "tj_sum_slices") {  // reads every slice's part, writes one sum per element; an add per part
+    const double slices = static_cast<double>(param<long long>(params, 2)), count = static_cast<double>(param<long long>(params, 3));
+    return {f * (slices * count + count), slices * count};
   }
   return {};
 }

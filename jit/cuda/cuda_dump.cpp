@@ -92,12 +92,10 @@ std::string library_routine(const kir::LibraryCall& c, bool cudnn, DType output)
       if (c.epilogue == kir::MatMulEpilogue::bias) return "cublasLtMatmul, CUBLASLT_EPILOGUE_BIAS";
       if (c.epilogue == kir::MatMulEpilogue::bias_relu) return "cublasLtMatmul, CUBLASLT_EPILOGUE_RELU_BIAS";
       return "cublasLtMatmul";
-    case Op::Conv2D: return cudnn ? "cudnnConvolutionForward" : "tj_im2col + cublasSgemmStridedBatched";
-    case Op::Conv2DGradInput:
-      return cudnn ? "cudnnConvolutionBackwardData" : "cublasSgemmStridedBatched + tj_col2im";
+    case Op::Conv2D: return cudnn ? "cudnnConvolutionForward" : "tj_conv2d_implicit";
+    case Op::Conv2DGradInput: return cudnn ? "cudnnConvolutionBackwardData" : "tj_conv2d_grad_input_implicit";
     case Op::Conv2DGradFilter:
-      return cudnn ? "cudnnConvolutionBackwardFilter"
-                   : "tj_im2col + cublasSgemmStridedBatched (per-image parts) + tj_sum_images";
+      return cudnn ? "cudnnConvolutionBackwardFilter" : "tj_conv2d_grad_filter_implicit (+ tj_sum_slices)";
     case Op::MaxPool2D: return "tj_max_pool2d" + half;
     case Op::MaxPool2DGrad: return "tj_max_pool2d_grad" + half;
     case Op::AvgPool2D: return "tj_avg_pool2d";

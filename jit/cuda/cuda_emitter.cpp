@@ -254,15 +254,16 @@ CudaModule emit_cuda_module(const Graph& graph, const kir::Program& program, con
 }
 
 std::string library_module_source() {
-  return std::string("// towerjit CUDA library kernels (jit/cuda/device/library_kernels.cu)\n\n") +
-         kDevicePhilox + "\n" + kDevicePreamble + "\n" + kDeviceLibraryParams + "\n" + kDeviceLibraryKernels;
+  return std::string("// towerjit CUDA library kernels (jit/cuda/device/library_kernels.cu, conv_kernels.cu)\n\n") +
+         kDevicePhilox + "\n" + kDevicePreamble + "\n" + kDeviceLibraryParams + "\n" + kDeviceLibraryKernels + "\n" +
+         kDeviceConvKernels;
 }
 
 const std::vector<std::string>& library_kernel_names() {
   static const std::vector<std::string> names = {
-      "tj_im2col", "tj_col2im", "tj_max_pool2d", "tj_max_pool2d_grad", "tj_max_pool2d_bf16", "tj_max_pool2d_grad_bf16",
+      "tj_conv2d_implicit", "tj_conv2d_grad_input_implicit", "tj_conv2d_grad_filter_implicit", "tj_max_pool2d", "tj_max_pool2d_grad", "tj_max_pool2d_bf16", "tj_max_pool2d_grad_bf16",
       "tj_max_pool2d_f16", "tj_max_pool2d_grad_f16", "tj_avg_pool2d",
-      "tj_avg_pool2d_grad", "tj_one_hot", "tj_argmax", "tj_pad", "tj_copy_box", "tj_sum_images",
+      "tj_avg_pool2d_grad", "tj_one_hot", "tj_argmax", "tj_pad", "tj_copy_box", "tj_sum_slices",
       "tj_gather", "tj_gather_grad", "tj_combine_rows_links", "tj_combine_rows_sum", "tj_scatter_rows", "tj_scale",
       "tj_attention", "tj_attention_grad_q", "tj_attention_grad_kv",
       "tj_layer_norm", "tj_layer_norm_grad_input", "tj_layer_norm_grad_params_partial", "tj_layer_norm_grad_params_sum",

@@ -7,6 +7,7 @@ namespace towerjit::cuda {
 extern const char kDevicePhilox[];          // device/philox.h: Philox, __host__ __device__
 extern const char kDevicePreamble[];        // device/preamble.cuh: types, warp/block reduce
 extern const char kDeviceLibraryParams[];   // device/library_params.h: parameter structs
-extern const char kDeviceLibraryKernels[];  // device/library_kernels.cu: pools, im2col, ...
+extern const char kDeviceLibraryKernels[];  // device/library_kernels.cu: pools, gathers, attention, ...
+extern const char kDeviceConvKernels[];     // device/conv_kernels.cu: convolutions as implicit GEMMs
 
 }  // namespace towerjit::cuda

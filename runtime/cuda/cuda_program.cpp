@@ -114,7 +114,7 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
   }
   const bool needs_blas = std::any_of(program_.calls.begin(), program_.calls.end(), [](const kir::LibraryCall& c) {
     return c.op == Op::MatMul;
-  }) || (has_conv && !dnn_);
+  });
   if (needs_blas) blas_ = std::make_unique<cuda::Cublas>(*device_, *stream_, loc);
   if (auto dir = knobs::dump_dir())
     cuda::write_cuda_dump(*dir, graph_, program_, module_, name_, compiled_.ptx(), dnn_ || !has_conv,

@@ -232,10 +232,9 @@ std::string cudnn_unavailable_reason() {
 
 std::string cudnn_fallback_warning(const std::string& reason) {
   return "towerjit: warning: cuDNN is not used for convolutions: " + reason +
-         ". They fall back to towerjit's own im2col / col2im kernels around cuBLAS GEMMs, which need a "
-         "column buffer of batch x C*KH*KW x OH*OW floats of device memory per convolution (the filter "
-         "gradient also batch x O x C*KH*KW floats of per-image partial sums) and several more passes over "
-         "memory than cuDNN's kernels; " +
+         ". They fall back to towerjit's own implicit-GEMM kernels, which run on the CUDA cores in f32 "
+         "(cuDNN's use the tensor cores under TF32 or a 16-bit precision policy) and are not tuned per GPU "
+         "as cuDNN's are; " +
          (reason == "TOWERJIT_CUDNN=off"
               ? std::string("unset TOWERJIT_CUDNN to use cuDNN")
               : std::string("install cuDNN 9 (with the CUDA toolkit, or pip's nvidia-cudnn-cu12/cu13), set "

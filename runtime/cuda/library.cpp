@@ -104,52 +104,75 @@ ConvCall conv_call(Op op, const Attrs& at, const std::vector<Shape>& in, const S
   }
 }
 
-// The fallback's scratch, in floats: im2col's columns, n * C*KH*KW * OH*OW; the filter
-// gradient's per-image partial products after them, n * O * C*KH*KW.
+// Without cuDNN, each pass is an implicit GEMM of towerjit's own (jit/cuda/device/conv_kernels.cu):
+// 64 x 64 tiles of the product, a block each. The filter gradient's product is small (o x
+// c*kh*kw) and deep (images x oh*ow): its depth is cut into slices, so the tiles times the
+// slices give the GPU about kSliceBlocks blocks, each slice at least kMinSliceDepth deep. The
+// cut depends on the shape alone, so every GPU (and the emulator) adds in the same order and
+// gives the same bits.
+constexpr int64_t kConvTile = 64, kConvDepthStep = 16;  // TJ_IG_TILE, TJ_IG_DEPTH
+constexpr int64_t kSliceBlocks = 264;    // two blocks on each of an H200's 132 SMs
+constexpr int64_t kMinSliceDepth = 256;  // 16 stages of TJ_IG_DEPTH a slice: the partial's write is amortised
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct FilterSlices {
+  int64_t count, depth;  // slices, and the depth of each (the last may be shorter)
+};
+
+FilterSlices filter_gradient_slices(const TjConvShape& g) {
+  const int64_t depth = g.n * g.oh * g.ow, tiles = ceil_div(g.o, kConvTile) * ceil_div(g.c * g.kh * g.kw, kConvTile);
+  const int64_t wanted = std::clamp(ceil_div(kSliceBlocks, tiles), int64_t{1}, std::max<int64_t>(1, depth / kMinSliceDepth));
+  const int64_t slice = ceil_div(ceil_div(depth, wanted), kConvDepthStep) * kConvDepthStep;
+  return {ceil_div(depth, slice), slice};
+}
+
+// The scratch of the filter gradient's slices' partial products; none for one slice (it
+// writes dw) or another pass.
 int64_t fallback_scratch_floats(const ConvCall& cc) {
-  const TjConvShape& g = cc.g;
-  const int64_t cols = g.n * g.c * g.kh * g.kw * g.oh * g.ow;
-  return cc.pass == ConvPass::filter_gradient ? cols + g.n * g.o * g.c * g.kh * g.kw : cols;
+  if (cc.pass != ConvPass::filter_gradient) return 0;
+  const FilterSlices s = filter_gradient_slices(cc.g);
+  return s.count > 1 ? s.count * cc.g.o * cc.g.c * cc.g.kh * cc.g.kw : 0;
 }
 
-// Without cuDNN. y_i[o, S] = W[o, CKK] cols_i[CKK, S] for every image i: one strided-batched GEMM.
-void conv2d_fallback(const Node& node, TjConvShape g, const DeviceView& x, const DeviceView& w,
-                     const DeviceView& y, LibraryEnv& env) {
-  const int64_t ckk = g.c * g.kh * g.kw, s = g.oh * g.ow;
-  CUdeviceptr xp = x.ptr, cols = scratch(env, g.n * ckk * s);
-  launch_library(env, "tj_im2col", g.n * ckk * s, node, xp, cols, g);
-  blas(env).gemm(false, false, g.o, s, ckk, w.ptr, ckk, 0, cols, s, ckk * s, 0.0f, y.ptr, s, g.o * s, g.n,
-                describe(node));
+// One implicit-GEMM pass over `items` tiles (times slices): a block-stride loop, the grid
+// capped as the other library kernels' grids are.
+template <typename... Args>
+void launch_implicit_gemm(LibraryEnv& env, const char* name, int64_t rows, int64_t cols, int64_t slices,
+                          const Node& node, Args&... args) {
+  const int64_t items = ceil_div(rows, kConvTile) * ceil_div(cols, kConvTile) * slices;
+  if (items == 0) return;
+  void* params[] = {static_cast<void*>(&args)...};
+  launch(env.device.library_module().function(name), std::min<int64_t>(items, int64_t{32} * env.device.sm_count()),
+         kBlock, env.stream, params, std::string(name) + " for " + describe(node), node.loc);
 }
 
-// Without cuDNN. cols_i[CKK, S] = W^T[CKK, o] dy_i[o, S], then dx gathers the columns back (col2im).
-void conv2d_grad_input_fallback(const Node& node, TjConvShape g, const DeviceView& dy, const DeviceView& w,
-                                const DeviceView& dx, LibraryEnv& env) {
-  const int64_t ckk = g.c * g.kh * g.kw, s = g.oh * g.ow;
-  CUdeviceptr cols = scratch(env, g.n * ckk * s), dxp = dx.ptr;
-  blas(env).gemm(true, false, ckk, s, g.o, w.ptr, ckk, 0, dy.ptr, s, g.o * s, 0.0f, cols, s, ckk * s, g.n,
-                describe(node));
-  launch_library(env, "tj_col2im", g.n * g.c * g.h * g.w, node, cols, dxp, g);
-}
-
-// Without cuDNN. part_i[o, CKK] = dy_i[o, S] cols_i^T[S, CKK] for every image in one
-// strided-batched GEMM, then dW = the parts summed in image order by one kernel (a thread per
-// weight, no atomics): the same sum order every run.
-void conv2d_grad_filter_fallback(const Node& node, TjConvShape g, const DeviceView& x, const DeviceView& dy,
-                                 const DeviceView& dw, LibraryEnv& env) {
-  const int64_t ckk = g.c * g.kh * g.kw, s = g.oh * g.ow;
-  CUdeviceptr xp = x.ptr, cols = scratch(env, g.n * ckk * s + g.n * g.o * ckk), dwp = dw.ptr;
-  CUdeviceptr parts = cols + static_cast<CUdeviceptr>(g.n * ckk * s) * 4;
-  launch_library(env, "tj_im2col", g.n * ckk * s, node, xp, cols, g);
-  blas(env).gemm(false, true, g.o, ckk, s, dy.ptr, s, g.o * s, cols, s, ckk * s, 0.0f, parts, ckk, g.o * ckk, g.n,
-                describe(node));
-  long long images = g.n, count = g.o * ckk;
-  launch_library(env, "tj_sum_images", count, node, parts, dwp, images, count);
+void convolution_fallback(const ConvCall& cc, const Node& node, const DeviceView& a, const DeviceView& b,
+                          const DeviceView& out, LibraryEnv& env) {
+  TjConvShape g = cc.g;
+  CUdeviceptr ap = a.ptr, bp = b.ptr, o = out.ptr;
+  const int64_t taps = g.c * g.kh * g.kw;
+  switch (cc.pass) {
+    case ConvPass::forward:  // x, w -> y
+      return launch_implicit_gemm(env, "tj_conv2d_implicit", g.o, g.n * g.oh * g.ow, 1, node, ap, bp, o, g);
+    case ConvPass::data_gradient:  // dy, w -> dx
+      return launch_implicit_gemm(env, "tj_conv2d_grad_input_implicit", g.c, g.n * g.h * g.w, 1, node, ap, bp, o, g);
+    case ConvPass::filter_gradient: {  // x, dy -> dw, through the slices' partials where there are several
+      const FilterSlices s = filter_gradient_slices(g);
+      long long count = s.count, depth = s.depth;
+      CUdeviceptr parts = s.count > 1 ? scratch(env, fallback_scratch_floats(cc)) : o;
+      launch_implicit_gemm(env, "tj_conv2d_grad_filter_implicit", g.o, taps, s.count, node, ap, bp, parts, g, count,
+                           depth);
+      if (s.count == 1) return;
+      long long weights = g.o * taps;
+      launch_library(env, "tj_sum_slices", weights, node, parts, o, count, weights);
+    }
+  }
 }
 
 // Conv2D, its data gradient and its filter gradient: cuDNN's algorithm planned for the shape
 // (library_scratch_bytes planned it before the run), the scratch as its workspace; without
-// cuDNN, the fallbacks above.
+// cuDNN, the implicit GEMMs above.
 void convolution(const kir::LibraryCall& call, const Node& node, const std::vector<DeviceView>& in,
                  const DeviceView& out, LibraryEnv& env) {
   const ConvCall cc = conv_call(call.op, node.attrs, {in[0].shape, in[1].shape}, out.shape);
@@ -165,11 +188,7 @@ void convolution(const kir::LibraryCall& call, const Node& node, const std::vect
                  node.dtype);
     return;
   }
-  switch (cc.pass) {
-    case ConvPass::forward: return conv2d_fallback(node, cc.g, in[0], in[1], out, env);
-    case ConvPass::data_gradient: return conv2d_grad_input_fallback(node, cc.g, in[0], in[1], out, env);
-    case ConvPass::filter_gradient: return conv2d_grad_filter_fallback(node, cc.g, in[0], in[1], out, env);
-  }
+  convolution_fallback(cc, node, in[0], in[1], out, env);
 }
 
 void pool(Op op, const Node& node, const std::vector<DeviceView>& in, const DeviceView& out, LibraryEnv& env) {
@@ -400,7 +419,7 @@ size_t library_scratch_bytes(const kir::LibraryCall& call, const Node& node, con
   const ConvCall cc = conv_call(call.op, node.attrs, in, out);
   if (cc.g.n == 0) return 0;
   if (dnn) return dnn->plan(cc.pass, cc.g, describe(node), node.dtype).workspace;
-  // The fallback's kernels and cuBLAS's sgemm are f32 only.
+  // The implicit GEMMs are f32 only.
   user_check(!is_half_float(node.dtype), node)
       << "the precision policy runs this convolution (" << op_name(node.op) << ") in " << dtype_name(node.dtype)
       << ", which needs cuDNN, and cuDNN is not used here (" << cudnn_unavailable_reason()

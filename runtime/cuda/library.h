@@ -1,7 +1,7 @@
 // The GPU's library routines: what the kernel IR leaves to hand-written code, as on the CPU
 // (runtime/cpu/library.h). Matrix products go to cuBLAS; convolutions to cuDNN (cudnn.h), or
-// without it to the library kernels' im2col / col2im around cuBLAS GEMMs; pools, one-hot, argmax, pad and concat to the library
-// kernels of jit/cuda/device/library_kernels.cu. jit/cuda/cuda_dump.h's library_routine()
+// without it to implicit GEMMs of towerjit's own (jit/cuda/device/conv_kernels.cu); pools,
+// one-hot, argmax, pad and concat to the library kernels of jit/cuda/device/library_kernels.cu. jit/cuda/cuda_dump.h's library_routine()
 // names what each call runs.
 #pragma once
 
@@ -25,7 +25,7 @@ struct DeviceView {
 };
 
 // What a library call runs with: the device, its stream and cuBLAS handle, scratch memory
-// for im2col's columns (at least library_scratch_bytes() of every call of the run), and the
+// (cuDNN's workspace, partial sums: at least library_scratch_bytes() of every call of the run), and the
 // one-hot error slot of the call.
 struct LibraryEnv {
   DeviceContext& device;
@@ -35,7 +35,7 @@ struct LibraryEnv {
   // One-hot calls report a label out of range through an 8-byte slot each (set to all ones
   // before the launch); the runtime reads them after the run and raises the CPU's error.
   CUdeviceptr error_slot = 0;
-  // Convolutions go to cuDNN through this handle; null: to the im2col / col2im fallback.
+  // Convolutions go to cuDNN through this handle; null: to the implicit GEMMs.
   Cudnn* dnn = nullptr;
 };
 

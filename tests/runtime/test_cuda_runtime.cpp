@@ -167,7 +167,7 @@ TEST_CASE("cuDNN 9 loads at run time where it is installed (GPU or not) and othe
       "/usr/local/cuda/lib/libcudnn.so.9)");
   CHECK_THAT(w, Catch::StartsWith("towerjit: warning: cuDNN is not used for convolutions: libcudnn.so.9 was not "
                                   "found (tried libcudnn.so.9, /usr/local/cuda/lib64/libcudnn.so.9, "
-                                  "/usr/local/cuda/lib/libcudnn.so.9). They fall back to towerjit's own im2col"));
+                                  "/usr/local/cuda/lib/libcudnn.so.9). They fall back to towerjit's own implicit-GEMM"));
   CHECK_THAT(w, Catch::Contains("install cuDNN 9"));
 }
 

@@ -1,7 +1,7 @@
 // The library routines of the kernel IR that are not matrix products, as CUDA C. Compiled by
 // NVRTC after philox.h, preamble.cuh and library_params.h, once per architecture (module
-// "towerjit_library"). Matrix products go to cuBLAS, convolutions to cuDNN; the im2col /
-// col2im below are the GEMM path's halves where cuDNN is not used (runtime/cuda/library.cpp).
+// "towerjit_library", with conv_kernels.cu after it). Matrix products go to cuBLAS, convolutions
+// to cuDNN or, without it, to conv_kernels.cu's implicit GEMMs (runtime/cuda/library.cpp).
 //
 // Every kernel is a grid-stride loop over its outputs (launch any grid, 256 threads), and
 // every value is written by exactly one thread in a fixed order: no atomics on data, so
@@ -15,71 +15,15 @@ __device__ __forceinline__ bool tj_fits_i32(tj_i64 largest) {
   return largest + TJ_GRID_THREADS < 2147483647LL;
 }
 
-// cols[((i * c + ci) * kh + ky) * kw + kx][oy * ow + ox] = x[i][ci][oy*s - p + ky][ox*s - p + kx],
-// zero outside the image: im2col for all n images at once (a batched GEMM reads image i's
-// columns at offset i * c*kh*kw * oh*ow).
-template <typename I>
-__device__ __forceinline__ void tj_im2col_body(const float* __restrict__ x, float* __restrict__ cols,
-                                               const TjConvShape& s) {
-  const I n = (I)s.n, c = (I)s.c, h = (I)s.h, w = (I)s.w, kh = (I)s.kh, kw = (I)s.kw, oh = (I)s.oh, ow = (I)s.ow;
-  const I spatial = oh * ow, total = n * c * kh * kw * spatial;
-  for (I p = (I)TJ_GLOBAL_THREAD; p < total; p += (I)TJ_GRID_THREADS) {
-    TJ_WORK(1);
-    const I ox = p % ow, oy = p / ow % oh, row = p / spatial;
-    const I kx = row % kw, ky = row / kw % kh, ci = row / (kw * kh) % c;
-    const I i = row / (kw * kh * c);
-    const I iy = oy * s.stride_h - s.pad_h + ky, ix = ox * s.stride_w - s.pad_w + kx;
-    const bool in = iy >= 0 && iy < h && ix >= 0 && ix < w;
-    cols[p] = in ? x[((i * c + ci) * h + iy) * w + ix] : 0.0f;
-  }
-}
-extern "C" __global__ void tj_im2col(const float* __restrict__ x, float* __restrict__ cols,
-                                     TjConvShape g) {
-  const tj_i64 cols_total = g.n * g.c * g.kh * g.kw * g.oh * g.ow, x_total = g.n * g.c * g.h * g.w;
-  if (tj_fits_i32(cols_total > x_total ? cols_total : x_total)) tj_im2col_body<int>(x, cols, g);
-  else tj_im2col_body<tj_i64>(x, cols, g);
-}
-
-// The adjoint of tj_im2col: each image element gathers, in (ky, kx) order, every column entry
-// read from it. One thread per element of x: no atomics.
-template <typename I>
-__device__ __forceinline__ void tj_col2im_body(const float* __restrict__ cols, float* __restrict__ x,
-                                               const TjConvShape& s) {
-  const I n = (I)s.n, c = (I)s.c, h = (I)s.h, w = (I)s.w, kh = (I)s.kh, kw = (I)s.kw, oh = (I)s.oh, ow = (I)s.ow;
-  const I spatial = oh * ow, total = n * c * h * w;
-  for (I p = (I)TJ_GLOBAL_THREAD; p < total; p += (I)TJ_GRID_THREADS) {
-    TJ_WORK(1);
-    const I ix = p % w, iy = p / w % h, ci = p / (w * h) % c, i = p / (w * h * c);
-    float sum = 0.0f;
-    for (I ky = 0; ky < kh; ++ky) {
-      const I ty = iy + s.pad_h - ky;
-      if (ty < 0 || ty % s.stride_h != 0 || ty / s.stride_h >= oh) continue;
-      for (I kx = 0; kx < kw; ++kx) {
-        const I tx = ix + s.pad_w - kx;
-        if (tx < 0 || tx % s.stride_w != 0 || tx / s.stride_w >= ow) continue;
-        const I row = ((i * c + ci) * kh + ky) * kw + kx;
-        sum += cols[row * spatial + (ty / s.stride_h) * ow + tx / s.stride_w];
-      }
-    }
-    x[p] = sum;
-  }
-}
-extern "C" __global__ void tj_col2im(const float* __restrict__ cols, float* __restrict__ x,
-                                     TjConvShape g) {
-  const tj_i64 cols_total = g.n * g.c * g.kh * g.kw * g.oh * g.ow, x_total = g.n * g.c * g.h * g.w;
-  if (tj_fits_i32(cols_total > x_total ? cols_total : x_total)) tj_col2im_body<int>(cols, x, g);
-  else tj_col2im_body<tj_i64>(cols, x, g);
-}
-
-// The filter gradient's per-image partial products summed in image order: out[j] = sum over
-// i of parts[i * count + j], one thread per weight, so every run adds in the same order (no
-// atomics). The fallback's in place of one GEMM per image (runtime/cuda/library.cpp).
-extern "C" __global__ void tj_sum_images(const float* __restrict__ parts, float* __restrict__ out,
-                                         long long images, long long count) {
+// Partial products summed in order: out[j] = sum over i of parts[i * count + j], one thread per
+// element, so every run adds in the same order (no atomics). The implicit-GEMM filter
+// gradient's slices of depth (conv_kernels.cu) meet here.
+extern "C" __global__ void tj_sum_slices(const float* __restrict__ parts, float* __restrict__ out,
+                                         long long slices, long long count) {
   for (tj_i64 j = TJ_GLOBAL_THREAD; j < count; j += TJ_GRID_THREADS) {  // no division: 64 bits cost little
-    TJ_WORK(images);  // one read per image, in order
+    TJ_WORK(slices);  // one read per slice, in order
     float sum = parts[j];
-    for (tj_i64 i = 1; i < images; ++i) sum += parts[i * count + j];
+    for (tj_i64 i = 1; i < slices; ++i) sum += parts[i * count + j];
     out[j] = sum;
   }
 }
