@@ -13,6 +13,7 @@
 #include "examples/gpt.h"
 #include "examples/models.h"
 #include "runtime/cost/recorded_step.h"
+#include "runtime/cuda/cudnn.h"
 
 namespace towerjit::bench {
 namespace {
@@ -122,10 +123,10 @@ int measure(const std::string& workload, int64_t batch, int steps, DType precisi
     ms.push_back(seconds_since(t0) * 1e3);
   }
   std::sort(ms.begin(), ms.end());
-  std::printf("{\"workload\":\"%s\",\"batch\":%lld,\"precision\":\"%s\",\"tf32\":%s,\"measured_ms\":%.4f,"
-              "\"min_ms\":%.4f,\"steps\":%d}\n",
+  std::printf("{\"workload\":\"%s\",\"batch\":%lld,\"precision\":\"%s\",\"tf32\":%s,\"cudnn\":%s,"
+              "\"measured_ms\":%.4f,\"min_ms\":%.4f,\"steps\":%d}\n",
               workload.c_str(), static_cast<long long>(batch), std::string(dtype_name(precision)).c_str(), tf32 ? "true" : "false",
-              ms[ms.size() / 2], ms.front(), steps);
+              cuda::cudnn_available() ? "true" : "false", ms[ms.size() / 2], ms.front(), steps);
   return 0;
 }
 

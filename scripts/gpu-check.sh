@@ -118,6 +118,11 @@ if [[ $steps -eq 1 ]]; then
         >> "$out/measure.jsonl" 2>> "$out/measure.log" || echo "gpu-check: towerjit $w step ${mode:-f32} failed (measure.log)"
     done
   done
+  # The convolutions without cuDNN: towerjit's own implicit GEMMs (TOWERJIT_CUDNN=off).
+  for w in cnn resnet; do
+    env -u TOWERJIT_CUDA TOWERJIT_CUDNN=off timeout 60 "$steps_bin" --gpu-model "$model" --workload "$w" --measure 20 \
+      >> "$out/measure.jsonl" 2>> "$out/measure.log" || echo "gpu-check: towerjit $w step without cuDNN failed (measure.log)"
+  done
   # fit() over a dataset in host memory, each batch copied at its step and prefetched.
   : > "$out/fit.jsonl"
   for w in mlp cnn resnet; do
