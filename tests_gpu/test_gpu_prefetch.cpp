@@ -4,7 +4,9 @@
 // would read the buffers' NaN fill or the batch before); the batch after a step whose hooks use
 // the trainer read only after them; a stop and a second fit() losing no batch; a bad batch, or
 // one whose transform threw, raising its error at its own turn, after the batches before it
-// have trained.
+// have trained; a stop signal while a step is queued behind another letting that step finish.
+#include <signal.h>
+
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -231,4 +233,46 @@ TEST_CASE("GPU: a NaN loss stops fit() with no later step queued behind it", "[g
   CHECK(runs[1].behind == 3);  // steps 2, 3 and 4 behind the one before; not 5 behind 4
   CHECK(runs[1].record.losses == runs[0].record.losses);
   CHECK(same_bits(runs[1].variables, runs[0].variables));
+}
+
+// Raises SIGTERM in the hooks of step `at`, which run while step `at` + 1 is queued behind it.
+struct SignalAfter : tj::Hook {
+  int64_t at = 0;
+  std::vector<int64_t> steps;
+  int ended_by = -1;
+  void after_step(tj::TowerTrainer&, const tj::StepEvent& e) override {
+    steps.push_back(e.step);
+    if (e.step == at) ::raise(SIGTERM);  // to this thread: handled before raise returns
+  }
+  void end(tj::TowerTrainer&, const tj::StepEvent& last) override { ended_by = last.stopped_by; }
+  bool uses_trainer_at(const tj::StepEvent&) const override { return false; }  // the next step may be queued
+};
+
+TEST_CASE("GPU: a stop signal while a step is queued behind another lets that step finish and queues none after it",
+          "[gpu]") {
+  // The signal comes in step 3's hooks, with step 4 already on the GPU: step 4 finishes and is
+  // reported (its hooks run, the stop names it), no step 5 is queued, and the trainer holds what
+  // the plain loop holds after 4 steps.
+  const Run plain = train(false, {4});
+  ScopedEnv knob("TOWERJIT_PREFETCH_FEEDS", "on");
+  const tj::data::TensorDataset data = dataset(20);
+  Model m;
+  const int second = tj::cuda::cuda_device_count() > 1 ? 1 : 0;
+  tj::TowerTrainer trainer(m.graph, m.loss, tj::Towers{tj::gpu(0), tj::gpu(second)}, tj::momentum(0.05, 0.9),
+                           {.seed = 3, .strategy = {.gpu_variables = true}});
+  tj::data::BatchPipeline batches(data, {.batch = 7, .seed = 9});
+  SignalAfter probe;
+  probe.at = 3;
+  const int64_t behind = tj::GpuResidentSync::steps_queued_behind();
+  try {
+    tj::fit(trainer, batches, {.epochs = 5, .hooks = {&probe}});
+    FAIL("fit returned");
+  } catch (const tj::Interrupted& stop) {
+    CHECK(stop.signal() == SIGTERM);
+    CHECK(stop.step() == 4);
+  }
+  CHECK(probe.steps == std::vector<int64_t>{1, 2, 3, 4});
+  CHECK(probe.ended_by == SIGTERM);
+  CHECK(tj::GpuResidentSync::steps_queued_behind() - behind == 3);  // steps 2, 3 and 4
+  CHECK(same_bits(trainer.variables(), plain.variables));
 }
