@@ -7,6 +7,7 @@
 // bitwise reproducible; TF32's error under TOWERJIT_ALLOW_TF32=on. On the emulated GPU cuDNN is
 // the emulator's stand-in (emulator/driver/cudnn.cpp), whose algorithm table the emulator-only
 // checks name.
+#include <cmath>
 #include <cstring>
 #include <span>
 
@@ -178,7 +179,7 @@ TEST_CASE("GPU: the fallback's filter gradient is bitwise reproducible", "[gpu]"
 // Each implicit-GEMM kernel launched directly on grids of 1, 2 and 5 blocks and on one block a
 // tile: every output is one thread's sum in depth order whichever block computes its tile, so
 // the bits are the same (the runtime caps the grid by the GPU's SM count). The filter gradient
-// here in 3 slices of 16, its partial products compared.
+// here in 3 slices of 16, its partial products compared, then their sum (tj_sum_slices).
 TEST_CASE("GPU: the implicit-GEMM convolutions give the same bits on any grid", "[gpu]") {
   cu::DeviceContext& dev = cu::device(0);
   cu::Stream stream(dev);
@@ -211,6 +212,27 @@ TEST_CASE("GPU: the implicit-GEMM convolutions give the same bits on any grid", 
       if (first.empty()) first = bits;
       else CHECK(std::memcmp(first.data(), bits.data(), bits.size() * 4) == 0);
     }
+  }
+  // The slices' sum: a block per 32 of the 67 x 72 weights, and grids of fewer.
+  tj::HostTensor parts(tj::Shape{slices, g.o, g.c * g.kh * g.kw});
+  for (size_t e = 0; e < parts.f32.size(); ++e) parts.f32[e] = std::ldexp(1.0f, -static_cast<int>(e % 23)) * (e % 3 ? 1 : -1);
+  tj::DeviceTensor partials = tj::to_device(parts, dev, stream);
+  long long weights = g.o * g.c * g.kh * g.kw;
+  std::vector<float> first;
+  for (int64_t grid : {(weights + 31) / 32, 1LL, 2LL, 5LL}) {
+    tj::DeviceTensor out = tj::empty_device_tensor(dev, {weights}, tj::DType::f32);
+    CUdeviceptr pp = partials.ptr(), o = out.ptr();
+    void* params[] = {&pp, &o, &slices, &weights};
+    cu::launch(dev.library_module().function("tj_sum_slices"), grid, 256, stream, params, "tj_sum_slices");
+    const std::vector<float> bits = tj::to_host(out, stream).f32;
+    INFO("tj_sum_slices on " << grid << " blocks");
+    if (first.empty()) first = bits;
+    else CHECK(std::memcmp(first.data(), bits.data(), bits.size() * 4) == 0);
+  }
+  for (long long j = 0; j < weights; ++j) {  // three terms: the sum within float32's rounding
+    double want = 0;
+    for (long long i = 0; i < slices; ++i) want += parts.f32[i * weights + j];
+    CHECK(first[j] == Approx(want).epsilon(1e-6));
   }
 }
 

@@ -165,7 +165,10 @@ void convolution_fallback(const ConvCall& cc, const Node& node, const DeviceView
                            depth);
       if (s.count == 1) return;
       long long weights = g.o * taps;
-      launch_library(env, "tj_sum_slices", weights, node, parts, o, count, weights);
+      void* params[] = {&parts, &o, &count, &weights};  // a block per 32 weights
+      launch(env.device.library_module().function("tj_sum_slices"),
+             std::min<int64_t>(ceil_div(weights, 32), int64_t{32} * env.device.sm_count()), kBlock, env.stream, params,
+             "tj_sum_slices for " + describe(node), node.loc);
     }
   }
 }

@@ -13,7 +13,7 @@
 // grid does. Every output is one thread's sum over its depth in ascending order, the same order
 // whichever block computes it: bitwise reproducible, and no atomics. The filter gradient's depth
 // (every image's every output pixel) is cut into `splits` consecutive slices, each a product
-// of its own into the scratch, which tj_sum_slices (library_kernels.cu) then adds in slice order.
+// of its own into the scratch, which tj_sum_slices (below) then adds in a fixed order.
 
 #define TJ_IG_TILE 64   // rows and columns of a block's tile
 #define TJ_IG_DEPTH 16  // depth staged per step
@@ -231,5 +231,33 @@ extern "C" __global__ void __launch_bounds__(TJ_IG_THREADS, 2)
   } else {
     const TjConvFilterGradOperands<tj_i64> ops{x, dy, TjConvDims<tj_i64>(g)};
     tj_implicit_gemm<tj_i64>(ops, out, (tj_i64)splits, (tj_i64)slice, as, bs);
+  }
+}
+
+// The filter gradient's slices summed: out[j] = the sum over slices i of parts[i * count + j].
+// A block takes 32 consecutive elements (its reads coalesce), 8 threads each: lane y sums slices
+// y, y + 8, ... in order, then lane 0 adds the 8 lanes' sums in lane order. A fixed order, so the
+// same bits every run, and a chain of dependent reads an eighth of the slices long (264 slices:
+// 33 reads a thread). A block-stride loop over the groups of 32.
+#define TJ_SUM_COLUMNS 32
+#define TJ_SUM_LANES (TJ_IG_THREADS / TJ_SUM_COLUMNS)
+extern "C" __global__ void tj_sum_slices(const float* __restrict__ parts, float* __restrict__ out, long long slices,
+                                         long long count) {
+  __shared__ float lanes[TJ_SUM_LANES][TJ_SUM_COLUMNS];
+  const int x = threadIdx.x % TJ_SUM_COLUMNS, y = threadIdx.x / TJ_SUM_COLUMNS;
+  for (tj_i64 j0 = (tj_i64)blockIdx.x * TJ_SUM_COLUMNS; j0 < count; j0 += (tj_i64)gridDim.x * TJ_SUM_COLUMNS) {
+    const tj_i64 j = j0 + x;
+    float sum = 0.0f;
+    TJ_WORK((slices + TJ_SUM_LANES - 1) / TJ_SUM_LANES);  // no division in the loop: 64 bits cost little
+    if (j < count)
+      for (tj_i64 i = y; i < slices; i += TJ_SUM_LANES) sum += parts[i * count + j];
+    __syncthreads();  // every thread has read the round before's lanes
+    lanes[y][x] = sum;
+    __syncthreads();
+    if (y == 0 && j < count) {
+      float total = lanes[0][x];
+      for (int l = 1; l < TJ_SUM_LANES; ++l) total += lanes[l][x];
+      out[j] = total;
+    }
   }
 }

@@ -15,19 +15,6 @@ __device__ __forceinline__ bool tj_fits_i32(tj_i64 largest) {
   return largest + TJ_GRID_THREADS < 2147483647LL;
 }
 
-// Partial products summed in order: out[j] = sum over i of parts[i * count + j], one thread per
-// element, so every run adds in the same order (no atomics). The implicit-GEMM filter
-// gradient's slices of depth (conv_kernels.cu) meet here.
-extern "C" __global__ void tj_sum_slices(const float* __restrict__ parts, float* __restrict__ out,
-                                         long long slices, long long count) {
-  for (tj_i64 j = TJ_GLOBAL_THREAD; j < count; j += TJ_GRID_THREADS) {  // no division: 64 bits cost little
-    TJ_WORK(slices);  // one read per slice, in order
-    float sum = parts[j];
-    for (tj_i64 i = 1; i < slices; ++i) sum += parts[i * count + j];
-    out[j] = sum;
-  }
-}
-
 // A matrix product's epilogue where cuBLASLt did not apply it (runtime/cuda/library.cpp):
 // out[r][j] = out[r][j] + bias[j], then with `relu` the DSL's relu (NaN stays NaN), over `rows`
 // rows of `cols` (every matrix of a batch, rows stacked). The same float operations as the loop
