@@ -116,13 +116,18 @@ constexpr int64_t kMinSliceDepth = 256;  // 16 stages of TJ_IG_DEPTH a slice: th
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The 64 x 64 tiles of a rows x cols product, times its slices of depth.
+int64_t tiles(int64_t rows, int64_t cols, int64_t slices = 1) {
+  return ceil_div(rows, kConvTile) * ceil_div(cols, kConvTile) * slices;
+}
+
 struct FilterSlices {
   int64_t count, depth;  // slices, and the depth of each (the last may be shorter)
 };
 
 FilterSlices filter_gradient_slices(const TjConvShape& g) {
-  const int64_t depth = g.n * g.oh * g.ow, tiles = ceil_div(g.o, kConvTile) * ceil_div(g.c * g.kh * g.kw, kConvTile);
-  const int64_t wanted = std::clamp(ceil_div(kSliceBlocks, tiles), int64_t{1}, std::max<int64_t>(1, depth / kMinSliceDepth));
+  const int64_t depth = g.n * g.oh * g.ow, blocks = tiles(g.o, g.c * g.kh * g.kw);
+  const int64_t wanted = std::clamp(ceil_div(kSliceBlocks, blocks), int64_t{1}, std::max<int64_t>(1, depth / kMinSliceDepth));
   const int64_t slice = ceil_div(ceil_div(depth, wanted), kConvDepthStep) * kConvDepthStep;
   return {ceil_div(depth, slice), slice};
 }
@@ -135,12 +140,10 @@ int64_t fallback_scratch_floats(const ConvCall& cc) {
   return s.count > 1 ? s.count * cc.g.o * cc.g.c * cc.g.kh * cc.g.kw : 0;
 }
 
-// One implicit-GEMM pass over `items` tiles (times slices): a block-stride loop, the grid
-// capped as the other library kernels' grids are.
+// A block-stride kernel over `items` (one block each): the grid capped at 32 blocks an SM, as
+// the grid-stride kernels' grids are.
 template <typename... Args>
-void launch_implicit_gemm(LibraryEnv& env, const char* name, int64_t rows, int64_t cols, int64_t slices,
-                          const Node& node, Args&... args) {
-  const int64_t items = ceil_div(rows, kConvTile) * ceil_div(cols, kConvTile) * slices;
+void launch_blocks(LibraryEnv& env, const char* name, int64_t items, const Node& node, Args&... args) {
   if (items == 0) return;
   void* params[] = {static_cast<void*>(&args)...};
   launch(env.device.library_module().function(name), std::min<int64_t>(items, int64_t{32} * env.device.sm_count()),
@@ -154,21 +157,17 @@ void convolution_fallback(const ConvCall& cc, const Node& node, const DeviceView
   const int64_t taps = g.c * g.kh * g.kw;
   switch (cc.pass) {
     case ConvPass::forward:  // x, w -> y
-      return launch_implicit_gemm(env, "tj_conv2d_implicit", g.o, g.n * g.oh * g.ow, 1, node, ap, bp, o, g);
+      return launch_blocks(env, "tj_conv2d_implicit", tiles(g.o, g.n * g.oh * g.ow), node, ap, bp, o, g);
     case ConvPass::data_gradient:  // dy, w -> dx
-      return launch_implicit_gemm(env, "tj_conv2d_grad_input_implicit", g.c, g.n * g.h * g.w, 1, node, ap, bp, o, g);
+      return launch_blocks(env, "tj_conv2d_grad_input_implicit", tiles(g.c, g.n * g.h * g.w), node, ap, bp, o, g);
     case ConvPass::filter_gradient: {  // x, dy -> dw, through the slices' partials where there are several
       const FilterSlices s = filter_gradient_slices(g);
-      long long count = s.count, depth = s.depth;
+      long long count = s.count, depth = s.depth, weights = g.o * taps;
       CUdeviceptr parts = s.count > 1 ? scratch(env, fallback_scratch_floats(cc)) : o;
-      launch_implicit_gemm(env, "tj_conv2d_grad_filter_implicit", g.o, taps, s.count, node, ap, bp, parts, g, count,
-                           depth);
-      if (s.count == 1) return;
-      long long weights = g.o * taps;
-      void* params[] = {&parts, &o, &count, &weights};  // a block per 32 weights
-      launch(env.device.library_module().function("tj_sum_slices"),
-             std::min<int64_t>(ceil_div(weights, 32), int64_t{32} * env.device.sm_count()), kBlock, env.stream, params,
-             "tj_sum_slices for " + describe(node), node.loc);
+      launch_blocks(env, "tj_conv2d_grad_filter_implicit", tiles(g.o, taps, s.count), node, ap, bp, parts, g, count,
+                    depth);
+      if (s.count > 1)  // a block per 32 weights (TJ_SUM_COLUMNS)
+        launch_blocks(env, "tj_sum_slices", ceil_div(weights, 32), node, parts, o, count, weights);
     }
   }
 }
