@@ -192,17 +192,27 @@ __device__ __forceinline__ tj_i64 tj_conv_largest_index(const TjConvShape& g, tj
   return taps * g.o > largest ? taps * g.o : largest;
 }
 
+// One pass: its operands `a` and `b` (in the order of the Ops struct's members), the product's
+// depth in `splits` slices of `slice` (0: the whole depth, one slice), in 32-bit index math where
+// every index fits.
+template <template <typename> class Ops>
+__device__ __forceinline__ void tj_conv_pass(const float* a, const float* b, float* out, const TjConvShape& g,
+                                             tj_i64 splits, tj_i64 slice, float (*as)[TJ_IG_ROW],
+                                             float (*bs)[TJ_IG_ROW]) {
+  if (tj_fits_i32(tj_conv_largest_index(g, splits * g.o * g.c * g.kh * g.kw))) {
+    const Ops<int> ops{a, b, TjConvDims<int>(g)};
+    tj_implicit_gemm<int>(ops, out, (int)splits, slice ? (int)slice : ops.depth(), as, bs);
+  } else {
+    const Ops<tj_i64> ops{a, b, TjConvDims<tj_i64>(g)};
+    tj_implicit_gemm<tj_i64>(ops, out, splits, slice ? slice : ops.depth(), as, bs);
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(TJ_IG_THREADS, 2)
     tj_conv2d_implicit(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, TjConvShape g) {
   __shared__ float as[TJ_IG_DEPTH][TJ_IG_ROW];
   __shared__ float bs[TJ_IG_DEPTH][TJ_IG_ROW];
-  if (tj_fits_i32(tj_conv_largest_index(g, 0))) {
-    const TjConvForwardOperands<int> ops{x, w, TjConvDims<int>(g)};
-    tj_implicit_gemm<int>(ops, y, 1, ops.depth(), as, bs);
-  } else {
-    const TjConvForwardOperands<tj_i64> ops{x, w, TjConvDims<tj_i64>(g)};
-    tj_implicit_gemm<tj_i64>(ops, y, 1, ops.depth(), as, bs);
-  }
+  tj_conv_pass<TjConvForwardOperands>(x, w, y, g, 1, 0, as, bs);
 }
 
 extern "C" __global__ void __launch_bounds__(TJ_IG_THREADS, 2)
@@ -210,13 +220,7 @@ extern "C" __global__ void __launch_bounds__(TJ_IG_THREADS, 2)
                                   TjConvShape g) {
   __shared__ float as[TJ_IG_DEPTH][TJ_IG_ROW];
   __shared__ float bs[TJ_IG_DEPTH][TJ_IG_ROW];
-  if (tj_fits_i32(tj_conv_largest_index(g, 0))) {
-    const TjConvDataGradOperands<int> ops{dy, w, TjConvDims<int>(g)};
-    tj_implicit_gemm<int>(ops, dx, 1, ops.depth(), as, bs);
-  } else {
-    const TjConvDataGradOperands<tj_i64> ops{dy, w, TjConvDims<tj_i64>(g)};
-    tj_implicit_gemm<tj_i64>(ops, dx, 1, ops.depth(), as, bs);
-  }
+  tj_conv_pass<TjConvDataGradOperands>(dy, w, dx, g, 1, 0, as, bs);
 }
 
 // `out` is dw itself when `splits` is 1, else the scratch of `splits` slices' partial products.
@@ -225,13 +229,7 @@ extern "C" __global__ void __launch_bounds__(TJ_IG_THREADS, 2)
                                    TjConvShape g, long long splits, long long slice) {
   __shared__ float as[TJ_IG_DEPTH][TJ_IG_ROW];
   __shared__ float bs[TJ_IG_DEPTH][TJ_IG_ROW];
-  if (tj_fits_i32(tj_conv_largest_index(g, splits * g.o * g.c * g.kh * g.kw))) {
-    const TjConvFilterGradOperands<int> ops{x, dy, TjConvDims<int>(g)};
-    tj_implicit_gemm<int>(ops, out, (int)splits, (int)slice, as, bs);
-  } else {
-    const TjConvFilterGradOperands<tj_i64> ops{x, dy, TjConvDims<tj_i64>(g)};
-    tj_implicit_gemm<tj_i64>(ops, out, (tj_i64)splits, (tj_i64)slice, as, bs);
-  }
+  tj_conv_pass<TjConvFilterGradOperands>(x, dy, out, g, splits, slice, as, bs);
 }
 
 // The filter gradient's slices summed: out[j] = the sum over slices i of parts[i * count + j].
