@@ -177,7 +177,7 @@ TEST_CASE("fake driver: kernels launch in order with each buffer's address, the 
   tj::Graph g;
   tj::GraphScope use(g);
   auto x = tj::input("x", {kBatch, 7});
-  auto y = tj::relu(x) * 2;
+  auto y = tj::dropout(tj::relu(x), 0.5, /*training=*/true, /*seed=*/3) * 2;  // random numbers: keyed by the step
   auto s = tj::sum(y * y, {1});  // a row reduction
   auto c = tj::sum(y, {0});      // a column reduction: split across blocks from 65 rows (8 a thread)
   tj::CudaProgram p(g, {y, s, c});
@@ -221,7 +221,8 @@ TEST_CASE("fake driver: kernels launch in order with each buffer's address, the 
         }
         CHECK(fake.param(launch, n) == static_cast<unsigned long long>(batch));
         // The step is read by the kernel from a device word (so a CUDA graph replays with each
-        // run's step); the fake's device memory is host memory.
+        // run's step), written where a kernel draws random numbers; the fake's device memory is
+        // host memory.
         const unsigned long long slot = fake.param(launch, n + 1);
         REQUIRE(slot != 0);
         unsigned long long step_value = 0;

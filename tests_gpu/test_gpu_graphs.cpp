@@ -87,6 +87,28 @@ TEST_CASE("GPU: a replayed step gives the bits of an uncaptured one, dropout's s
   CHECK(same_bits(captured.variables, uncaptured.variables));
 }
 
+// The step word's high half is written only when it changes: one program run at steps whose
+// high halves go up, back down and up again draws the dropout masks a fresh program draws at
+// each (the forward pass alone, so the weights do not change between runs).
+TEST_CASE("GPU: the step keying dropout reaches the kernels whole, its high half written when it changes", "[gpu]") {
+  DropoutMlp m;
+  const tj::HostVariables weights = initial(m.graph);
+  const tj::HostFeeds feeds = batch_feeds(7, 3);
+  auto loss_at = [&](tj::CudaProgram& p, uint64_t step) {
+    tj::HostVariables vars = weights;
+    return p.run(feeds, vars, step)[0].f32[0];
+  };
+  tj::CudaProgram kept(m.graph, {m.loss});
+  const uint64_t high = uint64_t{1} << 32;
+  for (uint64_t step : {uint64_t{5}, high + 5, uint64_t{5}, 2 * high + 5, 2 * high + 6, uint64_t{6}}) {
+    INFO("step " << step);
+    tj::CudaProgram fresh(m.graph, {m.loss});
+    CHECK(loss_at(kept, step) == loss_at(fresh, step));
+  }
+  tj::CudaProgram a(m.graph, {m.loss}), b(m.graph, {m.loss});
+  CHECK(loss_at(a, 5) != loss_at(b, high + 5));  // the high half keys the masks
+}
+
 TEST_CASE("GPU: each batch size is captured once, then replayed", "[gpu]") {
   // The full batch, the last smaller one, again both (a second epoch), then a batch of 1.
   const std::vector<int64_t> sizes = {8, 8, 3, 8, 3, 1, 8};

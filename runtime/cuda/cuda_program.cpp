@@ -122,6 +122,9 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
   if (needs_library) device_->library_module();  // compile and load now: errors here, not mid-run
   if (!one_hot_calls_.empty()) error_slots_ = device_->allocate(8 * one_hot_calls_.size(), loc);
   step_slot_ = device_->allocate(8, loc);
+  for (const kir::Kernel& k : program_.kernels)
+    for (const kir::Kernel* body : k.bodies())
+      for (const kir::Expr& e : body->exprs) draws_random_ |= e.kind == kir::Expr::Kind::random;
   graphs_enabled_ = cuda::graphs_enabled();
   // One walk over the steps' writes finds the variables some step writes (their values go
   // back to the host after a host run) and the step after which each fetch holds its value:
@@ -390,12 +393,19 @@ void CudaProgram::queue_run(const DeviceFeeds& feeds, DeviceVariables& variables
   try {
     for (const cuda::Event* e : wait) stream_->wait(*e);
     for (size_t i = 0; i < uploads.size(); ++i) std::memcpy(staging + upload_offsets[i], uploads[i].host, uploads[i].bytes);
-    // The step that keys random numbers, into the device word the kernels read: two 4-byte
-    // memsets, whose values are taken at the call (the host goes on at once).
-    cuda::check_cuda(api.MemsetD32Async(step_slot_.ptr(), static_cast<unsigned>(step), 1, stream_->handle()),
-                     "cuMemsetD32Async", "", loc);
-    cuda::check_cuda(api.MemsetD32Async(step_slot_.ptr() + 4, static_cast<unsigned>(step >> 32), 1, stream_->handle()),
-                     "cuMemsetD32Async", "", loc);
+    // The step that keys random numbers, into the device word the kernels read, where a kernel
+    // draws them: a 4-byte memset of its low half, and of its high half when that changes
+    // (their values are taken at the call, and queued in order: the host goes on at once).
+    if (draws_random_) {
+      cuda::check_cuda(api.MemsetD32Async(step_slot_.ptr(), static_cast<unsigned>(step), 1, stream_->handle()),
+                       "cuMemsetD32Async", "", loc);
+      if (step >> 32 != step_high_) {
+        cuda::check_cuda(api.MemsetD32Async(step_slot_.ptr() + 4, static_cast<unsigned>(step >> 32), 1,
+                                            stream_->handle()),
+                         "cuMemsetD32Async", "", loc);
+        step_high_ = step >> 32;
+      }
+    }
     if (step_times) {
       step_times->resize(program_.steps.size(), 0.0);
       while (timing_.size() < program_.steps.size() + 1) timing_.push_back(std::make_unique<cuda::Event>(*device_));
