@@ -185,7 +185,9 @@ TEST_CASE("GPU: the implicit-GEMM convolutions give the same bits on any grid", 
   cu::Stream stream(dev);
   // n c h w o kh kw oh ow, stride 2, pad 1: 67 filters (two tiles of rows), 72 taps.
   TjConvShape g{5, 8, 5, 6, 67, 3, 3, 3, 3, 2, 2, 1, 1};
-  auto upload_random = [&](const tj::Shape& s, uint64_t seed) { return tj::to_device(to_host(random_array(s, seed)), dev, stream); };
+  auto upload_random = [&](const tj::Shape& s, uint64_t seed) {
+    return tj::to_device(to_host(random_array(s, seed)), dev, stream);
+  };
   tj::DeviceTensor x = upload_random({g.n, g.c, g.h, g.w}, 3), w = upload_random({g.o, g.c, g.kh, g.kw}, 4),
                    dy = upload_random({g.n, g.o, g.oh, g.ow}, 5);
   long long slices = 3, slice = 16;  // depth 5 * 3 * 3 = 45
@@ -203,9 +205,9 @@ TEST_CASE("GPU: the implicit-GEMM convolutions give the same bits on any grid", 
       tj::DeviceTensor out = tj::empty_device_tensor(dev, p.out, tj::DType::f32);
       CUdeviceptr xp = x.ptr(), wp = w.ptr(), dyp = dy.ptr(), o = out.ptr();
       const std::string name = p.kernel;
-      std::vector<void*> params = name == "tj_conv2d_implicit"              ? std::vector<void*>{&xp, &wp, &o, &g}
-                                  : name == "tj_conv2d_grad_input_implicit" ? std::vector<void*>{&dyp, &wp, &o, &g}
-                                                                            : std::vector<void*>{&xp, &dyp, &o, &g, &slices, &slice};
+      std::vector<void*> params{&xp, &wp, &o, &g};  // the forward pass's
+      if (name == "tj_conv2d_grad_input_implicit") params[0] = &dyp;
+      if (name == "tj_conv2d_grad_filter_implicit") params = {&xp, &dyp, &o, &g, &slices, &slice};
       cu::launch(dev.library_module().function(name), grid, 256, stream, params.data(), name);
       const std::vector<float> bits = tj::to_host(out, stream).f32;
       INFO(name << " on " << grid << " blocks");
@@ -215,7 +217,8 @@ TEST_CASE("GPU: the implicit-GEMM convolutions give the same bits on any grid", 
   }
   // The slices' sum: a block per 32 of the 67 x 72 weights, and grids of fewer.
   tj::HostTensor parts(tj::Shape{slices, g.o, g.c * g.kh * g.kw});
-  for (size_t e = 0; e < parts.f32.size(); ++e) parts.f32[e] = std::ldexp(1.0f, -static_cast<int>(e % 23)) * (e % 3 ? 1 : -1);
+  for (size_t e = 0; e < parts.f32.size(); ++e)
+    parts.f32[e] = std::ldexp(1.0f, -static_cast<int>(e % 23)) * (e % 3 ? 1 : -1);
   tj::DeviceTensor partials = tj::to_device(parts, dev, stream);
   long long weights = g.o * g.c * g.kh * g.kw;
   std::vector<float> first;

@@ -72,7 +72,8 @@ KernelCost implicit_gemm_cost(const std::string& k, const TjConvShape& g, void**
 
 KernelCost library_kernel_cost(const std::string& k, void** params) {
   constexpr double f = 4;  // the library kernels' elements are 4 bytes, but the 16-bit pools'
-  if (k.starts_with("tj_conv2d") && k.ends_with("_implicit")) return implicit_gemm_cost(k, param<TjConvShape>(params, 3), params);
+  if (k.starts_with("tj_conv2d") && k.ends_with("_implicit"))
+    return implicit_gemm_cost(k, param<TjConvShape>(params, 3), params);
   // The max pools of 16-bit tensors (tj_max_pool2d_bf16, ..._grad_f16): 2 bytes an element.
   const bool half = k.ends_with("_bf16") || k.ends_with("_f16");
   const std::string pool = half ? k.substr(0, k.rfind('_')) : k;

@@ -1,7 +1,8 @@
 // The bytes the library kernels (jit/cuda/device/library_kernels.cu, conv_kernels.cu) move,
 // computed from the parameters of a launch, for the launch records: each input element read
 // once and each output element written once (what a GPU's caches make of the pools' overlapping
-// windows and the implicit GEMMs' rereads of a tile's operands, to first order). Loop kernels are not here: their bytes come from
+// windows and the implicit GEMMs' rereads of a tile's operands, to first order). Loop kernels
+// are not here: their bytes come from
 // the program's index (jit/dump.h).
 #pragma once
 

@@ -261,7 +261,8 @@ std::string library_module_source() {
 
 const std::vector<std::string>& library_kernel_names() {
   static const std::vector<std::string> names = {
-      "tj_conv2d_implicit", "tj_conv2d_grad_input_implicit", "tj_conv2d_grad_filter_implicit", "tj_max_pool2d", "tj_max_pool2d_grad", "tj_max_pool2d_bf16", "tj_max_pool2d_grad_bf16",
+      "tj_conv2d_implicit", "tj_conv2d_grad_input_implicit", "tj_conv2d_grad_filter_implicit",
+      "tj_max_pool2d", "tj_max_pool2d_grad", "tj_max_pool2d_bf16", "tj_max_pool2d_grad_bf16",
       "tj_max_pool2d_f16", "tj_max_pool2d_grad_f16", "tj_avg_pool2d",
       "tj_avg_pool2d_grad", "tj_one_hot", "tj_argmax", "tj_pad", "tj_copy_box", "tj_sum_slices",
       "tj_gather", "tj_gather_grad", "tj_combine_rows_links", "tj_combine_rows_sum", "tj_scatter_rows", "tj_scale",

@@ -181,7 +181,8 @@ class CudaProgram {
   size_t scratch_bytes_ = 0;      // the largest scratch (library call or partials) at planned_batch_
   int64_t planned_batch_ = -1;
   cuda::DeviceBuffer arena_;      // temporaries
-  cuda::DeviceBuffer scratch_;    // library calls' scratch (cuDNN's workspace, partial sums), split reductions' partials
+  cuda::DeviceBuffer scratch_;    // library calls' scratch (cuDNN's workspace, partial sums), split
+                                  // reductions' partials
   cuda::DeviceBuffer error_slots_;  // one 8-byte slot per one-hot call
   std::unique_ptr<cuda::PinnedBuffer> staging_;  // feeds up, fetches down
   std::vector<std::unique_ptr<cuda::Event>> timing_;  // step_times: one before each step, one after the last

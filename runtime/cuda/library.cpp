@@ -112,7 +112,7 @@ ConvCall conv_call(Op op, const Attrs& at, const std::vector<Shape>& in, const S
 // gives the same bits.
 constexpr int64_t kConvTile = 64, kConvDepthStep = 16;  // TJ_IG_TILE, TJ_IG_DEPTH
 constexpr int64_t kSliceBlocks = 264;    // two blocks on each of an H200's 132 SMs
-constexpr int64_t kMinSliceDepth = 256;  // 16 stages of TJ_IG_DEPTH a slice: the partial's write is amortised
+constexpr int64_t kMinSliceDepth = 256;  // 16 stages of TJ_IG_DEPTH a slice: its partial's write amortised
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -127,7 +127,8 @@ struct FilterSlices {
 
 FilterSlices filter_gradient_slices(const TjConvShape& g) {
   const int64_t depth = g.n * g.oh * g.ow, blocks = tiles(g.o, g.c * g.kh * g.kw);
-  const int64_t wanted = std::clamp(ceil_div(kSliceBlocks, blocks), int64_t{1}, std::max<int64_t>(1, depth / kMinSliceDepth));
+  const int64_t wanted =
+      std::clamp(ceil_div(kSliceBlocks, blocks), int64_t{1}, std::max<int64_t>(1, depth / kMinSliceDepth));
   const int64_t slice = ceil_div(ceil_div(depth, wanted), kConvDepthStep) * kConvDepthStep;
   return {ceil_div(depth, slice), slice};
 }

@@ -117,7 +117,8 @@ template <bool DepthFastest>
 __device__ __forceinline__ int tj_ig_line_of(int e) { return DepthFastest ? e / TJ_IG_DEPTH : e % TJ_IG_TILE; }
 
 template <typename I, bool DepthFastest, typename Read>
-__device__ __forceinline__ void tj_ig_load(float (&r)[TJ_IG_LOADS], I first, I extent, I k0, I k_end, const Read& read) {
+__device__ __forceinline__ void tj_ig_load(float (&r)[TJ_IG_LOADS], I first, I extent, I k0, I k_end,
+                                           const Read& read) {
   for (int j = 0; j < TJ_IG_LOADS; ++j) {
     const int e = threadIdx.x + j * TJ_IG_THREADS;
     const I k = k0 + tj_ig_depth_of<DepthFastest>(e), at = first + tj_ig_line_of<DepthFastest>(e);
