@@ -12,7 +12,9 @@
 #include "dsl/error.h"
 #include "examples/gpt.h"
 #include "examples/models.h"
+#include "jit/knobs.h"
 #include "runtime/cost/recorded_step.h"
+#include "runtime/cuda/conv_choice.h"
 #include "runtime/cuda/cudnn.h"
 
 namespace towerjit::bench {
@@ -123,10 +125,16 @@ int measure(const std::string& workload, int64_t batch, int steps, DType precisi
     ms.push_back(seconds_since(t0) * 1e3);
   }
   std::sort(ms.begin(), ms.end());
+  // Which convolution passes went to towerjit's implicit GEMM, timed beside cuDNN's algorithms
+  // (runtime/cuda/conv_choice.h): choices of this process so far.
+  const cuda::ConvChoiceCounts convs = cuda::conv_choice_counts();
   std::printf("{\"workload\":\"%s\",\"batch\":%lld,\"precision\":\"%s\",\"tf32\":%s,\"cudnn\":%s,"
+              "\"conv_implicit_gemm\":%s,\"conv_choices\":%lld,\"conv_choices_implicit_gemm\":%lld,"
               "\"measured_ms\":%.4f,\"min_ms\":%.4f,\"steps\":%d}\n",
               workload.c_str(), static_cast<long long>(batch), std::string(dtype_name(precision)).c_str(), tf32 ? "true" : "false",
-              cuda::cudnn_available() ? "true" : "false", ms[ms.size() / 2], ms.front(), steps);
+              cuda::cudnn_available() ? "true" : "false", knobs::conv_implicit_gemm() ? "true" : "false",
+              static_cast<long long>(convs.made),
+              static_cast<long long>(convs.implicit_gemm), ms[ms.size() / 2], ms.front(), steps);
   return 0;
 }
 

@@ -120,6 +120,14 @@ int64_t parse_workspace_mb(const char* name, const std::string& v) {
   return mb;
 }
 
+double parse_milliseconds(const char* name, const std::string& v) {
+  char* end = nullptr;
+  const double ms = std::strtod(v.c_str(), &end);
+  if (!end || *end != '\0' || v.empty() || !(ms > 0) || !(ms < 1e9))
+    throw Error(std::string("towerjit: ") + name + "=" + v + " is not a time in milliseconds: set a number above 0");
+  return ms;
+}
+
 // "random:SEED" gives the seed, "fifo" nullopt.
 std::optional<unsigned long long> parse_schedule(const char* name, const std::string& value) {
   const std::string v = lower(value);
@@ -186,6 +194,7 @@ constexpr Knob kKnobs[] = {
     {"TOWERJIT_NCCL", "switch", switch_check, nullptr},
     {"TOWERJIT_NCCL_WORLD", "switch", switch_check, nullptr},
     {"TOWERJIT_CUDNN", "switch", switch_check, nullptr},
+    {"TOWERJIT_CONV_IMPLICIT_GEMM", "switch", switch_check, nullptr},
     {"TOWERJIT_CUDNN_WORKSPACE_MB", "MiB, a whole number from 0", checks<parse_workspace_mb>, nullptr},
     {"VIRTUAL_ENV", "directory", nullptr, nullptr},
     {"CONDA_PREFIX", "directory", nullptr, nullptr},
@@ -193,6 +202,7 @@ constexpr Knob kKnobs[] = {
     {"TOWERJIT_EMULATED_GPUS", "a whole number from 1", checks<parse_positive>, nullptr},
     {"TOWERJIT_EMULATED_GPU_MB", "a whole number from 1", checks<parse_positive>, nullptr},
     {"TOWERJIT_EMULATED_GPU_SMS", "a whole number from 1", checks<parse_positive>, nullptr},
+    {"TOWERJIT_EMULATED_CUDNN_MS", "milliseconds, above 0", checks<parse_milliseconds>, nullptr},
     {"TOWERJIT_EMULATOR_SCHEDULE", "random:SEED or fifo", checks<parse_schedule>, nullptr},
     {"TOWERJIT_EMULATOR_LIBRARY", "file", nullptr, nullptr},
     {"TOWERJIT_EMULATED_NCCL_TIMEOUT", "seconds, above 0", seconds_check<&kNcclTimeout, false>, nullptr},
@@ -352,6 +362,7 @@ bool allow_tf32() { return switch_knob("TOWERJIT_ALLOW_TF32", false); }
 bool nccl_enabled() { return switch_knob("TOWERJIT_NCCL", true); }
 bool nccl_world() { return switch_knob("TOWERJIT_NCCL_WORLD", false); }
 bool cudnn_enabled() { return switch_knob("TOWERJIT_CUDNN", true); }
+bool conv_implicit_gemm() { return switch_knob("TOWERJIT_CONV_IMPLICIT_GEMM", true); }
 std::optional<int64_t> cudnn_workspace_mb() {
   return value_of("TOWERJIT_CUDNN_WORKSPACE_MB", std::optional<int64_t>(), parse_workspace_mb);
 }
@@ -365,6 +376,7 @@ std::optional<std::string> python_env_prefix() {
 int emulated_gpus() { return value_of("TOWERJIT_EMULATED_GPUS", 1, parse_positive); }
 int emulated_gpu_mb() { return value_of("TOWERJIT_EMULATED_GPU_MB", 4096, parse_positive); }
 int emulated_gpu_sms() { return value_of("TOWERJIT_EMULATED_GPU_SMS", 4, parse_positive); }
+double emulated_cudnn_ms() { return value_of("TOWERJIT_EMULATED_CUDNN_MS", 0.001, parse_milliseconds); }
 std::optional<unsigned long long> emulator_random_schedule() {
   return value_of("TOWERJIT_EMULATOR_SCHEDULE", std::optional<unsigned long long>(), parse_schedule);
 }

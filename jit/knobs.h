@@ -195,9 +195,14 @@ bool nccl_enabled();
 // measured on several GPUs.
 bool nccl_world();
 
-// TOWERJIT_CUDNN: "off" runs GPU convolutions on towerjit's own im2col / col2im kernels and
-// cuBLAS instead of cuDNN (a warning says so once); "on" or unset: cuDNN where it loads.
+// TOWERJIT_CUDNN: "off" runs GPU convolutions on towerjit's own implicit-GEMM kernels instead
+// of cuDNN (a warning says so once); "on" or unset: cuDNN where it loads.
 bool cudnn_enabled();
+
+// TOWERJIT_CONV_IMPLICIT_GEMM: "on" or unset: where cuDNN is used, towerjit's implicit GEMM is
+// timed beside cuDNN's algorithms for each f32 convolution pass and shape, and kept where it
+// ran faster (runtime/cuda/conv_choice.h); "off": cuDNN's algorithms alone.
+bool conv_implicit_gemm();
 
 // TOWERJIT_CUDNN_WORKSPACE_MB: the most device memory, in MiB, a cuDNN algorithm's workspace
 // may take (as TensorFlow's TF_CUDNN_WORKSPACE_LIMIT_IN_MB); algorithms needing more are
@@ -217,6 +222,12 @@ int emulated_gpus();
 
 // TOWERJIT_EMULATED_GPU_MB: each emulated GPU's memory, in MiB (read once). Default: 4096.
 int emulated_gpu_mb();
+
+// TOWERJIT_EMULATED_CUDNN_MS: the milliseconds the emulated cuDNN's find reports for a nominal
+// 1 of its table of algorithms (emulator/driver/cudnn.cpp). Default 0.001: below what any
+// kernel takes on the emulator, whose kernels run on the host, so towerjit's implicit GEMM,
+// timed by events there, never wins the choice unless a test raises it.
+double emulated_cudnn_ms();
 
 // TOWERJIT_EMULATED_GPU_SMS: how many SMs each emulated GPU reports (cuDeviceGetAttribute), so
 // launch shapes that the runtime caps by the SM count (32 blocks an SM) are those the modelled

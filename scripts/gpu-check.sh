@@ -123,6 +123,12 @@ if [[ $steps -eq 1 ]]; then
     env -u TOWERJIT_CUDA TOWERJIT_CUDNN=off timeout 60 "$steps_bin" --gpu-model "$model" --workload "$w" --measure 20 \
       >> "$out/measure.jsonl" 2>> "$out/measure.log" || echo "gpu-check: towerjit $w step without cuDNN failed (measure.log)"
   done
+  # The convolutions on cuDNN's algorithms alone, the implicit GEMM not timed beside them
+  # (TOWERJIT_CONV_IMPLICIT_GEMM=off), against the f32 steps above that chose per pass.
+  for w in cnn resnet; do
+    env -u TOWERJIT_CUDA TOWERJIT_CONV_IMPLICIT_GEMM=off timeout 60 "$steps_bin" --gpu-model "$model" --workload "$w" \
+      --measure 20 >> "$out/measure.jsonl" 2>> "$out/measure.log" || echo "gpu-check: towerjit $w step on cuDNN alone failed (measure.log)"
+  done
   # fit() over a dataset in host memory, each batch copied at its step and prefetched.
   : > "$out/fit.jsonl"
   for w in mlp cnn resnet; do

@@ -44,20 +44,26 @@ def main():
         return 2
     d = sys.argv[1]
     # (workload, mode): the f32 step, "tf32" (TF32 products), "bf16" (the bf16 policy) or
-    # "no cudnn" (f32, the convolutions on towerjit's implicit GEMMs)
+    # "no cudnn" (f32, the convolutions on towerjit's implicit GEMMs) or "cudnn alone" (f32,
+    # cuDNN's algorithms without the implicit GEMM timed beside them)
     measured = {}
+    notes = []
     for r in json_lines(os.path.join(d, "measure.jsonl")):
         if "workload" in r:
             mode = "tf32" if r.get("tf32") else r.get("precision", "f32")
             if r.get("cudnn") is False:
                 mode = "no cudnn"
+            elif r.get("conv_implicit_gemm") is False:
+                mode = "cudnn alone"
             measured[(r["workload"], mode)] = r
+            if mode == "f32" and r.get("conv_choices"):
+                notes.append(f"{r['workload']} f32: {r.get('conv_choices_implicit_gemm')} of {r['conv_choices']} "
+                             "convolution passes ran on towerjit's implicit GEMM (timed faster than cuDNN's)")
     fits = {}  # (workload, prefetched)
     for r in json_lines(os.path.join(d, "fit.jsonl")):
         if "fit_ms_per_step" in r:
             fits[(r["workload"], bool(r.get("prefetch_feeds")))] = r["fit_ms_per_step"]
     torch = {}
-    notes = []
     for r in json_lines(os.path.join(d, "torch.jsonl")):
         if r.get("torch", True) is None:
             notes.append(f"PyTorch: {r.get('error')}")
@@ -66,14 +72,15 @@ def main():
         else:
             torch[(r["workload"], r["mode"])] = r
     head = ("workload", "batch", "predicted ms", "floor ms", "measured ms", "meas/pred", "tf32 ms", "bf16 ms",
-            "no cuDNN ms", "fit ms", "fit, prefetched", "torch eager", "torch.compile", "eager, host batch", "launches")
-    print("%-8s %6s %13s %9s %12s %10s %8s %8s %12s %8s %16s %12s %14s %18s %9s" % head)
+            "no cuDNN ms", "cuDNN alone", "fit ms", "fit, prefetched", "torch eager", "torch.compile", "eager, host batch", "launches")
+    print("%-8s %6s %13s %9s %12s %10s %8s %8s %12s %12s %8s %16s %12s %14s %18s %9s" % head)
     for w in WORKLOADS:
         p = (json_lines(os.path.join(d, f"predict-{w}.txt")) or [None])[-1]
         if p is None:
             notes.append(f"{w}: no prediction (see predict-{w}.txt)")
         m = measured.get((w, "f32"))
         tf32, bf16, own = measured.get((w, "tf32")), measured.get((w, "bf16")), measured.get((w, "no cudnn"))
+        alone = measured.get((w, "cudnn alone"))
         if m is None:
             notes.append(f"{w}: no measurement on the GPU (see measure.log)")
         pred = p["step_ms"] if p else None
@@ -81,10 +88,10 @@ def main():
         ratio = f"{meas / pred:.2f}" if pred and meas else "-"
         eager, comp, fed = torch.get((w, "eager")), torch.get((w, "compile")), torch.get((w, "eager_host_batch"))
         batch = (p or m or {}).get("batch", "-")
-        print("%-8s %6s %13s %9s %12s %10s %8s %8s %12s %8s %16s %12s %14s %18s %9s" % (
+        print("%-8s %6s %13s %9s %12s %10s %8s %8s %12s %12s %8s %16s %12s %14s %18s %9s" % (
             w, batch, ms(pred), ms(p["floor_ms"] if p else None), ms(meas), ratio,
             ms(tf32["measured_ms"] if tf32 else None), ms(bf16["measured_ms"] if bf16 else None),
-            ms(own["measured_ms"] if own else None),
+            ms(own["measured_ms"] if own else None), ms(alone["measured_ms"] if alone else None),
             ms(fits.get((w, False))), ms(fits.get((w, True))),
             ms(eager["step_ms"] if eager else None), ms(comp["step_ms"] if comp else None),
             ms(fed["step_ms"] if fed else None),

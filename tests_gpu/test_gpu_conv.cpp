@@ -4,7 +4,8 @@
 // gradient against the reference interpreter within its error bounds at odd sizes, and across
 // the fallback's tile edges; the fallback's bits on any grid; the algorithm found once per
 // shape; a workspace cap that leaves out the fastest algorithm; the fallback's warning; runs
-// bitwise reproducible; TF32's error under TOWERJIT_ALLOW_TF32=on. On the emulated GPU cuDNN is
+// bitwise reproducible; TF32's error under TOWERJIT_ALLOW_TF32=on; the implicit GEMM timed
+// beside cuDNN's algorithms and run where it was faster. On the emulated GPU cuDNN is
 // the emulator's stand-in (emulator/driver/cudnn.cpp), whose algorithm table the emulator-only
 // checks name.
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "gpu_check.h"
 #include "jit/knobs.h"
 #include "jit/reference/interpreter.h"
+#include "runtime/cuda/conv_choice.h"
 #include "runtime/cuda/cudnn.h"
 #include "tests/jit/cpu_test_env.h"
 #include "towerjit.h"
@@ -271,4 +273,58 @@ TEST_CASE("GPU: TF32 convolutions show TF32's error: beyond the f32 bound, withi
     if (tj::knobs::cuda_emulated()) CHECK(bound_violation(tf32.jit[i], f32.ref[i], f32.bound[i]).has_value());
     CHECK(tf32.bound[i][0] > 10 * f32.bound[i][0]);  // bounded as TF32 (2^-10 against k 2^-24)
   }
+}
+
+// runtime/cuda/conv_choice.h: on any GPU, both codes timed for an f32 pass and the faster kept.
+// On the emulated GPU, whose kernels run on the host, the stand-in's find reports times in
+// units of TOWERJIT_EMULATED_CUDNN_MS; raised to 1000 s, the implicit GEMM is faster for every
+// pass, and a program runs its convolutions on it (the same bits as with TOWERJIT_CUDNN=off), its
+// filter gradient in two slices through the scratch the choice sized. Shapes of their own: the
+// choices and cuDNN's plans are cached per process.
+TEST_CASE("GPU: towerjit's implicit GEMM is timed beside cuDNN's algorithms and runs the passes where it was faster",
+          "[gpu]") {
+  if (!cu::cudnn_available()) return;  // without cuDNN there is nothing to choose
+  cu::DeviceContext& dev = cu::device(0);
+  cu::Stream stream(dev);
+  cu::Cudnn dnn(dev, stream);
+  const TjConvShape g{3, 4, 9, 8, 6, 3, 3, 9, 8, 1, 1, 1, 1};
+  for (cu::ConvPass pass : {cu::ConvPass::forward, cu::ConvPass::data_gradient, cu::ConvPass::filter_gradient}) {
+    INFO(cu::conv_pass_name(pass));
+    const cu::ConvChoice c = cu::choose_convolution(&dnn, pass, g, tj::DType::f32, "test", {});
+    CHECK(c.cudnn_ms > 0);
+    CHECK(c.implicit_gemm_ms > 0);
+    CHECK(c.implicit_gemm == (c.implicit_gemm_ms < c.cudnn_ms));
+    if (tj::knobs::cuda_emulated()) CHECK_FALSE(c.implicit_gemm);  // 0.001 ms a nominal unit: cuDNN's
+    // 16-bit passes are cuDNN's alone: the implicit GEMMs are f32 only.
+    const cu::ConvChoice half = cu::choose_convolution(&dnn, pass, g, tj::DType::bf16, "test", {});
+    CHECK_FALSE(half.implicit_gemm);
+    CHECK(half.implicit_gemm_ms == 0);
+  }
+  {  // The knob off: cuDNN's alone, the implicit GEMM not even timed.
+    tj::test::ScopedEnv off("TOWERJIT_CONV_IMPLICIT_GEMM", "off");
+    tj::test::ScopedEnv slow("TOWERJIT_EMULATED_CUDNN_MS", "1e6");
+    const TjConvShape g2{2, 4, 9, 8, 6, 3, 3, 9, 8, 1, 1, 1, 1};
+    const cu::ConvChoice c = cu::choose_convolution(&dnn, cu::ConvPass::forward, g2, tj::DType::f32, "test", {});
+    CHECK_FALSE(c.implicit_gemm);
+    CHECK(c.implicit_gemm_ms == 0);
+  }
+  if (!tj::knobs::cuda_emulated()) return;
+  const Geometry ge{5, 9, 9, 6, 3, 1, 1};  // batch 9: the filter gradient's depth 729, two slices
+  ConvGraph cg(ge);
+  std::vector<std::vector<float>> chosen;
+  {
+    tj::test::ScopedEnv slow("TOWERJIT_EMULATED_CUDNN_MS", "1e6");
+    const cu::ConvChoiceCounts before = cu::conv_choice_counts();
+    tj::reference::Variables vars;
+    require_close(run_gpu_and_reference(cg.g, cg.fetches, cg.feeds(ge, 9), vars), "conv on the implicit GEMM chosen");
+    const cu::ConvChoiceCounts after = cu::conv_choice_counts();
+    CHECK(after.made - before.made == 3);
+    CHECK(after.implicit_gemm - before.implicit_gemm == 3);
+    chosen = run_bits(cg, ge, 9);
+  }
+  tj::test::ScopedEnv off("TOWERJIT_CUDNN", "off");
+  const auto fallback = run_bits(cg, ge, 9);
+  REQUIRE(chosen.size() == fallback.size());
+  for (size_t i = 0; i < chosen.size(); ++i)
+    CHECK(std::memcmp(chosen[i].data(), fallback[i].data(), chosen[i].size() * 4) == 0);
 }

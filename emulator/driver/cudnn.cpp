@@ -16,7 +16,10 @@
 //
 // Its algorithms are a fixed table, not cuDNN's: every algorithm computes the same way here,
 // and what differs is what towerjit must choose between: workspace, determinism and time.
-// Times are nominal (there is nothing to time on the host), so the "find" is repeatable:
+// Times are nominal (there is nothing to time on the host), so the "find" is repeatable; the
+// table's are in units of TOWERJIT_EMULATED_CUDNN_MS (0.001 ms: less than any kernel takes on
+// the emulator, so towerjit's implicit GEMM, timed beside them by events, loses the choice of
+// runtime/cuda/conv_choice.h unless a test raises the unit):
 //
 //   pass             algo                      deterministic  workspace                   time
 //   forward          0 IMPLICIT_GEMM           yes            0                           3
@@ -52,6 +55,7 @@
 #include "emulator/driver/host_blas.h"
 #include "emulator/driver/launch_log.h"
 #include "emulator/driver/tf32.h"
+#include "jit/knobs.h"
 
 namespace {
 
@@ -146,10 +150,11 @@ struct Perf {
 // not fit `limit` or are not supported after them with their status.
 int report(Pass p, const Geometry& g, const Conv* cv, int requested, int* returned, Perf* out, std::size_t limit) {
   if (!returned || !out || requested <= 0) return kBadParam;
+  const auto unit_ms = static_cast<float>(towerjit::knobs::emulated_cudnn_ms());
   std::vector<Perf> all;
   for (const Algo& a : table(p)) {
     const std::size_t ws = workspace_of(a, g);
-    all.push_back({a.id, ws <= limit ? kSuccess : kNotSupported, ws <= limit ? a.time : -1.0f, ws,
+    all.push_back({a.id, ws <= limit ? kSuccess : kNotSupported, ws <= limit ? a.time * unit_ms : -1.0f, ws,
                    a.deterministic ? 1 : 0, cv->math, {0, 0, 0}});
   }
   for (int id = 0; id < max_count(p); ++id)

@@ -184,6 +184,10 @@ class Cudnn {
   void run(ConvPass pass, const TjConvShape& g, CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, CUdeviceptr workspace,
            size_t workspace_bytes, const std::string& what, DType dtype = DType::f32);
 
+  DeviceContext& device() const { return *device_; }
+  const Stream& stream() const { return *stream_; }
+  bool tf32() const { return tf32_; }
+
  private:
   DeviceContext* device_;
   const Stream* stream_;

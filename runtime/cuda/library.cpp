@@ -9,6 +9,8 @@
 #include "jit/kir/attention_geometry.h"
 #include "jit/kir/matmul_geometry.h"
 #include "jit/cuda/device/library_params.h"
+#include "runtime/cuda/conv_choice.h"
+#include "runtime/cuda/implicit_gemm_conv.h"
 
 namespace towerjit::cuda {
 namespace {
@@ -104,78 +106,9 @@ ConvCall conv_call(Op op, const Attrs& at, const std::vector<Shape>& in, const S
   }
 }
 
-// Without cuDNN, each pass is an implicit GEMM of towerjit's own (jit/cuda/device/conv_kernels.cu):
-// 64 x 64 tiles of the product, a block each. The filter gradient's product is small (o x
-// c*kh*kw) and deep (images x oh*ow): its depth is cut into slices, so the tiles times the
-// slices give the GPU about kSliceBlocks blocks, each slice at least kMinSliceDepth deep. The
-// cut depends on the shape alone, so every GPU (and the emulator) adds in the same order and
-// gives the same bits.
-constexpr int64_t kConvTile = 64, kConvDepthStep = 16;  // TJ_IG_TILE, TJ_IG_DEPTH
-constexpr int64_t kSliceBlocks = 264;    // two blocks on each of an H200's 132 SMs
-constexpr int64_t kMinSliceDepth = 256;  // 16 stages of TJ_IG_DEPTH a slice: its partial's write amortised
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// The 64 x 64 tiles of a rows x cols product, times its slices of depth.
-int64_t tiles(int64_t rows, int64_t cols, int64_t slices = 1) {
-  return ceil_div(rows, kConvTile) * ceil_div(cols, kConvTile) * slices;
-}
-
-struct FilterSlices {
-  int64_t count, depth;  // slices, and the depth of each (the last may be shorter)
-};
-
-FilterSlices filter_gradient_slices(const TjConvShape& g) {
-  const int64_t depth = g.n * g.oh * g.ow, blocks = tiles(g.o, g.c * g.kh * g.kw);
-  const int64_t wanted =
-      std::clamp(ceil_div(kSliceBlocks, blocks), int64_t{1}, std::max<int64_t>(1, depth / kMinSliceDepth));
-  const int64_t slice = ceil_div(ceil_div(depth, wanted), kConvDepthStep) * kConvDepthStep;
-  return {ceil_div(depth, slice), slice};
-}
-
-// The scratch of the filter gradient's slices' partial products; none for one slice (it
-// writes dw) or another pass.
-int64_t fallback_scratch_floats(const ConvCall& cc) {
-  if (cc.pass != ConvPass::filter_gradient) return 0;
-  const FilterSlices s = filter_gradient_slices(cc.g);
-  return s.count > 1 ? s.count * cc.g.o * cc.g.c * cc.g.kh * cc.g.kw : 0;
-}
-
-// A block-stride kernel over `items` (one block each): the grid capped at 32 blocks an SM, as
-// the grid-stride kernels' grids are.
-template <typename... Args>
-void launch_blocks(LibraryEnv& env, const char* name, int64_t items, const Node& node, Args&... args) {
-  if (items == 0) return;
-  void* params[] = {static_cast<void*>(&args)...};
-  launch(env.device.library_module().function(name), std::min<int64_t>(items, int64_t{32} * env.device.sm_count()),
-         kBlock, env.stream, params, std::string(name) + " for " + describe(node), node.loc);
-}
-
-void convolution_fallback(const ConvCall& cc, const Node& node, const DeviceView& a, const DeviceView& b,
-                          const DeviceView& out, LibraryEnv& env) {
-  TjConvShape g = cc.g;
-  CUdeviceptr ap = a.ptr, bp = b.ptr, o = out.ptr;
-  const int64_t taps = g.c * g.kh * g.kw;
-  switch (cc.pass) {
-    case ConvPass::forward:  // x, w -> y
-      return launch_blocks(env, "tj_conv2d_implicit", tiles(g.o, g.n * g.oh * g.ow), node, ap, bp, o, g);
-    case ConvPass::data_gradient:  // dy, w -> dx
-      return launch_blocks(env, "tj_conv2d_grad_input_implicit", tiles(g.c, g.n * g.h * g.w), node, ap, bp, o, g);
-    case ConvPass::filter_gradient: {  // x, dy -> dw, through the slices' partials where there are several
-      const FilterSlices s = filter_gradient_slices(g);
-      long long count = s.count, depth = s.depth, weights = g.o * taps;
-      CUdeviceptr parts = s.count > 1 ? scratch(env, fallback_scratch_floats(cc)) : o;
-      launch_blocks(env, "tj_conv2d_grad_filter_implicit", tiles(g.o, taps, s.count), node, ap, bp, parts, g, count,
-                    depth);
-      if (s.count > 1)  // a block per 32 weights (TJ_SUM_COLUMNS)
-        launch_blocks(env, "tj_sum_slices", ceil_div(weights, 32), node, parts, o, count, weights);
-    }
-  }
-}
-
-// Conv2D, its data gradient and its filter gradient: cuDNN's algorithm planned for the shape
-// (library_scratch_bytes planned it before the run), the scratch as its workspace; without
-// cuDNN, the implicit GEMMs above.
+// Conv2D, its data gradient and its filter gradient: cuDNN's planned algorithm or towerjit's
+// implicit GEMM, whichever the choice made before the run (library_scratch_bytes) kept; the
+// scratch as the workspace.
 void convolution(const kir::LibraryCall& call, const Node& node, const std::vector<DeviceView>& in,
                  const DeviceView& out, LibraryEnv& env) {
   const ConvCall cc = conv_call(call.op, node.attrs, {in[0].shape, in[1].shape}, out.shape);
@@ -186,12 +119,14 @@ void convolution(const kir::LibraryCall& call, const Node& node, const std::vect
                  "cuMemsetD8Async");
     return;
   }
-  if (env.dnn) {
-    env.dnn->run(cc.pass, cc.g, in[0].ptr, in[1].ptr, out.ptr, env.scratch.ptr(), env.scratch.bytes(), describe(node),
-                 node.dtype);
-    return;
-  }
-  convolution_fallback(cc, node, in[0], in[1], out, env);
+  const ConvChoice choice = choose_convolution(env.dnn, cc.pass, cc.g, node.dtype, describe(node), node.loc);
+  internal_check(env.scratch.bytes() >= choice.scratch_bytes)
+      << "library scratch of " << env.scratch.bytes() << " bytes for a convolution's " << choice.scratch_bytes;
+  if (choice.implicit_gemm)
+    return queue_implicit_gemm(cc.pass, cc.g, in[0].ptr, in[1].ptr, out.ptr, env.scratch.ptr(), env.device,
+                               env.stream, describe(node), node.loc);
+  env.dnn->run(cc.pass, cc.g, in[0].ptr, in[1].ptr, out.ptr, env.scratch.ptr(), env.scratch.bytes(), describe(node),
+               node.dtype);
 }
 
 void pool(Op op, const Node& node, const std::vector<DeviceView>& in, const DeviceView& out, LibraryEnv& env) {
@@ -421,14 +356,13 @@ size_t library_scratch_bytes(const kir::LibraryCall& call, const Node& node, con
   if (call.op != Op::Conv2D && call.op != Op::Conv2DGradInput && call.op != Op::Conv2DGradFilter) return 0;
   const ConvCall cc = conv_call(call.op, node.attrs, in, out);
   if (cc.g.n == 0) return 0;
-  if (dnn) return dnn->plan(cc.pass, cc.g, describe(node), node.dtype).workspace;
   // The implicit GEMMs are f32 only.
-  user_check(!is_half_float(node.dtype), node)
+  user_check(dnn || !is_half_float(node.dtype), node)
       << "the precision policy runs this convolution (" << op_name(node.op) << ") in " << dtype_name(node.dtype)
       << ", which needs cuDNN, and cuDNN is not used here (" << cudnn_unavailable_reason()
       << "); make cuDNN 9 loadable, or keep convolutions in f32 with Towers::precision({.matmul_operands = ..., "
          ".conv_operands = DType::f32})";
-  return static_cast<size_t>(fallback_scratch_floats(cc)) * 4;
+  return choose_convolution(dnn, cc.pass, cc.g, node.dtype, describe(node), node.loc).scratch_bytes;
 }
 
 void check_one_hot_slot(const Node& node, uint64_t slot) {

@@ -49,10 +49,12 @@ const Values kChecked[] = {
     {"TOWERJIT_NCCL", "ring", "off"},
     {"TOWERJIT_NCCL_WORLD", "all", "on"},
     {"TOWERJIT_CUDNN", "9", "off"},
+    {"TOWERJIT_CONV_IMPLICIT_GEMM", "race", "off"},
     {"TOWERJIT_CUDNN_WORKSPACE_MB", "1.5", "0"},
     {"TOWERJIT_EMULATED_GPUS", "0", "7"},
     {"TOWERJIT_EMULATED_GPU_MB", "4G", "127"},
     {"TOWERJIT_EMULATED_GPU_SMS", "-1", "1"},
+    {"TOWERJIT_EMULATED_CUDNN_MS", "0", "1e6"},
     {"TOWERJIT_EMULATOR_SCHEDULE", "random:", "random:7"},
     {"TOWERJIT_EMULATED_NCCL_TIMEOUT", "never", "1"},
 };

@@ -1,0 +1,97 @@
+#include "runtime/cuda/conv_choice.h"
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "jit/knobs.h"
+#include "runtime/cuda/implicit_gemm_conv.h"
+
+namespace towerjit::cuda {
+namespace {
+
+// Launches timed after the untimed one: a few, so the events' resolution (about 0.5 us) is
+// small beside them; the find times cuDNN's algorithms in the same spirit.
+constexpr int kTimedRuns = 3;
+
+struct ChoiceCache {
+  std::mutex mutex;
+  std::map<std::vector<long long>, ConvChoice> choices;
+  ConvChoiceCounts counts;
+};
+
+ChoiceCache& cache() {
+  static ChoiceCache c;
+  return c;
+}
+
+std::vector<long long> key_of(const Cudnn& dnn, ConvPass pass, const TjConvShape& g, DType dtype) {
+  const auto cap = knobs::cudnn_workspace_mb();
+  return {dnn.device().ordinal(), static_cast<long long>(pass), g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.oh, g.ow,
+          g.stride_h, g.stride_w, g.pad_h, g.pad_w, cap ? static_cast<long long>(*cap) : -1, dnn.tf32() ? 1 : 0,
+          static_cast<long long>(dtype), knobs::conv_implicit_gemm() ? 1 : 0};
+}
+
+// Milliseconds one implicit-GEMM pass takes on dnn's device and stream, on scratch operands of
+// the shape (their contents do not change the work).
+float time_implicit_gemm(const Cudnn& dnn, ConvPass pass, const TjConvShape& g, const std::string& what,
+                         std::source_location loc) {
+  DeviceContext& device = dnn.device();
+  const Stream& stream = dnn.stream();
+  DeviceBuffer x = device.allocate(static_cast<size_t>(g.n * g.c * g.h * g.w) * 4, loc);
+  DeviceBuffer w = device.allocate(static_cast<size_t>(g.o * g.c * g.kh * g.kw) * 4, loc);
+  DeviceBuffer y = device.allocate(static_cast<size_t>(g.n * g.o * g.oh * g.ow) * 4, loc);
+  DeviceBuffer scratch = device.allocate(implicit_gemm_scratch_bytes(pass, g), loc);
+  // The operands in the pass's roles: forward x, w -> y; data gradient dy, w -> dx; filter
+  // gradient x, dy -> dw.
+  const CUdeviceptr a = pass == ConvPass::data_gradient ? y.ptr() : x.ptr();
+  const CUdeviceptr b = pass == ConvPass::filter_gradient ? y.ptr() : w.ptr();
+  const CUdeviceptr out = pass == ConvPass::forward ? y.ptr() : pass == ConvPass::data_gradient ? x.ptr() : w.ptr();
+  const std::string timed = what + " (timed beside cuDNN's algorithms)";
+  auto queue = [&] { queue_implicit_gemm(pass, g, a, b, out, scratch.ptr(), device, stream, timed, loc); };
+  queue();
+  Event start(device), end(device);
+  start.record(stream);
+  for (int i = 0; i < kTimedRuns; ++i) queue();
+  end.record(stream);
+  stream.synchronize("timing towerjit's implicit GEMM for " + what, loc);
+  return start.elapsed_ms(end) / kTimedRuns;
+}
+
+}  // namespace
+
+ConvChoice choose_convolution(Cudnn* dnn, ConvPass pass, const TjConvShape& g, DType dtype, const std::string& what,
+                              std::source_location loc) {
+  if (!dnn) return {true, implicit_gemm_scratch_bytes(pass, g), 0, 0};
+  ChoiceCache& c = cache();
+  const auto key = key_of(*dnn, pass, g, dtype);
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    if (auto it = c.choices.find(key); it != c.choices.end()) return it->second;
+  }
+  const ConvAlgorithm planned = dnn->plan(pass, g, what, dtype);
+  ConvChoice choice{false, planned.workspace, planned.time_ms, 0};
+  // A find that timed nothing (time_ms 0 or less) leaves nothing to compare with: cuDNN's
+  // heuristic choice stands.
+  if (dtype == DType::f32 && knobs::conv_implicit_gemm() && planned.time_ms > 0) {
+    choice.implicit_gemm_ms = time_implicit_gemm(*dnn, pass, g, what, loc);
+    if (choice.implicit_gemm_ms < planned.time_ms) {
+      choice.implicit_gemm = true;
+      choice.scratch_bytes = implicit_gemm_scratch_bytes(pass, g);
+    }
+  }
+  std::lock_guard<std::mutex> lock(c.mutex);
+  auto [it, inserted] = c.choices.emplace(key, choice);
+  if (inserted) {
+    ++c.counts.made;
+    c.counts.implicit_gemm += choice.implicit_gemm;
+  }
+  return it->second;
+}
+
+ConvChoiceCounts conv_choice_counts() {
+  std::lock_guard<std::mutex> lock(cache().mutex);
+  return cache().counts;
+}
+
+}  // namespace towerjit::cuda
