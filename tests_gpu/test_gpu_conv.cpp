@@ -17,6 +17,7 @@
 #include "jit/reference/interpreter.h"
 #include "runtime/cuda/conv_choice.h"
 #include "runtime/cuda/cudnn.h"
+#include "runtime/cuda/driver_api.h"
 #include "tests/jit/cpu_test_env.h"
 #include "towerjit.h"
 
@@ -96,9 +97,12 @@ TEST_CASE("GPU: convolutions through cuDNN match the reference at odd sizes", "[
     WARN("cuDNN not used here (" << cu::cudnn_unavailable_reason() << "): the fallback case covers this machine");
     return;
   }
-  const int64_t finds = cu::cudnn_find_count();
+  const cu::ConvChoiceCounts before = cu::conv_choice_counts();
   match_reference("cuDNN");
-  CHECK(cu::cudnn_find_count() > finds);  // the calls went to cuDNN
+  const cu::ConvChoiceCounts after = cu::conv_choice_counts();
+  CHECK(after.made > before.made);  // the calls were chosen for, found or read from the compile cache
+  // On the emulator cuDNN's stand-in wins every choice (its times a thousandth of a ms).
+  if (tj::knobs::cuda_emulated()) CHECK(after.implicit_gemm == before.implicit_gemm);
   CHECK(cu::cudnn_warning_given().empty());
 }
 
@@ -120,13 +124,20 @@ TEST_CASE("GPU: cuDNN's algorithm is found once per shape and is deterministic",
   if (!cu::cudnn_available()) return;
   const Geometry ge{3, 11, 13, 5, 3, 1, 1};
   ConvGraph cg(ge);
+  // A choice read from the compile cache (an earlier run's) lists its algorithm without a find.
   const int64_t before = cu::cudnn_find_count();
+  const cu::ConvChoiceCounts chosen = cu::conv_choice_counts();
+  auto finds_and_choices = [&] {
+    const cu::ConvChoiceCounts now = cu::conv_choice_counts();
+    CHECK(cu::cudnn_find_count() - before == (now.made - chosen.made) - (now.loaded - chosen.loaded));
+    return now.made - chosen.made;
+  };
   const auto first = run_bits(cg, ge, 3);  // two runs of one program
-  CHECK(cu::cudnn_find_count() - before == 3);  // forward, data gradient, filter gradient
-  const auto again = run_bits(cg, ge, 3);       // a second program, the same shapes
-  CHECK(cu::cudnn_find_count() - before == 3);
-  run_bits(cg, ge, 4);                          // a new batch: new shapes
-  CHECK(cu::cudnn_find_count() - before == 6);
+  CHECK(finds_and_choices() == 3);         // forward, data gradient, filter gradient
+  const auto again = run_bits(cg, ge, 3);  // a second program, the same shapes
+  CHECK(finds_and_choices() == 3);
+  run_bits(cg, ge, 4);                     // a new batch: new shapes
+  CHECK(finds_and_choices() == 6);
   // Bitwise the same, run after run and program after program.
   REQUIRE(first.size() == 6);
   REQUIRE(again.size() == 6);
@@ -327,4 +338,45 @@ TEST_CASE("GPU: towerjit's implicit GEMM is timed beside cuDNN's algorithms and 
   REQUIRE(chosen.size() == fallback.size());
   for (size_t i = 0; i < chosen.size(); ++i)
     CHECK(std::memcmp(chosen[i].data(), fallback[i].data(), chosen[i].size() * 4) == 0);
+}
+
+// The choices persist in the compile cache, keyed by the GPU's model: the emulator's second GPU
+// (the same model) reads what the first chose instead of timing, cuDNN's algorithm listed but
+// not found. A cache of its own, entered once both GPUs' library kernels are loaded.
+TEST_CASE("GPU: convolution choices are stored in the compile cache and a GPU of the same model reads them", "[gpu]") {
+  if (!cu::cudnn_available() || cu::cuda_device_count() < 2) return;
+  cu::DeviceContext &d0 = cu::device(0), &d1 = cu::device(1);
+  if (d0.name() != d1.name() || d0.sm_count() != d1.sm_count()) return;
+  d0.library_module();
+  d1.library_module();
+  tj::test::CacheSandbox sandbox;
+  cu::Stream s0(d0), s1(d1);
+  cu::Cudnn dnn0(d0, s0), dnn1(d1, s1);
+  const TjConvShape g{4, 3, 10, 7, 5, 3, 3, 10, 7, 1, 1, 1, 1};
+  for (cu::ConvPass pass : {cu::ConvPass::forward, cu::ConvPass::data_gradient, cu::ConvPass::filter_gradient}) {
+    INFO(cu::conv_pass_name(pass));
+    const cu::ConvChoiceCounts start = cu::conv_choice_counts();
+    const int64_t finds = cu::cudnn_find_count();
+    const cu::ConvChoice first = cu::choose_convolution(&dnn0, pass, g, tj::DType::f32, "test", {});
+    CHECK(cu::cudnn_find_count() - finds == 1);
+    const cu::ConvChoice read = cu::choose_convolution(&dnn1, pass, g, tj::DType::f32, "test", {});
+    CHECK(cu::cudnn_find_count() - finds == 1);  // no find for the second GPU
+    CHECK(cu::conv_choice_counts().loaded - start.loaded == 1);
+    CHECK(read.implicit_gemm == first.implicit_gemm);
+    CHECK(read.scratch_bytes == first.scratch_bytes);
+    CHECK(read.implicit_gemm_ms == first.implicit_gemm_ms);
+    if (!first.implicit_gemm) CHECK(dnn1.plan(pass, g, "test").algo == dnn0.plan(pass, g, "test").algo);
+  }
+  CHECK(sandbox.dir.files().size() >= 3);  // an entry a pass
+  // The emulator's stand-in timing unit is part of the key there: raised, the choices are made
+  // afresh, and the implicit GEMM wins them; the second GPU reads that.
+  if (!tj::knobs::cuda_emulated()) return;
+  tj::test::ScopedEnv slow("TOWERJIT_EMULATED_CUDNN_MS", "1e6");
+  const TjConvShape g2{4, 2, 10, 7, 5, 3, 3, 10, 7, 1, 1, 1, 1};  // a shape of its own: choices are kept per process
+  const cu::ConvChoiceCounts start = cu::conv_choice_counts();
+  const cu::ConvChoice first = cu::choose_convolution(&dnn0, cu::ConvPass::filter_gradient, g2, tj::DType::f32, "test", {});
+  CHECK(first.implicit_gemm);
+  const cu::ConvChoice read = cu::choose_convolution(&dnn1, cu::ConvPass::filter_gradient, g2, tj::DType::f32, "test", {});
+  CHECK(read.implicit_gemm);
+  CHECK(cu::conv_choice_counts().loaded - start.loaded == 1);
 }

@@ -162,7 +162,7 @@ int cuDeviceGet(CUdevice* d, int ordinal) {
 
 int cuDeviceGetName(char* name, int length, CUdevice d) {
   if (d < 0 || d >= static_cast<int>(devices().size())) return kInvalidDevice;
-  const std::string n = "towerjit emulated GPU " + std::to_string(d) + " (CUDA C on the CPU)";
+  const std::string n = "towerjit emulated GPU (CUDA C on the CPU)";  // one model, as two H200s are
   std::snprintf(name, static_cast<std::size_t>(length), "%s", n.c_str());
   return kSuccess;
 }

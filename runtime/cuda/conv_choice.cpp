@@ -1,9 +1,13 @@
 #include "runtime/cuda/conv_choice.h"
 
+#include <iomanip>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <vector>
 
+#include "jit/cpu/compile_cache.h"
+#include "jit/cuda/device_sources.h"
 #include "jit/knobs.h"
 #include "runtime/cuda/implicit_gemm_conv.h"
 
@@ -30,6 +34,55 @@ std::vector<long long> key_of(const Cudnn& dnn, ConvPass pass, const TjConvShape
   return {dnn.device().ordinal(), static_cast<long long>(pass), g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.oh, g.ow,
           g.stride_h, g.stride_w, g.pad_h, g.pad_w, cap ? static_cast<long long>(*cap) : -1, dnn.tf32() ? 1 : 0,
           static_cast<long long>(dtype), knobs::conv_implicit_gemm() ? 1 : 0};
+}
+
+// The choice's entry in the compile cache: the GPU's model rather than its ordinal (any GPU of
+// the model chooses alike), cuDNN's version, the implicit GEMMs' source (a change to them
+// times afresh) and the in-process key but its ordinal. On the emulator the device's speed
+// is the stand-in's timing unit, so that is part of it there.
+std::string persisted_key(const Cudnn& dnn, const std::vector<long long>& key) {
+  std::ostringstream fields;
+  for (size_t i = 1; i < key.size(); ++i) fields << key[i] << ' ';
+  const CudnnApi* api = loaded_cudnn();
+  const DeviceContext& d = dnn.device();
+  return cpujit::make_cache_key({"convolution choice", d.name(), d.arch(), std::to_string(d.sm_count()),
+                                 std::to_string(api ? api->version : 0), kDeviceConvKernels, fields.str(),
+                                 knobs::cuda_emulated() ? std::to_string(knobs::emulated_cudnn_ms()) : ""});
+}
+
+// "implicit_gemm CUDNN_MS IMPLICIT_GEMM_MS" or "cudnn ALGO CUDNN_MS IMPLICIT_GEMM_MS".
+std::string payload_of(const ConvChoice& c, int algo) {
+  std::ostringstream out;
+  out << std::setprecision(9);  // a float's digits: read back, the same timings
+  if (c.implicit_gemm) out << "implicit_gemm ";
+  else out << "cudnn " << algo << ' ';
+  out << c.cudnn_ms << ' ' << c.implicit_gemm_ms << '\n';
+  return out.str();
+}
+
+// The choice an earlier process stored for the key, where its entry reads whole and (for
+// cuDNN's) the algorithm still qualifies here: Cudnn::adopt lists it without timing.
+std::optional<ConvChoice> load_choice(const cpujit::CompileCache& store, const std::string& entry, Cudnn& dnn,
+                                      ConvPass pass, const TjConvShape& g, DType dtype, const std::string& what) {
+  const cpujit::CompileCache::Lookup found = store.load(entry);
+  if (found.status != cpujit::CompileCache::Status::hit) return std::nullopt;
+  std::istringstream in(found.payload);
+  std::string kind;
+  int algo = -1;
+  ConvChoice c;
+  in >> kind;
+  if (kind == "cudnn") in >> algo;
+  in >> c.cudnn_ms >> c.implicit_gemm_ms;
+  if (!in || (kind != "cudnn" && kind != "implicit_gemm")) return std::nullopt;
+  if (kind == "implicit_gemm") {
+    c.implicit_gemm = true;
+    c.scratch_bytes = implicit_gemm_scratch_bytes(pass, g);
+    return c;
+  }
+  const std::optional<ConvAlgorithm> adopted = dnn.adopt(pass, g, what, dtype, {algo, 0, c.cudnn_ms});
+  if (!adopted) return std::nullopt;
+  c.scratch_bytes = adopted->workspace;
+  return c;
 }
 
 // Milliseconds one implicit-GEMM pass takes on dnn's device and stream, on scratch operands of
@@ -69,22 +122,30 @@ ConvChoice choose_convolution(Cudnn* dnn, ConvPass pass, const TjConvShape& g, D
     std::lock_guard<std::mutex> lock(c.mutex);
     if (auto it = c.choices.find(key); it != c.choices.end()) return it->second;
   }
-  const ConvAlgorithm planned = dnn->plan(pass, g, what, dtype);
-  ConvChoice choice{false, planned.workspace, planned.time_ms, 0};
-  // A find that timed nothing (time_ms 0 or less) leaves nothing to compare with: cuDNN's
-  // heuristic choice stands.
-  if (dtype == DType::f32 && knobs::conv_implicit_gemm() && planned.time_ms > 0) {
-    choice.implicit_gemm_ms = time_implicit_gemm(*dnn, pass, g, what, loc);
-    if (choice.implicit_gemm_ms < planned.time_ms) {
-      choice.implicit_gemm = true;
-      choice.scratch_bytes = implicit_gemm_scratch_bytes(pass, g);
+  const std::optional<cpujit::CompileCache> store = cpujit::CompileCache::from_knobs();
+  const std::string entry = store ? persisted_key(*dnn, key) : "";
+  std::optional<ConvChoice> choice = store ? load_choice(*store, entry, *dnn, pass, g, dtype, what) : std::nullopt;
+  const bool loaded = choice.has_value();
+  if (!choice) {
+    const ConvAlgorithm planned = dnn->plan(pass, g, what, dtype);
+    choice = ConvChoice{false, planned.workspace, planned.time_ms, 0};
+    // A find that timed nothing (time_ms 0 or less) leaves nothing to compare with: cuDNN's
+    // heuristic choice stands.
+    if (dtype == DType::f32 && knobs::conv_implicit_gemm() && planned.time_ms > 0) {
+      choice->implicit_gemm_ms = time_implicit_gemm(*dnn, pass, g, what, loc);
+      if (choice->implicit_gemm_ms < planned.time_ms) {
+        choice->implicit_gemm = true;
+        choice->scratch_bytes = implicit_gemm_scratch_bytes(pass, g);
+      }
     }
+    if (store) store->store(entry, payload_of(*choice, planned.algo));
   }
   std::lock_guard<std::mutex> lock(c.mutex);
-  auto [it, inserted] = c.choices.emplace(key, choice);
+  auto [it, inserted] = c.choices.emplace(key, *choice);
   if (inserted) {
     ++c.counts.made;
-    c.counts.implicit_gemm += choice.implicit_gemm;
+    c.counts.implicit_gemm += choice->implicit_gemm;
+    c.counts.loaded += loaded;
   }
   return it->second;
 }

@@ -7,9 +7,15 @@
 // (Cudnn::plan), the implicit GEMM by events around kTimedRuns launches after one untimed
 // launch (which loads the kernel, as CUDA loads modules lazily). The faster is kept. Both are
 // deterministic, so a run stays bitwise reproducible once the choice is made; the choice itself
-// rests on timings, as cuDNN's find does (docs/cuda.md#convolutions). Why race them: on an
+// rests on timings, as cuDNN's find does, hence its store below (docs/cuda.md#convolutions). Why race them: on an
 // H200, cuDNN's one deterministic f32 filter gradient that sums products (ALGO_1) took 60% of
 // the resnet's step (docs/cuda.md#figures).
+//
+// Each choice is stored in the compile cache (jit/cpu/compile_cache.h; not with
+// TOWERJIT_CACHE=off), keyed by the GPU's model, cuDNN's version and the implicit GEMMs'
+// source: a later run on the same kind of GPU reads it instead of timing (a cuDNN algorithm
+// read so is listed for the shape, not timed, and held to the same rules), so its steps are
+// bitwise those of the run that chose, and it starts sooner.
 //
 // Without cuDNN every pass is the implicit GEMM; 16-bit passes are cuDNN's alone (the implicit
 // GEMMs are f32 only); TOWERJIT_CONV_IMPLICIT_GEMM=off leaves the choice to cuDNN alone.
@@ -39,6 +45,7 @@ ConvChoice choose_convolution(Cudnn* dnn, ConvPass pass, const TjConvShape& g, D
 // (the bench prints them beside a step).
 struct ConvChoiceCounts {
   int64_t made = 0, implicit_gemm = 0;
+  int64_t loaded = 0;  // of those made, read from the compile cache rather than timed
 };
 ConvChoiceCounts conv_choice_counts();
 

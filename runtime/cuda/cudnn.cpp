@@ -298,6 +298,43 @@ bool sums_products(ConvPass pass, int algo) {
   }
   return false;
 }
+
+// Every algorithm cuDNN has for the pass at the descriptors' shape, with its workspace and
+// determinism (cudnnGetConvolution*Algorithm_v7: a listing, nothing run); `max_count` gets
+// how many the pass has.
+std::vector<CudnnAlgoPerf> list_algorithms(cudnnHandle_t handle, ConvPass pass, const Descriptors& d,
+                                           const std::string& what, int* max_count_out) {
+  const CudnnApi& api = loaded().api;
+  int max_count = 0;
+  std::vector<CudnnAlgoPerf> listed;
+  int returned = 0;
+  switch (pass) {
+    case ConvPass::forward:
+      check_cudnn(api.GetForwardAlgorithmMaxCount(handle, &max_count), "cudnnGetConvolutionForwardAlgorithmMaxCount", what);
+      listed.resize(std::max(max_count, 1));
+      check_cudnn(api.GetForwardAlgorithm(handle, d.x, d.w, d.conv, d.y, max_count, &returned, listed.data()),
+                  "cudnnGetConvolutionForwardAlgorithm_v7", what);
+      break;
+    case ConvPass::data_gradient:
+      check_cudnn(api.GetBackwardDataAlgorithmMaxCount(handle, &max_count),
+                  "cudnnGetConvolutionBackwardDataAlgorithmMaxCount", what);
+      listed.resize(std::max(max_count, 1));
+      check_cudnn(api.GetBackwardDataAlgorithm(handle, d.w, d.y, d.conv, d.x, max_count, &returned, listed.data()),
+                  "cudnnGetConvolutionBackwardDataAlgorithm_v7", what);
+      break;
+    case ConvPass::filter_gradient:
+      check_cudnn(api.GetBackwardFilterAlgorithmMaxCount(handle, &max_count),
+                  "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount", what);
+      listed.resize(std::max(max_count, 1));
+      check_cudnn(api.GetBackwardFilterAlgorithm(handle, d.x, d.y, d.conv, d.w, max_count, &returned, listed.data()),
+                  "cudnnGetConvolutionBackwardFilterAlgorithm_v7", what);
+      break;
+  }
+  listed.resize(std::max(returned, 0));
+  *max_count_out = max_count;
+  return listed;
+}
+
 }  // namespace
 
 ConvAlgorithm Cudnn::plan(ConvPass pass, const TjConvShape& g, const std::string& what, DType dtype) {
@@ -314,31 +351,8 @@ ConvAlgorithm Cudnn::plan(ConvPass pass, const TjConvShape& g, const std::string
 
   // Every algorithm the library has for the shape, with its workspace and determinism.
   int max_count = 0;
-  std::vector<CudnnAlgoPerf> listed;
+  const std::vector<CudnnAlgoPerf> listed = list_algorithms(handle_, pass, d, what, &max_count);
   int returned = 0;
-  switch (pass) {
-    case ConvPass::forward:
-      check_cudnn(api.GetForwardAlgorithmMaxCount(handle_, &max_count), "cudnnGetConvolutionForwardAlgorithmMaxCount", what);
-      listed.resize(std::max(max_count, 1));
-      check_cudnn(api.GetForwardAlgorithm(handle_, d.x, d.w, d.conv, d.y, max_count, &returned, listed.data()),
-                  "cudnnGetConvolutionForwardAlgorithm_v7", what);
-      break;
-    case ConvPass::data_gradient:
-      check_cudnn(api.GetBackwardDataAlgorithmMaxCount(handle_, &max_count),
-                  "cudnnGetConvolutionBackwardDataAlgorithmMaxCount", what);
-      listed.resize(std::max(max_count, 1));
-      check_cudnn(api.GetBackwardDataAlgorithm(handle_, d.w, d.y, d.conv, d.x, max_count, &returned, listed.data()),
-                  "cudnnGetConvolutionBackwardDataAlgorithm_v7", what);
-      break;
-    case ConvPass::filter_gradient:
-      check_cudnn(api.GetBackwardFilterAlgorithmMaxCount(handle_, &max_count),
-                  "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount", what);
-      listed.resize(std::max(max_count, 1));
-      check_cudnn(api.GetBackwardFilterAlgorithm(handle_, d.x, d.y, d.conv, d.w, max_count, &returned, listed.data()),
-                  "cudnnGetConvolutionBackwardFilterAlgorithm_v7", what);
-      break;
-  }
-  listed.resize(std::max(returned, 0));
 
   // Deterministic only (runs stay bitwise reproducible); sums of products only (results within
   // the reference's f32 bound) unless TF32 is allowed, whose users have accepted errors of
@@ -417,6 +431,32 @@ ConvAlgorithm Cudnn::plan(ConvPass pass, const TjConvShape& g, const std::string
   const ConvAlgorithm chosen = plan.chosen;
   pc.plans.emplace(key, std::move(plan));
   return chosen;
+}
+
+std::optional<ConvAlgorithm> Cudnn::adopt(ConvPass pass, const TjConvShape& g, const std::string& what, DType dtype,
+                                          const ConvAlgorithm& stored) {
+  const auto key = key_of(device_->ordinal(), pass, g, dtype, tf32_);
+  PlanCache& pc = cache();
+  std::lock_guard<std::mutex> lock(pc.mutex);
+  if (auto it = pc.plans.find(key); it != pc.plans.end()) return it->second.chosen;
+  device_->make_current();
+  Plan plan;
+  plan.desc = std::make_unique<Descriptors>(g, dtype, tf32_, what);
+  int max_count = 0;
+  const size_t budget = workspace_budget(*device_);
+  for (const CudnnAlgoPerf& p : list_algorithms(handle_, pass, *plan.desc, what, &max_count)) {
+    if (p.algo != stored.algo) continue;
+    // Held to what plan() would take: supported, deterministic, a sum of products unless TF32
+    // is allowed, and a workspace that fits the memory there is now.
+    if (p.status != 0 || p.determinism != kCudnnDeterministic || !(tf32_ || sums_products(pass, p.algo)) ||
+        p.memory > budget)
+      return std::nullopt;
+    plan.chosen = {p.algo, p.memory, stored.time_ms};
+    const ConvAlgorithm chosen = plan.chosen;
+    pc.plans.emplace(key, std::move(plan));
+    return chosen;
+  }
+  return std::nullopt;
 }
 
 void Cudnn::run(ConvPass pass, const TjConvShape& g, CUdeviceptr a, CUdeviceptr b, CUdeviceptr out,

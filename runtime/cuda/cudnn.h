@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <source_location>
 #include <string>
 
@@ -177,6 +178,13 @@ class Cudnn {
   // type CUDNN_DATA_FLOAT) under CUDNN_TENSOR_OP_MATH, on the tensor cores; the products of
   // 16-bit operands are exact, so TF32 does not apply to them.
   ConvAlgorithm plan(ConvPass pass, const TjConvShape& g, const std::string& what, DType dtype = DType::f32);
+
+  // Plans the pass at shape `g` with `stored.algo`, chosen by an earlier process's plan(),
+  // without timing anything: the algorithm is listed for the shape and held to what plan()
+  // takes (deterministic, a sum of products unless TF32 is allowed, a workspace that fits the
+  // memory there is now). Nullopt where it is not, and plan() is for the caller to call.
+  std::optional<ConvAlgorithm> adopt(ConvPass pass, const TjConvShape& g, const std::string& what, DType dtype,
+                                     const ConvAlgorithm& stored);
 
   // Queues the pass with the planned algorithm: forward y = conv(x, w) (a = x, b = w),
   // data gradient dx (a = dy, b = w), filter gradient dw (a = x, b = dy). `workspace` holds
