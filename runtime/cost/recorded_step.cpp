@@ -94,6 +94,10 @@ void prepare_emulated_gpu(const GpuSpec& gpu, const std::string& dump_dir, int m
   setenv("TOWERJIT_CUDA", "emulator", 1);
   setenv("TOWERJIT_EMULATED_GPU_SMS", std::to_string(gpu.sms).c_str(), 1);
   setenv("TOWERJIT_DUMP", dump_dir.c_str(), 1);
+  // The model prices cuDNN's calls; on the emulator cuDNN's stand-in wins every race with the
+  // implicit GEMM anyway (runtime/cuda/conv_choice.h), and timing the implicit GEMM there runs
+  // it on the host: 47 s of the cnn's first step at batch 512. So it is not timed.
+  if (!std::getenv("TOWERJIT_CONV_IMPLICIT_GEMM")) setenv("TOWERJIT_CONV_IMPLICIT_GEMM", "off", 1);
   if (!std::getenv("TOWERJIT_EMULATED_GPU_MB")) setenv("TOWERJIT_EMULATED_GPU_MB", std::to_string(memory_mb).c_str(), 1);
 }
 

@@ -20,7 +20,9 @@ namespace towerjit::cost {
 
 // Sets the environment a recorded step needs, before the process first uses CUDA: the
 // emulated GPU (TOWERJIT_CUDA=emulator) reporting `gpu`'s SM count, each program's index
-// written to `dump_dir`, and `memory_mb` of emulated memory unless TOWERJIT_EMULATED_GPU_MB says. A
+// written to `dump_dir`, `memory_mb` of emulated memory unless TOWERJIT_EMULATED_GPU_MB says,
+// and convolutions on cuDNN's algorithms without the implicit GEMM timed beside them unless
+// TOWERJIT_CONV_IMPLICIT_GEMM says. A
 // process that already loaded NVIDIA's driver keeps it (the libraries load once): call this
 // first.
 void prepare_emulated_gpu(const GpuSpec& gpu, const std::string& dump_dir, int memory_mb = 16384);
