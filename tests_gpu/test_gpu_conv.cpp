@@ -368,6 +368,17 @@ TEST_CASE("GPU: convolution choices are stored in the compile cache and a GPU of
     if (!first.implicit_gemm) CHECK(dnn1.plan(pass, g, "test").algo == dnn0.plan(pass, g, "test").algo);
   }
   CHECK(sandbox.dir.files().size() >= 3);  // an entry a pass
+  // A stored algorithm is held to plan()'s rules where it is read: on the stand-in the filter
+  // gradient's ALGO_0 adds with atomics and FFT_TILING (6) transforms the operands.
+  if (tj::knobs::cuda_emulated()) {
+    const TjConvShape g3{2, 3, 10, 7, 5, 3, 3, 10, 7, 1, 1, 1, 1};
+    CHECK_FALSE(dnn1.adopt(cu::ConvPass::filter_gradient, g3, "test", tj::DType::f32, {0, 0, 1}));
+    CHECK_FALSE(dnn1.adopt(cu::ConvPass::filter_gradient, g3, "test", tj::DType::f32, {6, 0, 1}));
+    CHECK_FALSE(dnn1.adopt(cu::ConvPass::filter_gradient, g3, "test", tj::DType::f32, {42, 0, 1}));
+    const auto one = dnn1.adopt(cu::ConvPass::filter_gradient, g3, "test", tj::DType::f32, {1, 0, 1});
+    REQUIRE(one);
+    CHECK(one->algo == 1);
+  }
   // The emulator's stand-in timing unit is part of the key there: raised, the choices are made
   // afresh, and the implicit GEMM wins them; the second GPU reads that.
   if (!tj::knobs::cuda_emulated()) return;

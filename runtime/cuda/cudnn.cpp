@@ -299,6 +299,12 @@ bool sums_products(ConvPass pass, int algo) {
   return false;
 }
 
+// What plan() takes: supported, deterministic (runs stay bitwise reproducible), and a sum of
+// products (results within the reference's f32 bound) unless TF32 is allowed.
+bool takes(ConvPass pass, const CudnnAlgoPerf& p, bool tf32) {
+  return p.status == 0 && p.determinism == kCudnnDeterministic && (tf32 || sums_products(pass, p.algo));
+}
+
 // Every algorithm cuDNN has for the pass at the descriptors' shape, with its workspace and
 // determinism (cudnnGetConvolution*Algorithm_v7: a listing, nothing run); `max_count` gets
 // how many the pass has.
@@ -362,7 +368,7 @@ ConvAlgorithm Cudnn::plan(ConvPass pass, const TjConvShape& g, const std::string
   std::vector<CudnnAlgoPerf> fits;
   const CudnnAlgoPerf* too_big = nullptr;
   for (const CudnnAlgoPerf& p : listed) {
-    if (p.status != 0 || p.determinism != kCudnnDeterministic || !(tf32_ || sums_products(pass, p.algo))) continue;
+    if (!takes(pass, p, tf32_)) continue;
     if (p.memory <= budget) fits.push_back(p);
     else if (!too_big || p.memory > too_big->memory) too_big = &p;
   }
@@ -446,11 +452,8 @@ std::optional<ConvAlgorithm> Cudnn::adopt(ConvPass pass, const TjConvShape& g, c
   const size_t budget = workspace_budget(*device_);
   for (const CudnnAlgoPerf& p : list_algorithms(handle_, pass, *plan.desc, what, &max_count)) {
     if (p.algo != stored.algo) continue;
-    // Held to what plan() would take: supported, deterministic, a sum of products unless TF32
-    // is allowed, and a workspace that fits the memory there is now.
-    if (p.status != 0 || p.determinism != kCudnnDeterministic || !(tf32_ || sums_products(pass, p.algo)) ||
-        p.memory > budget)
-      return std::nullopt;
+    // Held to what plan() would take, in a workspace that fits the memory there is now.
+    if (!takes(pass, p, tf32_) || p.memory > budget) return std::nullopt;
     plan.chosen = {p.algo, p.memory, stored.time_ms};
     const ConvAlgorithm chosen = plan.chosen;
     pc.plans.emplace(key, std::move(plan));

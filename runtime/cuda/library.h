@@ -1,6 +1,6 @@
 // The GPU's library routines: what the kernel IR leaves to hand-written code, as on the CPU
-// (runtime/cpu/library.h). Matrix products go to cuBLAS; convolutions to cuDNN (cudnn.h), or
-// without it to implicit GEMMs of towerjit's own (jit/cuda/device/conv_kernels.cu); pools,
+// (runtime/cpu/library.h). Matrix products go to cuBLAS; convolutions to cuDNN (cudnn.h) or to
+// implicit GEMMs of towerjit's own (implicit_gemm_conv.h), as conv_choice.h chose per shape; pools,
 // one-hot, argmax, pad and concat to the library kernels of jit/cuda/device/library_kernels.cu. jit/cuda/cuda_dump.h's library_routine()
 // names what each call runs.
 #pragma once
@@ -35,7 +35,8 @@ struct LibraryEnv {
   // One-hot calls report a label out of range through an 8-byte slot each (set to all ones
   // before the launch); the runtime reads them after the run and raises the CPU's error.
   CUdeviceptr error_slot = 0;
-  // Convolutions go to cuDNN through this handle; null: to the implicit GEMMs.
+  // Convolutions go to cuDNN through this handle where conv_choice.h chose it; null: to the
+  // implicit GEMMs.
   Cudnn* dnn = nullptr;
 };
 
