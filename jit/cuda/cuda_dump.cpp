@@ -82,6 +82,12 @@ json launch_of(const kir::Program& p, const EmittedKernel& k, int sm_count) {
   return launch;
 }
 
+// A convolution pass's routine: cuDNN's, towerjit's implicit GEMM (`own`), or either in f32.
+std::string conv_routine(bool cudnn, DType output, const std::string& library, const std::string& own) {
+  if (!cudnn) return own;
+  return output == DType::f32 ? library + " or " + own + ", the faster for the shape" : library;
+}
+
 }  // namespace
 
 std::string library_routine(const kir::LibraryCall& c, bool cudnn, DType output) {
@@ -92,10 +98,14 @@ std::string library_routine(const kir::LibraryCall& c, bool cudnn, DType output)
       if (c.epilogue == kir::MatMulEpilogue::bias) return "cublasLtMatmul, CUBLASLT_EPILOGUE_BIAS";
       if (c.epilogue == kir::MatMulEpilogue::bias_relu) return "cublasLtMatmul, CUBLASLT_EPILOGUE_RELU_BIAS";
       return "cublasLtMatmul";
-    case Op::Conv2D: return cudnn ? "cudnnConvolutionForward" : "tj_conv2d_implicit";
-    case Op::Conv2DGradInput: return cudnn ? "cudnnConvolutionBackwardData" : "tj_conv2d_grad_input_implicit";
+    // With cuDNN, an f32 pass runs on whichever of the two was faster for its shape, chosen when
+    // the batch is bound (runtime/cuda/conv_choice.h), after the dump is written.
+    case Op::Conv2D: return conv_routine(cudnn, output, "cudnnConvolutionForward", "tj_conv2d_implicit");
+    case Op::Conv2DGradInput:
+      return conv_routine(cudnn, output, "cudnnConvolutionBackwardData", "tj_conv2d_grad_input_implicit");
     case Op::Conv2DGradFilter:
-      return cudnn ? "cudnnConvolutionBackwardFilter" : "tj_conv2d_grad_filter_implicit (+ tj_sum_slices)";
+      return conv_routine(cudnn, output, "cudnnConvolutionBackwardFilter",
+                          "tj_conv2d_grad_filter_implicit (+ tj_sum_slices)");
     case Op::MaxPool2D: return "tj_max_pool2d" + half;
     case Op::MaxPool2DGrad: return "tj_max_pool2d_grad" + half;
     case Op::AvgPool2D: return "tj_avg_pool2d";

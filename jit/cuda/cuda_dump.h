@@ -42,7 +42,8 @@ std::vector<std::string> dump_cuda_of(const std::string& dir, const Graph& lower
 
 // The CUDA routines a library call runs as: "cublasLtMatmul" (with its epilogue:
 // "cublasLtMatmul, CUBLASLT_EPILOGUE_RELU_BIAS"),
-// "cudnnConvolutionForward" (or without cuDNN "tj_im2col + cublasSgemmStridedBatched"),
+// "cudnnConvolutionForward or tj_conv2d_implicit, the faster for the shape" (16-bit:
+// "cudnnConvolutionForward"; without cuDNN "tj_conv2d_implicit"),
 // "tj_max_pool2d" ("tj_max_pool2d_bf16" where `output` is bf16), ...
 std::string library_routine(const kir::LibraryCall& call, bool cudnn = true, DType output = DType::f32);
 
