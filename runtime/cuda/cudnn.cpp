@@ -343,9 +343,35 @@ std::vector<CudnnAlgoPerf> list_algorithms(cudnnHandle_t handle, ConvPass pass, 
 
 }  // namespace
 
+// The listed algorithms plan() takes (takes(): deterministic, sums of products unless TF32
+// is allowed, whose users have accepted errors of about 1e-3 relative, as FFT and Winograd's
+// are: PyTorch's allow_tf32 and benchmark modes) whose workspace fits `budget`. Where a larger
+// one was passed over, the note says so, once a process.
+std::vector<CudnnAlgoPerf> Cudnn::taken_within(ConvPass pass, const std::vector<CudnnAlgoPerf>& listed, size_t budget,
+                                               const TjConvShape& g, const std::string& what) const {
+  std::vector<CudnnAlgoPerf> fits;
+  const CudnnAlgoPerf* too_big = nullptr;
+  for (const CudnnAlgoPerf& p : listed) {
+    if (!takes(pass, p, tf32_)) continue;
+    if (p.memory <= budget) fits.push_back(p);
+    else if (!too_big || p.memory > too_big->memory) too_big = &p;
+  }
+  if (too_big) {
+    PlanCache& pc = cache();  // its mutex is held by the caller
+    pc.workspace_note = "towerjit: note: cuDNN's algorithm " + std::to_string(too_big->algo) + " for the " +
+                        conv_pass_name(pass) + " of " + what + " (" + shape_text(g) + ") needs " +
+                        size_text(too_big->memory) + " of workspace, more than the " + size_text(budget) +
+                        " available (free device memory" +
+                        (knobs::cudnn_workspace_mb() ? ", or TOWERJIT_CUDNN_WORKSPACE_MB" : "") +
+                        "); an algorithm that fits is used instead (further cases are not reported)";
+    if (!pc.note_printed) std::fprintf(stderr, "%s\n", pc.workspace_note.c_str());
+    pc.note_printed = true;
+  }
+  return fits;
+}
+
 ConvAlgorithm Cudnn::plan(ConvPass pass, const TjConvShape& g, const std::string& what, DType dtype) {
   const CudnnApi& api = loaded().api;
-  const auto cap = knobs::cudnn_workspace_mb();
   const auto key = key_of(device_->ordinal(), pass, g, dtype, tf32_);
   PlanCache& pc = cache();
   std::lock_guard<std::mutex> lock(pc.mutex);
@@ -360,31 +386,12 @@ ConvAlgorithm Cudnn::plan(ConvPass pass, const TjConvShape& g, const std::string
   const std::vector<CudnnAlgoPerf> listed = list_algorithms(handle_, pass, d, what, &max_count);
   int returned = 0;
 
-  // Deterministic only (runs stay bitwise reproducible); sums of products only (results within
-  // the reference's f32 bound) unless TF32 is allowed, whose users have accepted errors of
-  // about 1e-3 relative, as FFT and Winograd's are (PyTorch's allow_tf32 and benchmark modes);
-  // within the memory there is.
   const size_t budget = workspace_budget(*device_);
-  std::vector<CudnnAlgoPerf> fits;
-  const CudnnAlgoPerf* too_big = nullptr;
-  for (const CudnnAlgoPerf& p : listed) {
-    if (!takes(pass, p, tf32_)) continue;
-    if (p.memory <= budget) fits.push_back(p);
-    else if (!too_big || p.memory > too_big->memory) too_big = &p;
-  }
+  const std::vector<CudnnAlgoPerf> fits = taken_within(pass, listed, budget, g, what);
   user_check(!fits.empty(), std::source_location::current())
       << "no deterministic cuDNN algorithm for the " << conv_pass_name(pass) << " of " << what << " ("
       << shape_text(g) << ") fits in " << size_text(budget)
       << " of workspace; free device memory, use a smaller batch, or raise TOWERJIT_CUDNN_WORKSPACE_MB";
-  if (too_big) {
-    pc.workspace_note = "towerjit: note: cuDNN's algorithm " + std::to_string(too_big->algo) + " for the " +
-                        conv_pass_name(pass) + " of " + what + " (" + shape_text(g) + ") needs " +
-                        size_text(too_big->memory) + " of workspace, more than the " + size_text(budget) +
-                        " available (free device memory" + (cap ? ", or TOWERJIT_CUDNN_WORKSPACE_MB" : "") +
-                        "); an algorithm that fits is used instead (further cases are not reported)";
-    if (!pc.note_printed) std::fprintf(stderr, "%s\n", pc.workspace_note.c_str());
-    pc.note_printed = true;
-  }
   size_t workspace = 0;
   for (const CudnnAlgoPerf& p : fits) workspace = std::max(workspace, p.memory);
 
@@ -449,11 +456,10 @@ std::optional<ConvAlgorithm> Cudnn::adopt(ConvPass pass, const TjConvShape& g, c
   Plan plan;
   plan.desc = std::make_unique<Descriptors>(g, dtype, tf32_, what);
   int max_count = 0;
-  const size_t budget = workspace_budget(*device_);
-  for (const CudnnAlgoPerf& p : list_algorithms(handle_, pass, *plan.desc, what, &max_count)) {
+  const std::vector<CudnnAlgoPerf> listed = list_algorithms(handle_, pass, *plan.desc, what, &max_count);
+  // Held to what plan() would take, in a workspace that fits the memory there is now.
+  for (const CudnnAlgoPerf& p : taken_within(pass, listed, workspace_budget(*device_), g, what)) {
     if (p.algo != stored.algo) continue;
-    // Held to what plan() would take, in a workspace that fits the memory there is now.
-    if (!takes(pass, p, tf32_) || p.memory > budget) return std::nullopt;
     plan.chosen = {p.algo, p.memory, stored.time_ms};
     const ConvAlgorithm chosen = plan.chosen;
     pc.plans.emplace(key, std::move(plan));

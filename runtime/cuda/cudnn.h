@@ -26,6 +26,7 @@
 #include <optional>
 #include <source_location>
 #include <string>
+#include <vector>
 
 #include "dsl/dtype.h"
 #include "jit/cuda/device/library_params.h"
@@ -197,6 +198,9 @@ class Cudnn {
   bool tf32() const { return tf32_; }
 
  private:
+  std::vector<CudnnAlgoPerf> taken_within(ConvPass pass, const std::vector<CudnnAlgoPerf>& listed, size_t budget,
+                                          const TjConvShape& g, const std::string& what) const;
+
   DeviceContext* device_;
   const Stream* stream_;
   cudnnHandle_t handle_ = nullptr;
