@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include <cctype>
 #include <sys/resource.h>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +33,7 @@
 #include "bench/copy_bandwidth.h"
 #include "bench/gemm_floor.h"
 #include "bench/gpu_model.h"
+#include "bench/peer_isa_cap.h"
 #include "bench/peers.h"
 #include "jit/compile_options.h"
 #include "jit/cpu/cpu_isa.h"
@@ -387,7 +389,19 @@ int main(int argc, char** argv) try {
 
   // Read before towerjit loads OpenBLAS, which sets OPENBLAS_CORETYPE in this process.
   const char* user_core = std::getenv("OPENBLAS_CORETYPE");  // null: unset
-  const std::vector<bench::TorchSetting> settings = bench::torch_settings(user_core, tj::cpujit::blas().core);
+  std::vector<bench::TorchSetting> settings = bench::torch_settings(user_core, tj::cpujit::blas().core);
+  // Under TOWERJIT_CPU_ISA below this CPU's widest level, every PyTorch and JAX run is held to
+  // the same level (bench/peer_isa_cap.h).
+  const std::string isa_cap =
+      bench::peer_isa_cap(tj::cpujit::cpu_isa(), tj::cpujit::widest_isa(), std::getenv("XLA_FLAGS"));
+  const std::string aten_cap = bench::aten_capability(tj::cpujit::cpu_isa(), tj::cpujit::widest_isa());
+  if (!isa_cap.empty()) {
+    std::cerr << "towerjit_bench: the peers held to " << tj::cpujit::isa_name(tj::cpujit::cpu_isa()) << ": " << isa_cap
+              << "\n";
+    for (bench::TorchSetting& s : settings) s.env += " " + isa_cap;
+    for (bench::Peer& p : peers)
+      for (bench::TorchSetting& s : p.settings) s.env += " " + isa_cap;
+  }
   tj::ThreadPool pool(kThreads);
   const bench::SgemmPeak peak = bench::sgemm_peak(pool);
   const bench::CopyBandwidth bw = bench::copy_bandwidth(pool);
@@ -398,6 +412,7 @@ int main(int argc, char** argv) try {
     // peer -> setting -> each round's step ms; peer -> its first step (compile) in round 1.
     std::map<std::string, std::map<std::string, std::vector<double>>> peer_rounds;
     std::map<std::string, double> peer_first_ms;
+    std::map<std::string, std::string> peer_capability;  // the PyTorch peers' vector level, as reported
     const json load_before = load_average();
     auto torch_round = [&](int round) {
       for (const bench::Peer& peer : peers) {
@@ -410,6 +425,7 @@ int main(int argc, char** argv) try {
           if (per.count(name)) {
             peer_rounds[peer.name][setting].push_back(per.at(name).step_ms);
             if (round == 0) peer_first_ms[peer.name] = std::max(peer_first_ms[peer.name], per.at(name).first_step_ms);
+            if (!per.at(name).cpu_capability.empty()) peer_capability[peer.name] = per.at(name).cpu_capability;
           }
       }
       if (!python) return;
@@ -483,6 +499,15 @@ int main(int argc, char** argv) try {
       peer_json[peer.name] = {{"version", peer.version}, {"python", peer.python}, {"config", best},
                               {"step_ms", round3(best_ms)}, {"samples_per_s", round3(t)}, {"ratio", round3(ours / t)},
                               {"first_step_ms", round3(peer_first_ms[peer.name])}, {"all", per_setting}};
+      if (peer_capability.count(peer.name)) {
+        const std::string& level = peer_capability[peer.name];
+        peer_json[peer.name]["cpu_capability"] = level;
+        std::string wanted = aten_cap;
+        for (char& c : wanted) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        if (!wanted.empty() && level != wanted)
+          std::cerr << "towerjit_bench: " << name << ": " << peer.name << " ran at " << level << ", not at the "
+                    << wanted << " it was held to\n";
+      }
       ratios[peer.name] = round3(ours / t);
       if (best_peer.empty() || best_ms < best_peer_ms) best_peer = peer.name, best_peer_ms = best_ms;
     }
@@ -495,6 +520,7 @@ int main(int argc, char** argv) try {
                  {"ratio", round3(ours / (batch / best_peer_ms * 1e3))}, {"missing", missing}};
     }
     j["load_average"] = {{"before", load_before}, {"after", load_average()}};
+    j["peer_isa_cap"] = isa_cap.empty() ? json(nullptr) : json(isa_cap);
     // The headline fields first, then the detail.
     json line;
     for (const char* k : {"workload", "samples_per_s", "step_ms", "torch_samples_per_s", "torch_config", "ratio",

@@ -176,6 +176,10 @@ def main():
     for name in args.workload or list(WORKLOADS):
         r = measure(torch, name, args.steps, max(1, args.warmup), args.mode, args.precision)
         r.update(threads=args.threads, torch_version=torch.__version__, mode=args.mode, precision=args.precision)
+        # The vector level ATen runs (ATEN_CPU_CAPABILITY caps it; bench/peer_isa_cap.h).
+        capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
+        if capability:
+            r.update(cpu_capability=capability())
         print(json.dumps(r), flush=True)
     return 0
 

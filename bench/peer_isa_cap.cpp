@@ -1,0 +1,41 @@
+#include "bench/peer_isa_cap.h"
+
+namespace towerjit::bench {
+namespace {
+
+struct Caps {
+  const char* aten;
+  const char* mkl;
+  const char* onednn;
+  const char* xla;
+};
+
+Caps caps_of(cpujit::CpuIsa level) {
+  switch (level) {
+    case cpujit::CpuIsa::baseline:
+      return {"default", "SSE4_2", "SSE41", "SSE4_2"};
+    case cpujit::CpuIsa::avx2:
+      return {"avx2", "AVX2", "AVX2", "AVX2"};
+    case cpujit::CpuIsa::avx512:
+      return {"avx512", "AVX512", "AVX512_CORE", "AVX512"};
+    default:  // avx512bf16 below amx: the bf16 products on AVX-512, no tiles
+      return {"avx512", "AVX512", "AVX512_CORE_BF16", "AVX512_BF16"};
+  }
+}
+
+}  // namespace
+
+std::string peer_isa_cap(cpujit::CpuIsa level, cpujit::CpuIsa widest, const char* user_xla_flags) {
+  if (level >= widest) return "";
+  const Caps c = caps_of(level);
+  std::string xla = user_xla_flags && *user_xla_flags ? std::string(user_xla_flags) + " " : "";
+  xla += std::string("--xla_cpu_max_isa=") + c.xla;
+  return std::string("ATEN_CPU_CAPABILITY=") + c.aten + " MKL_ENABLE_INSTRUCTIONS=" + c.mkl +
+         " ONEDNN_MAX_CPU_ISA=" + c.onednn + " 'XLA_FLAGS=" + xla + "'";
+}
+
+std::string aten_capability(cpujit::CpuIsa level, cpujit::CpuIsa widest) {
+  return level >= widest ? "" : caps_of(level).aten;
+}
+
+}  // namespace towerjit::bench

@@ -1,0 +1,29 @@
+// The peers held to towerjit's vector level. TOWERJIT_CPU_ISA caps towerjit's own code below
+// what the CPU has (jit/cpu/cpu_isa.h), so an AVX-512 machine can run the AVX2 paths; the peers
+// would still run their widest kernels and the ratio would compare two levels. Each peer's
+// libraries have a cap of their own, set in the environment of its runs:
+//   PyTorch's vectorised kernels and Inductor's generated C++  ATEN_CPU_CAPABILITY
+//   oneMKL (PyPI's torch, matrix products)                     MKL_ENABLE_INSTRUCTIONS
+//   oneDNN (convolutions, bf16 products)                       ONEDNN_MAX_CPU_ISA
+//   XLA's CPU compiler (JAX)                                   XLA_FLAGS=--xla_cpu_max_isa
+// The caps are each library's own documented ceiling; what a library does below it is its
+// choice. The baseline level is SSE2 for towerjit and SSE4.2 for the peers (the lowest MKL and
+// XLA accept), so there the peers keep a small edge.
+#pragma once
+
+#include <string>
+
+#include "jit/cpu/cpu_isa.h"
+
+namespace towerjit::bench {
+
+// env(1) arguments capping the peers at `level`: empty when `level` is the CPU's `widest`
+// (nothing is capped). `user_xla_flags` (XLA_FLAGS as the user set it, or null) is kept
+// ahead of the cap.
+std::string peer_isa_cap(cpujit::CpuIsa level, cpujit::CpuIsa widest, const char* user_xla_flags);
+
+// The value ATEN_CPU_CAPABILITY takes at `level` ("avx2"), which PyTorch reports back as its
+// capability in upper case; empty when `level` is the widest.
+std::string aten_capability(cpujit::CpuIsa level, cpujit::CpuIsa widest);
+
+}  // namespace towerjit::bench

@@ -1,0 +1,32 @@
+// The peers held to towerjit's vector level under TOWERJIT_CPU_ISA (bench/peer_isa_cap.h).
+#include <catch2/catch.hpp>
+
+#include "bench/peer_isa_cap.h"
+
+namespace bench = towerjit::bench;
+using towerjit::cpujit::CpuIsa;
+
+TEST_CASE("bench: the peers are capped only below the CPU's widest level", "[bench]") {
+  CHECK(bench::peer_isa_cap(CpuIsa::amx, CpuIsa::amx, nullptr).empty());
+  CHECK(bench::peer_isa_cap(CpuIsa::avx2, CpuIsa::avx2, "--xla_cpu_use_thunk_runtime=true").empty());
+  CHECK(bench::aten_capability(CpuIsa::avx512, CpuIsa::avx512).empty());
+}
+
+TEST_CASE("bench: each peer library gets its own cap at the level towerjit runs", "[bench]") {
+  CHECK(bench::peer_isa_cap(CpuIsa::avx2, CpuIsa::amx, nullptr) ==
+        "ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 "
+        "'XLA_FLAGS=--xla_cpu_max_isa=AVX2'");
+  CHECK(bench::peer_isa_cap(CpuIsa::baseline, CpuIsa::avx2, nullptr) ==
+        "ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 "
+        "'XLA_FLAGS=--xla_cpu_max_isa=SSE4_2'");
+  CHECK(bench::peer_isa_cap(CpuIsa::avx512, CpuIsa::amx, nullptr) ==
+        "ATEN_CPU_CAPABILITY=avx512 MKL_ENABLE_INSTRUCTIONS=AVX512 ONEDNN_MAX_CPU_ISA=AVX512_CORE "
+        "'XLA_FLAGS=--xla_cpu_max_isa=AVX512'");
+  CHECK(bench::aten_capability(CpuIsa::avx2, CpuIsa::avx512) == "avx2");
+}
+
+TEST_CASE("bench: the user's XLA_FLAGS stay ahead of the peers' cap", "[bench]") {
+  CHECK(bench::peer_isa_cap(CpuIsa::avx2, CpuIsa::avx512, "--xla_force_host_platform_device_count=2")
+            .ends_with("'XLA_FLAGS=--xla_force_host_platform_device_count=2 --xla_cpu_max_isa=AVX2'"));
+  CHECK(bench::peer_isa_cap(CpuIsa::avx2, CpuIsa::avx512, "").ends_with("'XLA_FLAGS=--xla_cpu_max_isa=AVX2'"));
+}
