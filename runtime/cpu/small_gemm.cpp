@@ -126,12 +126,16 @@ bool small_sgemm_applies(int64_t m, int64_t n, int64_t k) {
   if (n < block_columns(is_wide(level))) return false;
   const double bytes = 4.0 * (static_cast<double>(m) * k + static_cast<double>(k) * n);
   if (bytes > static_cast<double>(l2_bytes())) return false;
-  // At AVX-512 OpenBLAS's SkylakeX kernels stay ahead where both operands fit in L1 (its
-  // packing is then cheap: 64x64x64 ran at 0.84x here) and where B has more than 128 columns
-  // (its packed panels against this kernel's strided reads of B from L2: 0.76-0.93x at 256 and
-  // 512 columns), measured one thread at a time on a Sapphire Rapids core
-  // (bench/small_gemm_bench.cpp; docs/performance.md).
-  if (level == CpuIsa::avx512) return n <= 128 && bytes > static_cast<double>(l1_bytes());
+  // Where B has more than 128 columns OpenBLAS stays ahead at either level: its packed panels
+  // against this kernel's strided reads of B from L2. Measured one thread at a time on a
+  // Sapphire Rapids core (2 MB of L2, bench/small_gemm_bench.cpp; docs/performance.md): 0.76-0.93x
+  // at 256 and 512 columns at AVX-512, 0.70-0.99x at AVX2 (mlp-large's products, against
+  // OpenBLAS's Haswell kernel). A Zen 2's 512 KB L2 had kept those products from this kernel;
+  // the one that fitted there, 1024x256x64, ran at 0.96x.
+  if (n > 128) return false;
+  // At AVX-512 OpenBLAS's SkylakeX kernels also stay ahead where both operands fit in L1 (its
+  // packing is then cheap: 64x64x64 ran at 0.84x on the same core).
+  if (level == CpuIsa::avx512) return bytes > static_cast<double>(l1_bytes());
   return true;
 }
 

@@ -11,8 +11,8 @@ namespace towerjit::cpujit {
 
 // Whether small_sgemm takes this product: the level is AVX2 or AVX-512 (at the baseline there
 // are no FMA registers to block in), C has at least one block's width of columns (16 at AVX2,
-// 32 at AVX-512), and op(A) and B together fit in the L2 cache, which the kernel relies on
-// instead of packing.
+// 32 at AVX-512) and at most 128, and op(A) and B together fit in the L2 cache, which the kernel
+// relies on instead of packing.
 bool small_sgemm_applies(int64_t m, int64_t n, int64_t k);
 
 // C[m, n] = op(A)[m, k] * op(B)[k, n] + beta * C, row-major, as cblas_sgemm with alpha 1 (C is
