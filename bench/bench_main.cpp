@@ -25,7 +25,6 @@
 #include <string>
 #include <vector>
 
-#include <cctype>
 #include <sys/resource.h>
 
 #include <nlohmann/json.hpp>
@@ -394,7 +393,6 @@ int main(int argc, char** argv) try {
   // the same level (bench/peer_isa_cap.h).
   const std::string isa_cap =
       bench::peer_isa_cap(tj::cpujit::cpu_isa(), tj::cpujit::widest_isa(), std::getenv("XLA_FLAGS"));
-  const std::string aten_cap = bench::aten_capability(tj::cpujit::cpu_isa(), tj::cpujit::widest_isa());
   if (!isa_cap.empty()) {
     std::cerr << "towerjit_bench: the peers held to " << tj::cpujit::isa_name(tj::cpujit::cpu_isa()) << ": " << isa_cap
               << "\n";
@@ -499,14 +497,16 @@ int main(int argc, char** argv) try {
       peer_json[peer.name] = {{"version", peer.version}, {"python", peer.python}, {"config", best},
                               {"step_ms", round3(best_ms)}, {"samples_per_s", round3(t)}, {"ratio", round3(ours / t)},
                               {"first_step_ms", round3(peer_first_ms[peer.name])}, {"all", per_setting}};
-      if (peer_capability.count(peer.name)) {
-        const std::string& level = peer_capability[peer.name];
-        peer_json[peer.name]["cpu_capability"] = level;
-        std::string wanted = aten_cap;
-        for (char& c : wanted) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-        if (!wanted.empty() && level != wanted)
-          std::cerr << "towerjit_bench: " << name << ": " << peer.name << " ran at " << level << ", not at the "
-                    << wanted << " it was held to\n";
+      if (peer_capability.count(peer.name)) peer_json[peer.name]["cpu_capability"] = peer_capability[peer.name];
+      if (!isa_cap.empty()) {  // held to towerjit's level?
+        const std::string why = bench::peer_not_held(peer.name, peer_capability[peer.name], tj::cpujit::cpu_isa(),
+                                                     tj::cpujit::widest_isa());
+        peer_json[peer.name]["held_to_level"] = why.empty();
+        if (!why.empty()) {
+          peer_json[peer.name]["not_held"] = why;
+          std::cerr << "towerjit_bench: " << name << ": " << peer.name << " is not held to "
+                    << tj::cpujit::isa_name(tj::cpujit::cpu_isa()) << ": " << why << "\n";
+        }
       }
       ratios[peer.name] = round3(ours / t);
       if (best_peer.empty() || best_ms < best_peer_ms) best_peer = peer.name, best_peer_ms = best_ms;

@@ -1,5 +1,7 @@
 #include "bench/peer_isa_cap.h"
 
+#include <cctype>
+
 namespace towerjit::bench {
 namespace {
 
@@ -34,8 +36,17 @@ std::string peer_isa_cap(cpujit::CpuIsa level, cpujit::CpuIsa widest, const char
          " ONEDNN_MAX_CPU_ISA=" + c.onednn + " 'XLA_FLAGS=" + xla + "'";
 }
 
-std::string aten_capability(cpujit::CpuIsa level, cpujit::CpuIsa widest) {
-  return level >= widest ? "" : caps_of(level).aten;
+std::string peer_not_held(const std::string& peer, const std::string& reported_capability, cpujit::CpuIsa level,
+                          cpujit::CpuIsa widest) {
+  if (level >= widest) return "";
+  if (peer == "jax")
+    return std::string("XLA's --xla_cpu_max_isa holds its generated code, not its matrix products, which run ") +
+           "wider than " + cpujit::isa_name(level) + " (bench/peer_isa_cap.h)";
+  std::string wanted = caps_of(level).aten;
+  for (char& c : wanted) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (reported_capability == wanted) return "";
+  return "ATen reported " + (reported_capability.empty() ? std::string("no level") : reported_capability) +
+         ", not " + wanted;
 }
 
 }  // namespace towerjit::bench
