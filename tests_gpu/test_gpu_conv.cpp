@@ -5,12 +5,15 @@
 // the fallback's tile edges; the fallback's bits on any grid; the algorithm found once per
 // shape; a workspace cap that leaves out the fastest algorithm; the fallback's warning; runs
 // bitwise reproducible; TF32's error under TOWERJIT_ALLOW_TF32=on; the implicit GEMM timed
-// beside cuDNN's algorithms and run where it was faster. On the emulated GPU cuDNN is
+// beside cuDNN's algorithms and run where it was faster, and timed once when two GPUs choose a
+// shape at once. On the emulated GPU cuDNN is
 // the emulator's stand-in (emulator/driver/cudnn.cpp), whose algorithm table the emulator-only
 // checks name.
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <span>
+#include <thread>
 
 #include "gpu_check.h"
 #include "jit/knobs.h"
@@ -338,6 +341,43 @@ TEST_CASE("GPU: towerjit's implicit GEMM is timed beside cuDNN's algorithms and 
   REQUIRE(chosen.size() == fallback.size());
   for (size_t i = 0; i < chosen.size(); ++i)
     CHECK(std::memcmp(chosen[i].data(), fallback[i].data(), chosen[i].size() * 4) == 0);
+}
+
+// Two GPUs of one model choosing the same shape at once, as two ranks of a job do at their first
+// step: one times it, the other waits for its entry and reads it (jit/cpu/cache_entry_lock.h),
+// so the two run the same algorithm. Without the lock both would find (the emulated find runs
+// every algorithm on the host, far longer than the two threads take to start).
+TEST_CASE("GPU: two GPUs choosing one shape at once time it once and read the same choice", "[gpu]") {
+  if (!cu::cudnn_available() || cu::cuda_device_count() < 2) return;
+  cu::DeviceContext &d0 = cu::device(0), &d1 = cu::device(1);
+  if (d0.name() != d1.name() || d0.sm_count() != d1.sm_count()) return;
+  d0.library_module();
+  d1.library_module();
+  tj::test::CacheSandbox sandbox;
+  cu::Stream s0(d0), s1(d1);
+  cu::Cudnn dnn0(d0, s0), dnn1(d1, s1);
+  const TjConvShape g{5, 3, 11, 7, 5, 3, 3, 11, 7, 1, 1, 1, 1};  // a shape of its own
+  const cu::ConvChoiceCounts start = cu::conv_choice_counts();
+  const int64_t finds = cu::cudnn_find_count();
+  std::atomic<int> arrived{0};
+  cu::ConvChoice chosen[2];
+  auto choose = [&](int i, cu::Cudnn& dnn) {
+    arrived.fetch_add(1);
+    while (arrived.load() < 2) std::this_thread::yield();
+    chosen[i] = cu::choose_convolution(&dnn, cu::ConvPass::filter_gradient, g, tj::DType::f32, "test", {});
+  };
+  std::thread other(choose, 1, std::ref(dnn1));
+  choose(0, dnn0);
+  other.join();
+  CHECK(cu::cudnn_find_count() - finds == 1);
+  const cu::ConvChoiceCounts end = cu::conv_choice_counts();
+  CHECK(end.made - start.made == 2);
+  CHECK(end.loaded - start.loaded == 1);
+  CHECK(chosen[0].implicit_gemm == chosen[1].implicit_gemm);
+  CHECK(chosen[0].cudnn_ms == chosen[1].cudnn_ms);
+  if (!chosen[0].implicit_gemm)
+    CHECK(dnn0.plan(cu::ConvPass::filter_gradient, g, "test").algo ==
+          dnn1.plan(cu::ConvPass::filter_gradient, g, "test").algo);
 }
 
 // The choices persist in the compile cache, keyed by the GPU's model: the emulator's second GPU

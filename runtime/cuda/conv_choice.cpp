@@ -1,11 +1,13 @@
 #include "runtime/cuda/conv_choice.h"
 
+#include <chrono>
 #include <iomanip>
 #include <map>
 #include <mutex>
 #include <sstream>
 #include <vector>
 
+#include "jit/cpu/cache_entry_lock.h"
 #include "jit/cpu/compile_cache.h"
 #include "jit/cuda/device_sources.h"
 #include "jit/knobs.h"
@@ -17,6 +19,10 @@ namespace {
 // Launches timed after the untimed one: a few, so the events' resolution (about 0.5 us) is
 // small beside them; the find times cuDNN's algorithms in the same spirit.
 constexpr int kTimedRuns = 3;
+
+// How long a process waits for another one timing the same shape before it times on its own:
+// far beyond a find on a GPU (milliseconds to a second), not forever behind a stuck one.
+constexpr std::chrono::seconds kWaitForAnotherTiming{60};
 
 struct ChoiceCache {
   std::mutex mutex;
@@ -125,6 +131,13 @@ ConvChoice choose_convolution(Cudnn* dnn, ConvPass pass, const TjConvShape& g, D
   const std::optional<cpujit::CompileCache> store = cpujit::CompileCache::from_knobs();
   const std::string entry = store ? persisted_key(*dnn, key) : "";
   std::optional<ConvChoice> choice = store ? load_choice(*store, entry, *dnn, pass, g, dtype, what) : std::nullopt;
+  // On a miss, one process (or thread) at a time times the shape; the others wait for its
+  // entry, then read it (jit/cpu/cache_entry_lock.h).
+  std::optional<cpujit::CacheEntryLock> timing;
+  if (store && !choice) {
+    timing.emplace(*store, entry, kWaitForAnotherTiming);
+    choice = load_choice(*store, entry, *dnn, pass, g, dtype, what);
+  }
   const bool loaded = choice.has_value();
   if (!choice) {
     const ConvAlgorithm planned = dnn->plan(pass, g, what, dtype);

@@ -15,7 +15,10 @@
 // TOWERJIT_CACHE=off), keyed by the GPU's model, cuDNN's version and the implicit GEMMs'
 // source: a later run on the same kind of GPU reads it instead of timing (a cuDNN algorithm
 // read so is listed for the shape, not timed, and held to the same rules), so its steps are
-// bitwise those of the run that chose, and it starts sooner.
+// bitwise those of the run that chose, and it starts sooner. Processes (or GPUs) choosing one
+// shape at once time it one at a time (jit/cpu/cache_entry_lock.h): the first times and
+// stores, the others then read its entry, so two ranks of a job run the same algorithm and no
+// timing runs beside another's on a shared GPU.
 //
 // Without cuDNN every pass is the implicit GEMM; 16-bit passes are cuDNN's alone (the implicit
 // GEMMs are f32 only); TOWERJIT_CONV_IMPLICIT_GEMM=off leaves the choice to cuDNN alone.
