@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <thread>
 
@@ -343,19 +344,32 @@ TEST_CASE("GPU: towerjit's implicit GEMM is timed beside cuDNN's algorithms and 
     CHECK(std::memcmp(chosen[i].data(), fallback[i].data(), chosen[i].size() * 4) == 0);
 }
 
+// Two GPUs of one model, each with a stream and a cuDNN handle, and a compile cache of their
+// own, entered once both GPUs' library kernels are loaded; null without two such GPUs and cuDNN.
+struct TwoGpusOfOneModel {
+  cu::DeviceContext &d0, &d1;
+  tj::test::CacheSandbox sandbox;
+  cu::Stream s0{d0}, s1{d1};
+  cu::Cudnn dnn0{d0, s0}, dnn1{d1, s1};
+
+  static std::unique_ptr<TwoGpusOfOneModel> make() {
+    if (!cu::cudnn_available() || cu::cuda_device_count() < 2) return nullptr;
+    cu::DeviceContext &d0 = cu::device(0), &d1 = cu::device(1);
+    if (d0.name() != d1.name() || d0.sm_count() != d1.sm_count()) return nullptr;
+    d0.library_module();
+    d1.library_module();
+    return std::unique_ptr<TwoGpusOfOneModel>(new TwoGpusOfOneModel{d0, d1});
+  }
+};
+
 // Two GPUs of one model choosing the same shape at once, as two ranks of a job do at their first
 // step: one times it, the other waits for its entry and reads it (jit/cpu/cache_entry_lock.h),
 // so the two run the same algorithm. Without the lock both would find (the emulated find runs
 // every algorithm on the host, far longer than the two threads take to start).
 TEST_CASE("GPU: two GPUs choosing one shape at once time it once and read the same choice", "[gpu]") {
-  if (!cu::cudnn_available() || cu::cuda_device_count() < 2) return;
-  cu::DeviceContext &d0 = cu::device(0), &d1 = cu::device(1);
-  if (d0.name() != d1.name() || d0.sm_count() != d1.sm_count()) return;
-  d0.library_module();
-  d1.library_module();
-  tj::test::CacheSandbox sandbox;
-  cu::Stream s0(d0), s1(d1);
-  cu::Cudnn dnn0(d0, s0), dnn1(d1, s1);
+  const auto gpus = TwoGpusOfOneModel::make();
+  if (!gpus) return;
+  cu::Cudnn &dnn0 = gpus->dnn0, &dnn1 = gpus->dnn1;
   const TjConvShape g{5, 3, 11, 7, 5, 3, 3, 11, 7, 1, 1, 1, 1};  // a shape of its own
   const cu::ConvChoiceCounts start = cu::conv_choice_counts();
   const int64_t finds = cu::cudnn_find_count();
@@ -384,14 +398,9 @@ TEST_CASE("GPU: two GPUs choosing one shape at once time it once and read the sa
 // (the same model) reads what the first chose instead of timing, cuDNN's algorithm listed but
 // not found. A cache of its own, entered once both GPUs' library kernels are loaded.
 TEST_CASE("GPU: convolution choices are stored in the compile cache and a GPU of the same model reads them", "[gpu]") {
-  if (!cu::cudnn_available() || cu::cuda_device_count() < 2) return;
-  cu::DeviceContext &d0 = cu::device(0), &d1 = cu::device(1);
-  if (d0.name() != d1.name() || d0.sm_count() != d1.sm_count()) return;
-  d0.library_module();
-  d1.library_module();
-  tj::test::CacheSandbox sandbox;
-  cu::Stream s0(d0), s1(d1);
-  cu::Cudnn dnn0(d0, s0), dnn1(d1, s1);
+  const auto gpus = TwoGpusOfOneModel::make();
+  if (!gpus) return;
+  cu::Cudnn &dnn0 = gpus->dnn0, &dnn1 = gpus->dnn1;
   const TjConvShape g{4, 3, 10, 7, 5, 3, 3, 10, 7, 1, 1, 1, 1};
   for (cu::ConvPass pass : {cu::ConvPass::forward, cu::ConvPass::data_gradient, cu::ConvPass::filter_gradient}) {
     INFO(cu::conv_pass_name(pass));
@@ -407,7 +416,7 @@ TEST_CASE("GPU: convolution choices are stored in the compile cache and a GPU of
     CHECK(read.implicit_gemm_ms == first.implicit_gemm_ms);
     if (!first.implicit_gemm) CHECK(dnn1.plan(pass, g, "test").algo == dnn0.plan(pass, g, "test").algo);
   }
-  CHECK(sandbox.dir.files().size() >= 3);  // an entry a pass
+  CHECK(gpus->sandbox.dir.files().size() >= 3);  // an entry a pass
   // A stored algorithm is held to plan()'s rules where it is read: on the stand-in the filter
   // gradient's ALGO_0 adds with atomics and FFT_TILING (6) transforms the operands.
   if (tj::knobs::cuda_emulated()) {
