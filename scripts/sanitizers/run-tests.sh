@@ -87,9 +87,12 @@ fi
 # A process SIGKILLed while LeakSanitizer looked at its exit (the crash-safety test kills its
 # children at random times, and one may be exiting) leaves a report of nothing but "Unable to get
 # registers from thread N." lines: the tracer found the threads gone, so the check never ran. That
-# is no finding; it is kept aside and said. Any other line, or a SUMMARY, is still a report.
+# is no finding; it is kept aside and said. Any other line, or a SUMMARY, is still a report. The
+# lines start "==PID==", or "==PROGRAM==PID==" where the log names its program
+# ("==towerjit_fault_child==23295==Unable to get registers from thread 23288.").
 interrupted_leak_check() {
-  grep -q 'Unable to get registers from thread' "$1" && ! grep -q '^SUMMARY: ' "$1" && ! grep -v -q -E '^(==[0-9]+==Unable to get registers from thread [0-9]+\.)?$' "$1"
+  grep -q 'Unable to get registers from thread' "$1" && ! grep -q '^SUMMARY: ' "$1" &&
+    ! grep -v -q -E '^(==([A-Za-z0-9_.+-]+==)?[0-9]+==Unable to get registers from thread [0-9]+\.)?$' "$1"
 }
 if [ "$kind" = asan ] && compgen -G "$logs/*" >/dev/null; then
   for f in "$logs"/*; do
