@@ -11,7 +11,10 @@
 // CacheEntryLock. A process that dies holding it releases it. Waiting is bounded: past `wait`
 // (a process stuck on its device) the caller goes on without the lock, as it would without a
 // cache, and held() says so. A directory where the lock file cannot be made (read-only, or a
-// file system without flock) gives no lock either.
+// file system without flock) gives no lock either. The lock file stays, empty, beside its entry:
+// removing it would let a process lock a file another has just unlinked. Checkpoints lock their
+// directory with flock too (runtime/checkpoint/directory_lock.h), but refuse a held lock at once
+// rather than wait for it.
 #pragma once
 
 #include <chrono>

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <optional>
 
 #include "jit/cpu/cache_entry_lock.h"
 #include "tests/jit/cpu_test_env.h"
