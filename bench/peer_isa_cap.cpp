@@ -1,6 +1,7 @@
 #include "bench/peer_isa_cap.h"
 
 #include <cctype>
+#include <filesystem>
 
 namespace towerjit::bench {
 namespace {
@@ -32,8 +33,14 @@ std::string peer_isa_cap(cpujit::CpuIsa level, cpujit::CpuIsa widest, const char
   const Caps c = caps_of(level);
   std::string xla = user_xla_flags && *user_xla_flags ? std::string(user_xla_flags) + " " : "";
   xla += std::string("--xla_cpu_max_isa=") + c.xla;
+  // Inductor's cache does not key its compiled kernels by ATEN_CPU_CAPABILITY: one compiled at
+  // another level is loaded as it is, and crashed torch.compile (heap corruption at avx512
+  // after runs at avx2; C++ errors at the baseline). A cache a level keeps them apart.
+  const std::string inductor =
+      (std::filesystem::temp_directory_path() / (std::string("torchinductor-towerjit-") + cpujit::isa_name(level)))
+          .string();
   return std::string("ATEN_CPU_CAPABILITY=") + c.aten + " MKL_ENABLE_INSTRUCTIONS=" + c.mkl +
-         " ONEDNN_MAX_CPU_ISA=" + c.onednn + " 'XLA_FLAGS=" + xla + "'";
+         " ONEDNN_MAX_CPU_ISA=" + c.onednn + " 'XLA_FLAGS=" + xla + "' 'TORCHINDUCTOR_CACHE_DIR=" + inductor + "'";
 }
 
 std::string peer_not_held(const std::string& peer, const std::string& reported_capability, cpujit::CpuIsa level,

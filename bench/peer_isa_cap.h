@@ -6,6 +6,8 @@
 //   oneMKL (PyPI's torch, matrix products)                     MKL_ENABLE_INSTRUCTIONS
 //   oneDNN (convolutions, bf16 products)                       ONEDNN_MAX_CPU_ISA
 //   XLA's CPU compiler (JAX)                                   XLA_FLAGS=--xla_cpu_max_isa
+// and Inductor a compile cache of the level's own (TORCHINDUCTOR_CACHE_DIR), as its cache
+// would load kernels compiled at another level.
 // The caps are each library's own documented ceiling; what a library does below it is its
 // choice. The baseline level is SSE2 for towerjit and SSE4.2 for the peers (the lowest MKL and
 // XLA accept), so there the peers keep a small edge. XLA's cap holds the code it generates but
