@@ -7,6 +7,7 @@
 // `--repeats` (default 5). `--buffers N` (default 1) gives each call the next of N copies of
 // the tensors, so that with N of 8 or more they come from memory, as in a training step where
 // other layers ran in between, rather than from the caches the previous call left them in.
+// `--layer TEXT` times only the layers whose names contain TEXT ("conv1").
 #include <time.h>
 
 #include <algorithm>
@@ -54,9 +55,11 @@ double best_ms(const std::function<void()>& f, int repeats, double (*clock)()) {
 
 int main(int argc, char** argv) {
   int repeats = 5, buffers = 1;
+  const char* only = "";  // --layer: the layers whose names contain it
   for (int a = 1; a + 1 < argc; a += 2) {
     if (!std::strcmp(argv[a], "--repeats")) repeats = std::atoi(argv[a + 1]);
     if (!std::strcmp(argv[a], "--buffers")) buffers = std::max(1, std::atoi(argv[a + 1]));
+    if (!std::strcmp(argv[a], "--layer")) only = argv[a + 1];
   }
   tj::ThreadPool pool;  // one thread per core, as the bench's
   const int64_t n = 1024;
@@ -77,6 +80,7 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   for (const Layer& l : layers) {
+    if (!std::strstr(l.name, only)) continue;
     tj::Attrs at;
     at.pad[0] = at.pad[1] = 1;
     std::vector<float> x(batch * l.c * l.hw * l.hw), w(l.o * l.c * 9), y(batch * l.o * l.hw * l.hw), dx(x.size()),
