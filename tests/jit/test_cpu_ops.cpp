@@ -144,10 +144,11 @@ TEST_CASE("convolution: the same bits whatever the thread count", "[cpu][jit][is
     }
 }
 
-// The 2x2 / stride 2 max pool runs 8 windows at a time (AVX2) and the rest one by one, or 16
-// at a time with the rest masked (AVX-512): widths 38 (19 windows: 8 + 8 + 3, or 16 + 3), 37 (a
-// column outside every window) and 14 (7 windows: none a whole vector), and values drawn from
-// {0, 1, 2} so that windows tie and the first maximum in row-major order must win.
+// The 2x2 / stride 2 max pool runs 8 windows at a time (AVX2) or 16 (AVX-512), a row's last
+// windows masked, and one by one at the baseline level: widths 38 (19 windows: 8 + 8 + 3, or
+// 16 + 3), 37 (a column outside every window) and 14 (7 windows: none a whole vector), and
+// values drawn from {0, 1, 2} so that windows tie and the first maximum in row-major order must
+// win.
 TEST_CASE("2x2 max pool: the vector and scalar paths, ties and odd sizes match the reference", "[cpu][jit][isa]") {
   tj::Graph g;
   tj::GraphScope use(g);
