@@ -97,7 +97,12 @@ int main(int argc, char** argv) {
     };
     const double f = 2.0 * batch * l.hw * l.hw * l.o * l.c * 9;
     struct Pass { const char* name; std::function<void(tj::ThreadPool*)> run; };
+    // The forward again with the bias and ReLU a conv2d layer adds as its epilogue
+    // (runtime/cpu/conv_epilogue.h): what the epilogue costs the convolution.
+    const std::vector<float> bias(l.o, 0.25f);
+    const tj::cpujit::ConvEpilogue bias_relu{tj::kir::Epilogue::bias_relu, bias.data()};
     const Pass passes[] = {{"conv2d", [&](tj::ThreadPool* p) { tj::cpujit::conv2d(at, X, W, Y, p); }},
+                           {"conv2d+bias+relu", [&](tj::ThreadPool* p) { tj::cpujit::conv2d(at, X, W, Y, p, bias_relu); }},
                            {"conv2d_grad_filter", [&](tj::ThreadPool* p) { tj::cpujit::conv2d_grad_filter(at, X, Y, DW, p); }},
                            {"conv2d_grad_input", [&](tj::ThreadPool* p) { tj::cpujit::conv2d_grad_input(at, Y, W, DX, p); }}};
     for (const Pass& pass : passes) {

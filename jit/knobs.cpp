@@ -168,6 +168,7 @@ constexpr Knob kKnobs[] = {
     {"TOWERJIT_DEBUG", "level 0-3", checks<parse_debug>, nullptr},
     {"TOWERJIT_GROUP_KERNELS", "switch", switch_check, nullptr},
     {"TOWERJIT_MATMUL_EPILOGUES", "switch", switch_check, nullptr},
+    {"TOWERJIT_CONV_EPILOGUES", "switch", switch_check, nullptr},
     // The CPU code.
     {"TOWERJIT_CPU_ISA", "avx512, avx2 or baseline", checks<parse_cpu_isa>, nullptr},
     {"TOWERJIT_DIRECT_CONV", "switch", direct_conv_check, nullptr},
@@ -311,6 +312,7 @@ std::optional<std::string> dump_dir() {
 int debug_level() { return value_of("TOWERJIT_DEBUG", 0, parse_debug); }
 bool group_kernels_enabled() { return switch_knob("TOWERJIT_GROUP_KERNELS", true); }
 bool matmul_epilogues_enabled() { return switch_knob("TOWERJIT_MATMUL_EPILOGUES", true); }
+bool conv_epilogues_enabled() { return switch_knob("TOWERJIT_CONV_EPILOGUES", true); }
 
 // ---- The CPU code
 

@@ -56,8 +56,13 @@ bool group_kernels_enabled();
 
 // TOWERJIT_MATMUL_EPILOGUES: "off" (also "0", "false", "no") keeps a matrix product's bias add
 // and ReLU in a loop kernel after it instead of the product's epilogue
-// (jit/passes/matmul_epilogues.h); for measuring what the epilogue buys. Default: on.
+// (jit/passes/epilogues.h); for measuring what the epilogue buys. Default: on.
 bool matmul_epilogues_enabled();
+
+// TOWERJIT_CONV_EPILOGUES: "off" (also "0", "false", "no") keeps a convolution's bias add and
+// ReLU in a loop kernel after it instead of the convolution's epilogue
+// (jit/passes/epilogues.h); for measuring what the epilogue buys. Default: on.
+bool conv_epilogues_enabled();
 
 
 // ---- The CPU code

@@ -206,7 +206,9 @@ TEST_CASE("GPU: the implicit-GEMM convolutions give the same bits on any grid", 
     return tj::to_device(to_host(random_array(s, seed)), dev, stream);
   };
   tj::DeviceTensor x = upload_random({g.n, g.c, g.h, g.w}, 3), w = upload_random({g.o, g.c, g.kh, g.kw}, 4),
-                   dy = upload_random({g.n, g.o, g.oh, g.ow}, 5);
+                   dy = upload_random({g.n, g.o, g.oh, g.ow}, 5), bias = upload_random({g.o}, 6);
+  CUdeviceptr bias_ptr = bias.ptr();
+  int relu = 1;  // the forward with its bias and ReLU epilogue (jit/passes/epilogues.h)
   long long slices = 3, slice = 16;  // depth 5 * 3 * 3 = 45
   struct Pass {
     const char* kernel;
@@ -222,8 +224,8 @@ TEST_CASE("GPU: the implicit-GEMM convolutions give the same bits on any grid", 
       tj::DeviceTensor out = tj::empty_device_tensor(dev, p.out, tj::DType::f32);
       CUdeviceptr xp = x.ptr(), wp = w.ptr(), dyp = dy.ptr(), o = out.ptr();
       const std::string name = p.kernel;
-      std::vector<void*> params{&xp, &wp, &o, &g};  // the forward pass's
-      if (name == "tj_conv2d_grad_input_implicit") params[0] = &dyp;
+      std::vector<void*> params{&xp, &wp, &o, &g, &bias_ptr, &relu};  // the forward pass's
+      if (name == "tj_conv2d_grad_input_implicit") params = {&dyp, &wp, &o, &g};
       if (name == "tj_conv2d_grad_filter_implicit") params = {&xp, &dyp, &o, &g, &slices, &slice};
       cu::launch(dev.library_module().function(name), grid, 256, stream, params.data(), name);
       const std::vector<float> bits = tj::to_host(out, stream).f32;

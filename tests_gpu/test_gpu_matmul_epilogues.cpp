@@ -1,4 +1,4 @@
-// Matrix products with bias and ReLU epilogues on the GPU (jit/passes/matmul_epilogues.h;
+// Matrix products with bias and ReLU epilogues on the GPU (jit/passes/epilogues.h;
 // cuBLASLt's CUBLASLT_EPILOGUE_BIAS and RELU_BIAS, runtime/cuda/cublaslt.h): the same graphs as
 // the CPU's tests (tests/jit/epilogue_cases.h) against the reference within the bound of the
 // mode they ran in, the same bits every run, and the fallback that applies the epilogue itself
@@ -76,7 +76,7 @@ TEST_CASE("GPU: without cuBLASLt a product's epilogue runs as a kernel of its ow
     const tj::kir::Program& p = lowered.program;
     REQUIRE(p.calls.size() == 1);
     const tj::kir::LibraryCall& call = p.calls[0];
-    REQUIRE(call.epilogue == tj::kir::MatMulEpilogue::bias_relu);
+    REQUIRE(call.epilogue == tj::kir::Epilogue::bias_relu);
     std::vector<tj::DeviceTensor> inputs;
     std::vector<cu::DeviceView> views;
     for (const char* name : {"x", "w", "b"}) {

@@ -154,6 +154,11 @@ KernelCost library_kernel_cost(const std::string& k, void** params) {
     const double cols = static_cast<double>(param<long long>(params, 3));
     return {f * (2 * rows * cols + cols), rows * cols};
   }
+  if (k == "tj_conv_epilogue") {  // reads and writes each element, reads the bias; an add (and a compare) each
+    const double total = static_cast<double>(param<long long>(params, 2));
+    const double channels = static_cast<double>(param<long long>(params, 3));
+    return {f * (2 * total + channels), total};
+  }
   if (k == "tj_sum_slices") {  // reads every slice's part, writes one sum per element; an add per part
     const double slices = static_cast<double>(param<long long>(params, 2)), count = static_cast<double>(param<long long>(params, 3));
     return {f * (slices * count + count), slices * count};

@@ -95,12 +95,16 @@ std::string library_routine(const kir::LibraryCall& c, bool cudnn, DType output)
   if (is_half_float(output)) half.append("_").append(dtype_name(output));
   switch (c.op) {
     case Op::MatMul:  // cuBLAS's sgemm where cuBLASLt does not load (docs/cuda.md)
-      if (c.epilogue == kir::MatMulEpilogue::bias) return "cublasLtMatmul, CUBLASLT_EPILOGUE_BIAS";
-      if (c.epilogue == kir::MatMulEpilogue::bias_relu) return "cublasLtMatmul, CUBLASLT_EPILOGUE_RELU_BIAS";
+      if (c.epilogue == kir::Epilogue::bias) return "cublasLtMatmul, CUBLASLT_EPILOGUE_BIAS";
+      if (c.epilogue == kir::Epilogue::bias_relu) return "cublasLtMatmul, CUBLASLT_EPILOGUE_RELU_BIAS";
       return "cublasLtMatmul";
     // With cuDNN, an f32 pass runs on whichever of the two was faster for its shape, chosen when
     // the batch is bound (runtime/cuda/conv_choice.h), after the dump is written.
-    case Op::Conv2D: return conv_routine(cudnn, output, "cudnnConvolutionForward", "tj_conv2d_implicit");
+    case Op::Conv2D:  // an epilogue: after cuDNN a kernel of its own, in the implicit GEMM as it stores
+      if (c.epilogue != kir::Epilogue::none)
+        return conv_routine(cudnn, output, "cudnnConvolutionForward + tj_conv_epilogue",
+                            std::string("tj_conv2d_implicit (epilogue ") + kir::epilogue_name(c.epilogue) + ")");
+      return conv_routine(cudnn, output, "cudnnConvolutionForward", "tj_conv2d_implicit");
     case Op::Conv2DGradInput:
       return conv_routine(cudnn, output, "cudnnConvolutionBackwardData", "tj_conv2d_grad_input_implicit");
     case Op::Conv2DGradFilter:

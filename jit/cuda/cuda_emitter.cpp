@@ -268,7 +268,7 @@ const std::vector<std::string>& library_kernel_names() {
       "tj_gather", "tj_gather_grad", "tj_combine_rows_links", "tj_combine_rows_sum", "tj_scatter_rows", "tj_scale",
       "tj_attention", "tj_attention_grad_q", "tj_attention_grad_kv",
       "tj_layer_norm", "tj_layer_norm_grad_input", "tj_layer_norm_grad_params_partial", "tj_layer_norm_grad_params_sum",
-      "tj_softmax", "tj_softmax_grad", "tj_matmul_epilogue"};
+      "tj_softmax", "tj_softmax_grad", "tj_matmul_epilogue", "tj_conv_epilogue"};
   return names;
 }
 

@@ -112,15 +112,18 @@ inline std::vector<Affine> segment_starts(const Kernel& group) {
   return s;
 }
 
-// What a MatMul applies to each element of its product before storing it, with the bias
-// (inputs[2], f32, one value per output column, the same for every row and batch) added to
-// the f32 sum first: out = act(sum + bias[col]). Set by jit/passes/matmul_epilogues.h; every
-// backend computes the same float operations as the loop kernel it replaces (cuBLASLt's
-// CUBLASLT_EPILOGUE_BIAS and RELU_BIAS on the GPU, a pass after the sgemm on the CPU).
-enum class MatMulEpilogue { none, bias, bias_relu };
+// What a MatMul or a Conv2D applies to each element of its f32 result before storing it, with
+// the bias (inputs[2], f32) added first: out = act(sum + bias[col]) for a product (one value
+// per output column, the same for every row and batch), act(sum + bias[o]) for a convolution
+// (one value per output channel, the same for every image and pixel). Set by
+// jit/passes/epilogues.h; every backend computes the same float operations as the loop kernel
+// it replaces (cuBLASLt's CUBLASLT_EPILOGUE_BIAS and RELU_BIAS for products on the GPU, a
+// kernel after the convolution there; a pass over each product's rows or each image's output
+// while it is in cache on the CPU).
+enum class Epilogue { none, bias, bias_relu };
 
 // "bias", "bias+relu": how dumps and the kernel IR's text name it ("none" for none).
-const char* epilogue_name(MatMulEpilogue e);
+const char* epilogue_name(Epilogue e);
 
 // A library routine over whole buffers: MatMul (with transposes folded in), Conv2D and its
 // gradients, pools and their gradients, OneHot, ArgMax.
@@ -132,8 +135,8 @@ struct LibraryCall {
   bool transpose_a = false, transpose_b = false;  // MatMul: operands read transposed
   // MatMul: the batch of products summed into one matrix (jit/passes/fold_batch_sums.h).
   bool sum_batches = false;
-  // MatMul: the epilogue; not none only with the bias as a third input.
-  MatMulEpilogue epilogue = MatMulEpilogue::none;
+  // MatMul, Conv2D: the epilogue; not none only with the bias as a third input.
+  Epilogue epilogue = Epilogue::none;
   std::vector<int> epilogue_nodes;  // the graph nodes its epilogue computes, for dumps and errors
   int node = -1;
 };

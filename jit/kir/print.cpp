@@ -54,10 +54,10 @@ const char* buffer_kind(Buffer::Kind kind) {
 
 }  // namespace
 
-const char* epilogue_name(MatMulEpilogue e) {
+const char* epilogue_name(Epilogue e) {
   switch (e) {
-    case MatMulEpilogue::bias: return "bias";
-    case MatMulEpilogue::bias_relu: return "bias+relu";
+    case Epilogue::bias: return "bias";
+    case Epilogue::bias_relu: return "bias+relu";
     default: return "none";
   }
 }
@@ -106,7 +106,7 @@ std::string to_string(const Program& program) {
         if ((i == 0 && c.transpose_a) || (i == 1 && c.transpose_b)) out << "^T";
       }
       out << " -> b" << c.output << (c.sum_batches ? " (batches summed)" : "");
-      if (c.epilogue != MatMulEpilogue::none) out << " (epilogue " << epilogue_name(c.epilogue) << ")";
+      if (c.epilogue != Epilogue::none) out << " (epilogue " << epilogue_name(c.epilogue) << ")";
       out << "\n";
     } else {
       const Copy& c = program.copies[s.index];

@@ -9,7 +9,7 @@
 #include "jit/passes/half_convolutions.h"
 #include "jit/passes/half_matmuls.h"
 #include "jit/passes/lower.h"
-#include "jit/passes/matmul_epilogues.h"
+#include "jit/passes/epilogues.h"
 #include "jit/passes/simplify.h"
 
 namespace towerjit {
@@ -52,7 +52,7 @@ LoweredProgram lower_graph(const Graph& graph, const std::vector<int>& fetches,
   const std::vector<int> new_updates(ids.begin() + fetches.size(), ids.end());
   kir::Program program = lower_to_kernels(g, new_fetches, new_updates);  // fusion
   program = fold_batch_summed_products(std::move(program));  // sum_b x_b^T dy_b as one product
-  program = fuse_matmul_epilogues(std::move(program));       // act(x w + b) as the product's epilogue
+  program = fuse_epilogues(std::move(program));       // act(x w + b) as the product's epilogue
   if (knobs::group_kernels_enabled())
     program = group_kernels(std::move(program));  // independent elementwise kernels: one launch
   if (knobs::debug_level() >= 3)

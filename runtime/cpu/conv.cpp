@@ -86,8 +86,9 @@ void parallel(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int
   else body(0, n);
 }
 
-void conv2d(const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool) {
-  if (direct_conv2d(at, x, w, y, pool)) return;
+void conv2d(const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool,
+            const ConvEpilogue& epilogue) {
+  if (direct_conv2d(at, x, w, y, pool, epilogue)) return;
   const Geometry g = conv_geometry(at, x.shape, w.shape, y.shape);
   const int64_t cols_n = g.n * g.spatial();
   float* cols = conv_scratch(0, g.ckk() * cols_n);
@@ -95,6 +96,10 @@ void conv2d(const Attrs& at, const View& x, const View& w, const View& y, Thread
   build_columns(g, x.f(), cols, pool);
   sgemm(pool, false, false, g.o, cols_n, g.ckk(), w.f(), g.ckk(), cols, cols_n, 0.0f, out, cols_n);
   swap_outer(out, y.f(), g.o, g.n, g.spatial(), pool);  // [O, N, S] -> [N, O, S]
+  if (epilogue.kind != kir::Epilogue::none)
+    parallel(pool, g.n, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) epilogue.apply(y.f() + i * g.o * g.spatial(), g.o, g.spatial());
+    });
 }
 
 void conv2d_grad_input(const Attrs& at, const View& dy, const View& w, const View& dx, ThreadPool* pool) {

@@ -5,12 +5,15 @@
 #pragma once
 
 #include "dsl/node.h"
+#include "runtime/cpu/conv_epilogue.h"
 #include "runtime/cpu/library.h"
 #include "runtime/thread_pool.h"
 
 namespace towerjit::cpujit {
 
-void conv2d(const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool);
+// `epilogue`: act(y + bias) on each image's output as it is written (conv_epilogue.h).
+void conv2d(const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool,
+            const ConvEpilogue& epilogue = {});
 void conv2d_grad_input(const Attrs& at, const View& dy, const View& w, const View& dx, ThreadPool* pool);
 void conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, const View& dw, ThreadPool* pool);
 

@@ -272,11 +272,12 @@ struct EvenBlocks {
   int64_t cut(int64_t b) const { return n * b / count; }
 };
 
-// One image: xp packed, y_image [O, OH*OW]. `out` is [OH*OW][opad] scratch. Each output row
-// also prefetches a slice of the next image (`next(slice, slices)`).
+// One image: xp packed, y_image [O, OH*OW], `epilogue` applied as it is transposed there. `out`
+// is [OH*OW][opad] scratch. Each output row also prefetches a slice of the next image
+// (`next(slice, slices)`).
 template <typename Next>
 void forward_image(const Conv& g, const Kernels& k, const float* xp, const float* wp, float* out,
-                   float* y_image, const Next& next) {
+                   float* y_image, const ConvEpilogue& epilogue, const Next& next) {
   const int64_t row = g.c * g.wp(), filter = g.ckk() * g.lanes;
   const std::vector<ForwardBlock>& blocks = k.forward_at(g.sw);
   const EvenBlocks row_parts(g.ow, k.most);
@@ -289,12 +290,12 @@ void forward_image(const Conv& g, const Kernels& k, const float* xp, const float
         blocks[r](g, corner, wp + b * filter, out + (oy * g.ow + ox) * g.opad() + b * g.lanes);
     }
   }
-  transpose_floats(out, g.spatial(), g.o, g.opad(), y_image, g.spatial());
+  transpose_floats(out, g.spatial(), g.o, g.opad(), y_image, g.spatial(), epilogue.bias_from(0), epilogue.relu());
 }
 
 // x and y of any float dtype, an image at a time in f32 (conv_images.h).
 void forward(const Conv& g, const Kernels& k, const View& x, const std::vector<float>& wp, const View& y,
-             ThreadPool* pool) {
+             const ConvEpilogue& epilogue, ThreadPool* pool) {
   const int64_t image = g.c * g.h * g.w, result = g.o * g.spatial();
   parallel(pool, g.n, [&](int64_t begin, int64_t end) {
     float* xp = conv_scratch(0, g.hp() * g.wp() * g.c);
@@ -302,7 +303,7 @@ void forward(const Conv& g, const Kernels& k, const View& x, const std::vector<f
     for (int64_t i = begin; i < end; ++i) {
       pack_rows(g, image_in(x, i, image, 2), xp);
       float* yi = image_out(y, i, result, 3);
-      forward_image(g, k, xp, wp.data(), out, yi, [&](int64_t slice, int64_t slices) {
+      forward_image(g, k, xp, wp.data(), out, yi, epilogue, [&](int64_t slice, int64_t slices) {
         if (i + 1 == end) return;
         prefetch_image(x, i + 1, image, slice, slices);
         prefetch_image(y, i + 1, result, slice, slices);
@@ -314,18 +315,19 @@ void forward(const Conv& g, const Kernels& k, const View& x, const std::vector<f
 
 }  // namespace
 
-bool direct_conv2d(const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool) {
+bool direct_conv2d(const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool,
+                   const ConvEpilogue& epilogue) {
   const ConvGeometry geometry = conv_geometry(at, x.shape, w.shape, y.shape);
   const Kernels* k = kernels_for(geometry.o);
   if (!k) return false;
   std::vector<float> widened;
   const float* wf = as_floats(w, widened);
   if (geometry.c <= kNarrowChannels) {
-    narrow_conv_forward(geometry, uses_avx512(), x, wf, y, pool);
+    narrow_conv_forward(geometry, uses_avx512(), x, wf, y, epilogue, pool);
     return true;
   }
   const Conv g{geometry, k->lanes};
-  forward(g, *k, x, pack_weights(g, wf, false), y, pool);
+  forward(g, *k, x, pack_weights(g, wf, false), y, epilogue, pool);
   return true;
 }
 
@@ -347,10 +349,10 @@ bool direct_conv2d_grad_input(const Attrs& at, const View& dy, const View& w, co
           for (int64_t kx = 0; kx < f.kw; ++kx)
             flipped[((ci * f.o + o) * f.kh + ky) * f.kw + kx] =
                 wf[((o * f.c + ci) * f.kh + (f.kh - 1 - ky)) * f.kw + (f.kw - 1 - kx)];
-    narrow_conv_forward(g, uses_avx512(), dy, flipped.data(), dx, pool);
+    narrow_conv_forward(g, uses_avx512(), dy, flipped.data(), dx, {}, pool);
     return true;
   }
-  forward(g, *k, dy, pack_weights(g, wf, true), dx, pool);
+  forward(g, *k, dy, pack_weights(g, wf, true), dx, {}, pool);
   return true;
 }
 

@@ -14,12 +14,14 @@
 #pragma once
 
 #include "dsl/node.h"
+#include "runtime/cpu/conv_epilogue.h"
 #include "runtime/cpu/library.h"
 #include "runtime/thread_pool.h"
 
 namespace towerjit::cpujit {
 
-bool direct_conv2d(const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool);
+bool direct_conv2d(const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool,
+                   const ConvEpilogue& epilogue = {});
 bool direct_conv2d_grad_input(const Attrs& at, const View& dy, const View& w, const View& dx, ThreadPool* pool);
 bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, const View& dw, ThreadPool* pool);
 

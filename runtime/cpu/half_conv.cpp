@@ -31,7 +31,13 @@ struct Paths {
 
 Paths paths(Op op) {
   switch (op) {
-    case Op::Conv2D: return {direct_conv2d, conv2d};
+    case Op::Conv2D:  // no epilogue: the pass gives one only to an f32 result
+      return {[](const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool) {
+                return direct_conv2d(at, x, w, y, pool);
+              },
+              [](const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool) {
+                conv2d(at, x, w, y, pool);
+              }};
     case Op::Conv2DGradInput: return {direct_conv2d_grad_input, conv2d_grad_input};
     case Op::Conv2DGradFilter: return {direct_conv2d_grad_filter, conv2d_grad_filter};
     default: internal_check(false) << "half_convolution of " << op_name(op);

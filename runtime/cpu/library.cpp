@@ -21,11 +21,11 @@
 namespace towerjit::cpujit {
 namespace {
 
-// The call's epilogue (kir::MatMulEpilogue) over rows [first, last) of one [m, n] product:
+// The call's epilogue (kir::Epilogue) over rows [first, last) of one [m, n] product:
 // the same float operations, in the same order, as the loop kernel it replaced (the product's
 // element, plus the bias, then the DSL's relu: NaN stays NaN).
-void apply_epilogue(kir::MatMulEpilogue e, const float* bias, float* out, int64_t n, int64_t first, int64_t last) {
-  const bool relu = e == kir::MatMulEpilogue::bias_relu;
+void apply_epilogue(kir::Epilogue e, const float* bias, float* out, int64_t n, int64_t first, int64_t last) {
+  const bool relu = e == kir::Epilogue::bias_relu;
   for (int64_t i = first; i < last; ++i) {
     float* row = out + i * n;
     for (int64_t j = 0; j < n; ++j) {
@@ -44,7 +44,7 @@ void matmul(const kir::LibraryCall& c, const std::vector<View>& in, const View& 
   kir::MatMulGeometry g = kir::matmul_geometry(c, a.shape, b.shape, out.shape);
   kir::fold_batches_into_rows(c, g);
   auto epilogue = [&](int64_t bi, ThreadPool* split) {
-    if (c.epilogue == kir::MatMulEpilogue::none) return;
+    if (c.epilogue == kir::Epilogue::none) return;
     float* o = out.f() + bi * g.m * g.n;
     const float* bias = in[2].f();
     if (!split) return apply_epilogue(c.epilogue, bias, o, g.n, 0, g.m);
@@ -199,7 +199,9 @@ void run_library_call(const kir::LibraryCall& call, const Node& node,
   if (conv && is_half_float(out.dtype)) return half_convolution(call.op, call.attrs, in[0], in[1], out, pool);
   switch (call.op) {
     case Op::MatMul: return matmul(call, in, out, pool);
-    case Op::Conv2D: return conv2d(call.attrs, in[0], in[1], out, pool);
+    case Op::Conv2D:
+      return conv2d(call.attrs, in[0], in[1], out, pool,
+                    {call.epilogue, call.epilogue == kir::Epilogue::none ? nullptr : in[2].f()});
     case Op::Conv2DGradInput: return conv2d_grad_input(call.attrs, in[0], in[1], out, pool);
     case Op::Conv2DGradFilter: return conv2d_grad_filter(call.attrs, in[0], in[1], out, pool);
     case Op::MaxPool2D: case Op::MaxPool2DGrad: case Op::AvgPool2D: case Op::AvgPool2DGrad:

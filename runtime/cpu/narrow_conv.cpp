@@ -94,6 +94,8 @@ void fill_rows(const ConvGeometry& g, const WindowRows& r, const float* image, f
 // w[ob][t] (broadcast) * rows[off[t] + p + v * WIDTH] over the taps t; `w` is the filter at
 // o0 ([O][taps]), `y` the image's output at (o0, 0) ([O][S]); blocks follow one another up to
 // p_end, and lanes at or past S are not stored. Per tap: PV loads and OB broadcasts for OB * PV FMAs.
+// With `bias` (output channel o0's at bias[0]) the epilogue (conv_epilogue.h) before each store:
+// the channel's bias added, then with `relu` the DSL's relu.
 //
 // filter<OB, TB>: output channels x taps t0..t0+TB-1, summed over the image's S pixels, a
 // vector of per-lane sums each (`part` at (o0, t0) of [O][taps][WIDTH], added to): dy's rows
@@ -101,13 +103,13 @@ void fill_rows(const ConvGeometry& g, const WindowRows& r, const float* image, f
 // is loaded masked (zeros past S), so that nothing past the image enters a sum.
 #define TOWERJIT_UNROLL _Pragma("GCC unroll 32")
 #define TOWERJIT_NARROW_KERNELS(NS, TARGET, VEC, WIDTH, ACCS, ZERO, LOAD, STORE, BROADCAST, FMA, MASKLOAD,          \
-                                MASKSTORE)                                                                          \
+                                MASKSTORE, ADD, RELU)                                                               \
   namespace NS {                                                                                                    \
   constexpr int64_t kWidth = WIDTH;                                                                                 \
   constexpr int kAccs = ACCS;                                                                                       \
   template <int OB, int PV>                                                                                         \
   TARGET void forward(int64_t taps, const float* rows, const int64_t* off, const float* w, int64_t p,              \
-                      int64_t p_end, float* y, int64_t s) {                                                         \
+                      int64_t p_end, float* y, int64_t s, const float* bias, bool relu) {                           \
     for (; p < p_end; p += PV * WIDTH) {                                                                             \
       VEC acc[OB * PV];                                                                                              \
       TOWERJIT_UNROLL for (int a = 0; a < OB * PV; ++a) acc[a] = ZERO();                                             \
@@ -120,6 +122,11 @@ void fill_rows(const ConvGeometry& g, const WindowRows& r, const float* image, f
           TOWERJIT_UNROLL for (int v = 0; v < PV; ++v) acc[ob * PV + v] = FMA(b, xv[v], acc[ob * PV + v]);           \
         }                                                                                                            \
       }                                                                                                              \
+      if (bias)                                                                                                      \
+        TOWERJIT_UNROLL for (int a = 0; a < OB * PV; ++a) {                                                          \
+          acc[a] = ADD(acc[a], BROADCAST(bias + a / PV));                                                            \
+          if (relu) acc[a] = RELU(acc[a]);                                                                           \
+        }                                                                                                            \
       TOWERJIT_UNROLL for (int a = 0; a < OB * PV; ++a) {                                                            \
         const int64_t ob = a / PV, v = a % PV, left = s - p - v * WIDTH;                                             \
         float* out = y + ob * s + p + v * WIDTH;                                                                     \
@@ -161,11 +168,13 @@ void fill_rows(const ConvGeometry& g, const WindowRows& r, const float* image, f
 // 12 accumulators of the 16 AVX2 registers (a block's loads and broadcast take the rest), 24
 // of AVX-512's 32.
 TOWERJIT_NARROW_KERNELS(avx2, TOWERJIT_TARGET_AVX2, __m256, 8, 12, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_storeu_ps,
-                        _mm256_broadcast_ss, _mm256_fmadd_ps, maskload8, maskstore8)
+                        _mm256_broadcast_ss, _mm256_fmadd_ps, maskload8, maskstore8, _mm256_add_ps, relu8)
 TOWERJIT_NARROW_KERNELS(avx512, TOWERJIT_TARGET_AVX512, __m512, 16, 24, _mm512_setzero_ps, _mm512_loadu_ps,
-                        _mm512_storeu_ps, broadcast16, _mm512_fmadd_ps, maskload16, maskstore16)
+                        _mm512_storeu_ps, broadcast16, _mm512_fmadd_ps, maskload16, maskstore16, _mm512_add_ps,
+                        relu16)
 
-using ForwardBlock = void (*)(int64_t, const float*, const int64_t*, const float*, int64_t, int64_t, float*, int64_t);
+using ForwardBlock = void (*)(int64_t, const float*, const int64_t*, const float*, int64_t, int64_t, float*, int64_t,
+                              const float*, bool);
 using FilterBlock = void (*)(const float*, const int64_t*, const float*, int64_t, int64_t, int64_t, float*, int64_t);
 
 // One instruction set's blocks: forward[ob][pv] for ob = 1..forward_channels output channels
@@ -232,7 +241,7 @@ float* rows_scratch(const WindowRows& r, const Kernels& k) {
 }  // namespace
 
 void narrow_conv_forward(const ConvGeometry& g, bool avx512, const View& x, const float* w, const View& y,
-                         ThreadPool* pool) {
+                         const ConvEpilogue& epilogue, ThreadPool* pool) {
   const Kernels& k = kernels(avx512);
   const WindowRows r = window_rows(g);
   const int64_t taps = g.ckk(), s = g.spatial();
@@ -248,9 +257,13 @@ void narrow_conv_forward(const ConvGeometry& g, bool avx512, const View& x, cons
         const int64_t o0 = channels.cut(b), ob = channels.cut(b + 1) - o0, most = k.accs / ob;
         // Blocks of `most` vectors of pixels in one call, then one block of the rest.
         const int64_t vectors = (s + k.width - 1) / k.width, full = vectors / most * most;
-        if (full) k.forward[ob][most](taps, rows, r.off.data(), w + o0 * taps, 0, full * k.width, yi + o0 * s, s);
+        const float* bias = epilogue.bias_from(o0);
+        if (full)
+          k.forward[ob][most](taps, rows, r.off.data(), w + o0 * taps, 0, full * k.width, yi + o0 * s, s, bias,
+                              epilogue.relu());
         if (full < vectors)
-          k.forward[ob][vectors - full](taps, rows, r.off.data(), w + o0 * taps, full * k.width, s, yi + o0 * s, s);
+          k.forward[ob][vectors - full](taps, rows, r.off.data(), w + o0 * taps, full * k.width, s, yi + o0 * s, s,
+                                        bias, epilogue.relu());
       }
       image_done(y, i, g.o * s, yi);
     }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "runtime/cpu/conv_epilogue.h"
 #include "runtime/cpu/conv_geometry.h"
 #include "runtime/cpu/library.h"
 #include "runtime/thread_pool.h"
@@ -23,10 +24,10 @@ namespace towerjit::cpujit {
 constexpr int64_t kNarrowChannels = 4;
 
 // y [N, O, OH, OW] = conv(x [N, C, H, W], w [O, C, KH, KW]) (`w` read as [O][C*KH*KW]); x and
-// y of any float dtype, an image at a time in f32 (conv_images.h).
+// y of any float dtype, an image at a time in f32 (conv_images.h), `epilogue` applied to each.
 // `avx512`: the AVX-512 kernels, else AVX2 + FMA; the caller checks the CPU has them.
 void narrow_conv_forward(const ConvGeometry& g, bool avx512, const View& x, const float* w, const View& y,
-                         ThreadPool* pool);
+                         const ConvEpilogue& epilogue, ThreadPool* pool);
 
 // dw [O, C, KH, KW] = the sum over the batch of dy x the windows of x: a fixed 16 chunks of
 // the batch, each summed in image order, then the chunks in order: the same bits on any

@@ -12,6 +12,10 @@ namespace towerjit::cpujit {
 // stay 8x8 with AVX-512 too: a 16x16 tile takes as many shuffles per float, but 512-bit
 // shuffles issue on one port of these cores where 256-bit ones issue on two (measured 1.5x
 // slower on Sapphire Rapids). Needs AVX2.
-void transpose_floats(const float* in, int64_t rows, int64_t cols, int64_t ld_in, float* out, int64_t ld_out);
+// With `column_bias`, the convolutions' epilogue (conv_epilogue.h) on the way:
+// out[j * ld_out + i] = act(in[i * ld_in + j] + column_bias[j]), act the DSL's relu with `relu`,
+// else nothing.
+void transpose_floats(const float* in, int64_t rows, int64_t cols, int64_t ld_in, float* out, int64_t ld_out,
+                      const float* column_bias = nullptr, bool relu = false);
 
 }  // namespace towerjit::cpujit

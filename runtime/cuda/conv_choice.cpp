@@ -107,7 +107,7 @@ float time_implicit_gemm(const Cudnn& dnn, ConvPass pass, const TjConvShape& g, 
   const CUdeviceptr b = pass == ConvPass::filter_gradient ? y.ptr() : w.ptr();
   const CUdeviceptr out = pass == ConvPass::forward ? y.ptr() : pass == ConvPass::data_gradient ? x.ptr() : w.ptr();
   const std::string timed = what + " (timed beside cuDNN's algorithms)";
-  auto queue = [&] { queue_implicit_gemm(pass, g, a, b, out, scratch.ptr(), device, stream, timed, loc); };
+  auto queue = [&] { queue_implicit_gemm(pass, g, a, b, out, scratch.ptr(), {}, device, stream, timed, loc); };
   queue();
   Event start(device), end(device);
   start.record(stream);

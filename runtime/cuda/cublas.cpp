@@ -139,11 +139,11 @@ bool Cublas::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                     int64_t stride_a, CUdeviceptr b, int64_t ldb, int64_t stride_b, CUdeviceptr c, int64_t ldc,
                     int64_t stride_c, int64_t batch, const std::string& what, DType operands,
                     const LtEpilogue& epilogue) {
-  if (epilogue.kind != kir::MatMulEpilogue::none && lt_ &&
+  if (epilogue.kind != kir::Epilogue::none && lt_ &&
       lt_->matmul(trans_a, trans_b, m, n, k, a, lda, stride_a, b, ldb, stride_b, c, ldc, stride_c, batch, what,
                   operands, epilogue))
     return true;
-  const bool plain = epilogue.kind == kir::MatMulEpilogue::none;
+  const bool plain = epilogue.kind == kir::Epilogue::none;
   if (lt_ && lt_->matmul(trans_a, trans_b, m, n, k, a, lda, stride_a, b, ldb, stride_b, c, ldc, stride_c, batch, what,
                          operands))
     return plain;

@@ -72,11 +72,11 @@ struct CublasLtLoad;
 // and paths tried); `tf32`: TOWERJIT_ALLOW_TF32=on, which then has no effect.
 std::string cublaslt_missing_warning(const std::string& tried, bool tf32);
 
-// A product's epilogue as cuBLASLt runs it (kir::MatMulEpilogue): the row-major product's
+// A product's epilogue as cuBLASLt runs it (kir::Epilogue): the row-major product's
 // per-column bias (n floats) is, in the swapped column-major view, cuBLASLt's bias per row of D
 // (its length D's row count, n), shared by every matrix of a batch (bias batch stride 0).
 struct LtEpilogue {
-  kir::MatMulEpilogue kind = kir::MatMulEpilogue::none;
+  kir::Epilogue kind = kir::Epilogue::none;
   CUdeviceptr bias = 0;
 };
 

@@ -88,10 +88,10 @@ CublasLt::~CublasLt() {
 }
 
 // cuBLASLt's epilogue for ours.
-static uint32_t lt_epilogue(kir::MatMulEpilogue e) {
+static uint32_t lt_epilogue(kir::Epilogue e) {
   switch (e) {
-    case kir::MatMulEpilogue::bias: return kLtEpilogueBias;
-    case kir::MatMulEpilogue::bias_relu: return kLtEpilogueReluBias;
+    case kir::Epilogue::bias: return kLtEpilogueBias;
+    case kir::Epilogue::bias_relu: return kLtEpilogueReluBias;
     default: return kLtEpilogueDefault;
   }
 }
@@ -110,7 +110,7 @@ CublasLt::Plan& CublasLt::plan(const LtPlanKey& key, CUdeviceptr bias, const std
     const int32_t op_first = key.trans_b ? kCublasOpT : kCublasOpN, op_second = key.trans_a ? kCublasOpT : kCublasOpN;
     set(api, api.MatmulDescSetAttribute, p.desc, kLtDescTransA, op_first, "cublasLtMatmulDescSetAttribute", what);
     set(api, api.MatmulDescSetAttribute, p.desc, kLtDescTransB, op_second, "cublasLtMatmulDescSetAttribute", what);
-    if (key.epilogue != kir::MatMulEpilogue::none) {
+    if (key.epilogue != kir::Epilogue::none) {
       // D's rows are our columns (the swapped view), so cuBLASLt's per-row bias is ours per column.
       const uint32_t epilogue = lt_epilogue(key.epilogue);
       const int32_t bias_type = kCudaR32F;  // D's type, cuBLASLt's default for it; said outright
@@ -188,10 +188,10 @@ bool CublasLt::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   const LtPlanKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch,
                       alignment(a, stride_a, batch, size), alignment(b, stride_b, batch, size),
                       alignment(c, stride_c, batch, 4), operands, epilogue.kind,
-                      epilogue.kind == kir::MatMulEpilogue::none ? 0u : alignment(epilogue.bias, 0, 1, 4)};
+                      epilogue.kind == kir::Epilogue::none ? 0u : alignment(epilogue.bias, 0, 1, 4)};
   Plan& p = plan(key, epilogue.bias, what);
   if (!p.found) return false;
-  if (epilogue.kind != kir::MatMulEpilogue::none) {  // the plan is cached per shape; the bias is this call's
+  if (epilogue.kind != kir::Epilogue::none) {  // the plan is cached per shape; the bias is this call's
     const void* bias_ptr = reinterpret_cast<const void*>(epilogue.bias);
     set(*api_, api_->MatmulDescSetAttribute, p.desc, kLtDescBiasPointer, bias_ptr, "cublasLtMatmulDescSetAttribute",
         what);

@@ -129,7 +129,7 @@ struct LtPlanKey {
   int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
   uint32_t align_a, align_b, align_c;
   DType operands;  // A and B: f32, bf16 or f16; C is f32
-  kir::MatMulEpilogue epilogue;
+  kir::Epilogue epilogue;
   uint32_t align_bias;  // the bias pointer's (the heuristic reads it), 0 without a bias
   auto tie() const {
     return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch, align_a, align_b,

@@ -97,7 +97,7 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
     has_conv |= op == Op::Conv2D || op == Op::Conv2DGradInput || op == Op::Conv2DGradFilter;
     // A product with an epilogue may need tj_matmul_epilogue, where cuBLASLt has no algorithm
     // taking it: known only at run time, so loaded here with the rest.
-    needs_library |= op != Op::MatMul || program_.calls[i].epilogue != kir::MatMulEpilogue::none;
+    needs_library |= op != Op::MatMul || program_.calls[i].epilogue != kir::Epilogue::none;
     if (checks_indices(op)) one_hot_calls_.push_back(static_cast<int>(i));
   }
   stream_ = std::make_unique<cuda::Stream>(*device_);

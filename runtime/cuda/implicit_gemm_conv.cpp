@@ -55,14 +55,17 @@ size_t implicit_gemm_scratch_bytes(ConvPass pass, const TjConvShape& g) {
 }
 
 void queue_implicit_gemm(ConvPass pass, const TjConvShape& shape, CUdeviceptr a, CUdeviceptr b, CUdeviceptr out,
-                         CUdeviceptr scratch, DeviceContext& device, const Stream& stream, const std::string& what,
-                         std::source_location loc) {
+                         CUdeviceptr scratch, const ConvBias& bias, DeviceContext& device, const Stream& stream,
+                         const std::string& what, std::source_location loc) {
   TjConvShape g = shape;
   const int64_t taps = g.c * g.kh * g.kw;
   switch (pass) {
-    case ConvPass::forward:  // x, w -> y
+    case ConvPass::forward: {  // x, w -> y
+      CUdeviceptr bias_ptr = bias.ptr;
+      int relu = bias.relu;
       return launch_blocks("tj_conv2d_implicit", tiles(g.o, g.n * g.oh * g.ow), device, stream, what, loc, a, b, out,
-                           g);
+                           g, bias_ptr, relu);
+    }
     case ConvPass::data_gradient:  // dy, w -> dx
       return launch_blocks("tj_conv2d_grad_input_implicit", tiles(g.c, g.n * g.h * g.w), device, stream, what, loc, a,
                            b, out, g);

@@ -18,11 +18,18 @@ namespace towerjit::cuda {
 // depth is cut into several; none otherwise.
 size_t implicit_gemm_scratch_bytes(ConvPass pass, const TjConvShape& g);
 
-// Queues the pass on `stream`: forward y = conv(x, w) (a = x, b = w), data gradient dx
-// (a = dy, b = w), filter gradient dw (a = x, b = dy). `scratch` holds at least
+// A forward pass's epilogue (kir::Epilogue): y = act(conv + bias[o]) as the kernel stores; none
+// where `ptr` is 0.
+struct ConvBias {
+  CUdeviceptr ptr = 0;  // [O] f32
+  bool relu = false;
+};
+
+// Queues the pass on `stream`: forward y = conv(x, w) (a = x, b = w), `bias` applied, data
+// gradient dx (a = dy, b = w), filter gradient dw (a = x, b = dy). `scratch` holds at least
 // implicit_gemm_scratch_bytes(pass, g). `what` names the op in a launch error.
 void queue_implicit_gemm(ConvPass pass, const TjConvShape& g, CUdeviceptr a, CUdeviceptr b, CUdeviceptr out,
-                         CUdeviceptr scratch, DeviceContext& device, const Stream& stream, const std::string& what,
-                         std::source_location loc);
+                         CUdeviceptr scratch, const ConvBias& bias, DeviceContext& device, const Stream& stream,
+                         const std::string& what, std::source_location loc);
 
 }  // namespace towerjit::cuda

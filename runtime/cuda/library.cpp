@@ -55,7 +55,7 @@ CUdeviceptr scratch(LibraryEnv& env, int64_t floats) {
 void matmul(const kir::LibraryCall& c, const Node& node, const std::vector<DeviceView>& in, const DeviceView& out,
             LibraryEnv& env) {
   const DeviceView &a = in[0], &b = in[1];
-  const LtEpilogue epilogue{c.epilogue, c.epilogue == kir::MatMulEpilogue::none ? CUdeviceptr{0} : in[2].ptr};
+  const LtEpilogue epilogue{c.epilogue, c.epilogue == kir::Epilogue::none ? CUdeviceptr{0} : in[2].ptr};
   const kir::MatMulGeometry g = kir::matmul_geometry(c, a.shape, b.shape, out.shape);
   const int64_t batches = g.batches, m = g.m, n = g.n;
   const int64_t stride_a = batches > 1 ? g.offset_a[1] : 0, stride_b = batches > 1 ? g.offset_b[1] : 0;
@@ -70,7 +70,7 @@ void matmul(const kir::LibraryCall& c, const Node& node, const std::vector<Devic
     if (applied) return;
     CUdeviceptr o = first, bias = epilogue.bias;
     long long rows = count * m, cols = n;
-    int relu = c.epilogue == kir::MatMulEpilogue::bias_relu;
+    int relu = c.epilogue == kir::Epilogue::bias_relu;
     launch_library(env, "tj_matmul_epilogue", rows * cols, node, o, bias, rows, cols, relu);
   };
   if (linear) {
@@ -108,7 +108,8 @@ ConvCall conv_call(Op op, const Attrs& at, const std::vector<Shape>& in, const S
 
 // Conv2D, its data gradient and its filter gradient: cuDNN's planned algorithm or towerjit's
 // implicit GEMM, whichever the choice made before the run (library_scratch_bytes) kept; the
-// scratch as the workspace.
+// scratch as the workspace. A Conv2D's epilogue (bias, then ReLU) is the implicit GEMM's own,
+// as it stores; after cuDNN's forward, tj_conv_epilogue applies it, the same float operations.
 void convolution(const kir::LibraryCall& call, const Node& node, const std::vector<DeviceView>& in,
                  const DeviceView& out, LibraryEnv& env) {
   const ConvCall cc = conv_call(call.op, node.attrs, {in[0].shape, in[1].shape}, out.shape);
@@ -122,11 +123,21 @@ void convolution(const kir::LibraryCall& call, const Node& node, const std::vect
   const ConvChoice choice = choose_convolution(env.dnn, cc.pass, cc.g, node.dtype, describe(node), node.loc);
   internal_check(env.scratch.bytes() >= choice.scratch_bytes)
       << "library scratch of " << env.scratch.bytes() << " bytes for a convolution's " << choice.scratch_bytes;
+  const ConvBias bias{call.epilogue == kir::Epilogue::none ? CUdeviceptr{0} : in[2].ptr,
+                      call.epilogue == kir::Epilogue::bias_relu};
+  internal_check(!bias.ptr || (cc.pass == ConvPass::forward && node.dtype == DType::f32))
+      << describe(node) << ": an epilogue on a " << dtype_name(node.dtype) << " convolution pass";
   if (choice.implicit_gemm)
-    return queue_implicit_gemm(cc.pass, cc.g, in[0].ptr, in[1].ptr, out.ptr, env.scratch.ptr(), env.device,
+    return queue_implicit_gemm(cc.pass, cc.g, in[0].ptr, in[1].ptr, out.ptr, env.scratch.ptr(), bias, env.device,
                                env.stream, describe(node), node.loc);
   env.dnn->run(cc.pass, cc.g, in[0].ptr, in[1].ptr, out.ptr, env.scratch.ptr(), env.scratch.bytes(), describe(node),
                node.dtype);
+  if (bias.ptr) {
+    CUdeviceptr y = out.ptr, b = bias.ptr;
+    long long total = out.shape.elements(0), channels = cc.g.o, pixels = cc.g.oh * cc.g.ow;
+    int relu = bias.relu;
+    launch_library(env, "tj_conv_epilogue", total, node, y, b, total, channels, pixels, relu);
+  }
 }
 
 void pool(Op op, const Node& node, const std::vector<DeviceView>& in, const DeviceView& out, LibraryEnv& env) {

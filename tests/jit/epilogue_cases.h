@@ -1,7 +1,8 @@
-// Dense layers whose bias add (and ReLU) the fusion pass hands the product as its epilogue
-// (jit/passes/matmul_epilogues.h), at odd sizes and batched: the CPU tests
-// (tests/jit/test_matmul_epilogues.cpp) and the GPU ones (tests_gpu/test_gpu_matmul_epilogues.cpp)
-// run the same graphs against the reference.
+// Dense layers and convolutions whose bias add (and ReLU) the fusion pass hands the product or
+// the convolution as its epilogue (jit/passes/epilogues.h), at odd sizes and batched: the CPU
+// tests (tests/jit/test_matmul_epilogues.cpp, test_conv_epilogues.cpp) and the GPU ones
+// (tests_gpu/test_gpu_matmul_epilogues.cpp, test_gpu_conv_epilogues.cpp) run the same graphs
+// against the reference.
 #pragma once
 
 #include <string>
@@ -60,6 +61,41 @@ inline Tensor half_epilogue_graph(DType t, reference::Feeds& feeds, uint32_t see
   feeds["w"] = random_array({127, 33}, seed + 1);
   feeds["b"] = random_array({33}, seed + 2);
   return relu(matmul(cast(x, t), cast(w, t)) + b);
+}
+
+struct ConvEpilogueCase {
+  Shape x;  // [N, C, H, W]
+  int64_t filters, kernel;
+  int stride, pad;
+  bool relu = true;
+  bool bias_first = false;  // bias + conv rather than conv + bias: the same epilogue
+  std::string str() const {
+    return std::string(relu ? "relu(" : "(") + "conv " + x.str() + " -> " + std::to_string(filters) + " filters " +
+           std::to_string(kernel) + "x" + std::to_string(kernel) + " stride " + std::to_string(stride) + " pad " +
+           std::to_string(pad) + (bias_first ? ", bias first)" : " + bias)");
+  }
+};
+
+// Each of the CPU's forward paths: the narrow kernels (1 and 3 input channels), the direct ones
+// (8 and 16), one image and an odd batch, odd channel counts, a stride, no padding.
+inline std::vector<ConvEpilogueCase> conv_epilogue_cases() {
+  return {{Shape{1, 1, 7, 7}, 16, 3, 1, 1, true},     {Shape{7, 3, 7, 13}, 5, 3, 2, 1, false},
+          {Shape{2, 16, 9, 9}, 16, 3, 1, 1, true},    {Shape{3, 8, 5, 33}, 32, 3, 1, 0, true, true},
+          {Shape{7, 5, 7, 7}, 7, 3, 1, 1, true},      {Shape{2, 1, 28, 28}, 16, 3, 1, 1, true}};
+}
+
+// `c`'s graph in the current scope: inputs "x", "w" [filters, C, k, k] and "b" [filters] added
+// as [1, filters, 1, 1], as the conv2d layer does, fed into `feeds` from `seed`.
+inline Tensor conv_epilogue_graph(const ConvEpilogueCase& c, reference::Feeds& feeds, uint32_t seed) {
+  const Shape w_shape{c.filters, c.x[1], c.kernel, c.kernel}, b_shape{c.filters};
+  const Tensor x = input("x", c.x), w = input("w", w_shape), b = input("b", b_shape);
+  feeds["x"] = random_array(c.x, seed);
+  feeds["w"] = random_array(w_shape, seed + 1);
+  feeds["b"] = random_array(b_shape, seed + 2);
+  const Tensor y = conv2d(x, w, {.stride = c.stride, .pad = c.pad});
+  const Tensor bias = reshape(b, {1, c.filters, 1, 1});
+  const Tensor pre = c.bias_first ? bias + y : y + bias;
+  return c.relu ? relu(pre) : pre;
 }
 
 }  // namespace towerjit::testing

@@ -89,7 +89,7 @@ TEST_CASE("relu(dense(x)) is one matmul call with a bias+relu epilogue, no kerne
   tj::GraphScope use(g);
   auto x = tj::input("x", {kBatch, 8});
   auto h = tj::relu(tj::dense(x, 4, "fc"));
-  // Forward only: bias and ReLU are the GEMM's epilogue (jit/passes/matmul_epilogues.h), which
+  // Forward only: bias and ReLU are the GEMM's epilogue (jit/passes/epilogues.h), which
   // writes the activation (b4) directly; the product's own temporary (b2) is left unused.
   CHECK(ir(g, {h}) == golden(R"(
 b0 = input "x" f32[B,8]
@@ -379,7 +379,7 @@ TEST_CASE("the MLP training step lowers to 5 kernels and 9 library calls", "[jit
   for (const auto& c : p.calls) {
     gemms += c.op == tj::Op::MatMul;
     transposed += c.transpose_a || c.transpose_b;
-    epilogues += c.epilogue == tj::kir::MatMulEpilogue::bias_relu;
+    epilogues += c.epilogue == tj::kir::Epilogue::bias_relu;
   }
   CHECK(epilogues == 2);
   for (const auto& k : p.kernels) {

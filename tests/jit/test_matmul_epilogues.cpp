@@ -1,4 +1,4 @@
-// The matrix products' epilogues (jit/passes/matmul_epilogues.h): which kernels the pass takes
+// The matrix products' epilogues (jit/passes/epilogues.h): which kernels the pass takes
 // into a product and which it leaves, on the kernel IR; and the CPU's results with them
 // against the reference, at odd sizes and batched, the same bits every run.
 #include <catch2/catch.hpp>
@@ -13,7 +13,7 @@
 namespace tj = towerjit;
 using tj::kBatch;
 using tj::Tensor;
-using tj::kir::MatMulEpilogue;
+using tj::kir::Epilogue;
 using namespace tj::testing;
 
 namespace {
@@ -30,7 +30,7 @@ int kernel_steps(const tj::kir::Program& p) {
 }
 
 // The epilogue of the program's only matrix product.
-MatMulEpilogue epilogue_of(const tj::kir::Program& p) {
+Epilogue epilogue_of(const tj::kir::Program& p) {
   REQUIRE(p.calls.size() == 1);
   return p.calls[0].epilogue;
 }
@@ -47,7 +47,7 @@ TEST_CASE("a dense layer's bias add and ReLU are its product's epilogue: one cal
     const tj::kir::Program p = lower(g, {y});
     INFO(tj::kir::to_string(p));
     CHECK(kernel_steps(p) == 0);
-    CHECK(epilogue_of(p) == (c.relu ? MatMulEpilogue::bias_relu : MatMulEpilogue::bias));
+    CHECK(epilogue_of(p) == (c.relu ? Epilogue::bias_relu : Epilogue::bias));
     CHECK(p.calls[0].inputs.size() == 3);
     CHECK(p.calls[0].output == p.fetches[0]);
   }
@@ -62,34 +62,34 @@ TEST_CASE("a product keeps its kernel when the kernel does more than bias and Re
   SECTION("the pre-activation is fetched too: the kernel stores both") {
     const tj::kir::Program p = lower(g, {tj::relu(pre), pre});
     CHECK(kernel_steps(p) == 1);
-    CHECK(epilogue_of(p) == MatMulEpilogue::none);
+    CHECK(epilogue_of(p) == Epilogue::none);
   }
   SECTION("GELU: cuBLASLt's is the tanh approximation, the DSL's the erf form") {
     const tj::kir::Program p = lower(g, {tj::gelu(pre)});
     CHECK(kernel_steps(p) == 1);
-    CHECK(epilogue_of(p) == MatMulEpilogue::none);
+    CHECK(epilogue_of(p) == Epilogue::none);
   }
   SECTION("the product itself is fetched") {
     const Tensor product = tj::matmul(x, w);
     const tj::kir::Program p = lower(g, {tj::relu(product + b), product});
-    CHECK(epilogue_of(p) == MatMulEpilogue::none);
+    CHECK(epilogue_of(p) == Epilogue::none);
   }
   SECTION("a bias that is not one value per column") {
     const Tensor rows = tj::input("rows", {kBatch, 4});
     const tj::kir::Program p = lower(g, {tj::relu(tj::matmul(x, w) + rows)});
     CHECK(kernel_steps(p) == 1);
-    CHECK(epilogue_of(p) == MatMulEpilogue::none);
+    CHECK(epilogue_of(p) == Epilogue::none);
   }
   SECTION("more work in the kernel than the bias") {
     const tj::kir::Program p = lower(g, {tj::relu(pre * 2.0)});
     CHECK(kernel_steps(p) == 1);
-    CHECK(epilogue_of(p) == MatMulEpilogue::none);
+    CHECK(epilogue_of(p) == Epilogue::none);
   }
   SECTION("TOWERJIT_MATMUL_EPILOGUES=off") {
     tj::test::ScopedEnv off("TOWERJIT_MATMUL_EPILOGUES", "off");
     const tj::kir::Program p = lower(g, {tj::relu(pre)});
     CHECK(kernel_steps(p) == 1);
-    CHECK(epilogue_of(p) == MatMulEpilogue::none);
+    CHECK(epilogue_of(p) == Epilogue::none);
   }
 }
 
@@ -141,7 +141,7 @@ TEST_CASE("products of bf16 and f16 operands take the epilogue too and match the
     const tj::kir::Program p = lower(g, {y});
     INFO(tj::kir::to_string(p));
     CHECK(std::count_if(p.calls.begin(), p.calls.end(), [](const tj::kir::LibraryCall& c) {
-            return c.epilogue == MatMulEpilogue::bias_relu;
+            return c.epilogue == Epilogue::bias_relu;
           }) == 1);
     tj::reference::Variables vars;
     require_close(run_both(g, {y}, feeds, vars), std::string(tj::dtype_name(t)) + " operands");
@@ -160,7 +160,7 @@ TEST_CASE("a dense+ReLU training step with the epilogue matches the reference", 
   const tj::kir::Program p = lower(g, fetches);
   INFO(tj::kir::to_string(p));
   CHECK(std::count_if(p.calls.begin(), p.calls.end(),
-                      [](const tj::kir::LibraryCall& c) { return c.epilogue == MatMulEpilogue::bias_relu; }) == 1);
+                      [](const tj::kir::LibraryCall& c) { return c.epilogue == Epilogue::bias_relu; }) == 1);
   tj::reference::Feeds feeds{{"x", random_array({9, 127}, 7)}};
   tj::reference::Variables vars = tj::reference::initialize_variables(g, 1);
   require_close(run_both(g, fetches, feeds, vars), "dense+relu, dense: forward and gradients");

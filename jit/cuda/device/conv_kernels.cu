@@ -13,7 +13,9 @@
 // grid does. Every output is one thread's sum over its depth in ascending order, the same order
 // whichever block computes it: bitwise reproducible, and no atomics. The filter gradient's depth
 // (every image's every output pixel) is cut into `splits` consecutive slices, each a product
-// of its own into the scratch, which tj_sum_slices (below) then adds in a fixed order.
+// of its own into the scratch, which tj_sum_slices (below) then adds in a fixed order. The
+// forward takes the call's epilogue (jit/passes/epilogues.h) as it stores: the bias of the
+// output channel (row m) added to the sum, then the DSL's relu, the loop kernel's operations.
 
 #define TJ_IG_TILE 64   // rows and columns of a block's tile
 #define TJ_IG_DEPTH 16  // depth staged per step
@@ -133,11 +135,23 @@ __device__ __forceinline__ void tj_ig_store(float (*s)[TJ_IG_ROW], const float (
   }
 }
 
-// The product of `ops` into `out` (through ops.out), its depth cut into `splits` slices of
-// `slice` (a multiple of TJ_IG_DEPTH); slice s writes at out + s * rows * cols.
+// A pass's epilogue: out = act(sum + bias[row]); none where `bias` is null.
+struct TjRowEpilogue {
+  const float* bias;
+  int relu;
+  __device__ __forceinline__ float operator()(float sum, long long row) const {
+    if (!bias) return sum;
+    const float v = sum + bias[row];
+    return relu && v <= 0.0f ? 0.0f : v;
+  }
+};
+
+// The product of `ops` into `out` (through ops.out, `epilogue` applied), its depth cut into
+// `splits` slices of `slice` (a multiple of TJ_IG_DEPTH); slice s writes at out + s * rows * cols.
 template <typename I, typename Ops>
 __device__ __forceinline__ void tj_implicit_gemm(const Ops& ops, float* __restrict__ out, I splits, I slice,
-                                                 float (*as)[TJ_IG_ROW], float (*bs)[TJ_IG_ROW]) {
+                                                 float (*as)[TJ_IG_ROW], float (*bs)[TJ_IG_ROW],
+                                                 const TjRowEpilogue& epilogue) {
   const I rows = ops.rows(), cols = ops.cols(), depth = ops.depth();
   const I tiles_m = (rows + TJ_IG_TILE - 1) / TJ_IG_TILE, tiles_n = (cols + TJ_IG_TILE - 1) / TJ_IG_TILE;
   const I tiles = tiles_m * tiles_n;
@@ -176,7 +190,7 @@ __device__ __forceinline__ void tj_implicit_gemm(const Ops& ops, float* __restri
     for (int r = 0; r < TJ_IG_PER_THREAD; ++r)
       for (int q = 0; q < TJ_IG_PER_THREAD; ++q) {
         const I m = m0 + tm + r, n = n0 + tn + q;
-        if (m < rows && n < cols) part[ops.out(m, n)] = acc[r][q];
+        if (m < rows && n < cols) part[ops.out(m, n)] = epilogue(acc[r][q], m);
       }
   }
 }
@@ -199,21 +213,22 @@ __device__ __forceinline__ tj_i64 tj_conv_largest_index(const TjConvShape& g, tj
 template <template <typename> class Ops>
 __device__ __forceinline__ void tj_conv_pass(const float* a, const float* b, float* out, const TjConvShape& g,
                                              tj_i64 splits, tj_i64 slice, float (*as)[TJ_IG_ROW],
-                                             float (*bs)[TJ_IG_ROW]) {
+                                             float (*bs)[TJ_IG_ROW], const TjRowEpilogue& epilogue) {
   if (tj_fits_i32(tj_conv_largest_index(g, splits * g.o * g.c * g.kh * g.kw))) {
     const Ops<int> ops{a, b, TjConvDims<int>(g)};
-    tj_implicit_gemm<int>(ops, out, (int)splits, slice ? (int)slice : ops.depth(), as, bs);
+    tj_implicit_gemm<int>(ops, out, (int)splits, slice ? (int)slice : ops.depth(), as, bs, epilogue);
   } else {
     const Ops<tj_i64> ops{a, b, TjConvDims<tj_i64>(g)};
-    tj_implicit_gemm<tj_i64>(ops, out, splits, slice ? slice : ops.depth(), as, bs);
+    tj_implicit_gemm<tj_i64>(ops, out, splits, slice ? slice : ops.depth(), as, bs, epilogue);
   }
 }
 
 extern "C" __global__ void __launch_bounds__(TJ_IG_THREADS, 2)
-    tj_conv2d_implicit(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, TjConvShape g) {
+    tj_conv2d_implicit(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, TjConvShape g,
+                       const float* __restrict__ bias, int relu) {
   __shared__ float as[TJ_IG_DEPTH][TJ_IG_ROW];
   __shared__ float bs[TJ_IG_DEPTH][TJ_IG_ROW];
-  tj_conv_pass<TjConvForwardOperands>(x, w, y, g, 1, 0, as, bs);
+  tj_conv_pass<TjConvForwardOperands>(x, w, y, g, 1, 0, as, bs, TjRowEpilogue{bias, relu});
 }
 
 extern "C" __global__ void __launch_bounds__(TJ_IG_THREADS, 2)
@@ -221,7 +236,7 @@ extern "C" __global__ void __launch_bounds__(TJ_IG_THREADS, 2)
                                   TjConvShape g) {
   __shared__ float as[TJ_IG_DEPTH][TJ_IG_ROW];
   __shared__ float bs[TJ_IG_DEPTH][TJ_IG_ROW];
-  tj_conv_pass<TjConvDataGradOperands>(dy, w, dx, g, 1, 0, as, bs);
+  tj_conv_pass<TjConvDataGradOperands>(dy, w, dx, g, 1, 0, as, bs, TjRowEpilogue{nullptr, 0});
 }
 
 // `out` is dw itself when `splits` is 1, else the scratch of `splits` slices' partial products.
@@ -230,7 +245,7 @@ extern "C" __global__ void __launch_bounds__(TJ_IG_THREADS, 2)
                                    TjConvShape g, long long splits, long long slice) {
   __shared__ float as[TJ_IG_DEPTH][TJ_IG_ROW];
   __shared__ float bs[TJ_IG_DEPTH][TJ_IG_ROW];
-  tj_conv_pass<TjConvFilterGradOperands>(x, dy, out, g, splits, slice, as, bs);
+  tj_conv_pass<TjConvFilterGradOperands>(x, dy, out, g, splits, slice, as, bs, TjRowEpilogue{nullptr, 0});
 }
 
 // The filter gradient's slices summed: out[j] = the sum over slices i of parts[i * count + j].

@@ -18,13 +18,34 @@ __device__ __forceinline__ bool tj_fits_i32(tj_i64 largest) {
 // A matrix product's epilogue where cuBLASLt did not apply it (runtime/cuda/library.cpp):
 // out[r][j] = out[r][j] + bias[j], then with `relu` the DSL's relu (NaN stays NaN), over `rows`
 // rows of `cols` (every matrix of a batch, rows stacked). The same float operations as the loop
-// kernel the epilogue replaced (jit/passes/matmul_epilogues.h).
+// kernel the epilogue replaced (jit/passes/epilogues.h).
 extern "C" __global__ void tj_matmul_epilogue(float* __restrict__ out, const float* __restrict__ bias,
                                               long long rows, long long cols, int relu) {
   const tj_i64 total = rows * cols;
   for (tj_i64 i = TJ_GLOBAL_THREAD; i < total; i += TJ_GRID_THREADS) {
     const float v = out[i] + bias[i % cols];  // the fallback only: a 64-bit remainder is acceptable
     out[i] = relu && v <= 0.0f ? 0.0f : v;
+  }
+}
+
+// A convolution's epilogue after cuDNN's forward (runtime/cuda/library.cpp): y[i] = y[i] +
+// bias[channel of i], then with `relu` the DSL's relu (NaN stays NaN), over y [images,
+// channels, pixels]; the loop kernel's float operations.
+extern "C" __global__ void tj_conv_epilogue(float* __restrict__ y, const float* __restrict__ bias, long long total,
+                                            long long channels, long long pixels, int relu) {
+  if (tj_fits_i32(total)) {
+    const int c = (int)channels, p = (int)pixels;
+    for (int i = (int)TJ_GLOBAL_THREAD; i < total; i += (int)TJ_GRID_THREADS) {
+      TJ_WORK(1);
+      const float v = y[i] + bias[i / p % c];
+      y[i] = relu && v <= 0.0f ? 0.0f : v;
+    }
+    return;
+  }
+  for (tj_i64 i = TJ_GLOBAL_THREAD; i < total; i += TJ_GRID_THREADS) {
+    TJ_WORK(1);
+    const float v = y[i] + bias[i / pixels % channels];
+    y[i] = relu && v <= 0.0f ? 0.0f : v;
   }
 }
 

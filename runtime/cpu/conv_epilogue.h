@@ -1,0 +1,40 @@
+// A convolution's epilogue on the CPU (kir::Epilogue, jit/passes/epilogues.h): act(y + bias[o])
+// on each output as the convolution stores it. It replaces a loop kernel that read and wrote
+// the whole output from memory after the convolution. The narrow kernels apply it to their
+// accumulators before the store (narrow_conv.cpp), the direct ones as they transpose an image's
+// output into NCHW (transpose.h); im2col + sgemm to each image's output after the product.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "jit/kir/kernel_ir.h"
+#include "runtime/cpu/cpu_features.h"
+
+namespace towerjit::cpujit {
+
+struct ConvEpilogue {
+  kir::Epilogue kind = kir::Epilogue::none;
+  const float* bias = nullptr;  // [O], f32
+
+  // The bias from output channel `o` on, or null for none; whether a ReLU follows.
+  const float* bias_from(int64_t o) const { return kind == kir::Epilogue::none ? nullptr : bias + o; }
+  bool relu() const { return kind == kir::Epilogue::bias_relu; }
+
+  // image[o][p] = act(image[o][p] + bias[o]) for o < channels, p < spatial: the same float
+  // operations as the loop kernel it replaced (the add, then the DSL's relu: x <= 0 gives 0,
+  // NaN stays NaN). Nothing for none.
+  void apply(float* image, int64_t channels, int64_t spatial) const;
+};
+
+// The DSL's relu on a vector's lanes: those <= 0 (either zero included) become +0, and NaN
+// stays NaN (the ordered compare is false for it), as in the loop kernel.
+TOWERJIT_TARGET_AVX2 inline __m256 relu8(__m256 v) {
+  return _mm256_andnot_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LE_OQ), v);
+}
+TOWERJIT_TARGET_AVX512 inline __m512 relu16(__m512 v) {
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NLE_UQ), v);
+}
+
+}  // namespace towerjit::cpujit
