@@ -23,6 +23,10 @@ command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (install openmpi-bi
 case ${ASAN_OPTIONS-} in ?*) export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0" ;; esac
 work=$(mktemp -d "${TMPDIR:-/tmp}/towerjit-mpi.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+# Each run's Open MPI session directory in its own folder: two cases started at once by
+# `ctest -j` had raced to create the shared /tmp/ompi.<host>.<uid>, and the loser's mpirun
+# failed ("A call to mkdir was unable to create the desired directory ... File exists").
+export OMPI_MCA_orte_tmpdir_base="$work"
 fail() { echo "FAIL: $*"; exit 1; }
 
 # One machine, loopback TCP; the all-reduce algorithm pinned (ring) so a layout's runs repeat.

@@ -103,6 +103,9 @@ sinfo -h -o %T 2>/dev/null | grep -q '^idle' ||
 # runs repeat and compare with the single process's.
 export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo
 export OMPI_MCA_coll_tuned_use_dynamic_rules=1 OMPI_MCA_coll_tuned_allreduce_algorithm=4
+# The ranks' session directories in this run's folder, as mpi_cli.sh keeps them apart from a
+# concurrent case's.
+export OMPI_MCA_orte_tmpdir_base="$work"
 slurm_run() { timeout 150 srun --mpi=pmix -O --immediate=30 "$@"; }
 
 . "$(dirname "$0")/curves.sh"  # losses, close
