@@ -85,7 +85,12 @@ Options parse(int argc, char** argv) {
     };
     if (a == "--steps") o.steps = std::stoi(value());
     else if (a == "--warmup") o.warmup = std::stoi(value());
-    else if (a == "--profile-steps") o.profile_steps = std::stoi(value());
+    else if (a == "--profile-steps") {  // the profile's figures are per step: at least one
+      o.profile_steps = std::stoi(value());
+      if (o.profile_steps < 1)
+        throw tj::Error("towerjit_bench: --profile-steps " + std::to_string(o.profile_steps) +
+                        " profiles no step; give 1 or more (the profile is the JSON's per-op figures)");
+    }
     else if (a == "--rounds") o.rounds = std::max(1, std::stoi(value()));
     else if (a == "--workload") o.workloads.push_back(value());
     else if (a == "--no-torch") o.torch = false;
