@@ -27,10 +27,6 @@ std::vector<float> run_gpu(const tj::Graph& g, const Tensor& y, const tj::refere
   return program.run(hf, hv).at(0).f32;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
-
 }  // namespace
 
 TEST_CASE("GPU: convolutions with bias and ReLU epilogues match the reference and keep the loop kernel's bits",

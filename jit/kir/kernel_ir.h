@@ -102,6 +102,17 @@ inline Affine points_of(const Shape& space) {
   return n;
 }
 
+// Row-major strides of `shape`, as the lowering writes an access that walks a whole buffer.
+inline std::vector<Affine> row_major_strides(const Shape& shape) {
+  std::vector<Affine> strides(shape.rank());
+  Affine s{1, 0};
+  for (int i = shape.rank() - 1; i >= 0; --i) {
+    strides[i] = s;
+    s = shape[i] == kBatch ? Affine{0, s.c} : Affine{s.c * shape[i], s.b * shape[i]};
+  }
+  return strides;
+}
+
 // A group kernel's flat range: where each part starts, then the total (parts.size() + 1 terms).
 inline std::vector<Affine> segment_starts(const Kernel& group) {
   std::vector<Affine> s{Affine{}};

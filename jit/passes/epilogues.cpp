@@ -10,17 +10,6 @@ namespace {
 using kir::Affine;
 using K = kir::Expr::Kind;
 
-// Row-major strides of `shape`, as the lowering writes an access that walks a whole buffer.
-std::vector<Affine> row_major(const Shape& shape) {
-  std::vector<Affine> strides(shape.rank());
-  Affine s{1, 0};
-  for (int i = shape.rank() - 1; i >= 0; --i) {
-    strides[i] = s;
-    s = shape[i] == kBatch ? Affine{0, s.c} : Affine{s.c * shape[i], s.b * shape[i]};
-  }
-  return strides;
-}
-
 // Whether two accesses over `shape` read the same elements: equal strides on every axis but
 // those of extent 1, which any stride walks alike.
 bool same_walk(const std::vector<Affine>& a, const std::vector<Affine>& b, const Shape& shape) {
@@ -74,7 +63,7 @@ Match match_kernel(const kir::Program& p, const kir::Kernel& k, int from, const 
   const bool relu = top->kind == K::unary && top->op == Op::Relu;
   if (relu) top = &k.exprs[top->args[0]];
   if (top->kind != K::binary || top->op != Op::Add || k.exprs.size() != (relu ? 4u : 3u)) return {};
-  const std::vector<Affine> whole = row_major(shape);
+  const std::vector<Affine> whole = kir::row_major_strides(shape);
   int result = -1, bias = -1;
   for (int arg : top->args) {
     const kir::Expr& e = k.exprs[arg];

@@ -7,17 +7,6 @@ namespace {
 
 using kir::Affine;
 
-// Row-major strides of `shape`, as the lowering writes an access that walks a whole buffer.
-std::vector<Affine> row_major(const Shape& shape) {
-  std::vector<Affine> strides(shape.rank());
-  Affine s{1, 0};
-  for (int i = shape.rank() - 1; i >= 0; --i) {
-    strides[i] = s;
-    s = shape[i] == kBatch ? Affine{0, s.c} : Affine{s.c * shape[i], s.b * shape[i]};
-  }
-  return strides;
-}
-
 // Every step that reads or writes buffer `b` (a group's parts included).
 std::vector<int> steps_touching(const kir::Program& p, int b) {
   std::vector<int> found;
@@ -57,7 +46,7 @@ int plain_batch_sum(const kir::Kernel& k, int from, const Shape& from_shape) {
   const kir::Expr& e = k.exprs[o.expr];
   if (e.kind != kir::Expr::Kind::load || e.dtype != DType::f32) return -1;
   const kir::Access& in = k.accesses[e.access];
-  if (in.buffer != from || in.strides != row_major(from_shape) || in.offset != Affine{}) return -1;
+  if (in.buffer != from || in.strides != kir::row_major_strides(from_shape) || in.offset != Affine{}) return -1;
   const kir::Access& out = k.accesses[o.access];
   std::vector<Affine> want(rank);
   want[rank - 2] = Affine{from_shape[rank - 1], 0}, want[rank - 1] = Affine{1, 0};

@@ -5,13 +5,33 @@
 // against the reference.
 #pragma once
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "jit/passes/pipeline.h"
 #include "jit_check.h"
 #include "towerjit.h"
 
 namespace towerjit::testing {
+
+// The kernel IR CpuProgram would compile for `fetches`, and its count of loop kernels.
+inline kir::Program lower(const Graph& g, const std::vector<Tensor>& fetches) {
+  std::vector<int> ids;
+  for (const Tensor& t : fetches) ids.push_back(t.id());
+  return lower_graph(g, ids, {}).program;
+}
+
+// Whether two results are the same bits.
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+inline int kernel_steps(const kir::Program& p) {
+  return static_cast<int>(
+      std::count_if(p.steps.begin(), p.steps.end(), [](const kir::Step& s) { return s.kind == kir::Step::Kind::kernel; }));
+}
 
 struct EpilogueCase {
   Shape x, w;              // the product's operands; the bias is [w's last axis]

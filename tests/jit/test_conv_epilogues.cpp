@@ -23,17 +23,6 @@ using namespace tj::testing;
 
 namespace {
 
-tj::kir::Program lower(const tj::Graph& g, const std::vector<Tensor>& fetches) {
-  std::vector<int> ids;
-  for (const Tensor& t : fetches) ids.push_back(t.id());
-  return tj::lower_graph(g, ids, {}).program;
-}
-
-int kernel_steps(const tj::kir::Program& p) {
-  return static_cast<int>(std::count_if(p.steps.begin(), p.steps.end(),
-                                        [](const tj::kir::Step& s) { return s.kind == tj::kir::Step::Kind::kernel; }));
-}
-
 // The epilogues of the program's forward convolutions, in order.
 std::vector<Epilogue> conv_epilogues(const tj::kir::Program& p) {
   std::vector<Epilogue> e;
@@ -50,10 +39,6 @@ std::vector<float> run_cpu(const tj::Graph& g, const Tensor& y, const tj::refere
   for (const auto& [name, a] : feeds) hf[name] = to_host(a);
   tj::HostVariables hv;
   return program.run(hf, hv).at(0).f32;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
 }  // namespace

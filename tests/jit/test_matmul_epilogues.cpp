@@ -18,17 +18,6 @@ using namespace tj::testing;
 
 namespace {
 
-tj::kir::Program lower(const tj::Graph& g, const std::vector<Tensor>& fetches) {
-  std::vector<int> ids;
-  for (const Tensor& t : fetches) ids.push_back(t.id());
-  return tj::lower_graph(g, ids, {}).program;
-}
-
-int kernel_steps(const tj::kir::Program& p) {
-  return static_cast<int>(std::count_if(p.steps.begin(), p.steps.end(),
-                                        [](const tj::kir::Step& s) { return s.kind == tj::kir::Step::Kind::kernel; }));
-}
-
 // The epilogue of the program's only matrix product.
 Epilogue epilogue_of(const tj::kir::Program& p) {
   REQUIRE(p.calls.size() == 1);
