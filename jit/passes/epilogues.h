@@ -8,9 +8,10 @@
 //
 // Products: the cuBLASLt backend runs it as CUBLASLT_EPILOGUE_BIAS or RELU_BIAS, the CPU as a
 // pass over each product's rows after the sgemm. Convolutions: the CPU applies it to each
-// image's output while that is still in cache (the cnn's 1->16 layer's bias and ReLU had been a
-// pass over 6.4 MB from memory of its own), the GPU in a kernel after the convolution. Every
-// backend computes the kernel's own float operations, so results do not change.
+// output as it stores it (the cnn's 1->16 layer's bias and ReLU had been a pass over 6.4 MB
+// from memory of its own; runtime/cpu/conv_epilogue.h); the GPU's implicit GEMM as it stores,
+// a kernel after cuDNN's forward. Every backend computes the kernel's own float operations, so
+// results do not change.
 //
 // Not matched (the kernel stays): anything else in the kernel, a second store (the
 // pre-activation kept for a gradient), a result read by any other step or fetched, a bias
