@@ -191,6 +191,7 @@ constexpr Knob kKnobs[] = {
     {"CUDA_HOME", "directory", nullptr, nullptr},
     {"TOWERJIT_CUDA_CACHING", "switch", switch_check, nullptr},
     {"TOWERJIT_CUDA_GRAPHS", "switch", switch_check, nullptr},
+    {"TOWERJIT_ONE_PASS_REDUCTIONS", "switch", switch_check, nullptr},
     {"TOWERJIT_ALLOW_TF32", "switch", switch_check, nullptr},
     {"TOWERJIT_NCCL", "switch", switch_check, nullptr},
     {"TOWERJIT_NCCL_WORLD", "switch", switch_check, nullptr},
@@ -360,6 +361,7 @@ std::optional<std::string> cuda_arch() { return read("TOWERJIT_CUDA_ARCH"); }
 std::optional<std::string> cuda_home() { return read("CUDA_HOME"); }
 bool cuda_caching() { return switch_knob("TOWERJIT_CUDA_CACHING", true); }
 bool cuda_graphs() { return switch_knob("TOWERJIT_CUDA_GRAPHS", true); }
+bool one_pass_reductions() { return switch_knob("TOWERJIT_ONE_PASS_REDUCTIONS", true); }
 bool allow_tf32() { return switch_knob("TOWERJIT_ALLOW_TF32", false); }
 bool nccl_enabled() { return switch_knob("TOWERJIT_NCCL", true); }
 bool nccl_world() { return switch_knob("TOWERJIT_NCCL_WORLD", false); }

@@ -180,6 +180,12 @@ bool cuda_caching();
 // (runtime/cuda/program_graphs.h). Default on.
 bool cuda_graphs();
 
+// TOWERJIT_ONE_PASS_REDUCTIONS: "off" (also "0", "false", "no") folds every split GPU reduction's
+// partials in a combine kernel of its own, as before, instead of in the reduction's last block
+// where it has few outputs (jit/cuda/launch_shape.cpp); the sums are the same bits either way.
+// Default: on.
+bool one_pass_reductions();
+
 // TOWERJIT_ALLOW_TF32: "on" (also "1", "true", "yes") lets the GPU's matrix products round
 // their inputs to TF32 (a 10-bit mantissa) and run on the tensor cores, accumulating in f32:
 // cuBLASLt's CUBLAS_COMPUTE_32F_FAST_TF32, the twin of PyTorch's

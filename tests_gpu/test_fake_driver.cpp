@@ -182,9 +182,10 @@ TEST_CASE("fake driver: kernels launch in order with each buffer's address, the 
   auto c = tj::sum(y, {0});      // a column reduction: split across blocks from 65 rows (8 a thread)
   tj::CudaProgram p(g, {y, s, c});
   REQUIRE(p.program().kernels.size() >= 1);
-  // Reductions take two more parameters: the partials' workspace and the points per split.
+  // Reductions take three more parameters: the partials' workspace, the points per split and
+  // the one-pass ticket.
   for (const auto& k : p.module().kernels) {
-    const int n = static_cast<int>(k.buffers.size()) + (k.is_reduction() ? 4 : 2);
+    const int n = static_cast<int>(k.buffers.size()) + (k.is_reduction() ? 5 : 2);
     fake.expect_params(k.symbol, n);
     if (k.may_split()) fake.expect_params(k.combine_symbol, n);
   }
@@ -195,11 +196,14 @@ TEST_CASE("fake driver: kernels launch in order with each buffer's address, the 
     fake.reset();
     p.run(feeds, none, /*step=*/42);
     INFO("batch " << batch);
-    // One launch per kernel, and a second (the combine pass) for each split reduction.
+    // One launch per kernel, and a second (the combine pass) for each split reduction of many
+    // outputs; the column's 7 are folded by its last block (one pass).
     int expected = 0, splits = 0;
     for (const auto& k : p.module().kernels) {
-      expected += k.launch(batch, 4).splits > 1 ? 2 : 1;
-      splits += k.launch(batch, 4).splits > 1;
+      const tj::cuda::Launch l = k.launch(batch, 4);
+      expected += l.combine_grid > 0 ? 2 : 1;
+      splits += l.splits > 1;
+      CHECK(l.one_pass == (l.splits > 1));
     }
     CHECK(splits == (batch > 64 ? 1 : 0));  // the fake GPU has 4 SMs: only the column splits
     REQUIRE(fake.launches() == expected);
@@ -209,11 +213,11 @@ TEST_CASE("fake driver: kernels launch in order with each buffer's address, the 
       const auto& k = p.module().kernels[step.index];
       const tj::cuda::Launch shape = k.launch(batch, 4);
       const int n = static_cast<int>(k.buffers.size());
-      for (int pass = 0; pass < (shape.splits > 1 ? 2 : 1); ++pass, ++launch) {
+      for (int pass = 0; pass < (shape.combine_grid > 0 ? 2 : 1); ++pass, ++launch) {
         CHECK(fake.kernel(launch) == (pass ? k.combine_symbol : k.symbol));
         CHECK(fake.block(launch) == static_cast<unsigned>(k.block));
         CHECK(fake.grid(launch) == static_cast<unsigned>(pass ? shape.combine_grid : shape.grid));
-        REQUIRE(fake.params(launch) == n + (k.is_reduction() ? 4 : 2));
+        REQUIRE(fake.params(launch) == n + (k.is_reduction() ? 5 : 2));
         for (int i = 0; i < n; ++i) {
           const auto& b = p.program().buffers[k.buffers[i]];
           CHECK(fake.param(launch, i) != 0);
@@ -231,6 +235,14 @@ TEST_CASE("fake driver: kernels launch in order with each buffer's address, the 
         if (!k.is_reduction()) continue;
         CHECK((fake.param(launch, n + 2) != 0) == (shape.splits > 1));  // the workspace, when split
         CHECK(fake.param(launch, n + 3) == static_cast<unsigned long long>(shape.chunk));
+        // The ticket, where one pass folds: a word holding 0 (the kernel leaves it so).
+        const unsigned long long ticket = fake.param(launch, n + 4);
+        REQUIRE((ticket != 0) == shape.one_pass);
+        if (ticket) {
+          unsigned ticket_value = ~0u;
+          std::memcpy(&ticket_value, reinterpret_cast<const void*>(ticket), sizeof ticket_value);
+          CHECK(ticket_value == 0u);
+        }
       }
     }
   }

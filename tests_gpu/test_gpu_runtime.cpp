@@ -1,12 +1,14 @@
 // The CUDA runtime's parts on a GPU: devices, the caching allocator, streams and events,
 // copies within and between GPUs, module loading and cuBLAS's row-major products.
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <numeric>
 
 #include "gpu_check.h"
 #include "jit/cuda/cuda_emitter.h"
 #include "runtime/cuda/cublas.h"
 #include "runtime/cuda/device_tensor.h"
+#include "runtime/cuda/library.h"
 #include "runtime/cuda/module.h"
 
 namespace tj = towerjit;
@@ -64,6 +66,47 @@ TEST_CASE("GPU: copies through streams ordered by events, timed by events", "[gp
   CHECK(copied.ready());
   CHECK(start.elapsed_ms(copied) >= 0.0f);
   CHECK(tj::to_host(c, s2).f32 == host.f32);
+}
+
+TEST_CASE("GPU: many copies within a GPU in one launch, at odd sizes and offsets", "[gpu]") {
+  cu::DeviceContext& dev = cu::device(0);
+  cu::Stream stream(dev);
+  // 70 jobs (three launches of at most 32) of 1 to 5000 words, one of 131071 words (more than
+  // one block's share), a 6-byte copy and one from an address 2 bytes in (cuMemcpyDtoDAsync
+  // each), all out of one source buffer into one destination, with gaps between them that must
+  // keep their fill.
+  const int64_t words = 1 << 19;
+  const tj::HostTensor host = iota(words, 1);
+  tj::DeviceTensor src = tj::to_device(host, dev, stream);
+  tj::HostTensor fill(tj::Shape{words});
+  std::fill(fill.f32.begin(), fill.f32.end(), -1.0f);
+  tj::DeviceTensor dst = tj::to_device(fill, dev, stream);
+  std::vector<cu::DeviceCopy> copies;
+  std::vector<float> expected = fill.f32;
+  int64_t at = 0;
+  auto add = [&](int64_t from_word, int64_t to_word, size_t bytes, size_t byte_shift = 0) {
+    copies.push_back({dst.ptr() + 4 * to_word + byte_shift, src.ptr() + 4 * from_word + byte_shift, bytes});
+    std::memcpy(reinterpret_cast<char*>(expected.data() + to_word) + byte_shift,
+                reinterpret_cast<const char*>(host.f32.data() + from_word) + byte_shift, bytes);
+  };
+  for (int j = 0; j < 70; ++j) {
+    const int64_t n = j % 7 == 0 ? 1 : (j * 127) % 5000 + 1;
+    add(words - at - n, at, 4 * n);  // read from the far end
+    at += n + 3;                     // a gap of 3 words after each
+  }
+  add(at, at, 4 * 131071);
+  at += 131071 + 5;
+  add(7, at, 6);          // 6 bytes: not whole words
+  add(9, at + 4, 8, 2);   // 8 bytes from 2 bytes into a word: not word-aligned
+  REQUIRE(at + 8 < words);
+  cu::copy_within(dev, copies, stream, "the test's copies", std::source_location::current());
+  const tj::HostTensor back = tj::to_host(dst, stream);
+  REQUIRE(back.f32.size() == expected.size());
+  CHECK(std::memcmp(back.f32.data(), expected.data(), expected.size() * 4) == 0);
+  // One copy, and none, are fine too.
+  cu::copy_within(dev, {copies[1]}, stream, "one copy", std::source_location::current());
+  cu::copy_within(dev, {}, stream, "no copy", std::source_location::current());
+  stream.synchronize();
 }
 
 TEST_CASE("GPU: copies between two GPUs", "[gpu]") {

@@ -107,3 +107,81 @@ TEST_CASE("GPU: a split reduction gives the same bits run after run", "[gpu]") {
     CHECK(std::memcmp(first[i].f32.data(), third[i].f32.data(), bytes) == 0);
   }
 }
+
+namespace {
+
+// Runs `fetches` at the feeds' batch in a program of its own (made under the environment the
+// caller set), then again on `again`'s inputs in the same program.
+struct TwoRuns {
+  std::vector<tj::HostTensor> first, second;
+  int one_pass = 0, combine_kernels = 0;  // the program's reductions at that batch
+};
+TwoRuns run_twice(const tj::Graph& g, const std::vector<Tensor>& fetches, const tj::HostFeeds& feeds,
+                  const tj::HostFeeds& again, int64_t batch) {
+  tj::CudaProgram p(g, fetches);
+  TwoRuns r;
+  for (const auto& k : p.module().kernels) {
+    if (!k.is_reduction()) continue;
+    const tj::cuda::Launch l = k.launch(batch, p.device().sm_count());
+    r.one_pass += l.one_pass;
+    r.combine_kernels += l.combine_grid > 0;
+  }
+  tj::HostVariables none;
+  r.first = p.run(feeds, none);
+  r.second = p.run(again, none);
+  return r;
+}
+
+void check_same_bits(const std::vector<tj::HostTensor>& a, const std::vector<tj::HostTensor>& b) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("fetch " << i);
+    REQUIRE(a[i].f32.size() == b[i].f32.size());
+    CHECK(std::memcmp(a[i].f32.data(), b[i].f32.data(), a[i].f32.size() * sizeof(float)) == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("GPU: one-pass reductions give the two passes' bits, run after run, in any block order", "[gpu]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 7});
+  auto image = tj::input("image", {kBatch, 3, 4, 8});
+  auto wide = tj::input("wide", {kBatch, 1000});
+  // Columns (two sibling sums, a log-sum-exp), block rows (per channel), warp rows (17 rows of
+  // 1000, split on the emulator's 4 SMs), a full mean: all split at these batches.
+  const std::vector<Tensor> fetches{tj::sum(x, {0}),  tj::sum(x * x, {0}),          tj::logsumexp(x, {0}),
+                                    tj::mean(image, {0, 2, 3}), tj::sum(wide, {1}), tj::mean(x * 3)};
+  for (const int64_t batch : {int64_t{17}, int64_t{2341}}) {
+    INFO("batch " << batch);
+    auto feeds_of = [&](uint64_t seed) {
+      return tj::HostFeeds{{"x", to_host(random_array({batch, 7}, seed, -3, 3))},
+                           {"image", to_host(random_array({batch, 3, 4, 8}, seed + 1, -3, 3))},
+                           {"wide", to_host(random_array({batch, 1000}, seed + 2, -3, 3))}};
+    };
+    const tj::HostFeeds feeds = feeds_of(7), again = feeds_of(11);
+    TwoRuns two_passes;
+    {
+      ScopedEnv off("TOWERJIT_ONE_PASS_REDUCTIONS", "off");
+      two_passes = run_twice(g, fetches, feeds, again, batch);
+    }
+    CHECK(two_passes.one_pass == 0);
+    CHECK(two_passes.combine_kernels >= (batch == 17 ? 1 : 3));  // at 17 the wide rows alone split
+    // One pass: the same sums, and the ticket back at 0 for the second run (a ticket left at
+    // its count would have no block fold the second run's partials).
+    const TwoRuns one_pass = run_twice(g, fetches, feeds, again, batch);
+    CHECK(one_pass.one_pass == two_passes.combine_kernels);
+    CHECK(one_pass.combine_kernels == 0);
+    check_same_bits(one_pass.first, two_passes.first);
+    check_same_bits(one_pass.second, two_passes.second);
+    // Blocks in a random order: the fold is the last block's to finish, whichever that is.
+    for (const char* seed : {"random:1", "random:2", "random:3"}) {
+      INFO("TOWERJIT_EMULATOR_SCHEDULE=" << seed);
+      ScopedEnv schedule("TOWERJIT_EMULATOR_SCHEDULE", seed);
+      const TwoRuns shuffled = run_twice(g, fetches, feeds, again, batch);
+      check_same_bits(shuffled.first, two_passes.first);
+      check_same_bits(shuffled.second, two_passes.second);
+    }
+  }
+}

@@ -484,7 +484,9 @@ int cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned
     if (!bad_pointer.empty()) throw Fault("emulated GPU: " + bad_pointer, Fault::kIllegalAddress);
     std::vector<void*> argv;
     for (auto& b : *bytes) argv.push_back(b.data());
-    const GridStats stats = run_grid(fn->name, fn->kernel->entry, argv.data(), shape);
+    LaunchShape ordered = shape;
+    ordered.block_order_seed = stream.block_order_seed();
+    const GridStats stats = run_grid(fn->name, fn->kernel->entry, argv.data(), ordered);
     const std::string damaged = device.memory().damaged_guards();
     if (!damaged.empty())
       throw Fault("emulated GPU: kernel " + fn->name + " wrote outside its allocations: " + damaged,
@@ -498,6 +500,7 @@ int cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned
                      .static_shared_bytes = stats.static_shared_bytes,
                      .dynamic_shared_bytes = shape.dynamic_shared_bytes, .work_max = stats.work_max,
                      .work_mean = stats.threads ? stats.work_sum / static_cast<double>(stats.threads) : 0,
+                     .tail_work_max = stats.tail_work_max, .tail_work_sum = stats.tail_work_sum,
                      .bytes = cost.bytes, .flops = cost.flops});
     }
   });

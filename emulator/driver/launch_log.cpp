@@ -42,7 +42,8 @@ std::string json_line(const LaunchRecord& r, std::size_t sequence) {
     << reinterpret_cast<std::uintptr_t>(r.stream) << "\",\"grid\":" << json_array(r.grid)
     << ",\"block\":" << json_array(r.block) << ",\"static_shared_bytes\":" << r.static_shared_bytes
     << ",\"dynamic_shared_bytes\":" << r.dynamic_shared_bytes << ",\"work_max\":" << r.work_max
-    << ",\"work_mean\":" << r.work_mean << ",\"bytes\":" << r.bytes << ",\"flops\":" << r.flops
+    << ",\"work_mean\":" << r.work_mean << ",\"tail_work_max\":" << r.tail_work_max
+    << ",\"tail_work_sum\":" << r.tail_work_sum << ",\"bytes\":" << r.bytes << ",\"flops\":" << r.flops
     << ",\"gemm\":" << json_array(r.gemm) << ",\"half_operands\":" << (r.half_operands ? "true" : "false")
     << ",\"host_link\":" << (r.host_link ? "true" : "false") << ",\"graph\":" << (r.graph ? "true" : "false")
     << "}";

@@ -39,6 +39,11 @@ struct LaunchRecord {
   // over every thread of the grid.
   std::uint64_t work_max = 0;
   double work_mean = 0;
+  // The same for the work of the grid's tail (TJ_TAIL_WORK: what the last block to finish does
+  // after all the others, a reduction's one-pass combine): its busiest thread, and the sum over
+  // every thread of the grid.
+  std::uint64_t tail_work_max = 0;
+  double tail_work_sum = 0;
   // Bytes read and written and floating-point operations, where the recorder knows them
   // (library calls, copies); 0 for loop kernels, whose costs the program's index holds.
   double bytes = 0, flops = 0;

@@ -121,6 +121,12 @@ KernelCost library_kernel_cost(const std::string& k, void** params) {
     const double n = static_cast<double>(param<long long>(params, 3)) * param<long long>(params, 5);
     return {f * 3 * n, 0};
   }
+  if (k == "tj_copy_words") {  // per word: read and written
+    const auto& jobs = param<TjCopyJobs>(params, 0);
+    double words = 0;
+    for (int j = 0; j < jobs.count; ++j) words += static_cast<double>(jobs.words[j]);
+    return {8 * words, 0};
+  }
   if (k == "tj_scale") {  // per element: read, multiplied in double, written
     const double n = static_cast<double>(param<long long>(params, 1));
     return {f * 2 * n, n};

@@ -30,7 +30,18 @@ std::string StickyError::message() const {
   return message_;
 }
 
-Stream::Stream(StickyError& errors, std::optional<unsigned long long> random_delays) : errors_(errors) {
+std::uint64_t Stream::block_order_seed() {
+  if (!schedule_seed_) return 0;
+  // splitmix64 of the schedule's seed and the launch's number: any thread may call it (a graph's
+  // work runs on the stream that launches it).
+  std::uint64_t z = *schedule_seed_ + 0x9e3779b97f4a7c15ull * (1 + launches_.fetch_add(1));
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return (z ^ (z >> 31)) | 1;
+}
+
+Stream::Stream(StickyError& errors, std::optional<unsigned long long> random_delays)
+    : errors_(errors), schedule_seed_(random_delays) {
   if (random_delays) delays_.emplace(*random_delays);
   worker_ = std::thread([this] { run(); });
 }

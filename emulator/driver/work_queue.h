@@ -11,6 +11,7 @@
 // order and every event wait of the capture, since a wait is queued after its record).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -75,6 +76,9 @@ class Stream {
   void synchronize();
   // Whether everything queued so far has run.
   bool idle();
+  // Under TOWERJIT_EMULATOR_SCHEDULE=random, a seed for the order of a kernel's blocks, drawn
+  // anew for each launch; else 0 (grid order).
+  std::uint64_t block_order_seed();
   // The capture this stream records into (began on it, or joined through an event), or null.
   std::shared_ptr<Capture> capture();
   void set_capture(std::shared_ptr<Capture> c);
@@ -89,6 +93,8 @@ class Stream {
   std::uint64_t queued_ = 0, finished_ = 0;
   bool stopping_ = false;
   std::optional<std::mt19937_64> delays_;
+  std::optional<unsigned long long> schedule_seed_;
+  std::atomic<std::uint64_t> launches_{0};  // block_order_seed's calls
   std::shared_ptr<Capture> capture_;
   std::thread worker_;
 };

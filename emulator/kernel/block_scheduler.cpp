@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <vector>
 
@@ -28,7 +29,8 @@ struct Thread {
   State state = State::runnable;
   int line = 0;  // where it waits, or faulted
   int shared_seen = 0;
-  unsigned long long work = 0;  // TJ_WORK's count
+  unsigned long long work = 0;       // TJ_WORK's count
+  unsigned long long tail_work = 0;  // TJ_TAIL_WORK's
   // The shuffle it waits in.
   int kind = 0, arg = 0, width = 32;
   unsigned mask = 0;
@@ -134,8 +136,10 @@ void* api_shared(std::size_t bytes, std::size_t align, int line) {
 void* api_dynamic_shared() { return current_block->shared.data() + kStaticSharedLimit; }
 
 void api_work(unsigned long long n) { current_thread->work += n; }
+void api_tail_work(unsigned long long n) { current_thread->tail_work += n; }
 
-TjEmuApi the_api{api_self, api_syncthreads, api_shuffle, api_shared, api_dynamic_shared, api_fail, api_work};
+TjEmuApi the_api{api_self, api_syncthreads, api_shuffle,  api_shared,
+                 api_dynamic_shared, api_fail, api_work, api_tail_work};
 
 // --- Resolving what the blocked threads wait for -------------------------------------------------
 
@@ -291,6 +295,8 @@ void run_block(Block& b, const dim3& block_idx, const LaunchShape& shape) {
       for (const Thread& t : b.threads) {
         b.stats.work_max = std::max(b.stats.work_max, t.work);
         b.stats.work_sum += static_cast<double>(t.work);
+        b.stats.tail_work_max = std::max(b.stats.tail_work_max, t.tail_work);
+        b.stats.tail_work_sum += static_cast<double>(t.tail_work);
       }
       b.stats.threads += b.threads.size();
       b.stats.static_shared_bytes = std::max(b.stats.static_shared_bytes, b.static_used);
@@ -321,9 +327,13 @@ GridStats run_grid(const std::string& kernel, KernelEntry entry, void** params, 
     Thread* thread;
     ~Restore() { current_block = block, current_thread = thread; }
   } restore{outer_block, outer_thread};
+  std::vector<dim3> order;
   for (unsigned z = 0; z < shape.grid.z; ++z)
     for (unsigned y = 0; y < shape.grid.y; ++y)
-      for (unsigned x = 0; x < shape.grid.x; ++x) run_block(b, {x, y, z}, shape);
+      for (unsigned x = 0; x < shape.grid.x; ++x) order.push_back({x, y, z});
+  // A GPU runs blocks in no order it promises: a kernel that counts on one shows it here.
+  if (shape.block_order_seed) std::shuffle(order.begin(), order.end(), std::mt19937_64(shape.block_order_seed));
+  for (const dim3& block : order) run_block(b, block, shape);
   return b.stats;
 }
 

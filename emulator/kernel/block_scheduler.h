@@ -2,10 +2,12 @@
 // a fiber; __syncthreads is a real barrier of the block (threads reaching different barriers is
 // an error); warp shuffles exchange values between the 32 lanes of a warp by CUDA's rules for
 // widths and out-of-range lanes; __shared__ memory belongs to the block and starts poisoned
-// (NaN). Blocks are independent and run one after another on the calling thread.
+// (NaN). Blocks are independent and run one after another on the calling thread, in grid order
+// or, under a random schedule, in a random one.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -38,6 +40,9 @@ using KernelEntry = void (*)(void** params);
 struct LaunchShape {
   dim3 grid, block;
   std::size_t dynamic_shared_bytes = 0;
+  // 0: the blocks run in grid order (x fastest); else in a random order drawn from this seed
+  // (TOWERJIT_EMULATOR_SCHEDULE=random).
+  std::uint64_t block_order_seed = 0;
 };
 
 // The largest static __shared__ total of a block, as on the GPU without opt-in.
@@ -49,6 +54,8 @@ struct GridStats {
   unsigned long long work_max = 0;  // the busiest thread's count
   double work_sum = 0;              // over every thread of the grid
   unsigned long long threads = 0;
+  unsigned long long tail_work_max = 0;  // TJ_TAIL_WORK: the same for the grid's tail
+  double tail_work_sum = 0;
   std::size_t static_shared_bytes = 0;
 };
 

@@ -48,6 +48,9 @@ TjEmuApi* tj_emu_api = nullptr;
 #define __syncthreads() tj_emu_api->syncthreads(__LINE__)
 // Serial work a thread does, counted for the launch records; a no-op under NVRTC (preamble.cuh).
 #define TJ_WORK(n) tj_emu_api->work(n)
+#define TJ_TAIL_WORK(n) tj_emu_api->tail_work(n)
+// Kernels of other streams run on other host threads at once: a fence is a real one.
+#define __threadfence() __atomic_thread_fence(__ATOMIC_SEQ_CST)
 
 namespace tj_emu {
 
@@ -102,6 +105,8 @@ inline unsigned __float_as_uint(float f) { return static_cast<unsigned>(tj_emu::
 inline float __uint_as_float(unsigned u) { return tj_emu::from_bits<float>(u); }
 template <typename T>
 inline T __ldg(const T* p) { return *p; }
+template <typename T>
+inline T __ldcg(const T* p) { return *p; }
 
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }

@@ -28,4 +28,7 @@ struct TjEmuApi {
   // Adds n to the running thread's count of serial work (TJ_WORK in a kernel; the launch
   // records of emulator/driver/launch_log.h report it).
   void (*work)(unsigned long long n);
+  // The same for the grid's tail: what the last block to finish does after every other block
+  // (a reduction's one-pass combine, TJ_TAIL_WORK), counted apart since it runs after the rest.
+  void (*tail_work)(unsigned long long n);
 };

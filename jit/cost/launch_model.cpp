@@ -77,8 +77,10 @@ LaunchPrediction predict_launch(const GpuSpec& gpu, const Launch& l, const Model
     p.flop_us = tail_time(gpu, l.flops, blocks, gpu.fp32_tflops * 1e6);
     p.latency_us = static_cast<double>(p.waves) * std::ceil(static_cast<double>(l.work_max) / kPointsInFlight) *
                    gpu.dram_latency_ns * 1e-3;
+    if (l.tail_work_max > 0)  // the ticket's round trip, then the last block's walk, after the rest
+      p.tail_us = (1 + std::ceil(static_cast<double>(l.tail_work_max) / kPointsInFlight)) * gpu.dram_latency_ns * 1e-3;
   }
-  p.us = std::max({p.mem_us, p.flop_us, p.latency_us});
+  p.us = std::max({p.mem_us, p.flop_us, p.latency_us}) + p.tail_us;
   p.bound = p.us == p.mem_us ? "bandwidth" : p.us == p.flop_us ? "compute" : "latency";
   return p;
 }

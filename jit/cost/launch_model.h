@@ -12,7 +12,12 @@
 //     latency          t_lat  = waves * ceil(W / 4) * DRAM latency   (a thread's points one
 //                                 after another, 4 points' loads in flight at a time: NVRTC
 //                                 unrolls the emitted loops by 4, kPointsInFlight)
-//     kernel           t = max(t_mem, t_flop, t_lat)
+//     tail             t_tail = (1 + ceil(W_tail / 4)) * DRAM latency, where the last block to
+//                                 finish walked W_tail points after every other block (a
+//                                 reduction's one-pass combine): its ticket's atomic, a round
+//                                 trip to L2 taken as one DRAM latency (an upper figure), then
+//                                 its walk; 0 without a tail
+//     kernel           t = max(t_mem, t_flop, t_lat) + t_tail
 //   a library matrix product of m x n x k, `batch` times (cuBLAS SGEMM; peak: FP32, TF32 with
 //   --tf32, or the BF16 / FP16 tensor-core peak for bf16 or f16 operands, Launch::half_operands):
 //     tile c = 128, or 64 or 32 where the smaller of m and n is under it (gemm_tile);
@@ -44,6 +49,8 @@ struct Launch {
   int64_t shared_bytes = 0;                   // static + dynamic, per block
   uint64_t work_max = 0;                      // the busiest thread's points
   double work_mean = 0;
+  uint64_t tail_work_max = 0;                 // the same for the grid's tail (the last block's walk)
+  double tail_points = 0;                     // every thread's tail work, summed
   double bytes = 0, flops = 0;
   int64_t gemm_m = 0, gemm_n = 0, gemm_k = 0, gemm_batch = 0;  // library matrix products
   bool half_operands = false;  // a product of bf16 or f16 operands: priced at the BF16 / FP16 peak
@@ -58,6 +65,7 @@ struct Launch {
 struct LaunchPrediction {
   double us = 0;                             // the launch's own time, overhead excluded
   double mem_us = 0, flop_us = 0, latency_us = 0;  // the terms it is the largest of
+  double tail_us = 0;                        // added after them: the grid's tail
   int64_t waves = 0, blocks_per_sm = 0;
   std::string bound;                         // "bandwidth", "compute", "latency", "host link"
 };

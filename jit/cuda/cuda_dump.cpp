@@ -44,7 +44,8 @@ std::string grid_text(const EmittedKernel& k) {
 
 // A reduction's split at a few batch sizes on the device the dump is for, and on an H200 when
 // that is another (an emulated GPU's 4 SMs split less): how many pieces, the blocks of each
-// pass and the partials' bytes (EmittedKernel::launch).
+// pass, whether the last block folds the partials (one pass) and the partials' bytes
+// (EmittedKernel::launch).
 json splits_of(const EmittedKernel& k, int sm_count) {
   json on = json::object();
   const std::vector<int64_t> batches = k.points.b == 0 ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 128, 512, 4096};
@@ -54,7 +55,7 @@ json splits_of(const EmittedKernel& k, int sm_count) {
       const Launch l = k.launch(b, sms);
       at[k.points.b == 0 ? "any B" : "B=" + std::to_string(b)] = {
           {"splits", l.splits}, {"chunk", l.chunk}, {"grid", l.grid}, {"combine_grid", l.combine_grid},
-          {"partials_bytes", l.partials_bytes}};
+          {"one_pass", l.one_pass}, {"partials_bytes", l.partials_bytes}};
     }
     on[std::to_string(sms) + " SMs"] = at;
   }
@@ -76,6 +77,7 @@ json launch_of(const kir::Program& p, const EmittedKernel& k, int sm_count) {
   if (k.is_reduction()) {
     params.push_back("void* tj_partials");
     params.push_back("tj_i64 chunk");
+    params.push_back("unsigned int* tj_ticket");
     launch["split"] = splits_of(k, sm_count);
   }
   launch["params"] = params;

@@ -265,7 +265,7 @@ const std::vector<std::string>& library_kernel_names() {
       "tj_max_pool2d", "tj_max_pool2d_grad", "tj_max_pool2d_bf16", "tj_max_pool2d_grad_bf16",
       "tj_max_pool2d_f16", "tj_max_pool2d_grad_f16", "tj_avg_pool2d",
       "tj_avg_pool2d_grad", "tj_one_hot", "tj_argmax", "tj_pad", "tj_copy_box", "tj_sum_slices",
-      "tj_gather", "tj_gather_grad", "tj_combine_rows_links", "tj_combine_rows_sum", "tj_scatter_rows", "tj_scale",
+      "tj_gather", "tj_gather_grad", "tj_combine_rows_links", "tj_combine_rows_sum", "tj_scatter_rows", "tj_scale", "tj_copy_words",
       "tj_attention", "tj_attention_grad_q", "tj_attention_grad_kv",
       "tj_layer_norm", "tj_layer_norm_grad_input", "tj_layer_norm_grad_params_partial", "tj_layer_norm_grad_params_sum",
       "tj_softmax", "tj_softmax_grad", "tj_matmul_epilogue", "tj_conv_epilogue"};

@@ -7,15 +7,16 @@
 // EmittedKernel alone:
 //
 //   name(T0* __restrict__ b<id0>, ..., long long batch, const unsigned long long* step_slot
-//        [, void* tj_partials, long long chunk])
+//        [, void* tj_partials, long long chunk, unsigned int* tj_ticket])
 //
 // one device pointer per entry of `buffers` (const for those it only reads; a view passes the
 // base of the buffer it views), then the bound batch size and a device word holding the step
 // that keys random numbers (read by the kernel, so a CUDA graph captured once replays with
-// each run's step); a reduction kernel also takes the workspace of its partials and the
-// reduced points per split (launch() says both). Launch with `block` threads in x and
-// launch().grid blocks in x; when launch().splits > 1, launch `combine_symbol` next, with the
-// same parameters, on launch().combine_grid blocks. The shared memory is static (already in
+// each run's step); a reduction kernel also takes the workspace of its partials, the reduced
+// points per split (launch() says both) and a ticket: a device word holding 0, given where
+// launch().one_pass (the kernel leaves it 0 again), else null. Launch with `block` threads in x
+// and launch().grid blocks in x; when launch().combine_grid > 0, launch `combine_symbol` next,
+// with the same parameters, on that many blocks. The shared memory is static (already in
 // the cubin), reported in `shared_bytes` for occupancy.
 #pragma once
 
@@ -32,14 +33,16 @@ namespace towerjit::cuda {
 // output are cut into `splits` consecutive pieces of `chunk` points (the last may be shorter).
 // One split: pass 1 stores the results. Several: pass 1 writes one partial per (split, output)
 // into a workspace of `partials_bytes`, laid out [split][output], and the combine kernel (pass
-// 2) folds each output's partials in split order. A deterministic function of the shape and
-// the SM count (EmittedKernel::launch), so a given device always sums in the same order.
+// 2) folds each output's partials in split order; or, `one_pass`, the last block of pass 1 to
+// finish folds them in the same order. A deterministic function of the shape and the SM count
+// (EmittedKernel::launch), so a given device always sums in the same order.
 struct Launch {
   int64_t grid = 1;          // pass-1 blocks
   int64_t splits = 1;        // pieces of the reduced points per output
   int64_t chunk = 1;         // reduced points per piece (>= len when splits == 1)
   int64_t combine_grid = 0;  // pass-2 blocks (0: no pass 2)
   int64_t partials_bytes = 0;  // workspace pass 1 writes (0: none)
+  bool one_pass = false;     // split, and folded by pass 1's last block (needs the ticket)
 };
 
 struct EmittedKernel {

@@ -16,12 +16,23 @@
 //     4, jit/cost/launch_model.h), each round a DRAM latency (~0.5 us on H100 and H200, Chips
 //     and Cheese 2023), so 64 points (the logits' bias gradient at batch 512: 10 columns) are
 //     8 us against a replayed combine's ~1 us; such a walk splits only as far as 8 points;
-//   - every thread of a unit has at least one reduced point of its split.
+//   - every thread of a unit has at least one reduced point of its split;
+//   - a split reduction folds its partials in its own last block (one pass) instead of a
+//     combine kernel where that tail is no slower: the block's 8 warps share the outputs, each
+//     walking an output's partials as a combine kernel's warp would (ceil(splits / 32) a lane),
+//     so one pass is taken where ceil(outputs / 8) such walks, one after another, take no more
+//     rounds of 4 loads in flight than one walk does; the last block's ticket (a round trip to
+//     L2 and back) then stands against the combine kernel's launch (a graph node, 0.5 us, about
+//     a DRAM latency: jit/cost/gpu_specs.cpp). A full sum or a few outputs qualify; batch-norm
+//     statistics over 16 channels in 132 pieces (two outputs a warp, 10 partials against 5)
+//     do not.
+//     TOWERJIT_ONE_PASS_REDUCTIONS=off keeps it everywhere; the sums are the same either way.
 // With these, a reduction over >= 65536 points runs on at least points / 256 >= 256 blocks
 // (see the proof in docs/cuda.md), more than any current GPU's SM count.
 #include <algorithm>
 
 #include "jit/cuda/cuda_emitter.h"
+#include "jit/knobs.h"
 
 namespace towerjit::cuda {
 namespace {
@@ -31,6 +42,7 @@ constexpr int64_t kWaves = 2;               // the split grid's target, in full 
 constexpr int64_t kSplitMinPoints = 16384;  // smaller reductions split only for a long walk
 constexpr int64_t kMaxWalk = 8;             // a thread's reduced points, one after another
 constexpr int64_t kMaxBlocksPerSm = 32;     // grid-stride kernels: at most 4 waves of blocks
+constexpr int64_t kLoadsInFlight = 4;       // a thread's loads issued together (launch_model.h)
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -67,7 +79,9 @@ Launch EmittedKernel::launch(int64_t batch, int sm_count) const {
   l.splits = std::max<int64_t>(1, ceil_div(len, l.chunk));
   l.grid = std::clamp<int64_t>(ceil_div(units * l.splits, per_block), 1, cap);
   if (l.splits > 1) {
-    l.combine_grid = std::clamp<int64_t>(ceil_div(n * 32, block), 1, cap);  // a warp per output
+    const int64_t walk = ceil_div(l.splits, 32), tail = ceil_div(n, block / 32) * walk;
+    l.one_pass = ceil_div(tail, kLoadsInFlight) <= ceil_div(walk, kLoadsInFlight) && knobs::one_pass_reductions();
+    if (!l.one_pass) l.combine_grid = std::clamp<int64_t>(ceil_div(n * 32, block), 1, cap);  // a warp per output
     l.partials_bytes = l.splits * n * partial_bytes;
   }
   return l;

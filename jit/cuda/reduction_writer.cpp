@@ -119,6 +119,55 @@ void emit_finish(std::ostream& out, const KernelWriter& w, const std::string& in
   out << ind << "}\n";
 }
 
+// Folds output o's partials (o and `outputs` in scope, `lane` the thread's lane of its warp):
+// lane l takes pieces l, l + 32, ... in order, then the warp's shuffle tree, and lane 0 applies
+// the result and stores it. The combine kernel and the one-pass tail fold alike, so both give
+// the same bits. `work`: the macro that counts a partial read.
+void emit_fold_partials(std::ostream& out, const KernelWriter& w, const std::string& ind, const std::string& outputs,
+                        const char* work, const Axes& ax, const std::vector<Reduction>& rs) {
+  const kir::Kernel& k = w.kernel();
+  declare_accumulators(out, ind, rs);
+  out << ind << "for (tj_i64 s = lane; s < splits; s += 32) {\n";
+  out << ind << "  " << work << "(1);\n";
+  out << ind << "  const " << partial_type(w) << "* const p = &partials[s * " << outputs << " + o];\n";
+  for (size_t j = 0; j < rs.size(); ++j)
+    out << ind << "  " << acc_name(j) << " = " << rs[j].op << "(" << acc_name(j) << ", tj_load_cg(&p->" << acc_name(j)
+        << "));\n";
+  out << ind << "}\n";
+  for (size_t j = 0; j < rs.size(); ++j)
+    out << ind << acc_name(j) << " = tj_warp_reduce(" << acc_name(j) << ", " << rs[j].op << ");\n";
+  out << ind << "if (lane == 0) {\n";
+  w.decompose(out, ind + "  ", "o", ax.kept, "ro");
+  for (size_t j = 0; j < rs.size(); ++j)
+    out << ind << "  " << w.buffer(k.outputs[j].access) << "[" << out_address(w, ax.reduced, j)
+        << "] = " << rs[j].result(acc_name(j)) << ";\n";
+  out << ind << "}\n";
+}
+
+// The one-pass form (EmittedKernel::launch's `one_pass`: the host passes tj_ticket): after its
+// units, each block makes its partials visible and takes a ticket; the block that takes the
+// last one, having seen every other block's partials, folds every output's as the combine
+// kernel would and puts the ticket back to 0 for the next launch. The ticket picks a block,
+// never an order: the sums are the combine kernel's, bit for bit.
+void emit_one_pass_tail(std::ostream& out, const KernelWriter& w, const std::string& outputs, const Axes& ax,
+                        const std::vector<Reduction>& rs) {
+  out << "  // One pass: the last block to finish folds every output's partials in split order.\n";
+  out << "  if (splits > 1 && tj_ticket) {\n";
+  out << "    __shared__ int tj_last[1];\n";
+  out << "    __threadfence();  // this block's partials, visible before its ticket\n";
+  out << "    __syncthreads();\n";
+  out << "    if (threadIdx.x == 0) tj_last[0] = atomicAdd(tj_ticket, 1u) == gridDim.x - 1;\n";
+  out << "    __syncthreads();\n";
+  out << "    if (tj_last[0]) {\n";
+  out << "      __threadfence();  // every other block's partials, seen after its ticket\n";
+  out << "      const int lane = threadIdx.x & 31;\n";
+  out << "      for (tj_i64 o = threadIdx.x >> 5; o < " << outputs << "; o += blockDim.x >> 5) {\n";
+  emit_fold_partials(out, w, "        ", outputs, "TJ_TAIL_WORK", ax, rs);
+  out << "      }\n";
+  out << "      if (threadIdx.x == 0) *tj_ticket = 0;  // for the next launch (a graph replays the same word)\n";
+  out << "    }\n  }\n";
+}
+
 void emit_row_body(std::ostream& out, const KernelWriter& w, const EmittedKernel& info, const Axes& ax) {
   const std::vector<Reduction> rs = reductions_of(w);
   const bool warp = info.scheme == Scheme::row_per_warp;
@@ -149,6 +198,7 @@ void emit_row_body(std::ostream& out, const KernelWriter& w, const EmittedKernel
   out << (warp ? "    if (lane == 0) {\n" : "    if (threadIdx.x == 0) {\n");
   emit_finish(out, w, "      ", "row", "rows", ax.reduced, rs);
   out << "    }\n  }\n";
+  emit_one_pass_tail(out, w, "rows", ax, rs);
 }
 
 void emit_column_body(std::ostream& out, const KernelWriter& w, const EmittedKernel& info, const Axes& ax) {
@@ -180,11 +230,14 @@ void emit_column_body(std::ostream& out, const KernelWriter& w, const EmittedKer
   w.decompose(out, "      ", "o", ax.kept, "ro");
   emit_finish(out, w, "      ", "o", "outputs", ax.reduced, rs);
   out << "    }\n    __syncthreads();\n  }\n";
+  emit_one_pass_tail(out, w, "outputs", ax, rs);
 }
 
 }  // namespace
 
-const char* reduction_params() { return ", void* __restrict__ tj_partials, tj_i64 chunk"; }
+const char* reduction_params() {
+  return ", void* __restrict__ tj_partials, tj_i64 chunk, unsigned int* __restrict__ tj_ticket";
+}
 
 void plan_reduction(const KernelWriter& w, EmittedKernel& info) {
   const kir::Kernel& k = w.kernel();
@@ -248,21 +301,8 @@ void emit_combine_kernel(std::ostream& out, const KernelWriter& w, const Emitted
   out << "  const " << t << "* const partials = (const " << t << "*)tj_partials;\n";
   out << "  const int lane = threadIdx.x & 31;\n";
   out << "  for (tj_i64 o = TJ_GLOBAL_THREAD >> 5; o < outputs; o += TJ_GRID_THREADS >> 5) {\n";
-  declare_accumulators(out, "    ", rs);
-  out << "    for (tj_i64 s = lane; s < splits; s += 32) {\n";
-  out << "      TJ_WORK(1);\n";
-  out << "      const " << t << " p = partials[s * outputs + o];\n";
-  for (size_t j = 0; j < rs.size(); ++j)
-    out << "      " << acc_name(j) << " = " << rs[j].op << "(" << acc_name(j) << ", p." << acc_name(j) << ");\n";
-  out << "    }\n";
-  for (size_t j = 0; j < rs.size(); ++j)
-    out << "    " << acc_name(j) << " = tj_warp_reduce(" << acc_name(j) << ", " << rs[j].op << ");\n";
-  out << "    if (lane == 0) {\n";
-  w.decompose(out, "      ", "o", ax.kept, "ro");
-  for (size_t j = 0; j < rs.size(); ++j)
-    out << "      " << w.buffer(k.outputs[j].access) << "[" << out_address(w, ax.reduced, j)
-        << "] = " << rs[j].result(acc_name(j)) << ";\n";
-  out << "    }\n  }\n}\n\n";
+  emit_fold_partials(out, w, "    ", "outputs", "TJ_WORK", ax, rs);
+  out << "  }\n}\n\n";
 }
 
 }  // namespace towerjit::cuda::detail

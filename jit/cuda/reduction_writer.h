@@ -9,7 +9,9 @@
 // Pass 1 is the kernel itself. When EmittedKernel::launch splits the reduced points, pass 1
 // writes partials [split][output] to the runtime's workspace and the combine kernel (pass 2)
 // folds each output's partials in split order and applies the result (a mean's division, a
-// log-sum-exp's m + log s). Side outputs are stored once, in pass 1.
+// log-sum-exp's m + log s). Side outputs are stored once, in pass 1. For a few outputs the
+// launch is one pass instead: the last block to finish (a ticket, the one atomic) folds the
+// partials in the same order, so the bits are the two passes'.
 #pragma once
 
 #include <ostream>

@@ -32,6 +32,7 @@ struct KernelIndex {
   int ops = 0;
   bool reduces = false;
   double bytes_per_point = 0;  // bytes that scale with the recorded points instead (a combine pass)
+  double bytes_per_tail_point = 0;  // the same for the tail's (a one-pass reduction's fold)
 };
 
 // module -> kernel -> what its index says, read once a module.
@@ -53,6 +54,10 @@ class Indexes {
         k.bytes = affine_at(step["bytes_read"], batch_) + affine_at(step["bytes_written"], batch_);
         k.ops = static_cast<int>(step["ops"].size());
         k.reduces = step.contains("reduce");
+        // A one-pass reduction's last block reads each partial once (TJ_TAIL_WORK(1) a partial),
+        // the partials' traffic of both of its halves, as a combine pass's below.
+        if (step.contains("launch") && step["launch"].contains("split"))
+          k.bytes_per_tail_point = 2.0 * step["launch"]["split"].value("partial_bytes", 0);
         m[step["name"]] = k;
         // A split reduction's pass 2 (jit/cuda/reduction_writer.h): it reads each partial once,
         // counted as its work (TJ_WORK(1) a partial), and stands for the partials' traffic of
@@ -120,6 +125,8 @@ std::vector<Launch> launches_from_records(const std::string& json_lines, const s
     l.shared_bytes = r["static_shared_bytes"].get<int64_t>() + r["dynamic_shared_bytes"].get<int64_t>();
     l.work_max = r["work_max"];
     l.work_mean = r["work_mean"];
+    l.tail_work_max = r.value("tail_work_max", uint64_t{0});
+    l.tail_points = r.value("tail_work_sum", 0.0);
     l.bytes = r["bytes"];
     l.flops = r["flops"];
     l.gemm_m = r["gemm"][0], l.gemm_n = r["gemm"][1], l.gemm_k = r["gemm"][2], l.gemm_batch = r["gemm"][3];
@@ -128,7 +135,7 @@ std::vector<Launch> launches_from_records(const std::string& json_lines, const s
     l.graph = r.value("graph", false);
     if (l.kind == "kernel" && l.name.rfind("tj_", 0) != 0) {  // a loop kernel of a program
       const KernelIndex& k = indexes.kernel(l.module, l.name);
-      l.bytes = k.bytes + k.bytes_per_point * l.points();
+      l.bytes = k.bytes + k.bytes_per_point * l.points() + k.bytes_per_tail_point * l.tail_points;
       l.reduces = k.reduces;
       l.flops = l.points() * k.ops;
     }

@@ -122,6 +122,13 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
   if (needs_library) device_->library_module();  // compile and load now: errors here, not mid-run
   if (!one_hot_calls_.empty()) error_slots_ = device_->allocate(8 * one_hot_calls_.size(), loc);
   step_slot_ = device_->allocate(8, loc);
+  // The one-pass reductions' ticket (jit/cuda/reduction_writer.h): 0 before every launch, as
+  // each launch's last block leaves it. Zeroed first on the program's stream.
+  if (std::any_of(module_.kernels.begin(), module_.kernels.end(), [](const auto& k) { return k.may_split(); })) {
+    ticket_ = device_->allocate(4, loc);
+    cuda::check_cuda(cuda::require_driver(loc).MemsetD32Async(ticket_.ptr(), 0, 1, stream_->handle()),
+                     "cuMemsetD32Async", "", loc);
+  }
   for (const kir::Kernel& k : program_.kernels)
     for (const kir::Kernel* body : k.bodies())
       for (const kir::Expr& e : body->exprs) draws_random_ |= e.kind == kir::Expr::Kind::random;
@@ -232,13 +239,14 @@ std::vector<CUdeviceptr> CudaProgram::bind_buffers(const DeviceFeeds& feeds, Dev
 void CudaProgram::run_kernel(int index, const std::vector<CUdeviceptr>& base, int64_t batch) {
   const cuda::EmittedKernel& k = module_.kernels[index];
   // (buffers..., long long batch, const unsigned long long* step_slot[, void* partials,
-  // long long chunk]): each passed by address.
+  // long long chunk, unsigned int* ticket]): each passed by address.
   const cuda::Launch shape = k.launch(batch, device_->sm_count());
   std::vector<CUdeviceptr> ptrs;
   for (int b : k.buffers) ptrs.push_back(base[b]);
   long long batch_arg = batch, chunk_arg = shape.chunk;
   CUdeviceptr step_arg = step_slot_.ptr();
   CUdeviceptr partials = shape.partials_bytes > 0 ? scratch_.ptr() : 0;
+  CUdeviceptr ticket = shape.one_pass ? ticket_.ptr() : 0;
   std::vector<void*> params;
   for (CUdeviceptr& p : ptrs) params.push_back(&p);
   params.push_back(&batch_arg);
@@ -248,11 +256,12 @@ void CudaProgram::run_kernel(int index, const std::vector<CUdeviceptr>& base, in
         << k.symbol << ": scratch of " << scratch_.bytes() << " bytes for " << shape.partials_bytes << " of partials";
     params.push_back(&partials);
     params.push_back(&chunk_arg);
+    params.push_back(&ticket);
   }
   const std::vector<int>& nodes = program_.kernels[index].nodes;
   const Loc at = nodes.empty() ? Loc::current() : graph_.node(nodes.front()).loc;
   cuda::launch(functions_[index], shape.grid, k.block, *stream_, params.data(), kernel_what_[index], at);
-  if (shape.splits > 1)  // pass 2: fold the partials in split order
+  if (shape.combine_grid > 0)  // pass 2: fold the partials in split order
     cuda::launch(combine_functions_[index], shape.combine_grid, k.block, *stream_, params.data(),
                  kernel_what_[index] + " (combine)", at);
 }

@@ -208,6 +208,7 @@ class CudaProgram {
   std::map<std::vector<uint64_t>, std::vector<std::unique_ptr<cuda::GraphExec>>> graphs_;
   GraphCounts graph_counts_;
   cuda::DeviceBuffer step_slot_;  // the run's step, read by every kernel
+  cuda::DeviceBuffer ticket_;     // one-pass reductions: picks the block that folds the partials
   bool draws_random_ = false;     // a kernel draws random numbers, keyed by the step
   uint64_t step_high_ = ~uint64_t{0};  // the step's high half in step_slot_ (~0: not written yet)
   bool fetches_in_place_ = false;

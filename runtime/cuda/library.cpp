@@ -357,6 +357,38 @@ void scale_floats(DeviceContext& device, CUdeviceptr x, int64_t count, double s,
          "tj_scale for " + what, loc);
 }
 
+void copy_within(DeviceContext& device, const std::vector<DeviceCopy>& copies, const Stream& stream,
+                 const std::string& what, std::source_location loc) {
+  device.make_current();
+  const auto words = [](const DeviceCopy& c) { return c.bytes % 4 == 0 && c.dst % 4 == 0 && c.src % 4 == 0; };
+  std::vector<DeviceCopy> batched;
+  for (const DeviceCopy& c : copies) {
+    if (c.bytes == 0) continue;
+    if (words(c)) batched.push_back(c);
+    else check_cuda(require_driver().MemcpyDtoDAsync(c.dst, c.src, c.bytes, stream.handle()), "cuMemcpyDtoDAsync");
+  }
+  if (batched.size() == 1) {  // a copy call is one launch too
+    check_cuda(require_driver().MemcpyDtoDAsync(batched[0].dst, batched[0].src, batched[0].bytes, stream.handle()),
+               "cuMemcpyDtoDAsync");
+    return;
+  }
+  for (size_t first = 0; first < batched.size(); first += TJ_COPY_JOBS) {
+    TjCopyJobs jobs{};
+    jobs.count = static_cast<int>(std::min<size_t>(TJ_COPY_JOBS, batched.size() - first));
+    int64_t most = 0;
+    for (int j = 0; j < jobs.count; ++j) {
+      const DeviceCopy& c = batched[first + j];
+      jobs.dst[j] = c.dst, jobs.src[j] = c.src, jobs.words[j] = static_cast<long long>(c.bytes / 4);
+      most = std::max<int64_t>(most, jobs.words[j]);
+    }
+    // The largest job's grid, shared out among the jobs: the launch stays within grid_for's cap.
+    jobs.blocks_per_job = static_cast<int>(std::max<int64_t>(1, grid_for(most, kBlock, device) / jobs.count));
+    void* params[] = {&jobs};
+    launch(device.library_module().function("tj_copy_words"), int64_t{jobs.count} * jobs.blocks_per_job, kBlock,
+           stream, params, "tj_copy_words for " + what, loc);
+  }
+}
+
 size_t library_scratch_bytes(const kir::LibraryCall& call, const Node& node, const std::vector<Shape>& in,
                              const Shape& out, Cudnn* dnn) {
   if (call.op == Op::CombineRows) return static_cast<size_t>(in[0].elements(0)) * 8;  // first[], next[]

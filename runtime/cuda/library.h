@@ -56,6 +56,17 @@ size_t library_scratch_bytes(const kir::LibraryCall& call, const Node& node, con
 void scale_floats(DeviceContext& device, CUdeviceptr x, int64_t count, double s, const Stream& stream,
                   const std::string& what, std::source_location loc);
 
+// A copy within one device: `bytes` from `src` to `dst`.
+struct DeviceCopy {
+  CUdeviceptr dst = 0, src = 0;
+  size_t bytes = 0;
+};
+// Queues `copies`, all within `device`, on `stream`: tj_copy_words for up to TJ_COPY_JOBS at a
+// launch where each is whole 4-byte words at 4-byte addresses, else cuMemcpyDtoDAsync each. One
+// launch for a step's many small copies, where a copy call each costs a launch each.
+void copy_within(DeviceContext& device, const std::vector<DeviceCopy>& copies, const Stream& stream,
+                 const std::string& what, std::source_location loc);
+
 // The error a one-hot call raises for the slot value it left (~0: none), as the CPU's.
 void check_one_hot_slot(const Node& node, uint64_t slot);
 // The same for a gather or its gradient: `table` and `indices` are the shapes the graph gives

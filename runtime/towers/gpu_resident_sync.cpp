@@ -11,6 +11,7 @@
 #include "dsl/ops.h"
 #include "dsl/tower_program.h"
 #include "jit/knobs.h"
+#include "runtime/cuda/library.h"
 #include "runtime/towers/gradient_buckets.h"
 #include "runtime/towers/sparse_reduction.h"
 #include "runtime/towers/weighted_sum.h"
@@ -292,15 +293,19 @@ void GpuResidentSync::feed_sparse(const std::vector<std::vector<DeviceTensor>>& 
 
 // The apply's inputs on `gpu`: the reduced gradients as its feeds, and the model's updates
 // copied into their variables (which keep their addresses) on the apply's stream, which the
-// apply's run follows; the apply does not read them.
+// apply's run follows; the apply does not read them. The copies within the GPU (a batch
+// norm's moving statistics: two a layer) are one launch.
 void GpuResidentSync::feed_apply(Gpu& gpu) {
   const size_t gradients = gradient_of_.size();
   for (size_t r = 0; r < gradients; ++r) gpu.apply_feeds[setup_.gradient_inputs[gradient_of_[r]]] = std::move(gpu.reduced[r]);
+  std::vector<cuda::DeviceCopy> within;
   for (size_t u = 0; u < setup_.model_update_variables.size(); ++u) {
     DeviceTensor& variable = gpu.variables.at(setup_.model_update_variables[u]);
     const DeviceTensor& value = gpu.reduced[gradients + u];
-    cuda::copy_async(variable.ptr(), *gpu.context, value.ptr(), *value.device, value.bytes(), gpu.apply->stream());
+    if (value.device == gpu.context) within.push_back({variable.ptr(), value.ptr(), value.bytes()});
+    else cuda::copy_async(variable.ptr(), *gpu.context, value.ptr(), *value.device, value.bytes(), gpu.apply->stream());
   }
+  cuda::copy_within(*gpu.context, within, gpu.apply->stream(), "the model updates", loc_);
 }
 
 // The optimiser's apply on `gpu`'s copy once the host has the sums, run and waited for. Its

@@ -8,6 +8,7 @@
 #include "examples/models.h"
 #include "jit/cuda/cuda_emitter.h"
 #include "jit/passes/pipeline.h"
+#include "tests/jit/cpu_test_env.h"
 #include "towerjit.h"
 
 namespace tj = towerjit;
@@ -40,7 +41,11 @@ void check_launch(const tj::cuda::EmittedKernel& k, int64_t batch, int sms) {
   CHECK(l.splits * l.chunk >= len);       // the pieces cover the reduced points...
   CHECK((l.splits - 1) * l.chunk < std::max<int64_t>(len, 1));  // ...and none is empty
   if (l.splits > 1) {
-    CHECK(l.combine_grid >= 1);
+    // The kernel's last block folds (one pass) where its warps' walks over the outputs'
+    // partials take no more rounds of 4 loads than one combine warp's walk; else a combine kernel.
+    const int64_t walk = (l.splits + 31) / 32, tail = (outputs + 7) / 8 * walk;
+    CHECK(l.one_pass == ((tail + 3) / 4 <= (walk + 3) / 4));
+    CHECK((l.combine_grid >= 1) == !l.one_pass);
     CHECK(l.partials_bytes == l.splits * outputs * k.partial_bytes);
     // A small reduction pays for a second launch only to cut a thread's walk of more than 8
     // points one after another (~0.5 us of DRAM latency every 4), and only down to 8.
@@ -51,6 +56,7 @@ void check_launch(const tj::cuda::EmittedKernel& k, int64_t batch, int sms) {
     }
   } else {
     CHECK(l.combine_grid == 0);
+    CHECK(!l.one_pass);
     CHECK(l.partials_bytes == 0);
     CHECK(l.chunk >= len);
   }
@@ -106,7 +112,8 @@ TEST_CASE("CUDA launch: the split is a function of the shape and the SM count al
   CHECK(emulated.splits == 64);
   CHECK(emulated.chunk == 65);
   CHECK(emulated.grid == 64);
-  CHECK(emulated.combine_grid == 1);
+  CHECK(emulated.one_pass);  // 7 outputs: folded by the last of the 64 blocks
+  CHECK(emulated.combine_grid == 0);
   CHECK(emulated.partials_bytes == 64 * 7 * 4);
   // On 132 SMs: at most ceil(4099 / 8) pieces, so every slice has a row; recounted from the
   // chunk so no piece is empty.
@@ -116,6 +123,12 @@ TEST_CASE("CUDA launch: the split is a function of the shape and the SM count al
   CHECK(h200.grid == 513);
   // The same inputs, the same answer.
   CHECK(k.launch(4099, 132).chunk == h200.chunk);
+  // TOWERJIT_ONE_PASS_REDUCTIONS=off: the same split, folded by a combine kernel of one block.
+  tj::test::ScopedEnv two_passes("TOWERJIT_ONE_PASS_REDUCTIONS", "off");
+  const tj::cuda::Launch two = k.launch(4099, 4);
+  CHECK(!two.one_pass);
+  CHECK(two.splits == 64);
+  CHECK(two.combine_grid == 1);
 }
 
 TEST_CASE("CUDA launch: a fixed reduction under 16384 points never splits and has no combine kernel", "[cuda]") {

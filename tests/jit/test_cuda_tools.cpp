@@ -118,10 +118,10 @@ TEST_CASE("the CUDA dump index names every op of the training step with its laun
   for (const auto& step : index["steps"]) {
     if (step["kind"] == "kernel") {
       CHECK(step["launch"]["block"] == 256);
-      // A reduction also takes its partials' workspace and the points per split, and the index
-      // gives its split on the dump's device.
+      // A reduction also takes its partials' workspace, the points per split and the one-pass
+      // ticket, and the index gives its split on the dump's device.
       const bool reduction = step["launch"].contains("split");
-      CHECK(step["launch"]["params"].back() == (reduction ? "tj_i64 chunk" : "const tj_u64* step_slot"));
+      CHECK(step["launch"]["params"].back() == (reduction ? "unsigned int* tj_ticket" : "const tj_u64* step_slot"));
       if (reduction) CHECK(step["launch"]["split"]["on"].contains("132 SMs"));
     }
     if (step.contains("ops"))

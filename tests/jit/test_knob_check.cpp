@@ -46,6 +46,7 @@ const Values kChecked[] = {
     {"TOWERJIT_CUDA", "nvidia", "emulator"},
     {"TOWERJIT_CUDA_CACHING", "none", "off"},
     {"TOWERJIT_CUDA_GRAPHS", "graphs", "on"},
+    {"TOWERJIT_ONE_PASS_REDUCTIONS", "once", "off"},
     {"TOWERJIT_ALLOW_TF32", "tf32", "on"},
     {"TOWERJIT_NCCL", "ring", "off"},
     {"TOWERJIT_NCCL_WORLD", "all", "on"},

@@ -343,6 +343,20 @@ extern "C" __global__ void tj_scale(float* __restrict__ x, tj_i64 n, double s) {
   }
 }
 
+// Several copies within the device in one launch (TjCopyJobs): each job's blocks stride over
+// its words.
+extern "C" __global__ void tj_copy_words(TjCopyJobs jobs) {
+  const int j = blockIdx.x / jobs.blocks_per_job;
+  if (j >= jobs.count) return;
+  unsigned* __restrict__ dst = (unsigned*)jobs.dst[j];
+  const unsigned* __restrict__ src = (const unsigned*)jobs.src[j];
+  const tj_i64 first = (tj_i64)(blockIdx.x % jobs.blocks_per_job) * blockDim.x + threadIdx.x;
+  for (tj_i64 i = first; i < jobs.words[j]; i += (tj_i64)jobs.blocks_per_job * blockDim.x) {
+    TJ_WORK(1);
+    dst[i] = src[i];
+  }
+}
+
 // out[o][in] = the first j with the largest x[o][j][in].
 extern "C" __global__ void tj_argmax(const float* __restrict__ x, int* __restrict__ out,
                                      tj_i64 outer, tj_i64 n, tj_i64 inner) {

@@ -10,6 +10,16 @@ struct TjConvShape {
   int stride_h, stride_w, pad_h, pad_w;
 };
 
+// tj_copy_words's jobs: up to TJ_COPY_JOBS copies of 4-byte words within one device, passed by
+// value, so a step's many small copies (the model updates written into their variables) are
+// one launch. Job j runs on blocks [j * blocks_per_job, (j + 1) * blocks_per_job).
+#define TJ_COPY_JOBS 32
+struct TjCopyJobs {
+  unsigned long long dst[TJ_COPY_JOBS], src[TJ_COPY_JOBS];
+  long long words[TJ_COPY_JOBS];
+  int count, blocks_per_job;
+};
+
 // Pooling geometry: `planes` = n * c planes of h x w in, oh x ow out.
 struct TjPoolShape {
   long long planes, h, w, oh, ow;

@@ -18,6 +18,11 @@ typedef long long tj_i64;
 #ifndef TJ_WORK
 #define TJ_WORK(n)
 #endif
+// The same for the work of the grid's tail: what the last block to finish does after all the
+// others (a reduction's one-pass combine); counted apart, as it runs after the rest.
+#ifndef TJ_TAIL_WORK
+#define TJ_TAIL_WORK(n)
+#endif
 
 struct TjSum {
   template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
@@ -51,6 +56,12 @@ struct TjLse {
     return (*this)(a, TjLseAcc{v, 1.0f});
   }
 };
+
+// A partial another block wrote in this launch, read from L2 (ld.global.cg): never a line this
+// SM's L1 might hold from before (reduction_writer.h, the one-pass combine).
+__device__ __forceinline__ float tj_load_cg(const float* p) { return __ldcg(p); }
+__device__ __forceinline__ int tj_load_cg(const int* p) { return __ldcg(p); }
+__device__ __forceinline__ TjLseAcc tj_load_cg(const TjLseAcc* p) { return TjLseAcc{__ldcg(&p->m), __ldcg(&p->s)}; }
 
 template <typename T>
 __device__ __forceinline__ T tj_shfl_down(T v, int d) { return __shfl_down_sync(0xffffffffu, v, d); }
