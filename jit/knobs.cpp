@@ -169,6 +169,7 @@ constexpr Knob kKnobs[] = {
     {"TOWERJIT_GROUP_KERNELS", "switch", switch_check, nullptr},
     {"TOWERJIT_MATMUL_EPILOGUES", "switch", switch_check, nullptr},
     {"TOWERJIT_CONV_EPILOGUES", "switch", switch_check, nullptr},
+    {"TOWERJIT_FACTOR_SUMS", "switch", switch_check, nullptr},
     // The CPU code.
     {"TOWERJIT_CPU_ISA", "avx512, avx2 or baseline", checks<parse_cpu_isa>, nullptr},
     {"TOWERJIT_DIRECT_CONV", "switch", direct_conv_check, nullptr},
@@ -314,6 +315,7 @@ int debug_level() { return value_of("TOWERJIT_DEBUG", 0, parse_debug); }
 bool group_kernels_enabled() { return switch_knob("TOWERJIT_GROUP_KERNELS", true); }
 bool matmul_epilogues_enabled() { return switch_knob("TOWERJIT_MATMUL_EPILOGUES", true); }
 bool conv_epilogues_enabled() { return switch_knob("TOWERJIT_CONV_EPILOGUES", true); }
+bool factor_sums_enabled() { return switch_knob("TOWERJIT_FACTOR_SUMS", true); }
 
 // ---- The CPU code
 

@@ -59,6 +59,11 @@ bool group_kernels_enabled();
 // (jit/passes/epilogues.h); for measuring what the epilogue buys. Default: on.
 bool matmul_epilogues_enabled();
 
+// TOWERJIT_FACTOR_SUMS: "off" (also "0", "false", "no") leaves sums of products as written
+// instead of taking the factors that do not vary along the summed axes out of them
+// (jit/passes/factor_sums.h); for measuring what that buys. Default: on.
+bool factor_sums_enabled();
+
 // TOWERJIT_CONV_EPILOGUES: "off" (also "0", "false", "no") keeps a convolution's bias add and
 // ReLU in a loop kernel after it instead of the convolution's epilogue
 // (jit/passes/epilogues.h); for measuring what the epilogue buys. Default: on.

@@ -4,6 +4,7 @@
 
 #include "jit/knobs.h"
 #include "jit/passes/cse.h"
+#include "jit/passes/factor_sums.h"
 #include "jit/passes/fold_batch_sums.h"
 #include "jit/passes/group_kernels.h"
 #include "jit/passes/half_convolutions.h"
@@ -47,6 +48,11 @@ LoweredProgram lower_graph(const Graph& graph, const std::vector<int>& fetches,
   run_pass("simplify", simplify, g, ids);                           // x*1, x+0, constant math
   run_pass("cse", eliminate_common_subexpressions, g, ids);         // one node per value
   run_pass("simplify", simplify, g, ids);                           // what CSE exposed
+  if (knobs::factor_sums_enabled()) {
+    run_pass("factor sums", factor_sums, g, ids);                   // c * sum(x) for sum(c * x)
+    run_pass("cse", eliminate_common_subexpressions, g, ids);       // the sums it exposed, once
+    run_pass("simplify", simplify, g, ids);
+  }
 
   const std::vector<int> new_fetches(ids.begin(), ids.begin() + fetches.size());
   const std::vector<int> new_updates(ids.begin() + fetches.size(), ids.end());
