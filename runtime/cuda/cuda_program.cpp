@@ -382,13 +382,20 @@ void CudaProgram::queue_run(const DeviceFeeds& feeds, DeviceVariables& variables
   for (int done = -1; done < static_cast<int>(program_.steps.size()); ++done)
     if (!cut_fetches[done + 1].empty() || (check_numerics_ && done >= 0)) cuts.push_back(done);
   const int last_step = static_cast<int>(program_.steps.size()) - 1;
+  auto in_feed_block = [&](const Transfer& t) {
+    return t.device >= feed_block_.ptr() && t.device + t.bytes <= feed_block_.ptr() + feed_block_.bytes();
+  };
   auto queue_piece = [&](size_t k) {
     const int first = k == 0 ? 0 : cuts[k - 1] + 1, last = k < cuts.size() ? cuts[k] : last_step;
-    if (k == 0)
-      for (size_t i = 0; i < uploads.size(); ++i)
-        cuda::check_cuda(api.MemcpyHtoDAsync(uploads[i].device, staging + upload_offsets[i], uploads[i].bytes,
-                                             stream_->handle()),
+    if (k == 0)  // feeds that sit back to back in staging and in their block: one copy
+      for (size_t i = 0, j; i < uploads.size(); i = j) {
+        for (j = i + 1; j < uploads.size() && in_feed_block(uploads[j - 1]) && in_feed_block(uploads[j]) &&
+                        uploads[j].device == uploads[j - 1].device + align64(uploads[j - 1].bytes);)
+          ++j;
+        const size_t bytes = uploads[j - 1].device + uploads[j - 1].bytes - uploads[i].device;
+        cuda::check_cuda(api.MemcpyHtoDAsync(uploads[i].device, staging + upload_offsets[i], bytes, stream_->handle()),
                          "cuMemcpyHtoDAsync", "", loc);
+      }
     queue_steps(base, batch, first, last, loc);
     if (k == cuts.size())
       for (size_t i = 0; i < back_.size(); ++i)
@@ -533,17 +540,33 @@ std::vector<HostTensor> CudaProgram::execute(const DeviceFeeds& feeds, DeviceVar
 }
 
 std::vector<CudaProgram::Transfer> CudaProgram::stage_feeds(const HostFeeds& feeds) {
-  std::vector<Transfer> uploads;
+  // The feeds' device tensors are views into one block, each 64-byte aligned in buffer order as
+  // queue_run lays the uploads out in staging, so feeds that fill their room go up in one copy.
+  // A feed keeps the room of its largest batch so far: the addresses stay, and with them the
+  // graph of each batch size, until a larger batch grows the block and moves every view.
+  std::vector<const kir::Buffer*> inputs;
+  bool grown = false;
   for (const kir::Buffer& b : program_.buffers) {
     if (b.kind != kir::Buffer::Kind::input) continue;
-    const HostTensor& h = feeds.at(b.name);
-    DeviceTensor& d = host_feeds_[b.name];
-    // The block of the largest batch so far serves the smaller ones: the address stays, and
-    // with it the graph of each batch size.
-    const size_t bytes = static_cast<size_t>(h.bytes());
-    if (d.dtype != h.dtype || !d.buffer || d.buffer.bytes() < bytes) d = empty_device_tensor(*device_, h.shape, h.dtype);
+    inputs.push_back(&b);
+    size_t& room = feed_room_[b.name];
+    const size_t bytes = static_cast<size_t>(feeds.at(b.name).bytes());
+    if (bytes > room) room = bytes, grown = true;
+  }
+  size_t total = 0;
+  for (const kir::Buffer* b : inputs) total += align64(feed_room_.at(b->name));
+  if (grown || feed_block_.bytes() < total) feed_block_ = device_->allocate(total);
+  std::vector<Transfer> uploads;
+  size_t at = 0;
+  for (const kir::Buffer* b : inputs) {
+    const HostTensor& h = feeds.at(b->name);
+    DeviceTensor& d = host_feeds_[b->name];
     d.shape = h.shape;
+    d.dtype = h.dtype;
+    d.device = device_;
+    d.buffer = cuda::DeviceBuffer::view(feed_block_.ptr() + at, static_cast<size_t>(h.bytes()));
     uploads.push_back({const_cast<void*>(h.data()), d.ptr(), d.bytes()});
+    at += align64(feed_room_.at(b->name));
   }
   return uploads;
 }

@@ -186,7 +186,9 @@ class CudaProgram {
   cuda::DeviceBuffer error_slots_;  // one 8-byte slot per one-hot call
   std::unique_ptr<cuda::PinnedBuffer> staging_;  // feeds up, fetches down
   std::vector<std::unique_ptr<cuda::Event>> timing_;  // step_times: one before each step, one after the last
-  DeviceFeeds host_feeds_;        // device copies of host feeds
+  DeviceFeeds host_feeds_;        // device copies of host feeds: views into feed_block_
+  cuda::DeviceBuffer feed_block_;  // stage_feeds' layout of them, one room a feed
+  std::map<std::string, size_t> feed_room_;  // per feed: the bytes of its largest batch so far
   DeviceVariables host_variables_;  // device copies of host variables
   // The run queued and not yet finished: what comes back through staging, and where.
   bool queued_ = false;

@@ -3,6 +3,7 @@
 // `build/tests/towerjit_tests "[goal]"`; docs/performance.md gives its figures today.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "bench/gpu_model.h"
@@ -71,6 +72,18 @@ TEST_CASE("cost goals: the cnn and resnet steps launch as much at any batch (no 
       const LaunchCounts c = launch_counts(workload);
       CHECK(c.larger == c.small);
     }
+  }
+}
+
+TEST_CASE("cost goals: a step's feeds go up in one copy") {
+  // The image and the labels sit in one device block laid out as the page-locked staging is
+  // (CudaProgram::stage_feeds), so the step uploads them with one cuMemcpyHtoDAsync.
+  const cost::GpuSpec& h = cost::gpu_spec("h200");
+  for (const char* workload : {"mlp", "cnn"}) {
+    INFO(workload);
+    const bench::ModelledStep m = bench::record_workload(h, workload, 7);
+    CHECK(std::count_if(m.launches.begin(), m.launches.end(),
+                        [](const cost::Launch& l) { return l.name == "cuMemcpyHtoDAsync"; }) == 1);
   }
 }
 
