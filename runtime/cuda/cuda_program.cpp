@@ -555,7 +555,7 @@ std::vector<CudaProgram::Transfer> CudaProgram::stage_feeds(const HostFeeds& fee
   }
   size_t total = 0;
   for (const kir::Buffer* b : inputs) total += align64(feed_room_.at(b->name));
-  if (grown || feed_block_.bytes() < total) feed_block_ = device_->allocate(total);
+  if (grown) feed_block_ = device_->allocate(total);  // every offset after the grown room moves
   std::vector<Transfer> uploads;
   size_t at = 0;
   for (const kir::Buffer* b : inputs) {

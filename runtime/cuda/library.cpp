@@ -361,17 +361,16 @@ void copy_within(DeviceContext& device, const std::vector<DeviceCopy>& copies, c
                  const std::string& what, std::source_location loc) {
   device.make_current();
   const auto words = [](const DeviceCopy& c) { return c.bytes % 4 == 0 && c.dst % 4 == 0 && c.src % 4 == 0; };
+  const auto copy_call = [&](const DeviceCopy& c) {
+    check_cuda(require_driver().MemcpyDtoDAsync(c.dst, c.src, c.bytes, stream.handle()), "cuMemcpyDtoDAsync");
+  };
   std::vector<DeviceCopy> batched;
   for (const DeviceCopy& c : copies) {
     if (c.bytes == 0) continue;
     if (words(c)) batched.push_back(c);
-    else check_cuda(require_driver().MemcpyDtoDAsync(c.dst, c.src, c.bytes, stream.handle()), "cuMemcpyDtoDAsync");
+    else copy_call(c);
   }
-  if (batched.size() == 1) {  // a copy call is one launch too
-    check_cuda(require_driver().MemcpyDtoDAsync(batched[0].dst, batched[0].src, batched[0].bytes, stream.handle()),
-               "cuMemcpyDtoDAsync");
-    return;
-  }
+  if (batched.size() == 1) return copy_call(batched[0]);  // a copy call is one launch too
   for (size_t first = 0; first < batched.size(); first += TJ_COPY_JOBS) {
     TjCopyJobs jobs{};
     jobs.count = static_cast<int>(std::min<size_t>(TJ_COPY_JOBS, batched.size() - first));
