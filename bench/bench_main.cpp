@@ -37,6 +37,7 @@
 #include "jit/compile_options.h"
 #include "jit/cpu/cpu_isa.h"
 #include "jit/cpu/dedupe_functions.h"
+#include "jit/kir/traffic.h"
 #include "jit/passes/half_matmuls.h"
 #include "runtime/cpu/blas.h"
 #include "bench/torch_runner.h"
@@ -161,20 +162,10 @@ std::string describe(const tj::kir::Program& p, const tj::kir::Step& s, int64_t 
          " (" + std::to_string(k.nodes.size()) + " nodes)";
 }
 
-// The bytes a loop kernel moves at `batch`: every buffer it loads counted once, whole, and
-// every buffer it stores likewise (a group: each part's). A per-channel statistic reads its
-// input once and writes C floats; a broadcast operand counts its own size, not the space's.
+// The bytes a loop kernel moves at `batch` (jit/kir/traffic.h: every buffer it stores or loads
+// once, whole, or the sectors its loads touch where fewer).
 double kernel_bytes(const tj::kir::Program& p, const tj::kir::Kernel& kernel, int64_t batch) {
-  double bytes = 0;
-  for (const tj::kir::Kernel* k : kernel.bodies()) {
-    std::set<std::pair<int, bool>> touched;  // (buffer, written)
-    for (const auto& o : k->outputs) touched.insert({k->accesses[o.access].buffer, true});
-    for (const auto& e : k->exprs)
-      if (e.kind == tj::kir::Expr::Kind::load) touched.insert({k->accesses[e.access].buffer, false});
-    for (const auto& [b, written] : touched)
-      bytes += static_cast<double>(tj::dtype_bytes(p.buffers[b].dtype)) * p.buffers[b].shape.elements(batch);
-  }
-  return bytes;
+  return static_cast<double>(tj::kir::bytes_read(p, kernel).at(batch) + tj::kir::bytes_written(p, kernel).at(batch));
 }
 
 // Each loop kernel's bytes and rate against the machine's copy bandwidth on the pool's

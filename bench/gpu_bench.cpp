@@ -39,6 +39,7 @@
 #include "bench/train_step.h"
 #include "dsl/error.h"
 #include "jit/kir/kernel_ir.h"
+#include "jit/kir/traffic.h"
 #include "jit/reference/interpreter.h"
 #include "runtime/cuda/cuda_program.h"
 #include "towerjit.h"
@@ -84,18 +85,11 @@ std::string fixed(double v, int digits = 3) {
   return buf;
 }
 
-// The bytes a program's loop kernels read and write at `batch`: each buffer a kernel loads
-// counted once per kernel, each buffer it stores likewise.
+// The bytes a program's loop kernels read and write at `batch` (jit/kir/traffic.h).
 double kernel_bytes(const tj::kir::Program& p, int64_t batch) {
   double bytes = 0;
-  for (const auto& group : p.kernels)
-    for (const tj::kir::Kernel* k : group.bodies()) {  // a grouped apply: each of its parts
-      std::set<std::pair<int, bool>> touched;  // (buffer, written)
-      for (const auto& o : k->outputs) touched.insert({k->accesses[o.access].buffer, true});
-      for (const auto& e : k->exprs)
-        if (e.kind == tj::kir::Expr::Kind::load) touched.insert({k->accesses[e.access].buffer, false});
-      for (const auto& [b, written] : touched) bytes += 4.0 * p.buffers[b].shape.elements(batch);
-    }
+  for (const auto& k : p.kernels)
+    bytes += static_cast<double>(tj::kir::bytes_read(p, k).at(batch) + tj::kir::bytes_written(p, k).at(batch));
   return bytes;
 }
 

@@ -126,6 +126,35 @@ void update_moving(Tensor moving, Tensor batch, double momentum, int64_t channel
   assign(moving, next, loc);
 }
 
+struct Moments {
+  Tensor mean, variance;  // keepdims; the variance biased
+};
+
+// The batch's per-channel mean and variance of x over `axes` (every axis but the channel's), in
+// one pass over x: the channel's first element s (index 0 along every axis of `axes`, the batch
+// axis too) is taken out of every element, d = x - s, and the pass makes sum(d) and sum(d^2) as
+// sibling sums. Then mean = s + mean(d) and variance = mean(d^2) - mean(d)^2, which loses about
+// (mean - s)^2 / variance of its ulps to cancellation: of the order of one, s being a sample of
+// the same values, where mean(x^2) - mean(x)^2 without the shift cancels catastrophically once
+// |mean| >> std. (PyTorch's kernels use Welford's update for the same reason; two passes, the
+// second over x - mean, read x twice.) The variance is held at 0 or more: rounding can take a
+// near-zero one below.
+Moments batch_moments(Graph& g, Tensor x, const std::vector<int>& axes, Loc loc) {
+  // Made here rather than by slice(): a slice of the batch axis is no user op (towers split the
+  // batch), and this one has no gradient to take (stop_gradient; variance and mean do not
+  // depend on s).
+  std::vector<int64_t> begin(x.rank(), 0), end = x.shape().dims(), dims = end;
+  for (int a : axes) end[a] = dims[a] = 1;
+  Attrs attrs;
+  attrs.begin = std::move(begin);
+  attrs.end = std::move(end);
+  Tensor s = stop_gradient(detail::make(g, Op::Slice, {x.id()}, Shape(std::move(dims)), x.dtype(), attrs, loc), loc);
+  Tensor d = sub(x, s, loc);
+  Tensor mean_d = mean(d, axes, true, loc);
+  Tensor variance = sub(mean(mul(d, d, loc), axes, true, loc), mul(mean_d, mean_d, loc), loc);
+  return {add(s, mean_d, loc), maximum(variance, Operand(0.0, loc), loc)};
+}
+
 // How a layer that differs in inference is built: fixed to one phase, or both (dsl/phase.h).
 enum class Built { training, inference, by_phase };
 
@@ -156,9 +185,8 @@ Tensor build_batch_norm(Tensor x, Built built, const std::string& name, const Ba
   std::vector<int> axes;
   for (int i = 0; i < x.rank(); ++i)
     if (i != *axis) axes.push_back(i);
-  Tensor batch_mean = mean(x, axes, true, loc);
+  const auto [batch_mean, batch_var] = batch_moments(g, x, axes, loc);
   Tensor centered = sub(x, batch_mean, loc);
-  Tensor batch_var = mean(mul(centered, centered, loc), axes, true, loc);  // biased
   Tensor inv = rsqrt(add(batch_var, Operand(options.epsilon, loc), loc), loc);
   Tensor y = add(mul(mul(v.gamma, centered, loc), inv, loc), v.beta, loc);
   // The moving variance takes the unbiased estimate var * n / max(n - 1, 1) (PyTorch, TF's

@@ -7,32 +7,26 @@
 #include <set>
 
 #include "dsl/error.h"
+#include "jit/kir/traffic.h"
 
 namespace towerjit {
 namespace {
 
 using nlohmann::json;
 
-kir::Affine elements(const Shape& s) {
-  kir::Affine n{1, 0};
-  for (int64_t d : s.dims()) n = d == kBatch ? kir::Affine{0, n.c} : kir::Affine{n.c * d, n.b * d};
-  return n;
-}
-
 std::string affine_text(const kir::Affine& a) {
   if (a.b == 0) return std::to_string(a.c);
   return std::to_string(a.b) + "*B" + (a.c ? "+" + std::to_string(a.c) : "");
 }
 
-// Bytes of the buffers in `ids`, each counted once (2 an element for bf16 and f16, else 4).
-std::string bytes(const kir::Program& p, const std::set<int>& ids) {
+// Bytes of the buffers in `ids`, each counted once, whole (a library call's or a copy's).
+kir::Affine bytes(const kir::Program& p, const std::set<int>& ids) {
   kir::Affine total;
   for (int b : ids) {
-    const kir::Affine n = elements(p.buffers[b].shape);
-    const int size = dtype_bytes(p.buffers[b].dtype);
-    total = {total.c + size * n.c, total.b + size * n.b};
+    const kir::Affine n = kir::buffer_bytes(p, b);
+    total = {total.c + n.c, total.b + n.b};
   }
-  return affine_text(total);
+  return total;
 }
 
 json ops_of(const Graph& g, const std::vector<int>& nodes) {
@@ -60,11 +54,6 @@ std::string dump_index_json(const Graph& g, const kir::Program& p, const std::st
     std::set<int> read, written;
     if (s.kind == kir::Step::Kind::kernel) {
       const kir::Kernel& k = p.kernels[s.index];
-      for (const kir::Kernel* body : k.bodies()) {  // a group: every part's buffers, once
-        for (const auto& o : body->outputs) written.insert(body->accesses[o.access].buffer);
-        for (const auto& e : body->exprs)
-          if (e.kind == kir::Expr::Kind::load) read.insert(body->accesses[e.access].buffer);
-      }
       step = {{"kind", "kernel"}, {"name", k.name}, {"space", k.space.str()}, {"ops", ops_of(g, k.nodes)}};
       if (k.reduce != Op::Constant) {
         // A kernel of sibling reductions (a cross-entropy's log-sum-exp and its label sum)
@@ -93,8 +82,9 @@ std::string dump_index_json(const Graph& g, const kir::Program& p, const std::st
       written.insert(p.copies[s.index].to);
       step = {{"kind", "copy"}, {"name", "update " + p.buffers[p.copies[s.index].to].name}};
     }
-    step["bytes_read"] = bytes(p, read);
-    step["bytes_written"] = bytes(p, written);
+    const bool kernel = s.kind == kir::Step::Kind::kernel;
+    step["bytes_read"] = affine_text(kernel ? kir::bytes_read(p, p.kernels[s.index]) : bytes(p, read));
+    step["bytes_written"] = affine_text(kernel ? kir::bytes_written(p, p.kernels[s.index]) : bytes(p, written));
     steps.push_back(step);
   }
   json buffers = json::array();

@@ -268,7 +268,7 @@ std::vector<bool> Planner::recomputed(const std::vector<int>& fetches, const std
       case Op::Neg: case Op::Abs: case Op::Sign: case Op::Relu: case Op::Cast: case Op::StopGradient:
       case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Max: case Op::Min:
       case Op::Less: case Op::LessEqual: case Op::Greater: case Op::GreaterEqual: case Op::Equal:
-      case Op::NotEqual: case Op::Select: case Op::BroadcastTo:
+      case Op::NotEqual: case Op::Select: case Op::BroadcastTo: case Op::Slice:
         return true;
       default:
         return inline_reshape(g_, x);

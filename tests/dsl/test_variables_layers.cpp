@@ -240,7 +240,9 @@ TEST_CASE("batch_norm registers 2 update ops and 2 non-trainable variables", "[d
   CHECK(ops[0].node().inputs[0] == mm->node);
   CHECK(ops[1].node().inputs[0] == mv->node);
   CHECK(count_ops(g, Op::Count) == 1);  // n for the unbiased moving variance
-  CHECK(count_ops(g, Op::StopGradient) == 2);
+  // The two moving statistics' inputs, and the shift of the one-pass statistics (each
+  // channel's first element).
+  CHECK(count_ops(g, Op::StopGradient) == 3);
 
   SECTION("inference uses the moving statistics and adds no update ops") {
     VariableScope s("", Reuse::yes);

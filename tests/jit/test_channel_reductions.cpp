@@ -2,6 +2,7 @@
 // and the batch-norm chain around them, through the CPU JIT against the reference interpreter
 // within its error bound, at odd channel and spatial sizes, on one thread and split over a
 // pool; and bitwise the same whatever the pool.
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -150,4 +151,53 @@ TEST_CASE("the CPU emitter merges H and W of a per-channel statistic into one co
   auto l2 = tj::lower_graph(g, {s.id()}, {});
   const tj::kir::Kernel k2 = tj::coalesce_axes(l2.program.kernels.back());
   CHECK(k2.space.str() == "[B,16,28,28]");
+}
+
+// Batch norm's statistics take one pass over x, shifted by each channel's first element
+// (dsl/layers.cpp, batch_moments). Against the closed form in double, from the same floats:
+// values far from zero (mean 1000, spread 3), where mean(x^2) - mean(x)^2 unshifted loses most
+// digits of the variance (10^6 / 3 of its ulps, some 0.02 relative at these sizes), and the
+// same with an outlier as each channel's first element, the shift's bad case. The bound is
+// recursive summation's, n ulps of the terms' sum (Higham, Accuracy and Stability, 4.2): mean(d^2)
+// within n u mean(d^2), mean(d)^2 within 2 n u mean(d^2); the differences d = x - s are exact
+// (Sterbenz: x and s within a factor of 2), and a few roundings more for the divisions.
+TEST_CASE("batch norm's one-pass statistics hold values far from zero to float error", "[cpu][jit][channel]") {
+  const int64_t b = 7, c = 3, h = 7, w = 5, n = b * h * w;
+  tj::Graph g;
+  tj::GraphScope use(g);
+  const Tensor x = tj::input("x", {kBatch, c, h, w});
+  const Tensor y = tj::batch_norm(x, /*training=*/true, "bn", {.momentum = 0.0});
+  tj::ThreadPool pool(2);
+  const double u = std::ldexp(1.0, -24);
+  for (const double outlier : {0.0, 20.0}) {
+    tj::reference::Array xs = random_array({b, c, h, w}, 31, 997, 1003);
+    for (int64_t ch = 0; ch < c; ++ch) xs[ch * h * w] = static_cast<float>(xs[ch * h * w] + outlier);
+    for (tj::ThreadPool* threads : {static_cast<tj::ThreadPool*>(nullptr), &pool}) {
+      tj::HostVariables vars;
+      for (const auto& [name, a] : tj::reference::initialize_variables(g, 3)) vars[name] = to_host(a);
+      tj::CpuProgram program(g, {y}, /*run_update_ops=*/true, threads);
+      program.run({{"x", to_host(xs)}}, vars, 0);
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const double s = xs[ch * h * w];
+        double sum = 0;
+        for (int64_t i = 0; i < b; ++i)
+          for (int64_t p = 0; p < h * w; ++p) sum += xs[(i * c + ch) * h * w + p];
+        const double mean = sum / n;
+        double squares = 0, shifted_squares = 0;
+        for (int64_t i = 0; i < b; ++i)
+          for (int64_t p = 0; p < h * w; ++p) {
+            const double v = xs[(i * c + ch) * h * w + p];
+            squares += (v - mean) * (v - mean), shifted_squares += (v - s) * (v - s);
+          }
+        const double variance = squares / n, shifted = shifted_squares / n;
+        const double bound = (3.0 * n + 8) * u * shifted + 8 * u * variance;
+        INFO("outlier " << outlier << ", channel " << ch << (threads ? ", on the pool" : ", one thread"));
+        REQUIRE(bound < 0.01 * variance);  // these sizes can tell the shift from none
+        CHECK(std::abs(vars.at("bn/moving_mean").f32[ch] - mean) <= 4 * u * std::abs(mean) + n * u * std::sqrt(shifted));
+        // momentum 0: the moving variance is the batch's, unbiased (times n / (n - 1)).
+        const double biased = vars.at("bn/moving_variance").f32[ch] * (n - 1.0) / n;
+        CHECK(std::abs(biased - variance) <= bound);
+      }
+    }
+  }
 }

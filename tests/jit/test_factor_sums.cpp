@@ -1,7 +1,7 @@
 // Factors that do not vary along a sum's axes taken out of it (jit/passes/factor_sums.h): what
-// the pass rewrites and what it leaves, the batch-norm backward it takes from three passes over
-// its tensors to two, and the results against the reference at odd sizes, on one thread and on
-// the pool.
+// the pass rewrites and what it leaves, the backward of a batch norm written with two-pass
+// statistics it takes from three passes over its tensors to two, and the results against the
+// reference at odd sizes, on one thread and on the pool.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -26,10 +26,24 @@ int reductions_over(const tj::kir::Program& p, const tj::Shape& space) {
   return n;
 }
 
-// A batch-norm layer, ReLU after, weighed by `w` into a scalar loss: the gradients of x, gamma and beta.
-std::vector<Tensor> batch_norm_backward(const tj::Shape& shape) {
+// Batch norm over NCHW written out with two-pass statistics (the mean, then the mean square of
+// x - mean), as a user composes it; the layer's own takes one pass (dsl/layers.cpp).
+Tensor two_pass_batch_norm(const Tensor& x) {
+  const std::vector<int> axes{0, 2, 3};
+  const tj::Shape channel{1, x.shape()[1], 1, 1};
+  const Tensor gamma = tj::reshape(tj::variable("gamma", {x.shape()[1]}, {.init = tj::init::constant(1.5)}), channel);
+  const Tensor beta = tj::reshape(tj::variable("beta", {x.shape()[1]}, {.init = tj::init::constant(0.25)}), channel);
+  const Tensor centred = x - tj::mean(x, axes, true);
+  const Tensor inv = tj::rsqrt(tj::mean(centred * centred, axes, true) + 1e-3);
+  return gamma * centred * inv + beta;
+}
+
+// A batch norm, ReLU after, weighed by `w` into a scalar loss: the gradients of x, gamma and
+// beta. `layer`: the batch_norm layer, else two_pass_batch_norm.
+std::vector<Tensor> batch_norm_backward(const tj::Shape& shape, bool layer = true) {
   const Tensor x = tj::input("x", shape), w = tj::input("w", shape);
-  const Tensor loss = tj::sum(tj::relu(tj::batch_norm(x, /*training=*/true, "bn")) * w);
+  const Tensor y = layer ? tj::batch_norm(x, /*training=*/true, "bn") : two_pass_batch_norm(x);
+  const Tensor loss = tj::sum(tj::relu(y) * w);
   std::vector<Tensor> wrt = tj::trainable_variables();
   wrt.push_back(x);
   return tj::grad(loss, wrt);
@@ -37,10 +51,10 @@ std::vector<Tensor> batch_norm_backward(const tj::Shape& shape) {
 
 }  // namespace
 
-TEST_CASE("factor sums: a batch-norm layer's backward reads its tensors in two passes, not three", "[cpu][jit]") {
+TEST_CASE("factor sums: a two-pass batch norm's backward reads its tensors in two passes, not three", "[cpu][jit]") {
   tj::Graph g;
   tj::GraphScope use(g);
-  const std::vector<Tensor> grads = batch_norm_backward({kBatch, 3, 5, 7});
+  const std::vector<Tensor> grads = batch_norm_backward({kBatch, 3, 5, 7}, /*layer=*/false);
   const tj::Shape space{kBatch, 3, 5, 7};
   const tj::kir::Program factored = lower(g, grads);
   tj::test::ScopedEnv off("TOWERJIT_FACTOR_SUMS", "off");
@@ -60,19 +74,21 @@ TEST_CASE("factor sums: batch norm's gradients match the reference at odd sizes,
   uint32_t seed = 40;
   for (const tj::Shape& shape : {tj::Shape{kBatch, 1, 1, 1}, tj::Shape{kBatch, 3, 5, 7}, tj::Shape{kBatch, 16, 7, 1},
                                  tj::Shape{kBatch, 7}})
-    for (int64_t batch : {1, 7, 127}) {
-      if (batch == 1 && shape.rank() == 2) continue;  // one example of one point a channel: variance 0
-      const std::string what = shape.str() + " at batch " + std::to_string(batch);
-      INFO(what);
-      tj::Graph g;
-      tj::GraphScope use(g);
-      const std::vector<Tensor> grads = batch_norm_backward(shape);
-      const tj::Shape bound = shape.bind(batch);
-      tj::reference::Feeds feeds{{"x", random_array(bound, seed += 2, -3, 5)}, {"w", random_array(bound, seed + 1)}};
-      tj::reference::Variables vars = tj::reference::initialize_variables(g, seed);
-      require_close(run_both(g, grads, feeds, vars), what + " on one thread");
-      require_close(run_both(g, grads, feeds, vars, false, &threads), what + " on the pool");
-    }
+    for (int64_t batch : {1, 7, 127})
+      for (bool layer : {true, false}) {
+        if (batch == 1 && shape.rank() == 2) continue;  // one example of one point a channel: variance 0
+        if (!layer && shape.rank() != 4) continue;
+        const std::string what = shape.str() + " at batch " + std::to_string(batch) + (layer ? ", the layer" : ", two passes");
+        INFO(what);
+        tj::Graph g;
+        tj::GraphScope use(g);
+        const std::vector<Tensor> grads = batch_norm_backward(shape, layer);
+        const tj::Shape bound = shape.bind(batch);
+        tj::reference::Feeds feeds{{"x", random_array(bound, seed += 2, -3, 5)}, {"w", random_array(bound, seed + 1)}};
+        tj::reference::Variables vars = tj::reference::initialize_variables(g, seed);
+        require_close(run_both(g, grads, feeds, vars), what + " on one thread");
+        require_close(run_both(g, grads, feeds, vars, false, &threads), what + " on the pool");
+      }
 }
 
 TEST_CASE("factor sums: what the pass takes apart and what it leaves as written", "[cpu][jit]") {
@@ -115,4 +131,15 @@ TEST_CASE("factor sums: what the pass takes apart and what it leaves as written"
       require_jit_matches(g, {k.sum}, feeds, {}, std::string(k.name) + " at batch " + std::to_string(batch));
     }
   }
+}
+
+TEST_CASE("batch norm's layer reads its input once for its statistics: two reductions over the tensor with its backward",
+          "[cpu][jit]") {
+  tj::Graph g;
+  tj::GraphScope use(g);
+  const std::vector<Tensor> grads = batch_norm_backward({kBatch, 3, 5, 7});
+  const tj::kir::Program p = lower(g, grads);
+  INFO(tj::kir::to_string(p));
+  // The forward's mean and mean square of x - s as siblings, the backward's sums as siblings.
+  CHECK(reductions_over(p, {kBatch, 3, 5, 7}) == 2);
 }

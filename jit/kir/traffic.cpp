@@ -1,0 +1,47 @@
+#include "jit/kir/traffic.h"
+
+#include <map>
+#include <set>
+
+namespace towerjit::kir {
+namespace {
+
+Affine plus(Affine a, Affine b) { return {a.c + b.c, a.b + b.b}; }
+Affine times(Affine a, int64_t k) { return {a.c * k, a.b * k}; }
+
+// b where it is no larger than a at every batch size B >= 1, else a (a buffer's size: never an
+// undercount).
+Affine at_most(Affine a, Affine b) { return b.b <= a.b && b.at(1) <= a.at(1) ? b : a; }
+
+}  // namespace
+
+Affine buffer_bytes(const Program& p, int id) {
+  const Buffer& b = p.buffers[id];
+  return times(points_of(b.shape), dtype_bytes(b.dtype));
+}
+
+Affine bytes_read(const Program& p, const Kernel& kernel) {
+  std::map<int, Affine> touched;  // buffer -> sectors its loads may touch, in bytes
+  for (const Kernel* body : kernel.bodies()) {
+    const Affine per_load = times(points_of(body->space), kSectorBytes);
+    for (const Expr& e : body->exprs)
+      if (e.kind == Expr::Kind::load) {
+        Affine& t = touched[body->accesses[e.access].buffer];
+        t = plus(t, per_load);
+      }
+  }
+  Affine total;
+  for (const auto& [id, t] : touched) total = plus(total, at_most(buffer_bytes(p, id), t));
+  return total;
+}
+
+Affine bytes_written(const Program& p, const Kernel& kernel) {
+  std::set<int> written;
+  for (const Kernel* body : kernel.bodies())
+    for (const auto& o : body->outputs) written.insert(body->accesses[o.access].buffer);
+  Affine total;
+  for (int id : written) total = plus(total, buffer_bytes(p, id));
+  return total;
+}
+
+}  // namespace towerjit::kir
