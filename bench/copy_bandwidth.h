@@ -3,6 +3,7 @@
 // peak (bench/gemm_floor.h).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "runtime/thread_pool.h"
@@ -20,5 +21,9 @@ struct CopyBandwidth {
   int64_t buffer_bytes = 0;
 };
 CopyBandwidth copy_bandwidth(ThreadPool& pool, int64_t bytes = int64_t{64} << 20);
+// Each rate's larger value, of copies of the same size.
+inline CopyBandwidth best_of(const CopyBandwidth& a, const CopyBandwidth& b) {
+  return {std::max(a.one_thread, b.one_thread), std::max(a.pool, b.pool), b.buffer_bytes};
+}
 
 }  // namespace towerjit::bench

@@ -45,5 +45,9 @@ struct SgemmPeak {
   double one_thread = 0, pool = 0;
 };
 SgemmPeak sgemm_peak(ThreadPool& pool);
+// Each field's larger value.
+inline SgemmPeak best_of(const SgemmPeak& a, const SgemmPeak& b) {
+  return {std::max(a.one_thread, b.one_thread), std::max(a.pool, b.pool)};
+}
 
 }  // namespace towerjit::bench

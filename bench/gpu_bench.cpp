@@ -30,7 +30,6 @@
 #include <cstdlib>
 #include <iostream>
 #include <random>
-#include <set>
 #include <string>
 #include <vector>
 

@@ -134,11 +134,12 @@ struct Moments {
 // one pass over x: the channel's first element s (index 0 along every axis of `axes`, the batch
 // axis too) is taken out of every element, d = x - s, and the pass makes sum(d) and sum(d^2) as
 // sibling sums. Then mean = s + mean(d) and variance = mean(d^2) - mean(d)^2, which loses about
-// (mean - s)^2 / variance of its ulps to cancellation: of the order of one, s being a sample of
-// the same values, where mean(x^2) - mean(x)^2 without the shift cancels catastrophically once
-// |mean| >> std. (PyTorch's kernels use Welford's update for the same reason; two passes, the
-// second over x - mean, read x twice.) The variance is held at 0 or more: rounding can take a
-// near-zero one below.
+// 1 + (s - mean)^2 / variance of its ulps to cancellation: a few, s being one of the values, and
+// at most n (the channel's element count) for an outlier, since (s - mean)^2 <= n * variance;
+// mean(x^2) - mean(x)^2 without the shift loses (mean / std)^2, everything once |mean| >> std.
+// (PyTorch's kernels use Welford's update for the same reason; two passes, the second over
+// x - mean, read x twice.) The variance is held at 0 or more: rounding can take a near-zero
+// one below. docs/dsl.md, "Batch-norm statistics in one pass".
 Moments batch_moments(Graph& g, Tensor x, const std::vector<int>& axes, Loc loc) {
   // Made here rather than by slice(): a slice of the batch axis is no user op (towers split the
   // batch), and this one has no gradient to take (stop_gradient; variance and mean do not

@@ -242,7 +242,9 @@ void Planner::decide_buffers(const std::vector<int>& fetches) {
 // centred input x - mean (f = 1) and gamma * (x - mean) are read again by the variance, the
 // normalisation and the backward's sums: recomputed, they cost one read of x each, where storing
 // them cost a pass of their own and a write. Only cheap arithmetic is recomputed (no
-// transcendental, no random numbers), so the work added is a few operations a point. Whether
+// transcendental, no random numbers), so the work added is a few operations a point, and slices,
+// a load each at an offset: batch norm's shift, each channel's first element of x (f = 0: no
+// buffer of its own size), is read where its readers need it, not stored by a kernel. Whether
 // an input will have a buffer is predicted in node order from the rules of decide_buffers; a
 // wrong guess costs bytes, never correctness.
 std::vector<bool> Planner::recomputed(const std::vector<int>& fetches, const std::vector<bool>& reads_nothing) const {
