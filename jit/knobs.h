@@ -64,6 +64,12 @@ bool matmul_epilogues_enabled();
 // (jit/passes/factor_sums.h); for measuring what that buys. Default: on.
 bool factor_sums_enabled();
 
+// TOWERJIT_RECOMPUTE_IN_READERS: "off" (also "0", "false", "no") has every kernel load a stored
+// value instead of computing it again from a buffer it loads anyway
+// (FusionPlan::recompute_source in jit/passes/fusion_plan.h); for measuring what that buys.
+// Default: on.
+bool recompute_in_readers_enabled();
+
 // TOWERJIT_CONV_EPILOGUES: "off" (also "0", "false", "no") keeps a convolution's bias add and
 // ReLU in a loop kernel after it instead of the convolution's epilogue
 // (jit/passes/epilogues.h); for measuring what the epilogue buys. Default: on.

@@ -75,6 +75,13 @@ class Planner {
   bool sibling_reads_ok(int r2, int r1) const { return reads_ready({g_.node(r2).inputs[0]}, r1); }
   bool reads_ready(std::vector<int> stack, int r1) const;
   void choose_in_place(const std::vector<int>& update_ops);
+  void choose_recompute_sources();
+  bool cheap(const Node& x) const;
+  bool same_size(int a, int b) const {
+    const Shape& x = g_.node(a).shape;
+    const Shape& y = g_.node(b).shape;
+    return x.elements(1) == y.elements(1) && x.elements(2) == y.elements(2);
+  }
   void scatter_in_place(int update, const std::vector<int>& pos);
   bool elementwise(int id) const;
   // Distinct nodes that read `n`: a + a reads a twice but inlines it into one kernel.
@@ -127,6 +134,7 @@ FusionPlan Planner::run(const std::vector<int>& fetches, const std::vector<int>&
     if (changed) choose_hosts();
   }
   choose_in_place(update_ops);
+  choose_recompute_sources();
   return std::move(p_);
 }
 
@@ -247,6 +255,20 @@ void Planner::decide_buffers(const std::vector<int>& fetches) {
 // buffer of its own size), is read where its readers need it, not stored by a kernel. Whether
 // an input will have a buffer is predicted in node order from the rules of decide_buffers; a
 // wrong guess costs bytes, never correctness.
+// Arithmetic cheap enough to repeat in every reader: a few operations a point, no
+// transcendental, no random numbers; slices are a load each at an offset.
+bool Planner::cheap(const Node& x) const {
+  switch (x.op) {
+    case Op::Neg: case Op::Abs: case Op::Sign: case Op::Relu: case Op::Cast: case Op::StopGradient:
+    case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Max: case Op::Min:
+    case Op::Less: case Op::LessEqual: case Op::Greater: case Op::GreaterEqual: case Op::Equal:
+    case Op::NotEqual: case Op::Select: case Op::BroadcastTo: case Op::Slice:
+      return true;
+    default:
+      return inline_reshape(g_, x);
+  }
+}
+
 std::vector<bool> Planner::recomputed(const std::vector<int>& fetches, const std::vector<bool>& reads_nothing) const {
   const int size = g_.size();
   std::vector<bool> forced(size, false);  // has a buffer whatever this decides
@@ -265,28 +287,12 @@ std::vector<bool> Planner::recomputed(const std::vector<int>& fetches, const std
         if (node.op == Op::MatMul && swaps_last_two(g_.node(in))) forced[g_.node(in).inputs[0]] = true;
       }
   }
-  auto cheap_op = [&](const Node& x) {
-    switch (x.op) {
-      case Op::Neg: case Op::Abs: case Op::Sign: case Op::Relu: case Op::Cast: case Op::StopGradient:
-      case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Max: case Op::Min:
-      case Op::Less: case Op::LessEqual: case Op::Greater: case Op::GreaterEqual: case Op::Equal:
-      case Op::NotEqual: case Op::Select: case Op::BroadcastTo: case Op::Slice:
-        return true;
-      default:
-        return inline_reshape(g_, x);
-    }
-  };
-  auto same_size = [&](int a, int b) {
-    const Shape& x = g_.node(a).shape;
-    const Shape& y = g_.node(b).shape;
-    return x.elements(1) == y.elements(1) && x.elements(2) == y.elements(2);
-  };
   std::vector<bool> recompute(size, false), stored(size, false), valid(size, false);
   std::vector<std::set<int>> full(size);  // buffers of the node's own size its body loads
   for (int n = 0; n < size; ++n) {
     if (!p_.needed[n]) continue;
     const Node& node = g_.node(n);
-    valid[n] = !forced[n] && cheap_op(node);
+    valid[n] = !forced[n] && cheap(node);
     for (int in : node.inputs) {
       if (!valid[n]) break;
       if (stored[in]) {
@@ -304,6 +310,61 @@ std::vector<bool> Planner::recomputed(const std::vector<int>& fetches, const std
     if (stored[n]) valid[n] = false;
   }
   return recompute;
+}
+
+// Stored values that a loop kernel reading them may compute again rather than load
+// (FusionPlan::recompute_source). Such a value has a buffer because a library routine reads it
+// (batch norm's ReLU output: the next convolution's input) or its own kernel stores it, and its
+// body is cheap arithmetic over one buffer of its own size and smaller ones: the convolution's
+// output x and per-channel statistics. A kernel that loads x anyway, as the backward's sums and
+// normalisation do beside the ReLU's mask, then reads one full-size buffer less (the lowering
+// decides, kernel by kernel). The value computed again is the same expression over the same
+// buffers: where the body loads a variable an update writes in place (batch norm's gamma and
+// beta, in a step that applies its optimiser), only kernels that run before that update
+// recompute it. Its bits can differ from the stored value's only where the code generator
+// contracts a multiply-add into an FMA in one kernel and not the other: within the error bound,
+// and for a ReLU's mask only at a pre-activation within a rounding of zero, where the
+// subgradient is either. Left alone: bodies that load more than one full-size buffer, or more
+// than kMaxBody nodes (the reader's registers).
+void Planner::choose_recompute_sources() {
+  constexpr int kMaxBody = 24;
+  p_.recompute_source.assign(g_.size(), -1);
+  p_.recompute_before.assign(g_.size(), g_.size());
+  std::vector<int> written_at(g_.size(), g_.size());  // a variable: where an update writes it in place
+  for (int v = 0; v < g_.size(); ++v)
+    if (p_.in_place[v] >= 0) written_at[p_.in_place[v]] = std::min(written_at[p_.in_place[v]], p_.kernel_root(v));
+  for (int n = 0; n < g_.size(); ++n) {
+    const Node& node = g_.node(n);
+    if (!p_.needed[n] || !p_.buffered[n] || p_.view[n] || p_.folded[n] || !cheap(node) || node.op == Op::Slice ||
+        node.op == Op::BroadcastTo || inline_reshape(g_, node))
+      continue;
+    const int root = p_.kernel_root(n);
+    const bool loop_reader = std::any_of(consumers_[n].begin(), consumers_[n].end(), [&](int c) {
+      return !is_library(g_.node(c).op) && g_.node(c).op != Op::Assign && p_.kernel_root(c) != root;
+    });
+    if (!loop_reader) continue;
+    std::set<int> full, seen;
+    std::vector<int> stack = node.inputs;
+    bool ok = true;
+    int body = 1, before = g_.size();
+    while (ok && !stack.empty()) {
+      const int m = stack.back();
+      stack.pop_back();
+      if (!seen.insert(m).second) continue;
+      const Node& in = g_.node(m);
+      if (p_.buffered[m] || p_.folded[m]) {
+        int at = m;  // a view reads the buffer it views
+        while (p_.view[at]) at = g_.node(at).inputs[0];
+        ok = !p_.folded[m];
+        before = std::min(before, written_at[at]);
+        if (same_size(m, n)) full.insert(at);
+        continue;
+      }
+      ok = (cheap(in) || in.op == Op::Constant || in.op == Op::Count || in.op == Op::Iota) && ++body <= kMaxBody;
+      if (in.op != Op::Count) stack.insert(stack.end(), in.inputs.begin(), in.inputs.end());
+    }
+    if (ok && full.size() == 1) p_.recompute_source[n] = *full.begin(), p_.recompute_before[n] = before;
+  }
 }
 
 // Multi-output fusion: an elementwise node with a buffer of its own (it has several consumers)

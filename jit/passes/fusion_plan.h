@@ -36,6 +36,13 @@ struct FusionPlan {
   // earlier sibling reduction's (same loop space and axes).
   std::vector<int> host;
   std::vector<int> in_place;   // for an update's value: the variable node it is written to, or -1
+  // For a buffered value (a library routine reads it, or its own kernel stores it) whose body
+  // is cheap arithmetic over one buffer of its size and smaller ones: that buffer's node, else
+  // -1. A loop kernel that loads both computes the value again instead of loading it.
+  std::vector<int> recompute_source;
+  // Only kernels whose root node comes before this one recompute it: the first kernel that
+  // writes a variable its body loads in place (the graph's size when none does).
+  std::vector<int> recompute_before;
   // The node whose kernel computes `node` (itself unless it rides along in a consumer's).
   int kernel_root(int node) const;
 };

@@ -3,8 +3,10 @@
 #include "jit/passes/fusion_plan.h"
 
 #include <algorithm>
+#include <set>
 
 #include "dsl/error.h"
+#include "jit/knobs.h"
 
 namespace towerjit {
 namespace {
@@ -49,6 +51,8 @@ class Lowering {
   void emit_step(int node);
   void emit_library(int node);
   void emit_kernel(int node);
+  kir::Kernel build_kernel(int node);
+  void finish_kernel(kir::Kernel k);
   int expr(kir::Kernel& k, int node, const IndexMap& map, bool root);
   int add_expr(kir::Kernel& k, kir::Expr e);
   int add_access(kir::Kernel& k, int buffer, const Shape& shape, const IndexMap& map);
@@ -60,6 +64,7 @@ class Lowering {
   FusionPlan plan_;
   std::vector<int> buffer_;
   int root_ = -1;  // the node whose kernel is being built
+  std::set<int> recompute_here_;  // buffered values this kernel computes again instead of loading
   void check_in_place_writes() const;
   int fetch_buffer(int node, const std::vector<int>& update_ops);
 };
@@ -164,6 +169,36 @@ void Lowering::emit_library(int node) {
 }
 
 void Lowering::emit_kernel(int node) {
+  recompute_here_.clear();
+  kir::Kernel k = build_kernel(node);
+  if (!knobs::recompute_in_readers_enabled()) return finish_kernel(std::move(k));
+  // Values the plan lets readers recompute (FusionPlan::recompute_source) are computed again
+  // here when this kernel loads the buffer their body reads anyway: one full-size load less.
+  std::set<int> loaded;
+  for (const kir::Expr& e : k.exprs)
+    if (e.kind == kir::Expr::Kind::load) loaded.insert(k.accesses[e.access].buffer);
+  for (int v = 0; v < g_.size(); ++v) {
+    const int source = plan_.recompute_source[v];
+    if (source >= 0 && node < plan_.recompute_before[v] && buffer_[v] >= 0 && loaded.count(buffer_[v]) &&
+        loaded.count(buffer_of(source)))
+      recompute_here_.insert(v);
+  }
+  if (recompute_here_.empty()) return finish_kernel(std::move(k));
+  kir::Kernel again = build_kernel(node);
+  recompute_here_.clear();
+  std::set<int> reads;
+  for (const kir::Access& a : again.accesses) reads.insert(a.buffer);
+  finish_kernel(static_cast<int>(reads.size()) <= limits_.max_reads ? std::move(again) : std::move(k));
+}
+
+void Lowering::finish_kernel(kir::Kernel k) {
+  k.name = "k" + std::to_string(p_.kernels.size());
+  for (size_t i = 0; i < k.nodes.size() && i < 4; ++i) k.name += "_" + std::string(op_name(g_.node(k.nodes[i]).op));
+  p_.kernels.push_back(std::move(k));
+  p_.steps.push_back({kir::Step::Kind::kernel, static_cast<int>(p_.kernels.size()) - 1});
+}
+
+kir::Kernel Lowering::build_kernel(int node) {
   const Node& n = g_.node(node);
   kir::Kernel k;
   root_ = node;
@@ -203,16 +238,11 @@ void Lowering::emit_kernel(int node) {
     const int value = expr(k, node, id, true);
     k.outputs.insert(k.outputs.begin(), {add_access(k, out, n.shape, id), value});
   }
-  std::string name = "k" + std::to_string(p_.kernels.size());
   std::sort(k.nodes.begin(), k.nodes.end());
   k.nodes.erase(std::unique(k.nodes.begin(), k.nodes.end()), k.nodes.end());
   std::erase(k.nodes, node);
   k.nodes.insert(k.nodes.begin(), node);  // the root first: it names the kernel
-  for (size_t i = 0; i < k.nodes.size() && i < 4; ++i)
-    name += "_" + std::string(op_name(g_.node(k.nodes[i]).op));
-  k.name = name;
-  p_.kernels.push_back(std::move(k));
-  p_.steps.push_back({kir::Step::Kind::kernel, static_cast<int>(p_.kernels.size()) - 1});
+  return k;
 }
 
 IndexMap Lowering::broadcast_input(const IndexMap& map, const Shape& out, const Shape& in) {
@@ -269,7 +299,7 @@ int Lowering::expr(kir::Kernel& k, int node, const IndexMap& map, bool root) {
     if (!stored) k.outputs.push_back({access, value});
     return value;
   }
-  if (!root && plan_.buffered[node]) {
+  if (!root && plan_.buffered[node] && !recompute_here_.count(node)) {
     return add_expr(k, {.kind = K::load, .op = n.op, .dtype = n.dtype,
                         .access = add_access(k, buffer_of(node), n.shape, map)});
   }
