@@ -161,12 +161,6 @@ std::string describe(const tj::kir::Program& p, const tj::kir::Step& s, int64_t 
          " (" + std::to_string(k.nodes.size()) + " nodes)";
 }
 
-// The bytes a loop kernel moves at `batch` (jit/kir/traffic.h: every buffer it stores or loads
-// once, whole, or the sectors its loads touch where fewer).
-double kernel_bytes(const tj::kir::Program& p, const tj::kir::Kernel& kernel, int64_t batch) {
-  return static_cast<double>(tj::kir::bytes_read(p, kernel).at(batch) + tj::kir::bytes_written(p, kernel).at(batch));
-}
-
 // Each loop kernel's bytes and rate against the machine's copy bandwidth on the pool's
 // threads, the slowest first, and their total: the memory roofline of the loop kernels.
 json loop_kernel_rates(const tj::kir::Program& p, const std::vector<double>& ms_per_step, int64_t batch,
@@ -179,7 +173,7 @@ json loop_kernel_rates(const tj::kir::Program& p, const std::vector<double>& ms_
   json each = json::array();
   for (const auto& [ms, i] : order) {
     const tj::kir::Kernel& k = p.kernels[p.steps[i].index];
-    const double bytes = kernel_bytes(p, k, batch);
+    const double bytes = static_cast<double>(tj::kir::bytes_moved(p, k).at(batch));
     const double gbps = ms > 0 ? bytes / (ms * 1e6) : 0;
     total_ms += ms, total_bytes += bytes;
     each.push_back({{"step", i}, {"what", describe(p, p.steps[i], batch)}, {"ms", round3(ms)},

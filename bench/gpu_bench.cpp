@@ -87,8 +87,7 @@ std::string fixed(double v, int digits = 3) {
 // The bytes a program's loop kernels read and write at `batch` (jit/kir/traffic.h).
 double kernel_bytes(const tj::kir::Program& p, int64_t batch) {
   double bytes = 0;
-  for (const auto& k : p.kernels)
-    bytes += static_cast<double>(tj::kir::bytes_read(p, k).at(batch) + tj::kir::bytes_written(p, k).at(batch));
+  for (const auto& k : p.kernels) bytes += static_cast<double>(tj::kir::bytes_moved(p, k).at(batch));
   return bytes;
 }
 

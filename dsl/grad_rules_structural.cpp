@@ -23,7 +23,12 @@ Tensor slice_grad(const GradContext& c) {
   const Shape xs = c.in_shape(0);
   std::vector<int64_t> low(xs.rank()), high(xs.rank());
   for (int i = 0; i < xs.rank(); ++i) {
-    if (xs[i] == kBatch) continue;  // taken whole: nothing to pad
+    if (xs[i] == kBatch) {  // taken whole: nothing to pad
+      // Only batch norm's shift slices the batch axis (dsl/layers.cpp), behind stop_gradient.
+      internal_check(c.node.shape[i] == kBatch)
+          << "a slice of part of the batch axis differentiated (" << c.y.shape().str() << ")";
+      continue;
+    }
     low[i] = c.node.attrs.begin[i];
     high[i] = xs[i] - c.node.attrs.end[i];
   }

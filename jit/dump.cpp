@@ -5,6 +5,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "dsl/error.h"
 #include "jit/kir/traffic.h"
@@ -15,8 +16,10 @@ namespace {
 using nlohmann::json;
 
 std::string affine_text(const kir::Affine& a) {
-  if (a.b == 0) return std::to_string(a.c);
-  return std::to_string(a.b) + "*B" + (a.c ? "+" + std::to_string(a.c) : "");
+  std::ostringstream text;
+  if (a.b != 0) text << a.b << "*B" << (a.c ? "+" : "");
+  if (a.b == 0 || a.c) text << a.c;
+  return text.str();
 }
 
 // Bytes of the buffers in `ids`, each counted once, whole (a library call's or a copy's).

@@ -44,4 +44,8 @@ Affine bytes_written(const Program& p, const Kernel& kernel) {
   return total;
 }
 
+Affine bytes_moved(const Program& p, const Kernel& kernel) {
+  return plus(bytes_read(p, kernel), bytes_written(p, kernel));
+}
+
 }  // namespace towerjit::kir

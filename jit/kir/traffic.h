@@ -16,6 +16,8 @@ inline constexpr int64_t kSectorBytes = 32;
 // Bytes loaded and stored by `kernel` (a group: each part's, each buffer once), as c + b*B.
 Affine bytes_read(const Program& p, const Kernel& kernel);
 Affine bytes_written(const Program& p, const Kernel& kernel);
+// Both: what the bench's loop-kernel rates and the cost model's launches are charged.
+Affine bytes_moved(const Program& p, const Kernel& kernel);
 
 // The bytes of buffer `id`, whole.
 Affine buffer_bytes(const Program& p, int id);
