@@ -118,7 +118,8 @@ std::string attrs_str(const Node& n) {
       out << " stride=" << pair(a.stride) << " pad=" << pair(a.pad);
       break;
     case Op::MaxPool2D: case Op::MaxPool2DGrad: case Op::AvgPool2D: case Op::AvgPool2DGrad:
-      out << " kernel=" << pair(a.kernel) << " stride=" << pair(a.stride) << " pad=" << pair(a.pad);
+      out << " kernel=" << pair(a.kernel) << " stride=" << pair(a.stride) << " pad=" << pair(a.pad)
+          << (a.relu_mask ? " relu_mask" : "");
       break;
     default:
       break;

@@ -32,6 +32,9 @@ struct Attrs {
   bool dense_gradient = false;
   bool causal = false;                // attention: query i sees keys j <= i only
   bool rms = false;                   // layer_norm ops: rms_norm's (no centring, no bias)
+  // max_pool2d_grad: zero wherever the pool's input is not > 0, the mask of a ReLU before the
+  // pool taken in (jit/passes/mask_pool_grads.h).
+  bool relu_mask = false;
 
   bool operator==(const Attrs&) const = default;
 };

@@ -64,6 +64,10 @@ TEST_CASE("GPU: convolution and pools match the reference, gradients included", 
   cases::convolutions_and_pools(on_gpu(), " (GPU)");
 }
 
+TEST_CASE("GPU: max pools after a ReLU, its mask in the pool gradient, match the reference", "[gpu]") {
+  cases::relu_then_pools(on_gpu(), " (GPU)");
+}
+
 TEST_CASE("GPU: random_uniform draws the reference's numbers, fresh each step", "[gpu]") {
   cases::random_uniform_steps(on_gpu(), " (GPU)");
 }

@@ -107,6 +107,7 @@ std::string to_string(const Program& program) {
       }
       out << " -> b" << c.output << (c.sum_batches ? " (batches summed)" : "");
       if (c.epilogue != Epilogue::none) out << " (epilogue " << epilogue_name(c.epilogue) << ")";
+      if (c.attrs.relu_mask) out << " (relu mask)";
       out << "\n";
     } else {
       const Copy& c = program.copies[s.index];

@@ -13,7 +13,7 @@ std::string key_of(const Node& n) {
   k << static_cast<int>(n.op) << '|' << dtype_name(n.dtype) << n.shape.str() << '|';
   for (int in : n.inputs) k << in << ',';
   k << '|' << a.keepdims << a.axis << a.shape.str() << '|' << std::hexfloat << a.value << std::defaultfloat << '|' << a.depth << '|'
-    << a.seed << '|' << a.name << '|' << a.dense_gradient << a.causal << '|';
+    << a.seed << '|' << a.name << '|' << a.dense_gradient << a.causal << a.rms << a.relu_mask << '|';
   for (int x : a.axes) k << x << ',';
   for (int64_t x : a.begin) k << x << ',';
   k << ';';

@@ -10,6 +10,7 @@
 #include "jit/passes/half_convolutions.h"
 #include "jit/passes/half_matmuls.h"
 #include "jit/passes/lower.h"
+#include "jit/passes/mask_pool_grads.h"
 #include "jit/passes/epilogues.h"
 #include "jit/passes/simplify.h"
 
@@ -48,6 +49,7 @@ LoweredProgram lower_graph(const Graph& graph, const std::vector<int>& fetches,
   run_pass("simplify", simplify, g, ids);                           // x*1, x+0, constant math
   run_pass("cse", eliminate_common_subexpressions, g, ids);         // one node per value
   run_pass("simplify", simplify, g, ids);                           // what CSE exposed
+  run_pass("mask pool grads", mask_pool_grads, g, ids);             // a ReLU's mask in the pool's gradient
   if (knobs::factor_sums_enabled()) {
     run_pass("factor sums", factor_sums, g, ids);                   // c * sum(x) for sum(c * x)
     run_pass("cse", eliminate_common_subexpressions, g, ids);       // the sums it exposed, once

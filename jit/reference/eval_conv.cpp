@@ -138,10 +138,11 @@ Array eval_max_pool2d(const EvalArgs& a) {
 Array eval_max_pool2d_grad(const EvalArgs& a) {
   const Array &x = a.in(0), &dy = a.in(1);
   Array dx = a.result();
+  const bool relu_mask = a.node.attrs.relu_mask;  // dy only to maxima > 0 (NaN is not)
   pool_windows(pool_geometry(x.shape, dy.shape, a.node.attrs),
                [&](int64_t yi, const std::vector<int64_t>& inside) {
                  const int64_t best = first_max(x, inside);
-                 if (best >= 0) dx[best] += dy[yi];
+                 if (best >= 0 && (!relu_mask || x[best] > 0)) dx[best] += dy[yi];
                });
   return dx;
 }
@@ -149,6 +150,7 @@ Array eval_max_pool2d_grad(const EvalArgs& a) {
 // dy goes to the window's first maximum. Where another position of the window lies within the
 // errors of that maximum, a backend may route dy there instead: every such candidate may be
 // off by |dy| (plus dy's own error). Overlapping windows add their dy into one dx, which rounds.
+// With a ReLU's mask (relu_mask), a maximum within its error of 0 may be masked or not.
 Array max_pool2d_grad_bound(const EvalArgs& a, const Array& x_bound, const Array& dy_bound) {
   const Array &x = a.in(0), &dy = a.in(1);
   const PoolGeometry g = pool_geometry(x.shape, dy.shape, a.node.attrs);
@@ -164,7 +166,8 @@ Array max_pool2d_grad_bound(const EvalArgs& a, const Array& x_bound, const Array
       const double room = x_bound[best] + x_bound[at];
       if (at != best && room > 0 && x[best] - x[at] <= room) routed = false, out[at] += moved;
     }
-    out[best] += (routed ? dy_bound[yi] : moved) + sum_rounding * std::fabs(dy[yi]);
+    const bool masked_maybe = a.node.attrs.relu_mask && std::fabs(x[best]) <= x_bound[best];
+    out[best] += (routed && !masked_maybe ? dy_bound[yi] : moved) + sum_rounding * std::fabs(dy[yi]);
   });
   return out;
 }

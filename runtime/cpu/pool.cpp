@@ -250,6 +250,11 @@ void max_plane_inside(const Window& g, const float* x, const float* dy, float* o
     }
 }
 
+// A ReLU's mask taken into the gradient (Attrs::relu_mask): nothing where the input is not > 0.
+void mask_not_positive(const float* x, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0 ? dx[i] : 0.0f;
+}
+
 void pool_plane(Op op, const Window& g, const float* x, const float* dy, float* out, CpuIsa level) {
   if ((op == Op::MaxPool2D || op == Op::MaxPool2DGrad) && all_inside(g))
     return max_plane_inside(g, x, dy, out, op == Op::MaxPool2DGrad, level);
@@ -301,6 +306,7 @@ void pool2d(Op op, const Attrs& at, const std::vector<View>& in, const View& out
         widen_span(in[0].h() + p * in_plane, x.data(), in_plane, t);
         if (grad) widen_span(in.back().h() + p * out_plane, dy.data(), out_plane, t);
         pool_plane(op, g, x.data(), dy.data(), o.data(), level);
+        if (at.relu_mask) mask_not_positive(x.data(), o.data(), in_plane);
         narrow_span(o.data(), out.h() + p * out_size, out_size, t);
       }
     });
@@ -311,6 +317,7 @@ void pool2d(Op op, const Attrs& at, const std::vector<View>& in, const View& out
       const float* x = op == Op::AvgPool2DGrad ? nullptr : in[0].f() + p * in_plane;
       const float* dy = grad ? in.back().f() + p * out_plane : nullptr;
       pool_plane(op, g, x, dy, out.f() + p * out_size, level);
+      if (at.relu_mask) mask_not_positive(x, out.f() + p * out_size, in_plane);
     }
   });
 }

@@ -146,7 +146,7 @@ void pool(Op op, const Node& node, const std::vector<DeviceView>& in, const Devi
   const Shape& ys = grad ? in.back().shape : out.shape;
   const Attrs& at = node.attrs;
   TjPoolShape s{xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3], at.kernel[0], at.kernel[1],
-                at.stride[0], at.stride[1], at.pad[0], at.pad[1]};
+                at.stride[0], at.stride[1], at.pad[0], at.pad[1], at.relu_mask ? 1 : 0};
   const int64_t outputs = s.planes * s.oh * s.ow, inputs = s.planes * s.h * s.w;
   CUdeviceptr x = in[0].ptr, dy = in.back().ptr, o = out.ptr;
   // 16-bit max pools (the precision policy's, jit/passes/half_convolutions.h): kernels of their own.

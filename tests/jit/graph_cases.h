@@ -89,6 +89,38 @@ inline void random_uniform_steps(const Runner& run, const std::string& where) {
   }
 }
 
+// Max pools after a ReLU, whose mask the pool gradient takes in (jit/passes/mask_pool_grads.h):
+// 2x2 / stride 2 at an odd and an even size, and overlapping 3x3 / stride 2 windows with padding
+// (a point the first maximum of several windows). Integer inputs put ties in the windows and
+// zeros before and after the ReLU; `shift` moves them off zero.
+inline void relu_then_pools(const Runner& run, const std::string& where) {
+  for (double shift : {0.0, 0.25}) {
+    Graph g;
+    GraphScope use(g);
+    auto x = input("x", {kBatch, 3, 7, 9});
+    auto even = input("even", {kBatch, 2, 6, 8});
+    auto r = relu(x + shift), r_even = relu(even + shift);
+    auto a = max_pool2d(r), b = max_pool2d(r_even), c = max_pool2d(r, {.kernel = 3, .stride = 2, .pad = 1});
+    auto w = input("w", a.shape()), w_even = input("w_even", b.shape()), w_c = input("w_c", c.shape());
+    auto loss = sum(a * w) + sum(b * w_even) + sum(c * c * w_c);
+    auto grads = grad(loss, {x, even});
+    for (int64_t batch : {1, 2, 5}) {
+      auto integers = [](Shape s, uint32_t seed) {
+        reference::Array v = random_array(s, seed, -2.5, 2.5);
+        for (double& e : v.data) e = std::round(e);
+        return v;
+      };
+      reference::Variables vars;
+      auto out = run(g, {a, b, c, grads[0], grads[1]},
+                     {{"x", integers({batch, 3, 7, 9}, 11)}, {"even", integers({batch, 2, 6, 8}, 12)},
+                      {"w", random_array(a.shape().bind(batch), 13)}, {"w_even", random_array(b.shape().bind(batch), 14)},
+                      {"w_c", random_array(c.shape().bind(batch), 15)}},
+                     vars, false, 0);
+      require_close(out, "relu then pools, shift " + std::to_string(shift) + ", batch " + std::to_string(batch) + where);
+    }
+  }
+}
+
 inline void batch_norm_updates(const Runner& run, const std::string& where) {
   Graph g;
   GraphScope use(g);

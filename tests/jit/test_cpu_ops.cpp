@@ -50,6 +50,12 @@ TEST_CASE("convolution and pools match the reference", "[cpu][jit][isa]") {
   cases::convolutions_and_pools(on_cpu(&threads), " over 2 threads");
 }
 
+TEST_CASE("max pools after a ReLU, its mask in the pool gradient, match the reference", "[cpu][jit][isa]") {
+  cases::relu_then_pools(on_cpu(), "");
+  tj::ThreadPool threads(2);
+  cases::relu_then_pools(on_cpu(&threads), " over 2 threads");
+}
+
 // Every CPU convolution path (the direct AVX-512 and AVX2 kernels, chosen by TOWERJIT_CPU_ISA
 // among the levels this CPU has, and im2col + sgemm, TOWERJIT_DIRECT_CONV=off) at geometries
 // that leave partial blocks: channel counts that are not multiples of 16, widths that are not

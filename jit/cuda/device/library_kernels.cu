@@ -139,7 +139,8 @@ __device__ __forceinline__ void tj_windows_of(tj_i64 i, int k, int stride, int p
 }
 
 // dx[i] = sum of dy over the windows whose first maximum is element i, in window order (in
-// float; a 16-bit dx rounded once).
+// float; a 16-bit dx rounded once). With relu_mask, 0 where x[i] is not > 0 (NaN included),
+// without looking at its windows.
 template <typename T>
 __device__ __forceinline__ void tj_max_pool2d_grad_body(const typename T::Bits* __restrict__ x,
                                                         const typename T::Bits* __restrict__ dy,
@@ -152,9 +153,10 @@ __device__ __forceinline__ void tj_max_pool2d_grad_body(const typename T::Bits* 
     tj_windows_of(iy, s.kh, s.stride_h, s.pad_h, s.oh, &y_lo, &y_hi);
     tj_windows_of(ix, s.kw, s.stride_w, s.pad_w, s.ow, &x_lo, &x_hi);
     float sum = 0.0f;
-    for (tj_i64 oy = y_lo; oy <= y_hi; ++oy)
-      for (tj_i64 ox = x_lo; ox <= x_hi; ++ox)
-        if (tj_window_argmax<T>(x, s, plane, oy, ox) == p) sum += T::value(dy[(plane * s.oh + oy) * s.ow + ox]);
+    if (!s.relu_mask || T::value(x[p]) > 0.0f)
+      for (tj_i64 oy = y_lo; oy <= y_hi; ++oy)
+        for (tj_i64 ox = x_lo; ox <= x_hi; ++ox)
+          if (tj_window_argmax<T>(x, s, plane, oy, ox) == p) sum += T::value(dy[(plane * s.oh + oy) * s.ow + ox]);
     dx[p] = T::round(sum);
   }
 }

@@ -24,6 +24,7 @@ struct TjCopyJobs {
 struct TjPoolShape {
   long long planes, h, w, oh, ow;
   int kh, kw, stride_h, stride_w, pad_h, pad_w;
+  int relu_mask;  // max pool gradient: nothing where x is not > 0 (Attrs::relu_mask)
 };
 
 // A box of `src` placed in `dst` at `origin` (pad, and each part of a concat), row-major,
