@@ -243,18 +243,6 @@ void Planner::decide_buffers(const std::vector<int>& fetches) {
   }
 }
 
-// Elementwise values with several readers that every reader recomputes instead of one kernel
-// storing them, because that moves fewer bytes: a value whose inlined body loads f buffers of
-// its own size (plus smaller ones: per-channel statistics, broadcasts) and has r readers costs
-// r*f full-size reads recomputed, against f reads + 1 write + r reads stored. Batch norm's
-// centred input x - mean (f = 1) and gamma * (x - mean) are read again by the variance, the
-// normalisation and the backward's sums: recomputed, they cost one read of x each, where storing
-// them cost a pass of their own and a write. Only cheap arithmetic is recomputed (no
-// transcendental, no random numbers), so the work added is a few operations a point, and slices,
-// a load each at an offset: batch norm's shift, each channel's first element of x (f = 0: no
-// buffer of its own size), is read where its readers need it, not stored by a kernel. Whether
-// an input will have a buffer is predicted in node order from the rules of decide_buffers; a
-// wrong guess costs bytes, never correctness.
 // Arithmetic cheap enough to repeat in every reader: a few operations a point, no
 // transcendental, no random numbers; slices are a load each at an offset.
 bool Planner::cheap(const Node& x) const {
@@ -269,6 +257,18 @@ bool Planner::cheap(const Node& x) const {
   }
 }
 
+// Elementwise values with several readers that every reader recomputes instead of one kernel
+// storing them, because that moves fewer bytes: a value whose inlined body loads f buffers of
+// its own size (plus smaller ones: per-channel statistics, broadcasts) and has r readers costs
+// r*f full-size reads recomputed, against f reads + 1 write + r reads stored. Batch norm's
+// centred input x - mean (f = 1) and gamma * (x - mean) are read again by the variance, the
+// normalisation and the backward's sums: recomputed, they cost one read of x each, where storing
+// them cost a pass of their own and a write. Only cheap arithmetic is recomputed (no
+// transcendental, no random numbers), so the work added is a few operations a point, and slices,
+// a load each at an offset: batch norm's shift, each channel's first element of x (f = 0: no
+// buffer of its own size), is read where its readers need it, not stored by a kernel. Whether
+// an input will have a buffer is predicted in node order from the rules of decide_buffers; a
+// wrong guess costs bytes, never correctness.
 std::vector<bool> Planner::recomputed(const std::vector<int>& fetches, const std::vector<bool>& reads_nothing) const {
   const int size = g_.size();
   std::vector<bool> forced(size, false);  // has a buffer whatever this decides

@@ -113,10 +113,12 @@ inline void relu_then_pools(const Runner& run, const std::string& where) {
       reference::Variables vars;
       auto out = run(g, {a, b, c, grads[0], grads[1]},
                      {{"x", integers({batch, 3, 7, 9}, 11)}, {"even", integers({batch, 2, 6, 8}, 12)},
-                      {"w", random_array(a.shape().bind(batch), 13)}, {"w_even", random_array(b.shape().bind(batch), 14)},
+                      {"w", random_array(a.shape().bind(batch), 13)},
+                      {"w_even", random_array(b.shape().bind(batch), 14)},
                       {"w_c", random_array(c.shape().bind(batch), 15)}},
                      vars, false, 0);
-      require_close(out, "relu then pools, shift " + std::to_string(shift) + ", batch " + std::to_string(batch) + where);
+      require_close(out, "relu then pools, shift " + std::to_string(shift) + ", batch " + std::to_string(batch) +
+                             where);
     }
   }
 }

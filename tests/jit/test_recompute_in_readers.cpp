@@ -96,7 +96,8 @@ TEST_CASE("recompute in readers: batch norm's backward recomputes the ReLU outpu
   // The second convolution and its filter gradient still read the stored ReLU output.
   const int relu = conv_and_relu(recomputed).relu;
   int library_reads = 0;
-  for (const tj::kir::LibraryCall& c : recomputed.calls) library_reads += std::count(c.inputs.begin(), c.inputs.end(), relu);
+  for (const tj::kir::LibraryCall& c : recomputed.calls)
+    library_reads += std::count(c.inputs.begin(), c.inputs.end(), relu);
   CHECK(library_reads == 2);
 }
 
@@ -117,7 +118,10 @@ TEST_CASE("recompute in readers: the reference's gradients at odd sizes, pre-act
         tj::reference::Variables vars = tj::reference::initialize_variables(g, seed);
         // Unshifted, gamma 1 and beta 0: a point equal to its channel's mean is exactly zero
         // before the ReLU. Shifted, gamma of either sign and beta in [-1, 1).
-        if (shifted) vars["bn/gamma"] = random_array({3}, seed + 5, -2, 2), vars["bn/beta"] = random_array({3}, seed + 6);
+        if (shifted) {
+          vars["bn/gamma"] = random_array({3}, seed + 5, -2, 2);
+          vars["bn/beta"] = random_array({3}, seed + 6);
+        }
         for (const char* knob : {"on", "off"}) {
           tj::test::ScopedEnv recompute("TOWERJIT_RECOMPUTE_IN_READERS", knob);
           require_close(run_both(g, grads, feeds, vars, false, &threads), what + ", recompute " + knob);
