@@ -44,6 +44,14 @@ Affine bytes_written(const Program& p, const Kernel& kernel) {
   return total;
 }
 
+std::set<int> loaded_buffers(const Kernel& kernel) {
+  std::set<int> b;
+  for (const Kernel* body : kernel.bodies())
+    for (const Expr& e : body->exprs)
+      if (e.kind == Expr::Kind::load) b.insert(body->accesses[e.access].buffer);
+  return b;
+}
+
 Affine bytes_moved(const Program& p, const Kernel& kernel) {
   return plus(bytes_read(p, kernel), bytes_written(p, kernel));
 }

@@ -7,6 +7,8 @@
 // bytes of it, not x. A broadcast operand (gamma, loaded at every point) counts its own size.
 #pragma once
 
+#include <set>
+
 #include "jit/kir/kernel_ir.h"
 
 namespace towerjit::kir {
@@ -18,6 +20,9 @@ Affine bytes_read(const Program& p, const Kernel& kernel);
 Affine bytes_written(const Program& p, const Kernel& kernel);
 // Both: what the bench's loop-kernel rates and the cost model's launches are charged.
 Affine bytes_moved(const Program& p, const Kernel& kernel);
+
+// The buffers `kernel` loads (a group: each part's).
+std::set<int> loaded_buffers(const Kernel& kernel);
 
 // The bytes of buffer `id`, whole.
 Affine buffer_bytes(const Program& p, int id);

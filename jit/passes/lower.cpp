@@ -6,6 +6,7 @@
 #include <set>
 
 #include "dsl/error.h"
+#include "jit/kir/traffic.h"
 #include "jit/knobs.h"
 
 namespace towerjit {
@@ -174,15 +175,13 @@ void Lowering::emit_kernel(int node) {
   if (!knobs::recompute_in_readers_enabled()) return finish_kernel(std::move(k));
   // Values the plan lets readers recompute (FusionPlan::recompute_source) are computed again
   // here when this kernel loads the buffer their body reads anyway: one full-size load less.
-  std::set<int> loaded;
-  for (const kir::Expr& e : k.exprs)
-    if (e.kind == kir::Expr::Kind::load) loaded.insert(k.accesses[e.access].buffer);
-  for (int v = 0; v < g_.size(); ++v) {
-    const int source = plan_.recompute_source[v];
-    if (source >= 0 && node < plan_.recompute_before[v] && buffer_[v] >= 0 && loaded.count(buffer_[v]) &&
-        loaded.count(buffer_of(source)))
-      recompute_here_.insert(v);
-  }
+  const std::set<int> loaded = kir::loaded_buffers(k);
+  for (int b : loaded)
+    for (int v : p_.buffers[b].nodes) {
+      const int source = plan_.recompute_source[v];
+      if (source >= 0 && node < plan_.recompute_before[v] && buffer_[source] >= 0 && loaded.count(buffer_[source]))
+        recompute_here_.insert(v);
+    }
   if (recompute_here_.empty()) return finish_kernel(std::move(k));
   kir::Kernel again = build_kernel(node);
   recompute_here_.clear();

@@ -27,7 +27,6 @@ Rewritten mask_pool_grads(const Graph& graph) {
   std::vector<int> readers(graph.size(), 0);
   for (int id = 0; id < graph.size(); ++id)
     for (int in : graph.node(id).inputs) readers[in]++;
-  for (int out : graph.update_ops) readers[out]++;
   std::vector<bool> rewrite(graph.size(), false);
   for (int id = 0; id < graph.size(); ++id) {
     const int grad = masked_pool_grad(graph, graph.node(id));

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "epilogue_cases.h"
+#include "jit/kir/traffic.h"
 #include "runtime/thread_pool.h"
 #include "tests/jit/cpu_test_env.h"
 
@@ -52,19 +53,12 @@ Buffers conv_and_relu(const tj::kir::Program& p) {
   return b;
 }
 
-std::set<int> loads(const tj::kir::Kernel& k) {
-  std::set<int> out;
-  for (const tj::kir::Expr& e : k.exprs)
-    if (e.kind == tj::kir::Expr::Kind::load) out.insert(k.accesses[e.access].buffer);
-  return out;
-}
-
 // Loop kernels that load both the convolution's output and the ReLU's.
 int kernels_loading_both(const tj::kir::Program& p) {
   const Buffers b = conv_and_relu(p);
   int n = 0;
   for (const tj::kir::Kernel& k : p.kernels) {
-    const std::set<int> l = loads(k);
+    const std::set<int> l = tj::kir::loaded_buffers(k);
     n += l.count(b.conv) && l.count(b.relu);
   }
   return n;
