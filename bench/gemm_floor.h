@@ -45,6 +45,9 @@ struct SgemmPeak {
   double one_thread = 0, pool = 0;
 };
 SgemmPeak sgemm_peak(ThreadPool& pool);
+// A quick sample of the pool's rate alone (the best of 2 products): the roof measured beside
+// one profiled step, so that the step and its roof see the same stretch of a shared machine.
+double sgemm_pool_sample(ThreadPool& pool);
 // Each field's larger value.
 inline SgemmPeak best_of(const SgemmPeak& a, const SgemmPeak& b) {
   return {std::max(a.one_thread, b.one_thread), std::max(a.pool, b.pool)};
