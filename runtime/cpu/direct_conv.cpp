@@ -23,8 +23,8 @@ namespace {
 // One convolution as the kernels see it: its sizes, with the output channels in blocks of
 // `lanes` (two vectors: 16 with AVX2, 32 with AVX-512).
 struct Conv : ConvGeometry {
-  int64_t lanes = 16;  // a power of two: the kernels' address arithmetic needs no division (a
-                       // 64-bit idiv in every block's epilogue had cost about as much as 10 FMAs)
+  int64_t lanes = 16;  // a power of two, so the kernels' address arithmetic needs no division
+                       // (a 64-bit idiv had run in every forward block's epilogue)
   int64_t opad() const { return (o + lanes - 1) & -lanes; }
   int64_t blocks() const { return opad() >> std::countr_zero(static_cast<uint64_t>(lanes)); }
 };
