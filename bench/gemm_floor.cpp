@@ -132,6 +132,6 @@ std::vector<GemmTiming> time_gemms(const std::vector<GemmShape>& shapes, ThreadP
 
 SgemmPeak sgemm_peak(ThreadPool& pool) { return {sgemm_gflops(nullptr, 5), sgemm_gflops(&pool, 5)}; }
 
-double sgemm_pool_sample(ThreadPool& pool) { return sgemm_gflops(&pool, 2); }
+double sgemm_pool_sample(ThreadPool& pool) { return sgemm_gflops(&pool, 1); }
 
 }  // namespace towerjit::bench

@@ -45,8 +45,9 @@ struct SgemmPeak {
   double one_thread = 0, pool = 0;
 };
 SgemmPeak sgemm_peak(ThreadPool& pool);
-// A quick sample of the pool's rate alone (the best of 2 products): the roof measured beside
-// one profiled step, so that the step and its roof see the same stretch of a shared machine.
+// One sample of the pool's rate (one product after a warm-up): the roof measured beside one
+// profiled step, so that the step and its roof see the same stretch of a shared machine, and
+// one sample stands against one step (a best of several would favour the roof).
 double sgemm_pool_sample(ThreadPool& pool);
 // Each field's larger value.
 inline SgemmPeak best_of(const SgemmPeak& a, const SgemmPeak& b) {
