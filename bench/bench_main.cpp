@@ -186,6 +186,13 @@ json loop_kernel_rates(const tj::kir::Program& p, const std::vector<double>& ms_
 
 // Where the time of a step goes: the top steps, totals by kind of step, and the loop kernels'
 // bytes and GB/s.
+// What by_kind_ms files a step under: "loop kernels", "copies", or the library call's op.
+std::string step_kind(const tj::kir::Program& p, const tj::kir::Step& s) {
+  if (s.kind == tj::kir::Step::Kind::kernel) return "loop kernels";
+  if (s.kind == tj::kir::Step::Kind::copy) return "copies";
+  return std::string(tj::op_name(p.calls[s.index].op));
+}
+
 json profile(tj::CpuProgram& program, const tj::HostFeeds& feeds, tj::HostVariables& vars,
              int64_t batch, int steps, const bench::CopyBandwidth& bw) {
   // One step first, unprofiled, as every timed round warms up: the profile follows the products'
@@ -206,11 +213,7 @@ json profile(tj::CpuProgram& program, const tj::HostFeeds& feeds, tj::HostVariab
     const double ms = times[i] / steps;
     covered += ms;
     order.push_back({ms, static_cast<int>(i)});
-    const auto& s = p.steps[i];
-    std::string kind = s.kind == tj::kir::Step::Kind::kernel ? "loop kernels"
-                       : s.kind == tj::kir::Step::Kind::copy ? "copies"
-                                                             : std::string(tj::op_name(p.calls[s.index].op));
-    by_kind[kind] += ms;
+    by_kind[step_kind(p, p.steps[i])] += ms;
   }
   // plan_buffers runs inside every run(); peak_bytes() runs it alone, so time that.
   const auto t0 = Clock::now();
@@ -252,9 +255,7 @@ std::map<std::string, double> paired_conv_shares(tj::CpuProgram& program, const 
     program.step_times = nullptr;
     const double peak = bench::sgemm_pool_sample(pool);
     std::map<std::string, double> ms;
-    for (size_t s = 0; s < times.size(); ++s)
-      if (p.steps[s].kind == tj::kir::Step::Kind::library)
-        ms[std::string(tj::op_name(p.calls[p.steps[s].index].op))] += times[s];
+    for (size_t s = 0; s < times.size(); ++s) ms[step_kind(p, p.steps[s])] += times[s];
     for (const auto& [op, f] : conv_flops)
       if (ms[op] > 0) shares[op].push_back(f / (ms[op] * 1e6) / peak);
   }
