@@ -72,6 +72,11 @@ std::string dump_index_json(const Graph& g, const kir::Program& p, const std::st
         step["space"] = affine_text(kir::segment_starts(k).back());  // the flat range's points
         step["parts"] = parts;
       }
+      if (!k.finishers.empty()) {
+        json finishers = json::array();
+        for (const kir::Kernel& f : k.finishers) finishers.push_back({{"name", f.name}, {"space", f.space.str()}});
+        step["finishers"] = finishers;
+      }
     } else if (s.kind == kir::Step::Kind::library) {
       const kir::LibraryCall& c = p.calls[s.index];
       read.insert(c.inputs.begin(), c.inputs.end());

@@ -70,6 +70,11 @@ bool factor_sums_enabled();
 // Default: on.
 bool recompute_in_readers_enabled();
 
+// TOWERJIT_REDUCTION_FINISHERS: "off" (also "0", "false", "no") launches the elementwise kernel
+// after a GPU reduction over its output points on its own instead of running it in the
+// reduction (jit/passes/reduction_finishers.h); for measuring what that buys. Default: on.
+bool reduction_finishers_enabled();
+
 // TOWERJIT_CONV_EPILOGUES: "off" (also "0", "false", "no") keeps a convolution's bias add and
 // ReLU in a loop kernel after it instead of the convolution's epilogue
 // (jit/passes/epilogues.h); for measuring what the epilogue buys. Default: on.

@@ -694,6 +694,7 @@ void KernelEmitter::emit_part(int j, const kir::Affine& start, const kir::Affine
 }
 
 std::string KernelEmitter::emit() {
+  internal_check(k_->finishers.empty()) << k_->name << ": reduction finishers are the GPU's alone (jit/passes/reduction_finishers.h)";
   if (!k_->parts.empty()) return emit_group();
   for (const auto& a : k_->accesses)
     if (a.buffer >= 0 && std::find(info_.buffers.begin(), info_.buffers.end(), a.buffer) == info_.buffers.end())

@@ -162,7 +162,8 @@ void emit_header(std::ostream& out, const Graph& g, const kir::Kernel& k) {
     if (!node.scope.empty()) out << " in \"" << node.scope << "\"";
     if (node.grad_of >= 0) out << ", gradient of %" << node.grad_of << " " << op_name(g.node(node.grad_of).op);
     out << "\n";
-  }
+  }  for (const kir::Kernel& f : k.finishers)
+    out << "// finished at each output by " << f.name << " over " << f.space.str() << " (jit/passes/reduction_finishers.h)\n";
 }
 
 // A group kernel: a grid-stride loop over the parts' concatenated points; an if-chain on the
@@ -208,6 +209,9 @@ std::string emit_kernel(const Graph& g, const kir::Program& p, const kir::Kernel
   if (!k.parts.empty()) return emit_group(g, p, k, info);
   std::ostringstream out;
   KernelWriter w(p, k, info);
+  detail::Finishers finishers;  // their buffers join the parameters before params() is read
+  finishers.reserve(k.finishers.size());
+  for (const kir::Kernel& f : k.finishers) finishers.emplace_back(p, f, info);
   info.symbol = k.name;
   info.block = kBlock;
   const int rank = k.space.rank();
@@ -222,10 +226,10 @@ std::string emit_kernel(const Graph& g, const kir::Program& p, const kir::Kernel
   emit_header(out, g, k);
   out << "extern \"C\" __global__ void __launch_bounds__(" << kBlock << ") " << k.name << "(\n    " << params
       << ") {\n" << KernelWriter::prologue();
-  if (reduction) detail::emit_reduction_body(out, w, info);
+  if (reduction) detail::emit_reduction_body(out, w, finishers, info);
   else emit_elementwise(out, w, info);
   out << "}\n\n";
-  if (!info.combine_symbol.empty()) detail::emit_combine_kernel(out, w, info, params);
+  if (!info.combine_symbol.empty()) detail::emit_combine_kernel(out, w, finishers, info, params);
   return out.str();
 }
 

@@ -103,15 +103,33 @@ void emit_piece_range(std::ostream& out, const std::string& ind) {
   out << ind << "const tj_i64 q0 = split * chunk, q1 = q0 + chunk < len ? q0 + chunk : len;\n";
 }
 
-// The unit's results (the thread holding them): stored when there is one split, else its
-// partials at [split][output].
-void emit_finish(std::ostream& out, const KernelWriter& w, const std::string& ind, const std::string& output,
-                 const std::string& outputs, const std::vector<int>& reduced, const std::vector<Reduction>& rs) {
+// The finishers at output `flat` (jit/passes/reduction_finishers.h), once the results there are
+// stored: each at the point of its loop whose row-major index is `flat`, in a scope of its own
+// (its indices and values have names of their own).
+void emit_finishers(std::ostream& out, const Finishers& fs, const std::string& ind, const std::string& flat) {
+  for (const KernelWriter& f : fs) {
+    const kir::Kernel& k = f.kernel();
+    const int rank = k.space.rank();
+    out << ind << "{  // " << k.name << " at this output\n";
+    f.decompose(out, ind + "  ", flat, range(0, rank), "rf");
+    const Point pt = point_of(rank);
+    f.body(out, ind + "  ", pt, output_exprs(k, 0));
+    store_outputs(out, f, ind + "  ", pt, 0);
+    out << ind << "}\n";
+  }
+}
+
+// The unit's results (the thread holding them): stored, and finished, when there is one split,
+// else its partials at [split][output].
+void emit_finish(std::ostream& out, const KernelWriter& w, const Finishers& fs, const std::string& ind,
+                 const std::string& output, const std::string& outputs, const std::vector<int>& reduced,
+                 const std::vector<Reduction>& rs) {
   const kir::Kernel& k = w.kernel();
   out << ind << "if (splits == 1) {\n";
   for (size_t j = 0; j < rs.size(); ++j)
     out << ind << "  " << w.buffer(k.outputs[j].access) << "[" << out_address(w, reduced, j)
         << "] = " << rs[j].result(acc_name(j)) << ";\n";
+  emit_finishers(out, fs, ind + "  ", output);
   out << ind << "} else {\n";
   for (size_t j = 0; j < rs.size(); ++j)
     out << ind << "  partials[split * " << outputs << " + " << output << "]." << acc_name(j) << " = " << acc_name(j)
@@ -123,8 +141,8 @@ void emit_finish(std::ostream& out, const KernelWriter& w, const std::string& in
 // lane l takes pieces l, l + 32, ... in order, then the warp's shuffle tree, and lane 0 applies
 // the result and stores it. The combine kernel and the one-pass tail fold alike, so both give
 // the same bits. `work`: the macro that counts a partial read.
-void emit_fold_partials(std::ostream& out, const KernelWriter& w, const std::string& ind, const std::string& outputs,
-                        const char* work, const Axes& ax, const std::vector<Reduction>& rs) {
+void emit_fold_partials(std::ostream& out, const KernelWriter& w, const Finishers& fs, const std::string& ind,
+                        const std::string& outputs, const char* work, const Axes& ax, const std::vector<Reduction>& rs) {
   const kir::Kernel& k = w.kernel();
   declare_accumulators(out, ind, rs);
   out << ind << "for (tj_i64 s = lane; s < splits; s += 32) {\n";
@@ -141,6 +159,7 @@ void emit_fold_partials(std::ostream& out, const KernelWriter& w, const std::str
   for (size_t j = 0; j < rs.size(); ++j)
     out << ind << "  " << w.buffer(k.outputs[j].access) << "[" << out_address(w, ax.reduced, j)
         << "] = " << rs[j].result(acc_name(j)) << ";\n";
+  emit_finishers(out, fs, ind + "  ", "o");
   out << ind << "}\n";
 }
 
@@ -149,8 +168,8 @@ void emit_fold_partials(std::ostream& out, const KernelWriter& w, const std::str
 // last one, having seen every other block's partials, folds every output's as the combine
 // kernel would and puts the ticket back to 0 for the next launch. The ticket picks a block,
 // never an order: the sums are the combine kernel's, bit for bit.
-void emit_one_pass_tail(std::ostream& out, const KernelWriter& w, const std::string& outputs, const Axes& ax,
-                        const std::vector<Reduction>& rs) {
+void emit_one_pass_tail(std::ostream& out, const KernelWriter& w, const Finishers& fs, const std::string& outputs,
+                        const Axes& ax, const std::vector<Reduction>& rs) {
   out << "  // One pass: the last block to finish folds every output's partials in split order.\n";
   out << "  if (splits > 1 && tj_ticket) {\n";
   out << "    __shared__ int tj_last[1];\n";
@@ -162,13 +181,14 @@ void emit_one_pass_tail(std::ostream& out, const KernelWriter& w, const std::str
   out << "      __threadfence();  // every other block's partials, seen after its ticket\n";
   out << "      const int lane = threadIdx.x & 31;\n";
   out << "      for (tj_i64 o = threadIdx.x >> 5; o < " << outputs << "; o += blockDim.x >> 5) {\n";
-  emit_fold_partials(out, w, "        ", outputs, "TJ_TAIL_WORK", ax, rs);
+  emit_fold_partials(out, w, fs, "        ", outputs, "TJ_TAIL_WORK", ax, rs);
   out << "      }\n";
   out << "      if (threadIdx.x == 0) *tj_ticket = 0;  // for the next launch (a graph replays the same word)\n";
   out << "    }\n  }\n";
 }
 
-void emit_row_body(std::ostream& out, const KernelWriter& w, const EmittedKernel& info, const Axes& ax) {
+void emit_row_body(std::ostream& out, const KernelWriter& w, const Finishers& fs, const EmittedKernel& info,
+                   const Axes& ax) {
   const std::vector<Reduction> rs = reductions_of(w);
   const bool warp = info.scheme == Scheme::row_per_warp;
   out << "  const tj_i64 rows = " << KernelWriter::affine(info.outputs) << ", len = " << KernelWriter::affine(info.reduced)
@@ -196,12 +216,13 @@ void emit_row_body(std::ostream& out, const KernelWriter& w, const EmittedKernel
     else out << "    " << a << " = tj_block_reduce(" << a << ", " << rs[j].op << ", " << rs[j].identity << ", " << nth("smem", j) << ");\n";
   }
   out << (warp ? "    if (lane == 0) {\n" : "    if (threadIdx.x == 0) {\n");
-  emit_finish(out, w, "      ", "row", "rows", ax.reduced, rs);
+  emit_finish(out, w, fs, "      ", "row", "rows", ax.reduced, rs);
   out << "    }\n  }\n";
-  emit_one_pass_tail(out, w, "rows", ax, rs);
+  emit_one_pass_tail(out, w, fs, "rows", ax, rs);
 }
 
-void emit_column_body(std::ostream& out, const KernelWriter& w, const EmittedKernel& info, const Axes& ax) {
+void emit_column_body(std::ostream& out, const KernelWriter& w, const Finishers& fs, const EmittedKernel& info,
+                      const Axes& ax) {
   const std::vector<Reduction> rs = reductions_of(w);
   const int block = info.block;
   out << "  const tj_i64 outputs = " << KernelWriter::affine(info.outputs) << ", len = " << KernelWriter::affine(info.reduced)
@@ -228,9 +249,9 @@ void emit_column_body(std::ostream& out, const KernelWriter& w, const EmittedKer
     out << "      for (int y = 1; y < " << kColumnSlices << "; ++y) " << acc_name(j) << " = " << rs[j].op << "("
         << acc_name(j) << ", " << nth("part", j) << "[y * 32 + tx]);\n";
   w.decompose(out, "      ", "o", ax.kept, "ro");
-  emit_finish(out, w, "      ", "o", "outputs", ax.reduced, rs);
+  emit_finish(out, w, fs, "      ", "o", "outputs", ax.reduced, rs);
   out << "    }\n    __syncthreads();\n  }\n";
-  emit_one_pass_tail(out, w, "outputs", ax, rs);
+  emit_one_pass_tail(out, w, fs, "outputs", ax, rs);
 }
 
 }  // namespace
@@ -278,13 +299,13 @@ void emit_partial_struct(std::ostream& out, const KernelWriter& w) {
   out << " };\n";
 }
 
-void emit_reduction_body(std::ostream& out, const KernelWriter& w, EmittedKernel& info) {
+void emit_reduction_body(std::ostream& out, const KernelWriter& w, const Finishers& fs, EmittedKernel& info) {
   const Axes ax = axes_of(w.kernel());
-  if (info.scheme == Scheme::column) emit_column_body(out, w, info, ax);
-  else emit_row_body(out, w, info, ax);
+  if (info.scheme == Scheme::column) emit_column_body(out, w, fs, info, ax);
+  else emit_row_body(out, w, fs, info, ax);
 }
 
-void emit_combine_kernel(std::ostream& out, const KernelWriter& w, const EmittedKernel& info,
+void emit_combine_kernel(std::ostream& out, const KernelWriter& w, const Finishers& fs, const EmittedKernel& info,
                          const std::string& params) {
   const kir::Kernel& k = w.kernel();
   const Axes ax = axes_of(k);
@@ -301,7 +322,7 @@ void emit_combine_kernel(std::ostream& out, const KernelWriter& w, const Emitted
   out << "  const " << t << "* const partials = (const " << t << "*)tj_partials;\n";
   out << "  const int lane = threadIdx.x & 31;\n";
   out << "  for (tj_i64 o = TJ_GLOBAL_THREAD >> 5; o < outputs; o += TJ_GRID_THREADS >> 5) {\n";
-  emit_fold_partials(out, w, "    ", "outputs", "TJ_WORK", ax, rs);
+  emit_fold_partials(out, w, fs, "    ", "outputs", "TJ_WORK", ax, rs);
   out << "  }\n}\n\n";
 }
 

@@ -16,6 +16,7 @@
 
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "jit/cuda/kernel_writer.h"
 
@@ -28,11 +29,16 @@ void plan_reduction(const KernelWriter& w, EmittedKernel& info);
 // `struct <kernel>_partial { ... };`: one output's partial of one split, every sibling's.
 void emit_partial_struct(std::ostream& out, const KernelWriter& w);
 
-// The body of pass 1 (inside the kernel's braces).
-void emit_reduction_body(std::ostream& out, const KernelWriter& w, EmittedKernel& info);
+// The writers of a reduction's finishers (kir::Kernel::finishers), sharing its parameters.
+using Finishers = std::vector<KernelWriter>;
 
-// The whole pass-2 kernel, `<kernel>_combine`, with the kernel's parameter list.
-void emit_combine_kernel(std::ostream& out, const KernelWriter& w, const EmittedKernel& info,
+// The body of pass 1 (inside the kernel's braces). Where one pass stores the results (one
+// split, or the one-pass tail), the finishers run there.
+void emit_reduction_body(std::ostream& out, const KernelWriter& w, const Finishers& fs, EmittedKernel& info);
+
+// The whole pass-2 kernel, `<kernel>_combine`, with the kernel's parameter list; the finishers
+// run after each output's result is stored.
+void emit_combine_kernel(std::ostream& out, const KernelWriter& w, const Finishers& fs, const EmittedKernel& info,
                          const std::string& params);
 
 // ", void* __restrict__ tj_partials, tj_i64 chunk": what a reduction adds to its parameters.

@@ -80,11 +80,18 @@ struct Kernel {
   // flat range (starts are terms of B: segment_starts()). A group has no space, accesses,
   // exprs or outputs of its own; `nodes` lists its parts' nodes. Empty: a plain kernel.
   std::vector<Kernel> parts;
-  // The loop kernels this step runs: its parts, or itself. Walk these for buffers read/written.
+  // A reduction's finishers (jit/passes/reduction_finishers.h; the GPU's programs only):
+  // elementwise kernels over the reduction's output points, each run at output o by the thread
+  // that stores the reductions' results at o, just after it stores them (batch norm's rsqrt,
+  // scale and moving statistics from its sums). Empty: none.
+  std::vector<Kernel> finishers;
+  // The loop kernels this step runs: its parts, or itself and its finishers. Walk these for
+  // buffers read/written.
   std::vector<const Kernel*> bodies() const {
     std::vector<const Kernel*> b;
     if (parts.empty()) b.push_back(this);
     for (const Kernel& p : parts) b.push_back(&p);
+    for (const Kernel& f : finishers) b.push_back(&f);
     return b;
   }
   // How many outputs, from the first, are reductions.

@@ -62,7 +62,8 @@ const char* epilogue_name(Epilogue e) {
   }
 }
 
-// A group prints as "kernel k7_group of 3 parts", then each part as a kernel headed "part".
+// A group prints as "kernel k7_group of 3 parts", then each part as a kernel headed "part"; a
+// reduction's finishers follow it, each headed "finisher".
 std::string to_string(const Program& program, const Kernel& k) {
   std::ostringstream out;
   if (!k.parts.empty()) {
@@ -83,6 +84,7 @@ std::string to_string(const Program& program, const Kernel& k) {
         << dtype_name(k.exprs[i].dtype) << "\n";
   for (const auto& o : k.outputs)
     out << "  store " << access_str(k.accesses[o.access]) << " = e" << o.expr << "\n";
+  for (const Kernel& f : k.finishers) out << "finisher" << to_string(program, f).substr(6);
   return out.str();
 }
 
