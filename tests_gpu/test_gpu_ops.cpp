@@ -68,6 +68,10 @@ TEST_CASE("GPU: max pools after a ReLU, its mask in the pool gradient, match the
   cases::relu_then_pools(on_gpu(), " (GPU)");
 }
 
+TEST_CASE("GPU: dropout's mask, drawn again by each kernel that reads it, is the reference's", "[gpu]") {
+  cases::dropout_drawn_by_each_reader(on_gpu(), " (GPU)");
+}
+
 TEST_CASE("GPU: random_uniform draws the reference's numbers, fresh each step", "[gpu]") {
   cases::random_uniform_steps(on_gpu(), " (GPU)");
 }

@@ -164,7 +164,10 @@ void Planner::decide_buffers(const std::vector<int>& fetches) {
   p_.folded.assign(g_.size(), false);
   for (int f : fetches) p_.buffered[f] = true;
   // A value that reads no memory (constants, counts of the batch, arithmetic and broadcasts of
-  // them: a mean's gradient 1/B) costs nothing to recompute, so every reader inlines it.
+  // them: a mean's gradient 1/B) costs nothing to recompute, so every reader inlines it. So do
+  // random numbers: a draw is a function of the seed, the step and the element's index alone
+  // (Philox, dsl/ops.h), so a dropout mask drawn again by the forward's product and by the
+  // backward's is the same mask, without a kernel storing it and two loading it.
   std::vector<bool> reads_nothing(g_.size(), false);
   for (int n = 0; n < g_.size(); ++n) {
     const Node& node = g_.node(n);
@@ -172,6 +175,7 @@ void Planner::decide_buffers(const std::vector<int>& fetches) {
     const bool inlinable = kind == OpKind::Unary || kind == OpKind::Binary || node.op == Op::Select ||
                            node.op == Op::BroadcastTo || inline_reshape(g_, node);
     reads_nothing[n] = node.op == Op::Constant || node.op == Op::Count || node.op == Op::Iota ||
+                       node.op == Op::RandomUniform ||
               (inlinable && std::all_of(node.inputs.begin(), node.inputs.end(), [&](int in) { return reads_nothing[in]; }));
   }
   const std::vector<bool> recompute = recomputed(fetches, reads_nothing);

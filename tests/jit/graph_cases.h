@@ -89,6 +89,29 @@ inline void random_uniform_steps(const Runner& run, const std::string& where) {
   }
 }
 
+// Dropout's mask is drawn again by each kernel that reads it (jit/passes/fusion_plan.cpp: random
+// numbers read no memory): the forward's product over [B, 24], the backward's through a reshape
+// to [B, 2, 3, 4], and a sum over each row. Every draw must be the reference's mask, at the
+// step given, whichever loop space draws it.
+inline void dropout_drawn_by_each_reader(const Runner& run, const std::string& where) {
+  Graph g;
+  GraphScope use(g);
+  auto x = input("x", {kBatch, 2, 3, 4});
+  auto w = input("w", {kBatch, 2, 3, 4});
+  auto d = dropout(reshape(x, {kBatch, 24}), 0.5, /*training=*/true, 7);
+  auto y = reshape(d, {kBatch, 2, 3, 4}) * w;
+  auto rows = sum(d * d, {1});
+  auto dx = grad(sum(y) + sum(rows), {x})[0];
+  for (int64_t batch : {1, 7})
+    for (uint64_t step : {0ull, 5ull}) {
+      reference::Variables vars;
+      reference::Feeds feeds{{"x", random_array({batch, 2, 3, 4}, 11, 0.5, 2)},
+                             {"w", random_array({batch, 2, 3, 4}, 12)}};
+      require_close(run(g, {dx, rows}, feeds, vars, false, step),
+                    "dropout at batch " + std::to_string(batch) + ", step " + std::to_string(step) + where);
+    }
+}
+
 // Max pools after a ReLU, whose mask the pool gradient takes in (jit/passes/mask_pool_grads.h):
 // 2x2 / stride 2 at an odd and an even size, and overlapping 3x3 / stride 2 windows with padding
 // (a point the first maximum of several windows). Integer inputs put ties in the windows and

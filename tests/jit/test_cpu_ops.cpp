@@ -56,6 +56,10 @@ TEST_CASE("max pools after a ReLU, its mask in the pool gradient, match the refe
   cases::relu_then_pools(on_cpu(&threads), " over 2 threads");
 }
 
+TEST_CASE("dropout's mask, drawn again by each kernel that reads it, is the reference's", "[cpu][jit][isa]") {
+  cases::dropout_drawn_by_each_reader(on_cpu(), "");
+}
+
 // Every CPU convolution path (the direct AVX-512 and AVX2 kernels, chosen by TOWERJIT_CPU_ISA
 // among the levels this CPU has, and im2col + sgemm, TOWERJIT_DIRECT_CONV=off) at geometries
 // that leave partial blocks: channel counts that are not multiples of 16, widths that are not

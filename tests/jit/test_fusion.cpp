@@ -557,3 +557,24 @@ TEST_CASE("register pressure past FusionLimits::max_registers gives the neediest
   tj::reference::Variables vars;
   require_close(run_both(g, {level[0]}, feeds, vars), "a balanced sum of 8 inputs");
 }
+
+TEST_CASE("fusion: a dropout mask is drawn by each kernel that reads it, not stored", "[cpu][jit]") {
+  // The forward's product and the backward's read the mask: each draws it (Philox: a function of
+  // the seed, the step and the index), and no kernel stores it for them. Its values against the
+  // reference: tests/jit/graph_cases.h, dropout_drawn_by_each_reader.
+  tj::Graph g;
+  tj::GraphScope use(g);
+  auto x = tj::input("x", {kBatch, 24});
+  auto w = tj::input("w", {kBatch, 24});
+  auto d = tj::dropout(x, 0.5, /*training=*/true, 7);
+  auto dx = tj::grad(tj::sum(d * w), {x})[0];
+  const tj::kir::Program p = lower(g, {d, dx});
+  INFO(tj::kir::to_string(p));
+  int drawing = 0;
+  for (const tj::kir::Kernel& k : p.kernels)
+    for (const tj::kir::Kernel* body : k.bodies())
+      drawing += std::any_of(body->exprs.begin(), body->exprs.end(),
+                             [](const tj::kir::Expr& e) { return e.kind == tj::kir::Expr::Kind::random; });
+  CHECK(drawing == 2);
+  CHECK(p.buffers.size() == 4);  // x, w, and the two fetches: no mask
+}
