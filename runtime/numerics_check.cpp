@@ -103,9 +103,14 @@ void check_step_numerics(const Graph& graph, const kir::Program& program, size_t
     // The op whose value the buffer holds is its last node (earlier ones are views of it); in
     // a fused kernel, the first op to go wrong may be one whose value no buffer holds.
     auto what = [](double v) { return std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf"; };
-    const bool fused = s.kind == kir::Step::Kind::kernel && program.kernels[s.index].nodes.size() > 1;
-    const auto first = fused ? first_bad_node(graph, program.kernels[s.index].nodes, inputs, random_step)
-                             : std::nullopt;
+    // A kernel's nodes, and its finishers' (jit/passes/reduction_finishers.h): what the step ran.
+    std::vector<int> nodes;
+    if (s.kind == kir::Step::Kind::kernel) {
+      nodes = program.kernels[s.index].nodes;
+      for (const kir::Kernel& f : program.kernels[s.index].finishers) nodes.insert(nodes.end(), f.nodes.begin(), f.nodes.end());
+    }
+    const bool fused = nodes.size() > 1;
+    const auto first = fused ? first_bad_node(graph, nodes, inputs, random_step) : std::nullopt;
     const bool inner = first && (buffer.nodes.empty() || first->node != buffer.nodes.back());
     if (inner)
       m << node_text(graph, first->node) << " produced " << what(first->value) << " at element " << first->element
@@ -114,7 +119,7 @@ void check_step_numerics(const Graph& graph, const kir::Program& program, size_t
       << what(value) << " at element " << *bad << " of " << buffer.shape.str();
     if (fused) {
       m << " (kernel " << program.kernels[s.index].name << " fuses";
-      for (int n : program.kernels[s.index].nodes) m << " " << op_name(graph.node(n).op);
+      for (int n : nodes) m << " " << op_name(graph.node(n).op);
       m << ")";
     }
     std::string source;

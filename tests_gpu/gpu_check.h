@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <random>
 #include <string>
@@ -44,6 +45,16 @@ inline JitRun run_gpu_and_reference(const Graph& g, const std::vector<Tensor>& f
   if (updates)
     for (const auto& [name, a] : variables) r.jit.push_back(to_array(hv.at(name)));
   return r;
+}
+
+// Two runs' fetches, f32 ones, the same bits.
+inline void check_same_bits(const std::vector<HostTensor>& a, const std::vector<HostTensor>& b) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("fetch " << i);
+    REQUIRE(a[i].f32.size() == b[i].f32.size());
+    CHECK(std::memcmp(a[i].f32.data(), b[i].f32.data(), a[i].f32.size() * sizeof(float)) == 0);
+  }
 }
 
 // A batch of `batch` MNIST-shaped examples: "image" [batch, 784] uniform in [0, 1), "label"

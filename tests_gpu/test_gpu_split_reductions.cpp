@@ -132,15 +132,6 @@ TwoRuns run_twice(const tj::Graph& g, const std::vector<Tensor>& fetches, const 
   return r;
 }
 
-void check_same_bits(const std::vector<tj::HostTensor>& a, const std::vector<tj::HostTensor>& b) {
-  REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    INFO("fetch " << i);
-    REQUIRE(a[i].f32.size() == b[i].f32.size());
-    CHECK(std::memcmp(a[i].f32.data(), b[i].f32.data(), a[i].f32.size() * sizeof(float)) == 0);
-  }
-}
-
 }  // namespace
 
 TEST_CASE("GPU: one-pass reductions give the two passes' bits, run after run, in any block order", "[gpu]") {

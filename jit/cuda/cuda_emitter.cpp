@@ -162,7 +162,8 @@ void emit_header(std::ostream& out, const Graph& g, const kir::Kernel& k) {
     if (!node.scope.empty()) out << " in \"" << node.scope << "\"";
     if (node.grad_of >= 0) out << ", gradient of %" << node.grad_of << " " << op_name(g.node(node.grad_of).op);
     out << "\n";
-  }  for (const kir::Kernel& f : k.finishers)
+  }
+  for (const kir::Kernel& f : k.finishers)
     out << "// finished at each output by " << f.name << " over " << f.space.str() << " (jit/passes/reduction_finishers.h)\n";
 }
 
