@@ -184,14 +184,15 @@ json loop_kernel_rates(const tj::kir::Program& p, const std::vector<double>& ms_
           {"of_copy_bandwidth", round3(gbps / bw.pool)}, {"kernels", each}};
 }
 
-// Where the time of a step goes: the top steps, totals by kind of step, and the loop kernels'
-// bytes and GB/s.
 // What by_kind_ms files a step under: "loop kernels", "copies", or the library call's op.
 std::string step_kind(const tj::kir::Program& p, const tj::kir::Step& s) {
   if (s.kind == tj::kir::Step::Kind::kernel) return "loop kernels";
   if (s.kind == tj::kir::Step::Kind::copy) return "copies";
   return std::string(tj::op_name(p.calls[s.index].op));
 }
+
+// Where the time of a step goes: the top steps, totals by kind of step, and the loop kernels'
+// bytes and GB/s.
 
 json profile(tj::CpuProgram& program, const tj::HostFeeds& feeds, tj::HostVariables& vars,
              int64_t batch, int steps, const bench::CopyBandwidth& bw) {
