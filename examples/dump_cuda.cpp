@@ -69,7 +69,7 @@ struct Module {
 
 Module make_module(const tj::Graph& graph, const std::string& name, std::string runs,
                    const std::vector<int>& fetches, const std::vector<int>& updates) {
-  Module m{name, std::move(runs), tj::lower_graph(graph, fetches, updates), {}};
+  Module m{name, std::move(runs), tj::lower_graph_for_gpu(graph, fetches, updates), {}};
   m.cuda = tj::cuda::emit_cuda_module(m.lowered.graph, m.lowered.program, name);
   return m;
 }

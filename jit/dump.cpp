@@ -58,6 +58,7 @@ std::string dump_index_json(const Graph& g, const kir::Program& p, const std::st
     if (s.kind == kir::Step::Kind::kernel) {
       const kir::Kernel& k = p.kernels[s.index];
       step = {{"kind", "kernel"}, {"name", k.name}, {"space", k.space.str()}, {"ops", ops_of(g, k.nodes)}};
+      if (k.evaluations != 1) step["evaluations"] = k.evaluations;  // each point computes the ops this often
       if (k.reduce != Op::Constant) {
         // A kernel of sibling reductions (a cross-entropy's log-sum-exp and its label sum)
         // names each, in output order; "reduce" keeps the first.

@@ -172,6 +172,7 @@ constexpr Knob kKnobs[] = {
     {"TOWERJIT_FACTOR_SUMS", "switch", switch_check, nullptr},
     {"TOWERJIT_RECOMPUTE_IN_READERS", "switch", switch_check, nullptr},
     {"TOWERJIT_REDUCTION_FINISHERS", "switch", switch_check, nullptr},
+    {"TOWERJIT_FUSED_MAX_POOLS", "switch", switch_check, nullptr},
     // The CPU code.
     {"TOWERJIT_CPU_ISA", "avx512, avx2 or baseline", checks<parse_cpu_isa>, nullptr},
     {"TOWERJIT_DIRECT_CONV", "switch", direct_conv_check, nullptr},
@@ -320,6 +321,7 @@ bool conv_epilogues_enabled() { return switch_knob("TOWERJIT_CONV_EPILOGUES", tr
 bool factor_sums_enabled() { return switch_knob("TOWERJIT_FACTOR_SUMS", true); }
 bool recompute_in_readers_enabled() { return switch_knob("TOWERJIT_RECOMPUTE_IN_READERS", true); }
 bool reduction_finishers_enabled() { return switch_knob("TOWERJIT_REDUCTION_FINISHERS", true); }
+bool fused_max_pools_enabled() { return switch_knob("TOWERJIT_FUSED_MAX_POOLS", true); }
 
 // ---- The CPU code
 

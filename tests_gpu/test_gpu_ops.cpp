@@ -68,6 +68,10 @@ TEST_CASE("GPU: max pools after a ReLU, its mask in the pool gradient, match the
   cases::relu_then_pools(on_gpu(), " (GPU)");
 }
 
+TEST_CASE("GPU: max pools computed where their input is made, gradients routed by the winner, match the reference", "[gpu]") {
+  cases::max_pools_in_their_producers(on_gpu(), " (GPU)");
+}
+
 TEST_CASE("GPU: dropout's mask, drawn again by each kernel that reads it, is the reference's", "[gpu]") {
   cases::dropout_drawn_by_each_reader(on_gpu(), " (GPU)");
 }

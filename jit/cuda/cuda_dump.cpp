@@ -190,7 +190,7 @@ namespace towerjit {
 
 std::vector<std::string> dump_cuda(const Graph& graph, const std::vector<Tensor>& fetches, const std::string& dir,
                                    const std::string& name, const std::vector<Tensor>& update_ops) {
-  const LoweredProgram lowered = lower_graph(graph, node_ids(graph, fetches), node_ids(graph, update_ops));
+  const LoweredProgram lowered = lower_graph_for_gpu(graph, node_ids(graph, fetches), node_ids(graph, update_ops));
   return cuda::dump_cuda_of(dir, lowered.graph, lowered.program, name);
 }
 

@@ -75,6 +75,9 @@ struct Kernel {
   Op reduce = Op::Constant;     // the first output's reduction; Constant: none
   std::vector<int> reduce_axes;
   std::vector<int> nodes;       // the graph nodes fused into it, for dumps and errors
+  // How many times a point computes `nodes`: 1, or a fused max pool's producer's window of 4
+  // (jit/passes/fused_max_pools.h). The cost model's FLOPs are nodes x this x points.
+  int evaluations = 1;
   // A group kernel (jit/passes/group_kernels.h): independent elementwise kernels run as one
   // launch over their concatenated points, part j over [start_j, start_j + points_j) of the
   // flat range (starts are terms of B: segment_starts()). A group has no space, accesses,

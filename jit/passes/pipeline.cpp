@@ -6,11 +6,13 @@
 #include "jit/passes/cse.h"
 #include "jit/passes/factor_sums.h"
 #include "jit/passes/fold_batch_sums.h"
+#include "jit/passes/fused_max_pools.h"
 #include "jit/passes/group_kernels.h"
 #include "jit/passes/half_convolutions.h"
 #include "jit/passes/half_matmuls.h"
 #include "jit/passes/lower.h"
 #include "jit/passes/mask_pool_grads.h"
+#include "jit/passes/reduction_finishers.h"
 #include "jit/passes/epilogues.h"
 #include "jit/passes/simplify.h"
 
@@ -33,10 +35,12 @@ Rewritten copy(const Graph& g) {
   return rewrite_graph(g, [](Node n, Graph& out) { return out.add(std::move(n)); });
 }
 
-}  // namespace
+// The CPU's and the GPU's lowering differ by the kernel-IR passes only the GPU takes (each
+// pass's header says why the CPU does not).
+enum class Target { cpu, gpu };
 
-LoweredProgram lower_graph(const Graph& graph, const std::vector<int>& fetches,
-                           const std::vector<int>& update_ops) {
+LoweredProgram lower_for(Target target, const Graph& graph, const std::vector<int>& fetches,
+                         const std::vector<int>& update_ops) {
   // Update ops ride along with the fetches so the passes carry their ids over.
   std::vector<int> ids = fetches;
   ids.insert(ids.end(), update_ops.begin(), update_ops.end());
@@ -61,11 +65,28 @@ LoweredProgram lower_graph(const Graph& graph, const std::vector<int>& fetches,
   kir::Program program = lower_to_kernels(g, new_fetches, new_updates);  // fusion
   program = fold_batch_summed_products(std::move(program));  // sum_b x_b^T dy_b as one product
   program = fuse_epilogues(std::move(program));       // act(x w + b) as the product's epilogue
+  const bool gpu = target == Target::gpu;
+  if (gpu && knobs::fused_max_pools_enabled())   // a 2x2 pool in the kernel making its input
+    program = fuse_max_pools(std::move(program));  // (before grouping: that kernel stands alone)
   if (knobs::group_kernels_enabled())
     program = group_kernels(std::move(program));  // independent elementwise kernels: one launch
+  if (gpu && knobs::reduction_finishers_enabled())  // batch norm's per-channel kernel in its sums
+    program = attach_reduction_finishers(std::move(program));
   if (knobs::debug_level() >= 3)
-    std::fprintf(stderr, "towerjit: kernel IR\n%s", kir::to_string(program).c_str());
+    std::fprintf(stderr, "towerjit: kernel IR (%s)\n%s", gpu ? "GPU" : "CPU", kir::to_string(program).c_str());
   return {std::move(g), std::move(program)};
+}
+
+}  // namespace
+
+LoweredProgram lower_graph(const Graph& graph, const std::vector<int>& fetches,
+                           const std::vector<int>& update_ops) {
+  return lower_for(Target::cpu, graph, fetches, update_ops);
+}
+
+LoweredProgram lower_graph_for_gpu(const Graph& graph, const std::vector<int>& fetches,
+                                   const std::vector<int>& update_ops) {
+  return lower_for(Target::gpu, graph, fetches, update_ops);
 }
 
 }  // namespace towerjit

@@ -14,8 +14,14 @@ struct LoweredProgram {
   kir::Program program;
 };
 
-// Optimises a copy of `graph` and lowers what `fetches` and `update_ops` need.
+// Optimises a copy of `graph` and lowers what `fetches` and `update_ops` need: what a
+// CpuProgram compiles.
 LoweredProgram lower_graph(const Graph& graph, const std::vector<int>& fetches,
                            const std::vector<int>& update_ops);
+
+// lower_graph with the kernel-IR passes only the GPU's programs take (each pass's header says
+// why the CPU's do not): what a CudaProgram runs and dump_cuda writes.
+LoweredProgram lower_graph_for_gpu(const Graph& graph, const std::vector<int>& fetches,
+                                   const std::vector<int>& update_ops);
 
 }  // namespace towerjit

@@ -52,7 +52,7 @@ class Indexes {
         if (step["kind"] != "kernel") continue;
         KernelIndex k;
         k.bytes = affine_at(step["bytes_read"], batch_) + affine_at(step["bytes_written"], batch_);
-        k.ops = static_cast<int>(step["ops"].size());
+        k.ops = static_cast<int>(step["ops"].size()) * step.value("evaluations", 1);
         k.reduces = step.contains("reduce");
         // A one-pass reduction's last block reads each partial once (TJ_TAIL_WORK(1) a partial),
         // the partials' traffic of both of its halves, as a combine pass's below.

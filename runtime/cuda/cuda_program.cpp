@@ -14,7 +14,6 @@
 #include "jit/dump.h"
 #include "jit/knobs.h"
 #include "jit/passes/pipeline.h"
-#include "jit/passes/reduction_finishers.h"
 #include "runtime/bind_feeds.h"
 #include "runtime/cuda/library.h"
 #include "runtime/cuda/program_graphs.h"
@@ -71,10 +70,9 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
   user_check(device.kind == DeviceKind::gpu, loc)
       << "CudaProgram runs on a GPU, not on " << device.str() << "; use CpuProgram for CPU devices";
   device_ = &cuda::device(device.index, loc);  // "no CUDA device: ..." before any work
-  LoweredProgram lowered = lower_graph(graph, ids, update_ops);
+  LoweredProgram lowered = lower_graph_for_gpu(graph, ids, update_ops);
   graph_ = std::move(lowered.graph);
   program_ = std::move(lowered.program);
-  if (knobs::reduction_finishers_enabled()) program_ = attach_reduction_finishers(std::move(program_));
   // The same program keeps its name on every run, so the module's text (and the compile
   // cache's key) is the same.
   name_ = dump_stem(name, kir::to_string(program_));

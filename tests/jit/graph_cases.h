@@ -146,6 +146,45 @@ inline void relu_then_pools(const Runner& run, const std::string& where) {
   }
 }
 
+// 2x2 / stride-2 max pools whose input an elementwise kernel makes and nothing else reads: the
+// GPU computes them in that kernel and routes their gradients by each window's winner
+// (jit/passes/fused_max_pools.h). After relu(x * s + r), whose mask the pool gradient takes in,
+// and after x * s - r, whose negative maxima route too; both gradients reach x's (elementwise)
+// and s's (a sum per channel). Integer inputs put ties in the windows, of positive values and of
+// the ReLU's zeros; -x's, computed exactly, leave the reference no room: its ties go to the first.
+// A NaN in r wins its window in each image. One window an image (2x2), and 6x10.
+inline void max_pools_in_their_producers(const Runner& run, const std::string& where) {
+  for (const int64_t h : {2, 6}) {
+    const int64_t w = h == 2 ? 2 : 10;
+    Graph g;
+    GraphScope use(g);
+    auto x = input("x", {kBatch, 3, h, w});
+    auto r = input("r", {kBatch, 3, h, w});
+    auto s = input("s", {1, 3, 1, 1});
+    auto masked = max_pool2d(relu(x * s + r)), plain = max_pool2d(x * s - r), negated = max_pool2d(-x);
+    auto w_masked = input("w_masked", masked.shape()), w_plain = input("w_plain", plain.shape());
+    auto grads = grad(sum(masked * w_masked) + sum(plain * w_plain) + sum(negated * w_plain), {x, s});
+    for (int64_t batch : {1, 7}) {
+      auto integers = [](Shape shape, uint32_t seed) {
+        reference::Array v = random_array(shape, seed, -2.5, 2.5);
+        for (double& e : v.data) e = std::round(e);
+        return v;
+      };
+      reference::Array r_values = integers({batch, 3, h, w}, 22), s_values({1, 3, 1, 1});
+      s_values.data = {1, 2, 1};  // integer products: ties between positive values too
+      for (int64_t b = 0; b < batch; ++b) r_values.data[b * 3 * h * w + 1] = std::nan("");
+      reference::Variables vars;
+      auto out = run(g, {masked, plain, negated, grads[0], grads[1]},
+                     {{"x", integers({batch, 3, h, w}, 21)}, {"r", r_values}, {"s", s_values},
+                      {"w_masked", random_array(masked.shape().bind(batch), 24)},
+                      {"w_plain", random_array(plain.shape().bind(batch), 25)}},
+                     vars, false, 0);
+      require_close(out, "max pools in their producers, " + std::to_string(h) + "x" + std::to_string(w) + ", batch " +
+                             std::to_string(batch) + where);
+    }
+  }
+}
+
 inline void batch_norm_updates(const Runner& run, const std::string& where) {
   Graph g;
   GraphScope use(g);

@@ -56,6 +56,10 @@ TEST_CASE("max pools after a ReLU, its mask in the pool gradient, match the refe
   cases::relu_then_pools(on_cpu(&threads), " over 2 threads");
 }
 
+TEST_CASE("max pools of an elementwise kernel's output, NaN and ties in the windows, match the reference", "[cpu][jit][isa]") {
+  cases::max_pools_in_their_producers(on_cpu(), "");
+}
+
 TEST_CASE("dropout's mask, drawn again by each kernel that reads it, is the reference's", "[cpu][jit][isa]") {
   cases::dropout_drawn_by_each_reader(on_cpu(), "");
 }

@@ -34,6 +34,7 @@ const Values kChecked[] = {
     {"TOWERJIT_FACTOR_SUMS", "factored", "off"},
     {"TOWERJIT_RECOMPUTE_IN_READERS", "again", "off"},
     {"TOWERJIT_REDUCTION_FINISHERS", "later", "off"},
+    {"TOWERJIT_FUSED_MAX_POOLS", "never", "off"},
     {"TOWERJIT_CPU_ISA", "avx9", "baseline"},
     {"TOWERJIT_DIRECT_CONV", "avx2", "off"},
     {"TOWERJIT_CHECK_NUMERICS", "y", "yes"},

@@ -1,0 +1,385 @@
+#include "jit/passes/fused_max_pools.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace towerjit {
+namespace {
+
+using kir::Affine;
+using K = kir::Expr::Kind;
+
+Affine times(Affine a, int64_t k) { return {a.c * k, a.b * k}; }
+Affine plus(Affine a, Affine b) { return {a.c + b.c, a.b + b.b}; }
+
+int add(kir::Kernel& k, kir::Expr e) {
+  k.exprs.push_back(std::move(e));
+  return static_cast<int>(k.exprs.size()) - 1;
+}
+int constant(kir::Kernel& k, double v, DType t) { return add(k, {.kind = K::constant, .dtype = t, .value = v}); }
+int binary(kir::Kernel& k, Op op, DType t, int a, int b) {
+  return add(k, {.kind = K::binary, .op = op, .dtype = t, .args = {a, b}});
+}
+int select(kir::Kernel& k, DType t, int cond, int a, int b) {
+  return add(k, {.kind = K::select, .op = Op::Select, .dtype = t, .args = {cond, a, b}});
+}
+int access(kir::Kernel& k, kir::Access a) {
+  k.accesses.push_back(std::move(a));
+  return static_cast<int>(k.accesses.size()) - 1;
+}
+
+bool row_major(const kir::Access& a, const Shape& shape) {
+  return a.offset == Affine{} && a.strides == kir::row_major_strides(shape);
+}
+
+// The steps that write and read each buffer.
+struct Uses {
+  std::vector<std::vector<int>> writers, readers;
+};
+
+Uses uses_of(const kir::Program& p) {
+  Uses u;
+  u.writers.resize(p.buffers.size());
+  u.readers.resize(p.buffers.size());
+  auto note = [](std::vector<int>& v, int s) {
+    if (v.empty() || v.back() != s) v.push_back(s);
+  };
+  for (int s = 0; s < static_cast<int>(p.steps.size()); ++s) {
+    const kir::Step& step = p.steps[s];
+    if (step.kind == kir::Step::Kind::kernel) {
+      for (const kir::Kernel* body : p.kernels[step.index].bodies()) {
+        for (const kir::Expr& e : body->exprs)
+          if (e.kind == K::load) note(u.readers[body->accesses[e.access].buffer], s);
+        for (const auto& o : body->outputs) note(u.writers[body->accesses[o.access].buffer], s);
+      }
+    } else if (step.kind == kir::Step::Kind::library) {
+      const kir::LibraryCall& c = p.calls[step.index];
+      for (int b : c.inputs) note(u.readers[b], s);
+      note(u.writers[c.output], s);
+    } else {
+      note(u.readers[p.copies[step.index].from], s);
+      note(u.writers[p.copies[step.index].to], s);
+    }
+  }
+  return u;
+}
+
+int root_of(const kir::Program& p, int b) {
+  while (p.buffers[b].alias_of >= 0) b = p.buffers[b].alias_of;
+  return b;
+}
+
+// Whether a step after `from`, up to `to`, touches the memory of buffer `b` (a view of it, or one
+// it views, included): with `writes_only`, writes it.
+bool touched_between(const kir::Program& p, const Uses& u, int b, int from, int to, bool writes_only) {
+  for (int other = 0; other < static_cast<int>(p.buffers.size()); ++other) {
+    if (root_of(p, other) != root_of(p, b)) continue;
+    for (const std::vector<int>* steps : {&u.writers[other], &u.readers[other]}) {
+      for (int s : *steps)
+        if (s > from && s <= to) return true;
+      if (writes_only) break;
+    }
+  }
+  return false;
+}
+
+// A pool the pass takes: the kernel step that makes its input, its own step, its gradients'.
+struct Fusion {
+  int producer = -1, pool = -1;
+  std::vector<int> grads;
+};
+
+bool is_call(const kir::Program& p, int step, Op op) {
+  return p.steps[step].kind == kir::Step::Kind::library && p.calls[p.steps[step].index].op == op;
+}
+
+// The fusion of the max pool at step `s`, if the header's conditions hold.
+std::optional<Fusion> fusion_at(const kir::Program& p, const Uses& uses, int s) {
+  const kir::LibraryCall& pool = p.calls[p.steps[s].index];
+  const Attrs& at = pool.attrs;
+  if (at.kernel[0] != 2 || at.kernel[1] != 2 || at.stride[0] != 2 || at.stride[1] != 2 || at.pad[0] || at.pad[1])
+    return std::nullopt;
+  const int x = pool.inputs[0];
+  const kir::Buffer& xb = p.buffers[x];
+  const Shape& xs = xb.shape;
+  if (xb.kind != kir::Buffer::Kind::temp || xb.alias_of >= 0 || xb.dtype != DType::f32 || xs.rank() != 4) return std::nullopt;
+  if (xs[2] == kBatch || xs[3] == kBatch || xs[2] % 2 || xs[3] % 2) return std::nullopt;
+  const Shape pooled{xs[0], xs[1], xs[2] / 2, xs[3] / 2};
+  const kir::Buffer& pb = p.buffers[pool.output];
+  if (pb.dtype != DType::f32 || pb.shape != pooled) return std::nullopt;
+  for (const kir::Buffer& b : p.buffers)
+    if (b.alias_of == x) return std::nullopt;
+  if (std::count(p.fetches.begin(), p.fetches.end(), x)) return std::nullopt;
+
+  if (uses.writers[x].size() != 1) return std::nullopt;
+  Fusion f{.producer = uses.writers[x][0], .pool = s};
+  if (p.steps[f.producer].kind != kir::Step::Kind::kernel || f.producer > s) return std::nullopt;
+  // The pool's output is stored at the producer's step instead: nothing in between may touch it.
+  if (touched_between(p, uses, pool.output, f.producer, s - 1, /*writes_only=*/false)) return std::nullopt;
+  const kir::Kernel& k = p.kernels[p.steps[f.producer].index];
+  if (!k.parts.empty() || !k.finishers.empty() || k.reduce != Op::Constant || k.outputs.size() != 1) return std::nullopt;
+  if (k.space != xs || !row_major(k.accesses[k.outputs[0].access], xs)) return std::nullopt;
+  if (k.exprs[k.outputs[0].expr].dtype != DType::f32) return std::nullopt;
+
+  for (int r : uses.readers[x]) {
+    if (r == s) continue;
+    if (!is_call(p, r, Op::MaxPool2DGrad)) return std::nullopt;  // the producer reading x is one
+    const kir::LibraryCall& g = p.calls[p.steps[r].index];
+    const kir::Buffer& dy = p.buffers[g.inputs.back()];
+    const kir::Buffer& dx = p.buffers[g.output];
+    if (g.inputs.size() != 2 || g.inputs[0] != x || g.inputs[1] == x || g.attrs.kernel[0] != 2 ||
+        g.attrs.kernel[1] != 2 || g.attrs.stride[0] != 2 || g.attrs.stride[1] != 2 || g.attrs.pad[0] || g.attrs.pad[1])
+      return std::nullopt;
+    if (dy.dtype != DType::f32 || dy.shape != pooled || dx.dtype != DType::f32 || dx.shape != xs) return std::nullopt;
+    f.grads.push_back(r);
+  }
+  return f;
+}
+
+// `a` at window position (dy, dx) of the pooled point: the pooled axes 2 and 3 step twice as far.
+kir::Access at_window(kir::Access a, int dy, int dx) {
+  a.offset = plus(a.offset, plus(times(a.strides[2], dy), times(a.strides[3], dx)));
+  a.strides[2] = times(a.strides[2], 2);
+  a.strides[3] = times(a.strides[3], 2);
+  return a;
+}
+
+// The producer over the pooled points: its value at the window's four points, the first
+// maximum of them (tj_window_argmax's order and NaN rule) stored to the pool's output, and the
+// code (the header's) stored to `code`.
+kir::Kernel pooling_producer(const kir::Kernel& k, const kir::LibraryCall& pool, const Shape& pooled, int code) {
+  kir::Kernel out;
+  out.name = k.name + "_max_pool2d";
+  out.space = pooled;
+  out.nodes = k.nodes;
+  out.nodes.push_back(pool.node);
+  out.evaluations = 4 * k.evaluations;  // the window's points (the pool's compares counted with them)
+  int best = -1, arg = -1;
+  for (int w = 0; w < 4; ++w) {
+    const int dy = w / 2, dx = w % 2;
+    std::vector<int> to(k.exprs.size());
+    for (size_t i = 0; i < k.exprs.size(); ++i) {
+      kir::Expr e = k.exprs[i];
+      for (int& a : e.args) a = to[a];
+      if (e.access >= 0) e.access = access(out, at_window(k.accesses[e.access], dy, dx));
+      to[i] = add(out, e);
+      if (e.kind == K::loop_index && (e.axis == 2 || e.axis == 3)) {  // i -> 2i + d
+        to[i] = binary(out, Op::Mul, DType::i32, to[i], constant(out, 2, DType::i32));
+        if (const int d = e.axis == 2 ? dy : dx) to[i] = binary(out, Op::Add, DType::i32, to[i], constant(out, d, DType::i32));
+      }
+    }
+    const int v = to[k.outputs[0].expr];
+    if (w == 0) {
+      best = v, arg = constant(out, 0, DType::i32);
+      continue;
+    }
+    const int greater = binary(out, Op::Greater, DType::f32, v, best);
+    const int nan_over_number = binary(out, Op::Mul, DType::f32, binary(out, Op::NotEqual, DType::f32, v, v),
+                                       binary(out, Op::Equal, DType::f32, best, best));  // 0/1 and 0/1
+    const int wins = binary(out, Op::Max, DType::f32, greater, nan_over_number);
+    best = select(out, DType::f32, wins, v, best);
+    arg = select(out, DType::i32, wins, constant(out, w, DType::i32), arg);
+  }
+  const int positive = binary(out, Op::Greater, DType::f32, best, constant(out, 0, DType::f32));
+  const int code_value = binary(out, Op::Add, DType::i32, arg,
+                                select(out, DType::i32, positive, constant(out, 0, DType::i32), constant(out, 4, DType::i32)));
+  const std::vector<Affine> rows = kir::row_major_strides(pooled);
+  out.outputs.push_back({.access = access(out, {.buffer = pool.output, .strides = rows}), .expr = best});
+  out.outputs.push_back({.access = access(out, {.buffer = code, .strides = rows}), .expr = code_value});
+  return out;
+}
+
+// The gradient over [N, C, H/2, 2, W/2, 2] (row-major, the input's own order): dx is 0 + dy at
+// the position the code names, +0 elsewhere.
+kir::Kernel routing_gradient(const std::string& name, const kir::LibraryCall& grad, const Shape& pooled, int code) {
+  kir::Kernel out;
+  out.name = name;
+  out.space = Shape{pooled[0], pooled[1], pooled[2], 2, pooled[3], 2};
+  out.nodes = {grad.node};
+  const std::vector<Affine> rows = kir::row_major_strides(pooled);
+  const std::vector<Affine> at_pooled{rows[0], rows[1], rows[2], Affine{}, rows[3], Affine{}};
+  const int c = add(out, {.kind = K::load, .dtype = DType::i32, .access = access(out, {.buffer = code, .strides = at_pooled})});
+  const int dy = add(out, {.kind = K::load, .dtype = DType::f32,
+                           .access = access(out, {.buffer = grad.inputs[1], .strides = at_pooled})});
+  const int row = add(out, {.kind = K::loop_index, .op = Op::Iota, .dtype = DType::i32, .axis = 3});
+  const int col = add(out, {.kind = K::loop_index, .op = Op::Iota, .dtype = DType::i32, .axis = 5});
+  const int position =
+      binary(out, Op::Add, DType::i32, binary(out, Op::Mul, DType::i32, row, constant(out, 2, DType::i32)), col);
+  int hit = binary(out, Op::Equal, DType::i32, c, position);
+  if (!grad.attrs.relu_mask)  // the winner's sign aside: code p or p + 4
+    hit = binary(out, Op::Max, DType::i32, hit,
+                 binary(out, Op::Equal, DType::i32, c,
+                        binary(out, Op::Add, DType::i32, position, constant(out, 4, DType::i32))));
+  const int zero = constant(out, 0, DType::f32);
+  const int dx = binary(out, Op::Add, DType::f32, select(out, DType::f32, hit, dy, zero), zero);
+  out.outputs.push_back(
+      {.access = access(out, {.buffer = grad.output, .strides = kir::row_major_strides(out.space)}), .expr = dx});
+  return out;
+}
+
+// `base` + "_max_pool2d_grad", with a count after it where that name is taken.
+std::string unique_name(const kir::Program& p, const std::vector<kir::Kernel>& added, const std::string& base) {
+  auto taken = [&](const std::string& n) {
+    auto named = [&](const kir::Kernel& k) { return k.name == n; };
+    return std::any_of(p.kernels.begin(), p.kernels.end(), named) || std::any_of(added.begin(), added.end(), named);
+  };
+  std::string name = base + "_max_pool2d_grad";
+  for (int i = 2; taken(name); ++i) name = base + "_max_pool2d_grad" + std::to_string(i);
+  return name;
+}
+
+// The axes of [N, C, H, W] split as [N, C, H/2, 2, W/2, 2]: a stride s along H or W becomes
+// 2s along the pooled axis and s along the window's.
+kir::Access split_axes(kir::Access a) {
+  const Affine h = a.strides[2], w = a.strides[3];
+  a.strides = {a.strides[0], a.strides[1], times(h, 2), h, times(w, 2), w};
+  return a;
+}
+
+// Whether `r` can compute the routed gradient `g` (over the split space) where it loads
+// g's output: a plain kernel over that output's shape (or already over the split space, having
+// taken another pool's gradient), loading it only row-major, that neither indexes H or W by
+// value nor writes what g reads.
+bool can_route(const kir::Program& p, const kir::Kernel& r, const kir::Kernel& g) {
+  const int dx = g.accesses[g.outputs[0].access].buffer;
+  if (!r.parts.empty() || !r.finishers.empty()) return false;
+  if (r.space != p.buffers[dx].shape && r.space != g.space) return false;
+  for (const kir::Expr& e : r.exprs) {
+    if (e.kind == K::loop_index && e.axis >= 2) return false;
+    if (e.kind == K::load && r.accesses[e.access].buffer == dx && !row_major(r.accesses[e.access], r.space)) return false;
+  }
+  for (const auto& o : r.outputs)
+    for (const kir::Access& a : g.accesses)
+      if (r.accesses[o.access].buffer == a.buffer) return false;
+  return true;
+}
+
+// `r` over the split space, with g's body where it loaded g's output.
+kir::Kernel route_into(const kir::Kernel& r, const kir::Kernel& g) {
+  const int dx = g.accesses[g.outputs[0].access].buffer;
+  kir::Kernel out = r;
+  out.nodes.insert(out.nodes.end(), g.nodes.begin(), g.nodes.end());
+  if (r.space != g.space) {
+    out.space = g.space;
+    for (kir::Access& a : out.accesses) a = split_axes(a);
+    out.reduce_axes.clear();
+    for (int a : r.reduce_axes)
+      for (int b : a < 2 ? std::vector<int>{a} : std::vector<int>{2 * a - 2, 2 * a - 1}) out.reduce_axes.push_back(b);
+  }
+  out.exprs.clear();
+  std::vector<int> to(r.exprs.size());
+  for (size_t i = 0; i < r.exprs.size(); ++i) {
+    const kir::Expr& e = r.exprs[i];
+    if (e.kind == K::load && r.accesses[e.access].buffer == dx) {
+      std::vector<int> from_g(g.exprs.size());
+      for (size_t j = 0; j < g.exprs.size(); ++j) {
+        kir::Expr c = g.exprs[j];
+        for (int& a : c.args) a = from_g[a];
+        if (c.access >= 0) c.access = access(out, g.accesses[c.access]);
+        from_g[j] = add(out, c);
+      }
+      to[i] = from_g[g.outputs[0].expr];
+      continue;
+    }
+    kir::Expr c = e;
+    for (int& a : c.args) a = to[a];
+    to[i] = add(out, c);
+  }
+  for (auto& o : out.outputs) o.expr = to[o.expr];
+  return out;
+}
+
+// Every kernel that reads the routed gradient at step `gs` computes it instead, where all can;
+// then that step goes (the caller drops it).
+bool route_to_readers(kir::Program& p, int gs) {
+  const kir::Kernel& g = p.kernels[p.steps[gs].index];
+  const int dx = g.accesses[g.outputs[0].access].buffer;
+  if (std::count(p.fetches.begin(), p.fetches.end(), dx)) return false;
+  for (const kir::Buffer& b : p.buffers)
+    if (b.alias_of == dx) return false;
+  const Uses uses = uses_of(p);
+  if (uses.readers[dx].empty()) return false;
+  for (const kir::Access& a : g.accesses)  // what g reads stays as it was until its last reader
+    if (a.buffer != dx && touched_between(p, uses, a.buffer, gs, uses.readers[dx].back(), /*writes_only=*/true))
+      return false;
+  for (int s : uses.readers[dx])
+    if (p.steps[s].kind != kir::Step::Kind::kernel || !can_route(p, p.kernels[p.steps[s].index], g)) return false;
+  for (int s : uses.readers[dx]) p.kernels[p.steps[s].index] = route_into(p.kernels[p.steps[s].index], g);
+  return true;
+}
+
+}  // namespace
+
+kir::Program fuse_max_pools(kir::Program p) {
+  const Uses uses = uses_of(p);
+  std::set<int> dropped;           // the pools' steps
+  std::map<int, int> grad_kernel;  // a gradient's step -> its kernel
+  std::vector<kir::Kernel> added;
+  for (int s = 0; s < static_cast<int>(p.steps.size()); ++s) {
+    if (!is_call(p, s, Op::MaxPool2D)) continue;
+    const std::optional<Fusion> f = fusion_at(p, uses, s);
+    if (!f) continue;
+    const kir::LibraryCall& pool = p.calls[p.steps[s].index];
+    const Shape& xs = p.buffers[pool.inputs[0]].shape;
+    const Shape pooled{xs[0], xs[1], xs[2] / 2, xs[3] / 2};
+    const int code = static_cast<int>(p.buffers.size());
+    p.buffers.push_back({.kind = kir::Buffer::Kind::temp, .shape = pooled, .dtype = DType::i32,
+                         .name = "t" + std::to_string(code)});
+    kir::Kernel& producer = p.kernels[p.steps[f->producer].index];
+    const std::string base = producer.name.substr(0, producer.name.find('_'));  // "k14"
+    producer = pooling_producer(producer, pool, pooled, code);
+    dropped.insert(s);
+    for (int g : f->grads) {
+      added.push_back(routing_gradient(unique_name(p, added, base), p.calls[p.steps[g].index], pooled, code));
+      grad_kernel[g] = static_cast<int>(p.kernels.size() + added.size()) - 1;
+    }
+  }
+  if (dropped.empty()) return p;
+
+  std::vector<kir::Step> steps;
+  std::vector<kir::LibraryCall> calls;
+  for (int s = 0; s < static_cast<int>(p.steps.size()); ++s) {
+    kir::Step step = p.steps[s];
+    if (dropped.count(s)) continue;
+    if (auto g = grad_kernel.find(s); g != grad_kernel.end()) {
+      steps.push_back({kir::Step::Kind::kernel, g->second});
+      continue;
+    }
+    if (step.kind == kir::Step::Kind::library) {
+      calls.push_back(std::move(p.calls[step.index]));
+      step.index = static_cast<int>(calls.size()) - 1;
+    }
+    steps.push_back(step);
+  }
+  const int first_added = static_cast<int>(p.kernels.size());
+  for (kir::Kernel& k : added) p.kernels.push_back(std::move(k));
+  p.steps = std::move(steps);
+  p.calls = std::move(calls);
+
+  // Then each gradient into the kernels that read it, where all of them can take it.
+  std::set<int> routed;
+  for (int s = 0; s < static_cast<int>(p.steps.size()); ++s)
+    if (p.steps[s].kind == kir::Step::Kind::kernel && p.steps[s].index >= first_added && route_to_readers(p, s))
+      routed.insert(s);
+  if (routed.empty()) return p;
+  std::vector<kir::Step> steps_left;
+  std::vector<kir::Kernel> kernels_left;
+  for (int s = 0; s < static_cast<int>(p.steps.size()); ++s) {
+    if (routed.count(s)) continue;
+    kir::Step step = p.steps[s];
+    if (step.kind == kir::Step::Kind::kernel) {
+      kernels_left.push_back(std::move(p.kernels[step.index]));
+      step.index = static_cast<int>(kernels_left.size()) - 1;
+    }
+    steps_left.push_back(step);
+  }
+  p.steps = std::move(steps_left);
+  p.kernels = std::move(kernels_left);
+  return p;
+}
+
+}  // namespace towerjit
