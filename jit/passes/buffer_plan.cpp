@@ -2,13 +2,10 @@
 
 #include <algorithm>
 
+#include "jit/kir/views.h"
+
 namespace towerjit {
 namespace {
-
-int root_of(const kir::Program& p, int b) {
-  while (p.buffers[b].alias_of >= 0) b = p.buffers[b].alias_of;
-  return b;
-}
 
 // Every buffer a step touches, reads and writes alike.
 std::vector<int> touched(const kir::Program& p, const kir::Step& s) {
@@ -34,11 +31,11 @@ BufferPlan plan_buffers(const kir::Program& p, int64_t batch) {
   std::vector<int> first(n, steps), last(n, -1);
   for (int s = 0; s < steps; ++s)
     for (int b : touched(p, p.steps[s])) {
-      const int r = root_of(p, b);
+      const int r = kir::root_of(p, b);
       first[r] = std::min(first[r], s);
       last[r] = std::max(last[r], s);
     }
-  for (int f : p.fetches) last[root_of(p, f)] = steps;
+  for (int f : p.fetches) last[kir::root_of(p, f)] = steps;
 
   std::vector<int> order;
   for (int b = 0; b < n; ++b)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "jit/kir/views.h"
 #include "jit/knobs.h"
 
 namespace towerjit {
@@ -17,33 +18,6 @@ bool same_walk(const std::vector<Affine>& a, const std::vector<Affine>& b, const
   for (int i = 0; i < shape.rank(); ++i)
     if (shape[i] != 1 && a[i] != b[i]) return false;
   return true;
-}
-
-// The buffer whose elements `b` are (a view's source, followed to the end).
-int root_of(const kir::Program& p, int b) {
-  while (p.buffers[b].alias_of >= 0) b = p.buffers[b].alias_of;
-  return b;
-}
-
-// Whether step `s` reads or writes buffer `b`, or a view sharing its elements.
-bool touches(const kir::Program& p, const kir::Step& step, int b, bool writes_only) {
-  const int r = root_of(p, b);
-  auto same = [&](int other) { return other >= 0 && root_of(p, other) == r; };
-  if (step.kind == kir::Step::Kind::kernel) {
-    for (const kir::Kernel* k : p.kernels[step.index].bodies()) {
-      for (const auto& o : k->outputs)
-        if (same(k->accesses[o.access].buffer)) return true;
-      if (!writes_only)
-        for (const kir::Access& a : k->accesses)
-          if (same(a.buffer)) return true;
-    }
-    return false;
-  }
-  if (step.kind == kir::Step::Kind::library) {
-    const kir::LibraryCall& c = p.calls[step.index];
-    return same(c.output) || (!writes_only && std::any_of(c.inputs.begin(), c.inputs.end(), same));
-  }
-  return same(p.copies[step.index].to) || (!writes_only && same(p.copies[step.index].from));
 }
 
 // The epilogue kernel `k` computes on result `from` of shape `shape`, with its bias buffer and
@@ -113,7 +87,7 @@ bool fuse(kir::Program& p, int s) {
   // The result's one reader, after it.
   int reader = -1;
   for (int t = 0; t < static_cast<int>(p.steps.size()); ++t) {
-    if (t == s || !touches(p, p.steps[t], result, false)) continue;
+    if (t == s || !kir::touches(p, p.steps[t], result, false)) continue;
     if (reader >= 0 || t < s || p.steps[t].kind != kir::Step::Kind::kernel) return false;
     reader = t;
   }
@@ -123,7 +97,7 @@ bool fuse(kir::Program& p, int s) {
   // The call now runs the kernel's work at its own place: nothing in between may write the
   // bias, or touch the output.
   for (int t = s + 1; t < reader; ++t)
-    if (touches(p, p.steps[t], m.bias, true) || touches(p, p.steps[t], m.output, false)) return false;
+    if (kir::touches(p, p.steps[t], m.bias, true) || kir::touches(p, p.steps[t], m.output, false)) return false;
   c.inputs.push_back(m.bias);
   c.output = m.output;
   c.epilogue = m.epilogue;

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "jit/kir/views.h"
+
 namespace towerjit {
 namespace {
 
@@ -68,22 +70,11 @@ Uses uses_of(const kir::Program& p) {
   return u;
 }
 
-int root_of(const kir::Program& p, int b) {
-  while (p.buffers[b].alias_of >= 0) b = p.buffers[b].alias_of;
-  return b;
-}
-
-// Whether a step after `from`, up to `to`, touches the memory of buffer `b` (a view of it, or one
-// it views, included): with `writes_only`, writes it.
-bool touched_between(const kir::Program& p, const Uses& u, int b, int from, int to, bool writes_only) {
-  for (int other = 0; other < static_cast<int>(p.buffers.size()); ++other) {
-    if (root_of(p, other) != root_of(p, b)) continue;
-    for (const std::vector<int>* steps : {&u.writers[other], &u.readers[other]}) {
-      for (int s : *steps)
-        if (s > from && s <= to) return true;
-      if (writes_only) break;
-    }
-  }
+// Whether a step after `from`, up to `to`, touches the memory of buffer `b` (views included):
+// with `writes_only`, writes it.
+bool touched_between(const kir::Program& p, int b, int from, int to, bool writes_only) {
+  for (int s = from + 1; s <= to; ++s)
+    if (kir::touches(p, p.steps[s], b, writes_only)) return true;
   return false;
 }
 
@@ -119,7 +110,7 @@ std::optional<Fusion> fusion_at(const kir::Program& p, const Uses& uses, int s) 
   Fusion f{.producer = uses.writers[x][0], .pool = s};
   if (p.steps[f.producer].kind != kir::Step::Kind::kernel || f.producer > s) return std::nullopt;
   // The pool's output is stored at the producer's step instead: nothing in between may touch it.
-  if (touched_between(p, uses, pool.output, f.producer, s - 1, /*writes_only=*/false)) return std::nullopt;
+  if (touched_between(p, pool.output, f.producer, s - 1, /*writes_only=*/false)) return std::nullopt;
   const kir::Kernel& k = p.kernels[p.steps[f.producer].index];
   if (!k.parts.empty() || !k.finishers.empty() || k.reduce != Op::Constant || k.outputs.size() != 1) return std::nullopt;
   if (k.space != xs || !row_major(k.accesses[k.outputs[0].access], xs)) return std::nullopt;
@@ -304,7 +295,7 @@ bool route_to_readers(kir::Program& p, int gs) {
   const Uses uses = uses_of(p);
   if (uses.readers[dx].empty()) return false;
   for (const kir::Access& a : g.accesses)  // what g reads stays as it was until its last reader
-    if (a.buffer != dx && touched_between(p, uses, a.buffer, gs, uses.readers[dx].back(), /*writes_only=*/true))
+    if (a.buffer != dx && touched_between(p, a.buffer, gs, uses.readers[dx].back(), /*writes_only=*/true))
       return false;
   for (int s : uses.readers[dx])
     if (p.steps[s].kind != kir::Step::Kind::kernel || !can_route(p, p.kernels[p.steps[s].index], g)) return false;

@@ -1,9 +1,10 @@
 #include "jit/passes/group_kernels.h"
 
-#include "jit/passes/coalesce_axes.h"
-
 #include <algorithm>
 #include <set>
+
+#include "jit/kir/views.h"
+#include "jit/passes/coalesce_axes.h"
 
 namespace towerjit {
 namespace {
@@ -11,11 +12,6 @@ namespace {
 using kir::Affine;
 
 constexpr size_t kMaxMergedExprs = 256;  // as FusionLimits::max_exprs: bodies stay that small
-
-int root_of(const kir::Program& p, int b) {
-  while (p.buffers[b].alias_of >= 0) b = p.buffers[b].alias_of;
-  return b;
-}
 
 // The (root) buffers a step reads and writes; two steps that share a buffer one of them
 // writes must keep their order.
@@ -35,8 +31,8 @@ struct Effects {
 
 Effects effects_of(const kir::Program& p, const kir::Step& s) {
   Effects e;
-  auto r = [&](int b) { e.reads.insert(root_of(p, b)); };
-  auto w = [&](int b) { e.writes.insert(root_of(p, b)); };
+  auto r = [&](int b) { e.reads.insert(kir::root_of(p, b)); };
+  auto w = [&](int b) { e.writes.insert(kir::root_of(p, b)); };
   if (s.kind == kir::Step::Kind::kernel) {
     const kir::Kernel& k = p.kernels[s.index];
     for (const kir::Kernel* body : k.bodies()) {
@@ -73,11 +69,11 @@ bool same_points(const kir::Program& p, const kir::Kernel& pk, const kir::Kernel
   auto fits = [&](const kir::Kernel& writer, const kir::Kernel& other) {
     for (const auto& o : writer.outputs) {
       const kir::Access& store = writer.accesses[o.access];
-      const int root = root_of(p, store.buffer);
+      const int root = kir::root_of(p, store.buffer);
       for (const auto& a : other.accesses)
-        if (a.buffer >= 0 && root_of(p, a.buffer) == root && !(a == store)) return false;
+        if (a.buffer >= 0 && kir::root_of(p, a.buffer) == root && !(a == store)) return false;
       for (const auto& o2 : other.outputs)
-        if (root_of(p, other.accesses[o2.access].buffer) == root) return false;  // both write it
+        if (kir::root_of(p, other.accesses[o2.access].buffer) == root) return false;  // both write it
     }
     return true;
   };

@@ -3,15 +3,12 @@
 #include <algorithm>
 #include <set>
 
+#include "jit/kir/views.h"
+
 namespace towerjit {
 namespace {
 
 using kir::Affine;
-
-int root_of(const kir::Program& p, int b) {
-  while (p.buffers[b].alias_of >= 0) b = p.buffers[b].alias_of;
-  return b;
-}
 
 std::vector<int> kept_axes(const kir::Kernel& k) {
   std::vector<int> kept;
@@ -54,8 +51,8 @@ Effects effects_of(const kir::Program& p, const kir::Kernel& k) {
   Effects e;
   for (const kir::Expr& x : k.exprs)
     if (x.kind == kir::Expr::Kind::load && k.accesses[x.access].buffer >= 0)
-      e.reads.insert(root_of(p, k.accesses[x.access].buffer));
-  for (const kir::Kernel::Output& o : k.outputs) e.writes.insert(root_of(p, k.accesses[o.access].buffer));
+      e.reads.insert(kir::root_of(p, k.accesses[x.access].buffer));
+  for (const kir::Kernel::Output& o : k.outputs) e.writes.insert(kir::root_of(p, k.accesses[o.access].buffer));
   return e;
 }
 
@@ -82,7 +79,7 @@ bool can_finish(const kir::Program& p, const kir::Kernel& r, const kir::Kernel& 
     for (const kir::Expr& x : body->exprs) {
       if (x.kind != kir::Expr::Kind::load) continue;
       const kir::Access& a = body->accesses[x.access];
-      if (a.buffer < 0 || !reduction.writes.count(root_of(p, a.buffer))) continue;
+      if (a.buffer < 0 || !reduction.writes.count(kir::root_of(p, a.buffer))) continue;
       if (!results.count(a.buffer) || !addresses_flat_index(a, body->space, all)) return false;
     }
   }

@@ -12,6 +12,7 @@
 #include "dsl/error.h"
 #include "jit/cuda/cuda_dump.h"
 #include "jit/dump.h"
+#include "jit/kir/views.h"
 #include "jit/knobs.h"
 #include "jit/passes/pipeline.h"
 #include "runtime/bind_feeds.h"
@@ -21,11 +22,6 @@
 
 namespace towerjit {
 namespace {
-
-int root_of(const kir::Program& p, int b) {
-  while (p.buffers[b].alias_of >= 0) b = p.buffers[b].alias_of;
-  return b;
-}
 
 // "k3_relu_add (relu at model.cpp:12, add at model.cpp:12)": a kernel as an error names it.
 std::string describe_kernel(const Graph& g, const kir::Kernel& k) {
@@ -139,7 +135,7 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
   std::vector<int> last_writer(program_.buffers.size(), -1);
   for (size_t i = 0; i < program_.steps.size(); ++i) {
     auto wrote = [&](int b) {
-      b = root_of(program_, b);
+      b = kir::root_of(program_, b);
       last_writer[b] = static_cast<int>(i);
       if (program_.buffers[b].kind == kir::Buffer::Kind::variable && std::find(written_.begin(), written_.end(), b) == written_.end())
         written_.push_back(b), written_names_.push_back(program_.buffers[b].name);
@@ -154,7 +150,7 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
       wrote(program_.copies[st.index].to);
     }
   }
-  for (int f : program_.fetches) fetch_done_after_.push_back(last_writer[root_of(program_, f)]);
+  for (int f : program_.fetches) fetch_done_after_.push_back(last_writer[kir::root_of(program_, f)]);
   if (knobs::debug_level() >= 1)
     std::fprintf(stderr, "towerjit: %s on %s: %zu kernels, %zu library calls, %zu copies; compiled in %.1f ms%s\n",
                  name_.c_str(), device_->str().c_str(), program_.kernels.size(), program_.calls.size(),
@@ -356,7 +352,7 @@ void CudaProgram::queue_run(const DeviceFeeds& feeds, DeviceVariables& variables
   if (device_fetches) {
     for (size_t j = 0; j < program_.fetches.size(); ++j) {
       const int f = program_.fetches[j];
-      const int root = root_of(program_, f);
+      const int root = kir::root_of(program_, f);
       const bool in_place = fetches_in_place_ && program_.buffers[root].kind != kir::Buffer::Kind::input &&
                             program_.buffers[root].kind != kir::Buffer::Kind::variable && plan_.offset[root] >= 0;
       DeviceTensor& d = (*device_fetches)[j];
