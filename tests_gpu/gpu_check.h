@@ -47,13 +47,17 @@ inline JitRun run_gpu_and_reference(const Graph& g, const std::vector<Tensor>& f
   return r;
 }
 
-// Two runs' fetches, f32 ones, the same bits.
+// Two runs' fetches, the same dtypes and bits (f32, i32 and 16-bit ones alike).
 inline void check_same_bits(const std::vector<HostTensor>& a, const std::vector<HostTensor>& b) {
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     INFO("fetch " << i);
-    REQUIRE(a[i].f32.size() == b[i].f32.size());
+    REQUIRE(a[i].dtype == b[i].dtype);
+    CHECK(a[i].f32.size() + a[i].i32.size() + a[i].b16.size() > 0);
+    REQUIRE(a[i].f32.size() == b[i].f32.size());  // compared as bits: -0 is not +0, a NaN is its own
     CHECK(std::memcmp(a[i].f32.data(), b[i].f32.data(), a[i].f32.size() * sizeof(float)) == 0);
+    CHECK(a[i].i32 == b[i].i32);
+    CHECK(a[i].b16 == b[i].b16);
   }
 }
 

@@ -3,10 +3,12 @@
 // stored as a code; the pool's gradient routed into batch norm's backward sums and elementwise
 // kernels. Against the reference, moving statistics included, and the same bits as the library
 // routines' (TOWERJIT_FUSED_MAX_POOLS=off), at batch sizes whose batch-norm sums run in one
-// block and split.
+// block and split; and with 16-bit feature maps under the precision policy, the same bits as
+// the 16-bit routines.
 #include <cstring>
 
 #include "gpu_check.h"
+#include "jit/passes/half_matmuls.h"
 #include "jit/reference/interpreter.h"
 #include "tests/jit/graph_cases.h"
 #include "towerjit.h"
@@ -109,4 +111,32 @@ TEST_CASE("GPU: fused max pools route ties, a NaN and a -0 gradient as the routi
   const std::vector<tj::HostTensor> on = run(g, fetches, feeds, vars, 0);
   ScopedEnv routines("TOWERJIT_FUSED_MAX_POOLS", "off");
   check_same_bits(on, run(g, fetches, feeds, vars, 6));
+}
+
+TEST_CASE("GPU: fused max pools of 16-bit feature maps give the 16-bit routines' bits", "[gpu]") {
+  for (const tj::DType t : {tj::DType::bf16, tj::DType::f16}) {
+    INFO(tj::dtype_name(t));
+    tj::ScopedPrecisionPolicy policy(tj::PrecisionPolicy{.matmul_operands = t});
+    tj::Graph g;
+    tj::GraphScope use(g);
+    const std::vector<Tensor> fetches = pooled_block_step();
+    for (const int64_t batch : {int64_t{7}, int64_t{301}}) {
+      INFO("batch " << batch);
+      tj::HostFeeds feeds{{"x", to_host(random_array(kImage.bind(batch), 11))},
+                          {"r", to_host(random_array({batch, 4, 6, 10}, 12, -0.5, 0.5))},
+                          {"w", to_host(random_array({batch, 4, 3, 5}, 13))}};
+      tj::HostVariables on_vars = initial(g), off_vars = initial(g);
+      const std::vector<tj::HostTensor> on = run(g, fetches, feeds, on_vars, 0);
+      std::vector<tj::HostTensor> off;
+      {
+        ScopedEnv routines("TOWERJIT_FUSED_MAX_POOLS", "off");
+        off = run(g, fetches, feeds, off_vars, 2);
+      }
+      check_same_bits(on, off);
+      for (const auto& [name, v] : on_vars) {
+        INFO(name);
+        CHECK(std::memcmp(v.f32.data(), off_vars.at(name).f32.data(), v.f32.size() * sizeof(float)) == 0);
+      }
+    }
+  }
 }

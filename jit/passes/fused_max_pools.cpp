@@ -97,11 +97,12 @@ std::optional<Fusion> fusion_at(const kir::Program& p, const Uses& uses, int s) 
   const int x = pool.inputs[0];
   const kir::Buffer& xb = p.buffers[x];
   const Shape& xs = xb.shape;
-  if (xb.kind != kir::Buffer::Kind::temp || xb.alias_of >= 0 || xb.dtype != DType::f32 || xs.rank() != 4) return std::nullopt;
+  const DType t = xb.dtype;  // f32, or the precision policy's 16-bit feature maps
+  if (xb.kind != kir::Buffer::Kind::temp || xb.alias_of >= 0 || !is_real(t) || xs.rank() != 4) return std::nullopt;
   if (xs[2] == kBatch || xs[3] == kBatch || xs[2] % 2 || xs[3] % 2) return std::nullopt;
   const Shape pooled{xs[0], xs[1], xs[2] / 2, xs[3] / 2};
   const kir::Buffer& pb = p.buffers[pool.output];
-  if (pb.dtype != DType::f32 || pb.shape != pooled) return std::nullopt;
+  if (pb.dtype != t || pb.shape != pooled) return std::nullopt;
   for (const kir::Buffer& b : p.buffers)
     if (b.alias_of == x) return std::nullopt;
   if (std::count(p.fetches.begin(), p.fetches.end(), x)) return std::nullopt;
@@ -114,7 +115,9 @@ std::optional<Fusion> fusion_at(const kir::Program& p, const Uses& uses, int s) 
   const kir::Kernel& k = p.kernels[p.steps[f.producer].index];
   if (!k.parts.empty() || !k.finishers.empty() || k.reduce != Op::Constant || k.outputs.size() != 1) return std::nullopt;
   if (k.space != xs || !row_major(k.accesses[k.outputs[0].access], xs)) return std::nullopt;
-  if (k.exprs[k.outputs[0].expr].dtype != DType::f32) return std::nullopt;
+  // The value stored is the one the routine compares: a 16-bit input's is the producer's cast
+  // to 16 bits (values become 16-bit only through a cast), already rounded.
+  if (k.exprs[k.outputs[0].expr].dtype != t) return std::nullopt;
 
   for (int r : uses.readers[x]) {
     if (r == s) continue;
@@ -125,7 +128,7 @@ std::optional<Fusion> fusion_at(const kir::Program& p, const Uses& uses, int s) 
     if (g.inputs.size() != 2 || g.inputs[0] != x || g.inputs[1] == x || g.attrs.kernel[0] != 2 ||
         g.attrs.kernel[1] != 2 || g.attrs.stride[0] != 2 || g.attrs.stride[1] != 2 || g.attrs.pad[0] || g.attrs.pad[1])
       return std::nullopt;
-    if (dy.dtype != DType::f32 || dy.shape != pooled || dx.dtype != DType::f32 || dx.shape != xs) return std::nullopt;
+    if (dy.dtype != t || dy.shape != pooled || dx.dtype != t || dx.shape != xs) return std::nullopt;
     f.grads.push_back(r);
   }
   return f;
@@ -186,7 +189,8 @@ kir::Kernel pooling_producer(const kir::Kernel& k, const kir::LibraryCall& pool,
 
 // The gradient over [N, C, H/2, 2, W/2, 2] (row-major, the input's own order): dx is 0 + dy at
 // the position the code names, +0 elsewhere.
-kir::Kernel routing_gradient(const std::string& name, const kir::LibraryCall& grad, const Shape& pooled, int code) {
+kir::Kernel routing_gradient(const std::string& name, const kir::LibraryCall& grad, const Shape& pooled, DType t,
+                             int code) {
   kir::Kernel out;
   out.name = name;
   out.space = Shape{pooled[0], pooled[1], pooled[2], 2, pooled[3], 2};
@@ -194,7 +198,7 @@ kir::Kernel routing_gradient(const std::string& name, const kir::LibraryCall& gr
   const std::vector<Affine> rows = kir::row_major_strides(pooled);
   const std::vector<Affine> at_pooled{rows[0], rows[1], rows[2], Affine{}, rows[3], Affine{}};
   const int c = add(out, {.kind = K::load, .dtype = DType::i32, .access = access(out, {.buffer = code, .strides = at_pooled})});
-  const int dy = add(out, {.kind = K::load, .dtype = DType::f32,
+  const int dy = add(out, {.kind = K::load, .dtype = t,
                            .access = access(out, {.buffer = grad.inputs[1], .strides = at_pooled})});
   const int row = add(out, {.kind = K::loop_index, .op = Op::Iota, .dtype = DType::i32, .axis = 3});
   const int col = add(out, {.kind = K::loop_index, .op = Op::Iota, .dtype = DType::i32, .axis = 5});
@@ -322,10 +326,11 @@ kir::Program fuse_max_pools(kir::Program p) {
                          .name = "t" + std::to_string(code)});
     kir::Kernel& producer = p.kernels[p.steps[f->producer].index];
     const std::string base = producer.name.substr(0, producer.name.find('_'));  // "k14"
+    const DType t = p.buffers[pool.inputs[0]].dtype;
     producer = pooling_producer(producer, pool, pooled, code);
     dropped.insert(s);
     for (int g : f->grads) {
-      added.push_back(routing_gradient(unique_name(p, added, base), p.calls[p.steps[g].index], pooled, code));
+      added.push_back(routing_gradient(unique_name(p, added, base), p.calls[p.steps[g].index], pooled, t, code));
       grad_kernel[g] = static_cast<int>(p.kernels.size() + added.size()) - 1;
     }
   }

@@ -26,11 +26,13 @@
 // 0 + dy at the winner (+0 for a dy of -0, as the routine's sum) and +0 elsewhere.
 //
 // Taken where all of these hold, and the program left as it was elsewhere:
-// - the pool is 2x2 with stride 2 and no padding over an f32 [N, C, H, W] of even H and W;
+// - the pool is 2x2 with stride 2 and no padding over an [N, C, H, W] of even H and W, in f32
+//   or in the precision policy's 16 bits (then the producer's value is its cast to them, which
+//   is what the routine compares, and dx = 0 + dy is exact in them);
 // - its input is a temporary, no view of anything and viewed by nothing, not fetched, stored
 //   row-major by one kernel that is elementwise and ungrouped, whose only output it is (so this
 //   runs before group_kernels);
-// - nothing else reads it but the pool and max_pool2d_grad calls of f32 gradients;
+// - nothing else reads it but the pool and max_pool2d_grad calls, all of its dtype;
 // - nothing between the producer and the pool touches the pool's output.
 // Routed into a reader where dx is not fetched or viewed, and the reader is an ungrouped kernel
 // over dx's shape (or already split for another pool of that shape), loads dx row-major, uses no
