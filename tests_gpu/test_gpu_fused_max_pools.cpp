@@ -49,6 +49,24 @@ std::vector<tj::HostTensor> run(const tj::Graph& g, const std::vector<Tensor>& f
   return p.run(feeds, vars);
 }
 
+// One step with the pools fused and one with the routines (`routine_calls` of them: pools and
+// gradients) from the same variables: the same fetches and updated variables, bit for bit.
+void check_routines_bits(const tj::Graph& g, const std::vector<Tensor>& fetches, const tj::HostFeeds& feeds,
+                         const tj::HostVariables& vars, int routine_calls) {
+  tj::HostVariables on_vars = vars, off_vars = vars;
+  const std::vector<tj::HostTensor> on = run(g, fetches, feeds, on_vars, 0);
+  std::vector<tj::HostTensor> off;
+  {
+    ScopedEnv routines("TOWERJIT_FUSED_MAX_POOLS", "off");
+    off = run(g, fetches, feeds, off_vars, routine_calls);
+  }
+  check_same_bits(on, off);
+  for (const auto& [name, v] : on_vars) {
+    INFO(name);
+    CHECK(std::memcmp(v.f32.data(), off_vars.at(name).f32.data(), v.f32.size() * sizeof(float)) == 0);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("GPU: a max pool in its producer and its gradient in batch norm's sums, as the reference and the routines", "[gpu]") {
@@ -69,19 +87,9 @@ TEST_CASE("GPU: a max pool in its producer and its gradient in batch norm's sums
 
     tj::HostFeeds hf;
     for (const auto& [name, a] : feeds) hf[name] = to_host(a);
-    tj::HostVariables on_vars, off_vars;
-    for (const auto& [name, a] : vars) on_vars[name] = off_vars[name] = to_host(a);
-    const std::vector<tj::HostTensor> on = run(g, fetches, hf, on_vars, 0);
-    std::vector<tj::HostTensor> off;
-    {
-      ScopedEnv routines("TOWERJIT_FUSED_MAX_POOLS", "off");
-      off = run(g, fetches, hf, off_vars, 2);
-    }
-    check_same_bits(on, off);
-    for (const auto& [name, t] : on_vars) {
-      INFO(name);
-      CHECK(std::memcmp(t.f32.data(), off_vars.at(name).f32.data(), t.f32.size() * sizeof(float)) == 0);
-    }
+    tj::HostVariables hv;
+    for (const auto& [name, a] : vars) hv[name] = to_host(a);
+    check_routines_bits(g, fetches, hf, hv, 2);
   }
 }
 
@@ -107,10 +115,7 @@ TEST_CASE("GPU: fused max pools route ties, a NaN and a -0 gradient as the routi
   for (double& e : w_values.data) e = e == 0 ? -0.0 : e;  // 0 + (-0) is +0, as the routine's sum
   tj::HostFeeds feeds{{"x", to_host(integers(shape.bind(batch), 30))}, {"r", to_host(r_values)},
                       {"s", to_host(s_values)}, {"w", to_host(w_values)}};
-  tj::HostVariables vars;
-  const std::vector<tj::HostTensor> on = run(g, fetches, feeds, vars, 0);
-  ScopedEnv routines("TOWERJIT_FUSED_MAX_POOLS", "off");
-  check_same_bits(on, run(g, fetches, feeds, vars, 6));
+  check_routines_bits(g, fetches, feeds, {}, 6);
 }
 
 TEST_CASE("GPU: fused max pools of 16-bit feature maps give the 16-bit routines' bits", "[gpu]") {
@@ -125,18 +130,7 @@ TEST_CASE("GPU: fused max pools of 16-bit feature maps give the 16-bit routines'
       tj::HostFeeds feeds{{"x", to_host(random_array(kImage.bind(batch), 11))},
                           {"r", to_host(random_array({batch, 4, 6, 10}, 12, -0.5, 0.5))},
                           {"w", to_host(random_array({batch, 4, 3, 5}, 13))}};
-      tj::HostVariables on_vars = initial(g), off_vars = initial(g);
-      const std::vector<tj::HostTensor> on = run(g, fetches, feeds, on_vars, 0);
-      std::vector<tj::HostTensor> off;
-      {
-        ScopedEnv routines("TOWERJIT_FUSED_MAX_POOLS", "off");
-        off = run(g, fetches, feeds, off_vars, 2);
-      }
-      check_same_bits(on, off);
-      for (const auto& [name, v] : on_vars) {
-        INFO(name);
-        CHECK(std::memcmp(v.f32.data(), off_vars.at(name).f32.data(), v.f32.size() * sizeof(float)) == 0);
-      }
+      check_routines_bits(g, fetches, feeds, initial(g), 2);
     }
   }
 }

@@ -118,6 +118,8 @@ std::optional<Fusion> fusion_at(const kir::Program& p, const Uses& uses, int s) 
   // The value stored is the one the routine compares: a 16-bit input's is the producer's cast
   // to 16 bits (values become 16-bit only through a cast), already rounded.
   if (k.exprs[k.outputs[0].expr].dtype != t) return std::nullopt;
+  for (const kir::Expr& e : k.exprs)  // an index as a value would need 2i + d
+    if (e.kind == K::loop_index) return std::nullopt;
 
   for (int r : uses.readers[x]) {
     if (r == s) continue;
@@ -160,11 +162,7 @@ kir::Kernel pooling_producer(const kir::Kernel& k, const kir::LibraryCall& pool,
       kir::Expr e = k.exprs[i];
       for (int& a : e.args) a = to[a];
       if (e.access >= 0) e.access = access(out, at_window(k.accesses[e.access], dy, dx));
-      to[i] = add(out, e);
-      if (e.kind == K::loop_index && (e.axis == 2 || e.axis == 3)) {  // i -> 2i + d
-        to[i] = binary(out, Op::Mul, DType::i32, to[i], constant(out, 2, DType::i32));
-        if (const int d = e.axis == 2 ? dy : dx) to[i] = binary(out, Op::Add, DType::i32, to[i], constant(out, d, DType::i32));
-      }
+      to[i] = add(out, e);  // a random draw's access too: its index is the window point's
     }
     const int v = to[k.outputs[0].expr];
     if (w == 0) {
@@ -242,9 +240,10 @@ kir::Access split_axes(kir::Access a) {
 bool can_route(const kir::Program& p, const kir::Kernel& r, const kir::Kernel& g) {
   const int dx = g.accesses[g.outputs[0].access].buffer;
   if (!r.parts.empty() || !r.finishers.empty()) return false;
-  if (r.space != p.buffers[dx].shape && r.space != g.space) return false;
+  const bool split = r.space == g.space;  // it took another pool's gradient: its indices are the split space's
+  if (!split && r.space != p.buffers[dx].shape) return false;
   for (const kir::Expr& e : r.exprs) {
-    if (e.kind == K::loop_index && e.axis >= 2) return false;
+    if (!split && e.kind == K::loop_index && e.axis >= 2) return false;
     if (e.kind == K::load && r.accesses[e.access].buffer == dx && !row_major(r.accesses[e.access], r.space)) return false;
   }
   for (const auto& o : r.outputs)

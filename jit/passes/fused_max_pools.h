@@ -31,7 +31,7 @@
 //   is what the routine compares, and dx = 0 + dy is exact in them);
 // - its input is a temporary, no view of anything and viewed by nothing, not fetched, stored
 //   row-major by one kernel that is elementwise and ungrouped, whose only output it is (so this
-//   runs before group_kernels);
+//   runs before group_kernels), and that uses no loop index as a value;
 // - nothing else reads it but the pool and max_pool2d_grad calls, all of its dtype;
 // - nothing between the producer and the pool touches the pool's output.
 // Routed into a reader where dx is not fetched or viewed, and the reader is an ungrouped kernel

@@ -23,6 +23,13 @@ inline kir::Program lower(const Graph& g, const std::vector<Tensor>& fetches) {
   return lower_graph(g, ids, {}).program;
 }
 
+// The kernel IR a CudaProgram would compile for `fetches`.
+inline kir::Program lower_for_gpu(const Graph& g, const std::vector<Tensor>& fetches) {
+  std::vector<int> ids;
+  for (const Tensor& t : fetches) ids.push_back(t.id());
+  return lower_graph_for_gpu(g, ids, {}).program;
+}
+
 // Whether two results are the same bits.
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;

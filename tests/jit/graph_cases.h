@@ -152,7 +152,8 @@ inline void relu_then_pools(const Runner& run, const std::string& where) {
 // and after x * s - r, whose negative maxima route too; both gradients reach x's (elementwise)
 // and s's (a sum per channel). Integer inputs put ties in the windows, of positive values and of
 // the ReLU's zeros; -x's, computed exactly, leave the reference no room: its ties go to the first.
-// A NaN in r wins its window in each image. One window an image (2x2), and 6x10.
+// A NaN in r wins its window in each image. A dropout's mask is drawn at each window point by
+// its index in the unpooled input. One window an image (2x2), and 6x10.
 inline void max_pools_in_their_producers(const Runner& run, const std::string& where) {
   for (const int64_t h : {2, 6}) {
     const int64_t w = h == 2 ? 2 : 10;
@@ -162,8 +163,10 @@ inline void max_pools_in_their_producers(const Runner& run, const std::string& w
     auto r = input("r", {kBatch, 3, h, w});
     auto s = input("s", {1, 3, 1, 1});
     auto masked = max_pool2d(relu(x * s + r)), plain = max_pool2d(x * s - r), negated = max_pool2d(-x);
+    auto dropped = max_pool2d(dropout(x * s, 0.5, /*training=*/true, 9));
     auto w_masked = input("w_masked", masked.shape()), w_plain = input("w_plain", plain.shape());
-    auto grads = grad(sum(masked * w_masked) + sum(plain * w_plain) + sum(negated * w_plain), {x, s});
+    auto grads = grad(sum(masked * w_masked) + sum(plain * w_plain) + sum(negated * w_plain) + sum(dropped * w_masked),
+                      {x, s});
     for (int64_t batch : {1, 7}) {
       auto integers = [](Shape shape, uint32_t seed) {
         reference::Array v = random_array(shape, seed, -2.5, 2.5);
@@ -174,7 +177,7 @@ inline void max_pools_in_their_producers(const Runner& run, const std::string& w
       s_values.data = {1, 2, 1};  // integer products: ties between positive values too
       for (int64_t b = 0; b < batch; ++b) r_values.data[b * 3 * h * w + 1] = std::nan("");
       reference::Variables vars;
-      auto out = run(g, {masked, plain, negated, grads[0], grads[1]},
+      auto out = run(g, {masked, plain, negated, dropped, grads[0], grads[1]},
                      {{"x", integers({batch, 3, h, w}, 21)}, {"r", r_values}, {"s", s_values},
                       {"w_masked", random_array(masked.shape().bind(batch), 24)},
                       {"w_plain", random_array(plain.shape().bind(batch), 25)}},
