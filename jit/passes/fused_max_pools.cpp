@@ -284,6 +284,18 @@ kir::Kernel route_into(const kir::Kernel& r, const kir::Kernel& g) {
     to[i] = add(out, c);
   }
   for (auto& o : out.outputs) o.expr = to[o.expr];
+  // dx's access is read no more: drop it (and any other unread one), so nothing takes dx for
+  // read here (the buffer plan, the kernel's parameters).
+  std::vector<int> kept(out.accesses.size(), -1);
+  std::vector<kir::Access> accesses;
+  auto keep = [&](int& a) {
+    if (kept[a] < 0) kept[a] = static_cast<int>(accesses.size()), accesses.push_back(out.accesses[a]);
+    a = kept[a];
+  };
+  for (kir::Expr& e : out.exprs)
+    if (e.access >= 0) keep(e.access);
+  for (auto& o : out.outputs) keep(o.access);
+  out.accesses = std::move(accesses);
   return out;
 }
 
