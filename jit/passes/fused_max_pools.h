@@ -4,7 +4,7 @@
 // A 2x2, stride-2 max pool after an elementwise kernel (the resnet's relu(bn(x) + shortcut))
 // cost three passes over the pool's input x, among the largest tensors of the step: the kernel
 // stored x, the pool read it, and the pool's gradient read it again to find each window's first
-// maximum, then stored dx for batch norm's backward to read twice. Here:
+// maximum, then stored dx for batch norm's backward to read three times. Here:
 // 1. the kernel loops over the pooled points instead, computes x at a window's four points and
 //    stores the maximum and a code of where it was; x is never stored;
 // 2. the gradient is a loop kernel over [N, C, H/2, 2, W/2, 2] (x's own order) that gives dy to
@@ -38,6 +38,8 @@
 // over dx's shape (or already split for another pool of that shape), loads dx row-major, uses no
 // index of H or W as a value and writes nothing the gradient reads, which nothing rewrites before
 // the last reader. TOWERJIT_FUSED_MAX_POOLS=off keeps the library routines (the same bits).
+// The CPU's programs keep them: the pass is untried there, where a window's two columns would be
+// strided loads in loops vectorised along W, and a split reader's innermost loop 2 points long.
 #pragma once
 
 #include "jit/kir/kernel_ir.h"

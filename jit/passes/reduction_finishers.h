@@ -4,7 +4,7 @@
 // just stored the results there. One launch fewer a batch norm on a GPU, where such a kernel
 // of 16 to 512 points is all launch (docs/cuda.md#reductions-the-whole-gpu-in-a-fixed-order).
 //
-// The GPU's programs take it (runtime/cuda/cuda_program.cpp); the CPU's do not: there a
+// The GPU's programs take it (lower_graph_for_gpu, jit/passes/pipeline.h); the CPU's do not: there a
 // reduction's results come from its chunks' partials combined after the pool's threads join,
 // and a kernel of a few points costs a call, not a launch.
 #pragma once
