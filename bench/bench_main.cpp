@@ -193,7 +193,6 @@ std::string step_kind(const tj::kir::Program& p, const tj::kir::Step& s) {
 
 // Where the time of a step goes: the top steps, totals by kind of step, and the loop kernels'
 // bytes and GB/s.
-
 json profile(tj::CpuProgram& program, const tj::HostFeeds& feeds, tj::HostVariables& vars,
              int64_t batch, int steps, const bench::CopyBandwidth& bw) {
   // One step first, unprofiled, as every timed round warms up: the profile follows the products'

@@ -21,6 +21,8 @@ struct Affine {
   int64_t b = 0;
   bool operator==(const Affine&) const = default;
   int64_t at(int64_t batch) const { return c + b * batch; }
+  Affine operator+(Affine o) const { return {c + o.c, b + o.b}; }
+  Affine operator*(int64_t k) const { return {c * k, b * k}; }
 };
 
 struct Buffer {

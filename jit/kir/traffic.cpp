@@ -6,9 +6,6 @@
 namespace towerjit::kir {
 namespace {
 
-Affine plus(Affine a, Affine b) { return {a.c + b.c, a.b + b.b}; }
-Affine times(Affine a, int64_t k) { return {a.c * k, a.b * k}; }
-
 // b where it is no larger than a at every batch size B >= 1, else a (a buffer's size: never an
 // undercount).
 Affine at_most(Affine a, Affine b) { return b.b <= a.b && b.at(1) <= a.at(1) ? b : a; }
@@ -17,21 +14,21 @@ Affine at_most(Affine a, Affine b) { return b.b <= a.b && b.at(1) <= a.at(1) ? b
 
 Affine buffer_bytes(const Program& p, int id) {
   const Buffer& b = p.buffers[id];
-  return times(points_of(b.shape), dtype_bytes(b.dtype));
+  return points_of(b.shape) * dtype_bytes(b.dtype);
 }
 
 Affine bytes_read(const Program& p, const Kernel& kernel) {
   std::map<int, Affine> touched;  // buffer -> sectors its loads may touch, in bytes
   for (const Kernel* body : kernel.bodies()) {
-    const Affine per_load = times(points_of(body->space), kSectorBytes);
+    const Affine per_load = points_of(body->space) * kSectorBytes;
     for (const Expr& e : body->exprs)
       if (e.kind == Expr::Kind::load) {
         Affine& t = touched[body->accesses[e.access].buffer];
-        t = plus(t, per_load);
+        t = t + per_load;
       }
   }
   Affine total;
-  for (const auto& [id, t] : touched) total = plus(total, at_most(buffer_bytes(p, id), t));
+  for (const auto& [id, t] : touched) total = total + at_most(buffer_bytes(p, id), t);
   return total;
 }
 
@@ -40,7 +37,7 @@ Affine bytes_written(const Program& p, const Kernel& kernel) {
   for (const Kernel* body : kernel.bodies())
     for (const auto& o : body->outputs) written.insert(body->accesses[o.access].buffer);
   Affine total;
-  for (int id : written) total = plus(total, buffer_bytes(p, id));
+  for (int id : written) total = total + buffer_bytes(p, id);
   return total;
 }
 
@@ -53,7 +50,7 @@ std::set<int> loaded_buffers(const Kernel& kernel) {
 }
 
 Affine bytes_moved(const Program& p, const Kernel& kernel) {
-  return plus(bytes_read(p, kernel), bytes_written(p, kernel));
+  return bytes_read(p, kernel) + bytes_written(p, kernel);
 }
 
 }  // namespace towerjit::kir

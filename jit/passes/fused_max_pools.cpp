@@ -1,12 +1,12 @@
 #include "jit/passes/fused_max_pools.h"
 
 #include <algorithm>
-#include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "jit/kir/drop_steps.h"
 #include "jit/kir/views.h"
 
 namespace towerjit {
@@ -14,9 +14,6 @@ namespace {
 
 using kir::Affine;
 using K = kir::Expr::Kind;
-
-Affine times(Affine a, int64_t k) { return {a.c * k, a.b * k}; }
-Affine plus(Affine a, Affine b) { return {a.c + b.c, a.b + b.b}; }
 
 int add(kir::Kernel& k, kir::Expr e) {
   k.exprs.push_back(std::move(e));
@@ -138,9 +135,9 @@ std::optional<Fusion> fusion_at(const kir::Program& p, const Uses& uses, int s) 
 
 // `a` at window position (dy, dx) of the pooled point: the pooled axes 2 and 3 step twice as far.
 kir::Access at_window(kir::Access a, int dy, int dx) {
-  a.offset = plus(a.offset, plus(times(a.strides[2], dy), times(a.strides[3], dx)));
-  a.strides[2] = times(a.strides[2], 2);
-  a.strides[3] = times(a.strides[3], 2);
+  a.offset = a.offset + a.strides[2] * dy + a.strides[3] * dx;
+  a.strides[2] = a.strides[2] * 2;
+  a.strides[3] = a.strides[3] * 2;
   return a;
 }
 
@@ -215,10 +212,9 @@ kir::Kernel routing_gradient(const std::string& name, const kir::LibraryCall& gr
 }
 
 // `base` + "_max_pool2d_grad", with a count after it where that name is taken.
-std::string unique_name(const kir::Program& p, const std::vector<kir::Kernel>& added, const std::string& base) {
+std::string unique_name(const kir::Program& p, const std::string& base) {
   auto taken = [&](const std::string& n) {
-    auto named = [&](const kir::Kernel& k) { return k.name == n; };
-    return std::any_of(p.kernels.begin(), p.kernels.end(), named) || std::any_of(added.begin(), added.end(), named);
+    return std::any_of(p.kernels.begin(), p.kernels.end(), [&](const kir::Kernel& k) { return k.name == n; });
   };
   std::string name = base + "_max_pool2d_grad";
   for (int i = 2; taken(name); ++i) name = base + "_max_pool2d_grad" + std::to_string(i);
@@ -229,7 +225,7 @@ std::string unique_name(const kir::Program& p, const std::vector<kir::Kernel>& a
 // 2s along the pooled axis and s along the window's.
 kir::Access split_axes(kir::Access a) {
   const Affine h = a.strides[2], w = a.strides[3];
-  a.strides = {a.strides[0], a.strides[1], times(h, 2), h, times(w, 2), w};
+  a.strides = {a.strides[0], a.strides[1], h * 2, h, w * 2, w};
   return a;
 }
 
@@ -322,9 +318,8 @@ bool route_to_readers(kir::Program& p, int gs) {
 
 kir::Program fuse_max_pools(kir::Program p) {
   const Uses uses = uses_of(p);
-  std::set<int> dropped;           // the pools' steps
-  std::map<int, int> grad_kernel;  // a gradient's step -> its kernel
-  std::vector<kir::Kernel> added;
+  std::set<int> pools;              // the pools' steps
+  std::set<std::string> gradients;  // the routing gradients' kernels, by name
   for (int s = 0; s < static_cast<int>(p.steps.size()); ++s) {
     if (!is_call(p, s, Op::MaxPool2D)) continue;
     const std::optional<Fusion> f = fusion_at(p, uses, s);
@@ -332,61 +327,30 @@ kir::Program fuse_max_pools(kir::Program p) {
     const kir::LibraryCall& pool = p.calls[p.steps[s].index];
     const Shape& xs = p.buffers[pool.inputs[0]].shape;
     const Shape pooled{xs[0], xs[1], xs[2] / 2, xs[3] / 2};
+    const DType t = p.buffers[pool.inputs[0]].dtype;
     const int code = static_cast<int>(p.buffers.size());
     p.buffers.push_back({.kind = kir::Buffer::Kind::temp, .shape = pooled, .dtype = DType::i32,
                          .name = "t" + std::to_string(code)});
     kir::Kernel& producer = p.kernels[p.steps[f->producer].index];
     const std::string base = producer.name.substr(0, producer.name.find('_'));  // "k14"
-    const DType t = p.buffers[pool.inputs[0]].dtype;
     producer = pooling_producer(producer, pool, pooled, code);
-    dropped.insert(s);
-    for (int g : f->grads) {
-      added.push_back(routing_gradient(unique_name(p, added, base), p.calls[p.steps[g].index], pooled, t, code));
-      grad_kernel[g] = static_cast<int>(p.kernels.size() + added.size()) - 1;
+    pools.insert(s);
+    for (int g : f->grads) {  // each gradient's call step runs its kernel instead
+      kir::Kernel k = routing_gradient(unique_name(p, base), p.calls[p.steps[g].index], pooled, t, code);
+      gradients.insert(k.name);
+      p.kernels.push_back(std::move(k));
+      p.steps[g] = {kir::Step::Kind::kernel, static_cast<int>(p.kernels.size()) - 1};
     }
   }
-  if (dropped.empty()) return p;
-
-  std::vector<kir::Step> steps;
-  std::vector<kir::LibraryCall> calls;
-  for (int s = 0; s < static_cast<int>(p.steps.size()); ++s) {
-    kir::Step step = p.steps[s];
-    if (dropped.count(s)) continue;
-    if (auto g = grad_kernel.find(s); g != grad_kernel.end()) {
-      steps.push_back({kir::Step::Kind::kernel, g->second});
-      continue;
-    }
-    if (step.kind == kir::Step::Kind::library) {
-      calls.push_back(std::move(p.calls[step.index]));
-      step.index = static_cast<int>(calls.size()) - 1;
-    }
-    steps.push_back(step);
-  }
-  const int first_added = static_cast<int>(p.kernels.size());
-  for (kir::Kernel& k : added) p.kernels.push_back(std::move(k));
-  p.steps = std::move(steps);
-  p.calls = std::move(calls);
+  p = kir::drop_steps(std::move(p), pools);  // the gradients' calls go too: no step runs them
 
   // Then each gradient into the kernels that read it, where all of them can take it.
   std::set<int> routed;
   for (int s = 0; s < static_cast<int>(p.steps.size()); ++s)
-    if (p.steps[s].kind == kir::Step::Kind::kernel && p.steps[s].index >= first_added && route_to_readers(p, s))
+    if (p.steps[s].kind == kir::Step::Kind::kernel && gradients.count(p.kernels[p.steps[s].index].name) &&
+        route_to_readers(p, s))
       routed.insert(s);
-  if (routed.empty()) return p;
-  std::vector<kir::Step> steps_left;
-  std::vector<kir::Kernel> kernels_left;
-  for (int s = 0; s < static_cast<int>(p.steps.size()); ++s) {
-    if (routed.count(s)) continue;
-    kir::Step step = p.steps[s];
-    if (step.kind == kir::Step::Kind::kernel) {
-      kernels_left.push_back(std::move(p.kernels[step.index]));
-      step.index = static_cast<int>(kernels_left.size()) - 1;
-    }
-    steps_left.push_back(step);
-  }
-  p.steps = std::move(steps_left);
-  p.kernels = std::move(kernels_left);
-  return p;
+  return kir::drop_steps(std::move(p), routed);
 }
 
 }  // namespace towerjit

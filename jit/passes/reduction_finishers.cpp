@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "jit/kir/drop_steps.h"
 #include "jit/kir/views.h"
 
 namespace towerjit {
@@ -89,29 +90,24 @@ bool can_finish(const kir::Program& p, const kir::Kernel& r, const kir::Kernel& 
 }  // namespace
 
 kir::Program attach_reduction_finishers(kir::Program p) {
-  std::vector<kir::Kernel> kernels;
-  std::vector<kir::Step> steps;
-  for (const kir::Step& s : p.steps) {
-    if (s.kind == kir::Step::Kind::kernel && !steps.empty() && steps.back().kind == kir::Step::Kind::kernel &&
-        can_finish(p, kernels[steps.back().index], p.kernels[s.index])) {
-      kir::Kernel& r = kernels[steps.back().index];
-      kir::Kernel& next = p.kernels[s.index];
+  std::set<int> attached;  // steps now run as their reduction's finishers
+  int last = -1;           // the last step not attached
+  for (int s = 0; s < static_cast<int>(p.steps.size()); ++s) {
+    const kir::Step& step = p.steps[s];
+    if (step.kind == kir::Step::Kind::kernel && last >= 0 && p.steps[last].kind == kir::Step::Kind::kernel &&
+        can_finish(p, p.kernels[p.steps[last].index], p.kernels[step.index])) {
+      kir::Kernel& r = p.kernels[p.steps[last].index];
+      kir::Kernel& next = p.kernels[step.index];
       // The finishers keep their graph nodes: the reduction's own stay what its points run (the
       // cost model's FLOPs, one an op a point: runtime/cost/recorded_step.h).
       if (next.parts.empty()) r.finishers.push_back(std::move(next));
       else for (kir::Kernel& part : next.parts) r.finishers.push_back(std::move(part));
+      attached.insert(s);
       continue;
     }
-    kir::Step out = s;
-    if (s.kind == kir::Step::Kind::kernel) {
-      kernels.push_back(std::move(p.kernels[s.index]));
-      out.index = static_cast<int>(kernels.size()) - 1;
-    }
-    steps.push_back(out);
+    last = s;
   }
-  p.kernels = std::move(kernels);
-  p.steps = std::move(steps);
-  return p;
+  return kir::drop_steps(std::move(p), attached);
 }
 
 }  // namespace towerjit
