@@ -116,6 +116,10 @@ TEST_CASE("GPU: fused attention of unequal queries and keys, shared heads and a 
   cases::attention_shapes(on_gpu(), " (GPU)");
 }
 
+TEST_CASE("GPU: fused attention at head dimensions of 16 and more matches the reference", "[gpu]") {
+  cases::attention_wide_heads(on_gpu(), " (GPU)");
+}
+
 // A dense layer over [B,T,D]: its products share the weight (one product of stacked rows) and
 // the weight's gradient sums the batch's products (one product, batches along k).
 TEST_CASE("GPU: a dense layer over B x T x D and its weight gradient (folded products) match the reference", "[gpu]") {

@@ -164,4 +164,31 @@ inline void attention_shapes(const Runner& run, const std::string& where) {
   }
 }
 
+// The fused attention at head dimensions of 16 and more, where the CPU's routines work a group
+// of up to 6 rows by 16 columns at a time: 16 and 17 (a block of 16 and one column past it) and
+// 33 and 16, 127 positions (two key tiles; groups of 6 rows end 1 row short of a block), causal
+// and not, at batch 1 and 3.
+inline void attention_wide_heads(const Runner& run, const std::string& where) {
+  struct Case { int64_t d, dv; };
+  for (const Case c : {Case{16, 17}, Case{33, 16}}) {
+    constexpr int64_t t = 127;
+    Graph g;
+    GraphScope use(g);
+    auto q = input("q", {kBatch, 2, t, c.d}), k = input("k", {kBatch, 2, t, c.d}), v = input("v", {kBatch, 2, t, c.dv});
+    auto plain = scaled_dot_product_attention(q, k, v);
+    auto causal = scaled_dot_product_attention(q, k, v, {.causal = true});
+    auto loss = sum((plain + causal) * input("r", {kBatch, 2, t, c.dv}));
+    const std::vector<Tensor> grads = grad(loss, {q, k, v});
+    for (int64_t batch : {1, 3}) {
+      reference::Variables none;
+      auto r = run(g, {plain, causal, grads[0], grads[1], grads[2]},
+                   {{"q", random_array({batch, 2, t, c.d}, 31, -1, 1)}, {"k", random_array({batch, 2, t, c.d}, 32, -1, 1)},
+                    {"v", random_array({batch, 2, t, c.dv}, 33)}, {"r", random_array({batch, 2, t, c.dv}, 34)}},
+                   none, false, 0);
+      require_close(r, "fused attention, d = " + std::to_string(c.d) + ", dv = " + std::to_string(c.dv) + " at batch " +
+                           std::to_string(batch) + where);
+    }
+  }
+}
+
 }  // namespace towerjit::testing::cases

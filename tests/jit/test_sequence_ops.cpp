@@ -77,6 +77,10 @@ TEST_CASE("fused attention of unequal queries and keys, shared heads and a secon
   cases::attention_shapes(on_cpu(), "");
 }
 
+TEST_CASE("fused attention at head dimensions of 16 and more matches the reference", "[cpu][jit][sequence][attention][isa]") {
+  cases::attention_wide_heads(on_cpu(), "");
+}
+
 namespace {
 
 // Whether the program holds a buffer whose last two axes are [t, t]: a score or probability
