@@ -66,8 +66,13 @@ TJ_INLINE void forward_rows(const Operands& o, int64_t r0, int64_t r1) {
     const float* __restrict x = o.x + r * o.n;
     float* __restrict y = o.out + r * o.n;
     const float m = row_max(x, o.n);
-    // exp stored and summed in one pass, in lane_sum's lanes and order.
-    const float inv = 1.0f / lane_sum(o.n, [&](int64_t j) { return y[j] = vector_exp(x[j] - m); });
+    // exp on whole vectors (a loop of the scalar vector_exp stays scalar), then the row's last
+    // few; summed in lane_sum's lanes and order.
+    const int64_t whole = o.n / kLanes * kLanes;
+    for (int64_t j = 0; j < o.n; ++j) y[j] = x[j] - m;
+    vector_exp_in_place(y, whole);
+    for (int64_t j = whole; j < o.n; ++j) y[j] = vector_exp(y[j]);
+    const float inv = 1.0f / lane_sum(o.n, [&](int64_t j) { return y[j]; });
     for (int64_t j = 0; j < o.n; ++j) y[j] *= inv;
   }
 }
