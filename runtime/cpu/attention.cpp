@@ -8,6 +8,7 @@
 #include "jit/kir/attention_geometry.h"
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/cpu_features.h"
+#include "runtime/cpu/transpose.h"
 #include "runtime/cpu/vector_exp.h"
 
 // Every inner loop is an axpy over a contiguous row (a tile of scores against a transposed
@@ -31,13 +32,17 @@ struct Operands {
   float scale;
   const float *q, *k, *v, *o, *dout;  // o, dout: the packed [tq, dv + 1] rows (backward only)
   float* out;
+  bool avx2;  // the level allows AVX2 (asked once: it reads the environment)
   const float* qb(int64_t b) const { return q + b * g.tq * g.d; }
   const float* kb(int64_t b) const { return k + b * g.tk * g.d; }
   const float* vb(int64_t b) const { return v + b * g.tk * g.dv; }
 };
 
 // t[c * ld + r] = x[r * cols + c] for r < rows: a tile laid out so a row of it runs along r.
-TJ_INLINE void transpose_tile(const float* x, int64_t rows, int64_t cols, float* t, int64_t ld) {
+// Where the CPU has AVX2, through transpose_floats' 8x8 tiles (one float at a time, a tile's
+// transpose took about as long as its products at a head dimension of 16).
+TJ_INLINE void transpose_tile(bool avx2, const float* x, int64_t rows, int64_t cols, float* t, int64_t ld) {
+  if (avx2) return transpose_floats(x, rows, cols, cols, t, ld);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) t[c * ld + r] = x[r * cols + c];
 }
@@ -230,7 +235,7 @@ TJ_INLINE void forward_block(const Operands& x, int64_t b, int64_t i0, int64_t i
   for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
     const int64_t n = std::min(kKeyBlock, keys - j0);
     const auto keys_seen = keys_seen_in_tile(g, i0, j0, n);
-    transpose_tile(x.kb(b) + j0 * g.d, n, g.d, kt, kKeyBlock);
+    transpose_tile(x.avx2, x.kb(b) + j0 * g.d, n, g.d, kt, kKeyBlock);
     products(q, rows, g.d, kt, keys_seen, s);
     for (int64_t r = 0; r < rows; ++r) {
       float* __restrict sr = s + r * kKeyBlock;
@@ -292,8 +297,8 @@ TJ_INLINE void grad_q_block(const Operands& x, int64_t b, int64_t i0, int64_t i1
   for (int64_t j0 = 0; j0 < keys; j0 += kKeyBlock) {
     const int64_t n = std::min(kKeyBlock, keys - j0);
     const auto keys_seen = keys_seen_in_tile(g, i0, j0, n);
-    transpose_tile(x.kb(b) + j0 * g.d, n, g.d, kt, kKeyBlock);
-    transpose_tile(x.vb(b) + j0 * g.dv, n, g.dv, vt, kKeyBlock);
+    transpose_tile(x.avx2, x.kb(b) + j0 * g.d, n, g.d, kt, kKeyBlock);
+    transpose_tile(x.avx2, x.vb(b) + j0 * g.dv, n, g.dv, vt, kKeyBlock);
     products(q, rows, g.d, kt, keys_seen, s);
     products(dout, rows, g.dv, vt, keys_seen, dp);
     for (int64_t r = 0; r < rows; ++r) {
@@ -324,8 +329,8 @@ TJ_INLINE void grad_kv_block(const Operands& x, int64_t b, int64_t j0, int64_t j
     gather_dout(x, b, i0, n, dout);
     // The queries of this tile that see key row r: queries before key j do not see it (causal).
     auto seeing = [&](int64_t r) { return std::pair<int64_t, int64_t>(g.causal ? std::max<int64_t>(0, j0 + r - i0) : 0, n); };
-    transpose_tile(x.qb(b) + i0 * g.d, n, g.d, qt, kQueryTile);
-    transpose_tile(dout, n, g.dv, dot, kQueryTile);
+    transpose_tile(x.avx2, x.qb(b) + i0 * g.d, n, g.d, qt, kQueryTile);
+    transpose_tile(x.avx2, dout, n, g.dv, dot, kQueryTile);
     products(x.kb(b) + j0 * g.d, rows, g.d, qt, seeing, s);
     products(x.vb(b) + j0 * g.dv, rows, g.dv, dot, seeing, dp);
     for (int64_t r = 0; r < rows; ++r) {
@@ -371,13 +376,12 @@ void run(const Attrs& at, const std::vector<View>& in, const View& out, ThreadPo
   static_assert(kKeyBlock == kTile && kQueryTile == kTile && kQueryBlock <= kTile, "scratch tiles are kTile wide");
   Operands x{kir::attention_geometry(in[0].shape, in[2].shape, at.causal), static_cast<float>(at.value),
              in[0].f(), in[1].f(), in[2].f(), in.size() > 3 ? in[3].f() : nullptr,
-             in.size() > 4 ? in[4].f() : nullptr, out.f()};
+             in.size() > 4 ? in[4].f() : nullptr, out.f(), isa_allows(CpuIsa::avx2)};
   const int64_t block = pass == Pass::grad_kv ? kKeyBlock : kQueryBlock;
   const int64_t length = pass == Pass::grad_kv ? x.g.tk : x.g.tq;
   const int64_t items = x.g.batches * ((length + block - 1) / block);
-  const bool avx2 = isa_allows(CpuIsa::avx2);  // asked once: it reads the environment
   parallel(pool, items, [&](int64_t begin, int64_t end) {
-    if (avx2) run_items_avx2(x, pass, begin, end);
+    if (x.avx2) run_items_avx2(x, pass, begin, end);
     else run_items_generic(x, pass, begin, end);
   });
 }
