@@ -443,6 +443,8 @@ int main(int argc, char** argv) try {
     std::map<std::string, std::map<std::string, std::vector<double>>> peer_rounds;
     std::map<std::string, double> peer_first_ms;
     std::map<std::string, std::string> peer_capability;  // the PyTorch peers' vector level, as reported
+    // peer -> setting -> the attention each round's figure used (gpt-small on PyTorch 2.x)
+    std::map<std::string, std::map<std::string, std::vector<std::string>>> peer_attention;
     const json load_before = load_average();
     auto torch_round = [&](int round) {
       for (const bench::Peer& peer : peers) {
@@ -456,6 +458,7 @@ int main(int argc, char** argv) try {
             peer_rounds[peer.name][setting].push_back(per.at(name).step_ms);
             if (round == 0) peer_first_ms[peer.name] = std::max(peer_first_ms[peer.name], per.at(name).first_step_ms);
             if (!per.at(name).cpu_capability.empty()) peer_capability[peer.name] = per.at(name).cpu_capability;
+            if (!per.at(name).attention.empty()) peer_attention[peer.name][setting].push_back(per.at(name).attention);
           }
       }
       if (!python) return;
@@ -523,6 +526,7 @@ int main(int argc, char** argv) try {
         json per_round = json::array();
         for (double r : rounds) per_round.push_back(round3(r));
         per_setting[setting] = {{"step_ms", round3(ms)}, {"round_step_ms", per_round}};
+        if (const auto& forms = peer_attention[peer.name][setting]; !forms.empty()) per_setting[setting]["round_attention"] = forms;
         if (best.empty() || ms < best_ms) best = setting, best_ms = ms;
       }
       const double t = batch / best_ms * 1e3;

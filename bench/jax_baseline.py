@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""JAX's side of towerjit_bench: the same four training steps as bench/train_step.cpp and
+"""JAX's side of towerjit_bench: the same training steps as bench/train_step.cpp and
 bench/torch_baseline.py (model, batch, fp32, data shape, mean cross-entropy, SGD with momentum
 0.9 and learning rate 0.05), each step one `jax.jit` call, timed step by step. Prints one JSON
 line per workload in torch_baseline.py's format: {"workload", "threads", "step_ms" (median),
@@ -27,7 +27,10 @@ import statistics
 import sys
 import time
 
-WORKLOADS = {"mlp-large": 256, "mlp-small": 64, "cnn": 128, "resnet-bn": 128}
+WORKLOADS = {"mlp-large": 256, "mlp-small": 64, "cnn": 128, "resnet-bn": 128, "gpt-small": 32}
+# gpt-small: examples/gpt.h with examples/char_lm's defaults, as torch_baseline.py's GPT.
+GPT = {"vocab": 86, "context": 64, "dim": 64, "heads": 4, "layers": 2}
+LN_EPSILON = 1e-5   # PyTorch's LayerNorm default
 LEARNING_RATE = 0.05
 MOMENTUM = 0.9
 BN_EPSILON = 1e-3   # examples/models.h; PyTorch's eps=1e-3 in torch_baseline.py
@@ -48,6 +51,8 @@ def layers(name):
         return [("image",), ("conv", 1, 16, False), ("bn", 16), ("relu",), ("block", 16), ("pool",),
                 ("conv", 16, 32, False), ("bn", 32), ("relu",), ("block", 32), ("pool",),
                 ("flatten",), ("dropout",), ("linear", 32 * 7 * 7, 10)]
+    if name == "gpt-small":
+        return []  # not a stack of layers: gpt_init and gpt_loss
     raise ValueError(f"unknown workload {name!r}; choose one of {', '.join(sorted(WORKLOADS))}")
 
 
@@ -63,11 +68,83 @@ def expand(spec):
     return out
 
 
+def gpt_shapes():
+    """The GPT's parameter shapes in PyTorch's parameters() order: the model's own `pos` first,
+    then its modules' (the embedding, each block's two layer norms and six Linear layers, the
+    final layer norm)."""
+    v, t, d = GPT["vocab"], GPT["context"], GPT["dim"]
+    block = [(d,), (d,), (d,), (d,)]  # ln1, ln2: weight, bias
+    for out_features, in_features in ((d, d),) * 4 + ((4 * d, d), (d, 4 * d)):  # q, k, v, out, up, down
+        block += [(out_features, in_features), (out_features,)]
+    return [(t, d), (v, d)] + block * GPT["layers"] + [(d,), (d,)]
+
+
+def gpt_init(np, seed):
+    """As PyTorch's: N(0, 0.02) for the positions and the embedding, Linear's uniform in
+    +-1/sqrt(fan_in), layer norms 1 and 0."""
+    rng = np.random.default_rng(seed)
+    shapes = gpt_shapes()
+    params = [rng.normal(0, 0.02, shapes[0]), rng.normal(0, 0.02, shapes[1])]
+    d = GPT["dim"]
+    layer_norm = [np.ones(d), np.zeros(d)]
+    for _ in range(GPT["layers"]):
+        params += layer_norm * 2
+        for out_features, in_features in ((d, d),) * 4 + ((4 * d, d), (d, 4 * d)):
+            bound = 1 / np.sqrt(in_features)
+            params += [rng.uniform(-bound, bound, (out_features, in_features)),
+                       rng.uniform(-bound, bound, (out_features,))]
+    params += layer_norm
+    return [a.astype(np.float32) for a in params], []
+
+
+def gpt_loss(jax, dot):
+    """loss(params, state, tokens [B, T], targets [B * T], key) -> (mean cross-entropy over the
+    tokens, []): torch_baseline.py's GPT with the attention written out (XLA fuses it itself)."""
+    jnp = jax.numpy
+    v, t, d, h = GPT["vocab"], GPT["context"], GPT["dim"], GPT["heads"]
+
+    def layer_norm(x, w, b):
+        mean = x.mean(axis=-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+        return (x - mean) * jax.lax.rsqrt(var + LN_EPSILON) * w + b
+
+    def linear(x, w, b):
+        return dot(x, w.T) + b
+
+    def heads(x):  # [B, T, D] -> [B, H, T, D/H]
+        return x.reshape(x.shape[0], t, h, d // h).transpose(0, 2, 1, 3)
+
+    causal = jnp.tril(jnp.ones((t, t), dtype=bool))
+
+    def loss(params, state, tokens, targets, key):
+        p = iter(params)
+        pos, tok = next(p), next(p)
+        x = tok[tokens] + pos
+        for _ in range(GPT["layers"]):
+            ln1w, ln1b, ln2w, ln2b = next(p), next(p), next(p), next(p)
+            (qw, qb), (kw, kb), (vw, vb), (ow, ob), (uw, ub), (dw, db) = [(next(p), next(p)) for _ in range(6)]
+            a = layer_norm(x, ln1w, ln1b)
+            q, k, w = heads(linear(a, qw, qb)), heads(linear(a, kw, kb)), heads(linear(a, vw, vb))
+            # f32 under a 16-bit policy too, as towerjit's attention op stays
+            scores = (q @ k.transpose(0, 1, 3, 2)) / (d // h) ** 0.5
+            probs = jax.nn.softmax(jnp.where(causal, scores, -jnp.inf), axis=-1)
+            o = (probs @ w).transpose(0, 2, 1, 3).reshape(x.shape[0], t, d)
+            x = x + linear(o, ow, ob)
+            x = x + linear(jax.nn.gelu(linear(layer_norm(x, ln2w, ln2b), uw, ub), approximate=False), dw, db)
+        x = layer_norm(x, next(p), next(p))
+        logp = jax.nn.log_softmax(dot(x, tok.T).reshape(-1, v))
+        return -jnp.take_along_axis(logp, targets[:, None], axis=1).mean(), state
+
+    return loss
+
+
 def init(np, name, seed):
     """Parameters (a list of arrays in PyTorch's parameters() order) and batch-norm state (a
     list of [mean, var] pairs in module order), initialised as PyTorch's defaults do: uniform
     in +-1/sqrt(fan_in) for weights and biases (kaiming_uniform with a = sqrt(5)), batch-norm
     scale 1 and shift 0, running mean 0 and variance 1."""
+    if name == "gpt-small":
+        return gpt_init(np, seed)
     rng = np.random.default_rng(seed)
     params, state = [], []
 
@@ -109,6 +186,9 @@ def make_loss(jax, name, dropout=DROPOUT, half=None):
         y = lax.conv_general_dilated(narrow(x), narrow(w), (1, 1), ((1, 1), (1, 1)),
                                      dimension_numbers=("NCHW", "OIHW", "NCHW"))
         return y if half is None else y.astype(jnp.float32)
+
+    if name == "gpt-small":
+        return gpt_loss(jax, dot)
 
     def forward(params, state, x, key):
         p, s = iter(params), iter(state)
@@ -187,8 +267,12 @@ def measure(jax, np, name, steps, warmup, half=None):
     rng = np.random.default_rng(1)
     batch = WORKLOADS[name]
     # Fixed random data, the same every step (as the C++ side does).
-    x = jnp.asarray(rng.random((batch, 1, 28, 28) if name == "cnn" else (batch, 784), dtype=np.float32))
-    y = jnp.asarray(rng.integers(0, 10, batch, dtype=np.int32))
+    if name == "gpt-small":  # tokens and next-token targets, [B, T] and [B * T]
+        x = jnp.asarray(rng.integers(0, GPT["vocab"], (batch, GPT["context"]), dtype=np.int32))
+        y = jnp.asarray(rng.integers(0, GPT["vocab"], batch * GPT["context"], dtype=np.int32))
+    else:
+        x = jnp.asarray(rng.random((batch, 1, 28, 28) if name == "cnn" else (batch, 784), dtype=np.float32))
+        y = jnp.asarray(rng.integers(0, 10, batch, dtype=np.int32))
     step = jax.jit(make_step(jax, name, half=half), donate_argnums=(0, 1, 2))
     key = jax.random.PRNGKey(0)
 

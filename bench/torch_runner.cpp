@@ -83,7 +83,8 @@ TorchResults run_torch(const std::string& python, const std::string& script,
       }
       results[s.name][j["workload"].get<std::string>()] =
           TorchResult{j["step_ms"], j["step_ms_min"], j["step_ms_max"], j["samples_per_s"],
-                      j.value("first_step_ms", 0.0), j.value("cpu_capability", std::string())};
+                      j.value("first_step_ms", 0.0), j.value("cpu_capability", std::string()),
+                      j.value("attention", std::string())};
     }
     if (status != 0) std::cerr << "towerjit_bench: " << who << " (" << s.name << ") exited " << status << "\n";
   }

@@ -30,6 +30,7 @@ struct TorchResult {
   double step_ms = 0, step_ms_min = 0, step_ms_max = 0, samples_per_s = 0;
   double first_step_ms = 0;  // the first step alone: torch.compile's and jax.jit's compile
   std::string cpu_capability;  // PyTorch's vector level as it reports it ("AVX2"); empty for JAX
+  std::string attention;       // gpt-small on PyTorch 2.x: the faster attention, "fused" or "written out"
 };
 
 // setting name -> workload -> result.

@@ -2,7 +2,8 @@
 """The bench's peers compute the same training step: JAX's models (bench/jax_baseline.py),
 given PyTorch's initial weights (bench/torch_baseline.py) and the same batch, give the same
 loss, the same weights and momenta after one SGD-momentum step, and the same batch-norm running
-statistics. Nothing here is timed.
+statistics, for every workload of jax_baseline.py (the GPT's attention written out on both
+sides). Nothing here is timed.
 
   python3 tests/bench/peer_models_test.py [workload...]
 
@@ -37,6 +38,8 @@ def gamma(n):
 
 def tolerance(jb, name, batch):
     """Twice (forward, backward) the sum over layers of the longest sum's bound."""
+    if name == "gpt-small":
+        return gpt_tolerance(jb, batch)
     total = 0.0
     hw = 28 * 28
     for layer in jb.expand(jb.layers(name)):
@@ -53,6 +56,25 @@ def tolerance(jb, name, batch):
     return 2 * total
 
 
+def gpt_tolerance(jb, batch):
+    """The GPT's: each Linear over its inputs or (its weight's gradient) the batch's tokens, the
+    attention's scores over the head's dimension and its output over the context, each layer
+    norm over the width, the tied output over the width or the tokens."""
+    g = jb.GPT
+    d, t, tokens = g["dim"], g["context"], batch * g["context"]
+    block = (4 * gamma(max(d, tokens)) + gamma(max(4 * d, tokens)) + gamma(max(d, tokens))
+             + gamma(d // g["heads"]) + gamma(t) + 2 * gamma(d))
+    return 2 * (g["layers"] * block + gamma(d) + gamma(max(d, tokens)))
+
+
+def batch_of(np, jb, name, shape, rng):
+    """The step's inputs: images or rows and their classes; tokens and next tokens for the GPT."""
+    if name == "gpt-small":
+        v = jb.GPT["vocab"]
+        return rng.integers(0, v, shape, dtype=np.int64), rng.integers(0, v, shape[0] * shape[1], dtype=np.int64)
+    return rng.random(shape, dtype=np.float64), rng.integers(0, 10, shape[0], dtype=np.int64)
+
+
 def check(torch, jax, np, jb, tb, name):
     jnp = jax.numpy
     torch.manual_seed(0)
@@ -61,9 +83,7 @@ def check(torch, jax, np, jb, tb, name):
     for m in model.modules():
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
-    rng = np.random.default_rng(3)
-    x = rng.random(shape, dtype=np.float64)
-    y = rng.integers(0, 10, shape[0], dtype=np.int64)
+    x, y = batch_of(np, jb, name, shape, np.random.default_rng(3))
     params = [p.detach().numpy().copy() for p in model.parameters()]
     bns = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
     state = [[m.running_mean.numpy().copy(), m.running_var.numpy().copy()] for m in bns]
@@ -86,7 +106,8 @@ def check(torch, jax, np, jb, tb, name):
     step = jax.jit(jb.make_step(jax, name, dropout=0.0))
     p2, m2, s2, loss_j = step([jnp.asarray(p) for p in params], [jnp.zeros_like(jnp.asarray(p)) for p in params],
                               [[jnp.asarray(a) for a in pair] for pair in state],
-                              jnp.asarray(x), jnp.asarray(y.astype(np.int32)), jax.random.PRNGKey(0))
+                              jnp.asarray(x.astype(np.int32) if name == "gpt-small" else x),
+                              jnp.asarray(y.astype(np.int32)), jax.random.PRNGKey(0))
 
     tol = tolerance(jb, name, shape[0])
     failures = []
@@ -94,9 +115,14 @@ def check(torch, jax, np, jb, tb, name):
     if abs(lt - lj) > tol * abs(lt):
         failures.append(f"loss: torch {lt!r}, jax {lj!r} (relative tolerance {tol:.3g})")
 
-    def compare(what, a, b):
+    # A gradient whose terms cancel to zero (the GPT's key bias: softmax ignores a constant
+    # added to a row of scores) is rounding noise on both sides: it is held to the largest
+    # gradient of the step, the size of the terms that cancel, not to its own.
+    largest_momentum = max(float(np.abs(m).max()) for m in torch_momenta)
+
+    def compare(what, a, b, floor=0.0):
         a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-        scale = float(np.abs(a).max())
+        scale = max(float(np.abs(a).max()), floor)
         diff = float(np.abs(a - b).max())
         if diff > tol * scale:
             failures.append(f"{what}: largest difference {diff:.3g}, largest magnitude {scale:.3g} "
@@ -105,7 +131,7 @@ def check(torch, jax, np, jb, tb, name):
     for i, (a, b) in enumerate(zip(torch_params, p2)):
         compare(f"parameter {i} {a.shape} after the step", a, b)
     for i, (a, b) in enumerate(zip(torch_momenta, m2)):
-        compare(f"momentum {i} {a.shape}", a, b)
+        compare(f"momentum {i} {a.shape}", a, b, floor=largest_momentum)
     for i, (a, b) in enumerate(zip(torch_state, s2)):
         compare(f"batch norm {i} running mean", a[0], b[0])
         compare(f"batch norm {i} running variance", a[1], b[1])
