@@ -11,12 +11,13 @@
 #include "runtime/cpu/transpose.h"
 #include "runtime/cpu/vector_exp.h"
 
-// Every inner loop is an axpy over a contiguous row (a tile of scores against a transposed
-// tile of keys, an output row against a value row), which the compiler vectorises without
-// reordering any sum; dot products never run across vector lanes. Each routine is compiled
+// Every product is a sum of axpys over contiguous rows (a tile of scores against a transposed
+// tile of keys, an output row against value rows), 8 lanes of columns at a time, each element's
+// terms added in order; dot products never run across vector lanes. Each routine is compiled
 // twice, for the build's target and for AVX2 + FMA, and the second runs where the CPU has it.
-// The exponentials of a row are taken in a loop of their own (vector_exp, which vectorises)
-// before the row's sums and axpys use them.
+// The exponentials of a row are taken on whole vectors of its own (vector_exp_in_place) before
+// the row's sums and axpys use them; a row's maximum and sum run in 8 lanes, combined in a
+// fixed order.
 #define TJ_INLINE inline __attribute__((always_inline))
 
 namespace towerjit::cpujit {
