@@ -6,10 +6,7 @@
 // pool of `--threads` (default 2) in wall time, best of the same. FLOPs count the pairs of a
 // query and a key it sees: forward 2(d + dv), dq 2(2d + dv), dk and dv 4(d + dv) a pair. One
 // JSON line per routine and shape.
-#include <time.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/best_time.h"
 #include "jit/cpu/cpu_isa.h"
 #include "runtime/cpu/attention.h"
 #include "runtime/thread_pool.h"
@@ -25,25 +23,6 @@
 namespace cpujit = towerjit::cpujit;
 
 namespace {
-
-double thread_cpu_s() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return t.tv_sec + t.tv_nsec / 1e9;
-}
-double wall_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-// Seconds a call, the best of `repeats` runs of `calls` calls.
-double best_seconds(const std::function<void()>& f, int calls, int repeats, double (*clock)()) {
-  f();
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const double t0 = clock();
-    for (int i = 0; i < calls; ++i) f();
-    best = std::min(best, (clock() - t0) / calls);
-  }
-  return best;
-}
 
 struct Case {
   const char* name;
@@ -95,7 +74,8 @@ int main(int argc, char** argv) {
       std::function<void(towerjit::ThreadPool*)> call;
     };
     const Routine routines[] = {
-        {"attention", pairs * 2 * (c.d + c.dv), [&](towerjit::ThreadPool* p) { cpujit::attention(at, forward_in, out_view, p); }},
+        {"attention", pairs * 2 * (c.d + c.dv),
+         [&](towerjit::ThreadPool* p) { cpujit::attention(at, forward_in, out_view, p); }},
         {"attention_grad_q", pairs * 2 * (2 * c.d + c.dv),
          [&](towerjit::ThreadPool* p) { cpujit::attention_grad_q(at, backward_in, dq_view, p); }},
         {"attention_grad_kv", pairs * 4 * (c.d + c.dv),
@@ -104,8 +84,8 @@ int main(int argc, char** argv) {
     cpujit::attention(at, forward_in, out_view, nullptr);  // the backward reads a real forward's rows
     for (const Routine& r : routines) {
       const int calls = std::max(1, static_cast<int>(0.02 * 20e9 / r.flops));
-      const double one = best_seconds([&] { r.call(nullptr); }, calls, repeats, thread_cpu_s);
-      const double many = best_seconds([&] { r.call(&pool); }, calls, repeats, wall_s);
+      const double one = bench::best_seconds([&] { r.call(nullptr); }, calls, repeats, bench::thread_cpu_s);
+      const double many = bench::best_seconds([&] { r.call(&pool); }, calls, repeats, bench::wall_s);
       std::printf("{\"shape\": \"%s\", \"routine\": \"%s\", \"isa\": \"%s\", \"batch\": %lld, \"heads\": %lld, "
                   "\"t\": %lld, \"d\": %lld, \"dv\": %lld, \"one_thread_ms\": %.4f, \"one_thread_gflops\": %.1f, "
                   "\"threads\": %d, \"pool_ms\": %.4f, \"pool_gflops\": %.1f}\n",

@@ -526,7 +526,8 @@ int main(int argc, char** argv) try {
         json per_round = json::array();
         for (double r : rounds) per_round.push_back(round3(r));
         per_setting[setting] = {{"step_ms", round3(ms)}, {"round_step_ms", per_round}};
-        if (const auto& forms = peer_attention[peer.name][setting]; !forms.empty()) per_setting[setting]["round_attention"] = forms;
+        if (const auto& forms = peer_attention[peer.name][setting]; !forms.empty())
+          per_setting[setting]["round_attention"] = forms;
         if (best.empty() || ms < best_ms) best = setting, best_ms = ms;
       }
       const double t = batch / best_ms * 1e3;

@@ -4,8 +4,6 @@
 // Timed in the thread's CPU time (time it was not running does not count, so a shared machine
 // moves the figures less), best of `--repeats` (default 7) runs of enough calls for about 20
 // ms. One JSON line per product.
-#include <time.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +14,7 @@
 
 #include <cblas.h>
 
+#include "bench/best_time.h"
 #include "jit/cpu/cpu_isa.h"
 #include "runtime/cpu/blas.h"
 #include "runtime/cpu/packed_gemm.h"
@@ -24,24 +23,6 @@
 namespace cpujit = towerjit::cpujit;
 
 namespace {
-
-double thread_cpu_s() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-// Seconds a call, the best of `repeats` runs of `calls` calls.
-double best_seconds(const std::function<void()>& f, int calls, int repeats) {
-  f();
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const double t0 = thread_cpu_s();
-    for (int i = 0; i < calls; ++i) f();
-    best = std::min(best, (thread_cpu_s() - t0) / calls);
-  }
-  return best;
-}
 
 struct Shape {
   const char* product;
@@ -101,12 +82,12 @@ int main(int argc, char** argv) {
     const int lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
     const double flops = 2.0 * s.m * s.n * s.k;
     const int calls = std::max(1, static_cast<int>(0.02 * 30e9 / flops));
-    const double openblas = best_seconds([&] {
+    const double openblas = bench::best_seconds([&] {
       blas.sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, s.m, s.n, s.k,
                  1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), s.n);
     }, calls, repeats);
     const bool applies = cpujit::small_sgemm_applies(s.m, s.n, s.k);
-    const double small = !applies ? 0.0 : best_seconds([&] {
+    const double small = !applies ? 0.0 : bench::best_seconds([&] {
       cpujit::small_sgemm(s.ta, s.tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, 0.0f, c.data(), s.n);
     }, calls, repeats);
     std::printf("{\"product\": \"%s\", \"isa\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"transpose_a\": %s, "
@@ -119,7 +100,7 @@ int main(int argc, char** argv) {
       std::printf("\"small_gflops\": null, ");
     // Timed wherever the level has it, taken or not, so its thresholds can be read off.
     if (cpujit::vector_level(cpujit::cpu_isa()) == cpujit::CpuIsa::avx512) {
-      const double packed = best_seconds([&] {
+      const double packed = bench::best_seconds([&] {
         cpujit::packed_sgemm(s.ta, s.tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, 0.0f, c.data(), s.n);
       }, calls, repeats);
       std::printf("\"packed_gflops\": %.1f, \"packed_speedup\": %.2f, ", flops / packed / 1e9, openblas / packed);

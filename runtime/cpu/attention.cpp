@@ -66,24 +66,28 @@ using Floats8 = float __attribute__((vector_size(32), aligned(4), may_alias));  
 // past the row's end is never read.
 TJ_INLINE int64_t whole_vectors(int64_t n) { return (n + 7) / 8 * 8; }
 
-// s[r * kTile + j] = sum_c a[r * cols + c] * bt[c * kTile + j] for r < R, j < 16, c in order.
+// acc[r * ld_acc + 0..16) = (or, `from_zero` false, +=) sum_{t0 <= t < t1} w[r * ldw + t] *
+// m[t * ldm + 0..16) for r < R, t in order: both the products of a tile (w a row of queries or
+// keys, m the other side's transposed tile) and the sums of rows weighted by P or dS.
 template <int R>
-TJ_INLINE void product_block(const float* a, int64_t cols, const float* bt, float* s) {
-  Floats8 acc[2 * R] = {};
-  for (int64_t c = 0; c < cols; ++c) {
-    const auto* bc = reinterpret_cast<const Floats8*>(bt + c * kTile);
-    const Floats8 b0 = bc[0], b1 = bc[1];
-    TJ_UNROLL for (int r = 0; r < R; ++r) {
-      const Floats8 x = TJ_BROADCAST8(a[r * cols + c]);
-      acc[2 * r] += x * b0;
-      acc[2 * r + 1] += x * b1;
+struct RowBlock {
+  static TJ_INLINE void run(const float* w, int64_t ldw, int64_t t0, int64_t t1, const float* m, int64_t ldm,
+                            float* acc, int64_t ld_acc, bool from_zero) {
+    Floats8 a[2 * R];
+    auto at = [&](int v) { return reinterpret_cast<Floats8*>(acc + (v / 2) * ld_acc + (v % 2) * 8); };
+    TJ_UNROLL for (int v = 0; v < 2 * R; ++v) a[v] = from_zero ? Floats8{} : *at(v);
+    for (int64_t t = t0; t < t1; ++t) {
+      const auto* mt = reinterpret_cast<const Floats8*>(m + t * ldm);
+      const Floats8 b0 = mt[0], b1 = mt[1];
+      TJ_UNROLL for (int r = 0; r < R; ++r) {
+        const Floats8 x = TJ_BROADCAST8(w[r * ldw + t]);
+        a[2 * r] += x * b0;
+        a[2 * r + 1] += x * b1;
+      }
     }
+    TJ_UNROLL for (int v = 0; v < 2 * R; ++v) *at(v) = a[v];
   }
-  TJ_UNROLL for (int r = 0; r < R; ++r) {
-    auto* out = reinterpret_cast<Floats8*>(s + r * kTile);
-    out[0] = acc[2 * r], out[1] = acc[2 * r + 1];
-  }
-}
+};
 
 // A group's rows by their count, as one call.
 template <template <int> class Kernel, typename... Args>
@@ -97,10 +101,6 @@ TJ_INLINE void by_rows(int64_t rows, Args... args) {
     default: return Kernel<6>::run(args...);
   }
 }
-template <int R>
-struct ProductBlock {
-  static TJ_INLINE void run(const float* a, int64_t cols, const float* bt, float* s) { product_block<R>(a, cols, bt, s); }
-};
 
 // s[i * kTile + j] = sum_c a[i * cols + c] * bt[c * kTile + j] for i < rows and j in the
 // columns [from, to) = span(i) that row i reads: under a causal mask, the keys a query sees (or
@@ -117,36 +117,17 @@ TJ_INLINE void products(const float* a, int64_t rows, int64_t cols, const float*
       if (f < t) from = std::min(from, f), to = std::max(to, t);
     }
     for (int64_t j = from / 16 * 16; j < to; j += 16)  // to <= kTile, so j + 16 <= kTile
-      by_rows<ProductBlock>(group, a + i * cols, cols, bt + j, s + i * kTile + j);
+      by_rows<RowBlock>(group, a + i * cols, cols, int64_t{0}, cols, bt + j, kTile, s + i * kTile + j, kTile, true);
   }
 }
 
 // The keys of the tile [j0, j0 + n) that query row r of a block from i0 sees, as products'
-// span: [0, count), empty when it sees none of them.
+// span and add_weighted_rows' range: [0, count), empty when it sees none of them.
 TJ_INLINE auto keys_seen_in_tile(const kir::AttentionGeometry& g, int64_t i0, int64_t j0, int64_t n) {
-  return [&g, i0, j0, n](int64_t r) { return std::pair<int64_t, int64_t>(0, std::min(n, g.keys(i0 + r) - j0)); };
+  return [&g, i0, j0, n](int64_t r) {
+    return std::pair<int64_t, int64_t>(0, std::clamp<int64_t>(g.keys(i0 + r) - j0, 0, n));
+  };
 }
-
-// acc[r][0..16) += sum_{t0 <= t < t1} w[r * ldw + t] * m[t * width + 0..16) for r < R, t in order.
-template <int R>
-struct WeightedBlock {
-  static TJ_INLINE void run(const float* w, int64_t ldw, int64_t t0, int64_t t1, const float* m, int64_t width,
-                            float* acc) {
-    auto* sums = reinterpret_cast<Floats8*>(acc);
-    Floats8 a[2 * R];
-    TJ_UNROLL for (int v = 0; v < 2 * R; ++v) a[v] = sums[v];
-    for (int64_t t = t0; t < t1; ++t) {
-      const auto* mt = reinterpret_cast<const Floats8*>(m + t * width);
-      const Floats8 b0 = mt[0], b1 = mt[1];
-      TJ_UNROLL for (int r = 0; r < R; ++r) {
-        const Floats8 x = TJ_BROADCAST8(w[r * ldw + t]);
-        a[2 * r] += x * b0;
-        a[2 * r + 1] += x * b1;
-      }
-    }
-    TJ_UNROLL for (int v = 0; v < 2 * R; ++v) sums[v] = a[v];
-  }
-};
 
 // out[r * ldo + c] += sum_{t in range(r)} w[r * ldw + t] * m[t * width + c] for r < rows, c <
 // width: each row's terms in order of t, summed from 0 and then added to out once (a row whose
@@ -171,12 +152,12 @@ TJ_INLINE void add_weighted_rows(const float* w, int64_t ldw, int64_t rows, Rang
       for (int64_t r = 0; r < group; ++r) {
         const auto [t0, t1] = range(i + r);
         const int64_t head_end = shared_from < shared_to ? std::min(t1, shared_from) : t1;
-        WeightedBlock<1>::run(wi + r * ldw, ldw, t0, head_end, m + c0, width, acc + r * 16);
+        RowBlock<1>::run(wi + r * ldw, ldw, t0, head_end, m + c0, width, acc + r * 16, 16, false);
       }
       if (shared_from < shared_to) {
-        by_rows<WeightedBlock>(group, wi, ldw, shared_from, shared_to, m + c0, width, acc);
+        by_rows<RowBlock>(group, wi, ldw, shared_from, shared_to, m + c0, width, acc, int64_t{16}, false);
         for (int64_t r = 0; r < group; ++r)
-          WeightedBlock<1>::run(wi + r * ldw, ldw, shared_to, range(i + r).second, m + c0, width, acc + r * 16);
+          RowBlock<1>::run(wi + r * ldw, ldw, shared_to, range(i + r).second, m + c0, width, acc + r * 16, 16, false);
       }
       for (int64_t r = 0; r < group; ++r) {
         const auto [t0, t1] = range(i + r);
@@ -253,8 +234,7 @@ TJ_INLINE void forward_block(const Operands& x, int64_t b, int64_t i0, int64_t i
       if (rescale != 1.0f)
         for (int64_t c = 0; c < g.dv; ++c) ar[c] *= rescale;
     }
-    const auto terms = [&](int64_t r) { return std::pair<int64_t, int64_t>(0, std::max<int64_t>(0, keys_seen(r).second)); };
-    add_weighted_rows(s, kKeyBlock, rows, terms, x.vb(b) + j0 * g.dv, g.dv, acc, g.dv);
+    add_weighted_rows(s, kKeyBlock, rows, keys_seen, x.vb(b) + j0 * g.dv, g.dv, acc, g.dv);
   }
   for (int64_t r = 0; r < rows; ++r) {
     float* __restrict o = x.out + (b * g.tq + i0 + r) * (g.dv + 1);
@@ -310,8 +290,7 @@ TJ_INLINE void grad_q_block(const Operands& x, int64_t b, int64_t i0, int64_t i1
       vector_exp_in_place(sr, whole_vectors(seen));                                            // P
       for (int64_t j = 0; j < whole_vectors(seen); ++j) dpr[j] = sr[j] * (dpr[j] - D[r]) * x.scale;    // dS
     }
-    const auto terms = [&](int64_t r) { return std::pair<int64_t, int64_t>(0, std::max<int64_t>(0, keys_seen(r).second)); };
-    add_weighted_rows(dp, kKeyBlock, rows, terms, x.kb(b) + j0 * g.d, g.d, dq, g.d);
+    add_weighted_rows(dp, kKeyBlock, rows, keys_seen, x.kb(b) + j0 * g.d, g.d, dq, g.d);
   }
 }
 
