@@ -16,14 +16,6 @@ using towerjit::Shape;
 
 namespace {
 
-std::vector<float> random_floats(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> out(static_cast<size_t>(n));
-  for (float& v : out) v = u(rng);
-  return out;
-}
-
 // The three routines' results for one shape, on `pool` (null: the calling thread).
 struct Results {
   std::vector<float> out, dq, dkv;
@@ -31,8 +23,11 @@ struct Results {
 
 Results run_all(int64_t batch, int64_t t, int64_t d, int64_t dv, bool causal, towerjit::ThreadPool* pool) {
   const Shape qs{batch, 1, t, d}, vs{batch, 1, t, dv}, os{batch, 1, t, dv + 1};
-  std::vector<float> q = random_floats(batch * t * d, 1), k = random_floats(batch * t * d, 2),
-                     v = random_floats(batch * t * dv, 3), dout = random_floats(batch * t * (dv + 1), 4);
+  std::vector<float> q(batch * t * d), k(q.size()), v(batch * t * dv), dout(batch * t * (dv + 1));
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (std::vector<float>* x : {&q, &k, &v, &dout})
+    for (float& e : *x) e = u(rng);
   Results r{std::vector<float>(batch * t * (dv + 1)), std::vector<float>(batch * t * d),
             std::vector<float>(batch * t * (d + dv))};
   towerjit::Attrs at;
