@@ -8,6 +8,7 @@
 #include "jit/kir/attention_geometry.h"
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/cpu_features.h"
+#include "runtime/cpu/lane_sum.h"
 #include "runtime/cpu/transpose.h"
 #include "runtime/cpu/vector_exp.h"
 
@@ -16,8 +17,8 @@
 // terms added in order; dot products never run across vector lanes. Each routine is compiled
 // twice, for the build's target and for AVX2 + FMA, and the second runs where the CPU has it.
 // The exponentials of a row are taken on whole vectors of its own (vector_exp_in_place) before
-// the row's sums and axpys use them; a row's maximum and sum run in 8 lanes, combined in a
-// fixed order.
+// the row's sums and axpys use them; a row's maximum and sum run in 8 lanes (lane_sum.h),
+// combined in a fixed order.
 #define TJ_INLINE inline __attribute__((always_inline))
 
 namespace towerjit::cpujit {
@@ -192,17 +193,6 @@ TJ_INLINE float row_max(const float* x, int64_t n, float init) {
   return out;
 }
 
-// x[0] + ... + x[n - 1] as 8 lanes of sums, then the lanes in order: the same bits every run.
-TJ_INLINE float row_sum(const float* x, int64_t n) {
-  Floats8 lanes = {};
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) lanes += *reinterpret_cast<const Floats8*>(x + j);
-  float sum = 0;
-  for (int lane = 0; lane < 8; ++lane) sum += lanes[lane];
-  for (; j < n; ++j) sum += x[j];
-  return sum;
-}
-
 // Rows [i0, i1) of problem b: running maximum m and sum l per row, the output accumulated in
 // acc and rescaled whenever a tile raises the maximum; then out = acc / l and lse = m + log l.
 TJ_INLINE void forward_block(const Operands& x, int64_t b, int64_t i0, int64_t i1, float* kt, float* s, float* acc,
@@ -228,7 +218,7 @@ TJ_INLINE void forward_block(const Operands& x, int64_t b, int64_t i0, int64_t i
       const float rescale = vector_exp(m[r] - top);  // 0 on the first tile (m = -inf)
       for (int64_t j = 0; j < whole_vectors(seen); ++j) sr[j] -= top;
       vector_exp_in_place(sr, whole_vectors(seen));
-      l[r] = l[r] * rescale + row_sum(sr, seen);
+      l[r] = l[r] * rescale + lane_sum(seen, [&](int64_t j) { return sr[j]; });
       m[r] = top;
       float* __restrict ar = acc + r * g.dv;
       if (rescale != 1.0f)

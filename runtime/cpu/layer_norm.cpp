@@ -5,6 +5,7 @@
 
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/cpu_features.h"
+#include "runtime/cpu/lane_sum.h"
 
 // A row sum runs in kLanes interleaved lanes (lane l adds elements l, l + 8, ... in order) that
 // are added in a fixed tree at the end: the compiler turns the lanes into one vector add per
@@ -17,7 +18,6 @@
 namespace towerjit::cpujit {
 namespace {
 
-constexpr int kLanes = 8;
 constexpr int64_t kRowBlock = 16;   // rows a task takes at a time (forward, d x)
 constexpr int64_t kParamRows = 64;  // rows of one partial sum of d gain and d bias
 
@@ -28,17 +28,6 @@ struct Operands {
   float eps;
   bool rms;
 };
-
-// sum over j < n of term(j), lane by lane, then the lanes in a fixed tree.
-template <typename Term>
-TJ_INLINE float lane_sum(int64_t n, Term term) {
-  float acc[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += term(j + l);
-  for (int l = 0; j + l < n; ++l) acc[l] += term(j + l);
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
 
 struct Stats {
   float mean, rstd;

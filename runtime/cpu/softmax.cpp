@@ -5,6 +5,7 @@
 
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/cpu_features.h"
+#include "runtime/cpu/lane_sum.h"
 #include "runtime/cpu/vector_exp.h"
 
 // The arithmetic is the sequence jit/reference/eval_norm.cpp bounds: m = max(x), e = exp(x - m)
@@ -18,7 +19,6 @@
 namespace towerjit::cpujit {
 namespace {
 
-constexpr int kLanes = 8;
 constexpr int64_t kRowBlock = 16;  // rows a task takes at a time
 
 struct Operands {
@@ -26,16 +26,6 @@ struct Operands {
   float* out;
   int64_t rows, n;
 };
-
-template <typename Term>
-TJ_INLINE float lane_sum(int64_t n, Term term) {
-  float acc[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += term(j + l);
-  for (int l = 0; j + l < n; ++l) acc[l] += term(j + l);
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
 
 // The row's maximum, NaN if an element is one, in eight lanes of GCC's vector types (a
 // compare and a blend each: GCC's vectoriser leaves a scalar compare-and-select reduction
