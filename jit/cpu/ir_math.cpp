@@ -10,6 +10,7 @@
 //   fitted by least squares in double on Chebyshev nodes, each coefficient rounded to float
 //   and the rest refitted (P's constant term kept exact as a head and a tail).
 // - tanh: below 0.9, x + x³·Q(x²) (Q fitted as P); from 0.9, 1 - 2/(e^(2x) + 1).
+// - gelu_grad: (1 + erf(x/√2))/2 + x·e^(-x²/2)/√(2π), one exp shared by erf's tail and the density.
 #include "jit/cpu/ir_math.h"
 
 #include <bit>
@@ -136,7 +137,21 @@ std::string IrMath::log1p(const std::string& x) {
   return select(fcmp("oeq", x, "0x7FF0000000000000"), x, y);
 }
 
-std::string IrMath::erf(const std::string& x) {
+std::string IrMath::erf(const std::string& x) { return erf_with_tail(x, ""); }
+
+// Phi(x) + x phi(x) = (1 + erf(x/√2)) / 2 + x e^(-x²/2) / √(2π): erf's tail takes the same
+// e^(-x²/2) as phi (e^(-s²) at s = x/√2, unclamped: past erf's clamp it only makes a term that
+// rounds away smaller still), so the slope costs one exp an element, not two.
+std::string IrMath::gelu_grad(const std::string& x) {
+  const std::string bump = exp(fop("fmul", fop("fmul", x, x), lit(-0.5f)));
+  const std::string cdf = fop("fmul", fop("fadd", erf_with_tail(fop("fmul", x, lit(0.70710678118654752f)), bump),
+                                          lit(1.0f)),
+                              lit(0.5f));
+  return mad(x, fop("fmul", bump, lit(0.39894228040143268f)), cdf);
+}
+
+// erf(x); its tail's e^(-x²) is `bump` when given, else computed here from |x| clamped.
+std::string IrMath::erf_with_tail(const std::string& x, const std::string& bump) {
   const std::string a = unary_intrinsic("llvm.fabs.f32", x);
   const std::string u = fop("fmul", x, x);
   // |x| < 0.9: x·(2/√π + u·P1(u)), 2/√π's float head times x added last.
@@ -150,7 +165,7 @@ std::string IrMath::erf(const std::string& x) {
   const std::string T = horner(v, {0x1.1ac96cp-3f, 0x1.bff10ap-4f, -0x1.015ffcp-4f, -0x1.c940a6p-3f,
                                    0x1.eaeccep-5f, 0x1.437deap-1f, 0x1.eeea42p-1f, 0x1.b57036p-1f,
                                    0x1.058672p-2f});
-  const std::string g = exp(emit("fneg float " + fop("fmul", ac, ac)));
+  const std::string g = bump.empty() ? exp(emit("fneg float " + fop("fmul", ac, ac))) : bump;
   const std::string big = copysign(fop("fsub", lit(1.0f), fop("fmul", g, T)), x);
   // A NaN fails `a < 0.9` and the large branch carries it.
   return select(fcmp("olt", a, lit(0.9f)), small, big);

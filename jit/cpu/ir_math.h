@@ -34,9 +34,11 @@ class IrMath {
   std::string log(const std::string& x);
   std::string log1p(const std::string& x);
   std::string erf(const std::string& x);
+  std::string gelu_grad(const std::string& x);  // Phi(x) + x phi(x), gelu's slope
   std::string tanh(const std::string& x);
 
  private:
+  std::string erf_with_tail(const std::string& x, const std::string& bump);
   std::string emit(const std::string& rhs);
   std::string mad(const std::string& a, const std::string& b, const std::string& c);
   std::string horner(const std::string& x, std::initializer_list<float> high_to_low);

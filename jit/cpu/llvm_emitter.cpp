@@ -191,6 +191,7 @@ std::string KernelEmitter::unary(const Expr& e, const std::string& x) {
       out_ << "  " << h << " = fmul float " << x << ", 0.5\n";
       return line("fmul float " + h + ", " + a);
     }
+    case Op::GeluGrad: return math().gelu_grad(x);
     case Op::Softplus: {  // max(x, 0) + log1p(exp(-|x|)): no overflow for large |x|
       const std::string ab = call("llvm.fabs.f32", x), n = tmp();
       out_ << "  " << n << " = fneg float " << ab << "\n";

@@ -234,6 +234,9 @@ std::string KernelWriter::unary(const Expr& e, const std::string& x) const {
     case Op::Tanh: return "tanhf(" + x + ")";
     case Op::Erf: return "erff(" + x + ")";
     case Op::Gelu: return x + " * 0.5f * (1.0f + erff(" + x + " * " + float_literal(0.70710678118654752) + "))";
+    case Op::GeluGrad:  // Phi(x) + x phi(x)
+      return "0.5f * (1.0f + erff(" + x + " * " + float_literal(0.70710678118654752) + ")) + " + x + " * " +
+             float_literal(0.39894228040143268) + " * expf(-0.5f * " + x + " * " + x + ")";
     case Op::Softplus:  // max(x, 0) + log1p(exp(-|x|)): no overflow for large |x|
       return "(" + x + " > 0.0f ? " + x + " : 0.0f) + log1pf(expf(-fabsf(" + x + ")))";
     case Op::Cast: {

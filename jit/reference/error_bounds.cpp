@@ -112,6 +112,8 @@ double unary_bound(const Node& node, double x, double e, double y) {
       return peak_at_zero_slope(x, e, [](double t) { return 2 / std::sqrt(M_PI) * std::exp(-t * t); }) * e + libm;
     case Op::Gelu:  // x * 0.5 * (1 + erf(x / sqrt 2)): |gelu'| <= 1.13; 1 + erf cancels for x < 0
       return 1.13 * e + (kLibmUlps + 4) * u * (std::fabs(x) + std::fabs(y)) + kFlushed;
+    case Op::GeluGrad:  // Phi(x) + x phi(x) <= 1.13: |slope| = phi(x) |2 - x²| <= 2 phi(0) < 0.8
+      return 0.8 * e + (kLibmUlps + 4) * u * (1 + std::fabs(x)) + kFlushed;
     case Op::Softplus:  // max(x, 0) + log1p(exp(-|x|)): slope sigmoid(x) <= sigmoid(x + e)
       return e / (1 + std::exp(-(x + e))) + rounding(node.dtype, y, 2 * kLibmUlps + 2);
     case Op::Cast:

@@ -1,6 +1,7 @@
 // Constants and elementwise ops, in double precision; binary ops and select broadcast as numpy.
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 
 #include "dsl/error.h"
 #include "dsl/half_float.h"
@@ -27,6 +28,8 @@ double unary_value(Op op, double x) {
     case Op::Tanh: return std::tanh(x);
     case Op::Erf: return std::erf(x);
     case Op::Gelu: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case Op::GeluGrad:  // Phi(x) + x phi(x)
+      return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * std::numbers::pi);
     // log(1 + e^x) = max(x, 0) + log(1 + e^-|x|): exp never overflows.
     case Op::Softplus: return std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x)));
     case Op::StopGradient: return x;

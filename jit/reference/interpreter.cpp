@@ -171,7 +171,7 @@ Array evaluate(const EvalArgs& a, const Feeds& feeds, const Variables& variables
     case Op::Iota: return eval_iota(a);
     case Op::Neg: case Op::Exp: case Op::Log: case Op::Sqrt: case Op::Rsqrt: case Op::Abs:
     case Op::Sign: case Op::Relu: case Op::Sigmoid: case Op::Tanh: case Op::Erf: case Op::Gelu:
-    case Op::Softplus: case Op::Cast: case Op::StopGradient:
+    case Op::GeluGrad: case Op::Softplus: case Op::Cast: case Op::StopGradient:
       return eval_unary(a);
     case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Max: case Op::Min:
     case Op::Pow: case Op::Less: case Op::LessEqual: case Op::Greater: case Op::GreaterEqual:

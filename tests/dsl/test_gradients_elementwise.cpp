@@ -30,6 +30,12 @@ TEST_CASE("gradients of one-input ops match finite differences", "[grad]") {
   }
 }
 
+// gelu's gradient is one gelu_grad node (ops.def), differentiated in turn here, on either side
+// of erf's switch to its tail (|x| / sqrt 2 = 0.9).
+TEST_CASE("second derivatives of gelu match finite differences", "[grad]") {
+  check_op("gelu''", {{Shape{kBatch, 5}}}, [](const Xs& x) { return grad(sum(gelu(x[0])), {x[0]})[0]; });
+}
+
 TEST_CASE("gradients of two-input ops match finite differences, broadcasting included",
           "[grad]") {
   struct Case {

@@ -53,6 +53,12 @@ TEST_CASE("unary ops", "[reference]") {
   CHECK(gelu[5] == Approx(0.8413447460685429).epsilon(1e-14));
   CHECK(gelu[1] == Approx(-0.15865525393145707).epsilon(1e-13));
   CHECK(gelu[3] == 0);
+  // Its slope, the gelu_grad node of its gradient: Phi(x) + x phi(x); Phi(1) + phi(1) =
+  // 0.841344746... + 0.241970724..., Phi(-1) - phi(1) below zero, 1/2 at 0.
+  const Array slope = eval(tj::detail::make(g, tj::Op::GeluGrad, {x.id()}, x.shape(), tj::DType::f32, {}, tj::Loc::current()), f);
+  CHECK(slope[5] == Approx(1.0833154705876864).epsilon(1e-14));
+  CHECK(slope[1] == Approx(-0.08331547058768630).epsilon(1e-13));
+  CHECK(slope[3] == 0.5);
   auto p = tj::input("p", {4});
   Feeds fp{{"p", Array({4}, {0.25, 1, 4, 100})}};
   require_values(eval(tj::sqrt(p), fp), {4}, {0.5, 1, 2, 10});
