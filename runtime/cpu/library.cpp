@@ -174,20 +174,29 @@ void argmax(const Node& node, const View& x, const View& out) {
 }
 
 // Copies `src` into the box of `dst` starting at `origin` (pad writes inside zeros, concat
-// writes each part at its offset along the axis). Rows of the last axis move with memcpy.
+// writes each part at its offset along the axis). Rows of the last axis move with memcpy; the
+// destination offset is carried from row to row like an odometer (a division and a remainder
+// per axis and row had made gpt-small's two pads of attention gradients [32,4,64,16] rows of 16
+// floats 0.26 ms a step).
 void copy_box(const View& src, const View& dst, const std::vector<int64_t>& origin) {
   const int r = src.shape.rank();
   if (r == 0) { std::memcpy(dst.data, src.data, 4); return; }
-  const int64_t rows = src.shape.elements(0) / src.shape[r - 1];
-  for (int64_t row = 0; row < rows; ++row) {
-    int64_t rem = row, off = origin[r - 1], stride = dst.shape[r - 1];
-    for (int i = r - 2; i >= 0; --i) {
-      off += (rem % src.shape[i] + origin[i]) * stride;
-      rem /= src.shape[i];
-      stride *= dst.shape[i];
+  const int64_t rows = src.shape.elements(0) / src.shape[r - 1], row_bytes = src.shape[r - 1] * 4;
+  std::vector<int64_t> stride(r), index(r, 0);  // dst's strides; src's index along each axis
+  stride[r - 1] = 1;
+  for (int i = r - 2; i >= 0; --i) stride[i] = stride[i + 1] * dst.shape[i + 1];
+  int64_t off = 0;
+  for (int i = 0; i < r; ++i) off += origin[i] * stride[i];
+  const char* from = static_cast<const char*>(src.data);
+  char* to = static_cast<char*>(dst.data);
+  for (int64_t row = 0; row < rows; ++row, from += row_bytes) {
+    std::memcpy(to + off * 4, from, row_bytes);
+    for (int i = r - 2; i >= 0; --i) {  // the next row of src: carry along the axes
+      off += stride[i];
+      if (++index[i] < src.shape[i]) break;
+      off -= index[i] * stride[i];
+      index[i] = 0;
     }
-    std::memcpy(static_cast<char*>(dst.data) + off * 4,
-                static_cast<const char*>(src.data) + row * src.shape[r - 1] * 4, src.shape[r - 1] * 4);
   }
 }
 
