@@ -215,10 +215,6 @@ json profile(tj::CpuProgram& program, const tj::HostFeeds& feeds, tj::HostVariab
     order.push_back({ms, static_cast<int>(i)});
     by_kind[step_kind(p, p.steps[i])] += ms;
   }
-  // plan_buffers runs inside every run(); peak_bytes() runs it alone, so time that.
-  const auto t0 = Clock::now();
-  for (int i = 0; i < 20; ++i) (void)program.peak_bytes(batch);
-  by_kind["buffer plan (per run)"] = ms_since(t0) / 20;
   by_kind["outside steps (bind, plan, fetch)"] = std::max(0.0, step_ms - covered);
   std::sort(order.rbegin(), order.rend());
   json top = json::array();
