@@ -10,8 +10,6 @@
 #include <cstring>
 #include <functional>
 #include <random>
-#include <string>
-#include <vector>
 
 #include "bench/best_time.h"
 #include "dsl/autodiff.h"

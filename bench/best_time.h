@@ -1,6 +1,7 @@
-// The per-routine benches' timing (small_gemm_bench.cpp, attention_bench.cpp): the best of
-// several runs of a batch of calls, in the calling thread's CPU time (time it was not running
-// does not count, so a shared machine moves the figures less) or in wall time.
+// The per-routine benches' timing (small_gemm_bench.cpp, attention_bench.cpp,
+// activation_bench.cpp): the best of several runs of a batch of calls, in the calling thread's
+// CPU time (time it was not running does not count, so a shared machine moves the figures less)
+// or in wall time.
 #pragma once
 
 #include <time.h>

@@ -7,9 +7,7 @@
 #include "runtime/cpu/cpu_features.h"
 #include "runtime/cpu/lane_sum.h"
 
-// A row sum runs in kLanes interleaved lanes (lane l adds elements l, l + 8, ... in order) that
-// are added in a fixed tree at the end: the compiler turns the lanes into one vector add per
-// step without reordering any float sum, so the result is the same at every vector width. Each
+// Row sums run in lanes (lane_sum.h), so the result is the same at every vector width. Each
 // routine is compiled twice, for the build's target and for AVX2 + FMA (where the CPU has it),
 // as runtime/cpu/attention.cpp's are. The arithmetic is the sequence jit/reference/eval_norm.cpp
 // bounds: mean, centred squares, rstd = 1 / sqrt(var + eps), xhat = (x - mean) rstd, ...
