@@ -156,18 +156,55 @@ TOWERJIT_KERNELS(forward_avx2, filter_avx2, TOWERJIT_TARGET_AVX2, __m256, 8, _mm
 TOWERJIT_KERNELS(forward_avx512, filter_avx512, TOWERJIT_TARGET_AVX512, __m512, 16, _mm512_setzero_ps,
                  _mm512_loadu_ps, _mm512_storeu_ps, broadcast16, _mm512_fmadd_ps, _mm512_add_ps)
 
+// The forward block at stride 1 with a window KW wide (3: every network the bench runs),
+// for AVX-512. Pixel r's tap kx reads x[r + kx], so each float of an input row is broadcast
+// once and used by every tap that reaches it: R + KW - 1 broadcasts and KW * NV weight vectors
+// for R * KW * NV FMAs, where the kernel above loads a broadcast for every pixel and tap. A
+// core that loads two vectors a cycle and does two FMAs (Zen 5) ran that kernel with one vector
+// of channels (15 loads for 14 FMAs) at ~75% of its peak. The terms of an output are summed in
+// the order (ky, ci, kx).
+template <int R, int NV, int KW>
+TOWERJIT_TARGET_AVX512 void forward_slide_avx512(const Conv& g, const float* x, const float* w, float* out) {
+  const int64_t plane = g.wp(), row = g.c * plane, tap = g.c * NV * 16;  // w: [ky][kx][ci][lanes]
+  __m512 acc[R * NV];
+  TOWERJIT_UNROLL for (int a = 0; a < R * NV; ++a) acc[a] = _mm512_setzero_ps();
+  for (int64_t ky = 0; ky < g.kh; ++ky) {
+    const float* xr = x + ky * row;
+    const float* wk = w + ky * KW * tap;
+    for (int64_t ci = 0; ci < g.c; ++ci, xr += plane, wk += NV * 16) {
+      __m512 wv[KW * NV];
+      TOWERJIT_UNROLL for (int t = 0; t < KW * NV; ++t) wv[t] = _mm512_loadu_ps(wk + (t / NV) * tap + (t % NV) * 16);
+      TOWERJIT_UNROLL for (int j = 0; j < R + KW - 1; ++j) {
+        const __m512 xb = broadcast16(xr + j);
+        TOWERJIT_UNROLL for (int kx = 0; kx < KW; ++kx) {
+          const int r = j - kx;
+          if (r < 0 || r >= R) continue;
+          TOWERJIT_UNROLL for (int v = 0; v < NV; ++v) acc[r * NV + v] = _mm512_fmadd_ps(xb, wv[kx * NV + v], acc[r * NV + v]);
+        }
+      }
+    }
+  }
+  const int64_t ld = g.opad();
+  TOWERJIT_UNROLL for (int a = 0; a < R * NV; ++a) _mm512_storeu_ps(out + (a / NV) * ld + (a % NV) * 16, acc[a]);
+}
+
 using ForwardBlock = void (*)(const Conv&, const float*, const float*, float*);
 using FilterBlock = void (*)(const Conv&, const float*, const int64_t*, const float*, float*);
 
 // One instruction set's kernels for one block width: forward[s][r] for stride s (1, 2, or 0:
-// any), filter[r] (taps anywhere in the window, by offsets) and filter_row[r] (consecutive
-// taps) for blocks of r = 1..most items.
+// any), slide3[r] (stride 1, windows 3 wide; AVX-512 only, else empty), filter[r] (taps
+// anywhere in the window, by offsets) and filter_row[r] (consecutive taps) for blocks of
+// r = 1..most items.
 struct Kernels {
   int64_t lanes;
   int most;
   std::vector<ForwardBlock> forward[3];
   std::vector<FilterBlock> filter, filter_row;
-  const std::vector<ForwardBlock>& forward_at(int64_t stride) const { return forward[stride <= 2 ? stride : 0]; }
+  std::vector<ForwardBlock> slide3;
+  const std::vector<ForwardBlock>& forward_at(const Conv& g) const {
+    if (!slide3.empty() && g.sw == 1 && g.kw == 3) return slide3;
+    return forward[g.sw <= 2 ? g.sw : 0];
+  }
 };
 
 template <int NV, int... R>
@@ -188,7 +225,8 @@ Kernels avx512_kernels(std::integer_sequence<int, R...>) {
            {nullptr, forward_avx512<R + 1, NV, 1>...},
            {nullptr, forward_avx512<R + 1, NV, 2>...}},
           {nullptr, filter_avx512<R + 1, NV, false>...},
-          {nullptr, filter_avx512<R + 1, NV, true>...}};
+          {nullptr, filter_avx512<R + 1, NV, true>...},
+          {nullptr, forward_slide_avx512<R + 1, NV, 3>...}};
 }
 
 // The filter gradient with vectors along the input channels, where they come in sixteens
@@ -281,7 +319,7 @@ template <typename Next>
 void forward_image(const Conv& g, const Kernels& k, const float* xp, const float* wp, float* out,
                    float* y_image, const ConvEpilogue& epilogue, const Next& next) {
   const int64_t row = g.c * g.wp(), filter = g.ckk() * g.lanes;
-  const std::vector<ForwardBlock>& blocks = k.forward_at(g.sw);
+  const std::vector<ForwardBlock>& blocks = k.forward_at(g);
   const EvenBlocks row_parts(g.ow, k.most);
   for (int64_t oy = 0; oy < g.oh; ++oy) {
     next(oy, g.oh);
