@@ -162,7 +162,8 @@ TOWERJIT_KERNELS(forward_avx512, filter_avx512, TOWERJIT_TARGET_AVX512, __m512, 
 // for R * KW * NV FMAs, where the kernel above loads a broadcast for every pixel and tap. A
 // core that loads two vectors a cycle and does two FMAs (Zen 5) ran that kernel with one vector
 // of channels (15 loads for 14 FMAs) at ~75% of its peak. The terms of an output are summed in
-// the order (ky, ci, kx).
+// the order (ky, ci, kx). R * NV accumulators, KW * NV weights and a broadcast: 31 of the 32
+// registers at R = 12 and NV = 2, 28 at R = 24 and NV = 1.
 template <int R, int NV, int KW>
 TOWERJIT_TARGET_AVX512 void forward_slide_avx512(const Conv& g, const float* x, const float* w, float* out) {
   const int64_t plane = g.wp(), row = g.c * plane, tap = g.c * NV * 16;  // w: [ky][kx][ci][lanes]
