@@ -78,9 +78,10 @@ TEST_CASE("convolution: direct and im2col paths match the reference at odd geome
                                  {20, 6, 5, 3, 3, 1, 1},  {1, 28, 28, 16, 3, 1, 1}, {127, 5, 6, 7, 3, 1, 1},
                                  {7, 11, 9, 127, 3, 2, 0}, {33, 7, 5, 40, 3, 1, 1}, {16, 1, 1, 16, 1, 1, 0},
                                  {8, 13, 3, 24, 3, 2, 2}, {1, 11, 9, 3, 3, 2, 1}, {3, 13, 17, 5, 3, 1, 1},
-                                 {6, 10, 11, 20, 3, 3, 1}, {32, 9, 8, 20, 3, 2, 1}};
+                                 {6, 10, 11, 20, 3, 3, 1}, {32, 9, 8, 20, 3, 2, 1}, {8, 4, 40, 20, 3, 1, 1}};
   // {6, 10, 11, 20, 3, 3, 1}: the forward kernels of any stride; {32, ...}: the filter gradient
-  // by input channels (AVX-512, 16 of them a vector) at stride 2 with blocks of 6 and 7 outputs.
+  // by input channels (AVX-512, 16 of them a vector) at stride 2 with blocks of 6 and 7 outputs;
+  // {8, 4, 40, ...}: rows of 40 pixels, in four forward blocks of 10.
   struct Path { const char* isa; const char* direct; };
   std::vector<Path> paths{{nullptr, "off"}};
   for (tj::knobs::CpuIsa level : {tj::knobs::CpuIsa::avx512, tj::knobs::CpuIsa::avx2})
