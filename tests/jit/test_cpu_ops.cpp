@@ -81,7 +81,8 @@ TEST_CASE("convolution: direct and im2col paths match the reference at odd geome
                                  {6, 10, 11, 20, 3, 3, 1}, {32, 9, 8, 20, 3, 2, 1}, {8, 4, 40, 20, 3, 1, 1}};
   // {6, 10, 11, 20, 3, 3, 1}: the forward kernels of any stride; {32, ...}: the filter gradient
   // by input channels (AVX-512, 16 of them a vector) at stride 2 with blocks of 6 and 7 outputs;
-  // {8, 4, 40, ...}: rows of 40 pixels, in four forward blocks of 10.
+  // {8, 4, 40, ...}: rows of 40 pixels, in blocks of 10 (forward, two vectors of channels at
+  // AVX-512) and of 20 (input gradient, one vector of 8 channels).
   struct Path { const char* isa; const char* direct; };
   std::vector<Path> paths{{nullptr, "off"}};
   for (tj::knobs::CpuIsa level : {tj::knobs::CpuIsa::avx512, tj::knobs::CpuIsa::avx2})
