@@ -81,7 +81,7 @@ std::string dump_index_json(const Graph& g, const kir::Program& p, const std::st
     } else if (s.kind == kir::Step::Kind::library) {
       const kir::LibraryCall& c = p.calls[s.index];
       read.insert(c.inputs.begin(), c.inputs.end());
-      written.insert(c.output);
+      for (int b : c.written()) written.insert(b);
       std::vector<int> nodes{c.node};  // the product, then the ops its epilogue took in
       nodes.insert(nodes.end(), c.epilogue_nodes.begin(), c.epilogue_nodes.end());
       step = {{"kind", "library"}, {"name", op_name(c.op)}, {"space", p.buffers[c.output].shape.str()},

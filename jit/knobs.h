@@ -75,9 +75,10 @@ bool recompute_in_readers_enabled();
 // reduction (jit/passes/reduction_finishers.h); for measuring what that buys. Default: on.
 bool reduction_finishers_enabled();
 
-// TOWERJIT_FUSED_MAX_POOLS: "off" (also "0", "false", "no") keeps a GPU max pool and its
-// gradient as library routines instead of computing the pool in the kernel that makes its input
-// (jit/passes/fused_max_pools.h); for measuring what that buys. Default: on.
+// TOWERJIT_FUSED_MAX_POOLS: "off" (also "0", "false", "no") keeps a max pool and its gradient
+// as library routines instead of computing the pool in the step that makes its input: a GPU
+// kernel (jit/passes/fused_max_pools.h), a CPU convolution (jit/passes/conv_pools.h); for
+// measuring what that buys. Default: on.
 bool fused_max_pools_enabled();
 
 // TOWERJIT_CONV_EPILOGUES: "off" (also "0", "false", "no") keeps a convolution's bias add and

@@ -33,7 +33,7 @@ void buffers_of(const kir::Program& p, const kir::Step& s, std::set<int>& read, 
     }
   } else if (s.kind == kir::Step::Kind::library) {
     read.insert(p.calls[s.index].inputs.begin(), p.calls[s.index].inputs.end());
-    written.insert(p.calls[s.index].output);
+    for (int b : p.calls[s.index].written()) written.insert(b);
   } else {
     read.insert(p.copies[s.index].from);
     written.insert(p.copies[s.index].to);

@@ -161,8 +161,27 @@ struct LibraryCall {
   // MatMul, Conv2D: the epilogue; not none only with the bias as a third input.
   Epilogue epilogue = Epilogue::none;
   std::vector<int> epilogue_nodes;  // the graph nodes its epilogue computes, for dumps and errors
+  // A 2x2, stride-2 max pool taken into the convolution that makes its input (the CPU's
+  // programs, jit/passes/conv_pools.h). Conv2D: `output` holds the pooled values
+  // [N, O, OH/2, OW/2] and `codes` (i32, the same shape) each window's winner; the
+  // convolution's own result is never stored. MaxPool2DGrad: inputs {codes, dy}, dy routed by
+  // the codes (`codes` is inputs[0]). -1: neither.
+  int codes = -1;
   int node = -1;
+
+  // The buffers the call writes: its output, and a pooling convolution's codes.
+  std::vector<int> written() const {
+    if (op == Op::Conv2D && codes >= 0) return {output, codes};
+    return {output};
+  }
 };
+
+// The shape of a Conv2D's result: its output's, or where it pools, twice the output's rows and
+// columns.
+inline Shape conv_result_shape(const Shape& output, const LibraryCall& c) {
+  if (c.codes < 0) return output;
+  return Shape{output[0], output[1], output[2] * 2, output[3] * 2};
+}
 
 struct Step {
   enum class Kind { kernel, library, copy };

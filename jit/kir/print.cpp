@@ -109,6 +109,8 @@ std::string to_string(const Program& program) {
       }
       out << " -> b" << c.output << (c.sum_batches ? " (batches summed)" : "");
       if (c.epilogue != Epilogue::none) out << " (epilogue " << epilogue_name(c.epilogue) << ")";
+      if (c.op == Op::Conv2D && c.codes >= 0) out << " (max pool 2x2, codes b" << c.codes << ")";
+      if (c.op == Op::MaxPool2DGrad && c.codes >= 0) out << " (routed by codes)";
       if (c.attrs.relu_mask) out << " (relu mask)";
       out << "\n";
     } else {

@@ -13,4 +13,15 @@ int root_of(const Program& p, int b);
 // whether it writes them.
 bool touches(const Program& p, const Step& step, int b, bool writes_only);
 
+// Whether a step after `from`, up to `to`, touches the memory of buffer `b` (views included):
+// with `writes_only`, writes it.
+bool touched_between(const Program& p, int b, int from, int to, bool writes_only);
+
+// The steps that write and read each buffer (the buffer itself, not its views), each step once
+// and in order.
+struct Uses {
+  std::vector<std::vector<int>> writers, readers;
+};
+Uses uses_of(const Program& p);
+
 }  // namespace towerjit::kir

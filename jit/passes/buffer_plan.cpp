@@ -17,7 +17,7 @@ std::vector<int> touched(const kir::Program& p, const kir::Step& s) {
   } else if (s.kind == kir::Step::Kind::library) {
     const auto& c = p.calls[s.index];
     ids = c.inputs;
-    ids.push_back(c.output);
+    for (int b : c.written()) ids.push_back(b);
   } else {
     ids = {p.copies[s.index].from, p.copies[s.index].to};
   }

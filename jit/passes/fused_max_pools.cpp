@@ -13,6 +13,9 @@ namespace towerjit {
 namespace {
 
 using kir::Affine;
+using kir::touched_between;
+using kir::Uses;
+using kir::uses_of;
 using K = kir::Expr::Kind;
 
 int add(kir::Kernel& k, kir::Expr e) {
@@ -33,46 +36,6 @@ int access(kir::Kernel& k, kir::Access a) {
 
 bool row_major(const kir::Access& a, const Shape& shape) {
   return a.offset == Affine{} && a.strides == kir::row_major_strides(shape);
-}
-
-// The steps that write and read each buffer.
-struct Uses {
-  std::vector<std::vector<int>> writers, readers;
-};
-
-Uses uses_of(const kir::Program& p) {
-  Uses u;
-  u.writers.resize(p.buffers.size());
-  u.readers.resize(p.buffers.size());
-  auto note = [](std::vector<int>& v, int s) {
-    if (v.empty() || v.back() != s) v.push_back(s);
-  };
-  for (int s = 0; s < static_cast<int>(p.steps.size()); ++s) {
-    const kir::Step& step = p.steps[s];
-    if (step.kind == kir::Step::Kind::kernel) {
-      for (const kir::Kernel* body : p.kernels[step.index].bodies()) {
-        for (const kir::Expr& e : body->exprs)
-          if (e.kind == K::load) note(u.readers[body->accesses[e.access].buffer], s);
-        for (const auto& o : body->outputs) note(u.writers[body->accesses[o.access].buffer], s);
-      }
-    } else if (step.kind == kir::Step::Kind::library) {
-      const kir::LibraryCall& c = p.calls[step.index];
-      for (int b : c.inputs) note(u.readers[b], s);
-      note(u.writers[c.output], s);
-    } else {
-      note(u.readers[p.copies[step.index].from], s);
-      note(u.writers[p.copies[step.index].to], s);
-    }
-  }
-  return u;
-}
-
-// Whether a step after `from`, up to `to`, touches the memory of buffer `b` (views included):
-// with `writes_only`, writes it.
-bool touched_between(const kir::Program& p, int b, int from, int to, bool writes_only) {
-  for (int s = from + 1; s <= to; ++s)
-    if (kir::touches(p, p.steps[s], b, writes_only)) return true;
-  return false;
 }
 
 // A pool the pass takes: the kernel step that makes its input, its own step, its gradients'.

@@ -42,7 +42,7 @@ Effects effects_of(const kir::Program& p, const kir::Step& s) {
     }
   } else if (s.kind == kir::Step::Kind::library) {
     for (int b : p.calls[s.index].inputs) r(b);
-    w(p.calls[s.index].output);
+    for (int b : p.calls[s.index].written()) w(b);
   } else {
     r(p.copies[s.index].from);
     w(p.copies[s.index].to);

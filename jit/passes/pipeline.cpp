@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "jit/knobs.h"
+#include "jit/passes/conv_pools.h"
 #include "jit/passes/cse.h"
 #include "jit/passes/factor_sums.h"
 #include "jit/passes/fold_batch_sums.h"
@@ -68,6 +69,8 @@ LoweredProgram lower_for(Target target, const Graph& graph, const std::vector<in
   const bool gpu = target == Target::gpu;
   if (gpu && knobs::fused_max_pools_enabled())   // a 2x2 pool in the kernel making its input
     program = fuse_max_pools(std::move(program));  // (before grouping: that kernel stands alone)
+  if (!gpu && knobs::fused_max_pools_enabled())    // a 2x2 pool in the convolution making its input
+    program = pool_convolutions(std::move(program));
   if (knobs::group_kernels_enabled())
     program = group_kernels(std::move(program));  // independent elementwise kernels: one launch
   if (gpu && knobs::reduction_finishers_enabled())  // batch norm's per-channel kernel in its sums

@@ -86,9 +86,11 @@ void parallel(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int
   else body(0, n);
 }
 
-void conv2d(const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool,
-            const ConvEpilogue& epilogue) {
-  if (direct_conv2d(at, x, w, y, pool, epilogue)) return;
+namespace {
+
+// The batched im2col path (y in f32, written whole), the epilogue's act after the product.
+void im2col_conv2d(const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool,
+                   const ConvEpilogue& epilogue) {
   const Geometry g = conv_geometry(at, x.shape, w.shape, y.shape);
   const int64_t cols_n = g.n * g.spatial();
   float* cols = conv_scratch(0, g.ckk() * cols_n);
@@ -100,6 +102,22 @@ void conv2d(const Attrs& at, const View& x, const View& w, const View& y, Thread
     parallel(pool, g.n, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) epilogue.apply(y.f() + i * g.o * g.spatial(), g.o, g.spatial());
     });
+}
+
+}  // namespace
+
+void conv2d(const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool,
+            const ConvEpilogue& epilogue) {
+  if (direct_conv2d(at, x, w, y, pool, epilogue)) return;
+  if (!epilogue.pools()) return im2col_conv2d(at, x, w, y, pool, epilogue);
+  // With a pool, the whole result into a temporary first, then each image pooled.
+  std::vector<float> result(static_cast<size_t>(y.shape.elements(0)));
+  ConvEpilogue act = epilogue;
+  act.pooled = nullptr, act.codes = nullptr;
+  im2col_conv2d(at, x, w, {y.shape, result.data(), DType::f32}, pool, act);
+  parallel(pool, y.shape[0], [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) epilogue.image_done(y, i, result.data() + i * (result.size() / y.shape[0]));
+  });
 }
 
 void conv2d_grad_input(const Attrs& at, const View& dy, const View& w, const View& dx, ThreadPool* pool) {

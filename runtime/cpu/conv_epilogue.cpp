@@ -1,5 +1,9 @@
 #include "runtime/cpu/conv_epilogue.h"
 
+#include "runtime/cpu/conv_geometry.h"
+#include "runtime/cpu/conv_images.h"
+#include "runtime/cpu/pool.h"
+
 namespace towerjit::cpujit {
 
 void ConvEpilogue::apply(float* image, int64_t channels, int64_t spatial) const {
@@ -17,6 +21,32 @@ void ConvEpilogue::apply(float* image, int64_t channels, int64_t spatial) const 
     else
       for (int64_t p = 0; p < spatial; ++p) plane[p] += b;
   }
+}
+
+namespace {
+
+int64_t image_elements(const Shape& y) { return y[1] * y[2] * y[3]; }
+
+}  // namespace
+
+float* ConvEpilogue::image_out(const View& y, int64_t i) const {
+  // Slot 3: the one a 16-bit result uses, which a pooled result (f32) never is.
+  return pools() ? conv_scratch(3, image_elements(y.shape)) : cpujit::image_out(y, i, image_elements(y.shape), 3);
+}
+
+void ConvEpilogue::image_done(const View& y, int64_t i, const float* written) const {
+  const int64_t elements = image_elements(y.shape);
+  if (!pools()) return cpujit::image_done(y, i, elements, written);
+  const int64_t pooled_image = elements / 4;
+  max_pool2x2_with_codes(written, y.shape[1], y.shape[2], y.shape[3], pooled + i * pooled_image,
+                         codes + i * pooled_image, pool_level);
+}
+
+void ConvEpilogue::prefetch(const View& y, int64_t i, int64_t part, int64_t parts) const {
+  const int64_t elements = image_elements(y.shape);
+  if (!pools()) return prefetch_image(y, i, elements, part, parts);
+  prefetch_image({y.shape, pooled, DType::f32}, i, elements / 4, part, parts);
+  prefetch_image({y.shape, codes, DType::i32}, i, elements / 4, part, parts);
 }
 
 }  // namespace towerjit::cpujit

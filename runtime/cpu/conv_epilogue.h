@@ -11,12 +11,22 @@
 
 #include "jit/kir/kernel_ir.h"
 #include "runtime/cpu/cpu_features.h"
+#include "runtime/cpu/library.h"
 
 namespace towerjit::cpujit {
 
 struct ConvEpilogue {
   kir::Epilogue kind = kir::Epilogue::none;
   const float* bias = nullptr;  // [O], f32
+  // A 2x2, stride-2 max pool after act (jit/passes/conv_pools.h): each image's result is
+  // written to this thread's scratch and pooled from there, while it is in cache, into `pooled`
+  // and `codes` ([O, OH/2, OW/2] an image); y itself is never written (its data is null).
+  // Null: no pool.
+  float* pooled = nullptr;
+  int32_t* codes = nullptr;
+  CpuIsa pool_level = CpuIsa::baseline;  // the vector level of the pool's row kernels
+
+  bool pools() const { return pooled != nullptr; }
 
   // The bias from output channel `o` on, or null for none; whether a ReLU follows.
   const float* bias_from(int64_t o) const { return kind == kir::Epilogue::none ? nullptr : bias + o; }
@@ -26,6 +36,14 @@ struct ConvEpilogue {
   // operations as the loop kernel it replaced (the add, then the DSL's relu: x <= 0 gives 0,
   // NaN stays NaN). Nothing for none.
   void apply(float* image, int64_t channels, int64_t spatial) const;
+
+  // Where the kernels write image i of y [N, O, OH, OW] in f32: y's own place (conv_images.h's
+  // image_out), or with a pool, scratch.
+  float* image_out(const View& y, int64_t i) const;
+  // Once they have: a 16-bit image rounded into y (image_done), or the scratch pooled.
+  void image_done(const View& y, int64_t i, const float* written) const;
+  // Asks the caches for slice `part` of `parts` of where image i's results go (prefetch_image).
+  void prefetch(const View& y, int64_t i, int64_t part, int64_t parts) const;
 };
 
 // The DSL's relu on a vector's lanes: those <= 0 (either zero included) become +0, and NaN

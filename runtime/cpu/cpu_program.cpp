@@ -105,10 +105,11 @@ std::vector<HostTensor> CpuProgram::run(const HostFeeds& feeds, HostVariables& v
       run_kernel(s.index, base, batch, step);
     } else if (s.kind == kir::Step::Kind::library) {
       const kir::LibraryCall& c = program_.calls[s.index];
+      auto view = [&](int b) { return cpujit::View{program_.buffers[b].shape.bind(batch), base[b], program_.buffers[b].dtype}; };
       std::vector<cpujit::View> in;
-      for (int b : c.inputs) in.push_back({program_.buffers[b].shape.bind(batch), base[b], program_.buffers[b].dtype});
-      const cpujit::View out{program_.buffers[c.output].shape.bind(batch), base[c.output], program_.buffers[c.output].dtype};
-      cpujit::run_library_call(c, graph_.node(c.node), in, out, pool_);
+      for (int b : c.inputs) in.push_back(view(b));
+      const cpujit::View codes = c.op == Op::Conv2D && c.codes >= 0 ? view(c.codes) : cpujit::View{};
+      cpujit::run_library_call(c, graph_.node(c.node), in, view(c.output), pool_, codes);
     } else {
       const kir::Copy& c = program_.copies[s.index];
       const kir::Buffer& to = program_.buffers[c.to];

@@ -337,19 +337,19 @@ void forward_image(const Conv& g, const Kernels& k, const float* xp, const float
 // x and y of any float dtype, an image at a time in f32 (conv_images.h).
 void forward(const Conv& g, const Kernels& k, const View& x, const std::vector<float>& wp, const View& y,
              const ConvEpilogue& epilogue, ThreadPool* pool) {
-  const int64_t image = g.c * g.h * g.w, result = g.o * g.spatial();
+  const int64_t image = g.c * g.h * g.w;
   parallel(pool, g.n, [&](int64_t begin, int64_t end) {
     float* xp = conv_scratch(0, g.hp() * g.wp() * g.c);
     float* out = conv_scratch(1, g.spatial() * g.opad());
     for (int64_t i = begin; i < end; ++i) {
       pack_rows(g, image_in(x, i, image, 2), xp);
-      float* yi = image_out(y, i, result, 3);
+      float* yi = epilogue.image_out(y, i);
       forward_image(g, k, xp, wp.data(), out, yi, epilogue, [&](int64_t slice, int64_t slices) {
         if (i + 1 == end) return;
         prefetch_image(x, i + 1, image, slice, slices);
-        prefetch_image(y, i + 1, result, slice, slices);
+        epilogue.prefetch(y, i + 1, slice, slices);
       });
-      image_done(y, i, result, yi);
+      epilogue.image_done(y, i, yi);
     }
   });
 }

@@ -200,20 +200,32 @@ void copy_box(const View& src, const View& dst, const std::vector<int64_t>& orig
   }
 }
 
+// A convolution, with its epilogue and pool (jit/passes/conv_pools.h) where it has them.
+void convolution(const kir::LibraryCall& call, const std::vector<View>& in, const View& out, const View& codes,
+                 ThreadPool* pool) {
+  ConvEpilogue epilogue{call.epilogue, call.epilogue == kir::Epilogue::none ? nullptr : in[2].f()};
+  if (call.codes < 0) return conv2d(call.attrs, in[0], in[1], out, pool, epilogue);
+  epilogue.pooled = out.f();
+  epilogue.codes = codes.i();
+  epilogue.pool_level = vector_level(cpu_isa());
+  conv2d(call.attrs, in[0], in[1], {kir::conv_result_shape(out.shape, call), nullptr, DType::f32}, pool, epilogue);
+}
+
 }  // namespace
 
-void run_library_call(const kir::LibraryCall& call, const Node& node,
-                      const std::vector<View>& in, const View& out, ThreadPool* pool) {
+void run_library_call(const kir::LibraryCall& call, const Node& node, const std::vector<View>& in,
+                      const View& out, ThreadPool* pool, const View& codes) {
   const bool conv = call.op == Op::Conv2D || call.op == Op::Conv2DGradInput || call.op == Op::Conv2DGradFilter;
   if (conv && is_half_float(out.dtype)) return half_convolution(call.op, call.attrs, in[0], in[1], out, pool);
   switch (call.op) {
     case Op::MatMul: return matmul(call, in, out, pool);
-    case Op::Conv2D:
-      return conv2d(call.attrs, in[0], in[1], out, pool,
-                    {call.epilogue, call.epilogue == kir::Epilogue::none ? nullptr : in[2].f()});
+    case Op::Conv2D: return convolution(call, in, out, codes, pool);
     case Op::Conv2DGradInput: return conv2d_grad_input(call.attrs, in[0], in[1], out, pool);
     case Op::Conv2DGradFilter: return conv2d_grad_filter(call.attrs, in[0], in[1], out, pool);
-    case Op::MaxPool2D: case Op::MaxPool2DGrad: case Op::AvgPool2D: case Op::AvgPool2DGrad:
+    case Op::MaxPool2DGrad:
+      if (call.codes >= 0) return max_pool2d_grad_by_codes(call.attrs, in[0], in[1], out, pool);
+      return pool2d(call.op, call.attrs, in, out, pool);
+    case Op::MaxPool2D: case Op::AvgPool2D: case Op::AvgPool2DGrad:
       return pool2d(call.op, call.attrs, in, out, pool);
     case Op::OneHot: return one_hot(node, in[0], out);
     case Op::ArgMax: return argmax(node, in[0], out);

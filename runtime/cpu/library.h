@@ -22,8 +22,9 @@ struct View {
   uint16_t* h() const { return static_cast<uint16_t*>(data); }  // bf16 / f16 bit patterns
 };
 
-// Runs one library call. `node` is the graph node it computes (for error locations).
-void run_library_call(const kir::LibraryCall& call, const Node& node,
-                      const std::vector<View>& inputs, const View& output, ThreadPool* pool);
+// Runs one library call. `node` is the graph node it computes (for error locations); `codes`:
+// a pooling convolution's second output (kir::LibraryCall::codes), else empty.
+void run_library_call(const kir::LibraryCall& call, const Node& node, const std::vector<View>& inputs,
+                      const View& output, ThreadPool* pool, const View& codes = {});
 
 }  // namespace towerjit::cpujit

@@ -252,7 +252,7 @@ void narrow_conv_forward(const ConvGeometry& g, bool avx512, const View& x, cons
     float* rows = rows_scratch(r, k);
     for (int64_t i = begin; i < end; ++i) {
       fill_rows(g, r, image_in(x, i, g.c * g.h * g.w, 2), rows);
-      float* yi = image_out(y, i, g.o * s, 3);
+      float* yi = epilogue.image_out(y, i);
       for (int64_t b = 0; b < channels.count; ++b) {
         const int64_t o0 = channels.cut(b), ob = channels.cut(b + 1) - o0, most = k.accs / ob;
         // Blocks of `most` vectors of pixels in one call, then one block of the rest.
@@ -265,7 +265,7 @@ void narrow_conv_forward(const ConvGeometry& g, bool avx512, const View& x, cons
           k.forward[ob][vectors - full](taps, rows, r.off.data(), w + o0 * taps, full * k.width, s, yi + o0 * s, s,
                                         bias, epilogue.relu());
       }
-      image_done(y, i, g.o * s, yi);
+      epilogue.image_done(y, i, yi);
     }
   });
 }

@@ -203,6 +203,96 @@ int64_t max2x2_grad_row(CpuIsa level, const float* r0, const float* r1, const fl
   return ow;
 }
 
+// The 2x2 / stride 2 pool with each window's code (jit/passes/conv_pools.h): the pooled value as
+// max2x2_row's, the winner as max2x2_grad_row's (the cells in turn, a later one taking the place
+// where it beats the best so far), plus 4 where the winner is not > 0.
+inline int32_t window_code(const float cell[4], float& pooled) {
+  int best = 0;
+  for (int j = 1; j < 4; ++j)
+    if (beats(cell[j], cell[best])) best = j;
+  pooled = max_nan(max_nan(cell[0], cell[1]), max_nan(cell[2], cell[3]));
+  return best + (cell[best] > 0 ? 0 : 4);
+}
+
+TOWERJIT_TARGET_AVX2 void max2x2_codes_row_avx2(const float* r0, const float* r1, float* out, int32_t* code,
+                                                int64_t ow) {
+  const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2), three = _mm256_set1_epi32(3);
+  for (int64_t ox = 0; ox < ow; ox += 8) {
+    const int64_t n = std::min<int64_t>(8, ow - ox);
+    __m256 c0, c1, c2, c3;
+    deinterleave(r0 + 2 * ox, n, c0, c1);
+    deinterleave(r1 + 2 * ox, n, c2, c3);
+    store_first8(out + ox, n, max_nan8(max_nan8(c0, c1), max_nan8(c2, c3)));
+    const __m256 m1 = beats8(c1, c0);
+    __m256 best = _mm256_blendv_ps(c0, c1, m1);
+    const __m256 m2 = beats8(c2, best);
+    best = _mm256_blendv_ps(best, c2, m2);
+    const __m256 m3 = beats8(c3, best);
+    best = _mm256_blendv_ps(best, c3, m3);
+    __m256i at = _mm256_and_si256(_mm256_castps_si256(m1), one);
+    at = _mm256_blendv_epi8(at, two, _mm256_castps_si256(m2));
+    at = _mm256_blendv_epi8(at, three, _mm256_castps_si256(m3));
+    const __m256 not_positive = _mm256_cmp_ps(best, _mm256_setzero_ps(), _CMP_NGT_UQ);
+    at = _mm256_add_epi32(at, _mm256_and_si256(_mm256_castps_si256(not_positive), _mm256_set1_epi32(4)));
+    _mm256_maskstore_epi32(code + ox, first_lanes8(n), at);
+  }
+}
+
+TOWERJIT_TARGET_AVX512 void max2x2_codes_row_avx512(const float* r0, const float* r1, float* out, int32_t* code,
+                                                    int64_t ow) {
+  for (int64_t ox = 0; ox < ow; ox += 16) {
+    const int64_t n = std::min<int64_t>(16, ow - ox);
+    __m512 c0, c1, c2, c3;
+    deinterleave16(r0 + 2 * ox, n, c0, c1);
+    deinterleave16(r1 + 2 * ox, n, c2, c3);
+    _mm512_mask_storeu_ps(out + ox, first_lanes16(n), max_nan16(max_nan16(c0, c1), max_nan16(c2, c3)));
+    const __mmask16 m1 = beats16(c1, c0);
+    __m512 best = _mm512_mask_blend_ps(m1, c0, c1);
+    const __mmask16 m2 = beats16(c2, best);
+    best = _mm512_mask_blend_ps(m2, best, c2);
+    const __mmask16 m3 = beats16(c3, best);
+    best = _mm512_mask_blend_ps(m3, best, c3);
+    __m512i at = _mm512_maskz_mov_epi32(m1, _mm512_set1_epi32(1));
+    at = _mm512_mask_mov_epi32(at, m2, _mm512_set1_epi32(2));
+    at = _mm512_mask_mov_epi32(at, m3, _mm512_set1_epi32(3));
+    const __mmask16 not_positive = _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_NGT_UQ);
+    at = _mm512_mask_add_epi32(at, not_positive, at, _mm512_set1_epi32(4));
+    _mm512_mask_storeu_epi32(code + ox, first_lanes16(n), at);
+  }
+}
+
+// The gradient's row pair routed by codes: dy at the coded position (with `relu_mask`, only a
+// code below 4), +0 at every other cell.
+TOWERJIT_TARGET_AVX2 void grad_by_codes_row_avx2(const int32_t* code, const float* dy, float* g0, float* g1,
+                                                 int64_t ow, bool relu_mask) {
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256i position_bits = _mm256_set1_epi32(relu_mask ? -1 : 3);
+  for (int64_t ox = 0; ox < ow; ox += 8) {
+    const int64_t n = std::min<int64_t>(8, ow - ox);
+    const __m256i at = _mm256_and_si256(_mm256_maskload_epi32(code + ox, first_lanes8(n)), position_bits);
+    const __m256 d = load_first8(dy + ox, n);
+    __m256 to[4];  // (a lambda would not take the function's target)
+    for (int j = 0; j < 4; ++j)
+      to[j] = _mm256_blendv_ps(zero, d, _mm256_castsi256_ps(_mm256_cmpeq_epi32(at, _mm256_set1_epi32(j))));
+    interleave(to[0], to[1], n, g0 + 2 * ox);
+    interleave(to[2], to[3], n, g1 + 2 * ox);
+  }
+}
+
+TOWERJIT_TARGET_AVX512 void grad_by_codes_row_avx512(const int32_t* code, const float* dy, float* g0, float* g1,
+                                                     int64_t ow, bool relu_mask) {
+  const __m512i position_bits = _mm512_set1_epi32(relu_mask ? -1 : 3);
+  for (int64_t ox = 0; ox < ow; ox += 16) {
+    const int64_t n = std::min<int64_t>(16, ow - ox);
+    const __m512i at = _mm512_and_si512(_mm512_maskz_loadu_epi32(first_lanes16(n), code + ox), position_bits);
+    const __m512 d = _mm512_maskz_loadu_ps(first_lanes16(n), dy + ox);
+    __m512 to[4];
+    for (int j = 0; j < 4; ++j) to[j] = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, _mm512_set1_epi32(j)), d);
+    interleave16(to[0], to[1], n, g0 + 2 * ox);
+    interleave16(to[2], to[3], n, g1 + 2 * ox);
+  }
+}
+
 // `level`: the vector level whose 2x2 row kernels run.
 void max_plane_inside(const Window& g, const float* x, const float* dy, float* out, bool grad, CpuIsa level) {
   if (!grad && g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2) {
@@ -284,6 +374,48 @@ void pool_plane(Op op, const Window& g, const float* x, const float* dy, float* 
 }
 
 }  // namespace
+
+void max_pool2x2_with_codes(const float* x, int64_t planes, int64_t h, int64_t w, float* pooled, int32_t* codes,
+                            CpuIsa level) {
+  const int64_t oh = h / 2, ow = w / 2;
+  for (int64_t row = 0; row < planes * oh; ++row) {  // a plane's rows follow its last row's
+    const float* r0 = x + 2 * row * w;
+    const float* r1 = r0 + w;
+    float* out = pooled + row * ow;
+    int32_t* code = codes + row * ow;
+    if (level == CpuIsa::avx512) max2x2_codes_row_avx512(r0, r1, out, code, ow);
+    else if (level == CpuIsa::avx2) max2x2_codes_row_avx2(r0, r1, out, code, ow);
+    else
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        const float cell[4] = {r0[2 * ox], r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]};
+        code[ox] = window_code(cell, out[ox]);
+      }
+  }
+}
+
+void max_pool2d_grad_by_codes(const Attrs& at, const View& codes, const View& dy, const View& dx, ThreadPool* pool) {
+  internal_check(codes.dtype == DType::i32 && dy.dtype == DType::f32 && dx.dtype == DType::f32 &&
+                 dx.shape[2] == 2 * dy.shape[2] && dx.shape[3] == 2 * dy.shape[3])
+      << "a max pool gradient routed by codes over " << dx.shape.str();
+  const int64_t ow = dy.shape[3], w = dx.shape[3], rows = dy.shape[0] * dy.shape[1] * dy.shape[2];
+  const CpuIsa level = vector_level(cpu_isa());
+  parallel(pool, rows, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {  // a pooled row: two rows of dx
+      const int32_t* code = codes.i() + row * ow;
+      const float* d = dy.f() + row * ow;
+      float* g0 = dx.f() + 2 * row * w;
+      float* g1 = g0 + w;
+      if (level == CpuIsa::avx512) grad_by_codes_row_avx512(code, d, g0, g1, ow, at.relu_mask);
+      else if (level == CpuIsa::avx2) grad_by_codes_row_avx2(code, d, g0, g1, ow, at.relu_mask);
+      else
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          const int32_t to = at.relu_mask ? code[ox] : code[ox] & 3;
+          float* cells[4] = {g0 + 2 * ox, g0 + 2 * ox + 1, g1 + 2 * ox, g1 + 2 * ox + 1};
+          for (int j = 0; j < 4; ++j) *cells[j] = j == to ? d[ox] : 0.0f;
+        }
+    }
+  });
+}
 
 void pool2d(Op op, const Attrs& at, const std::vector<View>& in, const View& out, ThreadPool* pool) {
   const bool grad = op == Op::MaxPool2DGrad || op == Op::AvgPool2DGrad;

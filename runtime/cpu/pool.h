@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "dsl/node.h"
+#include "runtime/cpu/cpu_features.h"
 #include "runtime/cpu/library.h"
 #include "runtime/thread_pool.h"
 
@@ -11,5 +12,17 @@ namespace towerjit::cpujit {
 
 // op: MaxPool2D / AvgPool2D (inputs {x}), MaxPool2DGrad (inputs {x, dy}), AvgPool2DGrad ({dy}).
 void pool2d(Op op, const Attrs& at, const std::vector<View>& in, const View& out, ThreadPool* pool);
+
+// A convolution's pool (jit/passes/conv_pools.h): the 2x2, stride-2 max pool of `planes` f32
+// planes [h][w] at x (h and w even) into pooled [planes][h/2][w/2], each window's code into
+// codes; the same values as pool2d's MaxPool2D, the winner its gradient's. `level`: the vector
+// level whose row kernels run.
+void max_pool2x2_with_codes(const float* x, int64_t planes, int64_t h, int64_t w, float* pooled, int32_t* codes,
+                            CpuIsa level);
+
+// MaxPool2DGrad routed by those codes: dx [N, C, H, W] from codes and dy [N, C, H/2, W/2] (f32),
+// dy at each window's coded position, +0 elsewhere; with at.relu_mask only at codes below 4.
+// The same bits as pool2d's MaxPool2DGrad on the pool's input.
+void max_pool2d_grad_by_codes(const Attrs& at, const View& codes, const View& dy, const View& dx, ThreadPool* pool);
 
 }  // namespace towerjit::cpujit

@@ -90,6 +90,7 @@ CudaProgram::CudaProgram(const Graph& graph, const std::vector<int>& ids, const 
   bool has_conv = false, needs_library = false;
   for (size_t i = 0; i < program_.calls.size(); ++i) {
     const Op op = program_.calls[i].op;
+    internal_check(program_.calls[i].codes < 0) << "a pool taken into a convolution (a CPU pass) in a GPU program";
     has_conv |= op == Op::Conv2D || op == Op::Conv2DGradInput || op == Op::Conv2DGradFilter;
     // A product with an epilogue may need tj_matmul_epilogue, where cuBLASLt has no algorithm
     // taking it: known only at run time, so loaded here with the rest.
