@@ -38,8 +38,9 @@
 // over dx's shape (or already split for another pool of that shape), loads dx row-major, uses no
 // index of H or W as a value and writes nothing the gradient reads, which nothing rewrites before
 // the last reader. TOWERJIT_FUSED_MAX_POOLS=off keeps the library routines (the same bits).
-// The CPU's programs keep them: the pass is untried there, where a window's two columns would be
-// strided loads in loops vectorised along W, and a split reader's innermost loop 2 points long.
+// The CPU's programs do not take this pass: there a window's two columns would be strided loads
+// in loops vectorised along W, and a split reader's innermost loop 2 points long. They take a
+// pool into the convolution that makes its input instead (jit/passes/conv_pools.h).
 #pragma once
 
 #include "jit/kir/kernel_ir.h"
