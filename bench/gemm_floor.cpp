@@ -33,8 +33,8 @@ std::vector<GemmShape> gemm_shapes(const kir::Program& program, int64_t batch) {
       const Shape x = c.op == Op::Conv2DGradInput ? shape(c.output) : shape(c.inputs[0]);
       const Shape w = c.op == Op::Conv2D ? shape(c.inputs[1])
                       : c.op == Op::Conv2DGradInput ? shape(c.inputs[1]) : shape(c.output);
-      const Shape y = c.op == Op::Conv2D ? kir::conv_result_shape(shape(c.output), c)
-                      : c.op == Op::Conv2DGradInput ? shape(c.inputs[0]) : shape(c.inputs[1]);
+      const Shape y = kir::conv_result_shape(c.op == Op::Conv2D ? shape(c.output)
+                                             : c.op == Op::Conv2DGradInput ? shape(c.inputs[0]) : shape(c.inputs[1]), c);
       const int64_t ckk = x[1] * w[2] * w[3], spatial = y[2] * y[3], filters = w[0];
       g.count = x[0];
       if (c.op == Op::Conv2D) g.m = filters, g.n = spatial, g.k = ckk;

@@ -161,11 +161,14 @@ struct LibraryCall {
   // MatMul, Conv2D: the epilogue; not none only with the bias as a third input.
   Epilogue epilogue = Epilogue::none;
   std::vector<int> epilogue_nodes;  // the graph nodes its epilogue computes, for dumps and errors
-  // A 2x2, stride-2 max pool taken into the convolution that makes its input (the CPU's
-  // programs, jit/passes/conv_pools.h). Conv2D: `output` holds the pooled values
-  // [N, O, OH/2, OW/2] and `codes` (i32, the same shape) each window's winner; the
-  // convolution's own result is never stored. MaxPool2DGrad: inputs {codes, dy}, dy routed by
-  // the codes (`codes` is inputs[0]). -1: neither.
+  // 2x2, stride-2 max pools taken into convolutions (the CPU's programs,
+  // jit/passes/conv_pools.h); -1 where none:
+  // - Conv2D: `output` holds the pooled values [N, O, OH/2, OW/2] and `codes` (i32, the same
+  //   shape) each window's winner; the convolution's own result is never stored;
+  // - MaxPool2DGrad: inputs {codes, dy}, dy routed by the codes;
+  // - Conv2DGradInput, Conv2DGradFilter: their dy operand is such a gradient, never stored: the
+  //   pooled dy stands in its place and the codes are a third input, each image routed as it
+  //   is read (with attrs.relu_mask, only to codes below 4).
   int codes = -1;
   int node = -1;
 
@@ -176,11 +179,12 @@ struct LibraryCall {
   }
 };
 
-// The shape of a Conv2D's result: its output's, or where it pools, twice the output's rows and
+// The shape of a convolution's result (Conv2D's output, its gradients' dy) from the buffer that
+// stands for it: that buffer's own, or where a pool is taken in (`codes`), twice its rows and
 // columns.
-inline Shape conv_result_shape(const Shape& output, const LibraryCall& c) {
-  if (c.codes < 0) return output;
-  return Shape{output[0], output[1], output[2] * 2, output[3] * 2};
+inline Shape conv_result_shape(const Shape& stand_in, const LibraryCall& c) {
+  if (c.codes < 0) return stand_in;
+  return Shape{stand_in[0], stand_in[1], stand_in[2] * 2, stand_in[3] * 2};
 }
 
 struct Step {

@@ -111,6 +111,8 @@ std::string to_string(const Program& program) {
       if (c.epilogue != Epilogue::none) out << " (epilogue " << epilogue_name(c.epilogue) << ")";
       if (c.op == Op::Conv2D && c.codes >= 0) out << " (max pool 2x2, codes b" << c.codes << ")";
       if (c.op == Op::MaxPool2DGrad && c.codes >= 0) out << " (routed by codes)";
+      if ((c.op == Op::Conv2DGradInput || c.op == Op::Conv2DGradFilter) && c.codes >= 0)
+        out << " (dy routed by codes b" << c.codes << ")";
       if (c.attrs.relu_mask) out << " (relu mask)";
       out << "\n";
     } else {

@@ -65,6 +65,102 @@ std::optional<Fusion> fusion_at(const kir::Program& p, const kir::Uses& uses, in
   return f;
 }
 
+using K = kir::Expr::Kind;
+
+int add(kir::Kernel& k, kir::Expr e) {
+  k.exprs.push_back(std::move(e));
+  return static_cast<int>(k.exprs.size()) - 1;
+}
+int access(kir::Kernel& k, kir::Access a) {
+  k.accesses.push_back(std::move(a));
+  return static_cast<int>(k.accesses.size()) - 1;
+}
+
+// Whether kernel `k` is the sum of dx alone over axes that include H and W (a convolution's
+// bias gradient): one load of dx, row-major, summed.
+bool sums_dx_alone(const kir::Program& p, const kir::Kernel& k, int dx) {
+  const Shape& xs = p.buffers[dx].shape;
+  if (!k.parts.empty() || !k.finishers.empty() || k.space != xs || k.exprs.size() != 1 || k.outputs.size() != 1 ||
+      k.outputs[0].reduce != Op::ReduceSum || k.outputs[0].expr != 0)
+    return false;
+  auto reduced = [&](int axis) { return std::count(k.reduce_axes.begin(), k.reduce_axes.end(), axis) > 0; };
+  const kir::Expr& e = k.exprs[0];
+  if (!reduced(2) || !reduced(3) || e.kind != K::load || e.dtype != DType::f32) return false;
+  const kir::Access& a = k.accesses[e.access];
+  return a.buffer == dx && a.offset == kir::Affine{} && a.strides == kir::row_major_strides(xs);
+}
+
+// The sum over [N, C, H/2, W/2] of what the routed gradient gives each window, dy (with a
+// ReLU's mask, dy where the code is below 4, else 0), for the sum of dx over [N, C, H, W]: the
+// same terms but for zeros, in another order, so within the sum's bound of the old result.
+kir::Kernel sum_over_windows(const kir::Kernel& k, const kir::LibraryCall& grad) {
+  const int codes = grad.inputs[0], dy = grad.inputs[1];
+  kir::Kernel out;
+  out.name = k.name;
+  out.nodes = k.nodes;
+  out.nodes.push_back(grad.node);
+  out.space = Shape{k.space[0], k.space[1], k.space[2] / 2, k.space[3] / 2};
+  out.reduce = k.reduce;
+  out.reduce_axes = k.reduce_axes;
+  const std::vector<kir::Affine> rows = kir::row_major_strides(out.space);
+  int value = add(out, {.kind = K::load, .dtype = DType::f32, .access = access(out, {.buffer = dy, .strides = rows})});
+  if (grad.attrs.relu_mask) {
+    const int code = add(out, {.kind = K::load, .dtype = DType::i32, .access = access(out, {.buffer = codes, .strides = rows})});
+    const int four = add(out, {.kind = K::constant, .dtype = DType::i32, .value = 4});
+    const int routed = add(out, {.kind = K::binary, .op = Op::Less, .dtype = DType::i32, .args = {code, four}});
+    const int zero = add(out, {.kind = K::constant, .dtype = DType::f32, .value = 0});
+    value = add(out, {.kind = K::select, .op = Op::Select, .dtype = DType::f32, .args = {routed, value, zero}});
+  }
+  out.outputs.push_back({.access = access(out, k.accesses[k.outputs[0].access]), .expr = value, .reduce = k.outputs[0].reduce});
+  return out;
+}
+
+// Routes the gradient at step `gs` (a MaxPool2DGrad by codes) into every reader of its dx, where
+// each is a convolution's gradient taking dx as its dy, or a sum of dx alone; true when it did
+// (dx is then never stored, and the step can go).
+bool route_to_readers(kir::Program& p, int gs) {
+  const kir::LibraryCall grad = p.calls[p.steps[gs].index];
+  const int dx = grad.output;
+  const kir::Buffer& b = p.buffers[dx];
+  if (b.kind != kir::Buffer::Kind::temp || b.alias_of >= 0 || std::count(p.fetches.begin(), p.fetches.end(), dx))
+    return false;
+  for (const kir::Buffer& other : p.buffers)
+    if (other.alias_of == dx) return false;
+  const kir::Uses uses = kir::uses_of(p);
+  if (uses.writers[dx] != std::vector<int>{gs} || uses.readers[dx].empty()) return false;
+  // What the gradient reads stays as it was until its last reader.
+  for (int in : grad.inputs)
+    if (kir::touched_between(p, in, gs, uses.readers[dx].back(), true)) return false;
+  auto dy_operand = [](const kir::LibraryCall& c) {
+    return c.op == Op::Conv2DGradInput ? 0 : c.op == Op::Conv2DGradFilter ? 1 : -1;
+  };
+  for (int r : uses.readers[dx]) {
+    if (p.steps[r].kind == kir::Step::Kind::kernel) {
+      if (!sums_dx_alone(p, p.kernels[p.steps[r].index], dx)) return false;
+      continue;
+    }
+    if (p.steps[r].kind != kir::Step::Kind::library) return false;
+    const kir::LibraryCall& c = p.calls[p.steps[r].index];
+    const int operand = dy_operand(c);
+    if (operand < 0 || c.codes >= 0 || c.inputs.size() != 2 || c.inputs[operand] != dx || c.inputs[1 - operand] == dx ||
+        p.buffers[c.output].dtype != DType::f32 || p.buffers[c.inputs[1 - operand]].dtype != DType::f32)
+      return false;
+  }
+  for (int r : uses.readers[dx]) {
+    if (p.steps[r].kind == kir::Step::Kind::kernel) {
+      kir::Kernel& k = p.kernels[p.steps[r].index];
+      k = sum_over_windows(k, grad);
+      continue;
+    }
+    kir::LibraryCall& c = p.calls[p.steps[r].index];
+    c.inputs[dy_operand(c)] = grad.inputs[1];
+    c.inputs.push_back(grad.codes);
+    c.codes = grad.codes;
+    c.attrs.relu_mask = grad.attrs.relu_mask;
+  }
+  return true;
+}
+
 }  // namespace
 
 kir::Program pool_convolutions(kir::Program p) {
@@ -89,7 +185,14 @@ kir::Program pool_convolutions(kir::Program p) {
     }
     pools.insert(f->pool);
   }
-  return kir::drop_steps(std::move(p), pools);
+  p = kir::drop_steps(std::move(p), pools);
+
+  // Then each gradient into the steps that read it, where all of them can take it.
+  std::set<int> routed;
+  for (int s = 0; s < static_cast<int>(p.steps.size()); ++s)
+    if (is_call(p, s, Op::MaxPool2DGrad) && p.calls[p.steps[s].index].codes >= 0 && route_to_readers(p, s))
+      routed.insert(s);
+  return kir::drop_steps(std::move(p), routed);
 }
 
 }  // namespace towerjit

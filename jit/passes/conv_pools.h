@@ -9,7 +9,14 @@
 // 1. the convolution pools each image's result while it is in cache (runtime/cpu/conv_epilogue.h):
 //    it stores the pooled values and a code of each window's winner, a quarter of the result's
 //    size each, and never the result;
-// 2. the pool's gradients read the codes in place of the result (runtime/cpu/pool.h).
+// 2. the pool's gradients read the codes in place of the result (runtime/cpu/pool.h);
+// 3. where every reader of such a gradient dx is a gradient of a convolution taking dx as its dy
+//    or a sum of dx alone (the layer's bias gradient), dx is never stored either: each
+//    convolution gradient reads the pooled dy and the codes and routes each image into its
+//    thread's scratch as it reads it (runtime/cpu/conv_images.h), and the sum becomes one over
+//    the pooled points of what each window routes (dy, or with a ReLU's mask dy where the code
+//    is below 4). In the cnn that is the 6.4 MB dx of its first layer and the 3.2 MB of its
+//    second, stored once and read two and three times each.
 //
 // The code, an i32 a pooled point, as the GPU pass's: the window position of the first maximum
 // in row-major window order (0 to 3), plus 4 where that maximum is not > 0 (NaN included). A
@@ -19,7 +26,8 @@
 // The same bits as the library routines they replace: the pooled value is the routine's
 // maximum of the window's four values (NaN winning), the winner the routine's first maximum (a
 // later point wins where it is greater, or is a NaN where the best is not), the gradient dy at
-// the winner and +0 elsewhere.
+// the winner and +0 elsewhere. The sum of 3. adds the same nonzero terms in another order: its
+// result is within the sum's error bound of the old one, not the same bits.
 //
 // Taken where all of these hold, and the program left as it was elsewhere:
 // - a Conv2D call's f32 result [N, C, H, W] of even H and W is a temporary, no view of anything
@@ -28,6 +36,10 @@
 //   of the same window taking it as their input;
 // - nothing between the convolution and the pool touches the pool's output, which the
 //   convolution now writes at its own step.
+// Routed (3.) where dx is f32, a temporary, not fetched or viewed, and each reader is a
+// Conv2DGradInput or Conv2DGradFilter taking it as dy (and nothing else), or a kernel that is
+// only sum(dx) over axes that include H and W; nothing before the last reader writes the pooled
+// dy.
 // TOWERJIT_FUSED_MAX_POOLS=off keeps the library routines (the same bits).
 #pragma once
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "runtime/cpu/conv_geometry.h"
+#include "runtime/cpu/conv_images.h"
 #include "runtime/cpu/direct_conv.h"
 #include "runtime/cpu/gemm.h"
 
@@ -120,8 +121,10 @@ void conv2d(const Attrs& at, const View& x, const View& w, const View& y, Thread
   });
 }
 
-void conv2d_grad_input(const Attrs& at, const View& dy, const View& w, const View& dx, ThreadPool* pool) {
-  if (direct_conv2d_grad_input(at, dy, w, dx, pool)) return;
+void conv2d_grad_input(const Attrs& at, const View& routed_dy, const View& w, const View& dx, ThreadPool* pool) {
+  if (direct_conv2d_grad_input(at, routed_dy, w, dx, pool)) return;
+  std::vector<float> keep;
+  const View dy = in_memory(routed_dy, keep, pool);
   const Geometry g = conv_geometry(at, dx.shape, w.shape, dy.shape);
   const int64_t cols_n = g.n * g.spatial();
   float* dy_t = conv_scratch(1, g.o * cols_n);
@@ -133,8 +136,10 @@ void conv2d_grad_input(const Attrs& at, const View& dy, const View& w, const Vie
   });
 }
 
-void conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, const View& dw, ThreadPool* pool) {
-  if (direct_conv2d_grad_filter(at, x, dy, dw, pool)) return;
+void conv2d_grad_filter(const Attrs& at, const View& x, const View& routed_dy, const View& dw, ThreadPool* pool) {
+  if (direct_conv2d_grad_filter(at, x, routed_dy, dw, pool)) return;
+  std::vector<float> keep;
+  const View dy = in_memory(routed_dy, keep, pool);
   const Geometry g = conv_geometry(at, x.shape, dw.shape, dy.shape);
   const int64_t cols_n = g.n * g.spatial();
   float* cols = conv_scratch(0, g.ckk() * cols_n);

@@ -14,6 +14,7 @@ namespace towerjit::cpujit {
 // `epilogue`: act(y + bias) on each image's output as it is written (conv_epilogue.h).
 void conv2d(const Attrs& at, const View& x, const View& w, const View& y, ThreadPool* pool,
             const ConvEpilogue& epilogue = {});
+// dy may be a routed pool gradient (library.h's RoutedPoolGradient).
 void conv2d_grad_input(const Attrs& at, const View& dy, const View& w, const View& dx, ThreadPool* pool);
 void conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, const View& dw, ThreadPool* pool);
 

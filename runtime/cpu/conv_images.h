@@ -1,4 +1,5 @@
-// A convolution's batch tensors one image at a time in f32, whatever their dtype, for the
+// A convolution's batch tensors one image at a time in f32, whatever their dtype (or routed
+// from a pool's codes, library.h's RoutedPoolGradient, into scratch), for the
 // direct kernels (direct_conv.cpp, narrow_conv.cpp): an f32 image is used in place; a bf16 or
 // f16 one (the precision policy's, jit/passes/half_convolutions.h) is widened into this
 // thread's scratch as its turn comes, and a 16-bit result is written to scratch and rounded
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "runtime/cpu/library.h"
+#include "runtime/thread_pool.h"
 
 namespace towerjit::cpujit {
 
@@ -29,6 +31,10 @@ void image_done(const View& v, int64_t i, int64_t elements, const float* written
 // stalled on (a 16-channel 28x28 forward at batch 128: 2.2 ms on buffers in cache, 2.8 ms on
 // buffers that were not).
 void prefetch_image(const View& v, int64_t i, int64_t elements, int64_t part, int64_t parts);
+
+// `v` with its values in memory: itself, or a routed pool gradient (library.h) routed into
+// `keep` whole, split over the pool (for the im2col path, which reads whole tensors).
+View in_memory(const View& v, std::vector<float>& keep, ThreadPool* pool);
 
 // All of `v` as f32 (a filter: small): in place, or widened into `keep`.
 const float* as_floats(const View& v, std::vector<float>& keep);

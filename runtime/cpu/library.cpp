@@ -211,6 +211,20 @@ void convolution(const kir::LibraryCall& call, const std::vector<View>& in, cons
   conv2d(call.attrs, in[0], in[1], {kir::conv_result_shape(out.shape, call), nullptr, DType::f32}, pool, epilogue);
 }
 
+// A convolution's gradient, its dy routed from a pool's codes (jit/passes/conv_pools.h) where
+// it is: inputs {pooled dy, w, codes} or {x, pooled dy, codes}.
+void convolution_gradient(const kir::LibraryCall& call, const std::vector<View>& in, const View& out, ThreadPool* pool) {
+  const bool filter = call.op == Op::Conv2DGradFilter;
+  View dy = in[filter ? 1 : 0];
+  RoutedPoolGradient routed;
+  if (call.codes >= 0) {
+    routed = {in[2].i(), dy.f(), call.attrs.relu_mask, vector_level(cpu_isa())};
+    dy = {kir::conv_result_shape(dy.shape, call), nullptr, DType::f32, &routed};
+  }
+  if (filter) return conv2d_grad_filter(call.attrs, in[0], dy, out, pool);
+  conv2d_grad_input(call.attrs, dy, in[1], out, pool);
+}
+
 }  // namespace
 
 void run_library_call(const kir::LibraryCall& call, const Node& node, const std::vector<View>& in,
@@ -220,8 +234,7 @@ void run_library_call(const kir::LibraryCall& call, const Node& node, const std:
   switch (call.op) {
     case Op::MatMul: return matmul(call, in, out, pool);
     case Op::Conv2D: return convolution(call, in, out, codes, pool);
-    case Op::Conv2DGradInput: return conv2d_grad_input(call.attrs, in[0], in[1], out, pool);
-    case Op::Conv2DGradFilter: return conv2d_grad_filter(call.attrs, in[0], in[1], out, pool);
+    case Op::Conv2DGradInput: case Op::Conv2DGradFilter: return convolution_gradient(call, in, out, pool);
     case Op::MaxPool2DGrad:
       if (call.codes >= 0) return max_pool2d_grad_by_codes(call.attrs, in[0], in[1], out, pool);
       return pool2d(call.op, call.attrs, in, out, pool);

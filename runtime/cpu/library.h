@@ -7,16 +7,29 @@
 #include <vector>
 
 #include "dsl/graph.h"
+#include "jit/cpu/cpu_isa.h"
 #include "jit/kir/kernel_ir.h"
 #include "runtime/thread_pool.h"
 
 namespace towerjit::cpujit {
+
+// A 2x2 max pool's gradient that no step stores, routed from the winners' codes as a
+// convolution's gradient reads it (jit/passes/conv_pools.h): dx [N, C, H, W] is dy [N, C, H/2,
+// W/2] at each window's coded position (with `relu_mask`, only at codes below 4), +0 elsewhere.
+struct RoutedPoolGradient {
+  const int32_t* codes;
+  const float* dy;
+  bool relu_mask;
+  CpuIsa level;  // the vector level of the routing's row kernels
+};
 
 // A buffer as a library routine sees it: its bound shape and its elements.
 struct View {
   Shape shape;  // concrete
   void* data;
   DType dtype = DType::f32;
+  // Not null: an f32 pool gradient routed as it is read (conv_images.h); `data` is null.
+  const RoutedPoolGradient* routed = nullptr;
   float* f() const { return static_cast<float*>(data); }
   int32_t* i() const { return static_cast<int32_t*>(data); }
   uint16_t* h() const { return static_cast<uint16_t*>(data); }  // bf16 / f16 bit patterns

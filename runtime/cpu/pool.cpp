@@ -393,27 +393,31 @@ void max_pool2x2_with_codes(const float* x, int64_t planes, int64_t h, int64_t w
   }
 }
 
+void route_pool_rows(const RoutedPoolGradient& r, int64_t first, int64_t rows, int64_t ow, float* dx) {
+  for (int64_t row = first; row < first + rows; ++row) {  // a pooled row: two rows of dx
+    const int32_t* code = r.codes + row * ow;
+    const float* d = r.dy + row * ow;
+    float* g0 = dx + 4 * (row - first) * ow;
+    float* g1 = g0 + 2 * ow;
+    if (r.level == CpuIsa::avx512) grad_by_codes_row_avx512(code, d, g0, g1, ow, r.relu_mask);
+    else if (r.level == CpuIsa::avx2) grad_by_codes_row_avx2(code, d, g0, g1, ow, r.relu_mask);
+    else
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        const int32_t to = r.relu_mask ? code[ox] : code[ox] & 3;
+        float* cells[4] = {g0 + 2 * ox, g0 + 2 * ox + 1, g1 + 2 * ox, g1 + 2 * ox + 1};
+        for (int j = 0; j < 4; ++j) *cells[j] = j == to ? d[ox] : 0.0f;
+      }
+  }
+}
+
 void max_pool2d_grad_by_codes(const Attrs& at, const View& codes, const View& dy, const View& dx, ThreadPool* pool) {
   internal_check(codes.dtype == DType::i32 && dy.dtype == DType::f32 && dx.dtype == DType::f32 &&
                  dx.shape[2] == 2 * dy.shape[2] && dx.shape[3] == 2 * dy.shape[3])
       << "a max pool gradient routed by codes over " << dx.shape.str();
-  const int64_t ow = dy.shape[3], w = dx.shape[3], rows = dy.shape[0] * dy.shape[1] * dy.shape[2];
-  const CpuIsa level = vector_level(cpu_isa());
-  parallel(pool, rows, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {  // a pooled row: two rows of dx
-      const int32_t* code = codes.i() + row * ow;
-      const float* d = dy.f() + row * ow;
-      float* g0 = dx.f() + 2 * row * w;
-      float* g1 = g0 + w;
-      if (level == CpuIsa::avx512) grad_by_codes_row_avx512(code, d, g0, g1, ow, at.relu_mask);
-      else if (level == CpuIsa::avx2) grad_by_codes_row_avx2(code, d, g0, g1, ow, at.relu_mask);
-      else
-        for (int64_t ox = 0; ox < ow; ++ox) {
-          const int32_t to = at.relu_mask ? code[ox] : code[ox] & 3;
-          float* cells[4] = {g0 + 2 * ox, g0 + 2 * ox + 1, g1 + 2 * ox, g1 + 2 * ox + 1};
-          for (int j = 0; j < 4; ++j) *cells[j] = j == to ? d[ox] : 0.0f;
-        }
-    }
+  const RoutedPoolGradient r{codes.i(), dy.f(), at.relu_mask, vector_level(cpu_isa())};
+  const int64_t ow = dy.shape[3];
+  parallel(pool, dy.shape[0] * dy.shape[1] * dy.shape[2], [&](int64_t begin, int64_t end) {
+    route_pool_rows(r, begin, end - begin, ow, dx.f() + 4 * begin * ow);
   });
 }
 

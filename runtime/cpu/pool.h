@@ -25,4 +25,8 @@ void max_pool2x2_with_codes(const float* x, int64_t planes, int64_t h, int64_t w
 // The same bits as pool2d's MaxPool2DGrad on the pool's input.
 void max_pool2d_grad_by_codes(const Attrs& at, const View& codes, const View& dy, const View& dx, ThreadPool* pool);
 
+// The same for `rows` pooled rows of `ow` windows from pooled row `first` on: dx's 2 * rows
+// rows of 2 * ow floats from `dx` on.
+void route_pool_rows(const RoutedPoolGradient& r, int64_t first, int64_t rows, int64_t ow, float* dx);
+
 }  // namespace towerjit::cpujit

@@ -1,8 +1,10 @@
 // Convolution pools (jit/passes/conv_pools.h): which 2x2 max pools the pass takes into the CPU
-// convolution that makes their input, with their gradients routed by the winners' codes, and
-// which it leaves; and the CPU's results with them (runtime/cpu/conv_epilogue.h, pool.h)
-// against the reference and bit for bit against the library routines, on every forward path
-// (narrow, direct, im2col), at each vector level (tag [isa]), with ties, signed zeros and NaNs.
+// convolution that makes their input, with their gradients routed by the winners' codes into
+// the convolution's gradients and its bias gradient, and which it leaves; and the CPU's results
+// with them (runtime/cpu/conv_epilogue.h, pool.h, conv_images.h) against the reference and bit
+// for bit against the library routines (the bias gradient, summed in another order, within its
+// bound), on every path (narrow, direct, im2col), at each vector level (tag [isa]), with ties,
+// signed zeros and NaNs.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -40,13 +42,15 @@ struct PoolCase {
 };
 
 // conv(x, w) (+ b, ReLU) -> 2x2 max pool -> a weighed sum: the pool, then the gradients of x,
-// w (and b). Feeds "x", "w", "b", "v" from `seed`; with `ties`, x and w are small integers, so
+// w (and b; with `fetch_dx`, then the pool's input's, which keeps the pool's gradient a step of
+// its own). Feeds "x", "w", "b", "v" from `seed`; with `ties`, x and w are small integers, so
 // many windows hold equal values (and ReLU's zeros), and x holds signed zeros and a NaN.
 struct PoolGraph {
   std::vector<Tensor> fetches;
   tj::reference::Feeds feeds;
+  int bias_grad = -1;  // the bias gradient's fetch, if any
 };
-PoolGraph pool_graph(const PoolCase& c, int64_t batch, uint32_t seed, bool ties) {
+PoolGraph pool_graph(const PoolCase& c, int64_t batch, uint32_t seed, bool ties, bool fetch_dx = false) {
   PoolGraph out;
   const Tensor x = tj::input("x", {kBatch, c.c, c.h, c.w}), w = tj::input("w", {c.o, c.c, 3, 3});
   Tensor y = tj::conv2d(x, w, {.stride = c.stride, .pad = c.pad});
@@ -57,6 +61,8 @@ PoolGraph pool_graph(const PoolCase& c, int64_t batch, uint32_t seed, bool ties)
   const Tensor v = tj::input("v", pool.shape());
   std::vector<Tensor> wrt{x, w};
   if (c.act != Act::none) wrt.push_back(b);
+  if (c.act != Act::none) out.bias_grad = 3;
+  if (fetch_dx) wrt.push_back(y);
   out.fetches = tj::grad(tj::sum(pool * v), wrt);
   out.fetches.insert(out.fetches.begin(), pool);
   auto& f = out.feeds;
@@ -74,11 +80,26 @@ PoolGraph pool_graph(const PoolCase& c, int64_t batch, uint32_t seed, bool ties)
   return out;
 }
 
-bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!tj::testing::same_bits(a[i], b[i])) return false;
-  return true;
+// The pass's results against the library routines': the same bits, but for the bias gradient,
+// which sums the same nonzero terms (dy where the winners are) in another order, so within
+// that sum's bound, 2 (n - 1) u sum|dy| for n terms a channel (u = 2^-24).
+void check_against_routines(const PoolGraph& pg, const std::vector<std::vector<float>>& fused,
+                            const std::vector<std::vector<float>>& routines) {
+  REQUIRE(fused.size() == routines.size());
+  for (int i = 0; i < static_cast<int>(fused.size()); ++i) {
+    INFO("output " << i);
+    if (i != pg.bias_grad) {
+      CHECK(tj::testing::same_bits(fused[i], routines[i]));
+      continue;
+    }
+    const tj::reference::Array& v = pg.feeds.at("v");
+    const int64_t channels = v.shape[1], n = v.size() / channels;
+    double sum_abs = 0;
+    for (double d : v.data) sum_abs += std::fabs(d);
+    const double bound = 2.0 * static_cast<double>(n) * std::ldexp(1.0, -24) * sum_abs;
+    REQUIRE(fused[i].size() == static_cast<size_t>(channels));
+    for (int64_t c = 0; c < channels; ++c) CHECK(std::fabs(fused[i][c] - routines[i][c]) <= bound);
+  }
 }
 
 std::vector<std::vector<float>> run_cpu(const tj::Graph& g, const PoolGraph& pg, tj::ThreadPool* pool) {
@@ -100,7 +121,8 @@ std::vector<PoolCase> pool_cases() {
 
 }  // namespace
 
-TEST_CASE("convolution pools: a 2x2 pool is the convolution's, its gradients routed by codes", "[jit][fusion]") {
+TEST_CASE("convolution pools: a 2x2 pool is the convolution's, its gradient routed into its readers",
+          "[jit][fusion]") {
   tj::Graph g;
   tj::GraphScope use(g);
   const PoolGraph pg = pool_graph({3, 8, 6, 10}, 1, 1, false);
@@ -111,24 +133,40 @@ TEST_CASE("convolution pools: a 2x2 pool is the convolution's, its gradients rou
   }();
   INFO("with the pass:\n" << tj::kir::to_string(p) << "\nwithout:\n" << tj::kir::to_string(off));
   CHECK(calls_of(off, tj::Op::MaxPool2D) == 1);
+  CHECK(calls_of(off, tj::Op::MaxPool2DGrad) == 1);
   CHECK(calls_of(p, tj::Op::MaxPool2D) == 0);
-  REQUIRE(calls_of(p, tj::Op::MaxPool2DGrad) == 1);
-  for (const tj::kir::LibraryCall& c : p.calls) {
+  CHECK(calls_of(p, tj::Op::MaxPool2DGrad) == 0);  // in both gradients of the convolution
+  int codes = -1, routed = 0;
+  for (const tj::kir::Step& s : p.steps) {
+    if (s.kind == tj::kir::Step::Kind::kernel) {
+      // The bias gradient sums over the pooled points, dy where the code is below 4.
+      const tj::kir::Kernel& k = p.kernels[s.index];
+      CHECK(k.space == tj::Shape{kBatch, 8, 3, 5});
+      continue;
+    }
+    const tj::kir::LibraryCall& c = p.calls[s.index];
     if (c.op == tj::Op::Conv2D) {
       REQUIRE(c.codes >= 0);
+      codes = c.codes;
       CHECK(c.output == p.fetches[0]);  // the pool's buffer
       CHECK(p.buffers[c.codes].dtype == tj::DType::i32);
       CHECK(p.buffers[c.codes].shape == p.buffers[c.output].shape);
       CHECK(c.epilogue == tj::kir::Epilogue::bias_relu);
       CHECK(c.written() == std::vector<int>{c.output, c.codes});
-    }
-    if (c.op == tj::Op::MaxPool2DGrad) {
-      CHECK(c.inputs[0] == c.codes);
+    } else {  // the gradients: the pooled dy in dx's place, the codes last
+      REQUIRE(c.inputs.size() == 3);
+      CHECK(c.codes == codes);
+      CHECK(c.inputs[2] == codes);
+      CHECK(p.buffers[c.inputs[c.op == tj::Op::Conv2DGradInput ? 0 : 1]].name == "v");  // the pool's dy
       CHECK(c.attrs.relu_mask);
+      ++routed;
     }
   }
-  CHECK(tj::kir::to_string(p).find("(max pool 2x2, codes b") != std::string::npos);
-  CHECK(tj::kir::to_string(p).find("(routed by codes) (relu mask)") != std::string::npos);
+  CHECK(routed == 2);
+  CHECK(kernel_steps(p) == 1);
+  const std::string text = tj::kir::to_string(p);
+  CHECK(text.find("(max pool 2x2, codes b") != std::string::npos);
+  CHECK(text.find("(dy routed by codes b") != std::string::npos);
   // The GPU's programs keep their own pass (fused_max_pools.h): no convolution pools there.
   for (const tj::kir::LibraryCall& c : lower_for_gpu(g, pg.fetches).calls) CHECK(c.codes < 0);
 }
@@ -163,6 +201,15 @@ TEST_CASE("convolution pools: pools the pass leaves to the library routine", "[j
     tj::set_precision_policy({});
     CHECK(left == 1);
   }
+  SECTION("the pool's gradient fetched: a step of its own, routed by the codes") {
+    const Tensor y = tj::conv2d(x, w), pool = tj::max_pool2d(y);  // (no bias: the ReLU would be a kernel)
+    const std::vector<Tensor> dy = tj::grad(tj::sum(pool * pool), {y});
+    const tj::kir::Program p = lower(g, {pool, dy[0]});
+    INFO(tj::kir::to_string(p));
+    CHECK(calls_of(p, tj::Op::MaxPool2D) == 0);
+    REQUIRE(calls_of(p, tj::Op::MaxPool2DGrad) == 1);
+    CHECK(tj::kir::to_string(p).find("(routed by codes)") != std::string::npos);
+  }
   SECTION("TOWERJIT_FUSED_MAX_POOLS=off") {
     tj::test::ScopedEnv off("TOWERJIT_FUSED_MAX_POOLS", "off");
     CHECK(pools_left(g, {tj::max_pool2d(conv)}) == 1);
@@ -173,7 +220,7 @@ TEST_CASE("convolution pools match the reference and the library routines' bits 
   tj::ThreadPool threads(2);
   uint32_t seed = 700;
   for (const PoolCase& c : pool_cases())
-    for (int64_t batch : {1, 7})  // random values at batch 1, ties and a NaN at 7
+    for (int64_t batch : {1, 7})  // random values and dx fetched at batch 1, ties and a NaN at 7
       for (const char* direct : {"on", "off"}) {  // the direct and narrow kernels, then im2col + sgemm
           const bool ties = batch == 7;
           tj::test::ScopedEnv path("TOWERJIT_DIRECT_CONV", direct);
@@ -182,7 +229,7 @@ TEST_CASE("convolution pools match the reference and the library routines' bits 
           INFO(what);
           tj::Graph g;
           tj::GraphScope use(g);
-          const PoolGraph pg = pool_graph(c, batch, seed += 5, ties);
+          const PoolGraph pg = pool_graph(c, batch, seed += 5, ties, /*fetch_dx=*/!ties);
           REQUIRE(calls_of(lower(g, pg.fetches), tj::Op::MaxPool2D) == 0);
           if (!ties) {  // (a NaN has no error bound to keep)
             tj::reference::Variables vars;
@@ -192,7 +239,7 @@ TEST_CASE("convolution pools match the reference and the library routines' bits 
           // two, as OpenBLAS's blocking does; not between the pass and the routines).
           const auto fused = run_cpu(g, pg, &threads), fused_one = run_cpu(g, pg, nullptr);
           tj::test::ScopedEnv off("TOWERJIT_FUSED_MAX_POOLS", "off");
-          CHECK(same_bits(fused, run_cpu(g, pg, &threads)));
-          CHECK(same_bits(fused_one, run_cpu(g, pg, nullptr)));
+          check_against_routines(pg, fused, run_cpu(g, pg, &threads));
+          check_against_routines(pg, fused_one, run_cpu(g, pg, nullptr));
       }
 }
