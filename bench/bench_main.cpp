@@ -152,6 +152,7 @@ std::string describe(const tj::kir::Program& p, const tj::kir::Step& s, int64_t 
     const auto& c = p.calls[s.index];
     std::string t = std::string(tj::op_name(c.op)) + " -> " + p.buffers[c.output].shape.bind(batch).str();
     if (c.op == tj::Op::MatMul) t += std::string(" ") + (c.transpose_a ? "T" : "N") + (c.transpose_b ? "T" : "N");
+    if (c.codes >= 0) t += c.op == tj::Op::Conv2D ? " (max pooled)" : " (dy routed by codes)";
     return t;
   }
   if (s.kind == K::copy) return "copy -> " + p.buffers[p.copies[s.index].to].name;
