@@ -203,9 +203,13 @@ int64_t max2x2_grad_row(CpuIsa level, const float* r0, const float* r1, const fl
   return ow;
 }
 
-// The 2x2 / stride 2 pool with each window's code (jit/passes/conv_pools.h): the pooled value as
-// max2x2_row's, the winner as max2x2_grad_row's (the cells in turn, a later one taking the place
-// where it beats the best so far), plus 4 where the winner is not > 0.
+// The 2x2 / stride 2 pool with each window's code (jit/passes/conv_pools.h), over `rows` pooled
+// rows of `ow` windows, row r from input rows 2r and 2r + 1 of x (rows of 2 ow floats): a
+// plane's rows follow the last plane's, so an image is one run. The pooled value is
+// max2x2_row's; the winner, which max2x2_grad_row finds by taking the cells in turn (a later
+// one where it beats the best so far), is the first cell equal to that maximum, or the first
+// NaN where there is one: the same cell, found by four comparisons that do not wait on each
+// other (the chain of three had bound the loop by its latency). Plus 4 where it is not > 0.
 inline int32_t window_code(const float cell[4], float& pooled) {
   int best = 0;
   for (int j = 1; j < 4; ++j)
@@ -214,83 +218,80 @@ inline int32_t window_code(const float cell[4], float& pooled) {
   return best + (cell[best] > 0 ? 0 : 4);
 }
 
-TOWERJIT_TARGET_AVX2 void max2x2_codes_row_avx2(const float* r0, const float* r1, float* out, int32_t* code,
-                                                int64_t ow) {
-  const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2), three = _mm256_set1_epi32(3);
-  for (int64_t ox = 0; ox < ow; ox += 8) {
-    const int64_t n = std::min<int64_t>(8, ow - ox);
-    __m256 c0, c1, c2, c3;
-    deinterleave(r0 + 2 * ox, n, c0, c1);
-    deinterleave(r1 + 2 * ox, n, c2, c3);
-    store_first8(out + ox, n, max_nan8(max_nan8(c0, c1), max_nan8(c2, c3)));
-    const __m256 m1 = beats8(c1, c0);
-    __m256 best = _mm256_blendv_ps(c0, c1, m1);
-    const __m256 m2 = beats8(c2, best);
-    best = _mm256_blendv_ps(best, c2, m2);
-    const __m256 m3 = beats8(c3, best);
-    best = _mm256_blendv_ps(best, c3, m3);
-    __m256i at = _mm256_and_si256(_mm256_castps_si256(m1), one);
-    at = _mm256_blendv_epi8(at, two, _mm256_castps_si256(m2));
-    at = _mm256_blendv_epi8(at, three, _mm256_castps_si256(m3));
-    const __m256 not_positive = _mm256_cmp_ps(best, _mm256_setzero_ps(), _CMP_NGT_UQ);
-    at = _mm256_add_epi32(at, _mm256_and_si256(_mm256_castps_si256(not_positive), _mm256_set1_epi32(4)));
-    _mm256_maskstore_epi32(code + ox, first_lanes8(n), at);
-  }
+TOWERJIT_TARGET_AVX2 void max2x2_codes_avx2(const float* x, int64_t rows, int64_t ow, float* out, int32_t* code) {
+  const __m256 zero = _mm256_setzero_ps();
+  for (int64_t row = 0; row < rows; ++row, x += 4 * ow, out += ow, code += ow)
+    for (int64_t ox = 0; ox < ow; ox += 8) {
+      const int64_t n = std::min<int64_t>(8, ow - ox);
+      __m256 c[4];
+      deinterleave(x + 2 * ox, n, c[0], c[1]);
+      deinterleave(x + 2 * ow + 2 * ox, n, c[2], c[3]);
+      const __m256 best = max_nan8(max_nan8(c[0], c[1]), max_nan8(c[2], c[3]));
+      store_first8(out + ox, n, best);
+      __m256i at = _mm256_set1_epi32(3);
+      for (int j = 2; j >= 0; --j) {
+        const __m256 wins = _mm256_or_ps(_mm256_cmp_ps(c[j], best, _CMP_EQ_OQ), _mm256_cmp_ps(c[j], c[j], _CMP_UNORD_Q));
+        at = _mm256_blendv_epi8(at, _mm256_set1_epi32(j), _mm256_castps_si256(wins));
+      }
+      const __m256 not_positive = _mm256_cmp_ps(best, zero, _CMP_NGT_UQ);
+      at = _mm256_add_epi32(at, _mm256_and_si256(_mm256_castps_si256(not_positive), _mm256_set1_epi32(4)));
+      _mm256_maskstore_epi32(code + ox, first_lanes8(n), at);
+    }
 }
 
-TOWERJIT_TARGET_AVX512 void max2x2_codes_row_avx512(const float* r0, const float* r1, float* out, int32_t* code,
-                                                    int64_t ow) {
-  for (int64_t ox = 0; ox < ow; ox += 16) {
-    const int64_t n = std::min<int64_t>(16, ow - ox);
-    __m512 c0, c1, c2, c3;
-    deinterleave16(r0 + 2 * ox, n, c0, c1);
-    deinterleave16(r1 + 2 * ox, n, c2, c3);
-    _mm512_mask_storeu_ps(out + ox, first_lanes16(n), max_nan16(max_nan16(c0, c1), max_nan16(c2, c3)));
-    const __mmask16 m1 = beats16(c1, c0);
-    __m512 best = _mm512_mask_blend_ps(m1, c0, c1);
-    const __mmask16 m2 = beats16(c2, best);
-    best = _mm512_mask_blend_ps(m2, best, c2);
-    const __mmask16 m3 = beats16(c3, best);
-    best = _mm512_mask_blend_ps(m3, best, c3);
-    __m512i at = _mm512_maskz_mov_epi32(m1, _mm512_set1_epi32(1));
-    at = _mm512_mask_mov_epi32(at, m2, _mm512_set1_epi32(2));
-    at = _mm512_mask_mov_epi32(at, m3, _mm512_set1_epi32(3));
-    const __mmask16 not_positive = _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_NGT_UQ);
-    at = _mm512_mask_add_epi32(at, not_positive, at, _mm512_set1_epi32(4));
-    _mm512_mask_storeu_epi32(code + ox, first_lanes16(n), at);
-  }
+TOWERJIT_TARGET_AVX512 void max2x2_codes_avx512(const float* x, int64_t rows, int64_t ow, float* out, int32_t* code) {
+  for (int64_t row = 0; row < rows; ++row, x += 4 * ow, out += ow, code += ow)
+    for (int64_t ox = 0; ox < ow; ox += 16) {
+      const int64_t n = std::min<int64_t>(16, ow - ox);
+      __m512 c[4];
+      deinterleave16(x + 2 * ox, n, c[0], c[1]);
+      deinterleave16(x + 2 * ow + 2 * ox, n, c[2], c[3]);
+      const __m512 best = max_nan16(max_nan16(c[0], c[1]), max_nan16(c[2], c[3]));
+      _mm512_mask_storeu_ps(out + ox, first_lanes16(n), best);
+      __m512i at = _mm512_set1_epi32(3);
+      for (int j = 2; j >= 0; --j) {
+        const __mmask16 wins = _mm512_cmp_ps_mask(c[j], best, _CMP_EQ_OQ) | _mm512_cmp_ps_mask(c[j], c[j], _CMP_UNORD_Q);
+        at = _mm512_mask_mov_epi32(at, wins, _mm512_set1_epi32(j));
+      }
+      const __mmask16 not_positive = _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_NGT_UQ);
+      at = _mm512_mask_add_epi32(at, not_positive, at, _mm512_set1_epi32(4));
+      _mm512_mask_storeu_epi32(code + ox, first_lanes16(n), at);
+    }
 }
 
-// The gradient's row pair routed by codes: dy at the coded position (with `relu_mask`, only a
-// code below 4), +0 at every other cell.
-TOWERJIT_TARGET_AVX2 void grad_by_codes_row_avx2(const int32_t* code, const float* dy, float* g0, float* g1,
-                                                 int64_t ow, bool relu_mask) {
+// The gradient routed by codes over `rows` pooled rows: dy at the coded position (with
+// `relu_mask`, only a code below 4), +0 at every other cell; row r writes rows 2r and 2r + 1
+// of dx (2 ow floats each).
+TOWERJIT_TARGET_AVX2 void grad_by_codes_avx2(const int32_t* code, const float* dy, int64_t rows, int64_t ow, float* dx,
+                                             bool relu_mask) {
   const __m256 zero = _mm256_setzero_ps();
   const __m256i position_bits = _mm256_set1_epi32(relu_mask ? -1 : 3);
-  for (int64_t ox = 0; ox < ow; ox += 8) {
-    const int64_t n = std::min<int64_t>(8, ow - ox);
-    const __m256i at = _mm256_and_si256(_mm256_maskload_epi32(code + ox, first_lanes8(n)), position_bits);
-    const __m256 d = load_first8(dy + ox, n);
-    __m256 to[4];  // (a lambda would not take the function's target)
-    for (int j = 0; j < 4; ++j)
-      to[j] = _mm256_blendv_ps(zero, d, _mm256_castsi256_ps(_mm256_cmpeq_epi32(at, _mm256_set1_epi32(j))));
-    interleave(to[0], to[1], n, g0 + 2 * ox);
-    interleave(to[2], to[3], n, g1 + 2 * ox);
-  }
+  for (int64_t row = 0; row < rows; ++row, code += ow, dy += ow, dx += 4 * ow)
+    for (int64_t ox = 0; ox < ow; ox += 8) {
+      const int64_t n = std::min<int64_t>(8, ow - ox);
+      const __m256i at = _mm256_and_si256(_mm256_maskload_epi32(code + ox, first_lanes8(n)), position_bits);
+      const __m256 d = load_first8(dy + ox, n);
+      __m256 to[4];  // (a lambda would not take the function's target)
+      for (int j = 0; j < 4; ++j)
+        to[j] = _mm256_blendv_ps(zero, d, _mm256_castsi256_ps(_mm256_cmpeq_epi32(at, _mm256_set1_epi32(j))));
+      interleave(to[0], to[1], n, dx + 2 * ox);
+      interleave(to[2], to[3], n, dx + 2 * ow + 2 * ox);
+    }
 }
 
-TOWERJIT_TARGET_AVX512 void grad_by_codes_row_avx512(const int32_t* code, const float* dy, float* g0, float* g1,
-                                                     int64_t ow, bool relu_mask) {
+TOWERJIT_TARGET_AVX512 void grad_by_codes_avx512(const int32_t* code, const float* dy, int64_t rows, int64_t ow,
+                                                 float* dx, bool relu_mask) {
   const __m512i position_bits = _mm512_set1_epi32(relu_mask ? -1 : 3);
-  for (int64_t ox = 0; ox < ow; ox += 16) {
-    const int64_t n = std::min<int64_t>(16, ow - ox);
-    const __m512i at = _mm512_and_si512(_mm512_maskz_loadu_epi32(first_lanes16(n), code + ox), position_bits);
-    const __m512 d = _mm512_maskz_loadu_ps(first_lanes16(n), dy + ox);
-    __m512 to[4];
-    for (int j = 0; j < 4; ++j) to[j] = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, _mm512_set1_epi32(j)), d);
-    interleave16(to[0], to[1], n, g0 + 2 * ox);
-    interleave16(to[2], to[3], n, g1 + 2 * ox);
-  }
+  for (int64_t row = 0; row < rows; ++row, code += ow, dy += ow, dx += 4 * ow)
+    for (int64_t ox = 0; ox < ow; ox += 16) {
+      const int64_t n = std::min<int64_t>(16, ow - ox);
+      const __m512i at = _mm512_and_si512(_mm512_maskz_loadu_epi32(first_lanes16(n), code + ox), position_bits);
+      const __m512 d = _mm512_maskz_loadu_ps(first_lanes16(n), dy + ox);
+      __m512 to[4];
+      for (int j = 0; j < 4; ++j) to[j] = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, _mm512_set1_epi32(j)), d);
+      interleave16(to[0], to[1], n, dx + 2 * ox);
+      interleave16(to[2], to[3], n, dx + 2 * ow + 2 * ox);
+    }
 }
 
 // `level`: the vector level whose 2x2 row kernels run.
@@ -377,37 +378,31 @@ void pool_plane(Op op, const Window& g, const float* x, const float* dy, float* 
 
 void max_pool2x2_with_codes(const float* x, int64_t planes, int64_t h, int64_t w, float* pooled, int32_t* codes,
                             CpuIsa level) {
-  const int64_t oh = h / 2, ow = w / 2;
-  for (int64_t row = 0; row < planes * oh; ++row) {  // a plane's rows follow its last row's
+  const int64_t rows = planes * (h / 2), ow = w / 2;
+  if (level == CpuIsa::avx512) return max2x2_codes_avx512(x, rows, ow, pooled, codes);
+  if (level == CpuIsa::avx2) return max2x2_codes_avx2(x, rows, ow, pooled, codes);
+  for (int64_t row = 0; row < rows; ++row) {
     const float* r0 = x + 2 * row * w;
     const float* r1 = r0 + w;
-    float* out = pooled + row * ow;
-    int32_t* code = codes + row * ow;
-    if (level == CpuIsa::avx512) max2x2_codes_row_avx512(r0, r1, out, code, ow);
-    else if (level == CpuIsa::avx2) max2x2_codes_row_avx2(r0, r1, out, code, ow);
-    else
-      for (int64_t ox = 0; ox < ow; ++ox) {
-        const float cell[4] = {r0[2 * ox], r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]};
-        code[ox] = window_code(cell, out[ox]);
-      }
+    for (int64_t ox = 0; ox < ow; ++ox) {
+      const float cell[4] = {r0[2 * ox], r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]};
+      codes[row * ow + ox] = window_code(cell, pooled[row * ow + ox]);
+    }
   }
 }
 
 void route_pool_rows(const RoutedPoolGradient& r, int64_t first, int64_t rows, int64_t ow, float* dx) {
-  for (int64_t row = first; row < first + rows; ++row) {  // a pooled row: two rows of dx
-    const int32_t* code = r.codes + row * ow;
-    const float* d = r.dy + row * ow;
-    float* g0 = dx + 4 * (row - first) * ow;
-    float* g1 = g0 + 2 * ow;
-    if (r.level == CpuIsa::avx512) grad_by_codes_row_avx512(code, d, g0, g1, ow, r.relu_mask);
-    else if (r.level == CpuIsa::avx2) grad_by_codes_row_avx2(code, d, g0, g1, ow, r.relu_mask);
-    else
-      for (int64_t ox = 0; ox < ow; ++ox) {
-        const int32_t to = r.relu_mask ? code[ox] : code[ox] & 3;
-        float* cells[4] = {g0 + 2 * ox, g0 + 2 * ox + 1, g1 + 2 * ox, g1 + 2 * ox + 1};
-        for (int j = 0; j < 4; ++j) *cells[j] = j == to ? d[ox] : 0.0f;
-      }
-  }
+  const int32_t* code = r.codes + first * ow;
+  const float* dy = r.dy + first * ow;
+  if (r.level == CpuIsa::avx512) return grad_by_codes_avx512(code, dy, rows, ow, dx, r.relu_mask);
+  if (r.level == CpuIsa::avx2) return grad_by_codes_avx2(code, dy, rows, ow, dx, r.relu_mask);
+  for (int64_t row = 0; row < rows; ++row)  // a pooled row: two rows of dx
+    for (int64_t ox = 0; ox < ow; ++ox) {
+      const int32_t to = r.relu_mask ? code[row * ow + ox] : code[row * ow + ox] & 3;
+      float* g0 = dx + 4 * row * ow + 2 * ox;
+      float* cells[4] = {g0, g0 + 1, g0 + 2 * ow, g0 + 2 * ow + 1};
+      for (int j = 0; j < 4; ++j) *cells[j] = j == to ? dy[row * ow + ox] : 0.0f;
+    }
 }
 
 void max_pool2d_grad_by_codes(const Attrs& at, const View& codes, const View& dy, const View& dx, ThreadPool* pool) {
