@@ -216,7 +216,7 @@ void convolution(const kir::LibraryCall& call, const std::vector<View>& in, cons
 void convolution_gradient(const kir::LibraryCall& call, const std::vector<View>& in, const View& out, ThreadPool* pool) {
   const bool filter = call.op == Op::Conv2DGradFilter;
   View dy = in[filter ? 1 : 0];
-  RoutedPoolGradient routed;
+  RoutedPoolGradient routed{};
   if (call.codes >= 0) {
     routed = {in[2].i(), dy.f(), call.attrs.relu_mask, vector_level(cpu_isa())};
     dy = {kir::conv_result_shape(dy.shape, call), nullptr, DType::f32, &routed};

@@ -35,6 +35,13 @@ inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
+// The steps that call library routine `op`.
+inline int calls_of(const kir::Program& p, Op op) {
+  return static_cast<int>(std::count_if(p.steps.begin(), p.steps.end(), [&](const kir::Step& s) {
+    return s.kind == kir::Step::Kind::library && p.calls[s.index].op == op;
+  }));
+}
+
 inline int kernel_steps(const kir::Program& p) {
   return static_cast<int>(
       std::count_if(p.steps.begin(), p.steps.end(), [](const kir::Step& s) { return s.kind == kir::Step::Kind::kernel; }));

@@ -22,12 +22,6 @@ using namespace tj::testing;
 
 namespace {
 
-int calls_of(const tj::kir::Program& p, tj::Op op) {
-  int n = 0;
-  for (const tj::kir::Step& s : p.steps) n += s.kind == tj::kir::Step::Kind::library && p.calls[s.index].op == op;
-  return n;
-}
-
 enum class Act { none, bias, bias_relu };
 
 struct PoolCase {

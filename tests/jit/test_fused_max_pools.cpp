@@ -14,12 +14,6 @@ using namespace tj::testing;
 
 namespace {
 
-int calls_of(const tj::kir::Program& p, tj::Op op) {
-  int n = 0;
-  for (const tj::kir::Step& s : p.steps) n += s.kind == tj::kir::Step::Kind::library && p.calls[s.index].op == op;
-  return n;
-}
-
 // Loop kernels the steps run (a group's parts each) whose name holds `text` (a pool's producer:
 // "_max_pool2d"; a gradient of its own: "_max_pool2d_grad", numbered after the first).
 int kernels_named(const tj::kir::Program& p, const std::string& text) {
