@@ -356,6 +356,12 @@ json run_workload(const std::string& name, const Options& o, tj::ThreadPool& poo
   const std::map<std::string, double> paired =
       conv_flops.empty() ? std::map<std::string, double>{}
                          : paired_conv_shares(program, feeds, vars, pool, conv_flops, std::max(o.profile_steps, 5));
+  // The steps of each op that do a max pool's work too (jit/passes/conv_pools.h: the pool, or
+  // routing its gradient), whose time is then the convolution's and the pool's.
+  std::map<std::string, int> pooling;
+  for (const auto& s : program.program().steps)
+    if (s.kind == tj::kir::Step::Kind::library && program.program().calls[s.index].codes >= 0)
+      ++pooling[step_kind(program.program(), s)];
   json conv = json::object();
   for (const auto& [op, f] : conv_flops) {
     const double ms = j["profile"]["by_kind_ms"].value(op, 0.0);
@@ -363,6 +369,7 @@ json run_workload(const std::string& name, const Options& o, tj::ThreadPool& poo
     conv[op] = {{"ms", round3(ms)}, {"gflops", round3(f / (ms * 1e6))},
                 {"of_sgemm_peak", round3(f / (ms * 1e6) / peak.pool)}};
     if (paired.count(op)) conv[op]["of_paired_sgemm_peak"] = round3(paired.at(op));
+    if (pooling.count(op)) conv[op]["steps_with_pools"] = pooling.at(op);
   }
   if (!conv.empty()) j["convolutions"] = conv;
   j["sgemm_peak_gflops"] = {{"one_thread", round3(peak.one_thread)}, {"pool", round3(peak.pool)}};
