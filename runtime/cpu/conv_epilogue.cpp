@@ -3,6 +3,7 @@
 #include "runtime/cpu/conv_geometry.h"
 #include "runtime/cpu/conv_images.h"
 #include "runtime/cpu/pool.h"
+#include "runtime/cpu/transpose.h"
 
 namespace towerjit::cpujit {
 
@@ -40,6 +41,18 @@ void ConvEpilogue::image_done(const View& y, int64_t i, const float* written) co
   const int64_t pooled_image = elements / 4;
   max_pool2x2_with_codes(written, y.shape[1], y.shape[2], y.shape[3], pooled + i * pooled_image,
                          codes + i * pooled_image, pool_level);
+}
+
+void ConvEpilogue::pool_pixels(const float* pixels, int64_t oh, int64_t ow, int64_t channels, int64_t ld,
+                               int64_t i) const {
+  const int64_t points = oh / 2 * (ow / 2), image = channels * points;
+  float* pooled_pixels = conv_scratch(3, 2 * points * ld);  // the values, then the codes
+  int32_t* code_pixels = reinterpret_cast<int32_t*>(pooled_pixels + points * ld);
+  max_pool2x2_pixels_with_codes(pixels, oh, ow, channels, ld, bias_from(0), relu(), pooled_pixels, code_pixels);
+  transpose_floats(pooled_pixels, points, channels, ld, pooled + i * image, points);
+  // The codes' bits moved as floats: the transpose only shuffles, loads and stores them.
+  transpose_floats(reinterpret_cast<const float*>(code_pixels), points, channels, ld,
+                   reinterpret_cast<float*>(codes + i * image), points);
 }
 
 void ConvEpilogue::prefetch(const View& y, int64_t i, int64_t part, int64_t parts) const {

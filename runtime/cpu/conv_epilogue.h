@@ -44,6 +44,10 @@ struct ConvEpilogue {
   void image_done(const View& y, int64_t i, const float* written) const;
   // Asks the caches for slice `part` of `parts` of where image i's results go (prefetch_image).
   void prefetch(const View& y, int64_t i, int64_t part, int64_t parts) const;
+  // With a pool, a direct convolution's image i before its transpose, [oh*ow][ld] (channels
+  // along the rows): act, pooled there, and only the pooled values and codes transposed into
+  // place (a quarter of the result each). Needs AVX2.
+  void pool_pixels(const float* pixels, int64_t oh, int64_t ow, int64_t channels, int64_t ld, int64_t i) const;
 };
 
 // The DSL's relu on a vector's lanes: those <= 0 (either zero included) become +0, and NaN

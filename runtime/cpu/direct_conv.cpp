@@ -313,12 +313,10 @@ struct EvenBlocks {
   int64_t cut(int64_t b) const { return n * b / count; }
 };
 
-// One image: xp packed, y_image [O, OH*OW], `epilogue` applied as it is transposed there. `out`
-// is [OH*OW][opad] scratch. Each output row also prefetches a slice of the next image
-// (`next(slice, slices)`).
+// One image: xp packed, its results into `out`, [OH*OW][opad] scratch. Each output row also
+// prefetches a slice of the next image (`next(slice, slices)`).
 template <typename Next>
-void forward_image(const Conv& g, const Kernels& k, const float* xp, const float* wp, float* out,
-                   float* y_image, const ConvEpilogue& epilogue, const Next& next) {
+void forward_image(const Conv& g, const Kernels& k, const float* xp, const float* wp, float* out, const Next& next) {
   const int64_t row = g.c * g.wp(), filter = g.ckk() * g.lanes;
   const std::vector<ForwardBlock>& blocks = k.forward_at(g);
   const EvenBlocks row_parts(g.ow, k.most);
@@ -331,7 +329,6 @@ void forward_image(const Conv& g, const Kernels& k, const float* xp, const float
         blocks[r](g, corner, wp + b * filter, out + (oy * g.ow + ox) * g.opad() + b * g.lanes);
     }
   }
-  transpose_floats(out, g.spatial(), g.o, g.opad(), y_image, g.spatial(), epilogue.bias_from(0), epilogue.relu());
 }
 
 // x and y of any float dtype, an image at a time in f32 (conv_images.h).
@@ -343,12 +340,18 @@ void forward(const Conv& g, const Kernels& k, const View& x, const std::vector<f
     float* out = conv_scratch(1, g.spatial() * g.opad());
     for (int64_t i = begin; i < end; ++i) {
       pack_rows(g, image_in(x, i, image, 2), xp);
-      float* yi = epilogue.image_out(y, i);
-      forward_image(g, k, xp, wp.data(), out, yi, epilogue, [&](int64_t slice, int64_t slices) {
+      forward_image(g, k, xp, wp.data(), out, [&](int64_t slice, int64_t slices) {
         if (i + 1 == end) return;
         prefetch_image(x, i + 1, image, slice, slices);
         epilogue.prefetch(y, i + 1, slice, slices);
       });
+      if (epilogue.pools()) {  // pooled before the transpose: a quarter of it transposed
+        epilogue.pool_pixels(out, g.oh, g.ow, g.o, g.opad(), i);
+        continue;
+      }
+      // y_image [O, OH*OW], the epilogue applied as it is transposed there.
+      float* yi = epilogue.image_out(y, i);
+      transpose_floats(out, g.spatial(), g.o, g.opad(), yi, g.spatial(), epilogue.bias_from(0), epilogue.relu());
       epilogue.image_done(y, i, yi);
     }
   });

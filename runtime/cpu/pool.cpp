@@ -7,6 +7,7 @@
 
 #include "dsl/error.h"
 #include "runtime/cpu/conv.h"
+#include "runtime/cpu/conv_epilogue.h"
 #include "runtime/cpu/half_spans.h"
 #include "runtime/cpu/vector_lanes.h"
 
@@ -218,25 +219,56 @@ inline int32_t window_code(const float cell[4], float& pooled) {
   return best + (cell[best] > 0 ? 0 : 4);
 }
 
+// Eight windows' cells c[0..3] in row-major window order -> their maximum and their codes.
+TOWERJIT_TARGET_AVX2 inline __m256i window_codes8(const __m256 c[4], __m256& best) {
+  best = max_nan8(max_nan8(c[0], c[1]), max_nan8(c[2], c[3]));
+  __m256i at = _mm256_set1_epi32(3);
+  for (int j = 2; j >= 0; --j) {
+    const __m256 wins = _mm256_or_ps(_mm256_cmp_ps(c[j], best, _CMP_EQ_OQ), _mm256_cmp_ps(c[j], c[j], _CMP_UNORD_Q));
+    at = _mm256_blendv_epi8(at, _mm256_set1_epi32(j), _mm256_castps_si256(wins));
+  }
+  const __m256 not_positive = _mm256_cmp_ps(best, _mm256_setzero_ps(), _CMP_NGT_UQ);
+  return _mm256_add_epi32(at, _mm256_and_si256(_mm256_castps_si256(not_positive), _mm256_set1_epi32(4)));
+}
+
 TOWERJIT_TARGET_AVX2 void max2x2_codes_avx2(const float* x, int64_t rows, int64_t ow, float* out, int32_t* code) {
-  const __m256 zero = _mm256_setzero_ps();
   for (int64_t row = 0; row < rows; ++row, x += 4 * ow, out += ow, code += ow)
     for (int64_t ox = 0; ox < ow; ox += 8) {
       const int64_t n = std::min<int64_t>(8, ow - ox);
-      __m256 c[4];
+      __m256 c[4], best;
       deinterleave(x + 2 * ox, n, c[0], c[1]);
       deinterleave(x + 2 * ow + 2 * ox, n, c[2], c[3]);
-      const __m256 best = max_nan8(max_nan8(c[0], c[1]), max_nan8(c[2], c[3]));
+      const __m256i at = window_codes8(c, best);
       store_first8(out + ox, n, best);
-      __m256i at = _mm256_set1_epi32(3);
-      for (int j = 2; j >= 0; --j) {
-        const __m256 wins = _mm256_or_ps(_mm256_cmp_ps(c[j], best, _CMP_EQ_OQ), _mm256_cmp_ps(c[j], c[j], _CMP_UNORD_Q));
-        at = _mm256_blendv_epi8(at, _mm256_set1_epi32(j), _mm256_castps_si256(wins));
-      }
-      const __m256 not_positive = _mm256_cmp_ps(best, zero, _CMP_NGT_UQ);
-      at = _mm256_add_epi32(at, _mm256_and_si256(_mm256_castps_si256(not_positive), _mm256_set1_epi32(4)));
       _mm256_maskstore_epi32(code + ox, first_lanes8(n), at);
     }
+}
+
+// The same over pixels whose channels lie along the vectors (the direct convolutions' results,
+// [OH*OW][ld], before their transpose to NCHW), with the epilogue's act(v + bias[c]) applied
+// first (transpose_floats's float operations): every lane a channel, whatever the row's width.
+TOWERJIT_TARGET_AVX2 void max2x2_codes_pixels_avx2(const float* x, int64_t oh, int64_t ow, int64_t channels,
+                                                   int64_t ld, const float* bias, bool relu, float* out,
+                                                   int32_t* code) {
+  const int64_t pw = ow / 2;
+  for (int64_t c0 = 0; c0 < channels; c0 += 8) {
+    const __m256 b = bias ? maskload8(bias + c0, channels - c0) : _mm256_setzero_ps();
+    for (int64_t py = 0; py < oh / 2; ++py)
+      for (int64_t px = 0; px < pw; ++px) {
+        const float* p = x + (2 * py * ow + 2 * px) * ld + c0;
+        const float* cell[4] = {p, p + ld, p + ow * ld, p + (ow + 1) * ld};
+        __m256 c[4], best;
+        for (int j = 0; j < 4; ++j) {
+          c[j] = _mm256_loadu_ps(cell[j]);
+          if (bias) c[j] = _mm256_add_ps(c[j], b);
+          if (relu) c[j] = relu8(c[j]);
+        }
+        const __m256i at = window_codes8(c, best);
+        const int64_t o = (py * pw + px) * ld + c0;
+        _mm256_storeu_ps(out + o, best);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(code + o), at);
+      }
+  }
 }
 
 TOWERJIT_TARGET_AVX512 void max2x2_codes_avx512(const float* x, int64_t rows, int64_t ow, float* out, int32_t* code) {
@@ -389,6 +421,11 @@ void max_pool2x2_with_codes(const float* x, int64_t planes, int64_t h, int64_t w
       codes[row * ow + ox] = window_code(cell, pooled[row * ow + ox]);
     }
   }
+}
+
+void max_pool2x2_pixels_with_codes(const float* x, int64_t oh, int64_t ow, int64_t channels, int64_t ld,
+                                   const float* bias, bool relu, float* pooled, int32_t* codes) {
+  max2x2_codes_pixels_avx2(x, oh, ow, channels, ld, bias, relu, pooled, codes);
 }
 
 void route_pool_rows(const RoutedPoolGradient& r, int64_t first, int64_t rows, int64_t ow, float* dx) {

@@ -20,6 +20,14 @@ void pool2d(Op op, const Attrs& at, const std::vector<View>& in, const View& out
 void max_pool2x2_with_codes(const float* x, int64_t planes, int64_t h, int64_t w, float* pooled, int32_t* codes,
                             CpuIsa level);
 
+// The same pool over the pixels [oh*ow][ld] of a direct convolution's result, channels along
+// the rows (channels <= ld, ld a multiple of 8), act(v + bias[c]) applied first as the
+// epilogue's transpose does (bias null: none; `relu`: the DSL's relu): pooled values and codes
+// into [oh/2*ow/2][ld] at `pooled` and `codes`, the same bits as pooling the NCHW result. Needs
+// AVX2.
+void max_pool2x2_pixels_with_codes(const float* x, int64_t oh, int64_t ow, int64_t channels, int64_t ld,
+                                   const float* bias, bool relu, float* pooled, int32_t* codes);
+
 // MaxPool2DGrad routed by those codes: dx [N, C, H, W] from codes and dy [N, C, H/2, W/2] (f32),
 // dy at each window's coded position, +0 elsewhere; with at.relu_mask only at codes below 4.
 // The same bits as pool2d's MaxPool2DGrad on the pool's input.
