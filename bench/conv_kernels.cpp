@@ -7,7 +7,10 @@
 // `--repeats` (default 5). `--buffers N` (default 1) gives each call the next of N copies of
 // the tensors, so that with N of 8 or more they come from memory, as in a training step where
 // other layers ran in between, rather than from the caches the previous call left them in.
-// `--layer TEXT` times only the layers whose names contain TEXT ("conv1").
+// `--layer TEXT` times only the layers whose names contain TEXT ("conv1"). Layers of even size
+// also time what the cnn's steps run (jit/passes/conv_pools.h): the forward with a 2x2 max pool
+// taken in (pooled values and codes written, the result never), and both gradients with their
+// dy routed from a pooled dy by those codes.
 #include <time.h>
 
 #include <algorithm>
@@ -22,7 +25,9 @@
 
 #include "jit/cpu/cpu_isa.h"
 #include "runtime/cpu/conv.h"
+#include "runtime/cpu/cpu_features.h"
 #include "runtime/cpu/gemm.h"
+#include "runtime/cpu/pool.h"
 #include "runtime/thread_pool.h"
 
 namespace tj = towerjit;
@@ -101,10 +106,30 @@ int main(int argc, char** argv) {
     // (runtime/cpu/conv_epilogue.h): what the epilogue costs the convolution.
     const std::vector<float> bias(l.o, 0.25f);
     const tj::cpujit::ConvEpilogue bias_relu{tj::kir::Epilogue::bias_relu, bias.data()};
-    const Pass passes[] = {{"conv2d", [&](tj::ThreadPool* p) { tj::cpujit::conv2d(at, X, W, Y, p); }},
-                           {"conv2d+bias+relu", [&](tj::ThreadPool* p) { tj::cpujit::conv2d(at, X, W, Y, p, bias_relu); }},
-                           {"conv2d_grad_filter", [&](tj::ThreadPool* p) { tj::cpujit::conv2d_grad_filter(at, X, Y, DW, p); }},
-                           {"conv2d_grad_input", [&](tj::ThreadPool* p) { tj::cpujit::conv2d_grad_input(at, Y, W, DX, p); }}};
+    std::vector<Pass> passes = {
+        {"conv2d", [&](tj::ThreadPool* p) { tj::cpujit::conv2d(at, X, W, Y, p); }},
+        {"conv2d+bias+relu", [&](tj::ThreadPool* p) { tj::cpujit::conv2d(at, X, W, Y, p, bias_relu); }},
+        {"conv2d_grad_filter", [&](tj::ThreadPool* p) { tj::cpujit::conv2d_grad_filter(at, X, Y, DW, p); }},
+        {"conv2d_grad_input", [&](tj::ThreadPool* p) { tj::cpujit::conv2d_grad_input(at, Y, W, DX, p); }}};
+    // The pooled forward writes pooled values and codes (a quarter of y each); the routed
+    // gradients read a pooled dy (y's first quarter, values in [-1, 1]) by those codes.
+    const tj::Shape pooled{batch, l.o, l.hw / 2, l.hw / 2};
+    const tj::Shape code_words{batch, tj::kir::pool_code_words(l.o * (l.hw / 2) * (l.hw / 2))};
+    std::vector<float> pooled_y(pooled.elements(0));
+    std::vector<int32_t> codes(code_words.elements(0));
+    tj::cpujit::ConvEpilogue pooling = bias_relu;
+    pooling.pooled = pooled_y.data(), pooling.codes = reinterpret_cast<uint8_t*>(codes.data());
+    pooling.pool_level = tj::cpujit::vector_level(tj::cpujit::cpu_isa());
+    const tj::cpujit::View unwritten{Y.shape, nullptr};
+    const tj::cpujit::RoutedPoolGradient routing = tj::cpujit::routed_by_codes(
+        {code_words, codes.data(), tj::DType::i32}, {pooled, y.data()}, true);
+    const tj::cpujit::View routed{Y.shape, nullptr, tj::DType::f32, &routing};
+    if (l.hw % 2 == 0) {
+      tj::cpujit::conv2d(at, X, W, unwritten, &pool, pooling);
+      passes.push_back({"conv2d+bias+relu+maxpool", [&](tj::ThreadPool* p) { tj::cpujit::conv2d(at, X, W, unwritten, p, pooling); }});
+      passes.push_back({"conv2d_grad_filter (dy routed)", [&](tj::ThreadPool* p) { tj::cpujit::conv2d_grad_filter(at, X, routed, DW, p); }});
+      passes.push_back({"conv2d_grad_input (dy routed)", [&](tj::ThreadPool* p) { tj::cpujit::conv2d_grad_input(at, routed, W, DX, p); }});
+    }
     for (const Pass& pass : passes) {
       const double pool_ms = best_ms([&] { next_buffers(); pass.run(&pool); }, repeats, wall_ms);
       const double one_ms = best_ms([&] { next_buffers(); pass.run(nullptr); }, repeats, thread_cpu_ms);

@@ -163,8 +163,10 @@ struct LibraryCall {
   std::vector<int> epilogue_nodes;  // the graph nodes its epilogue computes, for dumps and errors
   // 2x2, stride-2 max pools taken into convolutions (the CPU's programs,
   // jit/passes/conv_pools.h); -1 where none:
-  // - Conv2D: `output` holds the pooled values [N, O, OH/2, OW/2] and `codes` (i32, the same
-  //   shape) each window's winner; the convolution's own result is never stored;
+  // - Conv2D: `output` holds the pooled values [N, O, OH/2, OW/2] and `codes` each window's
+  //   winner, one byte a window in the pooled values' order, four to an i32 element
+  //   ([N, pool_code_words(O * OH/2 * OW/2)]: an image's codes start on an element); the
+  //   convolution's own result is never stored;
   // - MaxPool2DGrad: inputs {codes, dy}, dy routed by the codes;
   // - Conv2DGradInput, Conv2DGradFilter: their dy operand is such a gradient, never stored: the
   //   pooled dy stands in its place and the codes are a third input, each image routed as it
@@ -178,6 +180,11 @@ struct LibraryCall {
     return {output};
   }
 };
+
+// The i32 elements that hold an image's codes of `windows` pooled windows, a byte each: a
+// code (0-7) needs no more, and a quarter of an i32's bytes is what the cnn's first layer
+// writes and reads the less at the copy bandwidth.
+inline int64_t pool_code_words(int64_t windows) { return (windows + 3) / 4; }
 
 // The shape of a convolution's result (Conv2D's output, its gradients' dy) from the buffer that
 // stands for it: that buffer's own, or where a pool is taken in (`codes`), twice its rows and

@@ -1,6 +1,7 @@
 #include "jit/passes/conv_pools.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -93,8 +94,11 @@ bool sums_dx_alone(const kir::Program& p, const kir::Kernel& k, int dx) {
 // The sum over [N, C, H/2, W/2] of what the routed gradient gives each window, dy (with a
 // ReLU's mask, dy where the code is below 4, else 0), for the sum of dx over [N, C, H, W]: the
 // same terms but for zeros, in another order, so within the sum's bound of the old result.
-kir::Kernel sum_over_windows(const kir::Kernel& k, const kir::LibraryCall& grad) {
-  const int codes = grad.inputs[0], dy = grad.inputs[1];
+// The mask is read from the pooled values `y`, not from the codes (a byte each, which kernels
+// do not load): a code is below 4 where the winner is > 0, and the pooled value is the
+// winner after the ReLU (x <= 0 gives 0, NaN stays NaN), so exactly where y > 0.
+kir::Kernel sum_over_windows(const kir::Kernel& k, const kir::LibraryCall& grad, int y) {
+  const int dy = grad.inputs[1];
   kir::Kernel out;
   out.name = k.name;
   out.nodes = k.nodes;
@@ -105,10 +109,9 @@ kir::Kernel sum_over_windows(const kir::Kernel& k, const kir::LibraryCall& grad)
   const std::vector<kir::Affine> rows = kir::row_major_strides(out.space);
   int value = add(out, {.kind = K::load, .dtype = DType::f32, .access = access(out, {.buffer = dy, .strides = rows})});
   if (grad.attrs.relu_mask) {
-    const int code = add(out, {.kind = K::load, .dtype = DType::i32, .access = access(out, {.buffer = codes, .strides = rows})});
-    const int four = add(out, {.kind = K::constant, .dtype = DType::i32, .value = 4});
-    const int routed = add(out, {.kind = K::binary, .op = Op::Less, .dtype = DType::i32, .args = {code, four}});
+    const int pooled = add(out, {.kind = K::load, .dtype = DType::f32, .access = access(out, {.buffer = y, .strides = rows})});
     const int zero = add(out, {.kind = K::constant, .dtype = DType::f32, .value = 0});
+    const int routed = add(out, {.kind = K::binary, .op = Op::Greater, .dtype = DType::f32, .args = {pooled, zero}});
     value = add(out, {.kind = K::select, .op = Op::Select, .dtype = DType::f32, .args = {routed, value, zero}});
   }
   out.outputs.push_back({.access = access(out, k.accesses[k.outputs[0].access]), .expr = value, .reduce = k.outputs[0].reduce});
@@ -118,8 +121,9 @@ kir::Kernel sum_over_windows(const kir::Kernel& k, const kir::LibraryCall& grad)
 // Routes the gradient at step `gs` (a MaxPool2DGrad by codes) into every reader of its dx, where
 // each is a convolution's gradient taking dx as its dy, or a sum of dx alone; true when it did
 // (dx is then never stored, and the step can go).
-bool route_to_readers(kir::Program& p, int gs) {
+bool route_to_readers(kir::Program& p, int gs, const std::map<int, int>& pooled_values) {
   const kir::LibraryCall grad = p.calls[p.steps[gs].index];
+  const int y = pooled_values.at(grad.codes);
   const int dx = grad.output;
   const kir::Buffer& b = p.buffers[dx];
   if (b.kind != kir::Buffer::Kind::temp || b.alias_of >= 0 || std::count(p.fetches.begin(), p.fetches.end(), dx))
@@ -128,8 +132,9 @@ bool route_to_readers(kir::Program& p, int gs) {
     if (other.alias_of == dx) return false;
   const kir::Uses uses = kir::uses_of(p);
   if (uses.writers[dx] != std::vector<int>{gs} || uses.readers[dx].empty()) return false;
-  // What the gradient reads stays as it was until its last reader.
-  for (int in : grad.inputs)
+  // What the gradient reads (and the bias sum's mask, the pooled values) stays as it was
+  // until its last reader.
+  for (int in : {grad.inputs[0], grad.inputs[1], y})
     if (kir::touched_between(p, in, gs, uses.readers[dx].back(), true)) return false;
   auto dy_operand = [](const kir::LibraryCall& c) {
     return c.op == Op::Conv2DGradInput ? 0 : c.op == Op::Conv2DGradFilter ? 1 : -1;
@@ -149,7 +154,7 @@ bool route_to_readers(kir::Program& p, int gs) {
   for (int r : uses.readers[dx]) {
     if (p.steps[r].kind == kir::Step::Kind::kernel) {
       kir::Kernel& k = p.kernels[p.steps[r].index];
-      k = sum_over_windows(k, grad);
+      k = sum_over_windows(k, grad, y);
       continue;
     }
     kir::LibraryCall& c = p.calls[p.steps[r].index];
@@ -166,14 +171,18 @@ bool route_to_readers(kir::Program& p, int gs) {
 kir::Program pool_convolutions(kir::Program p) {
   const kir::Uses uses = kir::uses_of(p);
   std::set<int> pools;
+  std::map<int, int> pooled_values;  // codes -> the pooled values written with them
   for (int s = 0; s < static_cast<int>(p.steps.size()); ++s) {
     if (!is_call(p, s, Op::Conv2D)) continue;
     const std::optional<Fusion> f = fusion_at(p, uses, s);
     if (!f) continue;
     const kir::LibraryCall& pool = p.calls[p.steps[f->pool].index];
     const int codes = static_cast<int>(p.buffers.size());
-    p.buffers.push_back({.kind = kir::Buffer::Kind::temp, .shape = p.buffers[pool.output].shape,
+    const Shape& pooled = p.buffers[pool.output].shape;
+    p.buffers.push_back({.kind = kir::Buffer::Kind::temp,
+                         .shape = Shape{pooled[0], kir::pool_code_words(pooled[1] * pooled[2] * pooled[3])},
                          .dtype = DType::i32, .name = "t" + std::to_string(codes)});
+    pooled_values[codes] = pool.output;
     kir::LibraryCall& conv = p.calls[p.steps[s].index];
     conv.output = pool.output;
     conv.codes = codes;
@@ -190,7 +199,7 @@ kir::Program pool_convolutions(kir::Program p) {
   // Then each gradient into the steps that read it, where all of them can take it.
   std::set<int> routed;
   for (int s = 0; s < static_cast<int>(p.steps.size()); ++s)
-    if (is_call(p, s, Op::MaxPool2DGrad) && p.calls[p.steps[s].index].codes >= 0 && route_to_readers(p, s))
+    if (is_call(p, s, Op::MaxPool2DGrad) && p.calls[p.steps[s].index].codes >= 0 && route_to_readers(p, s, pooled_values))
       routed.insert(s);
   return kir::drop_steps(std::move(p), routed);
 }

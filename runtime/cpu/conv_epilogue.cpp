@@ -28,6 +28,9 @@ namespace {
 
 int64_t image_elements(const Shape& y) { return y[1] * y[2] * y[3]; }
 
+// From one image's codes to the next's, for `windows` pooled windows an image.
+int64_t code_image_bytes(int64_t windows) { return 4 * kir::pool_code_words(windows); }
+
 }  // namespace
 
 float* ConvEpilogue::image_out(const View& y, int64_t i) const {
@@ -40,26 +43,30 @@ void ConvEpilogue::image_done(const View& y, int64_t i, const float* written) co
   if (!pools()) return cpujit::image_done(y, i, elements, written);
   const int64_t pooled_image = elements / 4;
   max_pool2x2_with_codes(written, y.shape[1], y.shape[2], y.shape[3], pooled + i * pooled_image,
-                         codes + i * pooled_image, pool_level);
+                         codes + i * code_image_bytes(pooled_image), pool_level);
 }
 
 void ConvEpilogue::pool_pixels(const float* pixels, int64_t oh, int64_t ow, int64_t channels, int64_t ld,
                                int64_t i) const {
   const int64_t points = oh / 2 * (ow / 2), image = channels * points;
-  float* pooled_pixels = conv_scratch(3, 2 * points * ld);  // the values, then the codes
+  // The values, the codes, then the codes transposed.
+  float* pooled_pixels = conv_scratch(3, 2 * points * ld + image);
   int32_t* code_pixels = reinterpret_cast<int32_t*>(pooled_pixels + points * ld);
+  int32_t* image_codes = code_pixels + points * ld;
   max_pool2x2_pixels_with_codes(pixels, oh, ow, channels, ld, bias_from(0), relu(), pooled_pixels, code_pixels);
   transpose_floats(pooled_pixels, points, channels, ld, pooled + i * image, points);
-  // The codes' bits moved as floats: the transpose only shuffles, loads and stores them.
+  // The codes' bits moved as floats (the transpose only shuffles, loads and stores them), then
+  // narrowed to bytes in place.
   transpose_floats(reinterpret_cast<const float*>(code_pixels), points, channels, ld,
-                   reinterpret_cast<float*>(codes + i * image), points);
+                   reinterpret_cast<float*>(image_codes), points);
+  narrow_codes(image_codes, image, codes + i * code_image_bytes(image));
 }
 
 void ConvEpilogue::prefetch(const View& y, int64_t i, int64_t part, int64_t parts) const {
   const int64_t elements = image_elements(y.shape);
   if (!pools()) return prefetch_image(y, i, elements, part, parts);
   prefetch_image({y.shape, pooled, DType::f32}, i, elements / 4, part, parts);
-  prefetch_image({y.shape, codes, DType::i32}, i, elements / 4, part, parts);
+  prefetch_bytes(codes, code_image_bytes(elements / 4), i, part, parts);
 }
 
 }  // namespace towerjit::cpujit

@@ -20,10 +20,11 @@ struct ConvEpilogue {
   const float* bias = nullptr;  // [O], f32
   // A 2x2, stride-2 max pool after act (jit/passes/conv_pools.h): each image's result is
   // written to this thread's scratch and pooled from there, while it is in cache, into `pooled`
-  // and `codes` ([O, OH/2, OW/2] an image); y itself is never written (its data is null).
-  // Null: no pool.
+  // and `codes` ([O, OH/2, OW/2] an image, a byte each, each image's from a multiple of 4
+  // bytes on: kir::pool_code_words); y itself is never written (its data is null). Null: no
+  // pool.
   float* pooled = nullptr;
-  int32_t* codes = nullptr;
+  uint8_t* codes = nullptr;
   CpuIsa pool_level = CpuIsa::baseline;  // the vector level of the pool's row kernels
 
   bool pools() const { return pooled != nullptr; }

@@ -40,13 +40,16 @@ void image_done(const View& v, int64_t i, int64_t elements, const float* written
 }
 
 void prefetch_image(const View& v, int64_t i, int64_t elements, int64_t part, int64_t parts) {
-  if (v.routed) {  // what the routing reads: the codes and dy, a quarter of the image each
-    prefetch_image({v.shape, const_cast<int32_t*>(v.routed->codes), DType::i32}, i, elements / 4, part, parts);
+  if (v.routed) {  // what the routing reads: the codes and dy, a quarter of the image
+    prefetch_bytes(v.routed->codes, v.routed->image_bytes, i, part, parts);
     prefetch_image({v.shape, const_cast<float*>(v.routed->dy), DType::f32}, i, elements / 4, part, parts);
     return;
   }
-  const int64_t bytes = elements * dtype_bytes(v.dtype);
-  const char* image = static_cast<const char*>(v.data) + i * bytes;
+  prefetch_bytes(v.data, elements * dtype_bytes(v.dtype), i, part, parts);
+}
+
+void prefetch_bytes(const void* data, int64_t bytes, int64_t i, int64_t part, int64_t parts) {
+  const char* image = static_cast<const char*>(data) + i * bytes;
   constexpr int64_t kLine = 64;
   for (int64_t at = bytes * part / parts / kLine * kLine, end = bytes * (part + 1) / parts; at < end; at += kLine)
     _mm_prefetch(image + at, _MM_HINT_T1);

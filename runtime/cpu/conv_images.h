@@ -31,6 +31,8 @@ void image_done(const View& v, int64_t i, int64_t elements, const float* written
 // stalled on (a 16-channel 28x28 forward at batch 128: 2.2 ms on buffers in cache, 2.8 ms on
 // buffers that were not).
 void prefetch_image(const View& v, int64_t i, int64_t elements, int64_t part, int64_t parts);
+// The same for image i of `bytes` bytes each from `data` on.
+void prefetch_bytes(const void* data, int64_t bytes, int64_t i, int64_t part, int64_t parts);
 
 // `v` with its values in memory: itself, or a routed pool gradient (library.h) routed into
 // `keep` whole, split over the pool (for the im2col path, which reads whole tensors).

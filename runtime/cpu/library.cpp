@@ -206,7 +206,7 @@ void convolution(const kir::LibraryCall& call, const std::vector<View>& in, cons
   ConvEpilogue epilogue{call.epilogue, call.epilogue == kir::Epilogue::none ? nullptr : in[2].f()};
   if (call.codes < 0) return conv2d(call.attrs, in[0], in[1], out, pool, epilogue);
   epilogue.pooled = out.f();
-  epilogue.codes = codes.i();
+  epilogue.codes = static_cast<uint8_t*>(codes.data);
   epilogue.pool_level = vector_level(cpu_isa());
   conv2d(call.attrs, in[0], in[1], {kir::conv_result_shape(out.shape, call), nullptr, DType::f32}, pool, epilogue);
 }
@@ -218,7 +218,7 @@ void convolution_gradient(const kir::LibraryCall& call, const std::vector<View>&
   View dy = in[filter ? 1 : 0];
   RoutedPoolGradient routed{};
   if (call.codes >= 0) {
-    routed = {in[2].i(), dy.f(), call.attrs.relu_mask, vector_level(cpu_isa())};
+    routed = routed_by_codes(in[2], dy, call.attrs.relu_mask);
     dy = {kir::conv_result_shape(dy.shape, call), nullptr, DType::f32, &routed};
   }
   if (filter) return conv2d_grad_filter(call.attrs, in[0], dy, out, pool);

@@ -16,11 +16,16 @@ namespace towerjit::cpujit {
 // A 2x2 max pool's gradient that no step stores, routed from the winners' codes as a
 // convolution's gradient reads it (jit/passes/conv_pools.h): dx [N, C, H, W] is dy [N, C, H/2,
 // W/2] at each window's coded position (with `relu_mask`, only at codes below 4), +0 elsewhere.
+// The codes are a byte a window, an image's from a multiple of 4 bytes on
+// (kir::pool_code_words): pool.h's routed_by_codes makes one from the buffers.
 struct RoutedPoolGradient {
-  const int32_t* codes;
+  const uint8_t* codes;
   const float* dy;
-  bool relu_mask;
-  CpuIsa level;  // the vector level of the routing's row kernels
+  int64_t images = 0;
+  int64_t image_rows = 0;   // pooled rows an image (C * H/2)
+  int64_t image_bytes = 0;  // from one image's codes to the next's
+  bool relu_mask = false;
+  CpuIsa level = CpuIsa::baseline;  // the vector level of the routing's row kernels
 };
 
 // A buffer as a library routine sees it: its bound shape and its elements.

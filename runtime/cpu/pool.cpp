@@ -231,7 +231,7 @@ TOWERJIT_TARGET_AVX2 inline __m256i window_codes8(const __m256 c[4], __m256& bes
   return _mm256_add_epi32(at, _mm256_and_si256(_mm256_castps_si256(not_positive), _mm256_set1_epi32(4)));
 }
 
-TOWERJIT_TARGET_AVX2 void max2x2_codes_avx2(const float* x, int64_t rows, int64_t ow, float* out, int32_t* code) {
+TOWERJIT_TARGET_AVX2 void max2x2_codes_avx2(const float* x, int64_t rows, int64_t ow, float* out, uint8_t* code) {
   for (int64_t row = 0; row < rows; ++row, x += 4 * ow, out += ow, code += ow)
     for (int64_t ox = 0; ox < ow; ox += 8) {
       const int64_t n = std::min<int64_t>(8, ow - ox);
@@ -240,7 +240,7 @@ TOWERJIT_TARGET_AVX2 void max2x2_codes_avx2(const float* x, int64_t rows, int64_
       deinterleave(x + 2 * ow + 2 * ox, n, c[2], c[3]);
       const __m256i at = window_codes8(c, best);
       store_first8(out + ox, n, best);
-      _mm256_maskstore_epi32(code + ox, first_lanes8(n), at);
+      store_bytes8(code + ox, n, at);
     }
 }
 
@@ -271,7 +271,7 @@ TOWERJIT_TARGET_AVX2 void max2x2_codes_pixels_avx2(const float* x, int64_t oh, i
   }
 }
 
-TOWERJIT_TARGET_AVX512 void max2x2_codes_avx512(const float* x, int64_t rows, int64_t ow, float* out, int32_t* code) {
+TOWERJIT_TARGET_AVX512 void max2x2_codes_avx512(const float* x, int64_t rows, int64_t ow, float* out, uint8_t* code) {
   for (int64_t row = 0; row < rows; ++row, x += 4 * ow, out += ow, code += ow)
     for (int64_t ox = 0; ox < ow; ox += 16) {
       const int64_t n = std::min<int64_t>(16, ow - ox);
@@ -287,21 +287,23 @@ TOWERJIT_TARGET_AVX512 void max2x2_codes_avx512(const float* x, int64_t rows, in
       }
       const __mmask16 not_positive = _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_NGT_UQ);
       at = _mm512_mask_add_epi32(at, not_positive, at, _mm512_set1_epi32(4));
-      _mm512_mask_storeu_epi32(code + ox, first_lanes16(n), at);
+      store_bytes16(code + ox, n, at);
     }
 }
 
 // The gradient routed by codes over `rows` pooled rows: dy at the coded position (with
 // `relu_mask`, only a code below 4), +0 at every other cell; row r writes rows 2r and 2r + 1
-// of dx (2 ow floats each).
-TOWERJIT_TARGET_AVX2 void grad_by_codes_avx2(const int32_t* code, const float* dy, int64_t rows, int64_t ow, float* dx,
-                                             bool relu_mask) {
+// of dx (2 ow floats each). A row's codes are loaded a whole vector's worth at a time where
+// that many bytes lie before `end` (the codes' end): what follows a row is the next row's
+// codes, whose lanes meet zeros of dy and are never stored. The last few are loaded in pieces.
+TOWERJIT_TARGET_AVX2 void grad_by_codes_avx2(const uint8_t* code, const uint8_t* end, const float* dy, int64_t rows,
+                                             int64_t ow, float* dx, bool relu_mask) {
   const __m256 zero = _mm256_setzero_ps();
   const __m256i position_bits = _mm256_set1_epi32(relu_mask ? -1 : 3);
   for (int64_t row = 0; row < rows; ++row, code += ow, dy += ow, dx += 4 * ow)
     for (int64_t ox = 0; ox < ow; ox += 8) {
       const int64_t n = std::min<int64_t>(8, ow - ox);
-      const __m256i at = _mm256_and_si256(_mm256_maskload_epi32(code + ox, first_lanes8(n)), position_bits);
+      const __m256i at = _mm256_and_si256(load_bytes8(code + ox, std::min<int64_t>(8, end - code - ox)), position_bits);
       const __m256 d = load_first8(dy + ox, n);
       __m256 to[4];  // (a lambda would not take the function's target)
       for (int j = 0; j < 4; ++j)
@@ -311,13 +313,13 @@ TOWERJIT_TARGET_AVX2 void grad_by_codes_avx2(const int32_t* code, const float* d
     }
 }
 
-TOWERJIT_TARGET_AVX512 void grad_by_codes_avx512(const int32_t* code, const float* dy, int64_t rows, int64_t ow,
-                                                 float* dx, bool relu_mask) {
+TOWERJIT_TARGET_AVX512 void grad_by_codes_avx512(const uint8_t* code, const uint8_t* end, const float* dy,
+                                                 int64_t rows, int64_t ow, float* dx, bool relu_mask) {
   const __m512i position_bits = _mm512_set1_epi32(relu_mask ? -1 : 3);
   for (int64_t row = 0; row < rows; ++row, code += ow, dy += ow, dx += 4 * ow)
     for (int64_t ox = 0; ox < ow; ox += 16) {
       const int64_t n = std::min<int64_t>(16, ow - ox);
-      const __m512i at = _mm512_and_si512(_mm512_maskz_loadu_epi32(first_lanes16(n), code + ox), position_bits);
+      const __m512i at = _mm512_and_si512(load_bytes16(code + ox, std::min<int64_t>(16, end - code - ox)), position_bits);
       const __m512 d = _mm512_maskz_loadu_ps(first_lanes16(n), dy + ox);
       __m512 to[4];
       for (int j = 0; j < 4; ++j) to[j] = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, _mm512_set1_epi32(j)), d);
@@ -408,7 +410,7 @@ void pool_plane(Op op, const Window& g, const float* x, const float* dy, float* 
 
 }  // namespace
 
-void max_pool2x2_with_codes(const float* x, int64_t planes, int64_t h, int64_t w, float* pooled, int32_t* codes,
+void max_pool2x2_with_codes(const float* x, int64_t planes, int64_t h, int64_t w, float* pooled, uint8_t* codes,
                             CpuIsa level) {
   const int64_t rows = planes * (h / 2), ow = w / 2;
   if (level == CpuIsa::avx512) return max2x2_codes_avx512(x, rows, ow, pooled, codes);
@@ -418,7 +420,7 @@ void max_pool2x2_with_codes(const float* x, int64_t planes, int64_t h, int64_t w
     const float* r1 = r0 + w;
     for (int64_t ox = 0; ox < ow; ++ox) {
       const float cell[4] = {r0[2 * ox], r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]};
-      codes[row * ow + ox] = window_code(cell, pooled[row * ow + ox]);
+      codes[row * ow + ox] = static_cast<uint8_t>(window_code(cell, pooled[row * ow + ox]));
     }
   }
 }
@@ -428,25 +430,51 @@ void max_pool2x2_pixels_with_codes(const float* x, int64_t oh, int64_t ow, int64
   max2x2_codes_pixels_avx2(x, oh, ow, channels, ld, bias, relu, pooled, codes);
 }
 
-void route_pool_rows(const RoutedPoolGradient& r, int64_t first, int64_t rows, int64_t ow, float* dx) {
-  const int32_t* code = r.codes + first * ow;
-  const float* dy = r.dy + first * ow;
-  if (r.level == CpuIsa::avx512) return grad_by_codes_avx512(code, dy, rows, ow, dx, r.relu_mask);
-  if (r.level == CpuIsa::avx2) return grad_by_codes_avx2(code, dy, rows, ow, dx, r.relu_mask);
+void narrow_codes(const int32_t* from, int64_t n, uint8_t* to) {
+  for (int64_t j = 0; j < n; ++j) to[j] = static_cast<uint8_t>(from[j]);
+}
+
+RoutedPoolGradient routed_by_codes(const View& codes, const View& dy, bool relu_mask) {
+  const int64_t windows = dy.shape[1] * dy.shape[2] * dy.shape[3];
+  internal_check(codes.dtype == DType::i32 && dy.dtype == DType::f32 && codes.shape.rank() == 2 &&
+                 codes.shape[0] == dy.shape[0] && codes.shape[1] == kir::pool_code_words(windows))
+      << "a pool's codes " << codes.shape.str() << " for its pooled dy " << dy.shape.str();
+  return {static_cast<const uint8_t*>(codes.data), dy.f(), codes.shape[0], dy.shape[1] * dy.shape[2],
+          4 * codes.shape[1], relu_mask, vector_level(cpu_isa())};
+}
+
+namespace {
+
+// `rows` pooled rows within one image's, codes at `code`.
+void route_rows(const RoutedPoolGradient& r, const uint8_t* code, const float* dy, int64_t rows, int64_t ow,
+                float* dx) {
+  const uint8_t* end = r.codes + r.images * r.image_bytes;
+  if (r.level == CpuIsa::avx512) return grad_by_codes_avx512(code, end, dy, rows, ow, dx, r.relu_mask);
+  if (r.level == CpuIsa::avx2) return grad_by_codes_avx2(code, end, dy, rows, ow, dx, r.relu_mask);
   for (int64_t row = 0; row < rows; ++row)  // a pooled row: two rows of dx
     for (int64_t ox = 0; ox < ow; ++ox) {
-      const int32_t to = r.relu_mask ? code[row * ow + ox] : code[row * ow + ox] & 3;
+      const int to = r.relu_mask ? code[row * ow + ox] : code[row * ow + ox] & 3;
       float* g0 = dx + 4 * row * ow + 2 * ox;
       float* cells[4] = {g0, g0 + 1, g0 + 2 * ow, g0 + 2 * ow + 1};
       for (int j = 0; j < 4; ++j) *cells[j] = j == to ? dy[row * ow + ox] : 0.0f;
     }
 }
 
+}  // namespace
+
+void route_pool_rows(const RoutedPoolGradient& r, int64_t first, int64_t rows, int64_t ow, float* dx) {
+  while (rows > 0) {  // a run of rows within an image at a time: each image's codes start anew
+    const int64_t image = first / r.image_rows, row = first % r.image_rows;
+    const int64_t run = std::min(rows, r.image_rows - row);
+    route_rows(r, r.codes + image * r.image_bytes + row * ow, r.dy + first * ow, run, ow, dx);
+    first += run, rows -= run, dx += 4 * run * ow;
+  }
+}
+
 void max_pool2d_grad_by_codes(const Attrs& at, const View& codes, const View& dy, const View& dx, ThreadPool* pool) {
-  internal_check(codes.dtype == DType::i32 && dy.dtype == DType::f32 && dx.dtype == DType::f32 &&
-                 dx.shape[2] == 2 * dy.shape[2] && dx.shape[3] == 2 * dy.shape[3])
+  internal_check(dx.dtype == DType::f32 && dx.shape[2] == 2 * dy.shape[2] && dx.shape[3] == 2 * dy.shape[3])
       << "a max pool gradient routed by codes over " << dx.shape.str();
-  const RoutedPoolGradient r{codes.i(), dy.f(), at.relu_mask, vector_level(cpu_isa())};
+  const RoutedPoolGradient r = routed_by_codes(codes, dy, at.relu_mask);
   const int64_t ow = dy.shape[3];
   parallel(pool, dy.shape[0] * dy.shape[1] * dy.shape[2], [&](int64_t begin, int64_t end) {
     route_pool_rows(r, begin, end - begin, ow, dx.f() + 4 * begin * ow);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "runtime/cpu/cpu_features.h"
 
@@ -33,5 +34,63 @@ TOWERJIT_TARGET_AVX512 inline void maskstore16(float* p, int64_t count, __m512 v
   _mm512_mask_storeu_ps(p, first_lanes16(count), v);
 }
 TOWERJIT_TARGET_AVX512 inline __m512 broadcast16(const float* p) { return _mm512_set1_ps(*p); }
+
+// The first `count` (0-8) bytes at p as the low bytes of an integer, and back: loads and stores
+// of 4, 2 and 1 bytes, nothing touched past the first `count`, no trip through memory (a
+// vector loaded from a buffer just written byte by byte waits for the stores to retire).
+inline uint64_t load_bytes_upto8(const uint8_t* p, int64_t count) {
+  if (count >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+  }
+  uint64_t v = 0;
+  int at = 0;
+  if (count & 4) {
+    uint32_t t;
+    std::memcpy(&t, p, 4);
+    v = t, at = 4;
+  }
+  if (count & 2) {
+    uint16_t t;
+    std::memcpy(&t, p + at, 2);
+    v |= uint64_t{t} << (8 * at), at += 2;
+  }
+  if (count & 1) v |= uint64_t{p[at]} << (8 * at);
+  return v;
+}
+inline void store_bytes_upto8(uint8_t* p, int64_t count, uint64_t v) {
+  if (count >= 8) return std::memcpy(p, &v, 8), void();
+  int at = 0;
+  if (count & 4) {
+    const uint32_t t = static_cast<uint32_t>(v);
+    std::memcpy(p, &t, 4);
+    at = 4;
+  }
+  if (count & 2) {
+    const uint16_t t = static_cast<uint16_t>(v >> (8 * at));
+    std::memcpy(p + at, &t, 2);
+    at += 2;
+  }
+  if (count & 1) p[at] = static_cast<uint8_t>(v >> (8 * at));
+}
+
+// The first `count` bytes at p as i32 lanes (zero past them), and i32 lanes (each 0-255) stored
+// as bytes: the pools' codes (runtime/cpu/pool.h).
+TOWERJIT_TARGET_AVX2 inline __m256i load_bytes8(const uint8_t* p, int64_t count) {
+  return _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(load_bytes_upto8(p, count))));
+}
+TOWERJIT_TARGET_AVX2 inline void store_bytes8(uint8_t* p, int64_t count, __m256i v) {
+  const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  store_bytes_upto8(p, count, static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_packus_epi16(words, words))));
+}
+TOWERJIT_TARGET_AVX512 inline __m512i load_bytes16(const uint8_t* p, int64_t count) {
+  if (count >= 16) return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const uint64_t low = load_bytes_upto8(p, count), high = count > 8 ? load_bytes_upto8(p + 8, count - 8) : 0;
+  return _mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<int64_t>(high), static_cast<int64_t>(low)));
+}
+TOWERJIT_TARGET_AVX512 inline void store_bytes16(uint8_t* p, int64_t count, __m512i v) {
+  _mm512_mask_cvtepi32_storeu_epi8(p, first_lanes16(count), v);
+}
 
 }  // namespace towerjit::cpujit

@@ -131,11 +131,15 @@ TEST_CASE("convolution pools: a 2x2 pool is the convolution's, its gradient rout
   CHECK(calls_of(p, tj::Op::MaxPool2D) == 0);
   CHECK(calls_of(p, tj::Op::MaxPool2DGrad) == 0);  // in both gradients of the convolution
   int codes = -1, routed = 0;
+  std::vector<int> bias_sum_reads;
   for (const tj::kir::Step& s : p.steps) {
     if (s.kind == tj::kir::Step::Kind::kernel) {
-      // The bias gradient sums over the pooled points, dy where the code is below 4.
+      // The bias gradient sums over the pooled points, dy where the pooled value is > 0 (where
+      // the code is below 4).
       const tj::kir::Kernel& k = p.kernels[s.index];
       CHECK(k.space == tj::Shape{kBatch, 8, 3, 5});
+      for (const tj::kir::Expr& e : k.exprs)
+        if (e.kind == tj::kir::Expr::Kind::load) bias_sum_reads.push_back(k.accesses[e.access].buffer);
       continue;
     }
     const tj::kir::LibraryCall& c = p.calls[s.index];
@@ -143,8 +147,9 @@ TEST_CASE("convolution pools: a 2x2 pool is the convolution's, its gradient rout
       REQUIRE(c.codes >= 0);
       codes = c.codes;
       CHECK(c.output == p.fetches[0]);  // the pool's buffer
+      // A byte a window, four to an element: 8 * 3 * 5 windows an image.
       CHECK(p.buffers[c.codes].dtype == tj::DType::i32);
-      CHECK(p.buffers[c.codes].shape == p.buffers[c.output].shape);
+      CHECK(p.buffers[c.codes].shape == tj::Shape{kBatch, 30});
       CHECK(c.epilogue == tj::kir::Epilogue::bias_relu);
       CHECK(c.written() == std::vector<int>{c.output, c.codes});
     } else {  // the gradients: the pooled dy in dx's place, the codes last
@@ -158,6 +163,9 @@ TEST_CASE("convolution pools: a 2x2 pool is the convolution's, its gradient rout
   }
   CHECK(routed == 2);
   CHECK(kernel_steps(p) == 1);
+  REQUIRE(bias_sum_reads.size() == 2);
+  CHECK(p.buffers[bias_sum_reads[0]].name == "v");  // the pool's dy
+  CHECK(bias_sum_reads[1] == p.fetches[0]);        // the pooled values, for the ReLU's mask
   const std::string text = tj::kir::to_string(p);
   CHECK(text.find("(max pool 2x2, codes b") != std::string::npos);
   CHECK(text.find("(dy routed by codes b") != std::string::npos);
