@@ -14,7 +14,7 @@ namespace {
 // Routes `images` images of a routed pool gradient from image i on into `to`.
 void route_images(const View& v, int64_t i, int64_t images, float* to) {
   const int64_t ow = v.shape[3] / 2, rows = v.shape[1] * v.shape[2] / 2;  // pooled rows an image
-  route_pool_rows(*v.routed, i * rows, images * rows, ow, to);
+  route_pool_rows(*v.routed, i * rows, images * rows, ow, to, 2 * ow);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "runtime/cpu/half_spans.h"
 #include "runtime/cpu/vector_lanes.h"
 #include "runtime/cpu/narrow_conv.h"
+#include "runtime/cpu/pool.h"
 #include "runtime/cpu/transpose.h"
 
 namespace towerjit::cpujit {
@@ -49,6 +50,25 @@ TOWERJIT_TARGET_AVX2 void pack_rows(const Conv& g, const float* image, float* xp
       if (j < g.w) maskstore8(out + j, g.w - j, maskload8(in + j, g.w - j));
       for (j = g.w; j < g.w + g.pw; ++j) out[j] = 0.0f;
     }
+}
+
+// Image i of a routed pool gradient (conv_images.h) straight into pack_rows's layout: each
+// channel's pooled rows routed into its rows of xp, and only the padding cleared, where
+// routing the image into scratch and packing it from there had been two passes over it.
+void pack_rows_routed(const Conv& g, const View& x, int64_t i, float* xp) {
+  const int64_t row = g.c * g.wp();
+  std::fill(xp, xp + g.ph * row, 0.0f);
+  std::fill(xp + (g.ph + g.h) * row, xp + g.hp() * row, 0.0f);
+  for (int64_t iy = 0; iy < g.h; ++iy)
+    for (int64_t ci = 0; ci < g.c; ++ci) {
+      float* out = xp + (iy + g.ph) * row + ci * g.wp();
+      std::fill(out, out + g.pw, 0.0f);
+      std::fill(out + g.pw + g.w, out + g.wp(), 0.0f);
+    }
+  const int64_t pooled_rows = g.h / 2;
+  for (int64_t ci = 0; ci < g.c; ++ci)
+    route_pool_rows(*x.routed, (i * g.c + ci) * pooled_rows, pooled_rows, g.w / 2,
+                    xp + g.ph * row + ci * g.wp() + g.pw, row);
 }
 
 // One image [C, H, W] into xp[Hp][Wp][C] (channels last), zero in the padding: the filter
@@ -339,7 +359,10 @@ void forward(const Conv& g, const Kernels& k, const View& x, const std::vector<f
     float* xp = conv_scratch(0, g.hp() * g.wp() * g.c);
     float* out = conv_scratch(1, g.spatial() * g.opad());
     for (int64_t i = begin; i < end; ++i) {
-      pack_rows(g, image_in(x, i, image, 2), xp);
+      if (x.routed)
+        pack_rows_routed(g, x, i, xp);
+      else
+        pack_rows(g, image_in(x, i, image, 2), xp);
       forward_image(g, k, xp, wp.data(), out, [&](int64_t slice, int64_t slices) {
         if (i + 1 == end) return;
         prefetch_image(x, i + 1, image, slice, slices);

@@ -293,14 +293,14 @@ TOWERJIT_TARGET_AVX512 void max2x2_codes_avx512(const float* x, int64_t rows, in
 
 // The gradient routed by codes over `rows` pooled rows: dy at the coded position (with
 // `relu_mask`, only a code below 4), +0 at every other cell; row r writes rows 2r and 2r + 1
-// of dx (2 ow floats each). A row's codes are loaded a whole vector's worth at a time where
+// of dx (2 ow floats each, `stride` floats apart; row r + 1's 2 stride after row r's). A row's codes are loaded a whole vector's worth at a time where
 // that many bytes lie before `end` (the codes' end): what follows a row is the next row's
 // codes, whose lanes meet zeros of dy and are never stored. The last few are loaded in pieces.
 TOWERJIT_TARGET_AVX2 void grad_by_codes_avx2(const uint8_t* code, const uint8_t* end, const float* dy, int64_t rows,
-                                             int64_t ow, float* dx, bool relu_mask) {
+                                             int64_t ow, float* dx, int64_t stride, bool relu_mask) {
   const __m256 zero = _mm256_setzero_ps();
   const __m256i position_bits = _mm256_set1_epi32(relu_mask ? -1 : 3);
-  for (int64_t row = 0; row < rows; ++row, code += ow, dy += ow, dx += 4 * ow)
+  for (int64_t row = 0; row < rows; ++row, code += ow, dy += ow, dx += 2 * stride)
     for (int64_t ox = 0; ox < ow; ox += 8) {
       const int64_t n = std::min<int64_t>(8, ow - ox);
       const __m256i at = _mm256_and_si256(load_bytes8(code + ox, std::min<int64_t>(8, end - code - ox)), position_bits);
@@ -309,14 +309,14 @@ TOWERJIT_TARGET_AVX2 void grad_by_codes_avx2(const uint8_t* code, const uint8_t*
       for (int j = 0; j < 4; ++j)
         to[j] = _mm256_blendv_ps(zero, d, _mm256_castsi256_ps(_mm256_cmpeq_epi32(at, _mm256_set1_epi32(j))));
       interleave(to[0], to[1], n, dx + 2 * ox);
-      interleave(to[2], to[3], n, dx + 2 * ow + 2 * ox);
+      interleave(to[2], to[3], n, dx + stride + 2 * ox);
     }
 }
 
 TOWERJIT_TARGET_AVX512 void grad_by_codes_avx512(const uint8_t* code, const uint8_t* end, const float* dy,
-                                                 int64_t rows, int64_t ow, float* dx, bool relu_mask) {
+                                                 int64_t rows, int64_t ow, float* dx, int64_t stride, bool relu_mask) {
   const __m512i position_bits = _mm512_set1_epi32(relu_mask ? -1 : 3);
-  for (int64_t row = 0; row < rows; ++row, code += ow, dy += ow, dx += 4 * ow)
+  for (int64_t row = 0; row < rows; ++row, code += ow, dy += ow, dx += 2 * stride)
     for (int64_t ox = 0; ox < ow; ox += 16) {
       const int64_t n = std::min<int64_t>(16, ow - ox);
       const __m512i at = _mm512_and_si512(load_bytes16(code + ox, std::min<int64_t>(16, end - code - ox)), position_bits);
@@ -324,7 +324,7 @@ TOWERJIT_TARGET_AVX512 void grad_by_codes_avx512(const uint8_t* code, const uint
       __m512 to[4];
       for (int j = 0; j < 4; ++j) to[j] = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, _mm512_set1_epi32(j)), d);
       interleave16(to[0], to[1], n, dx + 2 * ox);
-      interleave16(to[2], to[3], n, dx + 2 * ow + 2 * ox);
+      interleave16(to[2], to[3], n, dx + stride + 2 * ox);
     }
 }
 
@@ -447,27 +447,27 @@ namespace {
 
 // `rows` pooled rows within one image's, codes at `code`.
 void route_rows(const RoutedPoolGradient& r, const uint8_t* code, const float* dy, int64_t rows, int64_t ow,
-                float* dx) {
+                float* dx, int64_t stride) {
   const uint8_t* end = r.codes + r.images * r.image_bytes;
-  if (r.level == CpuIsa::avx512) return grad_by_codes_avx512(code, end, dy, rows, ow, dx, r.relu_mask);
-  if (r.level == CpuIsa::avx2) return grad_by_codes_avx2(code, end, dy, rows, ow, dx, r.relu_mask);
+  if (r.level == CpuIsa::avx512) return grad_by_codes_avx512(code, end, dy, rows, ow, dx, stride, r.relu_mask);
+  if (r.level == CpuIsa::avx2) return grad_by_codes_avx2(code, end, dy, rows, ow, dx, stride, r.relu_mask);
   for (int64_t row = 0; row < rows; ++row)  // a pooled row: two rows of dx
     for (int64_t ox = 0; ox < ow; ++ox) {
       const int to = r.relu_mask ? code[row * ow + ox] : code[row * ow + ox] & 3;
-      float* g0 = dx + 4 * row * ow + 2 * ox;
-      float* cells[4] = {g0, g0 + 1, g0 + 2 * ow, g0 + 2 * ow + 1};
+      float* g0 = dx + 2 * row * stride + 2 * ox;
+      float* cells[4] = {g0, g0 + 1, g0 + stride, g0 + stride + 1};
       for (int j = 0; j < 4; ++j) *cells[j] = j == to ? dy[row * ow + ox] : 0.0f;
     }
 }
 
 }  // namespace
 
-void route_pool_rows(const RoutedPoolGradient& r, int64_t first, int64_t rows, int64_t ow, float* dx) {
+void route_pool_rows(const RoutedPoolGradient& r, int64_t first, int64_t rows, int64_t ow, float* dx, int64_t stride) {
   while (rows > 0) {  // a run of rows within an image at a time: each image's codes start anew
     const int64_t image = first / r.image_rows, row = first % r.image_rows;
     const int64_t run = std::min(rows, r.image_rows - row);
-    route_rows(r, r.codes + image * r.image_bytes + row * ow, r.dy + first * ow, run, ow, dx);
-    first += run, rows -= run, dx += 4 * run * ow;
+    route_rows(r, r.codes + image * r.image_bytes + row * ow, r.dy + first * ow, run, ow, dx, stride);
+    first += run, rows -= run, dx += 2 * run * stride;
   }
 }
 
@@ -477,7 +477,7 @@ void max_pool2d_grad_by_codes(const Attrs& at, const View& codes, const View& dy
   const RoutedPoolGradient r = routed_by_codes(codes, dy, at.relu_mask);
   const int64_t ow = dy.shape[3];
   parallel(pool, dy.shape[0] * dy.shape[1] * dy.shape[2], [&](int64_t begin, int64_t end) {
-    route_pool_rows(r, begin, end - begin, ow, dx.f() + 4 * begin * ow);
+    route_pool_rows(r, begin, end - begin, ow, dx.f() + 4 * begin * ow, 2 * ow);
   });
 }
 

@@ -41,7 +41,9 @@ RoutedPoolGradient routed_by_codes(const View& codes, const View& dy, bool relu_
 void max_pool2d_grad_by_codes(const Attrs& at, const View& codes, const View& dy, const View& dx, ThreadPool* pool);
 
 // The same for `rows` pooled rows of `ow` windows from pooled row `first` on (counted over
-// the batch, images one after another): dx's 2 * rows rows of 2 * ow floats from `dx` on.
-void route_pool_rows(const RoutedPoolGradient& r, int64_t first, int64_t rows, int64_t ow, float* dx);
+// the batch, images one after another): dx's 2 * rows rows of 2 * ow floats from `dx` on, each
+// `stride` floats after the last (2 * ow: one after another; a direct convolution's packed
+// image routes a plane's rows between the other channels' rows).
+void route_pool_rows(const RoutedPoolGradient& r, int64_t first, int64_t rows, int64_t ow, float* dx, int64_t stride);
 
 }  // namespace towerjit::cpujit
