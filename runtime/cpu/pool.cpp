@@ -231,7 +231,12 @@ TOWERJIT_TARGET_AVX2 inline __m256i window_codes8(const __m256 c[4], __m256& bes
   return _mm256_add_epi32(at, _mm256_and_si256(_mm256_castps_si256(not_positive), _mm256_set1_epi32(4)));
 }
 
+// The codes of a row are stored a whole vector's worth at a time where that many bytes lie
+// before the image's last: what lands past the row is the next row's place, which that row
+// writes over next. Then in pieces (a masked vpmovdb to memory ran at a fraction of the rate
+// on Zen 4: the pool took 5.6% of the cnn's samples, from 1.5% with i32 codes).
 TOWERJIT_TARGET_AVX2 void max2x2_codes_avx2(const float* x, int64_t rows, int64_t ow, float* out, uint8_t* code) {
+  const uint8_t* const end = code + rows * ow;
   for (int64_t row = 0; row < rows; ++row, x += 4 * ow, out += ow, code += ow)
     for (int64_t ox = 0; ox < ow; ox += 8) {
       const int64_t n = std::min<int64_t>(8, ow - ox);
@@ -240,7 +245,7 @@ TOWERJIT_TARGET_AVX2 void max2x2_codes_avx2(const float* x, int64_t rows, int64_
       deinterleave(x + 2 * ow + 2 * ox, n, c[2], c[3]);
       const __m256i at = window_codes8(c, best);
       store_first8(out + ox, n, best);
-      store_bytes8(code + ox, n, at);
+      store_bytes8(code + ox, std::min<int64_t>(8, end - code - ox), at);
     }
 }
 
@@ -272,6 +277,7 @@ TOWERJIT_TARGET_AVX2 void max2x2_codes_pixels_avx2(const float* x, int64_t oh, i
 }
 
 TOWERJIT_TARGET_AVX512 void max2x2_codes_avx512(const float* x, int64_t rows, int64_t ow, float* out, uint8_t* code) {
+  const uint8_t* const end = code + rows * ow;
   for (int64_t row = 0; row < rows; ++row, x += 4 * ow, out += ow, code += ow)
     for (int64_t ox = 0; ox < ow; ox += 16) {
       const int64_t n = std::min<int64_t>(16, ow - ox);
@@ -287,7 +293,7 @@ TOWERJIT_TARGET_AVX512 void max2x2_codes_avx512(const float* x, int64_t rows, in
       }
       const __mmask16 not_positive = _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_NGT_UQ);
       at = _mm512_mask_add_epi32(at, not_positive, at, _mm512_set1_epi32(4));
-      store_bytes16(code + ox, n, at);
+      store_bytes16(code + ox, std::min<int64_t>(16, end - code - ox), at);
     }
 }
 

@@ -90,7 +90,10 @@ TOWERJIT_TARGET_AVX512 inline __m512i load_bytes16(const uint8_t* p, int64_t cou
   return _mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<int64_t>(high), static_cast<int64_t>(low)));
 }
 TOWERJIT_TARGET_AVX512 inline void store_bytes16(uint8_t* p, int64_t count, __m512i v) {
-  _mm512_mask_cvtepi32_storeu_epi8(p, first_lanes16(count), v);
+  const __m128i bytes = _mm512_cvtepi32_epi8(v);
+  if (count >= 16) return _mm_storeu_si128(reinterpret_cast<__m128i*>(p), bytes);
+  store_bytes_upto8(p, count, static_cast<uint64_t>(_mm_cvtsi128_si64(bytes)));
+  if (count > 8) store_bytes_upto8(p + 8, count - 8, static_cast<uint64_t>(_mm_extract_epi64(bytes, 1)));
 }
 
 }  // namespace towerjit::cpujit
