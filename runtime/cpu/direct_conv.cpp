@@ -493,7 +493,11 @@ bool direct_conv2d_grad_filter(const Attrs& at, const View& x, const View& dy, c
     for (int64_t chunk = first; chunk < last; ++chunk)
       for (int64_t i = g.n * chunk / chunks; i < g.n * (chunk + 1) / chunks; ++i) {
         pack_channels_last(g, image_in(x, i, image, 2), xp);
-        transpose_floats(image_in(dy, i, g.o * s, 3), g.o, s, s, dyt, g.opad());
+        if (dy.routed)
+          route_pool_image_channels_last(*dy.routed, i, g.o, g.oh, g.ow, dyt, g.opad(),
+                                         conv_scratch(3, (2 * g.opad() + g.o) * (s / 4)));
+        else
+          transpose_floats(image_in(dy, i, g.o * s, 3), g.o, s, s, dyt, g.opad());
         for (size_t t = 0; t < tiles.size(); ++t) {
           const Tile& tile = tiles[t];
           if (i + 1 < end) {  // a slice of the next image with each tile (conv_images.h)

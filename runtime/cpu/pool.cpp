@@ -9,6 +9,7 @@
 #include "runtime/cpu/conv.h"
 #include "runtime/cpu/conv_epilogue.h"
 #include "runtime/cpu/half_spans.h"
+#include "runtime/cpu/transpose.h"
 #include "runtime/cpu/vector_lanes.h"
 
 namespace towerjit::cpujit {
@@ -334,6 +335,42 @@ TOWERJIT_TARGET_AVX512 void grad_by_codes_avx512(const uint8_t* code, const uint
     }
 }
 
+// The routing over channels along the vectors: `points` pooled points of a plane w windows
+// wide, each a row of ld floats of the transposed pooled dy `dy` and codes `code`; window q's
+// four pixels are rows of `out` ([2 * h/2][2 * w][ld]), each stored whole: dy where the code
+// names it, else +0.
+TOWERJIT_TARGET_AVX2 void route_channels_last_avx2(const float* dy, const int32_t* code, int64_t points, int64_t w,
+                                                   int64_t ld, float* out, bool relu_mask) {
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256i position_bits = _mm256_set1_epi32(relu_mask ? -1 : 3);
+  for (int64_t q = 0; q < points; ++q, dy += ld, code += ld) {
+    float* cell = out + (q / w * 4 * w + q % w * 2) * ld;
+    float* const cells[4] = {cell, cell + ld, cell + 2 * w * ld, cell + (2 * w + 1) * ld};
+    for (int64_t o = 0; o < ld; o += 8) {
+      const __m256 d = _mm256_loadu_ps(dy + o);
+      const __m256i at = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(code + o)), position_bits);
+      for (int j = 0; j < 4; ++j)
+        _mm256_storeu_ps(cells[j] + o,
+                         _mm256_blendv_ps(zero, d, _mm256_castsi256_ps(_mm256_cmpeq_epi32(at, _mm256_set1_epi32(j)))));
+    }
+  }
+}
+
+TOWERJIT_TARGET_AVX512 void route_channels_last_avx512(const float* dy, const int32_t* code, int64_t points, int64_t w,
+                                                       int64_t ld, float* out, bool relu_mask) {
+  const __m512i position_bits = _mm512_set1_epi32(relu_mask ? -1 : 3);
+  for (int64_t q = 0; q < points; ++q, dy += ld, code += ld) {
+    float* cell = out + (q / w * 4 * w + q % w * 2) * ld;
+    float* const cells[4] = {cell, cell + ld, cell + 2 * w * ld, cell + (2 * w + 1) * ld};
+    for (int64_t o = 0; o < ld; o += 16) {
+      const __m512 d = _mm512_loadu_ps(dy + o);
+      const __m512i at = _mm512_and_si512(_mm512_loadu_si512(code + o), position_bits);
+      for (int j = 0; j < 4; ++j)
+        _mm512_storeu_ps(cells[j] + o, _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, _mm512_set1_epi32(j)), d));
+    }
+  }
+}
+
 // `level`: the vector level whose 2x2 row kernels run.
 void max_plane_inside(const Window& g, const float* x, const float* dy, float* out, bool grad, CpuIsa level) {
   if (!grad && g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2) {
@@ -475,6 +512,35 @@ void route_pool_rows(const RoutedPoolGradient& r, int64_t first, int64_t rows, i
     route_rows(r, r.codes + image * r.image_bytes + row * ow, r.dy + first * ow, run, ow, dx, stride);
     first += run, rows -= run, dx += 2 * run * stride;
   }
+}
+
+void route_pool_image_channels_last(const RoutedPoolGradient& r, int64_t i, int64_t channels, int64_t h, int64_t w,
+                                    float* out, int64_t ld, float* scratch) {
+  const int64_t pw = w / 2, points = h / 2 * pw, image = channels * points;
+  float* dy = scratch;
+  int32_t* code = reinterpret_cast<int32_t*>(scratch + points * ld);
+  int32_t* wide = code + points * ld;
+  const uint8_t* bytes = r.codes + i * r.image_bytes;
+  for (int64_t e = 0; e < image; ++e) wide[e] = bytes[e];
+  // The columns past the channels: zero dy (and codes, read but met by those zeros).
+  for (int64_t q = 0; q < points; ++q) {
+    std::fill(dy + q * ld + channels, dy + (q + 1) * ld, 0.0f);
+    std::fill(code + q * ld + channels, code + (q + 1) * ld, 0);
+  }
+  transpose_floats(r.dy + i * image, channels, points, points, dy, ld);
+  // The codes' bits moved as floats: the transpose only shuffles, loads and stores them.
+  transpose_floats(reinterpret_cast<const float*>(wide), channels, points, points, reinterpret_cast<float*>(code), ld);
+  if (r.level == CpuIsa::avx512 && ld % 16 == 0)
+    return route_channels_last_avx512(dy, code, points, pw, ld, out, r.relu_mask);
+  if (r.level != CpuIsa::baseline && ld % 8 == 0) return route_channels_last_avx2(dy, code, points, pw, ld, out, r.relu_mask);
+  for (int64_t q = 0; q < points; ++q)
+    for (int64_t j = 0; j < 4; ++j) {
+      float* cell = out + ((q / pw * 2 + j / 2) * w + q % pw * 2 + j % 2) * ld;
+      for (int64_t o = 0; o < ld; ++o) {
+        const int32_t c = r.relu_mask ? code[q * ld + o] : code[q * ld + o] & 3;
+        cell[o] = c == j ? dy[q * ld + o] : 0.0f;
+      }
+    }
 }
 
 void max_pool2d_grad_by_codes(const Attrs& at, const View& codes, const View& dy, const View& dx, ThreadPool* pool) {

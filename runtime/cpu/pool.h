@@ -46,4 +46,13 @@ void max_pool2d_grad_by_codes(const Attrs& at, const View& codes, const View& dy
 // image routes a plane's rows between the other channels' rows).
 void route_pool_rows(const RoutedPoolGradient& r, int64_t first, int64_t rows, int64_t ow, float* dx, int64_t stride);
 
+// Image i of the same ([channels, h, w], h and w even) into out [h * w][ld] (channels along the
+// rows, ld >= channels; the columns past them +0), as the direct filter gradient reads its dy:
+// the pooled dy and the codes transposed first (a quarter of the image each), then each
+// window's four pixels written whole vectors of channels at a time, where routing into NCHW and
+// transposing the whole image had been two passes over it. `scratch`: room for
+// 2 * (h/2 * w/2) * ld + channels * (h/2 * w/2) floats. The same values as route_pool_rows.
+void route_pool_image_channels_last(const RoutedPoolGradient& r, int64_t i, int64_t channels, int64_t h, int64_t w,
+                                    float* out, int64_t ld, float* scratch);
+
 }  // namespace towerjit::cpujit
