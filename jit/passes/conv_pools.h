@@ -12,11 +12,12 @@
 // 2. the pool's gradients read the codes in place of the result (runtime/cpu/pool.h);
 // 3. where every reader of such a gradient dx is a gradient of a convolution taking dx as its dy
 //    or a sum of dx alone (the layer's bias gradient), dx is never stored either: each
-//    convolution gradient reads the pooled dy and the codes and routes each image into its
-//    thread's scratch as it reads it (runtime/cpu/conv_images.h), and the sum becomes one over
-//    the pooled points of what each window routes (dy, or with a ReLU's mask dy where the code
-//    is below 4: where the pooled value is > 0). In the cnn that is the 6.4 MB dx of its first layer and the 3.2 MB of its
-//    second, stored once and read two and three times each.
+//    convolution gradient reads the pooled dy and the codes and routes each image as it reads
+//    it, into the layout its kernels read (runtime/cpu/conv_images.h, pool.h), and the sum
+//    becomes one over the pooled points of what each window routes (dy, or with a ReLU's mask
+//    dy where the code is below 4: where the pooled value is > 0). In the cnn that is the 6.4 MB
+//    dx of its first layer and the 3.2 MB of its second, stored once and read two and three
+//    times each.
 //
 // The code, as the GPU pass's: the window position of the first maximum in row-major window
 // order (0 to 3), plus 4 where that maximum is not > 0 (NaN included). It is a byte a pooled
