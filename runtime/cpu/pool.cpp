@@ -234,8 +234,8 @@ TOWERJIT_TARGET_AVX2 inline __m256i window_codes8(const __m256 c[4], __m256& bes
 
 // The codes of a row are stored a whole vector's worth at a time where that many bytes lie
 // before the image's last: what lands past the row is the next row's place, which that row
-// writes over next. Then in pieces (a masked vpmovdb to memory ran at a fraction of the rate
-// on Zen 4: the pool took 5.6% of the cnn's samples, from 1.5% with i32 codes).
+// writes over next. Then in pieces (at AVX-512 a masked vpmovdb to memory ran at a fraction of
+// the rate on Zen 4: the pool took 5.6% of the cnn's samples, from 1.5% with i32 codes).
 TOWERJIT_TARGET_AVX2 void max2x2_codes_avx2(const float* x, int64_t rows, int64_t ow, float* out, uint8_t* code) {
   const uint8_t* const end = code + rows * ow;
   for (int64_t row = 0; row < rows; ++row, x += 4 * ow, out += ow, code += ow)
@@ -300,9 +300,10 @@ TOWERJIT_TARGET_AVX512 void max2x2_codes_avx512(const float* x, int64_t rows, in
 
 // The gradient routed by codes over `rows` pooled rows: dy at the coded position (with
 // `relu_mask`, only a code below 4), +0 at every other cell; row r writes rows 2r and 2r + 1
-// of dx (2 ow floats each, `stride` floats apart; row r + 1's 2 stride after row r's). A row's codes are loaded a whole vector's worth at a time where
-// that many bytes lie before `end` (the codes' end): what follows a row is the next row's
-// codes, whose lanes meet zeros of dy and are never stored. The last few are loaded in pieces.
+// of dx (2 ow floats each, `stride` floats apart; row r + 1's 2 stride after row r's). A
+// row's codes are loaded a whole vector's worth at a time where that many bytes lie before
+// `end` (the codes' end): what follows a row is the next row's codes, whose lanes meet zeros
+// of dy and are never stored. The last few are loaded in pieces.
 TOWERJIT_TARGET_AVX2 void grad_by_codes_avx2(const uint8_t* code, const uint8_t* end, const float* dy, int64_t rows,
                                              int64_t ow, float* dx, int64_t stride, bool relu_mask) {
   const __m256 zero = _mm256_setzero_ps();

@@ -39,6 +39,7 @@ TOWERJIT_TARGET_AVX512 inline __m512 broadcast16(const float* p) { return _mm512
 // of 4, 2 and 1 bytes, nothing touched past the first `count`, no trip through memory (a
 // vector loaded from a buffer just written byte by byte waits for the stores to retire).
 inline uint64_t load_bytes_upto8(const uint8_t* p, int64_t count) {
+  if (count <= 0) return 0;
   if (count >= 8) {
     uint64_t v;
     std::memcpy(&v, p, 8);
@@ -60,7 +61,11 @@ inline uint64_t load_bytes_upto8(const uint8_t* p, int64_t count) {
   return v;
 }
 inline void store_bytes_upto8(uint8_t* p, int64_t count, uint64_t v) {
-  if (count >= 8) return std::memcpy(p, &v, 8), void();
+  if (count <= 0) return;
+  if (count >= 8) {
+    std::memcpy(p, &v, 8);
+    return;
+  }
   int at = 0;
   if (count & 4) {
     const uint32_t t = static_cast<uint32_t>(v);
